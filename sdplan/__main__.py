@@ -1,0 +1,6 @@
+"""``python -m sdplan``."""
+
+from sdplan.cli import main
+
+if __name__ == "__main__":
+    main()

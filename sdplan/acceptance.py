@@ -1,0 +1,260 @@
+"""Acceptance metrics of speculative decoding and the conversions between them.
+
+Three metrics are in use and tools mix their names up, so sdplan names each
+one explicitly (``model.md`` §4.2):
+
+* **per-token acceptance** ``alpha``: probability that a drafted token is
+  accepted given that every earlier token of the draft was; modelled i.i.d.
+  This is what the latency model consumes.
+* **mean acceptance length** ``tau``: tokens committed per verification cycle,
+  bonus token included, ``tau = E(alpha, k)`` (vLLM: ``1 + accepted/drafts``).
+* **draft acceptance rate** ``r``: fraction of drafted tokens that are kept,
+  ``r = (E(alpha, k) - 1) / k`` (vLLM: ``accepted/draft_tokens``).
+
+The latter two depend on the draft length ``k`` they were measured at, so
+converting them to ``alpha`` needs that ``k``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from sdplan.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+
+#: Bisection steps for inverting E(alpha, k); 2**-64 is below float64 resolution on [0, 1].
+_BISECTION_STEPS = 64
+
+
+class AcceptanceMetric(str, Enum):
+    """Which acceptance metric a number is."""
+
+    PER_TOKEN = "per-token"
+    MEAN_LENGTH = "mean-length"
+    DRAFT_RATE = "draft-rate"
+
+    @property
+    def description(self) -> str:
+        return {
+            AcceptanceMetric.PER_TOKEN: "per-token acceptance probability alpha",
+            AcceptanceMetric.MEAN_LENGTH: "mean acceptance length (tokens per cycle, bonus token included)",
+            AcceptanceMetric.DRAFT_RATE: "draft acceptance rate (fraction of drafted tokens accepted)",
+        }[self]
+
+
+def expected_tokens_per_cycle(alpha: FloatArray | float, k: FloatArray | int) -> FloatArray:
+    """Expected tokens committed per speculative cycle, bonus token included.
+
+    Parameters
+    ----------
+    alpha : array_like
+        Per-token acceptance probability, in [0, 1].
+    k : array_like
+        Draft length (tokens proposed per cycle), >= 0. Broadcasts with ``alpha``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``E(alpha, k)`` in tokens per cycle, in [1, k + 1].
+
+    Notes
+    -----
+    With i.i.d. acceptance the accepted run is a truncated geometric variable
+    and the verifier always adds one token (Leviathan et al., 2023)::
+
+        E(alpha, k) = sum_{j=0..k} alpha**j = (1 - alpha**(k+1)) / (1 - alpha),
+
+    which is ``k + 1`` at ``alpha = 1``. ``k = 0`` gives 1 (plain decoding).
+
+    Examples
+    --------
+    >>> float(expected_tokens_per_cycle(0.8, 3).round(4))
+    2.952
+    >>> float(expected_tokens_per_cycle(1.0, 4))
+    5.0
+    """
+    import numpy as np
+
+    alpha_arr = np.asarray(alpha, dtype=np.float64)
+    k_arr = np.asarray(k, dtype=np.float64)
+    is_one = alpha_arr >= 1.0
+    safe_alpha = np.where(is_one, 0.5, alpha_arr)
+    geometric = (1.0 - safe_alpha ** (k_arr + 1.0)) / (1.0 - safe_alpha)
+    return np.where(is_one, k_arr + 1.0, geometric)
+
+
+def expected_tokens_per_position(position_rates: FloatArray) -> FloatArray:
+    """Expected tokens per cycle from per-position conditional acceptance rates.
+
+    Parameters
+    ----------
+    position_rates : array_like, shape (..., k)
+        ``a_i``: probability that draft position ``i`` is accepted given that
+        positions ``1..i-1`` were (vLLM's per-position rates are the running
+        products of these).
+
+    Returns
+    -------
+    numpy.ndarray, shape (...)
+        ``E = 1 + sum_{i=1..k} prod_{j<=i} a_j`` tokens per cycle.
+
+    Notes
+    -----
+    With every ``a_j = alpha`` this equals :func:`expected_tokens_per_cycle`.
+    """
+    import numpy as np
+
+    rates = np.asarray(position_rates, dtype=np.float64)
+    return 1.0 + np.cumprod(rates, axis=-1).sum(axis=-1)
+
+
+def mean_length_from_alpha(alpha: FloatArray | float, k: int) -> FloatArray:
+    """Mean acceptance length ``tau = E(alpha, k)`` (tokens per cycle)."""
+    return expected_tokens_per_cycle(alpha, k)
+
+
+def draft_rate_from_alpha(alpha: FloatArray | float, k: int) -> FloatArray:
+    """Draft acceptance rate ``(E(alpha, k) - 1) / k`` (fraction of drafted tokens kept)."""
+    if k < 1:
+        raise InvalidValueError("a draft acceptance rate needs a draft length k >= 1")
+    return (expected_tokens_per_cycle(alpha, k) - 1.0) / k
+
+
+def alpha_from_mean_length(tau: FloatArray | float, k: int) -> FloatArray:
+    """Per-token acceptance ``alpha`` whose ``E(alpha, k)`` equals ``tau``.
+
+    Parameters
+    ----------
+    tau : array_like
+        Mean acceptance length in tokens per cycle, bonus token included,
+        in [1, k + 1].
+    k : int
+        Draft length the length was measured at, >= 1.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``alpha`` in [0, 1].
+
+    Notes
+    -----
+    ``E(alpha, k)`` is strictly increasing in ``alpha`` on [0, 1] for k >= 1,
+    so a vectorised bisection converges to the unique root (``model.md`` §4.2).
+    """
+    import numpy as np
+
+    if k < 1:
+        raise InvalidValueError("converting a mean acceptance length needs a draft length k >= 1")
+    tau_arr = np.asarray(tau, dtype=np.float64)
+    if np.any(~np.isfinite(tau_arr)) or np.any(tau_arr < 1.0) or np.any(tau_arr > k + 1.0):
+        raise InvalidValueError(
+            f"mean acceptance length must lie in [1, {k + 1}] tokens per cycle at k={k} "
+            "(it counts the bonus token, so 1 means nothing was accepted)"
+        )
+    low = np.zeros_like(tau_arr)
+    high = np.ones_like(tau_arr)
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (low + high)
+        too_small = expected_tokens_per_cycle(mid, k) < tau_arr
+        low = np.where(too_small, mid, low)
+        high = np.where(too_small, high, mid)
+    return 0.5 * (low + high)
+
+
+def alpha_from_draft_rate(rate: FloatArray | float, k: int) -> FloatArray:
+    """Per-token acceptance ``alpha`` from a draft acceptance rate measured at ``k``.
+
+    The draft acceptance rate ``r`` relates to the mean acceptance length by
+    ``tau = 1 + k * r``; the conversion then follows :func:`alpha_from_mean_length`.
+    """
+    import numpy as np
+
+    rate_arr = np.asarray(rate, dtype=np.float64)
+    if np.any(~np.isfinite(rate_arr)) or np.any(rate_arr < 0.0) or np.any(rate_arr > 1.0):
+        raise InvalidValueError("draft acceptance rate must lie in [0, 1] (a fraction; write 62% or 0.62)")
+    return alpha_from_mean_length(1.0 + k * rate_arr, k)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceSpec:
+    """Acceptance as the user gave it, and the per-token alphas it converts to.
+
+    Attributes
+    ----------
+    metric : AcceptanceMetric
+        Which metric ``values`` are.
+    values : tuple of float
+        The numbers as given (fractions for rates, tokens/cycle for lengths).
+    measured_at_k : int or None
+        Draft length the values were measured at (required for the two
+        k-dependent metrics).
+    alphas : tuple of float
+        Per-token acceptance, one per value.
+    source : str
+        Where the values came from ("command line", a file, "default assumption").
+    """
+
+    metric: AcceptanceMetric
+    values: tuple[float, ...]
+    measured_at_k: int | None
+    alphas: tuple[float, ...]
+    source: str
+
+    def describe(self) -> str:
+        """One line saying what was received and what it became."""
+        alphas = ", ".join(f"{a:.3f}" for a in self.alphas)
+        if self.metric is AcceptanceMetric.PER_TOKEN:
+            return f"per-token alpha = {alphas} ({self.source})"
+        given = ", ".join(f"{v:g}" for v in self.values)
+        return (
+            f"per-token alpha = {alphas}, converted from {self.metric.description} "
+            f"{given} at k={self.measured_at_k} ({self.source})"
+        )
+
+
+def make_acceptance(
+    metric: AcceptanceMetric, values: tuple[float, ...], measured_at_k: int | None, source: str
+) -> AcceptanceSpec:
+    """Validate acceptance values of any metric and convert them to per-token alphas.
+
+    Raises
+    ------
+    InvalidValueError
+        If a value is outside its metric's domain or ``measured_at_k`` is missing
+        for a k-dependent metric.
+    """
+    import numpy as np
+
+    if not values:
+        raise InvalidValueError("acceptance needs at least one value")
+    arr = np.asarray(values, dtype=np.float64)
+    if metric is AcceptanceMetric.PER_TOKEN:
+        if np.any(~np.isfinite(arr)) or np.any(arr < 0.0) or np.any(arr > 1.0):
+            raise InvalidValueError(
+                "per-token acceptance alpha must lie in [0, 1]; for a mean acceptance length "
+                "use --acceptance-length with --acceptance-k"
+            )
+        alphas = arr
+    else:
+        if measured_at_k is None:
+            raise InvalidValueError(
+                f"a {metric.description} depends on the draft length it was measured at; give --acceptance-k"
+            )
+        if metric is AcceptanceMetric.MEAN_LENGTH:
+            alphas = alpha_from_mean_length(arr, measured_at_k)
+        else:
+            alphas = alpha_from_draft_rate(arr, measured_at_k)
+    return AcceptanceSpec(
+        metric=metric,
+        values=tuple(float(v) for v in arr),
+        measured_at_k=measured_at_k,
+        alphas=tuple(float(a) for a in alphas),
+        source=source,
+    )

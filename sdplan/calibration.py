@@ -1,0 +1,405 @@
+"""Calibration files: schema, validation, and coefficients at a workload.
+
+A calibration holds the cost coefficients of one (hardware, target model,
+draft model) pair, with its provenance. Two forms are accepted (exactly one
+per file), both documented in ``sdplan-calibration(5)``:
+
+``[coefficients]`` (direct form)
+    Kong et al.'s six coefficients plus the baseline decode step, valid at
+    ``[reference_workload]``; scaled to other lengths by proportional rules
+    (:func:`_scale_direct`).
+``[step_model]`` (per-step form)
+    Linear step-time models of the target, the draft and prefill
+    (``model.md`` §1.3, §6.2), from which the coefficients follow at any
+    prompt/output length (:func:`_coefficients_from_steps`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdplan.errors import InputFileError
+from sdplan.model import Coefficients
+from sdplan.schema import Field, Table, read_toml, validate
+
+SCHEMA_VERSION = 1
+METHODS = ("measured", "fit", "roofline")
+#: Shipped calibration used when none is given.
+DEFAULT_CALIBRATION = "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline"
+
+_SECONDS = dict(kind="float", minimum=0.0)
+
+
+def _cost(doc: str, required: bool = True) -> Field:
+    return Field(doc=doc, required=required, **_SECONDS)  # type: ignore[arg-type]
+
+
+_STEP = Table(
+    {
+        "fixed_s": _cost("seconds per step, independent of batch size (weights streaming, launch, scheduling)"),
+        "per_sequence_s": _cost("seconds per step per running sequence"),
+        "per_query_token_s": _cost("seconds per step per query token processed (compute)"),
+        "per_context_token_s": _cost("seconds per step per KV-cache token read (context length)"),
+    }
+)
+
+CALIBRATION_SCHEMA = Table(
+    {
+        "schema_version": Field("int", f"calibration schema version; this sdplan reads {SCHEMA_VERSION}"),
+        "name": Field("str", "short identifier of the calibration"),
+        "description": Field("str", "one sentence for listings", required=False),
+        "provenance": Table(
+            {
+                "method": Field("str", "how the numbers were obtained", choices=METHODS),
+                "hardware": Field("str", "accelerator, count and interconnect"),
+                "target_model": Field("str", "target (verifier) model"),
+                "draft_model": Field("str", "draft model, or the proposer method"),
+                "engine": Field("str", "serving engine, e.g. vllm"),
+                "engine_version": Field("str", "serving engine version"),
+                "date": Field("date", "date the calibration was produced"),
+                "created_by": Field("str", "tool or script that produced the file", required=False),
+                "dtype": Field("str", "weight/activation dtype", required=False),
+                "tensor_parallel_size": Field("int", "GPUs per replica", required=False, minimum=1),
+                "assumptions": Field("str_list", "assumptions behind derived numbers", required=False),
+                "sources": Field("str_list", "data sources (datasheets, benchmark files)", required=False),
+                "notes": Field("str", "free text", required=False),
+            }
+        ),
+        "reference_workload": Table(
+            {
+                "prompt_tokens": Field("int", "prompt length the coefficients were measured at", minimum=1),
+                "output_tokens": Field("int", "output length the coefficients were measured at", minimum=1),
+            }
+        ),
+        "validity": Table(
+            {
+                "prompt_tokens": Field("range", "prompt lengths covered, [min, max] tokens", required=False, minimum=1),
+                "output_tokens": Field("range", "output lengths covered, [min, max] tokens", required=False, minimum=1),
+                "batch_size": Field("range", "batch sizes covered, [min, max] sequences", required=False, minimum=1),
+            },
+            required=False,
+        ),
+        "fit_quality": Table(
+            {
+                "r2": Field("float", "coefficient of determination of the fit", maximum=1.0),
+                "rmse_s": Field("float", "root-mean-square error in seconds", required=False, minimum=0.0),
+                "mape_pct": Field("float", "mean absolute percentage error", required=False, minimum=0.0),
+                "points": Field("int", "number of measurements fitted", required=False, minimum=0),
+                "detail": Field("str", "per-term quality, free text", required=False),
+            },
+            required=False,
+        ),
+        "acceptance": Table(
+            {
+                "per_token_alpha": Field("float", "per-token acceptance probability", minimum=0.0, maximum=1.0),
+                "measured_at_k": Field("int", "draft length it was measured at", required=False, minimum=1),
+                "per_position_rates": Field(
+                    "float_list", "conditional acceptance per draft position", required=False, minimum=0.0, maximum=1.0
+                ),
+                "source": Field("str", "how the acceptance was obtained (dataset, temperature)"),
+            },
+            required=False,
+        ),
+        "coefficients": Table(
+            {
+                "scaling": Field(
+                    "str", "how to scale to other lengths", required=False, choices=("proportional", "none")
+                ),
+                "c1p_s": _cost("prefill, load-independent: seconds per request"),
+                "c2p_s": _cost("prefill, load-dependent: seconds per request per concurrent request"),
+                "baseline": Table(
+                    {
+                        "c1_step_s": _cost("plain decode step: seconds per step"),
+                        "c2_step_s": _cost("plain decode step: seconds per step per concurrent request"),
+                    }
+                ),
+                "speculative": Table(
+                    {
+                        "c1v_s": _cost("verification: seconds per cycle"),
+                        "c2v_s": _cost("verification: seconds per cycle per concurrent request"),
+                        "c1d_s": _cost("drafting: seconds per draft token"),
+                        "c2d_s": _cost("drafting: seconds per draft token per concurrent request"),
+                    }
+                ),
+            },
+            required=False,
+        ),
+        "step_model": Table(
+            {
+                "target": _STEP,
+                "draft": _STEP,
+                "prefill": Table(
+                    {
+                        "fixed_s": _cost("seconds per request, independent of prompt length"),
+                        "per_prompt_token_s": _cost("seconds per prompt token (own prefill)"),
+                        "load_per_prompt_token_s": _cost(
+                            "seconds per prompt token a concurrent request's prefill adds to yours"
+                        ),
+                    }
+                ),
+                "speculation": Table(
+                    {
+                        "overhead_fixed_s": _cost("extra seconds per SD cycle (rejection sampling, bookkeeping)"),
+                        "overhead_per_sequence_s": _cost("extra seconds per SD cycle per running sequence"),
+                    },
+                    required=False,
+                ),
+            },
+            required=False,
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationAcceptance:
+    """Acceptance measured together with a calibration (optional)."""
+
+    per_token_alpha: float
+    measured_at_k: int | None
+    per_position_rates: tuple[float, ...] | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """A validated calibration file.
+
+    Attributes
+    ----------
+    document : dict
+        The validated TOML document, as parsed (used by ``show`` and writers).
+    path : str
+        Where it was read from (or ``<name>`` for an in-memory one).
+    """
+
+    document: dict[str, Any]
+    path: str
+
+    @property
+    def name(self) -> str:
+        return str(self.document["name"])
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return dict(self.document["provenance"])
+
+    @property
+    def method(self) -> str:
+        return str(self.document["provenance"]["method"])
+
+    @property
+    def form(self) -> str:
+        """``"direct"`` or ``"step_model"``."""
+        return "direct" if "coefficients" in self.document else "step_model"
+
+    @property
+    def reference_prompt_tokens(self) -> int:
+        return int(self.document["reference_workload"]["prompt_tokens"])
+
+    @property
+    def reference_output_tokens(self) -> int:
+        return int(self.document["reference_workload"]["output_tokens"])
+
+    @property
+    def acceptance(self) -> CalibrationAcceptance | None:
+        table = self.document.get("acceptance")
+        if table is None:
+            return None
+        rates = table.get("per_position_rates")
+        return CalibrationAcceptance(
+            per_token_alpha=float(table["per_token_alpha"]),
+            measured_at_k=table.get("measured_at_k"),
+            per_position_rates=tuple(float(r) for r in rates) if rates is not None else None,
+            source=str(table["source"]),
+        )
+
+    def coefficients_at(self, prompt_tokens: float, output_tokens: float) -> Coefficients:
+        """Cost coefficients for a workload of ``prompt_tokens`` in and ``output_tokens`` out."""
+        if self.form == "direct":
+            return _scale_direct(self.document, prompt_tokens, output_tokens)
+        return _coefficients_from_steps(self.document["step_model"], prompt_tokens, output_tokens)
+
+    def validity_warnings(self, prompt_tokens: float, output_tokens: float) -> list[str]:
+        """Warnings for a workload outside the ranges the calibration covers."""
+        warnings = []
+        validity = self.document.get("validity", {})
+        for key, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
+            span = validity.get(key)
+            if span is not None and not span[0] <= value <= span[1]:
+                warnings.append(
+                    f"{key.replace('_', ' ')} {value:g} is outside the calibrated range "
+                    f"[{span[0]:g}, {span[1]:g}] of {self.name}; predictions are extrapolated"
+                )
+        return warnings
+
+
+def _mean_context(prompt_tokens: float, output_tokens: float) -> float:
+    """Time-averaged KV context per sequence during decoding, ``p + g/2`` tokens."""
+    return prompt_tokens + output_tokens / 2.0
+
+
+def _scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens: float) -> Coefficients:
+    """Direct-form coefficients scaled from the reference workload.
+
+    Notes
+    -----
+    With ``scaling = "proportional"`` (the default), following the reported
+    scalings (``model.md`` §1.3, validation point V5): prefill costs ``c1p``,
+    ``c2p`` scale with ``p/p_ref``; the per-concurrent-request step costs
+    ``c2v``, ``c2d`` and the baseline ``c2_step`` scale with the mean context
+    ``(p + g/2)/(p_ref + g_ref/2)``; the fixed step costs do not scale. The
+    output length enters the model itself through ``g/E``. Proportional
+    scaling assumes no length-independent intercept; the per-step form
+    represents intercepts exactly.
+    """
+    table = document["coefficients"]
+    reference = document["reference_workload"]
+    if table.get("scaling", "proportional") == "proportional":
+        prefill = prompt_tokens / reference["prompt_tokens"]
+        context = _mean_context(prompt_tokens, output_tokens) / _mean_context(
+            reference["prompt_tokens"], reference["output_tokens"]
+        )
+    else:
+        prefill = context = 1.0
+    spec, base = table["speculative"], table["baseline"]
+    return Coefficients(
+        c1p_s=table["c1p_s"] * prefill,
+        c2p_s=table["c2p_s"] * prefill,
+        c1v_s=spec["c1v_s"],
+        c2v_s=spec["c2v_s"] * context,
+        c1d_s=spec["c1d_s"],
+        c2d_s=spec["c2d_s"] * context,
+        baseline_c1_step_s=base["c1_step_s"],
+        baseline_c2_step_s=base["c2_step_s"] * context,
+        prompt_tokens=float(prompt_tokens),
+        output_tokens=float(output_tokens),
+    )
+
+
+def _coefficients_from_steps(steps: dict[str, Any], prompt_tokens: float, output_tokens: float) -> Coefficients:
+    """Kong coefficients from per-step linear time models.
+
+    Notes
+    -----
+    A forward step over ``B`` sequences of ``q`` query tokens each at mean
+    context ``s`` costs ``T(B, q, s) = fixed + B*(per_sequence + q*per_query_token
+    + s*per_context_token)``. An SD cycle is one target step with ``q = k+1``
+    and ``k`` draft steps with ``q = 1``; a plain decode step is one target
+    step with ``q = 1``. Matching ``tau(B) = (c1v + k c1d) + B (c2v + k c2d)``
+    term by term (``model.md`` §1.3, §6.2) with ``s = p + g/2``::
+
+        c1v = T.fixed + overhead_fixed            c1d = D.fixed
+        c2v = T.seq + T.tok + s T.ctx + overhead_seq
+        c2d = T.tok + D.seq + D.tok + s D.ctx     (the k extra verified tokens)
+        c1p = P.fixed + p P.tok                   c2p = p P.load_tok
+        baseline: c1_step = T.fixed,  c2_step = T.seq + T.tok + s T.ctx
+
+    The draft's KV context is taken equal to the target's.
+    """
+    target, draft, prefill = steps["target"], steps["draft"], steps["prefill"]
+    overhead = steps.get("speculation", {"overhead_fixed_s": 0.0, "overhead_per_sequence_s": 0.0})
+    context = _mean_context(prompt_tokens, output_tokens)
+    target_per_sequence = (
+        target["per_sequence_s"] + target["per_query_token_s"] + context * target["per_context_token_s"]
+    )
+    return Coefficients(
+        c1p_s=prefill["fixed_s"] + prompt_tokens * prefill["per_prompt_token_s"],
+        c2p_s=prompt_tokens * prefill["load_per_prompt_token_s"],
+        c1v_s=target["fixed_s"] + overhead["overhead_fixed_s"],
+        c2v_s=target_per_sequence + overhead["overhead_per_sequence_s"],
+        c1d_s=draft["fixed_s"],
+        c2d_s=target["per_query_token_s"]
+        + draft["per_sequence_s"]
+        + draft["per_query_token_s"]
+        + context * draft["per_context_token_s"],
+        baseline_c1_step_s=target["fixed_s"],
+        baseline_c2_step_s=target_per_sequence,
+        prompt_tokens=float(prompt_tokens),
+        output_tokens=float(output_tokens),
+    )
+
+
+def parse_calibration(document: dict[str, Any], path: str) -> Calibration:
+    """Validate a parsed calibration document.
+
+    Raises
+    ------
+    InputFileError
+        On the first schema violation, naming ``path`` and the key.
+    """
+    version = document.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version != SCHEMA_VERSION:
+        raise InputFileError(
+            path,
+            "schema_version",
+            f"version {version} is not supported; this sdplan reads version {SCHEMA_VERSION} (upgrade sdplan)",
+        )
+    validate(document, CALIBRATION_SCHEMA, path)
+    forms = [key for key in ("coefficients", "step_model") if key in document]
+    if len(forms) != 1:
+        problem = "both are present; keep one" if forms else "neither is present; add one"
+        raise InputFileError(path, "coefficients|step_model", f"exactly one coefficient form is required, {problem}")
+    provenance = document["provenance"]
+    if provenance["method"] == "roofline" and not provenance.get("assumptions"):
+        raise InputFileError(
+            path, "provenance.assumptions", "a roofline calibration must list its assumptions; add them"
+        )
+    if provenance["method"] in ("measured", "fit") and "fit_quality" not in document:
+        raise InputFileError(
+            path, "fit_quality", f"a '{provenance['method']}' calibration must report its fit quality; add [fit_quality]"
+        )
+    date = provenance["date"]
+    if isinstance(date, str):
+        try:
+            _dt.date.fromisoformat(date)
+        except ValueError:
+            raise InputFileError(path, "provenance.date", f'"{date}" is not a date; write YYYY-MM-DD') from None
+    return Calibration(document=document, path=path)
+
+
+def load_calibration(path: Path) -> Calibration:
+    """Read and validate a calibration TOML file."""
+    return parse_calibration(read_toml(path), str(path))
+
+
+def shipped_directory() -> Path:
+    """Folder of the calibrations shipped with sdplan.
+
+    In a wheel they are installed as package data (``sdplan/calibrations``);
+    in a source checkout or an editable install they live in the repository's
+    top-level ``calibrations/``.
+    """
+    packaged = Path(__file__).resolve().parent / "calibrations"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "calibrations"
+
+
+def shipped_calibrations() -> list[Path]:
+    """Paths of the shipped calibration files, sorted by name."""
+    return sorted(shipped_directory().glob("*.toml"))
+
+
+def resolve_calibration(reference: str | None) -> Calibration:
+    """Load a calibration from a path or a shipped name; ``None`` means the default.
+
+    Raises
+    ------
+    InputFileError
+        If the path does not exist and no shipped calibration has that name.
+    """
+    name = reference or DEFAULT_CALIBRATION
+    candidate = Path(name)
+    if candidate.exists():
+        return load_calibration(candidate)
+    shipped = {path.stem: path for path in shipped_calibrations()}
+    if name in shipped:
+        return load_calibration(shipped[name])
+    if candidate.suffix == ".toml" or "/" in name:
+        raise InputFileError(name, None, "no such file; check the path, or run 'sdplan calibrations' for shipped names")
+    known = ", ".join(sorted(shipped)) or "(none installed)"
+    raise InputFileError(name, None, f"no such file or shipped calibration; shipped names: {known}")

@@ -1,0 +1,191 @@
+"""Shared click options and value parsers (no numpy here: help must stay light)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import click
+
+from sdplan.errors import ExitStatus
+
+#: Largest number of values one list option may expand to.
+MAX_LIST_VALUES = 100_000
+
+FuncT = Callable[..., Any]
+
+
+def _apply(fn: FuncT, decorators: list[Callable[[FuncT], FuncT]]) -> FuncT:
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def parse_number(text: str, what: str) -> float:
+    """A finite float; ``62%`` means 0.62."""
+    raw = text.strip()
+    scale = 1.0
+    if raw.endswith("%"):
+        raw, scale = raw[:-1], 0.01
+    try:
+        value = float(raw) * scale
+    except ValueError:
+        raise click.BadParameter(f"'{text}' is not a number ({what})") from None
+    if not math.isfinite(value):
+        raise click.BadParameter(f"'{text}' is not finite ({what})")
+    return value
+
+
+def parse_number_list(text: str, what: str) -> list[float]:
+    """Parse ``1,2,4`` and inclusive ranges ``start:stop:step`` (mixable: ``0.5:4:0.5,8``)."""
+    values: list[float] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            raise click.BadParameter(f"empty item in '{text}'; write e.g. 1,2,4 or 0.5:16:0.5")
+        parts = item.split(":")
+        if len(parts) == 1:
+            values.append(parse_number(item, what))
+            continue
+        if len(parts) != 3:
+            raise click.BadParameter(f"'{item}' is not START:STOP:STEP ({what})")
+        start, stop, step = (parse_number(part, what) for part in parts)
+        if step <= 0 or stop < start:
+            raise click.BadParameter(f"'{item}' needs STEP > 0 and STOP >= START ({what})")
+        count = math.floor((stop - start) / step + 1e-9) + 1
+        if count + len(values) > MAX_LIST_VALUES:
+            raise click.BadParameter(f"'{item}' expands to {count} values; at most {MAX_LIST_VALUES} are allowed")
+        values.extend(round(start + i * step, 12) for i in range(count))
+    return values
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """Parse ``1,2,4`` and inclusive integer ranges ``0-8`` (mixable)."""
+    values: list[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            if "-" in item[1:]:
+                low_text, high_text = item.split("-", 1)
+                low, high = int(low_text), int(high_text)
+                if high < low:
+                    raise click.BadParameter(f"'{item}' is an empty range ({what})")
+                if high - low + len(values) > MAX_LIST_VALUES:
+                    raise click.BadParameter(f"'{item}' is too long ({what})")
+                values.extend(range(low, high + 1))
+            else:
+                values.append(int(item))
+        except ValueError:
+            raise click.BadParameter(f"'{item}' is not an integer or a range like 1-8 ({what})") from None
+    return values
+
+
+def _rates_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> list[float] | None:
+    if value is None:
+        return None
+    rates = parse_number_list(value, "request rates in req/s")
+    if any(rate < 0 for rate in rates):
+        raise click.BadParameter("request rates must be >= 0 req/s")
+    return sorted(set(rates))
+
+
+def _draft_lengths_callback(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    lengths = parse_int_list(value, "draft lengths in tokens")
+    if any(k < 0 for k in lengths):
+        raise click.BadParameter("draft lengths must be >= 0 tokens (0 means SD off, always included)")
+    positive = sorted({k for k in lengths if k > 0})
+    if not positive:
+        raise click.BadParameter("give at least one draft length >= 1 (SD off is always included)")
+    return positive
+
+
+def _positive_tokens(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise click.BadParameter(f"must be >= 1 token, got {value}")
+    return value
+
+
+def _fraction_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[float] | None:
+    if value is None:
+        return None
+    return parse_number_list(value, param.human_readable_name)
+
+
+def calibration_option(fn: FuncT) -> FuncT:
+    """``-c/--calibration``: a TOML path or a shipped calibration name."""
+    return click.option(
+        "-c",
+        "--calibration",
+        "calibration",
+        metavar="FILE|NAME",
+        envvar="SDPLAN_CALIBRATION",
+        show_envvar=True,
+        help="Calibration TOML file, or the name of a shipped one (see 'sdplan calibrations'). "
+        "Default: the shipped default calibration.",
+    )(fn)
+
+
+def workload_options(fn: FuncT) -> FuncT:
+    """Prompt/output lengths and acceptance in any of the three metrics."""
+    return _apply(
+        fn,
+        [
+            click.option("--prompt-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+                         help="Prompt length p in tokens. Default: the calibration's reference workload."),
+            click.option("--output-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+                         help="Output length g in tokens. Default: the calibration's reference workload."),
+            click.option("--acceptance", "acceptance_alpha", callback=_fraction_list, metavar="ALPHAS",
+                         help="Per-token acceptance probability alpha in [0, 1]; a list or range gives one "
+                         "table each (e.g. 0.6,0.8 or 0.5:0.9:0.1). Default: the calibration's measured "
+                         "acceptance, else 0.7 (an assumption, flagged in the output)."),
+            click.option("--acceptance-length", "acceptance_length", callback=_fraction_list, metavar="TOKENS",
+                         help="Mean acceptance length in tokens per cycle, bonus token included "
+                         "(vLLM spec_decode_acceptance_length), measured at --acceptance-k."),
+            click.option("--draft-acceptance-rate", "draft_acceptance_rate", callback=_fraction_list,
+                         metavar="FRACTION", help="Draft acceptance rate: fraction of drafted tokens accepted "
+                         "(vLLM spec_decode_acceptance_rate; 0.62 or 62%), measured at --acceptance-k."),
+            click.option("--acceptance-k", "acceptance_k", type=click.IntRange(min=1), metavar="K",
+                         help="Draft length at which --acceptance-length or --draft-acceptance-rate was measured."),
+        ],
+    )
+
+
+def grid_options(fn: FuncT) -> FuncT:
+    """Request rates and draft lengths to evaluate."""
+    return _apply(
+        fn,
+        [
+            click.option("-r", "--rates", callback=_rates_callback, metavar="RATES",
+                         help="Request rates in req/s: a list (1,2,4) or inclusive START:STOP:STEP "
+                         "(0.5:16:0.5), mixable. Default: 12 rates up to the highest saturation rate."),
+            click.option("-k", "--draft-lengths", default="1-8", show_default=True, callback=_draft_lengths_callback,
+                         metavar="KS", help="Draft lengths in tokens: a list (1,2,4) or range (1-8). "
+                         "0 (SD off) is always included."),
+        ],
+    )
+
+
+def output_options(formats: tuple[str, ...] = ("table", "json", "csv")) -> Callable[[FuncT], FuncT]:
+    """``--format``, ``-o/--output`` and ``--ascii``."""
+
+    def decorate(fn: FuncT) -> FuncT:
+        return _apply(
+            fn,
+            [
+                click.option("-f", "--format", "fmt", type=click.Choice(formats), default="table", show_default=True,
+                             help="Output format. JSON and CSV carry units in every field name."),
+                click.option("-o", "--output", metavar="PATH",
+                             help="Write the result to PATH (atomically) instead of stdout; '-' is stdout."),
+                click.option("--ascii", "ascii_only", is_flag=True,
+                             help="ASCII table borders and no colour (for logs; NO_COLOR is honoured too)."),
+            ],
+        )
+
+    return decorate
+
+
+def usage_error(message: str) -> click.UsageError:
+    """A usage error (exit status 2)."""
+    error = click.UsageError(message)
+    error.exit_code = int(ExitStatus.USAGE)
+    return error

@@ -1,0 +1,80 @@
+"""``sdplan plan``: latency, speedup and best draft length over a rate grid."""
+
+from __future__ import annotations
+
+import click
+
+from sdplan.cli._options import calibration_option, grid_options, output_options, workload_options
+
+
+@click.command()
+@calibration_option
+@workload_options
+@grid_options
+@output_options()
+def plan(
+    calibration: str | None,
+    prompt_tokens: int | None,
+    output_tokens: int | None,
+    acceptance_alpha: list[float] | None,
+    acceptance_length: list[float] | None,
+    draft_acceptance_rate: list[float] | None,
+    acceptance_k: int | None,
+    rates: list[float] | None,
+    draft_lengths: list[int],
+    fmt: str,
+    output: str | None,
+    ascii_only: bool,
+) -> None:
+    """Predict latency with and without SD at each request rate.
+
+    For every request rate and draft length k: mean end-to-end latency,
+    effective batch size, utilisation, approximate TTFT/TPOT and speedup over
+    no SD; per rate the best k (or "off"); per k the saturation rate and the
+    break-even rate above which SD stops paying.
+
+    \b
+    Examples:
+      sdplan plan
+      sdplan plan -c calibrations/my.toml --rates 0.5:16:0.5 --draft-lengths 0-8 \\
+                  --acceptance 0.8 --prompt-tokens 1024 --output-tokens 512
+      sdplan plan --acceptance-length 2.9 --acceptance-k 3 --format json -o plan.json
+    """
+    from sdplan import planner
+    from sdplan.calibration import resolve_calibration
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render.plan import render_plan
+    from sdplan.workload import resolve_workload
+
+    cal = resolve_calibration(calibration)
+    workload = resolve_workload(
+        cal,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        alpha=acceptance_alpha,
+        mean_length=acceptance_length,
+        draft_rate=draft_acceptance_rate,
+        measured_at_k=acceptance_k,
+    )
+    coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
+    alphas = list(workload.acceptance.alphas)
+    if rates is None:
+        rates = planner.default_rates(coefficients, draft_lengths, alphas)
+    result = planner.plan(coefficients, rates, draft_lengths, alphas)
+    inputs = planner.PlanInputs(
+        calibration_name=cal.name,
+        calibration_path=cal.path,
+        calibration_method=cal.method,
+        calibration_provenance=cal.provenance,
+        acceptance_description=workload.acceptance.describe(),
+        acceptance=workload.acceptance,
+        prompt_tokens=workload.prompt_tokens,
+        output_tokens=workload.output_tokens,
+        warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens)),
+    )
+    for warning in inputs.warnings:
+        if fmt != "table":
+            click.echo(f"warning: {warning}", err=True)
+    terminal = output in (None, "-") and stdout_is_terminal()
+    text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    emit(text, output)

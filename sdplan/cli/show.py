@@ -1,0 +1,41 @@
+"""``sdplan show``: validate and pretty-print one calibration."""
+
+from __future__ import annotations
+
+import click
+
+from sdplan.cli._options import _positive_tokens, calibration_option, output_options
+
+
+@click.command()
+@calibration_option
+@click.option("--prompt-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+              help="Show coefficients at this prompt length. Default: the reference workload.")
+@click.option("--output-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+              help="Show coefficients at this output length. Default: the reference workload.")
+@output_options(formats=("table", "json"))
+def show(calibration: str | None, prompt_tokens: int | None, output_tokens: int | None,
+         fmt: str, output: str | None, ascii_only: bool) -> None:
+    """Validate a calibration and print it with its derived coefficients.
+
+    Exits 0 if the file is valid and 3 (with a one-line error naming the key)
+    if it is not, so it doubles as a linter for calibration files.
+
+    \b
+    Examples:
+      sdplan show -c calibrations/h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline.toml
+      sdplan show -c mybox.toml --prompt-tokens 4096 --format json
+    """
+    from sdplan import model
+    from sdplan.calibration import resolve_calibration
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render.calibration import render_calibration
+
+    cal = resolve_calibration(calibration)
+    prompt = prompt_tokens or cal.reference_prompt_tokens
+    out = output_tokens or cal.reference_output_tokens
+    coefficients = cal.coefficients_at(prompt, out)
+    terminal = output in (None, "-") and stdout_is_terminal()
+    text = render_calibration(cal, coefficients, model.baseline_demand(coefficients), OutputFormat(fmt),
+                              Style(ascii=ascii_only), terminal)
+    emit(text, output)

@@ -1,0 +1,70 @@
+"""Exit statuses and the error hierarchy shared by the core and the CLI.
+
+The core raises :class:`SdplanError` subclasses and never exits; the CLI maps
+each one to its :class:`ExitStatus` in one place (``sdplan.cli``). The same
+table is documented under EXIT STATUS in every man page.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    """Process exit codes of every ``sdplan`` command."""
+
+    OK = 0
+    #: ``check``: at least one SLO is missed (unstable counts as missed).
+    SLO_VIOLATED = 1
+    #: Bad command line: unknown option, malformed value, conflicting flags.
+    USAGE = 2
+    #: An input file (calibration, workload, results) is unreadable or invalid.
+    BAD_INPUT = 3
+    #: No configuration can meet the request (e.g. no rate meets the SLO).
+    INFEASIBLE = 4
+    #: An optional dependency (e.g. vLLM for ``calibrate``) is not installed.
+    MISSING_DEPENDENCY = 5
+    #: An unexpected internal error (a bug): never confused with an SLO miss.
+    INTERNAL = 70
+    #: Interrupted by Ctrl-C (128 + SIGINT).
+    INTERRUPTED = 130
+
+
+class SdplanError(Exception):
+    """Base class of every error sdplan reports to the user.
+
+    The message is one line in the form ``<where>: <what is wrong>; <how to fix>``.
+    """
+
+    exit_status: ExitStatus = ExitStatus.INTERNAL
+
+
+class InputFileError(SdplanError):
+    """An input file cannot be read or fails validation."""
+
+    exit_status = ExitStatus.BAD_INPUT
+
+    def __init__(self, path: str, key: str | None, problem: str) -> None:
+        self.path = path
+        self.key = key
+        self.problem = problem
+        where = f"{path}: {key}" if key else str(path)
+        super().__init__(f"{where}: {problem}")
+
+
+class InvalidValueError(SdplanError):
+    """A value given on the command line is out of its domain."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class InfeasibleError(SdplanError):
+    """The question has no answer under the given constraints."""
+
+    exit_status = ExitStatus.INFEASIBLE
+
+
+class MissingDependencyError(SdplanError):
+    """An optional extra is needed for this command."""
+
+    exit_status = ExitStatus.MISSING_DEPENDENCY

@@ -1,0 +1,302 @@
+"""The load-aware latency model of speculative decoding, vectorised.
+
+Everything here is pure numpy on arrays that broadcast against each other:
+arrays in, arrays out, SI units (seconds, requests per second, tokens). No I/O.
+
+The model (Kong et al., "An Interpretable Latency Model for Speculative
+Decoding in LLM Serving", arXiv:2605.15051; reconstruction in ``model.md``
+§1): mean end-to-end latency is a load-independent demand plus a demand per
+concurrent request, ``L = C1 + B*C2``, and the effective batch follows
+Little's law ``B = lambda*L``, so
+
+    L(lambda) = C1 / (1 - lambda*C2),    stable while lambda*C2 < 1.
+
+Speculative decoding with draft length ``k`` and per-token acceptance
+``alpha`` commits ``E(alpha, k)`` tokens per cycle, so a request of ``g``
+output tokens needs ``g/E`` cycles (eq. 3):
+
+    C1 = c1p + (g/E)*(c1v + k*c1d),    C2 = c2p + (g/E)*(c2v + k*c2d).
+
+The baseline without speculation has the same form with ``E = 1``, ``k = 0``
+and its own one-token decode step costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sdplan.acceptance import expected_tokens_per_cycle
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+
+#: Utilisation lambda*C2 above which a point is labelled "near saturation".
+NEAR_SATURATION_UTILISATION = 0.9
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Coefficients:
+    """Cost coefficients of one (hardware, target, draft) pair at one workload.
+
+    All values are seconds; "per concurrent request" means the cost is paid
+    once for every other request in flight (the ``C2`` side).
+
+    Attributes
+    ----------
+    c1p_s, c2p_s : float
+        Prefill: load-independent seconds per request; seconds per request per
+        concurrent request (interference of other requests' prefills).
+    c1v_s, c2v_s : float
+        One verification step of the target over ``k+1`` tokens: seconds per
+        cycle; seconds per cycle per concurrent request.
+    c1d_s, c2d_s : float
+        One drafted token (draft step plus the marginal verification of that
+        token): seconds per draft token; seconds per draft token per
+        concurrent request.
+    baseline_c1_step_s, baseline_c2_step_s : float
+        One plain (no SD) decode step of one token: seconds per step; seconds
+        per step per concurrent request.
+    prompt_tokens, output_tokens : float
+        The workload the coefficients hold for (``p`` and ``g``).
+    """
+
+    c1p_s: float
+    c2p_s: float
+    c1v_s: float
+    c2v_s: float
+    c1d_s: float
+    c2d_s: float
+    baseline_c1_step_s: float
+    baseline_c2_step_s: float
+    prompt_tokens: float
+    output_tokens: float
+
+
+def speculative_demand(
+    coeffs: Coefficients, alpha: FloatArray | float, k: FloatArray | int
+) -> tuple[FloatArray, FloatArray]:
+    """Load-independent and load-dependent demand ``(C1, C2)`` with speculation.
+
+    Parameters
+    ----------
+    coeffs : Coefficients
+        Cost coefficients at the workload.
+    alpha : array_like
+        Per-token acceptance, in [0, 1].
+    k : array_like
+        Draft length in tokens; broadcasts with ``alpha``.
+
+    Returns
+    -------
+    (C1, C2) : tuple of numpy.ndarray
+        ``C1`` in seconds, ``C2`` in seconds per concurrent request.
+
+    Notes
+    -----
+    Kong et al. eq. (3)::
+
+        C1 = c1p + (g/E)(c1v + k c1d),   C2 = c2p + (g/E)(c2v + k c2d),
+        E  = (1 - alpha**(k+1)) / (1 - alpha).
+    """
+    cycles = coeffs.output_tokens / expected_tokens_per_cycle(alpha, k)
+    c1 = coeffs.c1p_s + cycles * (coeffs.c1v_s + k * coeffs.c1d_s)
+    c2 = coeffs.c2p_s + cycles * (coeffs.c2v_s + k * coeffs.c2d_s)
+    return c1, c2
+
+
+def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
+    """Demand ``(C1_D, C2_D)`` without speculation: ``g`` one-token decode steps.
+
+    ``C1_D = c1p + g*c1_step`` and ``C2_D = c2p + g*c2_step`` (``model.md`` §1.3).
+    """
+    g = coeffs.output_tokens
+    return (
+        coeffs.c1p_s + g * coeffs.baseline_c1_step_s,
+        coeffs.c2p_s + g * coeffs.baseline_c2_step_s,
+    )
+
+
+def utilisation(c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:
+    """Utilisation ``rho = lambda*C2`` (dimensionless; the system is stable below 1)."""
+    import numpy as np
+
+    return np.asarray(rate_rps, dtype=np.float64) * np.asarray(c2, dtype=np.float64)
+
+
+def mean_latency(c1: FloatArray | float, c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:
+    """Mean end-to-end latency ``L = C1 / (1 - lambda*C2)`` in seconds.
+
+    Parameters
+    ----------
+    c1 : array_like
+        Load-independent demand in seconds.
+    c2 : array_like
+        Load-dependent demand in seconds per concurrent request.
+    rate_rps : array_like
+        Arrival rate in requests per second, >= 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        Latency in seconds; ``inf`` where ``lambda*C2 >= 1`` (unstable: the
+        queue grows without bound, there is no steady-state mean).
+
+    Notes
+    -----
+    From ``L = C1 + B*C2`` and Little's law ``B = lambda*L`` (Kong et al.
+    eq. 1). At ``lambda = 0`` this is ``C1``, the synchronous latency.
+
+    Examples
+    --------
+    >>> float(mean_latency(2.0, 0.1, 5.0))
+    4.0
+    """
+    import numpy as np
+
+    rho = utilisation(c2, rate_rps)
+    stable = rho < 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):  # unstable points are masked below
+        latency = np.asarray(c1, dtype=np.float64) / (1.0 - rho)
+    return np.where(stable, latency, np.inf)
+
+
+def effective_batch(rate_rps: FloatArray | float, latency_s: FloatArray | float) -> FloatArray:
+    """Mean number of requests in flight, ``B = lambda*L`` (Little's law); ``inf`` when unstable."""
+    import numpy as np
+
+    rate = np.asarray(rate_rps, dtype=np.float64)
+    latency = np.asarray(latency_s, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # 0 * inf at lambda = 0 cannot happen: L is finite there
+        return np.where(np.isfinite(latency), rate * latency, np.inf)
+
+
+def saturation_rate(c2: FloatArray | float) -> FloatArray:
+    """Largest sustainable arrival rate ``1/C2`` in requests per second (``inf`` if ``C2 = 0``)."""
+    import numpy as np
+
+    c2_arr = np.asarray(c2, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return np.where(c2_arr > 0.0, 1.0 / np.where(c2_arr > 0.0, c2_arr, 1.0), np.inf)
+
+
+def time_to_first_token(coeffs: Coefficients) -> float:
+    """Approximate mean TTFT in seconds: the request's own prefill, ``c1p``.
+
+    Notes
+    -----
+    The Kong model predicts end-to-end latency only. Under chunked prefill the
+    interference of other requests (``B*c2p``) lands in the decode phase, so
+    the consistent split is TTFT ~ ``c1p`` (``model.md`` §1.3). This omits
+    queueing before admission and is labelled an approximation in all output.
+    """
+    return coeffs.c1p_s
+
+
+def time_per_output_token(latency_s: FloatArray, ttft_s: float, output_tokens: float) -> FloatArray:
+    """Approximate mean TPOT in seconds per token, vLLM's definition.
+
+    ``TPOT = (L - TTFT) / (g - 1)``: the first token is excluded, as in vLLM's
+    ``bench serve``. Returns ``inf`` where ``L`` is infinite and ``nan`` for
+    ``g <= 1`` (undefined; callers render it as absent).
+    """
+    import numpy as np
+
+    latency = np.asarray(latency_s, dtype=np.float64)
+    if output_tokens <= 1:
+        return np.full_like(latency, np.nan)
+    return (latency - ttft_s) / (output_tokens - 1.0)
+
+
+def speedup(
+    latency_baseline_s: FloatArray, latency_speculative_s: FloatArray
+) -> FloatArray:
+    """Speedup of SD over no SD at equal arrival rate, ``L_D / L_SD``.
+
+    Returns ``inf`` where only the baseline is unstable, ``0`` where only SD is
+    unstable and ``nan`` where both are (no comparison exists).
+
+    Notes
+    -----
+    Equivalent to Kong et al. eq. (2):
+    ``S = (C1_D/C1_SD) * (1 - lambda*C2_SD) / (1 - lambda*C2_D)``.
+    """
+    import numpy as np
+
+    base = np.asarray(latency_baseline_s, dtype=np.float64)
+    spec = np.asarray(latency_speculative_s, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = base / spec
+    ratio = np.where(np.isinf(base) & np.isfinite(spec), np.inf, ratio)
+    ratio = np.where(np.isfinite(base) & np.isinf(spec), 0.0, ratio)
+    return np.where(np.isinf(base) & np.isinf(spec), np.nan, ratio)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakEven:
+    """Where SD and no SD have equal mean latency.
+
+    Attributes
+    ----------
+    rate_rps : numpy.ndarray
+        The break-even arrival rate; ``nan`` where none exists below saturation.
+    sd_faster_below : numpy.ndarray of bool
+        True where SD wins below the break-even rate (the common case,
+        ``C2_R > 1``), False where it wins above it (``C2_R < 1``). Where no
+        break-even exists, whether SD is faster at every stable rate.
+    """
+
+    rate_rps: FloatArray
+    sd_faster_below: npt.NDArray[np.bool_]
+
+
+def break_even(c1_d: float, c2_d: float, c1_sd: FloatArray, c2_sd: FloatArray) -> BreakEven:
+    """Arrival rate at which SD's speedup crosses 1.
+
+    Parameters
+    ----------
+    c1_d, c2_d : float
+        Baseline demand (seconds; seconds per concurrent request).
+    c1_sd, c2_sd : array_like
+        Speculative demand, same units, broadcast together.
+
+    Returns
+    -------
+    BreakEven
+
+    Notes
+    -----
+    With ``C1_R = C1_SD/C1_D``, ``C2_R = C2_SD/C2_D`` and ``r = lambda*C2_D``
+    the speedup equals 1 at (Kong et al., App. A.3; ``model.md`` §1.5)::
+
+        r* = (C1_R - 1) / (C1_R - C2_R),   lambda* = r* / C2_D,
+
+    which exists when ``C1_R - 1`` and ``C2_R - 1`` have opposite signs. It
+    always lies below both saturation rates, so the answer is stable.
+    """
+    import numpy as np
+
+    c1_r = np.asarray(c1_sd, dtype=np.float64) / c1_d
+    c2_r = np.asarray(c2_sd, dtype=np.float64) / c2_d
+    crosses = (c1_r - 1.0) * (c2_r - 1.0) < 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r_star = (c1_r - 1.0) / (c1_r - c2_r)
+    rate = np.where(crosses, r_star / c2_d, np.nan)
+    # Without a crossing SD is faster everywhere iff it is faster at zero load.
+    faster_below = np.where(crosses, c1_r < 1.0, (c1_r < 1.0) | ((c1_r == 1.0) & (c2_r < 1.0)))
+    return BreakEven(rate_rps=rate, sd_faster_below=faster_below)
+
+
+def regime(rho: FloatArray) -> npt.NDArray[np.str_]:
+    """Regime label per point: ``stable``, ``near_saturation`` (rho > 0.9) or ``unstable`` (rho >= 1)."""
+    import numpy as np
+
+    rho_arr = np.asarray(rho, dtype=np.float64)
+    return np.where(
+        rho_arr >= 1.0,
+        "unstable",
+        np.where(rho_arr > NEAR_SATURATION_UTILISATION, "near_saturation", "stable"),
+    )

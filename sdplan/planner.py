@@ -1,0 +1,232 @@
+"""The planner: the model evaluated over a (acceptance x rate x draft length) grid.
+
+:func:`plan` takes cost coefficients and the grid axes and returns a
+:class:`Plan` holding every quantity as numpy arrays of shape
+``(n_alpha, n_rate, n_k)`` (or a prefix of it). One vectorised pass, no loop
+per grid point. Renderers turn a :class:`Plan` into tables, JSON or CSV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sdplan import model
+from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from sdplan.model import Coefficients
+
+    FloatArray = npt.NDArray[np.float64]
+    IntArray = npt.NDArray[np.int64]
+
+#: ``best_k`` value meaning "speculative decoding off is best".
+SD_OFF = 0
+#: ``best_k`` value meaning "nothing is stable at this rate".
+NONE_STABLE = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """Model predictions over the grid. Units are in the attribute names' docs.
+
+    Axes: ``a`` = acceptance (``alphas``), ``r`` = request rate (``rates_rps``),
+    ``k`` = draft length (``draft_lengths``).
+
+    Attributes
+    ----------
+    coefficients : Coefficients
+        The cost coefficients used (at the planned workload).
+    alphas : (a,) per-token acceptance.
+    rates_rps : (r,) request rates, requests/s.
+    draft_lengths : (k,) draft lengths, tokens.
+    baseline_c1_s, baseline_c2_s : float
+        No-SD demand: seconds; seconds per concurrent request.
+    baseline_latency_s, baseline_batch, baseline_utilisation, baseline_tpot_s : (r,)
+        No-SD mean latency (s), effective batch (requests), utilisation, TPOT (s/token).
+    tokens_per_cycle : (a, k) E(alpha, k), tokens per cycle.
+    c1_s, c2_s : (a, k) SD demand.
+    latency_s, batch, utilisation, tpot_s, speedup : (a, r, k)
+        SD predictions; ``inf`` latency/batch where unstable.
+    ttft_s : float
+        Approximate mean TTFT (s), the same for SD and no SD (see :func:`model.time_to_first_token`).
+    best_k : (a, r) int
+        Best draft length; :data:`SD_OFF` if no SD is best, :data:`NONE_STABLE` if nothing is stable.
+    best_latency_s, best_speedup : (a, r)
+    saturation_rate_rps : (a, k); baseline_saturation_rate_rps : float
+    break_even_rate_rps : (a, k), ``nan`` where SD and no SD never cross.
+    sd_faster_below_break_even : (a, k) bool
+    """
+
+    coefficients: Coefficients
+    alphas: FloatArray
+    rates_rps: FloatArray
+    draft_lengths: IntArray
+    baseline_c1_s: float
+    baseline_c2_s: float
+    baseline_latency_s: FloatArray
+    baseline_batch: FloatArray
+    baseline_utilisation: FloatArray
+    baseline_tpot_s: FloatArray
+    baseline_saturation_rate_rps: float
+    tokens_per_cycle: FloatArray
+    c1_s: FloatArray
+    c2_s: FloatArray
+    latency_s: FloatArray
+    batch: FloatArray
+    utilisation: FloatArray
+    tpot_s: FloatArray
+    speedup: FloatArray
+    ttft_s: float
+    best_k: IntArray
+    best_latency_s: FloatArray
+    best_speedup: FloatArray
+    saturation_rate_rps: FloatArray
+    break_even_rate_rps: FloatArray
+    sd_faster_below_break_even: npt.NDArray[np.bool_]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (len(self.alphas), len(self.rates_rps), len(self.draft_lengths))
+
+
+def plan(
+    coefficients: Coefficients,
+    rates_rps: FloatArray | list[float],
+    draft_lengths: IntArray | list[int],
+    alphas: FloatArray | list[float],
+) -> Plan:
+    """Evaluate the SD latency model over the whole grid at once.
+
+    Parameters
+    ----------
+    coefficients : Coefficients
+        Costs at the workload (from :meth:`Calibration.coefficients_at`).
+    rates_rps : array_like, shape (r,)
+        Arrival rates in requests per second, >= 0.
+    draft_lengths : array_like of int, shape (k,)
+        Draft lengths to consider, >= 1 (no SD is always considered).
+    alphas : array_like, shape (a,)
+        Per-token acceptance probabilities in [0, 1].
+
+    Returns
+    -------
+    Plan
+
+    Notes
+    -----
+    Per point: ``L = C1/(1 - lambda C2)``, ``B = lambda L`` (Kong et al. eq. 1),
+    ``C1, C2`` from eq. 3; the best draft length minimises ``L`` over the
+    draft lengths and "off" (``model.md`` §1.5, §7); ties go to "off", then to
+    the shorter draft.
+    """
+    import numpy as np
+
+    rates = np.asarray(rates_rps, dtype=np.float64).reshape(-1)
+    ks = np.asarray(draft_lengths, dtype=np.int64).reshape(-1)
+    alpha = np.asarray(alphas, dtype=np.float64).reshape(-1)
+    if rates.size == 0 or ks.size == 0 or alpha.size == 0:
+        raise InvalidValueError("the grid needs at least one rate, one draft length and one acceptance value")
+    if np.any(~np.isfinite(rates)) or np.any(rates < 0):
+        raise InvalidValueError("request rates must be finite and >= 0 req/s")
+    if np.any(ks < 1):
+        raise InvalidValueError("draft lengths must be >= 1 token (no SD is always included)")
+    if np.any(~np.isfinite(alpha)) or np.any((alpha < 0) | (alpha > 1)):
+        raise InvalidValueError("per-token acceptance must lie in [0, 1]")
+
+    c1_d, c2_d = model.baseline_demand(coefficients)
+    ttft = model.time_to_first_token(coefficients)
+    g = coefficients.output_tokens
+    base_latency = model.mean_latency(c1_d, c2_d, rates)
+    base_batch = model.effective_batch(rates, base_latency)
+
+    a_ak = alpha[:, None]
+    k_ak = ks[None, :].astype(np.float64)
+    tokens = expected_tokens_per_cycle(a_ak, k_ak)  # (a, k)
+    c1, c2 = model.speculative_demand(coefficients, a_ak, k_ak)  # (a, k)
+    lam = rates[None, :, None]  # (1, r, 1)
+    latency = model.mean_latency(c1[:, None, :], c2[:, None, :], lam)  # (a, r, k)
+    batch = model.effective_batch(lam, latency)
+    rho = model.utilisation(c2[:, None, :], lam)
+    speed = model.speedup(base_latency[None, :, None], latency)
+
+    # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
+    candidates = np.concatenate(
+        [np.broadcast_to(base_latency[None, :, None], (alpha.size, rates.size, 1)), latency], axis=2
+    )
+    best_column = np.argmin(candidates, axis=2)
+    best_latency = np.take_along_axis(candidates, best_column[..., None], axis=2)[..., 0]
+    k_with_off = np.concatenate([[SD_OFF], ks])
+    best_k = np.where(np.isfinite(best_latency), k_with_off[best_column], NONE_STABLE)
+    best_speedup = model.speedup(np.broadcast_to(base_latency[None, :], best_latency.shape), best_latency)
+
+    even = model.break_even(c1_d, c2_d, c1, c2)
+    return Plan(
+        coefficients=coefficients,
+        alphas=alpha,
+        rates_rps=rates,
+        draft_lengths=ks,
+        baseline_c1_s=float(c1_d),
+        baseline_c2_s=float(c2_d),
+        baseline_latency_s=base_latency,
+        baseline_batch=base_batch,
+        baseline_utilisation=model.utilisation(c2_d, rates),
+        baseline_tpot_s=model.time_per_output_token(base_latency, ttft, g),
+        baseline_saturation_rate_rps=float(model.saturation_rate(c2_d)),
+        tokens_per_cycle=tokens,
+        c1_s=c1,
+        c2_s=c2,
+        latency_s=latency,
+        batch=batch,
+        utilisation=rho,
+        tpot_s=model.time_per_output_token(latency, ttft, g),
+        speedup=speed,
+        ttft_s=float(ttft),
+        best_k=best_k,
+        best_latency_s=best_latency,
+        best_speedup=best_speedup,
+        saturation_rate_rps=model.saturation_rate(c2),
+        break_even_rate_rps=even.rate_rps,
+        sd_faster_below_break_even=even.sd_faster_below,
+    )
+
+
+def default_rates(
+    coefficients: Coefficients, draft_lengths: list[int], alphas: list[float], count: int = 12
+) -> list[float]:
+    """A rate grid spanning zero load to the highest saturation rate of any option.
+
+    Returns ``count`` evenly spaced rates from ``max_sat/count`` to ``max_sat``
+    (requests/s) rounded to 3 significant digits, where ``max_sat`` is the
+    largest of ``1/C2`` over no SD and every (alpha, k). The last rows
+    therefore show where each option saturates.
+    """
+    import numpy as np
+
+    _, c2_d = model.baseline_demand(coefficients)
+    a = np.asarray(alphas, dtype=np.float64)[:, None]
+    k = np.asarray(draft_lengths, dtype=np.float64)[None, :]
+    _, c2 = model.speculative_demand(coefficients, a, k)
+    saturation = np.concatenate([[model.saturation_rate(c2_d)], model.saturation_rate(c2).ravel()])
+    finite = saturation[np.isfinite(saturation)]
+    top = float(finite.max()) if finite.size else 1.0
+    return [float(f"{top * (i + 1) / count:.3g}") for i in range(count)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanInputs:
+    """What a plan was computed from, for headers and machine-readable output."""
+
+    calibration_name: str
+    calibration_path: str
+    calibration_method: str
+    calibration_provenance: dict[str, object]
+    acceptance_description: str
+    acceptance: object  # AcceptanceSpec; kept loose to avoid an import cycle in renderers
+    prompt_tokens: int
+    output_tokens: int
+    warnings: tuple[str, ...] = ()

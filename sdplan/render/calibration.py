@@ -1,0 +1,147 @@
+"""Views of calibrations: the shipped listing and one calibration in detail."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from sdplan import __version__
+from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
+from sdplan.render.plan import METHOD_LABELS
+
+if TYPE_CHECKING:
+    from sdplan.calibration import Calibration
+    from sdplan.model import Coefficients
+
+
+def _plain(value: Any) -> Any:
+    """TOML values as JSON values (dates become ISO strings)."""
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def render_listing(entries: list[tuple[str, Calibration | None, str | None]], fmt: OutputFormat,
+                   style: Style, terminal: bool, default_name: str) -> str:
+    """``entries`` are (path, calibration or None, error or None)."""
+    if fmt is OutputFormat.JSON:
+        items = []
+        for path, cal, error in entries:
+            item: dict[str, Any] = {"path": path, "valid": cal is not None, "default": False}
+            if cal is not None:
+                item.update(
+                    name=cal.name,
+                    default=cal.name == default_name,
+                    description=cal.document.get("description"),
+                    form=cal.form,
+                    reference_workload=_plain(cal.document["reference_workload"]),
+                    provenance=_plain(cal.provenance),
+                    fit_quality=_plain(cal.document.get("fit_quality")),
+                )
+            else:
+                item["error"] = error
+            items.append(item)
+        return to_json({"schema_version": JSON_SCHEMA_VERSION, "sdplan_version": __version__,
+                        "command": "calibrations", "calibrations": items})
+
+    def draw(console: Any) -> None:
+        from rich.table import Table
+
+        table = Table(title="Shipped calibrations", box=table_box(style), title_justify="left",
+                      caption=f"* default (used when -c is not given). Method 'roofline' = derived from "
+                      "datasheets, not measured.", caption_justify="left")
+        for header in ("name", "method", "hardware", "target", "draft", "date", "fit R2"):
+            table.add_column(header)
+        for path, cal, error in entries:
+            if cal is None:
+                table.add_row(path, "INVALID", error or "", "", "", "", "")
+                continue
+            prov = cal.provenance
+            quality = cal.document.get("fit_quality", {}).get("r2")
+            table.add_row(
+                cal.name + ("*" if cal.name == default_name else ""),
+                cal.method,
+                str(prov["hardware"]),
+                str(prov["target_model"]),
+                str(prov["draft_model"]),
+                str(_plain(prov["date"])),
+                "-" if quality is None else f"{quality:.4f}",
+            )
+        console.print(table)
+
+    return render_rich(draw, style, terminal)
+
+
+def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: tuple[float, float],
+                       fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """One calibration: provenance, forms, and the coefficients at a workload."""
+    c1_d, c2_d = baseline
+    derived = asdict(coefficients)
+    if fmt is OutputFormat.JSON:
+        return to_json({
+            "schema_version": JSON_SCHEMA_VERSION,
+            "sdplan_version": __version__,
+            "command": "show",
+            "path": cal.path,
+            "valid": True,
+            "form": cal.form,
+            "document": _plain(cal.document),
+            "coefficients_at_workload": derived,
+            "baseline": {"c1_s": c1_d, "c2_s": c2_d,
+                         "saturation_rate_rps": finite_or_none(1.0 / c2_d if c2_d > 0 else float("inf"))},
+        })
+
+    def draw(console: Any) -> None:
+        from rich.table import Table
+
+        console.print(f"[bold]{cal.name}[/bold]  ({cal.path}): valid, schema version {cal.document['schema_version']}")
+        if "description" in cal.document:
+            console.print(cal.document["description"])
+        console.print(f"method: {cal.method} ({METHOD_LABELS.get(cal.method, cal.method)}); form: {cal.form}")
+        prov = Table(title="Provenance", box=table_box(style), title_justify="left", show_header=False)
+        prov.add_column("key")
+        prov.add_column("value")
+        for key, value in cal.provenance.items():
+            if isinstance(value, list):
+                value = "\n".join(f"- {item}" for item in value)
+            prov.add_row(key, str(_plain(value)))
+        ref = cal.document["reference_workload"]
+        prov.add_row("reference workload", f"{ref['prompt_tokens']} prompt tokens, {ref['output_tokens']} output tokens")
+        for key, span in cal.document.get("validity", {}).items():
+            prov.add_row(f"valid {key.replace('_', ' ')}", f"{span[0]:g} .. {span[1]:g}")
+        for key, value in cal.document.get("fit_quality", {}).items():
+            prov.add_row(f"fit {key}", str(value))
+        acceptance = cal.document.get("acceptance")
+        if acceptance:
+            prov.add_row("acceptance", f"per-token alpha {acceptance['per_token_alpha']:.4f} ({acceptance['source']})")
+        console.print(prov)
+
+        coeffs = Table(
+            title=f"Coefficients at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} output tokens",
+            box=table_box(style), title_justify="left",
+        )
+        for header in ("coefficient", "value", "meaning"):
+            coeffs.add_column(header)
+        meanings = {
+            "c1p_s": "prefill, s per request",
+            "c2p_s": "prefill, s per request per concurrent request",
+            "c1v_s": "SD verification, s per cycle",
+            "c2v_s": "SD verification, s per cycle per concurrent request",
+            "c1d_s": "drafting, s per draft token",
+            "c2d_s": "drafting, s per draft token per concurrent request",
+            "baseline_c1_step_s": "no-SD decode step, s per step",
+            "baseline_c2_step_s": "no-SD decode step, s per step per concurrent request",
+        }
+        for key, meaning in meanings.items():
+            coeffs.add_row(key, f"{derived[key]:.6g}", meaning)
+        coeffs.add_row("C1_D", f"{c1_d:.6g}", "no SD: zero-load latency, s")
+        coeffs.add_row("C2_D", f"{c2_d:.6g}", "no SD: s per concurrent request")
+        coeffs.add_row("1/C2_D", f"{1.0 / c2_d:.6g}" if c2_d > 0 else "inf", "no SD: saturation rate, req/s")
+        console.print(coeffs)
+
+    return render_rich(draw, style, terminal)

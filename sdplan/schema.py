@@ -1,0 +1,169 @@
+"""A small declarative validator for TOML documents.
+
+Calibration and workload files are validated against a tree of
+:class:`Table` and :class:`Field` specs. The first problem found raises
+:class:`~sdplan.errors.InputFileError` with the file, the dotted key path and
+what is expected, so every message reads
+``<file>: <key>: <problem>; <fix>``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from sdplan.errors import InputFileError
+
+_TYPE_NAMES = {
+    "float": "a number",
+    "int": "an integer",
+    "str": "a string",
+    "bool": "true or false",
+    "date": "a date (YYYY-MM-DD)",
+    "float_list": "an array of numbers",
+    "str_list": "an array of strings",
+    "range": "an array of two numbers [min, max]",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One scalar or array key.
+
+    ``kind`` is one of the keys of ``_TYPE_NAMES``. ``minimum``/``maximum``
+    are inclusive bounds on numbers (each element for arrays); every number
+    must be finite.
+    """
+
+    kind: str
+    doc: str
+    required: bool = True
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A TOML table whose keys are all known."""
+
+    fields: Mapping[str, "Field | Table"]
+    doc: str = ""
+    required: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; any read or syntax problem becomes an :class:`InputFileError`."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise InputFileError(str(path), None, "no such file; check the path") from None
+    except IsADirectoryError:
+        raise InputFileError(str(path), None, "is a directory; pass a TOML file") from None
+    except PermissionError:
+        raise InputFileError(str(path), None, "permission denied; make the file readable") from None
+    except UnicodeDecodeError:
+        raise InputFileError(str(path), None, "not UTF-8 text; save the file as UTF-8 TOML") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputFileError(str(path), None, f"invalid TOML ({exc}); fix the syntax") from None
+
+
+def validate(document: Mapping[str, Any], spec: Table, path: str, prefix: str = "") -> None:
+    """Check ``document`` against ``spec``; raise on the first problem."""
+    for key in document:
+        if key not in spec.fields:
+            dotted = f"{prefix}{key}"
+            close = difflib.get_close_matches(key, list(spec.fields), n=1)
+            hint = f"did you mean '{prefix}{close[0]}'?" if close else _allowed(spec, prefix)
+            raise InputFileError(path, dotted, f"unknown key; {hint}")
+    for key, sub in spec.fields.items():
+        dotted = f"{prefix}{key}"
+        if key not in document:
+            if sub.required:
+                what = "table" if isinstance(sub, Table) else _TYPE_NAMES[sub.kind]
+                raise InputFileError(path, dotted, f"missing; add it ({what}: {sub.doc})")
+            continue
+        value = document[key]
+        if isinstance(sub, Table):
+            if not isinstance(value, dict):
+                raise InputFileError(path, dotted, f"expected a table [{dotted}], got {_describe(value)}")
+            validate(value, sub, path, f"{dotted}.")
+        else:
+            _check_field(value, sub, path, dotted)
+
+
+def _allowed(spec: Table, prefix: str) -> str:
+    names = ", ".join(f"'{prefix}{name}'" for name in spec.fields)
+    return f"allowed keys here: {names}"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return f'string "{value}"'
+    return f"{type(value).__name__} {value!r}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_number(value: Any, spec: Field, path: str, key: str) -> None:
+    if not _is_number(value):
+        raise InputFileError(path, key, f"expected a number ({spec.doc}), got {_describe(value)}")
+    if not math.isfinite(value):
+        raise InputFileError(path, key, f"must be finite, got {value}; give a real number ({spec.doc})")
+    if spec.minimum is not None and value < spec.minimum:
+        raise InputFileError(path, key, f"must be >= {spec.minimum:g}, got {value:g} ({spec.doc})")
+    if spec.maximum is not None and value > spec.maximum:
+        raise InputFileError(path, key, f"must be <= {spec.maximum:g}, got {value:g} ({spec.doc})")
+
+
+def _check_field(value: Any, spec: Field, path: str, key: str) -> None:
+    kind = spec.kind
+    if kind == "float":
+        _check_number(value, spec, path, key)
+    elif kind == "int":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InputFileError(path, key, f"expected an integer ({spec.doc}), got {_describe(value)}")
+        _check_number(value, spec, path, key)
+    elif kind == "str":
+        if not isinstance(value, str):
+            raise InputFileError(path, key, f"expected a string ({spec.doc}), got {_describe(value)}")
+        if spec.choices is not None and value not in spec.choices:
+            options = ", ".join(f'"{c}"' for c in spec.choices)
+            raise InputFileError(path, key, f'"{value}" is not one of {options}')
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise InputFileError(path, key, f"expected true or false, got {_describe(value)}")
+    elif kind == "date":
+        if not isinstance(value, (_dt.date, str)):
+            raise InputFileError(path, key, f"expected a date like 2026-11-22, got {_describe(value)}")
+    elif kind in ("float_list", "range"):
+        if not isinstance(value, list):
+            raise InputFileError(path, key, f"expected {_TYPE_NAMES[kind]} ({spec.doc}), got {_describe(value)}")
+        for index, item in enumerate(value):
+            _check_number(item, spec, path, f"{key}[{index}]")
+        if kind == "range" and (len(value) != 2 or value[0] > value[1]):
+            raise InputFileError(path, key, f"expected [min, max] with min <= max ({spec.doc})")
+    elif kind == "str_list":
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise InputFileError(path, key, f"expected an array of strings ({spec.doc})")
+    else:  # pragma: no cover - a spec bug, not a user error
+        raise AssertionError(f"unknown field kind {kind}")
