@@ -86,7 +86,9 @@ def expected_tokens_per_cycle(alpha: FloatArray | float, k: FloatArray | int) ->
     k_arr = np.asarray(k, dtype=np.float64)
     is_one = alpha_arr >= 1.0
     safe_alpha = np.where(is_one, 0.5, alpha_arr)
-    geometric = (1.0 - safe_alpha ** (k_arr + 1.0)) / (1.0 - safe_alpha)
+    # 1 - alpha**(k+1) = -expm1((k+1) log alpha): no cancellation as alpha -> 1 (log(0) = -inf gives 1).
+    with np.errstate(divide="ignore"):
+        geometric = -np.expm1((k_arr + 1.0) * np.log(safe_alpha)) / (1.0 - safe_alpha)
     return np.where(is_one, k_arr + 1.0, geometric)
 
 

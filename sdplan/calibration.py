@@ -338,11 +338,11 @@ def parse_calibration(document: dict[str, Any], path: str) -> Calibration:
             "schema_version",
             f"version {version} is not supported; this sdplan reads version {SCHEMA_VERSION} (upgrade sdplan)",
         )
-    validate(document, CALIBRATION_SCHEMA, path)
     forms = [key for key in ("coefficients", "step_model") if key in document]
     if len(forms) != 1:
         problem = "both are present; keep one" if forms else "neither is present; add one"
         raise InputFileError(path, "coefficients|step_model", f"exactly one coefficient form is required, {problem}")
+    validate(document, CALIBRATION_SCHEMA, path)
     provenance = document["provenance"]
     if provenance["method"] == "roofline" and not provenance.get("assumptions"):
         raise InputFileError(

@@ -90,9 +90,10 @@ def validate(document: Mapping[str, Any], spec: Table, path: str, prefix: str = 
     for key, sub in spec.fields.items():
         dotted = f"{prefix}{key}"
         if key not in document:
+            if sub.required and isinstance(sub, Table):
+                raise InputFileError(path, dotted, f"missing; add the table [{dotted}]")
             if sub.required:
-                what = "table" if isinstance(sub, Table) else _TYPE_NAMES[sub.kind]
-                raise InputFileError(path, dotted, f"missing; add it ({what}: {sub.doc})")
+                raise InputFileError(path, dotted, f"missing; add it ({_TYPE_NAMES[sub.kind]}: {sub.doc})")
             continue
         value = document[key]
         if isinstance(sub, Table):

@@ -1,0 +1,193 @@
+"""Calibration files: shipped files, both coefficient forms, and every validation error."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdplan.calibration import (
+    DEFAULT_CALIBRATION,
+    load_calibration,
+    parse_calibration,
+    resolve_calibration,
+    shipped_calibrations,
+)
+from sdplan.errors import ExitStatus, InputFileError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_shipped_calibrations_are_valid_and_include_the_default() -> None:
+    paths = shipped_calibrations()
+    assert len(paths) >= 4
+    names = set()
+    for path in paths:
+        cal = load_calibration(path)
+        assert cal.name == path.stem
+        names.add(cal.name)
+        coeffs = cal.coefficients_at(cal.reference_prompt_tokens, cal.reference_output_tokens)
+        assert all(value >= 0 for value in (coeffs.c1p_s, coeffs.c1v_s, coeffs.c2v_s, coeffs.c1d_s))
+        if cal.method == "roofline":
+            assert cal.provenance["assumptions"]
+    assert DEFAULT_CALIBRATION in names
+
+
+def test_roofline_calibrations_are_reproducible(tmp_path: Path) -> None:
+    """The shipped roofline files are exactly what the derivation script writes."""
+    subprocess.run([sys.executable, str(REPO / "scripts" / "derive_roofline.py"), "--out", str(tmp_path)],
+                   check=True, capture_output=True)
+    generated = sorted(tmp_path.glob("*.toml"))
+    assert generated
+    for path in generated:
+        shipped = REPO / "calibrations" / path.name
+        assert shipped.read_text() == path.read_text(), f"{path.name} drifted: rerun scripts/derive_roofline.py"
+
+
+def test_direct_form_at_reference_is_verbatim(direct_document: dict[str, Any]) -> None:
+    cal = parse_calibration(direct_document, "x.toml")
+    c = cal.coefficients_at(1000, 500)
+    assert (c.c1p_s, c.c2p_s, c.c1v_s, c.c2v_s, c.c1d_s, c.c2d_s) == (0.05, 0.01, 0.009, 0.0001, 0.001, 0.00005)
+    assert (c.baseline_c1_step_s, c.baseline_c2_step_s) == (0.008, 0.0001)
+
+
+def test_direct_form_scales_proportionally(direct_document: dict[str, Any]) -> None:
+    cal = parse_calibration(direct_document, "x.toml")
+    c = cal.coefficients_at(2000, 1000)  # prompt x2, mean context (p + g/2) x2
+    assert c.c1p_s == pytest.approx(0.10) and c.c2p_s == pytest.approx(0.02)
+    assert c.c2v_s == pytest.approx(0.0002) and c.c2d_s == pytest.approx(0.0001)
+    assert c.baseline_c2_step_s == pytest.approx(0.0002)
+    assert c.c1v_s == 0.009 and c.c1d_s == 0.001  # fixed costs do not scale
+    direct_document["coefficients"]["scaling"] = "none"
+    fixed = parse_calibration(direct_document, "x.toml").coefficients_at(2000, 1000)
+    assert fixed.c2v_s == 0.0001 and fixed.c1p_s == 0.05
+
+
+def test_step_form_maps_to_kong_coefficients(direct_document: dict[str, Any]) -> None:
+    document = copy.deepcopy(direct_document)
+    del document["coefficients"]
+    document["step_model"] = {
+        "target": {"fixed_s": 0.006, "per_sequence_s": 1e-5, "per_query_token_s": 3e-5, "per_context_token_s": 5e-8},
+        "draft": {"fixed_s": 0.001, "per_sequence_s": 2e-6, "per_query_token_s": 5e-6, "per_context_token_s": 1e-8},
+        "prefill": {"fixed_s": 0.006, "per_prompt_token_s": 3e-5, "load_per_prompt_token_s": 2e-5},
+        "speculation": {"overhead_fixed_s": 5e-4, "overhead_per_sequence_s": 1e-6},
+    }
+    cal = parse_calibration(document, "x.toml")
+    c = cal.coefficients_at(1000, 500)
+    s = 1000 + 250  # mean context p + g/2
+    assert c.c1p_s == pytest.approx(0.006 + 1000 * 3e-5)
+    assert c.c2p_s == pytest.approx(1000 * 2e-5)
+    assert c.c1v_s == pytest.approx(0.006 + 5e-4)
+    assert c.c2v_s == pytest.approx(1e-5 + 3e-5 + s * 5e-8 + 1e-6)
+    assert c.c1d_s == pytest.approx(0.001)
+    assert c.c2d_s == pytest.approx(3e-5 + 2e-6 + 5e-6 + s * 1e-8)
+    assert c.baseline_c1_step_s == pytest.approx(0.006)
+    assert c.baseline_c2_step_s == pytest.approx(1e-5 + 3e-5 + s * 5e-8)
+    # longer contexts cost more per concurrent request
+    assert cal.coefficients_at(4000, 500).c2v_s > c.c2v_s
+
+
+def _mutate(document: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    document = copy.deepcopy(document)
+    *parents, leaf = dotted.split(".")
+    table = document
+    for key in parents:
+        table = table[key]
+    if value is _DELETE:
+        del table[leaf]
+    else:
+        table[leaf] = value
+    return document
+
+
+_DELETE = object()
+
+BAD_DOCUMENTS = [
+    ("coefficients.c1p_ss", 0.1, "coefficients.c1p_ss", "did you mean 'coefficients.c1p_s'"),
+    ("extra_top", 1, "extra_top", "unknown key"),
+    ("coefficients.c1p_s", _DELETE, "coefficients.c1p_s", "missing"),
+    ("provenance", _DELETE, "provenance", "missing"),
+    ("coefficients.c1p_s", "fast", "coefficients.c1p_s", "expected a number"),
+    ("coefficients.c1p_s", True, "coefficients.c1p_s", "expected a number"),
+    ("coefficients.speculative.c2v_s", -1e-4, "coefficients.speculative.c2v_s", "must be >= 0"),
+    ("coefficients.speculative.c2v_s", float("nan"), "coefficients.speculative.c2v_s", "finite"),
+    ("coefficients.speculative.c2v_s", float("inf"), "coefficients.speculative.c2v_s", "finite"),
+    ("reference_workload.prompt_tokens", 0, "reference_workload.prompt_tokens", "must be >= 1"),
+    ("reference_workload.prompt_tokens", 10.5, "reference_workload.prompt_tokens", "expected an integer"),
+    ("provenance.method", "guessed", "provenance.method", "not one of"),
+    ("provenance.date", "last tuesday", "provenance.date", "not a date"),
+    ("schema_version", 2, "schema_version", "not supported"),
+    ("schema_version", "1", "schema_version", "expected an integer"),
+    ("acceptance", {"per_token_alpha": 1.3, "source": "x"}, "acceptance.per_token_alpha", "must be <= 1"),
+    ("acceptance", {"per_token_alpha": -0.1, "source": "x"}, "acceptance.per_token_alpha", "must be >= 0"),
+    ("fit_quality", _DELETE, "fit_quality", "must report its fit quality"),
+    ("coefficients", _DELETE, "coefficients|step_model", "neither is present"),
+    ("coefficients.baseline", 3, "coefficients.baseline", "expected a table"),
+    ("validity", {"prompt_tokens": [500, 100]}, "validity.prompt_tokens", "min <= max"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "where", "message"), BAD_DOCUMENTS, ids=[row[0] + ":" + row[3] for row in BAD_DOCUMENTS])
+def test_invalid_documents_name_file_key_and_fix(direct_document, key, value, where, message) -> None:
+    document = _mutate(direct_document, key, value)
+    with pytest.raises(InputFileError) as info:
+        parse_calibration(document, "bad.toml")
+    text = str(info.value)
+    assert text.startswith(f"bad.toml: {where}: "), text
+    assert message in text
+    assert "\n" not in text
+    assert info.value.exit_status is ExitStatus.BAD_INPUT
+
+
+def test_both_forms_is_an_error(direct_document) -> None:
+    document = copy.deepcopy(direct_document)
+    document["step_model"] = {}
+    with pytest.raises(InputFileError, match="both are present"):
+        parse_calibration(document, "x.toml")
+
+
+def test_roofline_needs_assumptions(direct_document) -> None:
+    document = _mutate(direct_document, "provenance.method", "roofline")
+    with pytest.raises(InputFileError, match="provenance.assumptions"):
+        parse_calibration(document, "x.toml")
+
+
+def test_malformed_toml_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("schema_version = 1\nname = \n")
+    with pytest.raises(InputFileError) as info:
+        load_calibration(path)
+    assert str(info.value).startswith(f"{path}: invalid TOML")
+    assert "\n" not in str(info.value)
+
+
+def test_unreadable_inputs(tmp_path: Path) -> None:
+    with pytest.raises(InputFileError, match="no such file"):
+        load_calibration(tmp_path / "missing.toml")
+    with pytest.raises(InputFileError, match="is a directory"):
+        load_calibration(tmp_path)
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputFileError):
+        load_calibration(binary)
+
+
+def test_resolve_by_name_path_and_unknown(write_calibration, direct_document) -> None:
+    assert resolve_calibration(None).name == DEFAULT_CALIBRATION
+    assert resolve_calibration(DEFAULT_CALIBRATION).name == DEFAULT_CALIBRATION
+    path = write_calibration(direct_document)
+    assert resolve_calibration(str(path)).name == "test-direct"
+    with pytest.raises(InputFileError, match="shipped names"):
+        resolve_calibration("no-such-calibration")
+
+
+def test_validity_warnings(direct_document) -> None:
+    document = copy.deepcopy(direct_document)
+    document["validity"] = {"prompt_tokens": [128, 2048]}
+    cal = parse_calibration(document, "x.toml")
+    assert cal.validity_warnings(1000, 500) == []
+    assert "outside the calibrated range" in cal.validity_warnings(4096, 500)[0]

@@ -1,0 +1,57 @@
+"""``sdplan calibrations`` and ``sdplan show``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sdplan.calibration import DEFAULT_CALIBRATION, shipped_calibrations
+from sdplan.errors import ExitStatus
+
+
+def test_calibrations_lists_every_shipped_file(sdplan) -> None:
+    result = sdplan("calibrations")
+    assert result.exit_code == 0, result.output
+    for path in shipped_calibrations():
+        assert path.stem in result.stdout
+    assert f"{DEFAULT_CALIBRATION}*" in result.stdout
+
+
+def test_calibrations_json(sdplan, tmp_path: Path) -> None:
+    out = tmp_path / "list.json"
+    result = sdplan("calibrations", "--format", "json", "--output", str(out), "--ascii")
+    assert result.exit_code == 0
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == 1
+    items = doc["calibrations"]
+    assert len(items) == len(shipped_calibrations())
+    assert all(item["valid"] for item in items)
+    assert sum(item["default"] for item in items) == 1
+    assert all(item["provenance"]["method"] in ("measured", "fit", "roofline") for item in items)
+
+
+def test_show_valid_calibration(sdplan) -> None:
+    result = sdplan("show", "-c", DEFAULT_CALIBRATION, "--ascii")
+    assert result.exit_code == 0, result.output
+    assert "valid" in result.stdout and "c2v_s" in result.stdout and "assumptions" in result.stdout
+
+
+def test_show_json_at_another_workload(sdplan) -> None:
+    base = json.loads(sdplan("show", "-f", "json").stdout)
+    longer = json.loads(sdplan("show", "-f", "json", "--prompt-tokens", "4096", "--output-tokens", "1024").stdout)
+    assert longer["coefficients_at_workload"]["prompt_tokens"] == 4096
+    assert longer["coefficients_at_workload"]["c2v_s"] > base["coefficients_at_workload"]["c2v_s"]
+    assert base["document"]["provenance"]["date"] == "2026-11-22"
+
+
+def test_show_invalid_file_exits_3_naming_the_key(sdplan, write_calibration, direct_document) -> None:
+    direct_document["coefficients"]["speculative"]["c1v_s"] = -1.0
+    path = write_calibration(direct_document)
+    result = sdplan("show", "-c", str(path))
+    assert result.exit_code == ExitStatus.BAD_INPUT
+    assert f"{path}: coefficients.speculative.c1v_s: must be >= 0" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_show_rejects_bad_lengths(sdplan) -> None:
+    assert sdplan("show", "--prompt-tokens", "0").exit_code == ExitStatus.USAGE

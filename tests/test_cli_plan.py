@@ -1,0 +1,214 @@
+"""``sdplan plan`` through the CLI: every option, every format, every error path."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy
+import pytest
+
+from sdplan import model
+from sdplan.calibration import DEFAULT_CALIBRATION, resolve_calibration
+from sdplan.errors import ExitStatus
+
+
+def strict_json(text: str) -> dict:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"JSON contains {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_bare_plan_prints_a_table_naming_its_calibration(sdplan) -> None:
+    result = sdplan("plan")
+    assert result.exit_code == ExitStatus.OK, result.output
+    out = result.stdout
+    assert DEFAULT_CALIBRATION in out
+    assert "NOT measured" in out  # a roofline calibration is never presented as measured
+    assert "default assumption" in out
+    assert "rate (req/s)" in out and "no SD (s)" in out and "best k" in out and "break-even (req/s)" in out
+    assert "*" in out  # the best option per row is marked
+    assert "unstable" in out  # the default grid reaches saturation
+
+
+def test_plan_json_schema_and_values(sdplan) -> None:
+    result = sdplan("plan", "--format", "json", "--rates", "1,5,20", "--draft-lengths", "1-3", "--acceptance", "0.8")
+    assert result.exit_code == 0, result.output
+    doc = strict_json(result.stdout)
+    assert doc["schema_version"] == 1 and doc["command"] == "plan"
+    assert set(doc) == {"schema_version", "sdplan_version", "command", "calibration", "workload", "definitions",
+                        "coefficients", "baseline", "warnings", "results"}
+    assert doc["calibration"]["method"] == "roofline"
+    assert doc["workload"]["acceptance"]["metric_given"] == "per-token"
+    (block,) = doc["results"]
+    assert block["per_token_alpha"] == 0.8
+    assert [k["draft_length_tokens"] for k in block["draft_lengths"]] == [1, 2, 3]
+    assert set(block["draft_lengths"][0]) == {
+        "draft_length_tokens", "tokens_per_cycle", "c1_s", "c2_s", "zero_load_latency_s", "zero_load_speedup",
+        "saturation_rate_rps", "max_output_throughput_tok_s", "break_even_rate_rps", "sd_faster"}
+    rows = block["rates"]
+    assert [row["request_rate_rps"] for row in rows] == [1, 5, 20]
+    assert set(rows[0]["baseline"]) == {"mean_e2e_latency_s", "effective_batch_size", "utilisation", "mean_ttft_s",
+                                        "mean_tpot_s", "output_throughput_tok_s", "regime"}
+    # the value agrees with the model computed independently
+    cal = resolve_calibration(None)
+    coeffs = cal.coefficients_at(1024, 512)
+    c1, c2 = model.speculative_demand(coeffs, 0.8, 2)
+    assert rows[1]["speculative"][1]["mean_e2e_latency_s"] == pytest.approx(float(c1 / (1 - 5 * c2)), rel=1e-12)
+    # past saturation: explicit, no NaN
+    last = rows[2]
+    assert last["baseline"]["regime"] == "unstable" and last["baseline"]["mean_e2e_latency_s"] is None
+    assert last["best"]["speculation"] == "unstable"
+
+
+def test_plan_csv_has_one_row_per_rate_and_k(sdplan) -> None:
+    result = sdplan("plan", "--format", "csv", "--rates", "1:4:1", "--draft-lengths", "1,2,4", "--acceptance", "0.6,0.9")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 2 * 4 * (1 + 3)
+    assert {row["speculation"] for row in rows} == {"on", "off"}
+    for rate in ("1.0", "2.0"):
+        best = [r for r in rows if r["request_rate_rps"] == rate and r["per_token_alpha"] == "0.6" and r["is_best"] == "true"]
+        assert len(best) == 1
+    assert all(key.endswith(("_s", "_rps", "_tokens", "_tok_s")) or key in
+               ("per_token_alpha", "speculation", "tokens_per_cycle", "effective_batch_size", "utilisation",
+                "speedup", "regime", "is_best") for key in rows[0])
+
+
+def test_plan_output_file_is_written_atomically(sdplan, tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    result = sdplan("plan", "--format", "json", "--output", str(target))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert strict_json(target.read_text())["command"] == "plan"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary left behind
+
+
+def test_plan_output_to_missing_folder_is_bad_input(sdplan, tmp_path: Path) -> None:
+    result = sdplan("plan", "-o", str(tmp_path / "nope" / "x.json"))
+    assert result.exit_code == ExitStatus.BAD_INPUT
+    assert "does not exist" in result.stderr
+
+
+def test_plan_ascii_has_no_box_drawing(sdplan) -> None:
+    result = sdplan("plan", "--ascii", "--rates", "1,2")
+    assert result.exit_code == 0
+    assert "+---" in result.stdout or "|" in result.stdout
+    assert not any(ch in result.stdout for ch in "╭─│╰")
+    assert "\x1b[" not in result.stdout
+
+
+def test_plan_several_acceptance_values_give_one_table_each(sdplan) -> None:
+    result = sdplan("plan", "--acceptance", "0.5:0.9:0.2", "--rates", "1")
+    assert result.exit_code == 0
+    for alpha in ("0.500", "0.700", "0.900"):
+        assert f"per-token alpha = {alpha}" in result.stdout
+
+
+def test_plan_mean_acceptance_length_is_converted(sdplan) -> None:
+    result = sdplan("plan", "-f", "json", "--acceptance-length", "3", "--acceptance-k", "3", "--rates", "1")
+    assert result.exit_code == 0, result.output
+    acceptance = strict_json(result.stdout)["workload"]["acceptance"]
+    assert acceptance["metric_given"] == "mean-length" and acceptance["measured_at_k"] == 3
+    alpha = acceptance["per_token_alpha"][0]
+    assert 1 + alpha + alpha**2 + alpha**3 == pytest.approx(3.0, rel=1e-9)
+
+
+def test_plan_draft_acceptance_rate_accepts_percent(sdplan) -> None:
+    result = sdplan("plan", "-f", "json", "--draft-acceptance-rate", "62%", "--acceptance-k", "4", "--rates", "1")
+    assert result.exit_code == 0, result.output
+    acceptance = strict_json(result.stdout)["workload"]["acceptance"]
+    assert acceptance["metric_given"] == "draft-rate" and acceptance["values_given"] == [0.62]
+    alpha = acceptance["per_token_alpha"][0]
+    assert (alpha + alpha**2 + alpha**3 + alpha**4) / 4 == pytest.approx(0.62, rel=1e-9)
+
+
+def test_plan_lengths_and_out_of_range_warning(sdplan) -> None:
+    result = sdplan("plan", "-f", "json", "--prompt-tokens", "16384", "--output-tokens", "128", "--rates", "1")
+    assert result.exit_code == 0
+    doc = strict_json(result.stdout)
+    assert doc["workload"]["prompt_tokens"] == 16384 and doc["coefficients"]["prompt_tokens"] == 16384
+    assert doc["warnings"] and "outside the calibrated range" in result.stderr
+
+
+def test_plan_calibration_by_path_name_and_env(sdplan, write_calibration, direct_document, monkeypatch) -> None:
+    path = write_calibration(direct_document)
+    assert "test-direct" in sdplan("plan", "-c", str(path), "--rates", "1").stdout
+    assert "a100" in sdplan("plan", "--calibration", "a100-sxm-80gb_llama-3.1-8b_llama-3.2-1b_roofline",
+                            "--rates", "1").stdout
+    monkeypatch.setenv("SDPLAN_CALIBRATION", str(path))
+    assert "test-direct" in sdplan("plan", "--rates", "1").stdout
+
+
+def test_plan_uses_calibration_acceptance_when_none_given(sdplan, write_calibration, direct_document) -> None:
+    direct_document["acceptance"] = {"per_token_alpha": 0.85, "source": "ShareGPT, T=0"}
+    path = write_calibration(direct_document)
+    doc = strict_json(sdplan("plan", "-c", str(path), "-f", "json", "--rates", "1").stdout)
+    assert doc["workload"]["acceptance"]["per_token_alpha"] == [0.85]
+    assert "ShareGPT" in doc["workload"]["acceptance"]["source"]
+
+
+USAGE_ERRORS = [
+    (["--rates", "fast"], "not a number"),
+    (["--rates", "-1"], ">= 0"),
+    (["--rates", "5:1:1"], "STOP >= START"),
+    (["--rates", "1:2"], "START:STOP:STEP"),
+    (["--rates", "0:1e9:1e-6"], "at most"),
+    (["--draft-lengths", "x"], "not an integer"),
+    (["--draft-lengths", "0"], "at least one draft length"),
+    (["--draft-lengths", "-2"], ">= 0 tokens"),
+    (["--acceptance", "1.5"], "[0, 1]"),
+    (["--acceptance", "0.7", "--acceptance-length", "2"], "one metric only"),
+    (["--acceptance-length", "2"], "--acceptance-k"),
+    (["--acceptance-length", "9", "--acceptance-k", "3"], "[1, 4]"),
+    (["--acceptance", "0.7", "--acceptance-k", "3"], "--acceptance-k applies"),
+    (["--acceptance-k", "3"], "needs --acceptance-length"),
+    (["--acceptance-k", "0", "--acceptance-length", "1"], "0"),
+    (["--prompt-tokens", "0"], ">= 1"),
+    (["--output-tokens", "-5"], ">= 1"),
+    (["--format", "xml"], "xml"),
+    (["--no-such-option"], "no-such-option"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), USAGE_ERRORS, ids=[" ".join(a) for a, _ in USAGE_ERRORS])
+def test_plan_usage_errors_exit_2_with_one_message(sdplan, args, message) -> None:
+    result = sdplan("plan", *args)
+    assert result.exit_code == ExitStatus.USAGE, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_plan_bad_calibration_file_exits_3(sdplan, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("schema_version = 1\n[provenance\n")
+    for reference in (str(broken), str(tmp_path / "missing.toml")):
+        result = sdplan("plan", "-c", reference)
+        assert result.exit_code == ExitStatus.BAD_INPUT, result.output
+        assert result.stderr.count("\n") == 1 and reference in result.stderr
+
+
+def test_unexpected_exception_is_internal_error_not_1(sdplan, monkeypatch) -> None:
+    from sdplan import planner
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(planner, "plan", explode)
+    result = sdplan("plan")
+    assert result.exit_code == ExitStatus.INTERNAL
+    assert "internal error" in result.stderr and "SDPLAN_DEBUG" in result.stderr
+
+
+def test_plan_default_grid_has_numbers_for_every_k(sdplan) -> None:
+    doc = strict_json(sdplan("plan", "-f", "json").stdout)
+    rows = doc["results"][0]["rates"]
+    assert len(rows) == 12
+    first = rows[0]
+    assert first["best"]["speculation"] == "on" and first["best"]["speedup"] > 1
+    latencies = numpy.array([p["mean_e2e_latency_s"] for p in first["speculative"]])
+    assert numpy.all(latencies > 0)

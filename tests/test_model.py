@@ -1,0 +1,209 @@
+"""The latency model and the planner against closed forms, limits and properties."""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from numpy.testing import assert_allclose
+
+from sdplan import model, planner
+from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.errors import InvalidValueError
+from sdplan.model import Coefficients
+
+
+def coefficients(**overrides: float) -> Coefficients:
+    values = dict(
+        c1p_s=0.05, c2p_s=0.01, c1v_s=0.009, c2v_s=1e-4, c1d_s=0.001, c2d_s=5e-5,
+        baseline_c1_step_s=0.008, baseline_c2_step_s=1e-4, prompt_tokens=1000.0, output_tokens=500.0,
+    )
+    values.update(overrides)
+    return Coefficients(**values)
+
+
+positive = st.floats(1e-6, 1e-1, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def random_coefficients(draw: st.DrawFn) -> Coefficients:
+    return Coefficients(
+        c1p_s=draw(positive), c2p_s=draw(positive), c1v_s=draw(positive), c2v_s=draw(positive),
+        c1d_s=draw(positive), c2d_s=draw(positive), baseline_c1_step_s=draw(positive),
+        baseline_c2_step_s=draw(positive), prompt_tokens=float(draw(st.integers(1, 8192))),
+        output_tokens=float(draw(st.integers(2, 4096))),
+    )
+
+
+def test_demand_matches_equation_3_by_hand() -> None:
+    c = coefficients()
+    alpha, k = 0.8, 3
+    e = 1 + 0.8 + 0.64 + 0.512
+    c1, c2 = model.speculative_demand(c, alpha, k)
+    assert float(c1) == pytest.approx(0.05 + 500 / e * (0.009 + 3 * 0.001), rel=1e-12)
+    assert float(c2) == pytest.approx(0.01 + 500 / e * (1e-4 + 3 * 5e-5), rel=1e-12)
+    c1_d, c2_d = model.baseline_demand(c)
+    assert c1_d == pytest.approx(0.05 + 500 * 0.008)
+    assert c2_d == pytest.approx(0.01 + 500 * 1e-4)
+
+
+def test_latency_closed_form_and_zero_load() -> None:
+    assert float(model.mean_latency(2.0, 0.1, 0.0)) == 2.0  # lambda -> 0 gives C1
+    assert float(model.mean_latency(2.0, 0.1, 5.0)) == pytest.approx(4.0)
+    assert float(model.mean_latency(2.0, 0.1, 10.0)) == numpy.inf  # at saturation: unstable, not NaN
+    assert float(model.mean_latency(2.0, 0.1, 50.0)) == numpy.inf
+    assert float(model.effective_batch(5.0, 4.0)) == 20.0
+
+
+@given(random_coefficients(), st.floats(0.0, 1.0), st.integers(1, 10))
+def test_latency_tends_to_c1_at_zero_load(c: Coefficients, alpha: float, k: int) -> None:
+    c1, c2 = model.speculative_demand(c, alpha, k)
+    tiny = 1e-9 / float(c2)
+    assert float(model.mean_latency(c1, c2, tiny)) == pytest.approx(float(c1), rel=1e-8)
+
+
+@given(random_coefficients(), st.floats(0.0, 1.0), st.integers(1, 10))
+def test_latency_strictly_increasing_below_saturation(c: Coefficients, alpha: float, k: int) -> None:
+    c1, c2 = model.speculative_demand(c, alpha, k)
+    rates = numpy.linspace(0.0, 0.999, 50) / float(c2)
+    latency = model.mean_latency(c1, c2, rates)
+    assert numpy.all(numpy.isfinite(latency))
+    assert numpy.all(numpy.diff(latency) > 0)
+
+
+@given(random_coefficients(), st.floats(0.01, 0.99), st.integers(1, 10))
+def test_zero_load_speedup_is_c1_ratio(c: Coefficients, alpha: float, k: int) -> None:
+    result = planner.plan(c, [0.0], [k], [alpha])
+    c1_d, _ = model.baseline_demand(c)
+    assert float(result.speedup[0, 0, 0]) == pytest.approx(c1_d / float(result.c1_s[0, 0]), rel=1e-12)
+
+
+@settings(max_examples=200)
+@given(random_coefficients(), st.floats(0.01, 0.99), st.integers(1, 10))
+def test_speedup_is_one_at_break_even(c: Coefficients, alpha: float, k: int) -> None:
+    c1_d, c2_d = model.baseline_demand(c)
+    c1, c2 = model.speculative_demand(c, alpha, k)
+    even = model.break_even(c1_d, c2_d, c1, c2)
+    rate = float(even.rate_rps)
+    assume(numpy.isfinite(rate))
+    latency_d = model.mean_latency(c1_d, c2_d, rate)
+    latency_sd = model.mean_latency(c1, c2, rate)
+    assert numpy.isfinite(latency_d) and numpy.isfinite(latency_sd)  # lies below both saturation rates
+    assert float(model.speedup(latency_d, latency_sd)) == pytest.approx(1.0, rel=1e-9)
+    # and the side on which SD wins is the one reported
+    below = rate * 0.5
+    faster_below = float(model.mean_latency(c1, c2, below)) < float(model.mean_latency(c1_d, c2_d, below))
+    assert faster_below == bool(even.sd_faster_below)
+
+
+def test_speedup_equation_2_form() -> None:
+    c = coefficients()
+    c1_d, c2_d = model.baseline_demand(c)
+    c1, c2 = model.speculative_demand(c, 0.7, 4)
+    c1_r, c2_r = float(c1) / c1_d, float(c2) / c2_d
+    for rate in (0.5, 2.0, 5.0, 8.0):
+        r = rate * c2_d
+        eq2 = (1 / c1_r) * (1 + (1 - c2_r) * r / (1 - r))
+        ours = model.speedup(model.mean_latency(c1_d, c2_d, rate), model.mean_latency(c1, c2, rate))
+        assert float(ours) == pytest.approx(eq2, rel=1e-12)
+
+
+def test_break_even_cases() -> None:
+    # SD faster at zero load, slower per concurrent request: a break-even exists, SD wins below it.
+    even = model.break_even(2.0, 0.1, numpy.array([1.0]), numpy.array([0.2]))
+    assert even.rate_rps[0] == pytest.approx((0.5 - 1) / (0.5 - 2.0) / 0.1)
+    assert bool(even.sd_faster_below[0])
+    # SD better on both: never loses.
+    even = model.break_even(2.0, 0.1, numpy.array([1.0]), numpy.array([0.05]))
+    assert numpy.isnan(even.rate_rps[0]) and bool(even.sd_faster_below[0])
+    # SD worse on both: never wins.
+    even = model.break_even(2.0, 0.1, numpy.array([3.0]), numpy.array([0.2]))
+    assert numpy.isnan(even.rate_rps[0]) and not bool(even.sd_faster_below[0])
+    # SD slower at zero load but cheaper per request: wins above the break-even.
+    even = model.break_even(2.0, 0.1, numpy.array([3.0]), numpy.array([0.05]))
+    assert numpy.isfinite(even.rate_rps[0]) and not bool(even.sd_faster_below[0])
+
+
+def test_regime_labels() -> None:
+    assert list(model.regime(numpy.array([0.1, 0.9, 0.95, 1.0, 3.0]))) == [
+        "stable", "stable", "near_saturation", "unstable", "unstable",
+    ]
+
+
+def test_speedup_edge_cases_are_explicit() -> None:
+    result = model.speedup(numpy.array([numpy.inf, 1.0, numpy.inf]), numpy.array([1.0, numpy.inf, numpy.inf]))
+    assert result[0] == numpy.inf and result[1] == 0.0 and numpy.isnan(result[2])
+
+
+def test_plan_shapes_and_best_k_matches_brute_force() -> None:
+    c = coefficients()
+    rates = numpy.linspace(0, 12, 25)
+    ks = numpy.arange(1, 9)
+    alphas = [0.5, 0.7, 0.9]
+    result = planner.plan(c, rates, ks, alphas)
+    assert result.latency_s.shape == (3, 25, 8)
+    assert result.best_k.shape == (3, 25)
+    c1_d, c2_d = model.baseline_demand(c)
+    for ia, alpha in enumerate(alphas):
+        for ir, rate in enumerate(rates):
+            options = {0: float(model.mean_latency(c1_d, c2_d, rate))}
+            for k in ks:
+                c1, c2 = model.speculative_demand(c, alpha, int(k))
+                options[int(k)] = float(model.mean_latency(c1, c2, rate))
+            best = min(options, key=lambda key: (options[key], key))
+            if numpy.isinf(options[best]):
+                assert result.best_k[ia, ir] == planner.NONE_STABLE
+            else:
+                assert result.best_k[ia, ir] == best
+                assert result.best_latency_s[ia, ir] == pytest.approx(options[best], rel=1e-12)
+
+
+def test_best_k_shrinks_as_load_grows_when_c2_grows_with_k() -> None:
+    # c2d > 0 makes C2 grow with k (for these alphas); the best k must not increase with load.
+    c = coefficients(c2d_s=2e-4)
+    result = planner.plan(c, numpy.linspace(0, 20, 200), numpy.arange(1, 11), [0.6, 0.8, 0.9])
+    for ia in range(3):
+        stable = result.best_k[ia][result.best_k[ia] != planner.NONE_STABLE]
+        assert numpy.all(numpy.diff(stable) <= 0), stable
+        assert stable[0] > stable[-1]  # and it actually changes across the load range
+
+
+@given(random_coefficients(), st.floats(0.0, 1.0))
+def test_plan_never_produces_nan_latency(c: Coefficients, alpha: float) -> None:
+    _, c2_d = model.baseline_demand(c)
+    rates = numpy.linspace(0, 2.0 / c2_d, 11)
+    result = planner.plan(c, rates, [1, 2, 4, 8], [alpha])
+    assert not numpy.any(numpy.isnan(result.latency_s))
+    assert not numpy.any(numpy.isnan(result.baseline_latency_s))
+    unstable = result.utilisation >= 1
+    assert numpy.all(numpy.isinf(result.latency_s[unstable]))
+    assert numpy.all(numpy.isfinite(result.latency_s[~unstable]))
+
+
+def test_tokens_per_cycle_in_plan() -> None:
+    result = planner.plan(coefficients(), [1.0], [1, 4], [0.8])
+    assert_allclose(result.tokens_per_cycle, expected_tokens_per_cycle(0.8, numpy.array([[1, 4]])))
+
+
+@pytest.mark.parametrize(
+    ("rates", "ks", "alphas", "message"),
+    [
+        ([-1.0], [1], [0.5], "rates"),
+        ([numpy.nan], [1], [0.5], "rates"),
+        ([1.0], [0], [0.5], "draft lengths"),
+        ([1.0], [1], [1.5], "acceptance"),
+        ([], [1], [0.5], "at least one"),
+    ],
+)
+def test_plan_rejects_bad_grids(rates, ks, alphas, message) -> None:
+    with pytest.raises(InvalidValueError, match=message):
+        planner.plan(coefficients(), rates, ks, alphas)
+
+
+def test_default_rates_reach_saturation() -> None:
+    c = coefficients()
+    rates = planner.default_rates(c, [1, 2, 3], [0.7])
+    assert len(rates) == 12 and rates == sorted(rates) and rates[0] > 0
+    _, c2_d = model.baseline_demand(c)
+    assert rates[-1] >= 0.99 / c2_d
