@@ -105,3 +105,162 @@ def resolve_workload(
         source=source,
     )
     return Workload(prompt_tokens=int(prompt), output_tokens=int(output), acceptance=acceptance)
+
+
+# ----------------------------------------------------------------------------- workload files
+
+WORKLOAD_SCHEMA_VERSION = 1
+
+
+def _workload_schema() -> object:
+    from sdplan.schema import Field, Table
+
+    return Table(
+        {
+            "schema_version": Field("int", f"workload schema version; this sdplan reads {WORKLOAD_SCHEMA_VERSION}"),
+            "name": Field("str", "short identifier", required=False),
+            "description": Field("str", "free text", required=False),
+            "calibration": Field("str", "calibration file (relative to this file) or shipped name", required=False),
+            "slos": Field("str_list", 'SLO expressions, e.g. ["e2e:mean<=2s", "tpot:mean<=40ms"]', required=False),
+            "traffic": Table(
+                {
+                    "request_rate_rps": Field("float", "request rate to check, req/s", required=False, minimum=0.0),
+                    "target_rate_rps": Field("float", "total rate to size the fleet for, req/s", required=False,
+                                             minimum=0.0),
+                    "prompt_tokens": Field("int", "prompt length, tokens", required=False, minimum=1),
+                    "output_tokens": Field("int", "output length, tokens", required=False, minimum=1),
+                },
+                required=False,
+            ),
+            "acceptance": Table(
+                {
+                    "per_token_alpha": Field("float", "per-token acceptance", required=False, minimum=0.0,
+                                             maximum=1.0),
+                    "mean_length": Field("float", "mean acceptance length, tokens per cycle incl. bonus",
+                                         required=False, minimum=1.0),
+                    "draft_rate": Field("float", "fraction of drafted tokens accepted", required=False,
+                                        minimum=0.0, maximum=1.0),
+                    "measured_at_k": Field("int", "draft length the acceptance was measured at", required=False,
+                                           minimum=1),
+                },
+                required=False,
+            ),
+            "speculation": Table(
+                {
+                    "mode": Field("str", "how k is chosen", required=False, choices=("best", "fixed", "off")),
+                    "draft_length": Field("int", "k when mode = fixed", required=False, minimum=1),
+                    "draft_lengths": Field("float_list", "candidate k when mode = best", required=False, minimum=1),
+                },
+                required=False,
+            ),
+            "deployment": Table(
+                {
+                    "gpus_per_replica": Field("int", "GPUs per serving replica", required=False, minimum=1),
+                    "gpu_hour_cost_usd": Field("float", "cost of one GPU-hour, USD", required=False, minimum=0.0),
+                    "max_batch_size": Field("int", "vLLM max_num_seqs", required=False, minimum=1),
+                },
+                required=False,
+            ),
+        }
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadFile:
+    """A validated workload file; every field is optional and CLI flags override it."""
+
+    path: str
+    calibration: str | None = None
+    slos: tuple[str, ...] = ()
+    request_rate_rps: float | None = None
+    target_rate_rps: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    alpha: float | None = None
+    mean_length: float | None = None
+    draft_rate: float | None = None
+    measured_at_k: int | None = None
+    mode: str | None = None
+    draft_length: int | None = None
+    draft_lengths: tuple[int, ...] | None = None
+    gpus_per_replica: int | None = None
+    gpu_hour_cost_usd: float | None = None
+    max_batch_size: int | None = None
+
+
+def load_workload_file(path: str) -> WorkloadFile:
+    """Read and validate a workload TOML file (``sdplan-workload(5)``).
+
+    A relative ``calibration`` path is resolved against the file's folder; a
+    value that is not an existing path is kept as a shipped calibration name.
+    """
+    from pathlib import Path
+
+    from sdplan.errors import InputFileError
+    from sdplan.schema import read_toml, validate
+
+    file = Path(path)
+    document = read_toml(file)
+    version = document.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version != WORKLOAD_SCHEMA_VERSION:
+        raise InputFileError(path, "schema_version",
+                             f"version {version} is not supported; this sdplan reads {WORKLOAD_SCHEMA_VERSION}")
+    validate(document, _workload_schema(), path)  # type: ignore[arg-type]
+    acceptance = document.get("acceptance", {})
+    metrics = [key for key in ("per_token_alpha", "mean_length", "draft_rate") if key in acceptance]
+    if len(metrics) > 1:
+        raise InputFileError(path, "acceptance", f"give one of per_token_alpha, mean_length, draft_rate, not {metrics}")
+    if metrics and metrics[0] != "per_token_alpha" and "measured_at_k" not in acceptance:
+        raise InputFileError(path, "acceptance.measured_at_k", f"{metrics[0]} needs the draft length it was measured at")
+    speculation = document.get("speculation", {})
+    if speculation.get("mode") == "fixed" and "draft_length" not in speculation:
+        raise InputFileError(path, "speculation.draft_length", 'mode = "fixed" needs draft_length')
+    lengths = speculation.get("draft_lengths")
+    if lengths is not None and any(int(k) != k for k in lengths):
+        raise InputFileError(path, "speculation.draft_lengths", "draft lengths must be integers")
+    calibration = document.get("calibration")
+    if calibration is not None:
+        relative = file.parent / calibration
+        if relative.exists():
+            calibration = str(relative)
+    traffic = document.get("traffic", {})
+    deployment = document.get("deployment", {})
+    return WorkloadFile(
+        path=path,
+        calibration=calibration,
+        slos=tuple(document.get("slos", ())),
+        request_rate_rps=traffic.get("request_rate_rps"),
+        target_rate_rps=traffic.get("target_rate_rps"),
+        prompt_tokens=traffic.get("prompt_tokens"),
+        output_tokens=traffic.get("output_tokens"),
+        alpha=acceptance.get("per_token_alpha"),
+        mean_length=acceptance.get("mean_length"),
+        draft_rate=acceptance.get("draft_rate"),
+        measured_at_k=acceptance.get("measured_at_k"),
+        mode=speculation.get("mode"),
+        draft_length=speculation.get("draft_length"),
+        draft_lengths=tuple(int(k) for k in lengths) if lengths is not None else None,
+        gpus_per_replica=deployment.get("gpus_per_replica"),
+        gpu_hour_cost_usd=deployment.get("gpu_hour_cost_usd"),
+        max_batch_size=deployment.get("max_batch_size"),
+    )
+
+
+def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None) -> list:
+    """SLOs from the command line if any were given, else from the workload file.
+
+    A bad expression on the command line is a usage error (exit 2); in a file
+    it is an invalid input file (exit 3) naming ``slos[i]``.
+    """
+    from sdplan.errors import InputFileError
+    from sdplan.slo import parse_slo
+
+    if cli_slos:
+        return [parse_slo(text) for text in cli_slos]
+    slos = []
+    for index, text in enumerate(file.slos if file is not None else ()):
+        try:
+            slos.append(parse_slo(text))
+        except InvalidValueError as error:
+            raise InputFileError(file.path, f"slos[{index}]", str(error)) from None  # type: ignore[union-attr]
+    return slos

@@ -27,6 +27,8 @@ COMMANDS = {
     "plan": "sdplan.cli.plan:plan",
     "calibrations": "sdplan.cli.calibrations:calibrations",
     "show": "sdplan.cli.show:show",
+    "check": "sdplan.cli.check:check",
+    "capacity": "sdplan.cli.capacity:capacity",
 }
 
 
@@ -83,6 +85,8 @@ def cli() -> None:
       sdplan plan --acceptance 0.8 --rates 1:20:1 --draft-lengths 1-6
       sdplan calibrations                  list shipped calibrations
       sdplan show -c NAME_OR_FILE          inspect and validate one
+      sdplan check --rate 8 --slo 'e2e:mean<=5s'          SLO gate for CI
+      sdplan capacity --slo 'e2e:mean<=5s' --target-rate 100   replicas
 
     Exit status: 0 ok, 1 SLO violated, 2 usage error, 3 invalid input file,
     4 infeasible, 5 missing optional dependency, 70 internal error, 130 interrupted.

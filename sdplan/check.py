@@ -1,0 +1,103 @@
+"""The SLO gate: predict one operating point and check every SLO against it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sdplan import planner
+from sdplan.errors import ExitStatus, InvalidValueError
+from sdplan.slo import SLO, OperatingPoint, Verdict, evaluate
+
+if TYPE_CHECKING:
+    from sdplan.model import Coefficients
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckReport:
+    """Outcome of ``sdplan check``.
+
+    Attributes
+    ----------
+    draft_length : int
+        The draft length evaluated; 0 means SD off.
+    mode : str
+        ``best`` (chosen by the planner among ``candidates``), ``fixed`` or ``off``.
+    """
+
+    rate_rps: float
+    alpha: float
+    mode: str
+    draft_length: int
+    candidates: tuple[int, ...]
+    point: OperatingPoint
+    batch: float
+    regime: str
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(verdict.passed for verdict in self.verdicts)
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return ExitStatus.OK if self.passed else ExitStatus.SLO_VIOLATED
+
+
+def run_check(
+    coefficients: Coefficients,
+    rate_rps: float,
+    alpha: float,
+    mode: str,
+    draft_length: int | None,
+    candidates: list[int],
+    slos: list[SLO],
+) -> CheckReport:
+    """Evaluate the configuration at ``rate_rps`` and check ``slos``.
+
+    ``mode`` is ``best`` (the latency-optimal option among no SD and
+    ``candidates``), ``fixed`` (``draft_length``) or ``off`` (no SD).
+    """
+    from sdplan import model
+
+    if not slos:
+        raise InvalidValueError("no SLO to check; give --slo (e.g. --slo 'e2e:mean<=2s') or slos in the workload file")
+    if mode == "fixed":
+        if draft_length is None or draft_length < 1:
+            raise InvalidValueError("a fixed draft length must be >= 1")
+        ks = [draft_length]
+    else:
+        ks = candidates
+    result = planner.plan(coefficients, [rate_rps], ks, [alpha])
+    if mode == "off":
+        chosen = 0
+    elif mode == "fixed":
+        chosen = int(draft_length)  # type: ignore[arg-type]
+    else:
+        best = int(result.best_k[0, 0])
+        chosen = best if best != planner.NONE_STABLE else 0
+    if chosen == 0:
+        latency, batch, rho = (result.baseline_latency_s[0], result.baseline_batch[0], result.baseline_utilisation[0])
+    else:
+        ik = ks.index(chosen)
+        latency, batch, rho = result.latency_s[0, 0, ik], result.batch[0, 0, ik], result.utilisation[0, 0, ik]
+    g = coefficients.output_tokens
+    tpot = float(model.time_per_output_token(latency, result.ttft_s, g)) if g > 1 else float("nan")
+    point = OperatingPoint(
+        e2e_s=float(latency),
+        ttft_s=result.ttft_s,
+        tpot_s=tpot,
+        throughput_tok_s=rate_rps * g,
+        utilisation=float(rho),
+    )
+    return CheckReport(
+        rate_rps=float(rate_rps),
+        alpha=float(alpha),
+        mode=mode,
+        draft_length=chosen,
+        candidates=tuple(ks),
+        point=point,
+        batch=float(batch),
+        regime=str(model.regime(rho)),
+        verdicts=tuple(evaluate(slos, point)),
+    )

@@ -1,0 +1,90 @@
+"""``sdplan capacity``: highest request rate under SLOs per draft length, replicas, k schedule."""
+
+from __future__ import annotations
+
+import click
+
+from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
+from sdplan.cli._options import calibration_option, output_options, workload_options
+
+
+@click.command()
+@workload_file_option
+@calibration_option
+@click.option("--slo", "slos", multiple=True, metavar="EXPR",
+              help="SLO, repeatable (see sdplan check). At least one must bound the rate: e2e, tpot or utilisation.")
+@click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",
+              help="Draft lengths to evaluate (list or range). Default: the file's, else 1-8.")
+@click.option("--target-rate", type=click.FloatRange(min=0), metavar="RPS",
+              help="Total request rate to serve, req/s: prints replicas for no SD and the best SD option.")
+@click.option("--gpus-per-replica", type=click.IntRange(min=1), metavar="N",
+              help="GPUs per replica, for GPU counts. Default: the file's, else the calibration's tensor parallel size.")
+@click.option("--gpu-hour-cost", type=click.FloatRange(min=0), metavar="USD",
+              help="Cost of one GPU-hour in USD, for cost per hour and per million output tokens.")
+@click.option("--max-batch-size", type=click.IntRange(min=1), metavar="N",
+              help="Largest batch size (vLLM max_num_seqs) covered by the k schedule. Default: the file's, else 256.")
+@click.option("--spec-method", default="draft_model", show_default=True, metavar="METHOD",
+              help="vLLM speculative method written by --format vllm-config (draft_model, eagle, eagle3, mtp, ...).")
+@workload_options
+@output_options(formats=("table", "json", "vllm-config"))
+def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...], draft_lengths: str | None,
+             target_rate: float | None, gpus_per_replica: int | None, gpu_hour_cost: float | None,
+             max_batch_size: int | None, spec_method: str, prompt_tokens: int | None, output_tokens: int | None,
+             acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
+             draft_acceptance_rate: list[float] | None, acceptance_k: int | None, fmt: str, output: str | None,
+             ascii_only: bool) -> None:
+    """Highest request rate per replica that meets the SLOs, for no SD and each k.
+
+    Inverts the model in closed form (e.g. lambda = (1 - C1/L_SLO)/C2 for a
+    mean-latency SLO) per option and reports the binding SLO, the saturation
+    and break-even rates. With --target-rate: replicas needed without SD and
+    with the best SD option (and GPUs and cost with --gpus-per-replica and
+    --gpu-hour-cost). --format vllm-config prints the latency-optimal k per
+    batch size as a vLLM --speculative-config.
+
+    \b
+    Examples:
+      sdplan capacity --slo 'e2e:mean<=4s' --acceptance 0.8
+      sdplan capacity -w chat.toml --target-rate 120 --gpu-hour-cost 2.5
+      sdplan capacity --slo 'tpot:mean<=20ms' --format vllm-config
+    """
+    from sdplan.capacity import capacity as solve_capacity
+    from sdplan.capacity import fleet
+    from sdplan.errors import InfeasibleError, InvalidValueError
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render.check import capacity_document, render_capacity, vllm_config
+    from sdplan.schedule import batch_size_schedule
+    from sdplan.workload import resolve_slos
+
+    inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
+                            acceptance_length, draft_acceptance_rate, acceptance_k)
+    file = inputs.file
+    candidates = candidate_lengths(draft_lengths, file)
+    alpha = inputs.workload.acceptance.alphas[0]
+    coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
+    max_batch = max_batch_size or (file.max_batch_size if file and file.max_batch_size else 256)
+    schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch)
+    if fmt == "vllm-config":
+        emit(vllm_config(schedule, spec_method, str(inputs.calibration.provenance.get("draft_model", ""))), output)
+        return
+    parsed = resolve_slos(slos, file)
+    if not parsed:
+        raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
+    cap = solve_capacity(coefficients, candidates, alpha, parsed)
+    target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
+    gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
+        inputs.calibration.provenance.get("tensor_parallel_size")
+    cost = gpu_hour_cost if gpu_hour_cost is not None else (file.gpu_hour_cost_usd if file else None)
+    fleets = None
+    if target is not None:
+        g = coefficients.output_tokens
+        no_sd = fleet("off", float(cap.max_rate_rps[0]), target, g, gpus, cost)
+        best_sd = cap.best_speculative
+        with_sd = (fleet(cap.label(best_sd), float(cap.max_rate_rps[best_sd]), target, g, gpus, cost)
+                   if best_sd > 0 else None)
+        fleets = (no_sd, with_sd)
+    document = capacity_document(cap, parsed, inputs.context(), target, fleets, schedule)
+    terminal = output in (None, "-") and stdout_is_terminal()
+    emit(render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
+    if cap.best < 0:
+        raise InfeasibleError("no option meets the SLOs at any request rate (see the binding SLO per option)")

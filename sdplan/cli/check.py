@@ -1,0 +1,92 @@
+"""``sdplan check``: an SLO gate for CI (exit 0 met, 1 violated)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
+from sdplan.cli._options import calibration_option, output_options, workload_options
+
+
+def _draft_length(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None or value in ("best", "off"):
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not a draft length, 'best' or 'off'") from None
+    if k < 0:
+        raise click.BadParameter("draft length must be >= 0 (0 means off)")
+    return "off" if k == 0 else str(k)
+
+
+@click.command()
+@workload_file_option
+@calibration_option
+@click.option("-r", "--rate", "rate", type=float, metavar="RPS",
+              help="Request rate to check, req/s. Default: traffic.request_rate_rps of the workload file.")
+@click.option("--slo", "slos", multiple=True, metavar="EXPR",
+              help="SLO, repeatable: 'e2e:mean<=2s', 'ttft:mean<=300ms', 'tpot:mean<=40ms', "
+              "'throughput>=2000tok/s', 'utilisation<=0.8'. Units required. Replaces the file's SLOs.")
+@click.option("--draft-length", "draft_length", callback=_draft_length, metavar="K|best|off",
+              help="Draft length to check: a number, 'off' (no SD), or 'best' (the planner's latency-optimal "
+              "choice among --draft-lengths). Default: the workload file's speculation mode, else best.")
+@click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",
+              help="Candidate draft lengths for 'best' (list or range). Default: the file's, else 1-8.")
+@workload_options
+@output_options(formats=("table", "json"))
+def check(workload_path: str | None, calibration: str | None, rate: float | None, slos: tuple[str, ...],
+          draft_length: str | None, draft_lengths: str | None, prompt_tokens: int | None, output_tokens: int | None,
+          acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
+          draft_acceptance_rate: list[float] | None, acceptance_k: int | None, fmt: str, output: str | None,
+          ascii_only: bool) -> None:
+    """Check SLOs at one request rate; exit 1 if any is missed.
+
+    Predicts the mean end-to-end latency, TTFT, TPOT, throughput and
+    utilisation of the configuration at the rate and compares each with its
+    SLO. An unstable rate (past saturation) fails every SLO. Prints a verdict
+    table (or JSON) on stdout and a one-line summary on stderr; under GitHub
+    Actions also ::error annotations. Percentile SLOs are refused: the model
+    predicts means.
+
+    \b
+    Exit status: 0 all SLOs met, 1 an SLO violated, 2 usage error,
+    3 invalid input file, 70 internal error.
+
+    \b
+    Examples:
+      sdplan check --rate 8 --slo 'e2e:mean<=5s' --slo 'tpot:mean<=15ms' --acceptance 0.8
+      sdplan check -w deploy/chat.toml --format json
+    """
+    from sdplan.check import run_check
+    from sdplan.errors import InvalidValueError
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render.check import check_summary, github_annotations, render_check
+    from sdplan.workload import resolve_slos
+
+    inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
+                            acceptance_length, draft_acceptance_rate, acceptance_k)
+    file = inputs.file
+    if rate is None:
+        rate = file.request_rate_rps if file is not None else None
+    if rate is None:
+        raise InvalidValueError("no request rate to check; give --rate RPS or traffic.request_rate_rps in the workload")
+    if rate < 0:
+        raise click.BadParameter("must be >= 0 req/s", param_hint="'--rate'")
+    if draft_length is None and file is not None and file.mode is not None:
+        draft_length = {"best": "best", "off": "off", "fixed": str(file.draft_length)}[file.mode]
+    choice = draft_length or "best"
+    mode = choice if choice in ("best", "off") else "fixed"
+    candidates = candidate_lengths(draft_lengths, file)
+    coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
+    report = run_check(coefficients, rate, inputs.workload.acceptance.alphas[0], mode,
+                       int(choice) if mode == "fixed" else None, candidates, resolve_slos(slos, file))
+    terminal = output in (None, "-") and stdout_is_terminal()
+    emit(render_check(report, inputs.context(), OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in github_annotations(report):
+            click.echo(line, err=True)
+    click.echo(check_summary(report), err=True)
+    raise SystemExit(int(report.exit_status))
