@@ -24,6 +24,8 @@ class ExitStatus(IntEnum):
     INFEASIBLE = 4
     #: An optional dependency (e.g. vLLM for ``calibrate``) is not installed.
     MISSING_DEPENDENCY = 5
+    #: The serving engine (vLLM) failed to start or to run on this machine.
+    ENGINE_ERROR = 6
     #: An unexpected internal error (a bug): never confused with an SLO miss.
     INTERNAL = 70
     #: Interrupted by Ctrl-C (128 + SIGINT).
@@ -68,3 +70,9 @@ class MissingDependencyError(SdplanError):
     """An optional extra is needed for this command."""
 
     exit_status = ExitStatus.MISSING_DEPENDENCY
+
+
+class EngineError(SdplanError):
+    """The serving engine could not start or run the measurement."""
+
+    exit_status = ExitStatus.ENGINE_ERROR

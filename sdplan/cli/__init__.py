@@ -29,6 +29,7 @@ COMMANDS = {
     "show": "sdplan.cli.show:show",
     "check": "sdplan.cli.check:check",
     "capacity": "sdplan.cli.capacity:capacity",
+    "calibrate": "sdplan.cli.calibrate:calibrate",
 }
 
 
@@ -59,7 +60,10 @@ class SdplanGroup(click.Group):
             return super().invoke(ctx)
         except SdplanError as error:
             raise ReportedError(str(error), error.exit_status) from error
-        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+        except (KeyboardInterrupt, click.Abort):
+            # click would report Ctrl-C as exit 1, which a CI gate reads as "SLO violated"
+            raise ReportedError("interrupted; files already written are kept", ExitStatus.INTERRUPTED) from None
+        except (click.exceptions.Exit, click.ClickException):
             raise
         except Exception as error:  # a bug: report it as such, never as exit 1
             if os.environ.get("SDPLAN_DEBUG"):
@@ -89,7 +93,8 @@ def cli() -> None:
       sdplan capacity --slo 'e2e:mean<=5s' --target-rate 100   replicas
 
     Exit status: 0 ok, 1 SLO violated, 2 usage error, 3 invalid input file,
-    4 infeasible, 5 missing optional dependency, 70 internal error, 130 interrupted.
+    4 infeasible, 5 missing optional dependency, 6 engine error, 70 internal error,
+    130 interrupted.
     See sdplan(1).
     """
 

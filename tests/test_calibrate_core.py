@@ -1,0 +1,157 @@
+"""The calibrator on synthetic engines: the fit recovers known coefficients; runs resume."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from sdplan.calibrate import (
+    GRIDS,
+    AcceptanceCounts,
+    Grid,
+    MeasurementStore,
+    fit_calibration,
+    measure,
+    plan_tasks,
+    step_model_document,
+)
+from sdplan.errors import InputFileError
+
+TRUE_TARGET = {"fixed_s": 0.012, "per_sequence_s": 2e-4, "per_query_token_s": 8e-4, "per_context_token_s": 3e-6}
+TRUE_DRAFT = {"fixed_s": 0.004, "per_sequence_s": 1e-4, "per_context_token_s": 1e-6}
+TRUE_OVERHEAD = 0.002
+TRUE_PREFILL = {"fixed_s": 0.003, "per_prompt_token_s": 4e-4}
+GRID = Grid(batch_sizes=(1, 2, 4, 8), draft_lengths=(1, 2, 4), prompt_tokens=(64, 256), prefill_tokens=(32, 128, 512),
+            decode_steps=10)
+
+
+class SyntheticRunner:
+    """Step times from known coefficients, with multiplicative noise."""
+
+    def __init__(self, noise: float = 0.01, seed: int = 7, fail_after: int | None = None) -> None:
+        self.random = random.Random(seed)
+        self.noise = noise
+        self.calls = 0
+        self.fail_after = fail_after
+
+    def _tick(self) -> None:
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise KeyboardInterrupt
+
+    def _jitter(self, value: float) -> float:
+        return value * (1.0 + self.random.gauss(0.0, self.noise))
+
+    def _target(self, batch: int, query: int, context: float) -> float:
+        t = TRUE_TARGET
+        return t["fixed_s"] + batch * (t["per_sequence_s"] + query * t["per_query_token_s"] + context * t["per_context_token_s"])
+
+    def target_steps(self, batch, draft_length, prompt_tokens, steps):
+        self._tick()
+        return [self._jitter(self._target(batch, draft_length + 1, prompt_tokens + i)) for i in range(steps)]
+
+    def speculative_steps(self, batch, draft_length, prompt_tokens, steps):
+        self._tick()
+        d = TRUE_DRAFT
+        out = []
+        for i in range(steps):
+            s = prompt_tokens + i
+            draft = draft_length * (d["fixed_s"] + batch * (d["per_sequence_s"] + s * d["per_context_token_s"]))
+            out.append(self._jitter(self._target(batch, draft_length + 1, s) + draft + TRUE_OVERHEAD))
+        return out
+
+    def prefill_seconds(self, prompt_tokens):
+        self._tick()
+        return self._jitter(TRUE_PREFILL["fixed_s"] + prompt_tokens * TRUE_PREFILL["per_prompt_token_s"])
+
+
+def run(tmp_path: Path, runner: SyntheticRunner, resume: bool = False):
+    store = MeasurementStore(tmp_path / "m.jsonl", {"grid": "test"})
+    done = store.start(resume)
+    return measure(plan_tasks(GRID), runner, GRID, store, done), store
+
+
+def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
+    measurements, _ = run(tmp_path, SyntheticRunner(noise=0.01))
+    fit = fit_calibration(measurements)
+    for key, value in TRUE_TARGET.items():
+        assert fit.target.as_dict()[key] == pytest.approx(value, rel=0.1), key
+    draft = fit.speculative.as_dict()
+    assert draft["draft_fixed_s"] == pytest.approx(TRUE_DRAFT["fixed_s"], rel=0.15)
+    assert draft["draft_per_context_token_s"] == pytest.approx(TRUE_DRAFT["per_context_token_s"], rel=0.3)
+    assert draft["overhead_fixed_s"] == pytest.approx(TRUE_OVERHEAD, abs=1.5e-3)
+    assert fit.prefill.as_dict()["per_prompt_token_s"] == pytest.approx(TRUE_PREFILL["per_prompt_token_s"], rel=0.05)
+    assert fit.r2 > 0.98
+    assert all(value >= 0 for table in step_model_document(fit).values() for value in table.values())
+
+
+def test_noiseless_fit_is_exact(tmp_path: Path) -> None:
+    measurements, _ = run(tmp_path, SyntheticRunner(noise=0.0))
+    fit = fit_calibration(measurements)
+    for key, value in TRUE_TARGET.items():
+        assert fit.target.as_dict()[key] == pytest.approx(value, rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9)
+
+
+def test_interrupted_run_keeps_measurements_and_resumes(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, SyntheticRunner(fail_after=5))
+    store = MeasurementStore(tmp_path / "m.jsonl", {"grid": "test"})
+    kept = store.load()
+    assert len(kept) == 2  # each prefill task costs 2 engine calls (one warm-up): the 6th call was interrupted
+    resumed_runner = SyntheticRunner()
+    measurements, _ = run(tmp_path, resumed_runner, resume=True)
+    assert len(measurements) == len(plan_tasks(GRID))
+    remaining = [t for t in plan_tasks(GRID) if t.key not in {m.key for m in kept}]
+    assert resumed_runner.calls == sum(2 if t.kind == "prefill" else 1 for t in remaining)  # nothing measured twice
+    assert {m.key for m in measurements} == {t.key for t in plan_tasks(GRID)}
+
+
+def test_csv_store_round_trips(tmp_path: Path) -> None:
+    store = MeasurementStore(tmp_path / "m.csv", {"grid": "csv"})
+    done = store.start(resume=False)
+    results = measure(plan_tasks(GRID)[:4], SyntheticRunner(), GRID, store, done)
+    assert store.load() == results
+
+
+def test_resume_refuses_another_configuration(tmp_path: Path) -> None:
+    store = MeasurementStore(tmp_path / "m.jsonl", {"grid": "test"})
+    store.start(resume=False)
+    other = MeasurementStore(tmp_path / "m.jsonl", {"grid": "other"})
+    with pytest.raises(InputFileError, match="another configuration"):
+        other.load()
+    (tmp_path / "junk.jsonl").write_text("not json\n")
+    with pytest.raises(InputFileError, match="not a measurement store"):
+        MeasurementStore(tmp_path / "junk.jsonl", {}).load()
+
+
+def test_grids_are_ordered_by_size() -> None:
+    sizes = [len(plan_tasks(GRIDS[name])) for name in ("quick", "standard", "thorough")]
+    assert sizes == sorted(sizes) and sizes[0] >= 10
+
+
+def test_acceptance_counts() -> None:
+    # vllm.md §5.4, successor draft "m3", k=3: 21 drafts, 63 draft tokens, 42 accepted, per position [21, 21, 0]
+    counts = AcceptanceCounts(num_drafts=21, num_draft_tokens=63, num_accepted_tokens=42, accepted_per_position=(21, 21, 0))
+    assert counts.draft_acceptance_rate == pytest.approx(2 / 3)
+    assert counts.mean_acceptance_length == pytest.approx(3.0)
+    assert counts.per_position_rates == (1.0, 1.0, 0.0)
+    alpha = counts.per_token_alpha
+    assert 1 + alpha + alpha**2 + alpha**3 == pytest.approx(3.0, rel=1e-9)
+    doc = counts.document("successor fixture")
+    assert doc["measured_at_k"] == 3 and "42 accepted" in doc["source"]
+
+
+def test_reference_acceptance_simulator_matches_published_counts() -> None:
+    """The reference used by the real-engine tests reproduces vllm.md §5.4 (k=3, 64 tokens)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_models import simulate_acceptance
+
+    prompt = list(range(10, 42))
+    published = {None: (16, 48, 48), 2: (32, 96, 32), 3: (21, 63, 42), 5: (25, 75, 38)}
+    for skip, counts in published.items():
+        assert simulate_acceptance(prompt, 64, 3, skip)[:3] == counts, skip

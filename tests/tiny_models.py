@@ -1,0 +1,87 @@
+"""Tiny Llama models built at test time (no downloads) for the real-engine tests.
+
+* :func:`dummy_config`: a folder with only ``config.json``, for ``--load-format dummy`` timing.
+* :func:`successor_models`: hand-built "successor" models with exactly known greedy behaviour
+  (``vllm.md`` §5.4): the target's next token is ``t + 1``; draft ``mX`` instead predicts
+  ``t + 2`` after every token with ``t % X == X - 1``, so acceptance is known exactly.
+
+Needs torch and transformers (installed with vLLM), imported lazily.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HIDDEN = 128  # vocab = hidden for the successor models; head_dim 32 is the CPU kernel's minimum
+
+
+def dummy_config(folder: Path, hidden: int, layers: int, heads: int = 4, vocab: int = 1000) -> Path:
+    from transformers import LlamaConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=4096,
+                tie_word_embeddings=False, architectures=["LlamaForCausalLM"], torch_dtype="float32").save_pretrained(folder)
+    return folder
+
+
+def _successor(folder: Path, layers: int, skip_every: int | None) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=HIDDEN, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
+                         tie_word_embeddings=False, architectures=["LlamaForCausalLM"], torch_dtype="float32")
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.eye(HIDDEN))
+        for layer in model.model.layers:  # each layer is the identity on the residual stream
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        head = torch.zeros(HIDDEN, HIDDEN)
+        for token in range(HIDDEN):
+            step = 2 if skip_every and token % skip_every == skip_every - 1 else 1
+            head[(token + step) % HIDDEN, token] = 1.0
+        model.lm_head.weight.copy_(head)
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def successor_models(root: Path, skips: tuple[int | None, ...] = (None, 2, 3, 5)) -> dict[str, Path]:
+    """The target and one draft per entry of ``skips`` (None: an exact draft)."""
+    models = {"target": _successor(root / "succ-target", layers=2, skip_every=None)}
+    for skip in skips:
+        name = "exact" if skip is None else f"m{skip}"
+        models[name] = _successor(root / f"succ-draft-{name}", layers=1, skip_every=skip)
+    return models
+
+
+def simulate_acceptance(prompt: list[int], output_tokens: int, k: int, skip_every: int | None) -> tuple[int, int, int, list[int]]:
+    """Reference counts (drafts, draft tokens, accepted, accepted per position) for successor models.
+
+    The target emits t+1 after t. Each cycle the draft proposes k tokens greedily from the last token;
+    they are accepted while they match the target, then the target adds one token (the bonus). Every
+    draft has k tokens and the last cycle may overshoot the budget, as in vLLM's counters.
+    """
+    def draft_next(token: int) -> int:
+        step = 2 if skip_every and token % skip_every == skip_every - 1 else 1
+        return (token + step) % HIDDEN
+
+    last = (prompt[-1] + 1) % HIDDEN  # prefill emits the first token
+    produced = 1
+    drafts = accepted = 0
+    per_position = [0] * k
+    while produced < output_tokens:
+        proposal, token = [], last
+        for _ in range(k):
+            token = draft_next(token)
+            proposal.append(token)
+        matched = 0
+        while matched < k and proposal[matched] == (last + matched + 1) % HIDDEN:
+            per_position[matched] += 1
+            matched += 1
+        drafts += 1
+        accepted += matched
+        produced += matched + 1
+        last = (last + matched + 1) % HIDDEN
+    return drafts, drafts * k, accepted, per_position
