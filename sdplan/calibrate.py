@@ -510,7 +510,7 @@ def calibration_document(
                 f"grid '{grid_name}': batch sizes {list(grid.batch_sizes)}, draft lengths {list(grid.draft_lengths)}, "
                 f"prompt tokens {list(grid.prompt_tokens)}, prefill tokens {list(grid.prefill_tokens)}, "
                 f"{grid.decode_steps} decode steps per point; load format {load_format}; "
-                f"{wall_seconds:.1f} s wall. Verify steps timed with a zero-cost fixed-k proposer; the draft's share "
+                f"{wall_seconds:.1f} s wall for this invocation (a resumed run counts only its own part). Verify steps timed with a zero-cost fixed-k proposer; the draft's share "
                 "is the real SD step minus the verify step. " + " ".join(fit.notes)
             ).strip(),
         },

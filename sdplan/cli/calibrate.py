@@ -36,6 +36,14 @@ def _read_prompts(path: str) -> list[list[int]]:
     return prompts
 
 
+def _relative(path: Path, output: Path) -> str:
+    """``path`` relative to the calibration's folder when it lies there (keeps the file portable)."""
+    try:
+        return str(path.resolve().relative_to(output.resolve().parent))
+    except ValueError:
+        return str(path)
+
+
 @click.command()
 @click.option("--target", required=True, metavar="MODEL", help="Target (verifier) model: a local folder or a name.")
 @click.option("--draft", metavar="MODEL", help="Draft model. Without it, draft costs are zero (n-gram-like proposer).")
@@ -134,7 +142,7 @@ def calibrate(target: str, draft: str | None, output: str, name: str | None, gri
     document = calibration_document(
         name=name or out.stem, fit=fit, engine=engine, target=target, draft=draft, dtype=dtype,
         tensor_parallel_size=tensor_parallel_size, grid_name=grid, grid=chosen, load_format=load_format,
-        wall_seconds=time.perf_counter() - started, measurements_path=str(store_path), acceptance=acceptance,
+        wall_seconds=time.perf_counter() - started, measurements_path=_relative(store_path, out), acceptance=acceptance,
         today=datetime.date.today(), version=__version__,
     )
     parse_calibration(document, str(out))  # never write a file sdplan itself would reject
