@@ -80,13 +80,14 @@ def test_zero_load_speedup_is_c1_ratio(c: Coefficients, alpha: float, k: int) ->
 
 
 @settings(max_examples=200)
-@given(random_coefficients(), st.floats(0.01, 0.99), st.integers(1, 10))
-def test_speedup_is_one_at_break_even(c: Coefficients, alpha: float, k: int) -> None:
-    c1_d, c2_d = model.baseline_demand(c)
-    c1, c2 = model.speculative_demand(c, alpha, k)
-    even = model.break_even(c1_d, c2_d, c1, c2)
-    rate = float(even.rate_rps)
-    assume(numpy.isfinite(rate))
+@given(st.floats(0.1, 10.0), st.floats(1e-3, 1.0), st.floats(0.05, 0.98), st.floats(1.02, 5.0), st.booleans())
+def test_speedup_is_one_at_break_even(c1_d: float, c2_d: float, c1_ratio: float, c2_ratio: float, flip: bool) -> None:
+    # A break-even exists when SD is better on one demand and worse on the other; try both orders.
+    c1_r, c2_r = (1 / c1_ratio, 1 / c2_ratio) if flip else (c1_ratio, c2_ratio)
+    c1, c2 = c1_d * c1_r, c2_d * c2_r
+    even = model.break_even(c1_d, c2_d, numpy.array([c1]), numpy.array([c2]))
+    rate = float(even.rate_rps[0])
+    assert numpy.isfinite(rate) and rate > 0
     latency_d = model.mean_latency(c1_d, c2_d, rate)
     latency_sd = model.mean_latency(c1, c2, rate)
     assert numpy.isfinite(latency_d) and numpy.isfinite(latency_sd)  # lies below both saturation rates
@@ -94,7 +95,20 @@ def test_speedup_is_one_at_break_even(c: Coefficients, alpha: float, k: int) -> 
     # and the side on which SD wins is the one reported
     below = rate * 0.5
     faster_below = float(model.mean_latency(c1, c2, below)) < float(model.mean_latency(c1_d, c2_d, below))
-    assert faster_below == bool(even.sd_faster_below)
+    assert faster_below == bool(even.sd_faster_below[0]) == (not flip)
+
+
+@given(random_coefficients(), st.floats(0.01, 0.99), st.integers(1, 10))
+def test_break_even_from_random_coefficients_is_consistent(c: Coefficients, alpha: float, k: int) -> None:
+    c1_d, c2_d = model.baseline_demand(c)
+    c1, c2 = model.speculative_demand(c, alpha, k)
+    even = model.break_even(c1_d, c2_d, c1, c2)
+    crosses = (float(c1) - c1_d) * (float(c2) - c2_d) < 0
+    assert numpy.isfinite(float(even.rate_rps)) == crosses
+    if crosses:
+        rate = float(even.rate_rps)
+        ratio = model.speedup(model.mean_latency(c1_d, c2_d, rate), model.mean_latency(c1, c2, rate))
+        assert float(ratio) == pytest.approx(1.0, rel=1e-9)
 
 
 def test_speedup_equation_2_form() -> None:

@@ -22,8 +22,8 @@ from sdplan.fileio import atomic_write_text
 
 #: Version of every JSON document sdplan prints; bump on incompatible changes.
 JSON_SCHEMA_VERSION = 1
-#: Width used when the output is not a terminal, so logs never wrap tables.
-LOG_WIDTH = 200
+#: Width used when the output is not a terminal: tables take their natural width, never wrapped or cut.
+LOG_WIDTH = 1000
 
 
 class OutputFormat(str, Enum):
@@ -56,7 +56,7 @@ def make_console(style: Style, stream: Any, terminal: bool) -> Any:
     color = terminal and style.color and not style.ascii and "NO_COLOR" not in os.environ
     return Console(
         file=stream,
-        width=shutil.get_terminal_size((LOG_WIDTH, 24)).columns if terminal else LOG_WIDTH,
+        width=shutil.get_terminal_size((120, 24)).columns if terminal else LOG_WIDTH,
         force_terminal=color,
         no_color=not color,
         color_system="auto" if color else None,
