@@ -14,7 +14,7 @@ class ExitStatus(IntEnum):
     """Process exit codes of every ``sdplan`` command."""
 
     OK = 0
-    #: ``check``: at least one SLO is missed (unstable counts as missed).
+    #: A gate failed: ``check`` missed an SLO (unstable counts), ``validate`` exceeded ``--max-error``.
     SLO_VIOLATED = 1
     #: Bad command line: unknown option, malformed value, conflicting flags.
     USAGE = 2

@@ -30,6 +30,8 @@ COMMANDS = {
     "check": "sdplan.cli.check:check",
     "capacity": "sdplan.cli.capacity:capacity",
     "calibrate": "sdplan.cli.calibrate:calibrate",
+    "fit": "sdplan.cli.fit:fit",
+    "validate": "sdplan.cli.validate:validate",
 }
 
 

@@ -125,15 +125,11 @@ def calibration_option(fn: FuncT) -> FuncT:
     )(fn)
 
 
-def workload_options(fn: FuncT) -> FuncT:
-    """Prompt/output lengths and acceptance in any of the three metrics."""
+def acceptance_options(fn: FuncT) -> FuncT:
+    """Acceptance in any of the three metrics (see sdplan(1), ACCEPTANCE METRICS)."""
     return _apply(
         fn,
         [
-            click.option("--prompt-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
-                         help="Prompt length p in tokens. Default: the calibration's reference workload."),
-            click.option("--output-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
-                         help="Output length g in tokens. Default: the calibration's reference workload."),
             click.option("--acceptance", "acceptance_alpha", callback=_fraction_list, metavar="ALPHAS",
                          help="Per-token acceptance probability alpha in [0, 1]; a list or range gives one "
                          "table each (e.g. 0.6,0.8 or 0.5:0.9:0.1). Default: the calibration's measured "
@@ -146,6 +142,20 @@ def workload_options(fn: FuncT) -> FuncT:
                          "(vLLM spec_decode_acceptance_rate; 0.62 or 62%), measured at --acceptance-k."),
             click.option("--acceptance-k", "acceptance_k", type=click.IntRange(min=1), metavar="K",
                          help="Draft length at which --acceptance-length or --draft-acceptance-rate was measured."),
+        ],
+    )
+
+
+def workload_options(fn: FuncT) -> FuncT:
+    """Prompt/output lengths and acceptance in any of the three metrics."""
+    return _apply(
+        fn,
+        [
+            click.option("--prompt-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+                         help="Prompt length p in tokens. Default: the calibration's reference workload."),
+            click.option("--output-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+                         help="Output length g in tokens. Default: the calibration's reference workload."),
+            acceptance_options,
         ],
     )
 
@@ -165,21 +175,20 @@ def grid_options(fn: FuncT) -> FuncT:
     )
 
 
-def output_options(formats: tuple[str, ...] = ("table", "json", "csv")) -> Callable[[FuncT], FuncT]:
-    """``--format``, ``-o/--output`` and ``--ascii``."""
+def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), to_file: bool = True) -> Callable[[FuncT], FuncT]:
+    """``--format``, ``-o/--output`` (unless ``to_file`` is False) and ``--ascii``."""
 
     def decorate(fn: FuncT) -> FuncT:
-        return _apply(
-            fn,
-            [
-                click.option("-f", "--format", "fmt", type=click.Choice(formats), default="table", show_default=True,
-                             help="Output format. JSON and CSV carry units in every field name."),
-                click.option("-o", "--output", metavar="PATH",
-                             help="Write the result to PATH (atomically) instead of stdout; '-' is stdout."),
-                click.option("--ascii", "ascii_only", is_flag=True,
-                             help="ASCII table borders and no colour (for logs; NO_COLOR is honoured too)."),
-            ],
-        )
+        options = [
+            click.option("-f", "--format", "fmt", type=click.Choice(formats), default="table", show_default=True,
+                         help="Output format. JSON and CSV carry units in every field name."),
+            click.option("--ascii", "ascii_only", is_flag=True,
+                         help="ASCII table borders and no colour (for logs; NO_COLOR is honoured too)."),
+        ]
+        if to_file:
+            options.insert(1, click.option("-o", "--output", metavar="PATH",
+                                           help="Write the result to PATH (atomically) instead of stdout; '-' is stdout."))
+        return _apply(fn, options)
 
     return decorate
 

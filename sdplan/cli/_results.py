@@ -1,0 +1,43 @@
+"""Options shared by ``fit`` and ``validate``: result files, format, and what the files may not say."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from sdplan.cli._options import _apply, acceptance_options
+
+
+def results_options(fn: Any) -> Any:
+    return _apply(fn, [
+        click.argument("results", nargs=-1, required=True, metavar="RESULTS..."),
+        click.option("--input-format", type=click.Choice(("auto", "vllm", "guidellm", "csv")), default="auto",
+                     show_default=True, help="Format of RESULTS: vLLM bench serve JSON, GuideLLM report, or CSV "
+                     "(request_rate_rps, draft_length, acceptance, prompt_tokens, output_tokens, mean_e2e_latency_s"
+                     "[, mean_concurrency]). auto detects it."),
+        click.option("--draft-length", "draft_length", type=click.IntRange(min=0), metavar="K",
+                     help="Draft length of runs whose files do not record it (GuideLLM; vLLM without spec_decode "
+                     "fields). 0 means no SD."),
+        acceptance_options,
+    ])
+
+
+def override_alpha(alpha: list[float] | None, length: list[float] | None, rate: list[float] | None,
+                   k: int | None) -> float | None:
+    """One per-token alpha from the acceptance flags, or None when none is given."""
+    from sdplan.acceptance import AcceptanceMetric, make_acceptance
+    from sdplan.errors import InvalidValueError
+
+    given = [(m, v) for m, v in ((AcceptanceMetric.PER_TOKEN, alpha), (AcceptanceMetric.MEAN_LENGTH, length),
+                                 (AcceptanceMetric.DRAFT_RATE, rate)) if v is not None]
+    if not given:
+        if k is not None:
+            raise InvalidValueError("--acceptance-k needs --acceptance-length or --draft-acceptance-rate")
+        return None
+    if len(given) > 1:
+        raise InvalidValueError("give acceptance in one metric only")
+    metric, values = given[0]
+    if len(values) != 1:
+        raise InvalidValueError("give a single acceptance value for result files")
+    return make_acceptance(metric, tuple(values), k, "command line").alphas[0]

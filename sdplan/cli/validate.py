@@ -1,0 +1,78 @@
+"""``sdplan validate``: the model's error against real benchmark results."""
+
+from __future__ import annotations
+
+import click
+
+from sdplan.cli._options import calibration_option, output_options
+from sdplan.cli._results import override_alpha, results_options
+
+
+def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    from sdplan.cli._options import parse_number
+
+    text = value.strip()
+    number = parse_number(text, "error limit") * (100.0 if text.endswith("%") else 1.0)
+    if not text.endswith("%") and number < 1:
+        number *= 100.0  # 0.1 means 10%
+    if number <= 0:
+        raise click.BadParameter("must be > 0, e.g. 10%")
+    return number
+
+
+@click.command()
+@calibration_option
+@results_options
+@click.option("--max-error", callback=_percent, metavar="PERCENT",
+              help="Exit 1 when the mean absolute percentage error exceeds this (10% or 0.1).")
+@output_options(formats=("table", "json"))
+def validate(calibration: str | None, results: tuple[str, ...], input_format: str, draft_length: int | None,
+             acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
+             draft_acceptance_rate: list[float] | None, acceptance_k: int | None, max_error: float | None,
+             fmt: str, output: str | None, ascii_only: bool) -> None:
+    """Compare the model's predictions with measured mean latencies.
+
+    For every run: measured and predicted mean end-to-end latency at the
+    achieved rate and the error. Summary: MAPE, signed bias, R2, worst run,
+    quality grade, and whether the fastest draft length per rate agrees.
+    Runs not at steady state are skipped with the reason.
+
+    \b
+    Exit status: 0 (and within --max-error), 1 error above --max-error,
+    2 usage, 3 invalid file, 4 no usable run.
+
+    \b
+    Examples:
+      sdplan validate -c mybox.toml results/*.json
+      sdplan validate -c mybox.toml runs.csv --max-error 10% --format json
+    """
+    from sdplan.calibration import resolve_calibration
+    from sdplan.errors import ExitStatus
+    from sdplan.fit import validate as run_validation
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render.fit import render_validate, validate_document
+    from sdplan.results import load_runs
+
+    cal = resolve_calibration(calibration)
+    alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k)
+    if alpha is None and cal.acceptance is not None:
+        alpha_default = cal.acceptance.per_token_alpha
+    else:
+        alpha_default = None
+    runs, warnings = load_runs(list(results), input_format, draft_length, alpha)
+    if alpha_default is not None:
+        from dataclasses import replace
+
+        runs = [replace(r, alpha=alpha_default) if r.draft_length > 0 and r.alpha is None else r for r in runs]
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    result = run_validation(cal.coefficients_at, runs)
+    context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method}}
+    document = validate_document(result, context, max_error)
+    terminal = output in (None, "-") and stdout_is_terminal()
+    emit(render_validate(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
+    if not document["passed"]:
+        click.echo(f"sdplan validate: FAIL: MAPE {result.mape_pct:.2f}% exceeds {max_error:g}%", err=True)
+        raise SystemExit(int(ExitStatus.SLO_VIOLATED))

@@ -1,0 +1,180 @@
+"""Views of ``sdplan fit`` and ``sdplan validate`` reports."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from sdplan import __version__
+from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
+
+if TYPE_CHECKING:
+    from sdplan.fit import ConfigurationFit, PooledFit, Validation
+    from sdplan.results import BenchmarkRun
+
+
+def _run(run: BenchmarkRun) -> dict[str, Any]:
+    return {
+        "source": run.source,
+        "request_rate_rps": run.requested_rate_rps,
+        "achieved_rate_rps": run.achieved_rate_rps,
+        "draft_length_tokens": run.draft_length,
+        "per_token_alpha": run.alpha,
+        "prompt_tokens": run.prompt_tokens,
+        "output_tokens": run.output_tokens,
+        "mean_e2e_latency_s": run.mean_e2e_latency_s,
+        "notes": list(run.notes),
+    }
+
+
+def _option(run: BenchmarkRun) -> str:
+    return "off" if run.draft_length == 0 else f"k={run.draft_length} a={run.alpha:.3f}" if run.alpha is not None \
+        else f"k={run.draft_length}"
+
+
+def fit_document(pooled: PooledFit, configurations: list[ConfigurationFit], kept: list[BenchmarkRun],
+                 dropped: list[tuple[BenchmarkRun, str]], holdout: Validation | None, output: str,
+                 warnings: list[str]) -> dict[str, Any]:
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "sdplan_version": __version__,
+        "command": "fit",
+        "calibration_written": output,
+        "pooled": {
+            "coefficients_s": pooled.values,
+            "stderr_s": pooled.stderr,
+            "reference_workload": {"prompt_tokens": pooled.reference_prompt_tokens,
+                                   "output_tokens": pooled.reference_output_tokens},
+            "r2": pooled.r2, "rmse_s": pooled.rmse_s, "mape_pct": pooled.mape_pct, "points": pooled.points,
+        },
+        "configurations": [
+            {"draft_length_tokens": c.draft_length, "per_token_alpha": c.alpha, "prompt_tokens": c.prompt_tokens,
+             "output_tokens": c.output_tokens, "c1_s": c.c1_s, "c2_s": c.c2_s, "c1_stderr_s": c.c1_stderr_s,
+             "c2_stderr_s": c.c2_stderr_s, "r2": c.r2, "points": c.points}
+            for c in configurations
+        ],
+        "runs_used": [_run(run) for run in kept],
+        "runs_dropped": [{**_run(run), "reason": reason} for run, reason in dropped],
+        "holdout": validation_summary(holdout) if holdout else None,
+        "warnings": warnings,
+    }
+
+
+def validation_summary(result: Validation) -> dict[str, Any]:
+    worst = result.worst
+    agree, total = result.best_k_agreement
+    return {
+        "runs": len(result.errors),
+        "mape_pct": finite_or_none(result.mape_pct),
+        "bias_pct": finite_or_none(result.bias_pct),
+        "bias_direction": "neutral" if not math.isfinite(result.bias_pct) or abs(result.bias_pct) < 1
+        else ("over-predict" if result.bias_pct > 0 else "under-predict"),
+        "r2": result.r2,
+        "quality": result.quality,
+        "worst": {"source": worst.run.source, "error_pct": finite_or_none(worst.error_pct) if worst.error_pct is not None
+                  else None} if worst else None,
+        "best_k_agreement": {"agree": agree, "compared": total},
+    }
+
+
+def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    if fmt is OutputFormat.JSON:
+        return to_json(document)
+
+    def draw(console: Any) -> None:
+        from rich.table import Table
+
+        pooled = document["pooled"]
+        ref = pooled["reference_workload"]
+        table = Table(title=f"Pooled fit at {ref['prompt_tokens']} prompt / {ref['output_tokens']} output tokens "
+                      f"(R2 {pooled['r2']:.4f}, MAPE {pooled['mape_pct']:.2f}%, {pooled['points']} runs)",
+                      box=table_box(style), title_justify="left")
+        for header in ("coefficient", "value (s)", "std. error (s)"):
+            table.add_column(header, justify="left" if header == "coefficient" else "right")
+        for name, value in pooled["coefficients_s"].items():
+            error = pooled["stderr_s"][name]
+            table.add_row(name, f"{value:.6g}", f"{error:.3g}" if math.isfinite(error) else "inf")
+        console.print(table)
+        per = Table(title="Per configuration: L = C1 / (1 - lambda C2)", box=table_box(style), title_justify="left")
+        for header in ("k", "alpha", "prompt", "output", "C1 (s)", "C2 (s/req)", "R2", "runs"):
+            per.add_column(header, justify="right")
+        for c in document["configurations"]:
+            per.add_row("off" if c["draft_length_tokens"] == 0 else str(c["draft_length_tokens"]),
+                        "-" if c["per_token_alpha"] is None else f"{c['per_token_alpha']:.3f}",
+                        f"{c['prompt_tokens']:g}", f"{c['output_tokens']:g}",
+                        f"{c['c1_s']:.4g} +/- {c['c1_stderr_s']:.2g}", f"{c['c2_s']:.4g} +/- {c['c2_stderr_s']:.2g}",
+                        f"{c['r2']:.4f}", str(c["points"]))
+        console.print(per)
+        if document["runs_dropped"]:
+            dropped = Table(title="Runs left out (not at steady state or incomplete)", box=table_box(style),
+                            title_justify="left")
+            dropped.add_column("run")
+            dropped.add_column("reason")
+            for run in document["runs_dropped"]:
+                dropped.add_row(run["source"], run["reason"])
+            console.print(dropped)
+        holdout = document.get("holdout")
+        if holdout:
+            console.print(f"held-out runs: {holdout['runs']}, MAPE {holdout['mape_pct']:.2f}%, R2 {holdout['r2']:.4f} "
+                          f"({holdout['quality']})")
+        for warning in document["warnings"]:
+            console.print(f"warning: {warning}")
+        console.print(f"wrote {document['calibration_written']}")
+
+    return render_rich(draw, style, terminal)
+
+
+def validate_document(result: Validation, context: dict[str, Any], max_error_pct: float | None) -> dict[str, Any]:
+    summary = validation_summary(result)
+    passed = max_error_pct is None or (math.isfinite(result.mape_pct) and result.mape_pct <= max_error_pct)
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "sdplan_version": __version__,
+        "command": "validate",
+        **context,
+        "summary": summary,
+        "max_error_pct": max_error_pct,
+        "passed": passed,
+        "runs": [{**_run(e.run), "predicted_e2e_latency_s": finite_or_none(e.predicted_s),
+                  "error_pct": e.error_pct} for e in result.errors],
+        "runs_skipped": [{**_run(run), "reason": reason} for run, reason in result.skipped],
+    }
+
+
+def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    if fmt is OutputFormat.JSON:
+        return to_json(document)
+
+    def draw(console: Any) -> None:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=f"Measured vs predicted mean E2E latency ({document['calibration']['name']})",
+                      box=table_box(style), title_justify="left")
+        for header in ("run", "rate (req/s)", "option", "prompt", "output", "measured (s)", "predicted (s)", "error"):
+            table.add_column(header, justify="left" if header in ("run", "option") else "right")
+        for run in document["runs"]:
+            error = run["error_pct"]
+            k = run["draft_length_tokens"]
+            option = "off" if k == 0 else f"k={k} a={run['per_token_alpha']:.3f}"
+            table.add_row(run["source"], f"{run['achieved_rate_rps']:.4g}", option, f"{run['prompt_tokens']:.4g}",
+                          f"{run['output_tokens']:.4g}", f"{run['mean_e2e_latency_s']:.4g}",
+                          "unstable" if run["predicted_e2e_latency_s"] is None else f"{run['predicted_e2e_latency_s']:.4g}",
+                          Text("unstable", style="red") if error is None
+                          else Text(f"{error:+.1f}%", style="red" if abs(error) > 10 else ""))
+        console.print(table)
+        for run in document["runs_skipped"]:
+            console.print(f"skipped {run['source']}: {run['reason']}")
+        s = document["summary"]
+        agree = s["best_k_agreement"]
+        worst = s["worst"]
+        console.print(
+            f"MAPE {s['mape_pct']:.2f}% ({s['quality']}), bias {s['bias_pct']:+.2f}% ({s['bias_direction']}), "
+            f"R2 {s['r2']:.4f}, worst {worst['source']} "
+            f"{'unstable' if worst['error_pct'] is None else format(worst['error_pct'], '+.1f') + '%'}; "
+            f"best k agrees at {agree['agree']} of {agree['compared']} rates"
+            if s["mape_pct"] is not None else "MAPE: infinite (some measured runs are predicted unstable)")
+        if document["max_error_pct"] is not None:
+            console.print(("PASS" if document["passed"] else "FAIL") + f": MAPE limit {document['max_error_pct']:g}%")
+
+    return render_rich(draw, style, terminal)

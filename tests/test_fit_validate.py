@@ -1,0 +1,180 @@
+"""``sdplan fit`` and ``sdplan validate``: readers, screening, recovery, errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdplan.calibration import load_calibration
+from sdplan.errors import ExitStatus, InfeasibleError
+from sdplan.fit import fit_configurations, fit_pooled, validate
+from sdplan.results import read_results, screen
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results_fixtures import TRUE, write_csv, write_guidellm, write_vllm  # noqa: E402
+
+FITTED = ("c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s", "c1d_s", "c2d_s")
+
+
+def test_vllm_reader_normalises_units_and_acceptance(tmp_path) -> None:
+    paths = write_vllm(tmp_path)
+    runs = [read_results(path)[0][0] for path in paths]
+    base = next(r for r in runs if r.draft_length == 0)
+    assert base.prompt_tokens == 1024 and base.output_tokens == 512 and base.alpha is None
+    spec = next(r for r in runs if r.draft_length == 4 and r.alpha is not None and r.alpha > 0.8)
+    assert spec.alpha == pytest.approx(0.85, abs=2e-3)  # from spec_decode_acceptance_length at k = 4
+    assert spec.mean_e2e_latency_s > 1.0  # ms converted to s
+
+
+def test_vllm_reader_old_versions_and_missing_e2el(tmp_path) -> None:
+    paths = write_vllm(tmp_path, with_e2el=False, old_goodput_key=True)
+    run = read_results(paths[0])[0][0]
+    assert any("derived" in note for note in run.notes)
+    document = json.loads(paths[0].read_text())
+    assert run.mean_e2e_latency_s == pytest.approx(
+        (document["mean_ttft_ms"] + document["mean_tpot_ms"] * (512 - 1)) / 1e3)
+    document["request_rate"] = "inf"
+    paths[0].write_text(json.dumps(document))
+    run = read_results(paths[0])[0][0]
+    assert run.open_loop_unbounded and run.requested_rate_rps is None
+    assert "max-load run" in screen(run)[0]
+
+
+def test_guidellm_reader_units(tmp_path) -> None:
+    path = write_guidellm(tmp_path / "g.json", 0, None)
+    runs, warnings = read_results(path)
+    assert warnings == [] and len(runs) == 6
+    assert runs[0].mean_ttft_s == pytest.approx(TRUE.c1p_s)  # ms -> s
+    assert runs[0].mean_concurrency == pytest.approx(runs[0].achieved_rate_rps * runs[0].mean_e2e_latency_s)
+    old = write_guidellm(tmp_path / "old.json", 0, None, version=None)
+    assert "schema unverified" in read_results(old)[1][0]
+
+
+def test_screen_reasons(tmp_path) -> None:
+    runs, _ = read_results(write_guidellm(tmp_path / "g.json", 0, None, little_off=True, throughput_run=True))
+    reasons = [screen(run) for run in runs]
+    assert all(any("Little's law" in r for r in rs) for rs in reasons)
+    assert any("max-load" in r for r in reasons[-1])
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.02])
+def test_pooled_fit_recovers_coefficients(tmp_path, noise) -> None:
+    runs = [read_results(p)[0][0] for p in write_vllm(tmp_path, noise=noise)]
+    pooled = fit_pooled(runs)
+    tolerance = 1e-3 if noise == 0 else 0.15
+    for name in FITTED:
+        assert pooled.values[name] == pytest.approx(getattr(TRUE, name), rel=tolerance), name
+    # c1p is weakly identified next to g/E * c1v; with noise it must at least lie within 3 standard errors
+    assert abs(pooled.values["c1p_s"] - TRUE.c1p_s) <= max(3 * pooled.stderr["c1p_s"], tolerance * TRUE.c1p_s)
+    assert pooled.r2 > 0.99 and pooled.reference_prompt_tokens == 1024
+    configurations = fit_configurations(runs)
+    assert len(configurations) == 6 and all(c.r2 > 0.99 for c in configurations)
+
+
+def test_fit_needs_a_baseline_and_enough_runs(tmp_path) -> None:
+    runs = [read_results(p)[0][0] for p in write_vllm(tmp_path)]
+    with pytest.raises(InfeasibleError, match="baseline"):
+        fit_pooled([r for r in runs if r.draft_length > 0])
+    with pytest.raises(InfeasibleError, match="at least 4"):
+        fit_pooled(runs[:3])
+
+
+def test_validate_exact_model_has_zero_error(tmp_path) -> None:
+    runs, _ = read_results(write_csv(tmp_path / "runs.csv"))
+    result = validate(lambda p, g: TRUE, runs)
+    assert result.mape_pct == pytest.approx(0.0, abs=1e-9) and result.r2 == pytest.approx(1.0)
+    agree, total = result.best_k_agreement
+    assert total > 0 and agree == total
+    assert result.quality == "excellent"
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_fit_writes_a_calibration_plan_can_use(sdplan, tmp_path) -> None:
+    paths = write_vllm(tmp_path / "runs", noise=0.01)
+    out = tmp_path / "fitted.toml"
+    result = sdplan("fit", *map(str, paths), "-o", str(out), "--hardware", "1x H100", "--target-model", "llama-8b",
+                    "--draft-model", "llama-1b", "-f", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["command"] == "fit" and report["pooled"]["r2"] > 0.99 and report["runs_dropped"] == []
+    cal = load_calibration(out)
+    assert cal.method == "fit" and cal.provenance["hardware"] == "1x H100"
+    assert all("sha256:" in source for source in cal.provenance["sources"])
+    assert cal.document["fit_quality"]["points"] == 36
+    plan = sdplan("plan", "-c", str(out), "--rates", "1", "--acceptance", "0.85")
+    assert plan.exit_code == 0
+    check = sdplan("validate", "-c", str(out), *map(str, paths), "--max-error", "5%", "-f", "json")
+    assert check.exit_code == 0, check.output
+    summary = json.loads(check.stdout)["summary"]
+    assert summary["mape_pct"] < 5 and summary["best_k_agreement"]["compared"] > 0
+
+
+def test_cli_fit_reports_dropped_runs(sdplan, tmp_path) -> None:
+    saturated = json.loads(write_vllm(tmp_path / "a")[5].read_text())
+    saturated["request_rate"] = saturated["request_throughput"] * 2  # asked for twice what it got
+    failed = dict(saturated, request_rate=saturated["request_throughput"], failed=50)
+    paths = write_vllm(tmp_path / "b", extra_runs=[saturated, failed])
+    result = sdplan("fit", *map(str, paths), "-o", str(tmp_path / "f.toml"), "--ascii")
+    assert result.exit_code == 0, result.output
+    assert "saturated" in result.stdout and "requests failed" in result.stdout
+
+
+def test_cli_fit_guidellm_with_flags(sdplan, tmp_path) -> None:
+    base = write_guidellm(tmp_path / "base.json", 0, None)
+    spec = write_guidellm(tmp_path / "spec.json", 4, 0.85)
+    out = tmp_path / "g.toml"
+    # GuideLLM does not record SD settings, and --draft-length applies to every file of the invocation:
+    # marking all runs as SD leaves no baseline, which fit refuses (exit 4); mixed settings go through CSV
+    result = sdplan("fit", str(base), str(spec), "-o", str(out), "--draft-length", "4", "--acceptance", "0.85")
+    assert result.exit_code == ExitStatus.INFEASIBLE  # every run is now an SD run: no baseline
+    assert "baseline" in result.stderr
+    csv_path = write_csv(tmp_path / "runs.csv", noise=0.01)
+    result = sdplan("fit", str(csv_path), "-o", str(out), "--holdout", "0.25", "-f", "json")
+    assert result.exit_code == 0, result.output
+    holdout = json.loads(result.stdout)["holdout"]
+    assert holdout["runs"] == 9 and holdout["mape_pct"] < 5
+
+
+def test_cli_validate_max_error_gate(sdplan, tmp_path) -> None:
+    paths = write_vllm(tmp_path, noise=0.0)
+    # the default roofline calibration is a different machine: far off, and the gate says so
+    result = sdplan("validate", *map(str, paths), "--max-error", "10%")
+    assert result.exit_code == ExitStatus.SLO_VIOLATED
+    assert "FAIL: MAPE" in result.stderr
+    result = sdplan("validate", *map(str, paths), "--ascii")
+    assert result.exit_code == 0 and "MAPE" in result.stdout and "measured (s)" in result.stdout
+
+
+@pytest.mark.parametrize(("content", "suffix", "where"), [
+    ("{not json", ".json", "invalid JSON"),
+    ('{"hello": 1}', ".json", "unrecognised result format"),
+    ('{"completed": 10, "request_throughput": 1.0, "total_output_tokens": 5}', ".json", "total_input_tokens"),
+    ('{"completed": "ten"}', ".json", "completed: expected a number"),
+    ('{"completed": 10, "request_throughput": 1, "total_input_tokens": 1, "total_output_tokens": 1}', ".json",
+     "mean_e2el_ms"),
+    ('{"benchmarks": [{"metrics": {}}]}', ".json", "requests_per_second.successful.mean: missing"),
+    ("request_rate_rps,draft_length\n1,0\n", ".csv", "acceptance: missing column"),
+    ("request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s\n1,0,1.5,10,10,1\n",
+     ".csv", "line 2: acceptance"),
+    ("request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s\n1,0,0.5,10,10,abc\n",
+     ".csv", "line 2: mean_e2e_latency_s"),
+])
+def test_malformed_results_exit_3_with_file_and_field(sdplan, tmp_path, content, suffix, where) -> None:
+    path = tmp_path / f"bad{suffix}"
+    path.write_text(content)
+    for command in (["fit", str(path), "-o", str(tmp_path / "x.toml")], ["validate", str(path)]):
+        result = sdplan(*command)
+        assert result.exit_code == ExitStatus.BAD_INPUT, result.output
+        assert str(path) in result.stderr and where in result.stderr
+        assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "x.toml").exists()
+
+
+def test_missing_results_file(sdplan, tmp_path) -> None:
+    result = sdplan("validate", str(tmp_path / "none.json"))
+    assert result.exit_code == ExitStatus.BAD_INPUT and "no such file" in result.stderr
