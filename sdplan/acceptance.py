@@ -39,6 +39,7 @@ class AcceptanceMetric(str, Enum):
     PER_TOKEN = "per-token"
     MEAN_LENGTH = "mean-length"
     DRAFT_RATE = "draft-rate"
+    PER_POSITION = "per-position"
 
     @property
     def description(self) -> str:
@@ -46,6 +47,8 @@ class AcceptanceMetric(str, Enum):
             AcceptanceMetric.PER_TOKEN: "per-token acceptance probability alpha",
             AcceptanceMetric.MEAN_LENGTH: "mean acceptance length (tokens per cycle, bonus token included)",
             AcceptanceMetric.DRAFT_RATE: "draft acceptance rate (fraction of drafted tokens accepted)",
+            AcceptanceMetric.PER_POSITION: "per-position acceptance rates (fraction of drafts accepted up to "
+            "position i, as vLLM reports them)",
         }[self]
 
 
@@ -115,6 +118,51 @@ def expected_tokens_per_position(position_rates: FloatArray) -> FloatArray:
 
     rates = np.asarray(position_rates, dtype=np.float64)
     return 1.0 + np.cumprod(rates, axis=-1).sum(axis=-1)
+
+
+def tokens_from_position_rates(position_rates: tuple[float, ...], draft_lengths: FloatArray) -> FloatArray:
+    """Expected tokens per cycle at each draft length from vLLM's per-position rates.
+
+    Parameters
+    ----------
+    position_rates : tuple of float, length K
+        ``r_i``: the fraction of drafts whose position ``i`` was accepted (so
+        positions ``1..i`` all were), vLLM's
+        ``spec_decode_per_position_acceptance_rates``; non-increasing.
+    draft_lengths : array_like of int, each in [1, K]
+
+    Returns
+    -------
+    numpy.ndarray
+        ``E(k) = 1 + sum_{i<=k} r_i``. With conditional rates ``a_j`` this is
+        ``1 + sum_i prod_{j<=i} a_j`` since ``r_i = prod_{j<=i} a_j``
+        (model.md §4.2); equal ``a_j = alpha`` gives ``E(alpha, k)``.
+    """
+    import numpy as np
+
+    ks = np.asarray(draft_lengths, dtype=np.int64)
+    if np.any(ks < 1) or np.any(ks > len(position_rates)):
+        raise InvalidValueError(
+            f"per-position acceptance covers draft lengths 1..{len(position_rates)}; "
+            "restrict --draft-lengths to that range (positions beyond it were not measured)"
+        )
+    cumulative = np.concatenate([[0.0], np.cumsum(np.asarray(position_rates, dtype=np.float64))])
+    return 1.0 + cumulative[ks]
+
+
+def validate_position_rates(rates: tuple[float, ...]) -> tuple[float, ...]:
+    """Check per-position rates: each in [0, 1] and non-increasing (accepting i needs i-1)."""
+    if not rates:
+        raise InvalidValueError("per-position acceptance needs at least one rate")
+    for index, rate in enumerate(rates):
+        if not 0.0 <= rate <= 1.0 or rate != rate:
+            raise InvalidValueError(f"per-position rate {index + 1} must lie in [0, 1], got {rate}")
+        if index and rate > rates[index - 1] + 1e-12:
+            raise InvalidValueError(
+                "per-position rates must not increase: position i is accepted only if position i-1 was "
+                "(give vLLM's spec_decode_per_position_acceptance_rates, not conditional rates)"
+            )
+    return tuple(float(rate) for rate in rates)
 
 
 def mean_length_from_alpha(alpha: FloatArray | float, k: int) -> FloatArray:
@@ -208,10 +256,24 @@ class AcceptanceSpec:
     measured_at_k: int | None
     alphas: tuple[float, ...]
     source: str
+    position_rates: tuple[float, ...] | None = None
+
+    def tokens_per_cycle(self, draft_lengths: FloatArray) -> FloatArray:
+        """``E`` per (acceptance row, draft length), shape (a, k)."""
+        import numpy as np
+
+        ks = np.asarray(draft_lengths)
+        if self.position_rates is not None:
+            return tokens_from_position_rates(self.position_rates, ks)[None, :]
+        return expected_tokens_per_cycle(np.asarray(self.alphas)[:, None], ks[None, :].astype(np.float64))
 
     def describe(self) -> str:
         """One line saying what was received and what it became."""
         alphas = ", ".join(f"{a:.3f}" for a in self.alphas)
+        if self.position_rates is not None:
+            rates = ", ".join(f"{r:.3g}" for r in self.position_rates)
+            return (f"per-position rates [{rates}] (E(k) = 1 + sum of the first k; i.i.d.-equivalent alpha at "
+                    f"k={len(self.position_rates)}: {alphas}) ({self.source})")
         if self.metric is AcceptanceMetric.PER_TOKEN:
             return f"per-token alpha = {alphas} ({self.source})"
         given = ", ".join(f"{v:g}" for v in self.values)
@@ -237,6 +299,11 @@ def make_acceptance(
     if not values:
         raise InvalidValueError("acceptance needs at least one value")
     arr = np.asarray(values, dtype=np.float64)
+    if metric is AcceptanceMetric.PER_POSITION:
+        rates = validate_position_rates(tuple(float(v) for v in values))
+        equivalent = alpha_from_mean_length(1.0 + sum(rates), len(rates))
+        return AcceptanceSpec(metric=metric, values=rates, measured_at_k=len(rates),
+                              alphas=(float(equivalent),), source=source, position_rates=rates)
     if metric is AcceptanceMetric.PER_TOKEN:
         if np.any(~np.isfinite(arr)) or np.any(arr < 0.0) or np.any(arr > 1.0):
             raise InvalidValueError(

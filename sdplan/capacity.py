@@ -75,7 +75,8 @@ class Capacity:
         return int(np.argmax(rates)) + 1 if np.any(self.feasible[1:]) else -1
 
 
-def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO]) -> Capacity:
+def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO],
+             tokens_per_cycle: FloatArray | None = None) -> Capacity:
     """Highest request rate meeting all SLOs, per option.
 
     Raises
@@ -92,7 +93,10 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         )
     c1_d, c2_d = model.baseline_demand(coefficients)
     ks = np.asarray(draft_lengths, dtype=np.float64)
-    c1_sd, c2_sd = model.speculative_demand(coefficients, alpha, ks)
+    if tokens_per_cycle is None:
+        c1_sd, c2_sd = model.speculative_demand(coefficients, alpha, ks)
+    else:
+        c1_sd, c2_sd = model.demand_from_tokens(coefficients, np.asarray(tokens_per_cycle, dtype=np.float64), ks)
     c1 = np.concatenate([[c1_d], np.atleast_1d(c1_sd)])
     c2 = np.concatenate([[c2_d], np.atleast_1d(c2_sd)])
     ttft = model.time_to_first_token(coefficients)

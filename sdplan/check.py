@@ -52,6 +52,7 @@ def run_check(
     draft_length: int | None,
     candidates: list[int],
     slos: list[SLO],
+    tokens_per_cycle: object = None,
 ) -> CheckReport:
     """Evaluate the configuration at ``rate_rps`` and check ``slos``.
 
@@ -68,7 +69,7 @@ def run_check(
         ks = [draft_length]
     else:
         ks = candidates
-    result = planner.plan(coefficients, [rate_rps], ks, [alpha])
+    result = planner.plan(coefficients, [rate_rps], ks, [alpha], tokens_per_cycle=tokens_per_cycle)  # type: ignore[arg-type]
     if mode == "off":
         chosen = 0
     elif mode == "fixed":

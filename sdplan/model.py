@@ -102,7 +102,17 @@ def speculative_demand(
         C1 = c1p + (g/E)(c1v + k c1d),   C2 = c2p + (g/E)(c2v + k c2d),
         E  = (1 - alpha**(k+1)) / (1 - alpha).
     """
-    cycles = coeffs.output_tokens / expected_tokens_per_cycle(alpha, k)
+    return demand_from_tokens(coeffs, expected_tokens_per_cycle(alpha, k), k)
+
+
+def demand_from_tokens(
+    coeffs: Coefficients, tokens_per_cycle: FloatArray, k: FloatArray | int
+) -> tuple[FloatArray, FloatArray]:
+    """``(C1, C2)`` of eq. (3) for a given ``E`` (tokens per cycle) rather than an alpha.
+
+    Used for per-position acceptance, where ``E(k) = 1 + sum_{i<=k} r_i``.
+    """
+    cycles = coeffs.output_tokens / tokens_per_cycle
     c1 = coeffs.c1p_s + cycles * (coeffs.c1v_s + k * coeffs.c1d_s)
     c2 = coeffs.c2p_s + cycles * (coeffs.c2v_s + k * coeffs.c2d_s)
     return c1, c2

@@ -88,6 +88,10 @@ class Plan:
     saturation_rate_rps: FloatArray
     break_even_rate_rps: FloatArray
     sd_faster_below_break_even: npt.NDArray[np.bool_]
+    goodput_latency_s: FloatArray | None = None
+    goodput_k: IntArray | None = None
+    zero_load_k: IntArray | None = None
+    zero_load_k_latency_s: FloatArray | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -99,6 +103,8 @@ def plan(
     rates_rps: FloatArray | list[float],
     draft_lengths: IntArray | list[int],
     alphas: FloatArray | list[float],
+    tokens_per_cycle: FloatArray | None = None,
+    goodput_policy: bool = False,
 ) -> Plan:
     """Evaluate the SD latency model over the whole grid at once.
 
@@ -112,6 +118,12 @@ def plan(
         Draft lengths to consider, >= 1 (no SD is always considered).
     alphas : array_like, shape (a,)
         Per-token acceptance probabilities in [0, 1].
+    tokens_per_cycle : array_like, shape (a, k), optional
+        ``E`` per acceptance row and draft length, overriding ``E(alpha, k)``
+        (per-position acceptance); ``alphas`` then only label the rows.
+    goodput_policy : bool
+        Also solve the goodput-adaptive policy (:mod:`sdplan.policy`) and the
+        single draft length a user would tune at zero load.
 
     Returns
     -------
@@ -144,10 +156,12 @@ def plan(
     base_latency = model.mean_latency(c1_d, c2_d, rates)
     base_batch = model.effective_batch(rates, base_latency)
 
-    a_ak = alpha[:, None]
     k_ak = ks[None, :].astype(np.float64)
-    tokens = expected_tokens_per_cycle(a_ak, k_ak)  # (a, k)
-    c1, c2 = model.speculative_demand(coefficients, a_ak, k_ak)  # (a, k)
+    if tokens_per_cycle is None:
+        tokens = expected_tokens_per_cycle(alpha[:, None], k_ak)  # (a, k)
+    else:
+        tokens = np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size))
+    c1, c2 = model.demand_from_tokens(coefficients, tokens, k_ak)  # (a, k)
     lam = rates[None, :, None]  # (1, r, 1)
     latency = model.mean_latency(c1[:, None, :], c2[:, None, :], lam)  # (a, r, k)
     batch = model.effective_batch(lam, latency)
@@ -165,6 +179,22 @@ def plan(
     best_speedup = model.speedup(np.broadcast_to(base_latency[None, :], best_latency.shape), best_latency)
 
     even = model.break_even(c1_d, c2_d, c1, c2)
+    policy_fields: dict[str, object] = {}
+    if goodput_policy:
+        from sdplan.policy import goodput_latency
+
+        c1_all = np.concatenate([np.full((alpha.size, 1), c1_d), c1], axis=1)
+        c2_all = np.concatenate([np.full((alpha.size, 1), c2_d), c2], axis=1)
+        adaptive = goodput_latency(c1_all, c2_all, rates)
+        zero_load = np.argmin(c1_all, axis=1)  # the option tuned at batch size 1, kept at every load
+        static = np.take_along_axis(candidates, np.broadcast_to(zero_load[:, None, None], (alpha.size, rates.size, 1)),
+                                    axis=2)[..., 0]
+        policy_fields = {
+            "goodput_latency_s": adaptive.latency_s,
+            "goodput_k": np.where(np.isfinite(adaptive.latency_s), k_with_off[adaptive.option], NONE_STABLE),
+            "zero_load_k": k_with_off[zero_load],
+            "zero_load_k_latency_s": static,
+        }
     return Plan(
         coefficients=coefficients,
         alphas=alpha,
@@ -192,11 +222,13 @@ def plan(
         saturation_rate_rps=model.saturation_rate(c2),
         break_even_rate_rps=even.rate_rps,
         sd_faster_below_break_even=even.sd_faster_below,
+        **policy_fields,  # type: ignore[arg-type]
     )
 
 
 def default_rates(
-    coefficients: Coefficients, draft_lengths: list[int], alphas: list[float], count: int = 12
+    coefficients: Coefficients, draft_lengths: list[int], alphas: list[float], count: int = 12,
+    tokens_per_cycle: FloatArray | None = None,
 ) -> list[float]:
     """A rate grid spanning zero load to the highest saturation rate of any option.
 
@@ -210,7 +242,8 @@ def default_rates(
     _, c2_d = model.baseline_demand(coefficients)
     a = np.asarray(alphas, dtype=np.float64)[:, None]
     k = np.asarray(draft_lengths, dtype=np.float64)[None, :]
-    _, c2 = model.speculative_demand(coefficients, a, k)
+    tokens = expected_tokens_per_cycle(a, k) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
+    _, c2 = model.demand_from_tokens(coefficients, tokens, k)
     saturation = np.concatenate([[model.saturation_rate(c2_d)], model.saturation_rate(c2).ravel()])
     finite = saturation[np.isfinite(saturation)]
     top = float(finite.max()) if finite.size else 1.0

@@ -40,6 +40,7 @@ def resolve_acceptance(
     draft_rate: Sequence[float] | None = None,
     measured_at_k: int | None = None,
     source: str = "command line",
+    position_rates: Sequence[float] | None = None,
 ) -> AcceptanceSpec:
     """Acceptance from at most one metric, or the calibration's, or the default.
 
@@ -55,17 +56,18 @@ def resolve_acceptance(
             (AcceptanceMetric.PER_TOKEN, alpha),
             (AcceptanceMetric.MEAN_LENGTH, mean_length),
             (AcceptanceMetric.DRAFT_RATE, draft_rate),
+            (AcceptanceMetric.PER_POSITION, position_rates),
         )
         if values is not None
     ]
     if len(given) > 1:
         raise InvalidValueError(
             "give acceptance in one metric only: --acceptance (per-token alpha), "
-            "--acceptance-length or --draft-acceptance-rate"
+            "--acceptance-length, --draft-acceptance-rate or --position-acceptance"
         )
     if given:
         metric, values = given[0]
-        if metric is AcceptanceMetric.PER_TOKEN and measured_at_k is not None:
+        if metric in (AcceptanceMetric.PER_TOKEN, AcceptanceMetric.PER_POSITION) and measured_at_k is not None:
             raise InvalidValueError("--acceptance-k applies to --acceptance-length or --draft-acceptance-rate only")
         return make_acceptance(metric, tuple(values), measured_at_k, source)
     if measured_at_k is not None:
@@ -90,6 +92,7 @@ def resolve_workload(
     draft_rate: Sequence[float] | None = None,
     measured_at_k: int | None = None,
     source: str = "command line",
+    position_rates: Sequence[float] | None = None,
 ) -> Workload:
     """The workload with every default applied (see the module docstring)."""
     prompt = prompt_tokens if prompt_tokens is not None else calibration.reference_prompt_tokens
@@ -103,6 +106,7 @@ def resolve_workload(
         draft_rate=draft_rate,
         measured_at_k=measured_at_k,
         source=source,
+        position_rates=position_rates,
     )
     return Workload(prompt_tokens=int(prompt), output_tokens=int(output), acceptance=acceptance)
 
@@ -142,6 +146,8 @@ def _workload_schema() -> object:
                                         minimum=0.0, maximum=1.0),
                     "measured_at_k": Field("int", "draft length the acceptance was measured at", required=False,
                                            minimum=1),
+                    "position_rates": Field("float_list", "vLLM's per-position acceptance rates r_1..r_K",
+                                            required=False, minimum=0.0, maximum=1.0),
                 },
                 required=False,
             ),
@@ -180,6 +186,7 @@ class WorkloadFile:
     mean_length: float | None = None
     draft_rate: float | None = None
     measured_at_k: int | None = None
+    position_rates: tuple[float, ...] | None = None
     mode: str | None = None
     draft_length: int | None = None
     draft_lengths: tuple[int, ...] | None = None
@@ -207,10 +214,11 @@ def load_workload_file(path: str) -> WorkloadFile:
                              f"version {version} is not supported; this sdplan reads {WORKLOAD_SCHEMA_VERSION}")
     validate(document, _workload_schema(), path)  # type: ignore[arg-type]
     acceptance = document.get("acceptance", {})
-    metrics = [key for key in ("per_token_alpha", "mean_length", "draft_rate") if key in acceptance]
+    metrics = [key for key in ("per_token_alpha", "mean_length", "draft_rate", "position_rates") if key in acceptance]
     if len(metrics) > 1:
-        raise InputFileError(path, "acceptance", f"give one of per_token_alpha, mean_length, draft_rate, not {metrics}")
-    if metrics and metrics[0] != "per_token_alpha" and "measured_at_k" not in acceptance:
+        raise InputFileError(path, "acceptance",
+                             f"give one of per_token_alpha, mean_length, draft_rate, position_rates, not {metrics}")
+    if metrics and metrics[0] in ("mean_length", "draft_rate") and "measured_at_k" not in acceptance:
         raise InputFileError(path, "acceptance.measured_at_k", f"{metrics[0]} needs the draft length it was measured at")
     speculation = document.get("speculation", {})
     if speculation.get("mode") == "fixed" and "draft_length" not in speculation:
@@ -237,6 +245,7 @@ def load_workload_file(path: str) -> WorkloadFile:
         mean_length=acceptance.get("mean_length"),
         draft_rate=acceptance.get("draft_rate"),
         measured_at_k=acceptance.get("measured_at_k"),
+        position_rates=tuple(acceptance["position_rates"]) if "position_rates" in acceptance else None,
         mode=speculation.get("mode"),
         draft_length=speculation.get("draft_length"),
         draft_lengths=tuple(int(k) for k in lengths) if lengths is not None else None,

@@ -56,7 +56,8 @@ class Inputs:
 
 def resolve_inputs(workload_path: str | None, calibration: str | None, prompt_tokens: int | None,
                    output_tokens: int | None, alpha: list[float] | None, mean_length: list[float] | None,
-                   draft_rate: list[float] | None, acceptance_k: int | None) -> Inputs:
+                   draft_rate: list[float] | None, acceptance_k: int | None,
+                   position_rates: list[float] | None = None) -> Inputs:
     """Load the workload file (if any) and the calibration, apply flags over file values."""
     from sdplan.calibration import resolve_calibration
     from sdplan.errors import InvalidValueError
@@ -65,18 +66,22 @@ def resolve_inputs(workload_path: str | None, calibration: str | None, prompt_to
     file = load_workload_file(workload_path) if workload_path else None
     cal = resolve_calibration(calibration or (file.calibration if file else None))
     source = "command line"
-    if file is not None and alpha is None and mean_length is None and draft_rate is None and acceptance_k is None:
+    if (file is not None and alpha is None and mean_length is None and draft_rate is None and acceptance_k is None
+            and position_rates is None):
         if file.alpha is not None:
             alpha, source = [file.alpha], f"workload file {file.path}"
         elif file.mean_length is not None:
             mean_length, acceptance_k, source = [file.mean_length], file.measured_at_k, f"workload file {file.path}"
         elif file.draft_rate is not None:
             draft_rate, acceptance_k, source = [file.draft_rate], file.measured_at_k, f"workload file {file.path}"
+        elif file.position_rates is not None:
+            position_rates, source = list(file.position_rates), f"workload file {file.path}"
     workload = resolve_workload(
         cal,
         prompt_tokens=prompt_tokens if prompt_tokens is not None else (file.prompt_tokens if file else None),
         output_tokens=output_tokens if output_tokens is not None else (file.output_tokens if file else None),
         alpha=alpha, mean_length=mean_length, draft_rate=draft_rate, measured_at_k=acceptance_k, source=source,
+        position_rates=position_rates,
     )
     if len(workload.acceptance.alphas) != 1:
         raise InvalidValueError("give a single acceptance value here (one operating point is evaluated)")

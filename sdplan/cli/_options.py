@@ -142,6 +142,10 @@ def acceptance_options(fn: FuncT) -> FuncT:
                          "(vLLM spec_decode_acceptance_rate; 0.62 or 62%), measured at --acceptance-k."),
             click.option("--acceptance-k", "acceptance_k", type=click.IntRange(min=1), metavar="K",
                          help="Draft length at which --acceptance-length or --draft-acceptance-rate was measured."),
+            click.option("--position-acceptance", "position_acceptance", callback=_fraction_list, metavar="RATES",
+                         help="Per-position acceptance rates r_1..r_K as vLLM reports them "
+                         "(spec_decode_per_position_acceptance_rates: fraction of drafts accepted up to position i), "
+                         "instead of one alpha: E(k) = 1 + r_1 + ... + r_k, for k <= K."),
         ],
     )
 

@@ -24,11 +24,14 @@ def results_options(fn: Any) -> Any:
 
 
 def override_alpha(alpha: list[float] | None, length: list[float] | None, rate: list[float] | None,
-                   k: int | None) -> float | None:
+                   k: int | None, positions: list[float] | None = None) -> float | None:
     """One per-token alpha from the acceptance flags, or None when none is given."""
     from sdplan.acceptance import AcceptanceMetric, make_acceptance
     from sdplan.errors import InvalidValueError
 
+    if positions is not None:
+        raise InvalidValueError("--position-acceptance is not used for result files: fits take one alpha per run "
+                                "(vLLM files carry their own spec_decode fields)")
     given = [(m, v) for m, v in ((AcceptanceMetric.PER_TOKEN, alpha), (AcceptanceMetric.MEAN_LENGTH, length),
                                  (AcceptanceMetric.DRAFT_RATE, rate)) if v is not None]
     if not given:

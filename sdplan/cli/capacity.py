@@ -31,7 +31,8 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
              target_rate: float | None, gpus_per_replica: int | None, gpu_hour_cost: float | None,
              max_batch_size: int | None, spec_method: str, prompt_tokens: int | None, output_tokens: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
-             draft_acceptance_rate: list[float] | None, acceptance_k: int | None, fmt: str, output: str | None,
+             draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
+             fmt: str, output: str | None,
              ascii_only: bool) -> None:
     """Highest request rate per replica that meets the SLOs, for no SD and each k.
 
@@ -57,20 +58,21 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     from sdplan.workload import resolve_slos
 
     inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
-                            acceptance_length, draft_acceptance_rate, acceptance_k)
+                            acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
     file = inputs.file
     candidates = candidate_lengths(draft_lengths, file)
     alpha = inputs.workload.acceptance.alphas[0]
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     max_batch = max_batch_size or (file.max_batch_size if file and file.max_batch_size else 256)
-    schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch)
+    tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]
+    schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens)
     if fmt == "vllm-config":
         emit(vllm_config(schedule, spec_method, str(inputs.calibration.provenance.get("draft_model", ""))), output)
         return
     parsed = resolve_slos(slos, file)
     if not parsed:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
-    cap = solve_capacity(coefficients, candidates, alpha, parsed)
+    cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens)
     target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
     gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
         inputs.calibration.provenance.get("tensor_parallel_size")

@@ -40,7 +40,8 @@ def _draft_length(ctx: click.Context, param: click.Parameter, value: str | None)
 def check(workload_path: str | None, calibration: str | None, rate: float | None, slos: tuple[str, ...],
           draft_length: str | None, draft_lengths: str | None, prompt_tokens: int | None, output_tokens: int | None,
           acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
-          draft_acceptance_rate: list[float] | None, acceptance_k: int | None, fmt: str, output: str | None,
+          draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
+          fmt: str, output: str | None,
           ascii_only: bool) -> None:
     """Check SLOs at one request rate; exit 1 if any is missed.
 
@@ -67,7 +68,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     from sdplan.workload import resolve_slos
 
     inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
-                            acceptance_length, draft_acceptance_rate, acceptance_k)
+                            acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
     file = inputs.file
     if rate is None:
         rate = file.request_rate_rps if file is not None else None
@@ -81,8 +82,10 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     mode = choice if choice in ("best", "off") else "fixed"
     candidates = candidate_lengths(draft_lengths, file)
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
-    report = run_check(coefficients, rate, inputs.workload.acceptance.alphas[0], mode,
-                       int(choice) if mode == "fixed" else None, candidates, resolve_slos(slos, file))
+    fixed = int(choice) if mode == "fixed" else None
+    tokens = inputs.workload.acceptance.tokens_per_cycle([fixed] if fixed else candidates)
+    report = run_check(coefficients, rate, inputs.workload.acceptance.alphas[0], mode, fixed, candidates,
+                       resolve_slos(slos, file), tokens_per_cycle=tokens)
     terminal = output in (None, "-") and stdout_is_terminal()
     emit(render_check(report, inputs.context(), OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
     if os.environ.get("GITHUB_ACTIONS") == "true":

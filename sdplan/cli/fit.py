@@ -23,6 +23,7 @@ from sdplan.cli._results import override_alpha, results_options
 @output_options(formats=("table", "json"), to_file=False)
 def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, acceptance_alpha: list[float] | None,
         acceptance_length: list[float] | None, draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
+        position_acceptance: list[float] | None,
         calibration_out: str, name: str | None, hardware: str, target_model: str, draft_model: str,
         engine_version: str, holdout: float | None, seed: int, fmt: str, ascii_only: bool) -> None:
     """Fit a calibration to real benchmark results.
@@ -52,7 +53,8 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
     from sdplan.render.fit import fit_document, render_fit
     from sdplan.results import file_digest, load_runs, screen
 
-    alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k)
+    alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
+                           position_acceptance)
     runs, warnings = load_runs(list(results), input_format, draft_length, alpha)
     kept, dropped = [], []
     for run in runs:

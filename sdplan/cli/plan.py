@@ -11,6 +11,9 @@ from sdplan.cli._options import calibration_option, grid_options, output_options
 @calibration_option
 @workload_options
 @grid_options
+@click.option("--policy", type=click.Choice(("best-static", "goodput")), default="best-static", show_default=True,
+              help="best-static: the best draft length per rate. goodput: also the SmartSpec-style policy that picks "
+              "k per step by goodput at the load's batch size (Little's law), beside the single k tuned at zero load.")
 @output_options()
 def plan(
     calibration: str | None,
@@ -20,8 +23,10 @@ def plan(
     acceptance_length: list[float] | None,
     draft_acceptance_rate: list[float] | None,
     acceptance_k: int | None,
+    position_acceptance: list[float] | None,
     rates: list[float] | None,
     draft_lengths: list[int],
+    policy: str,
     fmt: str,
     output: str | None,
     ascii_only: bool,
@@ -55,12 +60,15 @@ def plan(
         mean_length=acceptance_length,
         draft_rate=draft_acceptance_rate,
         measured_at_k=acceptance_k,
+        position_rates=position_acceptance,
     )
     coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
     alphas = list(workload.acceptance.alphas)
+    tokens = workload.acceptance.tokens_per_cycle(draft_lengths)
     if rates is None:
-        rates = planner.default_rates(coefficients, draft_lengths, alphas)
-    result = planner.plan(coefficients, rates, draft_lengths, alphas)
+        rates = planner.default_rates(coefficients, draft_lengths, alphas, tokens_per_cycle=tokens)
+    result = planner.plan(coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
+                          goodput_policy=policy == "goodput")
     inputs = planner.PlanInputs(
         calibration_name=cal.name,
         calibration_path=cal.path,

@@ -30,7 +30,8 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @output_options(formats=("table", "json"))
 def validate(calibration: str | None, results: tuple[str, ...], input_format: str, draft_length: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
-             draft_acceptance_rate: list[float] | None, acceptance_k: int | None, max_error: float | None,
+             draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
+        position_acceptance: list[float] | None, max_error: float | None,
              fmt: str, output: str | None, ascii_only: bool) -> None:
     """Compare the model's predictions with measured mean latencies.
 
@@ -56,7 +57,8 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     from sdplan.results import load_runs
 
     cal = resolve_calibration(calibration)
-    alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k)
+    alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
+                           position_acceptance)
     if alpha is None and cal.acceptance is not None:
         alpha_default = cal.acceptance.per_token_alpha
     else:

@@ -109,9 +109,25 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
                     point["speedup"] = None
                 speculative.append({"draft_length_tokens": int(k), **point})
             best_k = int(plan.best_k[ia, ir])
+            policies = None
+            if plan.goodput_latency_s is not None:
+                gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
+                zk = int(plan.zero_load_k[ia])  # type: ignore[index]
+                policies = {
+                    "goodput": {
+                        "mean_e2e_latency_s": finite_or_none(plan.goodput_latency_s[ia, ir]),
+                        "draft_length_tokens": gk if gk > 0 else None,
+                        "speculation": "unstable" if gk == NONE_STABLE else ("off" if gk == SD_OFF else "on"),
+                    },
+                    "zero_load_static": {
+                        "draft_length_tokens": zk if zk > 0 else None,
+                        "mean_e2e_latency_s": finite_or_none(plan.zero_load_k_latency_s[ia, ir]),  # type: ignore[index]
+                    },
+                }
             rows.append(
                 {
                     "request_rate_rps": lam,
+                    "policies": policies,
                     "baseline": baseline,
                     "speculative": speculative,
                     "best": {
@@ -311,6 +327,12 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style) -> Non
             table.add_column(f"k={plan.draft_lengths[ik]} (s)", justify="right")
         for header in ("best k", "speedup (x)", "B (req)", "rho", "TPOT (ms)", "regime"):
             table.add_column(header, justify="right" if header != "regime" else "left")
+        goodput = plan.goodput_latency_s is not None
+        if goodput:
+            zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
+            table.add_column("goodput (s)", justify="right")
+            table.add_column("goodput k", justify="right")
+            table.add_column(f"k={zero_k if zero_k else 'off'} always (s)", justify="right")
         for ir, rate in enumerate(plan.rates_rps):
             best = int(plan.best_k[ia, ir])
             cells = [f"{rate:.4g}", _cell(plan.baseline_latency_s[ir], best == SD_OFF, marker)]
@@ -333,9 +355,19 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style) -> Non
                     _num(tpot * 1e3, 3),
                     _regime(rho).replace("_", " "),
                 ]
+            if goodput:
+                gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
+                cells += [_num(plan.goodput_latency_s[ia, ir]),  # type: ignore[index]
+                          "-" if gk == NONE_STABLE else ("off" if gk == SD_OFF else str(gk)),
+                          _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
             table.add_row(*cells)
         console.print()
         console.print(table)
+        if goodput:
+            console.print("goodput: k chosen per step by goodput E/step time at the batch size the load implies "
+                          "(SmartSpec); in this mean model it equals the best static k of each rate. "
+                          f"k={int(plan.zero_load_k[ia]) or 'off'} always: the k tuned at zero load, kept at "  # type: ignore[index]
+                          "every load.")
 
         per_k = Table(
             title=f"Per draft length, per-token alpha = {alpha:.3f}",

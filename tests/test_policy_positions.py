@@ -1,0 +1,135 @@
+"""Per-position acceptance and the goodput-adaptive policy."""
+
+from __future__ import annotations
+
+import json
+
+import numpy
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.testing import assert_allclose
+
+from sdplan import model, planner
+from sdplan.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, tokens_from_position_rates
+from sdplan.errors import ExitStatus, InvalidValueError
+from sdplan.model import Coefficients
+from sdplan.policy import goodput_latency
+from sdplan.schedule import batch_size_schedule
+
+positive = st.floats(1e-6, 1e-1, allow_nan=False)
+
+
+@st.composite
+def coefficients(draw: st.DrawFn) -> Coefficients:
+    return Coefficients(c1p_s=draw(positive), c2p_s=draw(positive), c1v_s=draw(positive), c2v_s=draw(positive),
+                        c1d_s=draw(positive), c2d_s=draw(positive), baseline_c1_step_s=draw(positive),
+                        baseline_c2_step_s=draw(positive), prompt_tokens=1024.0,
+                        output_tokens=float(draw(st.integers(2, 2048))))
+
+
+@given(st.floats(0.0, 1.0), st.integers(1, 10))
+def test_equal_conditional_rates_give_the_iid_formula(alpha: float, k: int) -> None:
+    unconditional = tuple(alpha ** (i + 1) for i in range(k))  # what vLLM reports for i.i.d. acceptance
+    assert_allclose(tokens_from_position_rates(unconditional, numpy.arange(1, k + 1)),
+                    expected_tokens_per_cycle(alpha, numpy.arange(1, k + 1)), rtol=1e-12)
+
+
+def test_position_rates_validation() -> None:
+    with pytest.raises(InvalidValueError, match="must not increase"):
+        make_acceptance(AcceptanceMetric.PER_POSITION, (0.5, 0.7), None, "t")
+    with pytest.raises(InvalidValueError, match="in \\[0, 1\\]"):
+        make_acceptance(AcceptanceMetric.PER_POSITION, (1.2,), None, "t")
+    with pytest.raises(InvalidValueError, match="1..2"):
+        tokens_from_position_rates((0.8, 0.6), numpy.array([3]))
+    spec = make_acceptance(AcceptanceMetric.PER_POSITION, (0.8, 0.6, 0.4), None, "t")
+    assert_allclose(spec.tokens_per_cycle([1, 2, 3]), [[1.8, 2.4, 2.8]])
+
+
+def test_decaying_positions_favour_shorter_drafts() -> None:
+    """Real drafters accept late positions less: the best k is shorter than i.i.d. with the same E(K)."""
+    c = Coefficients(c1p_s=0.05, c2p_s=0.01, c1v_s=0.009, c2v_s=1e-4, c1d_s=0.0005, c2d_s=5e-5,
+                     baseline_c1_step_s=0.008, baseline_c2_step_s=1e-4, prompt_tokens=1000.0, output_tokens=500.0)
+    decaying = (0.9, 0.7, 0.45, 0.25, 0.1, 0.04)  # a cheap draft: i.i.d. acceptance would draft 6
+    spec = make_acceptance(AcceptanceMetric.PER_POSITION, decaying, None, "t")
+    ks = numpy.arange(1, 7)
+    positional = planner.plan(c, [0.5], ks, spec.alphas, tokens_per_cycle=spec.tokens_per_cycle(ks))
+    iid = planner.plan(c, [0.5], ks, spec.alphas)  # same E at k = 6 by construction of the equivalent alpha
+    assert positional.tokens_per_cycle[0, -1] == pytest.approx(iid.tokens_per_cycle[0, -1], rel=1e-9)
+    assert positional.best_k[0, 0] < iid.best_k[0, 0]
+
+
+@settings(max_examples=150)
+@given(coefficients(), st.floats(0.05, 0.99), st.floats(0.0, 1.2))
+def test_goodput_policy_never_worse_than_best_static(c: Coefficients, alpha: float, load: float) -> None:
+    ks = numpy.arange(1, 9)
+    c1_d, c2_d = model.baseline_demand(c)
+    rate = load / c2_d
+    result = planner.plan(c, [rate], ks, [alpha], goodput_policy=True)
+    best = result.best_latency_s[0, 0]
+    adaptive = result.goodput_latency_s[0, 0]
+    if numpy.isinf(best):
+        assert numpy.isinf(adaptive)
+        return
+    assert adaptive <= best * (1 + 1e-9)
+    assert adaptive == pytest.approx(best, rel=1e-9)  # equal in the mean-value model (see sdplan.policy)
+    assert adaptive <= result.zero_load_k_latency_s[0, 0] * (1 + 1e-9)
+
+
+def test_goodput_beats_the_zero_load_k_under_load() -> None:
+    c = Coefficients(c1p_s=0.05, c2p_s=0.01, c1v_s=0.009, c2v_s=1e-4, c1d_s=0.001, c2d_s=2e-4,
+                     baseline_c1_step_s=0.008, baseline_c2_step_s=1e-4, prompt_tokens=1000.0, output_tokens=500.0)
+    result = planner.plan(c, numpy.linspace(0.1, 9, 40), numpy.arange(1, 9), [0.8], goodput_policy=True)
+    gain = result.zero_load_k_latency_s[0] / result.goodput_latency_s[0]
+    assert gain[0] == pytest.approx(1.0) and numpy.nanmax(numpy.where(numpy.isfinite(gain), gain, 0)) > 1.5
+
+
+def test_goodput_solver_is_independent_of_the_closed_form() -> None:
+    c1 = numpy.array([[3.0, 2.0, 1.8]])
+    c2 = numpy.array([[0.05, 0.07, 0.09]])
+    rates = numpy.array([0.0, 4.0, 10.0, 12.0, 25.0])
+    result = goodput_latency(c1, c2, rates)
+    expected = numpy.min(numpy.where(rates[:, None] * c2[0] < 1, c1[0] / (1 - rates[:, None] * c2[0]), numpy.inf), axis=1)
+    assert_allclose(result.latency_s[0], expected, rtol=1e-12)
+    assert numpy.isinf(result.latency_s[0, -1])
+
+
+def test_schedule_matches_goodput_choice_and_planner_best_k() -> None:
+    c = Coefficients(c1p_s=0.05, c2p_s=0.01, c1v_s=0.009, c2v_s=1e-4, c1d_s=0.001, c2d_s=2e-4,
+                     baseline_c1_step_s=0.008, baseline_c2_step_s=1e-4, prompt_tokens=1000.0, output_tokens=500.0)
+    schedule = batch_size_schedule(c, list(range(1, 9)), 0.8, 256)
+    result = planner.plan(c, numpy.linspace(0.05, 9, 200), numpy.arange(1, 9), [0.8], goodput_policy=True)
+    for ir in range(0, 200, 9):
+        batch = result.goodput_latency_s[0, ir] * result.rates_rps[ir]
+        if not numpy.isfinite(batch) or batch > 256:
+            continue
+        size = int(round(batch)) or 1
+        k = next(k for a, b, k in schedule if a <= size <= b)
+        assert abs(k - result.best_k[0, ir]) <= 1
+
+
+def test_cli_position_acceptance_and_goodput(sdplan) -> None:
+    result = sdplan("plan", "--position-acceptance", "0.9,0.7,0.5,0.3", "--draft-lengths", "1-4", "--policy",
+                    "goodput", "-f", "json", "--rates", "2,8")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["workload"]["acceptance"]["metric_given"] == "per-position"
+    tokens = [k["tokens_per_cycle"] for k in doc["results"][0]["draft_lengths"]]
+    assert tokens == pytest.approx([1.9, 2.6, 3.1, 3.4])
+    policies = doc["results"][0]["rates"][1]["policies"]
+    assert policies["goodput"]["mean_e2e_latency_s"] == pytest.approx(doc["results"][0]["rates"][1]["best"]["mean_e2e_latency_s"])
+    table = sdplan("plan", "--policy", "goodput", "--rates", "2,8")
+    assert "goodput (s)" in table.stdout and "always (s)" in table.stdout
+    too_long = sdplan("plan", "--position-acceptance", "0.9,0.7", "--draft-lengths", "1-4")
+    assert too_long.exit_code == ExitStatus.USAGE and "1..2" in too_long.stderr
+    both = sdplan("plan", "--position-acceptance", "0.9", "--acceptance", "0.7")
+    assert both.exit_code == ExitStatus.USAGE
+
+
+def test_check_and_capacity_take_position_acceptance(sdplan) -> None:
+    check = sdplan("check", "--rate", "4", "--slo", "e2e:mean<=5s", "--position-acceptance", "0.9,0.7,0.5",
+                   "-k", "1-3", "-f", "json")
+    assert check.exit_code == 0, check.output
+    capacity = sdplan("capacity", "--slo", "e2e:mean<=5s", "--position-acceptance", "0.9,0.7,0.5", "-k", "1-3",
+                      "-f", "vllm-config")
+    assert capacity.exit_code == 0 and json.loads(capacity.stdout)["num_speculative_tokens"] <= 3
