@@ -42,6 +42,28 @@ def solver_throughput(repeats: int) -> tuple[int, float]:
     return points, best
 
 
+def moe_throughput(repeats: int) -> tuple[int, float, int]:
+    """Grid points per second of the MoE fixed-point solver (10^5 points, loads up to saturation)."""
+    import numpy
+
+    from sdplan import planner
+    from sdplan.calibration import resolve_calibration
+
+    cal = resolve_calibration("h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline")
+    coefficients = cal.coefficients_at(1024, 512)
+    moe = cal.moe_at(1024, 512)
+    rates = numpy.linspace(0.0, 25.0, 500)
+    ks = numpy.arange(1, 11)
+    alphas = numpy.linspace(0.5, 0.95, 20)
+    points = rates.size * ks.size * alphas.size
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        planner.plan(coefficients, rates, ks, alphas, moe=moe)
+        best = min(best, time.perf_counter() - start)
+    return points, best, 3  # fixed points per grid point: SD, SD with frozen coverage, and no SD (per rate)
+
+
 def cold(command: list[str], repeats: int) -> tuple[float, float]:
     """Median wall seconds and median CPU (user+sys) seconds of a fresh process."""
     walls, cpus = [], []
@@ -64,6 +86,9 @@ def main() -> int:
     points, seconds = solver_throughput(args.repeats)
     print(f"solver: {points:,} grid points in {seconds * 1e3:.1f} ms = {points / seconds / 1e6:.1f} M points/s "
           f"(best of {args.repeats})")
+    points, seconds, _ = moe_throughput(max(1, args.repeats // 2))
+    print(f"MoE fixed-point solver: {points:,} grid points in {seconds * 1e3:.0f} ms = "
+          f"{points / seconds / 1e6:.2f} M points/s (monotone iteration, loads up to saturation)")
 
     sdplan = shutil.which("sdplan")
     base = [sdplan] if sdplan else [sys.executable, "-m", "sdplan"]

@@ -65,13 +65,30 @@ class ModelConfig:
     vocab: int
     tied_embeddings: bool
     source: str
+    experts: int = 0  # MoE: experts per layer (0 = dense)
+    experts_per_token: int = 0
+
+    @property
+    def _attention(self) -> float:
+        return self.hidden * self.heads * self.head_dim * 2 + self.hidden * self.kv_heads * self.head_dim * 2
 
     @property
     def matmul_params(self) -> float:
-        """Parameters multiplied per token: all layers plus the LM head."""
-        attention = self.hidden * self.heads * self.head_dim * 2 + self.hidden * self.kv_heads * self.head_dim * 2
-        mlp = 3 * self.hidden * self.intermediate
-        return self.layers * (attention + mlp) + self.vocab * self.hidden
+        """Parameters multiplied per token: all layers (active experts only) plus the LM head."""
+        mlp = 3 * self.hidden * self.intermediate * (self.experts_per_token if self.experts else 1)
+        return self.layers * (self._attention + mlp) + self.vocab * self.hidden
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters of all experts (MoE), streamed in proportion to expert coverage."""
+        return self.layers * self.experts * 3 * self.hidden * self.intermediate if self.experts else 0.0
+
+    @property
+    def dense_params(self) -> float:
+        """Parameters read on every step whatever the routing (attention, router-free parts, LM head)."""
+        if not self.experts:
+            return self.matmul_params
+        return self.layers * self._attention + self.vocab * self.hidden
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -89,6 +106,9 @@ QWEN3_14B = ModelConfig("Qwen/Qwen3-14B", 5120, 40, 40, 8, 128, 17408, 151936, F
 QWEN3_1_7B = ModelConfig("Qwen/Qwen3-1.7B", 2048, 28, 16, 8, 128, 6144, 151936, True, "config.json of Qwen/Qwen3-1.7B")
 QWEN3_8B = ModelConfig("Qwen/Qwen3-8B", 4096, 36, 32, 8, 128, 12288, 151936, False, "config.json of Qwen/Qwen3-8B")
 QWEN3_0_6B = ModelConfig("Qwen/Qwen3-0.6B", 1024, 28, 16, 8, 128, 3072, 151936, True, "config.json of Qwen/Qwen3-0.6B")
+QWEN3_30B_A3B = ModelConfig("Qwen/Qwen3-30B-A3B", 2048, 48, 32, 4, 128, 768, 151936, False,
+                            "config.json of Qwen/Qwen3-30B-A3B (128 experts, 8 per token, moe_intermediate_size 768)",
+                            experts=128, experts_per_token=8)
 
 #: (accelerator, GPUs per replica, target, draft)
 PAIRS = [
@@ -97,6 +117,7 @@ PAIRS = [
     (H100, 4, LLAMA_70B, LLAMA_8B),
     (H100, 1, QWEN3_14B, QWEN3_1_7B),
     (L40S, 1, QWEN3_8B, QWEN3_0_6B),
+    (H100, 1, QWEN3_30B_A3B, QWEN3_0_6B),
 ]
 
 
@@ -106,7 +127,7 @@ def step_model(gpu: Accelerator, tp: int, model: ModelConfig, overhead_s: float)
     compute = gpu.bf16_dense_flops * DECODE_COMPUTE_EFFICIENCY * tp
     allreduce = 2 * model.layers * ALLREDUCE_S if tp > 1 else 0.0
     return {
-        "fixed_s": model.matmul_params * BYTES_PER_PARAM / bandwidth + overhead_s + allreduce,
+        "fixed_s": model.dense_params * BYTES_PER_PARAM / bandwidth + overhead_s + allreduce,
         "per_sequence_s": PER_SEQUENCE_OVERHEAD_S,
         "per_query_token_s": 2.0 * model.matmul_params / compute,
         "per_context_token_s": model.kv_bytes_per_token / bandwidth,
@@ -168,6 +189,18 @@ def calibration(gpu: Accelerator, tp: int, target: ModelConfig, draft: ModelConf
             "speculation": {"overhead_fixed_s": SD_CYCLE_OVERHEAD_S, "overhead_per_sequence_s": 0.0},
         },
     }
+    if target.experts:
+        expert_stream_s = target.expert_params * BYTES_PER_PARAM / (gpu.hbm_bytes_per_s * MEMORY_EFFICIENCY * tp)
+        document["moe"] = {
+            "experts_per_token": target.experts_per_token,
+            "experts": target.experts,
+            "coverage": {"baseline_c1_step_s": expert_stream_s, "c1v_s": expert_stream_s},
+        }
+        document["provenance"]["assumptions"].insert(
+            -1, f"MoE target: step weight traffic = dense part + phi(T) x all {target.experts} experts "
+                f"({target.expert_params / 1e9:.1f}B params), uniform routing of {target.experts_per_token} experts per token")
+        document["step_model"]["prefill"]["fixed_s"] = (
+            target_steps["fixed_s"] + expert_stream_s)  # a prompt of p >= 128 tokens touches every expert
     return name, document
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from sdplan.errors import InputFileError
 from sdplan.model import Coefficients
+from sdplan.moe import MoESpec
 from sdplan.schema import Field, Table, read_toml, validate
 
 SCHEMA_VERSION = 1
@@ -100,6 +101,18 @@ CALIBRATION_SCHEMA = Table(
                     "float_list", "conditional acceptance per draft position", required=False, minimum=0.0, maximum=1.0
                 ),
                 "source": Field("str", "how the acceptance was obtained (dataset, temperature)"),
+            },
+            required=False,
+        ),
+        "moe": Table(
+            {
+                "experts_per_token": Field("int", "experts each token is routed to (m), target", minimum=1),
+                "experts": Field("int", "experts per MoE layer (M), target", minimum=1),
+                "coverage": Table(
+                    {key: _cost(f"seconds added to {key[:-2]} at full expert coverage (phi = 1)", required=False)
+                     for key in ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s")},
+                    required=False,
+                ),
             },
             required=False,
         ),
@@ -223,6 +236,27 @@ class Calibration:
             return _scale_direct(self.document, prompt_tokens, output_tokens)
         return _coefficients_from_steps(self.document["step_model"], prompt_tokens, output_tokens)
 
+    def moe_at(self, prompt_tokens: float, output_tokens: float) -> MoESpec | None:
+        """The MoE routing and coverage increments at a workload; None for a dense target.
+
+        Increments follow the proportional length scaling of the direct form
+        (prefill terms with ``p``, per-concurrent-request step terms with the
+        mean context), relative to the reference workload.
+        """
+        from sdplan.moe import MoESpec
+
+        table = self.document.get("moe")
+        if table is None:
+            return None
+        reference = self.document["reference_workload"]
+        prefill = prompt_tokens / reference["prompt_tokens"]
+        context = _mean_context(prompt_tokens, output_tokens) / _mean_context(
+            reference["prompt_tokens"], reference["output_tokens"])
+        scale = {"c1p_s": prefill, "c2p_s": prefill, "baseline_c2_step_s": context, "c2v_s": context}
+        coverage = {key: value * scale.get(key, 1.0) for key, value in table.get("coverage", {}).items()}
+        return MoESpec(experts_per_token=int(table["experts_per_token"]), experts=int(table["experts"]),
+                       coverage=coverage)
+
     def validity_warnings(self, prompt_tokens: float, output_tokens: float) -> list[str]:
         """Warnings for a workload outside the ranges the calibration covers."""
         warnings = []
@@ -344,6 +378,10 @@ def parse_calibration(document: dict[str, Any], path: str) -> Calibration:
         raise InputFileError(path, "coefficients|step_model", f"exactly one coefficient form is required, {problem}")
     validate(document, CALIBRATION_SCHEMA, path)
     provenance = document["provenance"]
+    moe = document.get("moe")
+    if isinstance(moe, dict) and isinstance(moe.get("experts"), int) and isinstance(moe.get("experts_per_token"), int) \
+            and moe["experts_per_token"] > moe["experts"]:
+        raise InputFileError(path, "moe.experts_per_token", "cannot exceed moe.experts (m <= M)")
     if provenance["method"] == "roofline" and not provenance.get("assumptions"):
         raise InputFileError(
             path, "provenance.assumptions", "a roofline calibration must list its assumptions; add them"

@@ -53,6 +53,7 @@ def run_check(
     candidates: list[int],
     slos: list[SLO],
     tokens_per_cycle: object = None,
+    moe: object = None,
 ) -> CheckReport:
     """Evaluate the configuration at ``rate_rps`` and check ``slos``.
 
@@ -69,7 +70,8 @@ def run_check(
         ks = [draft_length]
     else:
         ks = candidates
-    result = planner.plan(coefficients, [rate_rps], ks, [alpha], tokens_per_cycle=tokens_per_cycle)  # type: ignore[arg-type]
+    result = planner.plan(coefficients, [rate_rps], ks, [alpha], tokens_per_cycle=tokens_per_cycle,  # type: ignore[arg-type]
+                          moe=moe)  # type: ignore[arg-type]
     if mode == "off":
         chosen = 0
     elif mode == "fixed":
@@ -84,6 +86,7 @@ def run_check(
         latency, batch, rho = result.latency_s[0, 0, ik], result.batch[0, 0, ik], result.utilisation[0, 0, ik]
     g = coefficients.output_tokens
     tpot = float(model.time_per_output_token(latency, result.ttft_s, g)) if g > 1 else float("nan")
+    rho = min(float(rho), 1.0) if latency == float("inf") else rho  # unstable: reported at saturation
     point = OperatingPoint(
         e2e_s=float(latency),
         ttft_s=result.ttft_s,

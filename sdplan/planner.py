@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from sdplan.model import Coefficients
+    from sdplan.moe import MoESpec
 
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
@@ -92,6 +93,8 @@ class Plan:
     goodput_k: IntArray | None = None
     zero_load_k: IntArray | None = None
     zero_load_k_latency_s: FloatArray | None = None
+    moe_speedup_lost: FloatArray | None = None
+    moe_max_residual: float | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -105,6 +108,7 @@ def plan(
     alphas: FloatArray | list[float],
     tokens_per_cycle: FloatArray | None = None,
     goodput_policy: bool = False,
+    moe: MoESpec | None = None,
 ) -> Plan:
     """Evaluate the SD latency model over the whole grid at once.
 
@@ -121,6 +125,11 @@ def plan(
     tokens_per_cycle : array_like, shape (a, k), optional
         ``E`` per acceptance row and draft length, overriding ``E(alpha, k)``
         (per-position acceptance); ``alphas`` then only label the rows.
+    moe : MoESpec, optional
+        The target is a mixture of experts: ``C1``, ``C2`` depend on expert
+        coverage at the operating batch and the latency is the fixed point of
+        :func:`sdplan.moe.solve` (``C1``/``C2`` reported are at zero load and
+        at full coverage; break-even rates are not computed).
     goodput_policy : bool
         Also solve the goodput-adaptive policy (:mod:`sdplan.policy`) and the
         single draft length a user would tune at zero load.
@@ -163,9 +172,43 @@ def plan(
         tokens = np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size))
     c1, c2 = model.demand_from_tokens(coefficients, tokens, k_ak)  # (a, k)
     lam = rates[None, :, None]  # (1, r, 1)
-    latency = model.mean_latency(c1[:, None, :], c2[:, None, :], lam)  # (a, r, k)
-    batch = model.effective_batch(lam, latency)
-    rho = model.utilisation(c2[:, None, :], lam)
+    moe_fields: dict[str, object] = {}
+    base_utilisation = model.utilisation(c2_d, rates)
+    if moe is None:
+        latency = model.mean_latency(c1[:, None, :], c2[:, None, :], lam)  # (a, r, k)
+        batch = model.effective_batch(lam, latency)
+        rho = model.utilisation(c2[:, None, :], lam)
+    else:
+        from sdplan import moe as moe_model
+
+        cover = moe.coverage
+        prefill_phi = float(moe.phi(coefficients.prompt_tokens))
+        a1_pre = coefficients.c1p_s + prefill_phi * cover.get("c1p_s", 0.0)
+        a2_pre = coefficients.c2p_s + prefill_phi * cover.get("c2p_s", 0.0)
+        g = coefficients.output_tokens
+        base = moe_model.solve(a1_pre + g * coefficients.baseline_c1_step_s, g * cover.get("baseline_c1_step_s", 0.0),
+                               a2_pre + g * coefficients.baseline_c2_step_s, g * cover.get("baseline_c2_step_s", 0.0),
+                               1.0, rates, moe)
+        base_latency, base_batch, base_utilisation = base.latency_s, base.batch, base.utilisation
+        cycles = g / tokens
+        a1 = a1_pre + cycles * (coefficients.c1v_s + k_ak * coefficients.c1d_s)
+        a2 = a2_pre + cycles * (coefficients.c2v_s + k_ak * coefficients.c2d_s)
+        b1, b2 = cycles * cover.get("c1v_s", 0.0), cycles * cover.get("c2v_s", 0.0)
+        args = (a1[:, None, :], b1[:, None, :], a2[:, None, :], b2[:, None, :])
+        solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe)
+        frozen = moe_model.solve(*args, 1.0, lam, moe)  # as if verification routed only B tokens
+        latency, batch, rho = solved.latency_s, solved.batch, solved.utilisation
+        c1, c2 = a1, a2 + b2  # zero-load demand; load-dependent demand at full coverage
+        c1_d = float(a1_pre + g * coefficients.baseline_c1_step_s)
+        c2_d = float(a2_pre + g * (coefficients.baseline_c2_step_s + cover.get("baseline_c2_step_s", 0.0)))
+        frozen_speedup = model.speedup(base_latency[None, :, None], frozen.latency_s)
+        moe_speedup = model.speedup(base_latency[None, :, None], latency)
+        comparable = np.isfinite(frozen_speedup) & np.isfinite(moe_speedup)
+        moe_fields = {
+            "moe_speedup_lost": np.where(comparable, np.where(comparable, frozen_speedup, 0.0)
+                                         - np.where(comparable, moe_speedup, 0.0), np.nan),
+            "moe_max_residual": max(solved.max_residual, base.max_residual),
+        }
     speed = model.speedup(base_latency[None, :, None], latency)
 
     # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
@@ -179,7 +222,12 @@ def plan(
     best_speedup = model.speedup(np.broadcast_to(base_latency[None, :], best_latency.shape), best_latency)
 
     even = model.break_even(c1_d, c2_d, c1, c2)
+    if moe is not None:  # the closed form assumes load-independent C1, C2
+        even = model.BreakEven(rate_rps=np.full(c1.shape, np.nan), sd_faster_below=c1 < c1_d)
     policy_fields: dict[str, object] = {}
+    if goodput_policy and moe is not None:
+        raise InvalidValueError("--policy goodput is not available for MoE calibrations yet (coverage makes C1, C2 "
+                                "depend on the batch); use best-static")
     if goodput_policy:
         from sdplan.policy import goodput_latency
 
@@ -204,7 +252,7 @@ def plan(
         baseline_c2_s=float(c2_d),
         baseline_latency_s=base_latency,
         baseline_batch=base_batch,
-        baseline_utilisation=model.utilisation(c2_d, rates),
+        baseline_utilisation=base_utilisation,
         baseline_tpot_s=model.time_per_output_token(base_latency, ttft, g),
         baseline_saturation_rate_rps=float(model.saturation_rate(c2_d)),
         tokens_per_cycle=tokens,
@@ -223,6 +271,7 @@ def plan(
         break_even_rate_rps=even.rate_rps,
         sd_faster_below_break_even=even.sd_faster_below,
         **policy_fields,  # type: ignore[arg-type]
+        **moe_fields,  # type: ignore[arg-type]
     )
 
 

@@ -40,7 +40,8 @@ def test_plan_json_schema_and_values(sdplan) -> None:
     doc = strict_json(result.stdout)
     assert doc["schema_version"] == 1 and doc["command"] == "plan"
     assert set(doc) == {"schema_version", "sdplan_version", "command", "calibration", "workload", "definitions",
-                        "coefficients", "baseline", "warnings", "results"}
+                        "moe", "coefficients", "baseline", "warnings", "results"}
+    assert doc["moe"] is None
     assert doc["calibration"]["method"] == "roofline"
     assert doc["workload"]["acceptance"]["metric_given"] == "per-token"
     (block,) = doc["results"]

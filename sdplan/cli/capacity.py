@@ -69,6 +69,9 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     if fmt == "vllm-config":
         emit(vllm_config(schedule, spec_method, str(inputs.calibration.provenance.get("draft_model", ""))), output)
         return
+    if inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens) is not None:
+        raise InvalidValueError("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 "
+                                "depend on the load, so the closed-form inverse does not hold; use plan or check")
     parsed = resolve_slos(slos, file)
     if not parsed:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")

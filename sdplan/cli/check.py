@@ -85,7 +85,8 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     fixed = int(choice) if mode == "fixed" else None
     tokens = inputs.workload.acceptance.tokens_per_cycle([fixed] if fixed else candidates)
     report = run_check(coefficients, rate, inputs.workload.acceptance.alphas[0], mode, fixed, candidates,
-                       resolve_slos(slos, file), tokens_per_cycle=tokens)
+                       resolve_slos(slos, file), tokens_per_cycle=tokens,
+                       moe=inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens))
     terminal = output in (None, "-") and stdout_is_terminal()
     emit(render_check(report, inputs.context(), OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
     if os.environ.get("GITHUB_ACTIONS") == "true":

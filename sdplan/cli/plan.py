@@ -68,7 +68,8 @@ def plan(
     if rates is None:
         rates = planner.default_rates(coefficients, draft_lengths, alphas, tokens_per_cycle=tokens)
     result = planner.plan(coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
-                          goodput_policy=policy == "goodput")
+                          goodput_policy=policy == "goodput",
+                          moe=cal.moe_at(workload.prompt_tokens, workload.output_tokens))
     inputs = planner.PlanInputs(
         calibration_name=cal.name,
         calibration_path=cal.path,

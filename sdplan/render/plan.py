@@ -107,6 +107,9 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
                 point["speedup"] = finite_or_none(plan.speedup[ia, ir, ik]) if point["mean_e2e_latency_s"] else None
                 if baseline["mean_e2e_latency_s"] is None:
                     point["speedup"] = None
+                if plan.moe_speedup_lost is not None:
+                    lost = plan.moe_speedup_lost[ia, ir, ik]
+                    point["speedup_lost_to_expert_coverage"] = finite_or_none(lost) if point["speedup"] else None
                 speculative.append({"draft_length_tokens": int(k), **point})
             best_k = int(plan.best_k[ia, ir])
             policies = None
@@ -174,6 +177,14 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             "speedup": "no-SD latency / SD latency at the same request rate; null where either is unstable",
             "per_token_alpha": "per-token acceptance probability (i.i.d.)",
             "tokens_per_cycle": "mean acceptance length E(alpha, k), bonus token included",
+            "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only B tokens, minus the "
+            "speedup with B(k+1) routed tokens (extra experts loaded by the drafted tokens)",
+        },
+        "moe": None if plan.moe_speedup_lost is None else {
+            "solver": "monotone fixed-point iteration from L = 0 (smallest fixed point)",
+            "max_relative_residual": plan.moe_max_residual,
+            "c1_s": "at zero load", "c2_s": "at full expert coverage (saturation uses it)",
+            "break_even_rate_rps": "not computed for MoE",
         },
         "coefficients": asdict(plan.coefficients),
         "baseline": {
@@ -277,7 +288,9 @@ def _shown_draft_lengths(plan: Plan, ia: int) -> list[int]:
     return sorted(wanted)[:MAX_K_COLUMNS]
 
 
-def _break_even_text(rate: float, faster_below: bool) -> str:
+def _break_even_text(rate: float, faster_below: bool, moe: bool = False) -> str:
+    if moe:
+        return "n/a for MoE (read the table)"
     if rate == rate:
         return f"{rate:.4g} (SD faster {'below' if faster_below else 'above'})"
     return "never (SD faster at every stable rate)" if faster_below else "none (SD never faster)"
@@ -327,6 +340,9 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style) -> Non
             table.add_column(f"k={plan.draft_lengths[ik]} (s)", justify="right")
         for header in ("best k", "speedup (x)", "B (req)", "rho", "TPOT (ms)", "regime"):
             table.add_column(header, justify="right" if header != "regime" else "left")
+        moe = plan.moe_speedup_lost is not None
+        if moe:
+            table.add_column("speedup lost to coverage (x)", justify="right")
         goodput = plan.goodput_latency_s is not None
         if goodput:
             zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
@@ -339,7 +355,7 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style) -> Non
             for ik in shown:
                 cells.append(_cell(plan.latency_s[ia, ir, ik], best == int(plan.draft_lengths[ik]), marker))
             if best == NONE_STABLE:
-                cells += ["-", "-", "-", "-", "-", "unstable"]
+                cells += ["-", "-", "-", "-", "-", "unstable"] + (["-"] if moe else [])
             else:
                 if best == SD_OFF:
                     batch, rho, tpot = plan.baseline_batch[ir], plan.baseline_utilisation[ir], plan.baseline_tpot_s[ir]
@@ -355,6 +371,9 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style) -> Non
                     _num(tpot * 1e3, 3),
                     _regime(rho).replace("_", " "),
                 ]
+                if moe:
+                    lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
+                    cells.append(_num(lost, 3) if speed != float("inf") else "-")
             if goodput:
                 gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
                 cells += [_num(plan.goodput_latency_s[ia, ir]),  # type: ignore[index]
@@ -394,7 +413,8 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style) -> Non
                 _num(plan.baseline_c1_s / plan.c1_s[ia, ik], 3),
                 _num(plan.saturation_rate_rps[ia, ik]),
                 _num(g * plan.saturation_rate_rps[ia, ik], 5),
-                _break_even_text(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik])),
+                _break_even_text(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik]),
+                                 moe),
             )
         console.print()
         console.print(per_k)

@@ -1,0 +1,112 @@
+"""Mixture-of-experts targets: expert coverage makes the latency model a fixed point.
+
+Each routed token picks ``m`` of ``M`` experts per MoE layer. Under uniform
+routing the expected fraction of experts a forward pass touches is
+(``model.md`` §2.1; Kong et al. §MoE)::
+
+    phi(T) = 1 - (1 - m/M)**T,
+
+with ``T`` the tokens routed in that forward: ``B`` for a plain decode step,
+``B (k + 1)`` for a verification step, ``p`` for a prefill, where ``B`` is
+at least 1 (a request's own step routes its own tokens even at zero load,
+the batch-size-1 latency ``C1``). Each target
+coefficient splits into a low-coverage part (the calibration's
+coefficients) and a coverage increment (``[moe.coverage]``) weighted by
+``phi`` (eq. 4)::
+
+    C1(B) = C1_u + phi(T(B)) C1_s,   C2(B) = C2_u + phi(T(B)) C2_s,
+
+and since ``B = lambda L`` the mean latency solves
+``L = F(L) = C1(lambda L) / (1 - lambda C2(lambda L))``. ``F`` increases
+with ``L``, so iterating from ``L = 0`` rises monotonically to the smallest
+fixed point, the stable operating point (``model.md`` §2.3); a denominator
+reaching zero, or no convergence within the iteration budget, is reported as
+unstable. The draft model is taken as dense (no coverage split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+
+#: Relative change between iterates below which a point has converged.
+TOLERANCE = 1e-10
+#: Iterations before a point that is still rising is declared unstable.
+MAX_ITERATIONS = 20_000
+#: Coefficients that may carry a coverage increment (target terms only).
+COVERAGE_KEYS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s")
+
+
+@dataclass(frozen=True, slots=True)
+class MoESpec:
+    """Routing of the target and the coverage increments (seconds at phi = 1)."""
+
+    experts_per_token: int
+    experts: int
+    coverage: dict[str, float]
+
+    def phi(self, tokens: FloatArray | float) -> FloatArray:
+        """Expected fraction of experts touched by ``tokens`` routed tokens."""
+        import numpy as np
+
+        miss = 1.0 - self.experts_per_token / self.experts
+        return 1.0 - np.power(miss, np.maximum(np.asarray(tokens, dtype=np.float64), 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class FixedPoint:
+    """Solution of ``L = F(L)`` per point: latency (s; inf if unstable), batch, utilisation."""
+
+    latency_s: FloatArray
+    batch: FloatArray
+    utilisation: FloatArray
+    iterations: int
+    max_residual: float
+
+
+def solve(a1: FloatArray, b1: FloatArray, a2: FloatArray, b2: FloatArray, tokens_per_sequence: FloatArray,
+          rates_rps: FloatArray, moe: MoESpec) -> FixedPoint:
+    """Smallest fixed point of ``L = (a1 + b1 phi(t B)) / (1 - lambda (a2 + b2 phi(t B)))``, ``B = lambda L``.
+
+    All arguments broadcast together; ``t`` is the tokens each sequence routes
+    per forward (1 for plain decode, ``k + 1`` for verification).
+    """
+    import numpy as np
+
+    a1, b1, a2, b2, t, lam = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in
+                                                   (a1, b1, a2, b2, tokens_per_sequence, rates_rps)))
+    shape = a1.shape
+    a1, b1, a2, b2, t, lam = (x.ravel() for x in (a1, b1, a2, b2, t, lam))
+    latency = np.zeros(a1.size)
+    unstable = np.zeros(a1.size, dtype=bool)
+    active = np.arange(a1.size)
+    iterations = 0
+    while active.size and iterations < MAX_ITERATIONS:
+        iterations += 1
+        phi = moe.phi(t[active] * np.maximum(lam[active] * latency[active], 1.0))
+        denominator = 1.0 - lam[active] * (a2[active] + b2[active] * phi)
+        blown = denominator <= 0.0
+        new = np.where(blown, np.inf, (a1[active] + b1[active] * phi) / np.where(blown, 1.0, denominator))
+        converged = ~blown & (np.abs(new - latency[active]) <= TOLERANCE * new)
+        unstable[active[blown]] = True
+        latency[active] = new
+        active = active[~blown & ~converged]
+    unstable[active] = True  # still rising after the budget: no stable operating point found
+    latency = np.where(unstable, np.inf, latency)
+    batch = np.where(unstable, np.inf, lam * latency)
+    phi = moe.phi(t * np.maximum(np.where(unstable, 1.0, batch), 1.0))
+    utilisation = np.where(unstable, np.maximum(lam * (a2 + b2), 1.0), lam * (a2 + b2 * phi))
+    finite = ~unstable
+    residual = 0.0
+    if finite.any():
+        p, lf = phi[finite], latency[finite]
+        fixed = (a1[finite] + b1[finite] * p) / (1.0 - lam[finite] * (a2[finite] + b2[finite] * p))
+        residual = float(np.max(np.abs(fixed - lf) / lf))
+    return FixedPoint(latency_s=latency.reshape(shape), batch=batch.reshape(shape),
+                      utilisation=utilisation.reshape(shape), iterations=iterations, max_residual=residual)
