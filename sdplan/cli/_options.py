@@ -197,6 +197,36 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), to_file:
     return decorate
 
 
+def plot_options(fn: FuncT) -> FuncT:
+    """``--plot`` (terminal) and ``--plot-file`` (PNG/SVG through matplotlib)."""
+    return _apply(fn, [
+        click.option("--plot", is_flag=True, help="Also draw the plots in the terminal (with --format table)."),
+        click.option("--plot-file", metavar="PATH", help="Write the figure to PATH (.png or .svg); needs the "
+                     "'plot' extra (pip install 'sdplan[plot]')."),
+    ])
+
+
+def terminal_plot_settings(ascii_only: bool) -> tuple[int, bool]:
+    """Width and colour for terminal plots: the terminal's width (80 in logs), colour only on a terminal."""
+    import os
+    import shutil
+    import sys
+
+    width = shutil.get_terminal_size((80, 24)).columns
+    color = sys.stdout.isatty() and not ascii_only and "NO_COLOR" not in os.environ
+    return max(60, min(width, 160)), color
+
+
+def check_plot_request(plot: bool, plot_file: str | None, fmt: str) -> None:
+    """Validate plot options before any work is done."""
+    if plot and fmt != "table":
+        raise usage_error("--plot draws in the terminal next to the table; with --format json/csv use --plot-file")
+    if plot_file is not None:
+        from sdplan.render.plots import check_plot_path
+
+        check_plot_path(plot_file)
+
+
 def usage_error(message: str) -> click.UsageError:
     """A usage error (exit status 2)."""
     error = click.UsageError(message)

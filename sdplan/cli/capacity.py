@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
-from sdplan.cli._options import calibration_option, output_options, workload_options
+from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
 
 
 @click.command()
@@ -27,13 +27,14 @@ from sdplan.cli._options import calibration_option, output_options, workload_opt
               help="vLLM speculative method written by --format vllm-config (draft_model, eagle, eagle3, mtp, ...).")
 @workload_options
 @output_options(formats=("table", "json", "vllm-config"))
+@plot_options
 def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...], draft_lengths: str | None,
              target_rate: float | None, gpus_per_replica: int | None, gpu_hour_cost: float | None,
              max_batch_size: int | None, spec_method: str, prompt_tokens: int | None, output_tokens: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
              fmt: str, output: str | None,
-             ascii_only: bool) -> None:
+             ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Highest request rate per replica that meets the SLOs, for no SD and each k.
 
     Inverts the model in closed form (e.g. lambda = (1 - C1/L_SLO)/C2 for a
@@ -57,6 +58,9 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     from sdplan.schedule import batch_size_schedule
     from sdplan.workload import resolve_slos
 
+    from sdplan.cli._options import check_plot_request, terminal_plot_settings
+
+    check_plot_request(plot, plot_file, fmt)
     inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
                             acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
     file = inputs.file
@@ -90,6 +94,21 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
         fleets = (no_sd, with_sd)
     document = capacity_document(cap, parsed, inputs.context(), target, fleets, schedule)
     terminal = output in (None, "-") and stdout_is_terminal()
-    emit(render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
+    text = render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    labels = [option["option"] for option in document["options"]]
+    values = [option["max_rate_under_slo_rps"] for option in document["options"]]
+    title = f"Highest request rate under {', '.join(document['slos'])} per replica"
+    if plot:
+        from sdplan.render.plots import terminal_bars
+
+        text += "\n" + terminal_bars(labels, values, title, "request rate (req/s)", *terminal_plot_settings(ascii_only))
+    if plot_file is not None:
+        from pathlib import Path
+
+        from sdplan.render.plots import file_bars
+
+        file_bars(labels, values, title + f"\n{inputs.calibration.name}", "max request rate under SLO (req/s)",
+                  Path(plot_file), highlight=document["best"])
+    emit(text, output)
     if cap.best < 0:
         raise InfeasibleError("no option meets the SLOs at any request rate (see the binding SLO per option)")

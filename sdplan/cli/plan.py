@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sdplan.cli._options import calibration_option, grid_options, output_options, workload_options
+from sdplan.cli._options import calibration_option, grid_options, output_options, plot_options, workload_options
 
 
 @click.command()
@@ -15,6 +15,7 @@ from sdplan.cli._options import calibration_option, grid_options, output_options
               help="best-static: the best draft length per rate. goodput: also the SmartSpec-style policy that picks "
               "k per step by goodput at the load's batch size (Little's law), beside the single k tuned at zero load.")
 @output_options()
+@plot_options
 def plan(
     calibration: str | None,
     prompt_tokens: int | None,
@@ -30,6 +31,8 @@ def plan(
     fmt: str,
     output: str | None,
     ascii_only: bool,
+    plot: bool,
+    plot_file: str | None,
 ) -> None:
     """Predict latency with and without SD at each request rate.
 
@@ -47,10 +50,12 @@ def plan(
     """
     from sdplan import planner
     from sdplan.calibration import resolve_calibration
+    from sdplan.cli._options import check_plot_request, terminal_plot_settings
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.plan import render_plan
     from sdplan.workload import resolve_workload
 
+    check_plot_request(plot, plot_file, fmt)
     cal = resolve_calibration(calibration)
     workload = resolve_workload(
         cal,
@@ -86,4 +91,14 @@ def plan(
             click.echo(f"warning: {warning}", err=True)
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    if plot:
+        from sdplan.render.plots import terminal_plan
+
+        text += "\n" + terminal_plan(result, inputs, *terminal_plot_settings(ascii_only))
+    if plot_file is not None:
+        from pathlib import Path
+
+        from sdplan.render.plots import file_plan
+
+        file_plan(result, inputs, Path(plot_file))
     emit(text, output)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sdplan.cli._options import calibration_option, output_options
+from sdplan.cli._options import calibration_option, output_options, plot_options
 from sdplan.cli._results import override_alpha, results_options
 
 
@@ -28,11 +28,12 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.option("--max-error", callback=_percent, metavar="PERCENT",
               help="Exit 1 when the mean absolute percentage error exceeds this (10% or 0.1).")
 @output_options(formats=("table", "json"))
+@plot_options
 def validate(calibration: str | None, results: tuple[str, ...], input_format: str, draft_length: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
         position_acceptance: list[float] | None, max_error: float | None,
-             fmt: str, output: str | None, ascii_only: bool) -> None:
+             fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Compare the model's predictions with measured mean latencies.
 
     For every run: measured and predicted mean end-to-end latency at the
@@ -56,6 +57,9 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     from sdplan.render.fit import render_validate, validate_document
     from sdplan.results import load_runs
 
+    from sdplan.cli._options import check_plot_request, terminal_plot_settings
+
+    check_plot_request(plot, plot_file, fmt)
     cal = resolve_calibration(calibration)
     alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
                            position_acceptance)
@@ -74,7 +78,23 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method}}
     document = validate_document(result, context, max_error)
     terminal = output in (None, "-") and stdout_is_terminal()
-    emit(render_validate(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
+    text = render_validate(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    finite = [e for e in result.errors if e.error_pct is not None]
+    measured = [e.run.mean_e2e_latency_s for e in finite]
+    predicted = [e.predicted_s for e in finite]
+    title = f"Measured vs predicted ({cal.name}): MAPE {result.mape_pct:.1f}%"
+    if plot and finite:
+        from sdplan.render.plots import terminal_scatter
+
+        text += "\n" + terminal_scatter(measured, predicted, title, *terminal_plot_settings(ascii_only))
+    if plot_file is not None and finite:
+        from pathlib import Path
+
+        from sdplan.render.plots import file_scatter
+
+        labels = ["no SD" if e.run.draft_length == 0 else f"k={e.run.draft_length}" for e in finite]
+        file_scatter(measured, predicted, labels, title, Path(plot_file))
+    emit(text, output)
     if not document["passed"]:
         click.echo(f"sdplan validate: FAIL: MAPE {result.mape_pct:.2f}% exceeds {max_error:g}%", err=True)
         raise SystemExit(int(ExitStatus.SLO_VIOLATED))
