@@ -64,6 +64,23 @@ def moe_throughput(repeats: int) -> tuple[int, float, int]:
     return points, best, 3  # fixed points per grid point: SD, SD with frozen coverage, and no SD (per rate)
 
 
+def simulator_throughput() -> tuple[int, float, float]:
+    """Requests simulated per second: 20,000 requests at 50% of saturation, default calibration, k = 3."""
+    import numpy
+
+    from sdplan import model
+    from sdplan.calibration import resolve_calibration
+    from sdplan.simulate import SimulationConfig, simulate
+
+    coefficients = resolve_calibration(None).coefficients_at(1024, 512)
+    _, c2 = model.speculative_demand(coefficients, 0.8, 3)
+    config = SimulationConfig(rate_rps=0.5 / float(c2), draft_length=3, position_rates=(0.8, 0.64, 0.512),
+                              requests=20_000)
+    start = time.perf_counter()
+    result = simulate(coefficients, config, numpy.random.default_rng(0))
+    return config.requests, time.perf_counter() - start, result.duration_s
+
+
 def cold(command: list[str], repeats: int) -> tuple[float, float]:
     """Median wall seconds and median CPU (user+sys) seconds of a fresh process."""
     walls, cpus = [], []
@@ -99,6 +116,9 @@ def main() -> int:
         ("sdplan --help", [*base, "--help"]),
         ("python -c 'pass'", [sys.executable, "-c", "pass"]),
     ]
+    requests, seconds, simulated = simulator_throughput()
+    print(f"simulator: {requests:,} requests ({simulated:,.0f} s of serving) in {seconds:.2f} s = "
+          f"{requests / seconds:,.0f} requests/s")
     print(f"cold start, median of {args.repeats} fresh processes:")
     for label, command in rows:
         wall, cpu = cold(command, args.repeats)

@@ -323,14 +323,16 @@ def _coefficients_from_steps(steps: dict[str, Any], prompt_tokens: float, output
     context ``s`` costs ``T(B, q, s) = fixed + B*(per_sequence + q*per_query_token
     + s*per_context_token)``. An SD cycle is one target step with ``q = k+1``
     and ``k`` draft steps with ``q = 1``; a plain decode step is one target
-    step with ``q = 1``. Matching ``tau(B) = (c1v + k c1d) + B (c2v + k c2d)``
-    term by term (``model.md`` §1.3, §6.2) with ``s = p + g/2``::
+    step with ``q = 1``. ``C1`` is the batch-size-1 (synchronous) latency, so
+    it carries the request's own per-sequence cost, and ``B C2`` with
+    ``B = lambda L`` counts the others (``model.md`` §1.2-1.3, §6.2). With
+    ``s = p + g/2``, per cycle ``tau(B) = (c1v + k c1d) + (B - 1)(c2v + k c2d)``::
 
-        c1v = T.fixed + overhead_fixed            c1d = D.fixed
         c2v = T.seq + T.tok + s T.ctx + overhead_seq
         c2d = T.tok + D.seq + D.tok + s D.ctx     (the k extra verified tokens)
+        c1v = T.fixed + overhead_fixed + c2v      c1d = D.fixed + c2d
         c1p = P.fixed + p P.tok                   c2p = p P.load_tok
-        baseline: c1_step = T.fixed,  c2_step = T.seq + T.tok + s T.ctx
+        baseline: c2_step = T.seq + T.tok + s T.ctx,  c1_step = T.fixed + c2_step
 
     The draft's KV context is taken equal to the target's.
     """
@@ -340,17 +342,17 @@ def _coefficients_from_steps(steps: dict[str, Any], prompt_tokens: float, output
     target_per_sequence = (
         target["per_sequence_s"] + target["per_query_token_s"] + context * target["per_context_token_s"]
     )
+    c2v = target_per_sequence + overhead["overhead_per_sequence_s"]
+    c2d = (target["per_query_token_s"] + draft["per_sequence_s"] + draft["per_query_token_s"]
+           + context * draft["per_context_token_s"])
     return Coefficients(
         c1p_s=prefill["fixed_s"] + prompt_tokens * prefill["per_prompt_token_s"],
         c2p_s=prompt_tokens * prefill["load_per_prompt_token_s"],
-        c1v_s=target["fixed_s"] + overhead["overhead_fixed_s"],
-        c2v_s=target_per_sequence + overhead["overhead_per_sequence_s"],
-        c1d_s=draft["fixed_s"],
-        c2d_s=target["per_query_token_s"]
-        + draft["per_sequence_s"]
-        + draft["per_query_token_s"]
-        + context * draft["per_context_token_s"],
-        baseline_c1_step_s=target["fixed_s"],
+        c1v_s=target["fixed_s"] + overhead["overhead_fixed_s"] + c2v,
+        c2v_s=c2v,
+        c1d_s=draft["fixed_s"] + c2d,
+        c2d_s=c2d,
+        baseline_c1_step_s=target["fixed_s"] + target_per_sequence,
         baseline_c2_step_s=target_per_sequence,
         prompt_tokens=float(prompt_tokens),
         output_tokens=float(output_tokens),

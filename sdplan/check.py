@@ -34,6 +34,7 @@ class CheckReport:
     batch: float
     regime: str
     verdicts: tuple[Verdict, ...]
+    simulated: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -105,3 +106,26 @@ def run_check(
         regime=str(model.regime(rho)),
         verdicts=tuple(evaluate(slos, point)),
     )
+
+
+def simulated_verdicts(report: CheckReport, slos: list[SLO], summary: object) -> CheckReport:
+    """Re-check ``slos`` with statistics from the simulator (``sdplan.simulate.RateSummary``).
+
+    Latency SLOs use the simulated mean or percentile (averaged over
+    replications); throughput the simulated output tokens per second;
+    utilisation stays the model's ``lambda C2``.
+    """
+    from dataclasses import replace
+
+    verdicts = []
+    for slo in slos:
+        if slo.metric.value in ("e2e", "ttft", "tpot"):
+            value = summary.stats[(slo.metric.value, slo.statistic)].value  # type: ignore[attr-defined]
+        elif slo.metric.value == "throughput":
+            value = summary.throughput_tok_s.value  # type: ignore[attr-defined]
+        else:
+            value = report.point.utilisation
+        passed = report.point.utilisation < 1.0 and slo.holds(value)
+        verdicts.append(Verdict(slo=slo, predicted=value, passed=passed, margin=slo.margin(value)))
+    description = f"simulated, {summary.replications} x {summary.requests} requests"  # type: ignore[attr-defined]
+    return replace(report, verdicts=tuple(verdicts), simulated=description)

@@ -58,6 +58,7 @@ class SLO:
     strict: bool
     limit: float
     text: str
+    statistic: str = "mean"
 
     def holds(self, value: float) -> bool:
         """Whether a predicted ``value`` meets the objective."""
@@ -85,7 +86,7 @@ class SLO:
         return f"{value:.3g}"
 
 
-def parse_slo(text: str) -> SLO:
+def parse_slo(text: str, allow_percentiles: bool = False) -> SLO:
     """Parse one SLO expression.
 
     Raises
@@ -107,11 +108,16 @@ def parse_slo(text: str) -> SLO:
     if metric in _LATENCY:
         if stat in ("", None):
             raise InvalidValueError(f"SLO '{text}': say which statistic, e.g. '{metric.value}:mean{match.group('op')}...'")
-        if stat != "mean":
+        percentile = stat in ("median", "p50") or (stat.startswith("p") and _is_percentile(stat[1:]))
+        if stat != "mean" and not percentile:
+            raise InvalidValueError(f"SLO '{text}': unknown statistic '{stat}'; use mean or a percentile like p99")
+        if percentile and not allow_percentiles:
             raise InvalidValueError(
-                f"SLO '{text}': '{stat}' is not predicted; the analytic model gives means only, and sdplan does not "
-                f"invent tails from rules of thumb. Use '{metric.value}:mean' ({SUPPORTED})"
+                f"SLO '{text}': '{stat}' is not predicted by the analytic model, which gives means only (sdplan does "
+                f"not invent tails from rules of thumb); check it with 'sdplan check --simulate', or use "
+                f"'{metric.value}:mean' ({SUPPORTED})"
             )
+        stat = "p50" if stat == "median" else stat
     elif stat not in ("", "mean"):
         raise InvalidValueError(f"SLO '{text}': {metric.value} takes no statistic; e.g. {SUPPORTED}")
     op = match.group("op")
@@ -131,7 +137,15 @@ def parse_slo(text: str) -> SLO:
         raise InvalidValueError(f"SLO '{text}': the limit must be > 0")
     if metric is Metric.UTILISATION and limit >= 1:
         raise InvalidValueError(f"SLO '{text}': utilisation must stay below 1 (1 is saturation); e.g. utilisation<=0.8")
-    return SLO(metric=metric, upper_bound=upper, strict=op in ("<", ">"), limit=limit, text=text.strip())
+    return SLO(metric=metric, upper_bound=upper, strict=op in ("<", ">"), limit=limit, text=text.strip(),
+               statistic=stat if metric in _LATENCY else "mean")
+
+
+def _is_percentile(text: str) -> bool:
+    try:
+        return 0.0 < float(text) < 100.0
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -255,7 +255,7 @@ def load_workload_file(path: str) -> WorkloadFile:
     )
 
 
-def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None) -> list:
+def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None, allow_percentiles: bool = False) -> list:
     """SLOs from the command line if any were given, else from the workload file.
 
     A bad expression on the command line is a usage error (exit 2); in a file
@@ -265,11 +265,11 @@ def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None) -> list:
     from sdplan.slo import parse_slo
 
     if cli_slos:
-        return [parse_slo(text) for text in cli_slos]
+        return [parse_slo(text, allow_percentiles) for text in cli_slos]
     slos = []
     for index, text in enumerate(file.slos if file is not None else ()):
         try:
-            slos.append(parse_slo(text))
+            slos.append(parse_slo(text, allow_percentiles))
         except InvalidValueError as error:
             raise InputFileError(file.path, f"slos[{index}]", str(error)) from None  # type: ignore[union-attr]
     return slos

@@ -81,12 +81,15 @@ def test_step_form_maps_to_kong_coefficients(direct_document: dict[str, Any]) ->
     s = 1000 + 250  # mean context p + g/2
     assert c.c1p_s == pytest.approx(0.006 + 1000 * 3e-5)
     assert c.c2p_s == pytest.approx(1000 * 2e-5)
-    assert c.c1v_s == pytest.approx(0.006 + 5e-4)
-    assert c.c2v_s == pytest.approx(1e-5 + 3e-5 + s * 5e-8 + 1e-6)
-    assert c.c1d_s == pytest.approx(0.001)
-    assert c.c2d_s == pytest.approx(3e-5 + 2e-6 + 5e-6 + s * 1e-8)
-    assert c.baseline_c1_step_s == pytest.approx(0.006)
+    c2v = 1e-5 + 3e-5 + s * 5e-8 + 1e-6
+    c2d = 3e-5 + 2e-6 + 5e-6 + s * 1e-8
+    assert c.c2v_s == pytest.approx(c2v)
+    assert c.c2d_s == pytest.approx(c2d)
+    # C1 is the batch-1 latency: it carries the request's own per-sequence cost
+    assert c.c1v_s == pytest.approx(0.006 + 5e-4 + c2v)
+    assert c.c1d_s == pytest.approx(0.001 + c2d)
     assert c.baseline_c2_step_s == pytest.approx(1e-5 + 3e-5 + s * 5e-8)
+    assert c.baseline_c1_step_s == pytest.approx(0.006 + c.baseline_c2_step_s)
     # longer contexts cost more per concurrent request
     assert cal.coefficients_at(4000, 500).c2v_s > c.c2v_s
 

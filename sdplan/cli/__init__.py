@@ -32,6 +32,7 @@ COMMANDS = {
     "calibrate": "sdplan.cli.calibrate:calibrate",
     "fit": "sdplan.cli.fit:fit",
     "validate": "sdplan.cli.validate:validate",
+    "simulate": "sdplan.cli.simulate:simulate",
 }
 
 

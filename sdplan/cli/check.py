@@ -8,6 +8,7 @@ import click
 
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
 from sdplan.cli._options import calibration_option, output_options, workload_options
+from sdplan.cli._simulation import simulation_options
 
 
 def _draft_length(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -36,13 +37,18 @@ def _draft_length(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",
               help="Candidate draft lengths for 'best' (list or range). Default: the file's, else 1-8.")
 @workload_options
+@click.option("--simulate", "use_simulator", is_flag=True,
+              help="Check with the simulator (sdplan-simulate(1)) instead of the model's means: percentile SLOs "
+              "(e2e:p99<=5s) become available, and every latency verdict uses simulated statistics.")
+@simulation_options
 @output_options(formats=("table", "json"))
 def check(workload_path: str | None, calibration: str | None, rate: float | None, slos: tuple[str, ...],
           draft_length: str | None, draft_lengths: str | None, prompt_tokens: int | None, output_tokens: int | None,
           acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
           draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
-          fmt: str, output: str | None,
-          ascii_only: bool) -> None:
+          use_simulator: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int,
+          max_num_batched_tokens: int, kv_cache_tokens: float | None, lengths_file: str | None,
+          fmt: str, output: str | None, ascii_only: bool) -> None:
     """Check SLOs at one request rate; exit 1 if any is missed.
 
     Predicts the mean end-to-end latency, TTFT, TPOT, throughput and
@@ -84,9 +90,25 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     fixed = int(choice) if mode == "fixed" else None
     tokens = inputs.workload.acceptance.tokens_per_cycle([fixed] if fixed else candidates)
+    parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
+    moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     report = run_check(coefficients, rate, inputs.workload.acceptance.alphas[0], mode, fixed, candidates,
-                       resolve_slos(slos, file), tokens_per_cycle=tokens,
-                       moe=inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens))
+                       parsed, tokens_per_cycle=tokens, moe=moe)
+    if use_simulator:
+        from sdplan.check import simulated_verdicts
+        from sdplan.cli._simulation import build_config, read_lengths
+        from sdplan.simulate import replicate
+
+        if moe is not None:
+            raise InvalidValueError("--simulate does not model MoE expert coverage yet")
+        if rate <= 0:
+            raise click.BadParameter("--simulate needs a rate > 0 req/s", param_hint="'--rate'")
+        lengths = read_lengths(lengths_file) if lengths_file else None
+        config = build_config(rate, report.draft_length, inputs.workload.acceptance, inputs.workload.prompt_tokens,
+                              inputs.workload.output_tokens, requests, arrival_cv, max_num_seqs,
+                              max_num_batched_tokens, kv_cache_tokens, lengths, seed)
+        summary = replicate(coefficients, config, seeds, seed, report.point.e2e_s)
+        report = simulated_verdicts(report, parsed, summary)
     terminal = output in (None, "-") and stdout_is_terminal()
     emit(render_check(report, inputs.context(), OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
     if os.environ.get("GITHUB_ACTIONS") == "true":

@@ -27,7 +27,7 @@ def verdict_document(verdict: Verdict) -> dict[str, Any]:
     return {
         "slo": verdict.slo.text,
         "metric": verdict.slo.metric.value,
-        "statistic": "mean",
+        "statistic": verdict.slo.statistic,
         "bound": "upper" if verdict.slo.upper_bound else "lower",
         f"limit{suffix}": verdict.slo.limit,
         f"predicted{suffix}": finite_or_none(verdict.predicted),
@@ -42,6 +42,8 @@ def check_summary(report: CheckReport) -> str:
     head = "PASS" if report.passed else "FAIL"
     where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
     line = f"sdplan check: {head}: {met}/{len(report.verdicts)} SLOs met {where}"
+    if report.simulated:
+        line += " (simulated)"
     if report.regime == "unstable":
         return line + " (unstable: the rate exceeds saturation)"
     failed = [v for v in report.verdicts if not v.passed]
@@ -73,6 +75,7 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
             **context,
             "request_rate_rps": report.rate_rps,
             "per_token_alpha": report.alpha,
+            "evaluated_by": report.simulated or "analytic model (means)",
             "speculation": {
                 "mode": report.mode,
                 "enabled": report.draft_length > 0,
@@ -103,7 +106,8 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
                       f"{' (best of ' + ', '.join(map(str, report.candidates)) + ')' if report.mode == 'best' else ''}, "
                       f"per-token alpha {report.alpha:.3f}: regime {report.regime.replace('_', ' ')}, "
                       f"utilisation {report.point.utilisation:.2f}, B = {report.batch:.3g} requests in flight")
-        table = Table(box=table_box(style), title="SLO verdicts (model means)", title_justify="left")
+        title = f"SLO verdicts ({report.simulated})" if report.simulated else "SLO verdicts (model means)"
+        table = Table(box=table_box(style), title=title, title_justify="left")
         for header in ("SLO", "predicted", "limit", "margin", "result"):
             table.add_column(header, justify="left" if header in ("SLO", "result") else "right")
         for verdict in report.verdicts:
@@ -116,7 +120,10 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
                 Text("pass", style="green") if verdict.passed else Text("FAIL", style="bold red"),
             )
         console.print(table)
-        console.print(f"TTFT {TTFT_NOTE}.\nTPOT {TPOT_NOTE}.")
+        if report.simulated:
+            console.print("Simulated values are means over replications of each statistic (sdplan-simulate(1)).")
+        else:
+            console.print(f"TTFT {TTFT_NOTE}.\nTPOT {TPOT_NOTE}.")
 
     return render_rich(draw, style, terminal)
 

@@ -307,3 +307,39 @@ def file_scatter(measured: list[float], predicted: list[float], labels: list[str
     figure.tight_layout()
     _save(figure, path)
     pyplot.close(figure)
+
+
+def _cdf_points(values: Any, points: int = 200) -> tuple[list[float], list[float]]:
+    import numpy as np
+
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    index = np.linspace(0, ordered.size - 1, min(points, ordered.size)).astype(int)
+    return list(map(float, ordered[index])), list(map(float, (index + 1) / ordered.size))
+
+
+def terminal_cdf(series: list[tuple[str, Any]], title: str, width: int, color: bool) -> str:
+    import plotext as plt
+
+    _start(plt, width, 20, color)
+    for index, (name, values) in enumerate(series):
+        x, y = _cdf_points(values)
+        plt.plot(x, y, label=name, marker=MARKERS[index % len(MARKERS)])
+    plt.title(title)
+    plt.xlabel("E2E latency (s); y: fraction of requests")
+    return _finish(plt, color) + "\n"
+
+
+def file_cdf(series: list[tuple[str, Any]], title: str, path: Path) -> None:
+    pyplot = _pyplot()
+    figure, axis = pyplot.subplots(figsize=(7.5, 5))
+    for name, values in series:
+        x, y = _cdf_points(values, 1000)
+        axis.plot(x, y, label=name)
+    for level in (0.5, 0.9, 0.99):
+        axis.axhline(level, color="grey", linestyle=":", linewidth=0.8)
+    axis.set(xlabel="E2E latency (s)", ylabel="fraction of requests", title=title, ylim=(0, 1.01))
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    _save(figure, path)
+    pyplot.close(figure)

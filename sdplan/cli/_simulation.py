@@ -1,0 +1,88 @@
+"""Options and glue shared by ``simulate`` and ``check --simulate``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from sdplan.cli._options import _apply
+
+
+def simulation_options(fn: Any) -> Any:
+    return _apply(fn, [
+        click.option("--requests", type=click.IntRange(min=10), default=20_000, show_default=True,
+                     help="Requests per replication (the first 10% are discarded as warm-up)."),
+        click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+                     help="Independent replications; confidence intervals (95%) come from their spread."),
+        click.option("--seed", type=int, default=0, show_default=True, help="First seed; results are reproducible."),
+        click.option("--arrival-cv", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+                     help="Coefficient of variation of inter-arrival times: 1 Poisson, > 1 bursty (gamma)."),
+        click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
+                     help="Batch cap (vLLM max_num_seqs)."),
+        click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
+                     help="Token budget per step (decode tokens first, then prefill chunks)."),
+        click.option("--kv-cache-tokens", type=click.FloatRange(min=1), metavar="TOKENS",
+                     help="KV cache capacity in tokens (prompt + output reserved per running request). "
+                     "Default: unlimited."),
+        click.option("--lengths-file", metavar="CSV",
+                     help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight; requests "
+                     "draw from it (the model uses its means)."),
+    ])
+
+
+def read_lengths(path: str) -> tuple[list[float], list[float], list[float]]:
+    import csv
+    from pathlib import Path
+
+    from sdplan.errors import InputFileError
+
+    try:
+        rows = list(csv.DictReader(Path(path).read_text(encoding="utf-8").splitlines()))
+    except OSError as error:
+        raise InputFileError(path, None, f"cannot read ({error.strerror}); check the path") from None
+    prompts, outputs, weights = [], [], []
+    for line, row in enumerate(rows, start=2):
+        try:
+            p, g, w = float(row["prompt_tokens"]), float(row["output_tokens"]), float(row.get("weight") or 1)
+        except (KeyError, TypeError, ValueError):
+            raise InputFileError(path, f"line {line}", "expected prompt_tokens,output_tokens[,weight] numbers") from None
+        if p < 1 or g < 1 or w < 0:
+            raise InputFileError(path, f"line {line}", "lengths must be >= 1 token and weights >= 0")
+        prompts.append(p)
+        outputs.append(g)
+        weights.append(w)
+    if not rows or sum(weights) <= 0:
+        raise InputFileError(path, None, "no rows with positive weight")
+    return prompts, outputs, weights
+
+
+def build_config(rate: float, draft_length: int, acceptance: Any, prompt: int, output: int, requests: int,
+                 arrival_cv: float, max_num_seqs: int, max_num_batched_tokens: int, kv_cache_tokens: float | None,
+                 lengths: tuple[list[float], list[float], list[float]] | None, seed: int) -> Any:
+    """A SimulationConfig; request lengths drawn from the histogram when one is given."""
+    import math
+
+    import numpy as np
+
+    from sdplan.simulate import SimulationConfig
+
+    if draft_length:
+        if acceptance.position_rates is not None:
+            rates = tuple(acceptance.position_rates[:draft_length])
+        else:
+            alpha = acceptance.alphas[0]
+            rates = tuple(alpha ** (j + 1) for j in range(draft_length))
+    else:
+        rates = ()
+    prompts: Any = prompt
+    outputs: Any = output
+    if lengths is not None:
+        rng = np.random.default_rng(seed + 10_000)
+        weights = np.asarray(lengths[2]) / sum(lengths[2])
+        pick = rng.choice(len(weights), size=requests, p=weights)
+        prompts, outputs = np.asarray(lengths[0])[pick], np.asarray(lengths[1])[pick]
+    return SimulationConfig(rate_rps=rate, draft_length=draft_length, position_rates=rates, requests=requests,
+                            prompt_tokens=prompts, output_tokens=outputs, arrival_cv=arrival_cv,
+                            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            kv_cache_tokens=kv_cache_tokens if kv_cache_tokens is not None else math.inf)

@@ -1,0 +1,141 @@
+"""``sdplan simulate``: tails and queueing from a discrete-event simulation of one replica."""
+
+from __future__ import annotations
+
+import click
+
+from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
+from sdplan.cli._simulation import simulation_options
+
+
+def _draft_choice(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value in ("best", "off"):
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not a draft length, 'best' or 'off'") from None
+    if k < 0:
+        raise click.BadParameter("must be >= 0")
+    return "off" if k == 0 else str(k)
+
+
+@click.command()
+@calibration_option
+@workload_options
+@click.option("-r", "--rates", metavar="RATES",
+              help="Request rates in req/s (list or START:STOP:STEP). Default: 25%, 50%, 75% and 90% of the "
+              "no-SD saturation rate.")
+@click.option("--draft-length", "draft_length", default="best", show_default=True, callback=_draft_choice,
+              metavar="K|best|off", help="Draft length: a number, off, or best (the model's best static k per rate).")
+@click.option("-k", "--draft-lengths", "draft_lengths", default="1-8", show_default=True, metavar="KS",
+              help="Candidates for best.")
+@simulation_options
+@output_options()
+@plot_options
+def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: int | None,
+             acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
+             draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
+             position_acceptance: list[float] | None, rates: str | None, draft_length: str, draft_lengths: str,
+             requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int, max_num_batched_tokens: int,
+             kv_cache_tokens: float | None, lengths_file: str | None, fmt: str, output: str | None,
+             ascii_only: bool, plot: bool, plot_file: str | None) -> None:
+    """Simulate one replica with continuous batching and SD: percentiles and queueing.
+
+    A discrete-event simulation at iteration level (vLLM-like): Poisson or
+    bursty arrivals, a batch cap, a KV budget and a per-step token budget,
+    chunked prefill, and random acceptance per cycle; step times from the
+    same calibration as the model. Per rate: mean, p50, p90, p99 of E2E
+    latency, TTFT, TPOT and queueing delay with 95% confidence intervals
+    from independent replications, throughput, mean batch, a Little's-law
+    check, and the analytic mean beside it.
+
+    \b
+    Examples:
+      sdplan simulate --acceptance 0.8 --rates 4,8,11
+      sdplan simulate --draft-length 3 --seeds 5 --arrival-cv 2 -f json
+    """
+    import numpy as np
+
+    from sdplan import planner
+    from sdplan.calibration import resolve_calibration
+    from sdplan.cli._options import check_plot_request, parse_int_list, parse_number_list, terminal_plot_settings
+    from sdplan.cli._simulation import build_config, read_lengths
+    from sdplan.errors import InvalidValueError
+    from sdplan.render import OutputFormat, Style, emit, progress_bar, stdout_is_terminal
+    from sdplan.render.simulate import render_simulate, simulate_document
+    from sdplan.simulate import replicate
+    from sdplan.workload import resolve_workload
+
+    check_plot_request(plot, plot_file, fmt)
+    lengths = read_lengths(lengths_file) if lengths_file else None
+    cal = resolve_calibration(calibration)
+    if lengths is not None and (prompt_tokens is None and output_tokens is None):
+        total = sum(lengths[2])
+        prompt_tokens = round(sum(p * w for p, w in zip(lengths[0], lengths[2])) / total)
+        output_tokens = round(sum(g * w for g, w in zip(lengths[1], lengths[2])) / total)
+    workload = resolve_workload(cal, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                                alpha=acceptance_alpha, mean_length=acceptance_length,
+                                draft_rate=draft_acceptance_rate, measured_at_k=acceptance_k,
+                                position_rates=position_acceptance)
+    if len(workload.acceptance.alphas) != 1:
+        raise InvalidValueError("simulate takes a single acceptance value")
+    if cal.moe_at(workload.prompt_tokens, workload.output_tokens) is not None:
+        raise InvalidValueError("simulate does not model MoE expert coverage yet; use plan for MoE calibrations")
+    coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
+    candidates = sorted({k for k in parse_int_list(draft_lengths, "draft lengths") if k > 0}) or [1]
+    if draft_length not in ("best", "off"):
+        candidates = [int(draft_length)]
+    tokens = workload.acceptance.tokens_per_cycle(candidates)
+    if rates is None:
+        from sdplan import model
+
+        _, c2_d = model.baseline_demand(coefficients)
+        rate_list = [round(f / c2_d, 4) for f in (0.25, 0.5, 0.75, 0.9)]
+    else:
+        rate_list = sorted(set(parse_number_list(rates, "request rates in req/s")))
+        if any(r <= 0 for r in rate_list):
+            raise click.BadParameter("simulated rates must be > 0 req/s", param_hint="'--rates'")
+    result = planner.plan(coefficients, rate_list, candidates, workload.acceptance.alphas, tokens_per_cycle=tokens)
+    summaries = []
+    with progress_bar("simulating", len(rate_list) * seeds * requests) as advance:
+        done = 0
+        for ir, rate in enumerate(rate_list):
+            if draft_length == "off":
+                k = 0
+            elif draft_length == "best":
+                best = int(result.best_k[0, ir])
+                k = best if best > 0 else 0
+            else:
+                k = int(draft_length)
+            analytic = float(result.baseline_latency_s[ir] if k == 0 else result.latency_s[0, ir, candidates.index(k)])
+            config = build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens,
+                                  requests, arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens,
+                                  lengths, seed)
+
+            def progress(completed: int, total: int, base: int = done) -> None:
+                advance(base + completed, len(rate_list) * seeds * requests, f"{rate:g} req/s")
+
+            summaries.append(replicate(coefficients, config, seeds, seed, analytic, progress))
+            done += seeds * requests
+    context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method},
+               "workload": {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
+                            "acceptance": workload.acceptance.describe(), "lengths_file": lengths_file}}
+    settings = {"replications": seeds, "requests": requests, "seed": seed, "arrival_cv": arrival_cv,
+                "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                "kv_cache_tokens": kv_cache_tokens, "warmup_fraction": 0.1}
+    document = simulate_document(summaries, context, settings)
+    terminal = output in (None, "-") and stdout_is_terminal()
+    text = render_simulate(summaries, document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    series = [(f"{s.rate_rps:g} req/s", np.sort(s.e2e_samples_s)) for s in summaries]
+    if plot:
+        from sdplan.render.plots import terminal_cdf
+
+        text += "\n" + terminal_cdf(series, "E2E latency CDF (first replication)", *terminal_plot_settings(ascii_only))
+    if plot_file is not None:
+        from pathlib import Path
+
+        from sdplan.render.plots import file_cdf
+
+        file_cdf(series, f"E2E latency CDF, {cal.name}", Path(plot_file))
+    emit(text, output)

@@ -1,0 +1,104 @@
+"""Views of ``sdplan simulate``: per-rate statistics with confidence intervals, beside the model."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import TYPE_CHECKING, Any
+
+from sdplan import __version__
+from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
+from sdplan.simulate import METRICS, STATISTICS
+
+if TYPE_CHECKING:
+    from sdplan.simulate import Estimate, RateSummary
+
+LABELS = {"e2e": "E2E latency", "ttft": "TTFT", "tpot": "TPOT", "queue": "queueing delay"}
+
+
+def _estimate(estimate: Estimate) -> dict[str, Any]:
+    return {"value": finite_or_none(estimate.value), "ci95_half_width": finite_or_none(estimate.half_width)}
+
+
+def simulate_document(summaries: list[RateSummary], context: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    rates = []
+    for summary in summaries:
+        stats = {f"{metric}_{statistic}_s": _estimate(summary.stats[(metric, statistic)])
+                 for metric in METRICS for statistic in STATISTICS}
+        rates.append({
+            "request_rate_rps": summary.rate_rps,
+            "draft_length_tokens": summary.draft_length or None,
+            "speculation": "on" if summary.draft_length else "off",
+            "statistics": stats,
+            "output_throughput_tok_s": _estimate(summary.throughput_tok_s),
+            "mean_running_batch": _estimate(summary.mean_running),
+            "mean_requests_in_system": _estimate(summary.mean_in_system),
+            "littles_law_lambda_times_latency": _estimate(summary.little_batch),
+            "analytic_mean_e2e_latency_s": finite_or_none(summary.analytic_e2e_s),
+            "simulated_vs_analytic_pct": finite_or_none(
+                (summary.stats[("e2e", "mean")].value / summary.analytic_e2e_s - 1) * 100
+                if math.isfinite(summary.analytic_e2e_s) else math.inf),
+        })
+    return {"schema_version": JSON_SCHEMA_VERSION, "sdplan_version": __version__, "command": "simulate",
+            **context, "settings": settings, "rates": rates}
+
+
+def simulate_csv(summaries: list[RateSummary]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["request_rate_rps", "draft_length_tokens", "metric", "statistic", "value_s", "ci95_half_width_s"])
+    for summary in summaries:
+        for metric in METRICS:
+            for statistic in STATISTICS:
+                estimate = summary.stats[(metric, statistic)]
+                writer.writerow([summary.rate_rps, summary.draft_length, metric, statistic, repr(estimate.value),
+                                 "" if not math.isfinite(estimate.half_width) else repr(estimate.half_width)])
+    return buffer.getvalue()
+
+
+def _cell(estimate: Estimate) -> str:
+    value = estimate.value
+    if not math.isfinite(value):
+        return "-"
+    scale, unit = (1e3, "ms") if abs(value) < 1 else (1.0, "s")
+    if math.isfinite(estimate.half_width):
+        return f"{value * scale:.4g} +/- {estimate.half_width * scale:.2g} {unit}"
+    return f"{value * scale:.4g} {unit}"
+
+
+def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt: OutputFormat, style: Style,
+                    terminal: bool) -> str:
+    if fmt is OutputFormat.JSON:
+        return to_json(document)
+    if fmt is OutputFormat.CSV:
+        return simulate_csv(summaries)
+
+    def draw(console: Any) -> None:
+        from rich.table import Table
+
+        settings = document["settings"]
+        console.print(f"calibration {document['calibration']['name']}; {settings['replications']} replications x "
+                      f"{settings['requests']} requests per rate (first 10% discarded); arrivals CV "
+                      f"{settings['arrival_cv']:g}; batch cap {settings['max_num_seqs']}")
+        for summary, row in zip(summaries, document["rates"]):
+            option = f"SD k={summary.draft_length}" if summary.draft_length else "SD off"
+            table = Table(title=f"{summary.rate_rps:g} req/s, {option}: simulated (95% CI over replications)",
+                          box=table_box(style), title_justify="left")
+            table.add_column("metric")
+            for statistic in STATISTICS:
+                table.add_column(statistic, justify="right")
+            for metric in METRICS:
+                table.add_row(LABELS[metric], *[_cell(summary.stats[(metric, s)]) for s in STATISTICS])
+            console.print(table)
+            diff = row["simulated_vs_analytic_pct"]
+            analytic = row["analytic_mean_e2e_latency_s"]
+            console.print(
+                f"  analytic mean E2E {'unstable' if analytic is None else format(analytic, '.4g') + ' s'}"
+                f"{'' if diff is None else f' (simulated mean {diff:+.1f}%)'}; throughput "
+                f"{summary.throughput_tok_s.value:.5g} tok/s; mean running batch {summary.mean_running.value:.3g}; "
+                f"requests in system {summary.mean_in_system.value:.3g} vs lambda x latency "
+                f"{summary.little_batch.value:.3g} (Little's law)")
+        console.print("TPOT = (E2E - TTFT)/(output - 1); queueing delay = arrival to admission into the batch.")
+
+    return render_rich(draw, style, terminal)

@@ -1,0 +1,123 @@
+"""The simulator against queueing theory, Little's law, the analytic model, and itself."""
+
+from __future__ import annotations
+
+import json
+
+import numpy
+import pytest
+
+from sdplan import model
+from sdplan.errors import ExitStatus, InvalidValueError
+from sdplan.model import Coefficients
+from sdplan.simulate import SimulationConfig, cycles_needed, simulate
+
+C = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
+                 baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=1024.0, output_tokens=512.0)
+
+
+def rates(alpha: float, k: int) -> tuple[float, ...]:
+    return tuple(alpha ** (j + 1) for j in range(k))
+
+
+@pytest.mark.parametrize(("alpha", "k"), [(0.5, 1), (0.8, 3), (0.9, 6), (1.0, 4), (0.0, 2)])
+def test_acceptance_sampling_reproduces_expected_tokens(alpha: float, k: int) -> None:
+    rng = numpy.random.default_rng(0)
+    # one very long request: tokens / cycles converges to E(alpha, k)
+    cycles, expected = cycles_needed(numpy.array([400_000]), rates(alpha, k), rng)
+    assert expected == pytest.approx(1 + sum(rates(alpha, k)))
+    assert 400_000 / cycles[0] == pytest.approx(expected, rel=0.01)
+
+
+def test_single_server_queue_matches_m_d_1() -> None:
+    """k = 0, step time independent of batch, batch cap 1: an M/D/1 queue (Pollaczek-Khinchine)."""
+    c = Coefficients(c1p_s=0.05, c2p_s=0.0, c1v_s=0.0, c2v_s=0.0, c1d_s=0.0, c2d_s=0.0,
+                     baseline_c1_step_s=0.01, baseline_c2_step_s=0.0, prompt_tokens=100.0, output_tokens=51.0)
+    service = 0.05 + 50 * 0.01  # own prefill, then 50 decode steps
+    for rho in (0.3, 0.7):
+        lam = rho / service
+        waits = []
+        for seed in range(4):
+            run = simulate(c, SimulationConfig(rate_rps=lam, draft_length=0, position_rates=(), requests=20_000,
+                                               prompt_tokens=100, output_tokens=51, max_num_seqs=1),
+                           numpy.random.default_rng(seed))
+            waits.append(run.e2e_s.mean())
+        theory = service + rho * service / (2 * (1 - rho))
+        assert numpy.mean(waits) == pytest.approx(theory, rel=0.03), rho
+
+
+@pytest.mark.parametrize("load", [0.2, 0.5, 0.7])
+def test_littles_law_on_the_trace_and_agreement_with_the_model(load: float) -> None:
+    c1, c2 = model.speculative_demand(C, 0.8, 3)
+    lam = load / float(c2)
+    run = simulate(C, SimulationConfig(rate_rps=lam, draft_length=3, position_rates=rates(0.8, 3), requests=20_000),
+                   numpy.random.default_rng(1))
+    little = run.arrival_rate_rps * run.e2e_s.mean()
+    assert run.mean_in_system == pytest.approx(little, rel=0.05)  # time average vs lambda * W, measured separately
+    analytic = float(model.mean_latency(c1, c2, lam))
+    # stated tolerance: the mean model holds within 5% up to 70% utilisation (batch fluctuations grow beyond)
+    assert run.e2e_s.mean() == pytest.approx(analytic, rel=0.05)
+
+
+def test_batch_cap_is_where_the_mean_model_breaks() -> None:
+    c1, c2 = model.baseline_demand(C)
+    lam = 0.9 / c2  # needs ~ hundreds in flight
+    capped = simulate(C, SimulationConfig(rate_rps=lam, draft_length=0, position_rates=(), requests=8000,
+                                          max_num_seqs=32), numpy.random.default_rng(2))
+    assert capped.e2e_s.mean() > 1.5 * float(model.mean_latency(c1, c2, lam))
+    assert capped.queue_s.mean() > 1.0 and capped.mean_running <= 32 + 1e-9
+
+
+def test_same_seed_same_result_and_percentiles_ordered() -> None:
+    config = SimulationConfig(rate_rps=5.0, draft_length=2, position_rates=rates(0.7, 2), requests=3000,
+                              arrival_cv=2.0)
+    first = simulate(C, config, numpy.random.default_rng(7))
+    second = simulate(C, config, numpy.random.default_rng(7))
+    assert numpy.array_equal(first.e2e_s, second.e2e_s)
+    stats = [first.statistic("e2e", s) for s in ("p50", "p90", "p99")]
+    assert stats == sorted(stats) and first.statistic("e2e", "mean") > 0
+    other = simulate(C, config, numpy.random.default_rng(8))
+    assert not numpy.array_equal(first.e2e_s, other.e2e_s)
+
+
+def test_invalid_configurations() -> None:
+    with pytest.raises(InvalidValueError):
+        simulate(C, SimulationConfig(rate_rps=0.0, draft_length=0, position_rates=()), numpy.random.default_rng(0))
+    with pytest.raises(InvalidValueError, match="draft length"):
+        simulate(C, SimulationConfig(rate_rps=1.0, draft_length=3, position_rates=(0.5,)), numpy.random.default_rng(0))
+
+
+def test_cli_simulate_formats(sdplan, tmp_path) -> None:
+    args = ["simulate", "--acceptance", "0.8", "--rates", "3,8", "--requests", "2000", "--seeds", "2"]
+    table = sdplan(*args, "--ascii")
+    assert table.exit_code == 0, table.output
+    assert "p99" in table.stdout and "Little's law" in table.stdout and "analytic mean E2E" in table.stdout
+    doc = json.loads(sdplan(*args, "-f", "json").stdout)
+    assert doc["command"] == "simulate" and len(doc["rates"]) == 2
+    stats = doc["rates"][0]["statistics"]
+    assert stats["e2e_p99_s"]["value"] >= stats["e2e_p50_s"]["value"]
+    assert stats["e2e_mean_s"]["ci95_half_width"] is not None
+    assert abs(doc["rates"][0]["simulated_vs_analytic_pct"]) < 10
+    csv_text = sdplan(*args, "-f", "csv").stdout
+    assert csv_text.splitlines()[0] == "request_rate_rps,draft_length_tokens,metric,statistic,value_s,ci95_half_width_s"
+    # deterministic for a seed
+    assert sdplan(*args, "-f", "csv").stdout == csv_text
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("prompt_tokens,output_tokens,weight\n256,128,3\n2048,512,1\n")
+    assert sdplan("simulate", "--rates", "2", "--requests", "1000", "--seeds", "1", "--lengths-file", str(lengths),
+                  "--draft-length", "off").exit_code == 0
+    svg = tmp_path / "cdf.svg"
+    plotted = sdplan(*args, "--plot", "--plot-file", str(svg))
+    assert plotted.exit_code == 0 and "E2E latency CDF" in plotted.stdout and "fraction of requests" in svg.read_text()
+
+
+def test_check_percentile_slos_with_simulate(sdplan) -> None:
+    base = ["check", "--rate", "6", "--acceptance", "0.8", "--requests", "3000", "--seeds", "2"]
+    refused = sdplan(*base, "--slo", "e2e:p99<=60s")
+    assert refused.exit_code == ExitStatus.USAGE and "check --simulate" in refused.stderr
+    passed = sdplan(*base, "--slo", "e2e:p99<=60s", "--slo", "ttft:p90<=1s", "--simulate", "-f", "json")
+    assert passed.exit_code == ExitStatus.OK, passed.output
+    doc = json.loads(passed.stdout)
+    assert doc["evaluated_by"].startswith("simulated") and doc["verdicts"][0]["statistic"] == "p99"
+    failed = sdplan(*base, "--slo", "e2e:p99<=1s", "--simulate")
+    assert failed.exit_code == ExitStatus.SLO_VIOLATED and "(simulated)" in failed.stderr
