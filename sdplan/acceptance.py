@@ -267,6 +267,16 @@ class AcceptanceSpec:
             return tokens_from_position_rates(self.position_rates, ks)[None, :]
         return expected_tokens_per_cycle(np.asarray(self.alphas)[:, None], ks[None, :].astype(np.float64))
 
+    def document(self) -> dict[str, object]:
+        """The acceptance as JSON: what was given, in which metric, and the alphas used."""
+        return {
+            "metric_given": self.metric.value,
+            "values_given": list(self.values),
+            "measured_at_k": self.measured_at_k,
+            "per_token_alpha": list(self.alphas),
+            "source": self.source,
+        }
+
     def describe(self) -> str:
         """One line saying what was received and what it became."""
         alphas = ", ".join(f"{a:.3f}" for a in self.alphas)

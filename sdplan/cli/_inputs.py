@@ -43,13 +43,7 @@ class Inputs:
                 "file": self.file.path if self.file else None,
                 "prompt_tokens": self.workload.prompt_tokens,
                 "output_tokens": self.workload.output_tokens,
-                "acceptance": {
-                    "metric_given": acceptance.metric.value,
-                    "values_given": list(acceptance.values),
-                    "measured_at_k": acceptance.measured_at_k,
-                    "per_token_alpha": list(acceptance.alphas),
-                    "source": acceptance.source,
-                },
+                "acceptance": acceptance.document(),
             },
         }
 

@@ -99,6 +99,19 @@ def _draft_lengths_callback(ctx: click.Context, param: click.Parameter, value: s
     return positive
 
 
+def draft_choice_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``K``, ``best`` or ``off`` (``0`` means off); returns "best", "off" or the number as text."""
+    if value is None or value in ("best", "off"):
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not a draft length, 'best' or 'off'") from None
+    if k < 0:
+        raise click.BadParameter("draft length must be >= 0 (0 means off)")
+    return "off" if k == 0 else str(k)
+
+
 def _positive_tokens(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value < 1:
         raise click.BadParameter(f"must be >= 1 token, got {value}")

@@ -7,20 +7,8 @@ import os
 import click
 
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
-from sdplan.cli._options import calibration_option, output_options, workload_options
+from sdplan.cli._options import calibration_option, draft_choice_callback, output_options, workload_options
 from sdplan.cli._simulation import simulation_options
-
-
-def _draft_length(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None or value in ("best", "off"):
-        return value
-    try:
-        k = int(value)
-    except ValueError:
-        raise click.BadParameter(f"'{value}' is not a draft length, 'best' or 'off'") from None
-    if k < 0:
-        raise click.BadParameter("draft length must be >= 0 (0 means off)")
-    return "off" if k == 0 else str(k)
 
 
 @click.command()
@@ -31,7 +19,7 @@ def _draft_length(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
               help="SLO, repeatable: 'e2e:mean<=2s', 'ttft:mean<=300ms', 'tpot:mean<=40ms', "
               "'throughput>=2000tok/s', 'utilisation<=0.8'. Units required. Replaces the file's SLOs.")
-@click.option("--draft-length", "draft_length", callback=_draft_length, metavar="K|best|off",
+@click.option("--draft-length", "draft_length", callback=draft_choice_callback, metavar="K|best|off",
               help="Draft length to check: a number, 'off' (no SD), or 'best' (the planner's latency-optimal "
               "choice among --draft-lengths). Default: the workload file's speculation mode, else best.")
 @click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import click
 
-from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
+from sdplan.cli._options import (
+    calibration_option,
+    draft_choice_callback,
+    output_options,
+    plot_options,
+    workload_options,
+)
 from sdplan.cli._simulation import simulation_options
-
-
-def _draft_choice(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if value in ("best", "off"):
-        return value
-    try:
-        k = int(value)
-    except ValueError:
-        raise click.BadParameter(f"'{value}' is not a draft length, 'best' or 'off'") from None
-    if k < 0:
-        raise click.BadParameter("must be >= 0")
-    return "off" if k == 0 else str(k)
 
 
 @click.command()
@@ -26,7 +20,7 @@ def _draft_choice(ctx: click.Context, param: click.Parameter, value: str) -> str
 @click.option("-r", "--rates", metavar="RATES",
               help="Request rates in req/s (list or START:STOP:STEP). Default: 25%, 50%, 75% and 90% of the "
               "no-SD saturation rate.")
-@click.option("--draft-length", "draft_length", default="best", show_default=True, callback=_draft_choice,
+@click.option("--draft-length", "draft_length", default="best", show_default=True, callback=draft_choice_callback,
               metavar="K|best|off", help="Draft length: a number, off, or best (the model's best static k per rate).")
 @click.option("-k", "--draft-lengths", "draft_lengths", default="1-8", show_default=True, metavar="KS",
               help="Candidates for best.")

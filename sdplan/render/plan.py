@@ -160,13 +160,7 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
         "workload": {
             "prompt_tokens": inputs.prompt_tokens,
             "output_tokens": inputs.output_tokens,
-            "acceptance": {
-                "metric_given": acceptance.metric.value,
-                "values_given": list(acceptance.values),
-                "measured_at_k": acceptance.measured_at_k,
-                "per_token_alpha": list(acceptance.alphas),
-                "source": acceptance.source,
-            },
+            "acceptance": acceptance.document(),
         },
         "definitions": {
             "mean_e2e_latency_s": "mean end-to-end latency, arrival to last token (Kong et al. eq. 1)",
