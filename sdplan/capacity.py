@@ -9,8 +9,8 @@ capacity, assuming the target rate is spread evenly over replicas.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable
 
 from sdplan import model
 from sdplan.errors import InvalidValueError
@@ -136,6 +136,43 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         break_even_rate_rps=even.rate_rps,
         best=best,
     )
+
+
+def search_rate(feasible: Callable[[float], str | None], upper_rps: float, iterations: int = 8) -> tuple[float, str | None]:
+    """Highest rate in ``(0, upper)`` at which ``feasible`` reports no violated SLO, by bisection.
+
+    ``feasible(rate)`` returns None when every SLO holds, else the violated
+    SLO's text. Assumes the SLOs get harder with load (true of latency
+    statistics); the answer is resolved to ``upper / 2**iterations`` and is
+    the last rate found feasible, so it never overstates capacity.
+    Returns (rate, the SLO that binds just above it).
+    """
+    low, high = 0.0, upper_rps
+    binding = feasible(high)
+    if binding is None:
+        return high, None
+    for _ in range(iterations):
+        middle = 0.5 * (low + high)
+        violated = feasible(middle)
+        if violated is None:
+            low = middle
+        else:
+            high, binding = middle, violated
+    return low, binding
+
+
+def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[str | None]) -> Capacity:
+    """The analytic capacity table with its rates replaced by simulated ones."""
+    import numpy as np
+
+    rates = np.asarray(rates_rps, dtype=np.float64)
+    feasible = rates > 0
+    ranked = np.where(feasible, rates, -1.0)
+    from sdplan import model
+
+    return replace(cap, max_rate_rps=rates, binding_slo=list(binding), feasible=feasible,
+                   latency_at_capacity_s=np.where(feasible, model.mean_latency(cap.c1_s, cap.c2_s, rates), np.nan),
+                   best=int(np.argmax(ranked)) if np.any(feasible) else -1)
 
 
 def replicas_needed(target_rate_rps: float, per_replica_rps: float) -> int | None:

@@ -121,3 +121,28 @@ def test_check_percentile_slos_with_simulate(sdplan) -> None:
     assert doc["evaluated_by"].startswith("simulated") and doc["verdicts"][0]["statistic"] == "p99"
     failed = sdplan(*base, "--slo", "e2e:p99<=1s", "--simulate")
     assert failed.exit_code == ExitStatus.SLO_VIOLATED and "(simulated)" in failed.stderr
+
+
+def test_search_rate_bisection() -> None:
+    from sdplan.capacity import search_rate
+
+    rate, binding = search_rate(lambda r: None if r <= 3.0 else "e2e:p99<=1s", 10.0, iterations=12)
+    assert 3.0 - 10.0 / 2**12 <= rate <= 3.0 and binding == "e2e:p99<=1s"
+    assert search_rate(lambda r: None, 10.0) == (10.0, None)
+    assert search_rate(lambda r: "x", 10.0)[0] == 0.0
+
+
+def test_capacity_simulate_with_percentiles(sdplan) -> None:
+    base = ["--acceptance", "0.8", "--requests", "1500", "--seeds", "1"]
+    refused = sdplan("capacity", "--slo", "e2e:p99<=6s", *base)
+    assert refused.exit_code == ExitStatus.USAGE
+    result = sdplan("capacity", "--slo", "e2e:p99<=6s", "-k", "3", "--simulate", *base, "-f", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["evaluated_by"].startswith("simulated")
+    sd = next(o for o in doc["options"] if o["option"] == "k=3")
+    assert 0 < sd["max_rate_under_slo_rps"] < sd["saturation_rate_rps"]
+    # the same simulation at that rate meets the SLO (the search returns the last rate found feasible)
+    check = sdplan("check", "--rate", repr(sd["max_rate_under_slo_rps"]), "--slo", "e2e:p99<=6s", "--draft-length", "3",
+                   "--simulate", *base)
+    assert check.exit_code == ExitStatus.OK, check.output

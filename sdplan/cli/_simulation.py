@@ -9,11 +9,11 @@ import click
 from sdplan.cli._options import _apply
 
 
-def simulation_options(fn: Any) -> Any:
+def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
     return _apply(fn, [
-        click.option("--requests", type=click.IntRange(min=10), default=20_000, show_default=True,
+        click.option("--requests", type=click.IntRange(min=10), default=requests, show_default=True,
                      help="Requests per replication (the first 10% are discarded as warm-up)."),
-        click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+        click.option("--seeds", type=click.IntRange(min=1), default=seeds, show_default=True,
                      help="Independent replications; confidence intervals (95%) come from their spread."),
         click.option("--seed", type=int, default=0, show_default=True, help="First seed; results are reproducible."),
         click.option("--arrival-cv", type=click.FloatRange(min=0.05), default=1.0, show_default=True,

@@ -6,6 +6,7 @@ import click
 
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
 from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
+from sdplan.cli._simulation import simulation_options
 
 
 @click.command()
@@ -26,6 +27,10 @@ from sdplan.cli._options import calibration_option, output_options, plot_options
 @click.option("--spec-method", default="draft_model", show_default=True, metavar="METHOD",
               help="vLLM speculative method written by --format vllm-config (draft_model, eagle, eagle3, mtp, ...).")
 @workload_options
+@click.option("--simulate", "use_simulator", is_flag=True,
+              help="Find each option's capacity with the simulator (bisection on rate) so percentile SLOs "
+              "(e2e:p99<=5s) can be used; slower: many simulations.")
+@(lambda fn: simulation_options(fn, requests=4000, seeds=2))
 @output_options(formats=("table", "json", "vllm-config"))
 @plot_options
 def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...], draft_lengths: str | None,
@@ -33,8 +38,9 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
              max_batch_size: int | None, spec_method: str, prompt_tokens: int | None, output_tokens: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
-             fmt: str, output: str | None,
-             ascii_only: bool, plot: bool, plot_file: str | None) -> None:
+             use_simulator: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int,
+             max_num_batched_tokens: int, kv_cache_tokens: float | None, lengths_file: str | None,
+             fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Highest request rate per replica that meets the SLOs, for no SD and each k.
 
     Inverts the model in closed form (e.g. lambda = (1 - C1/L_SLO)/C2 for a
@@ -76,10 +82,13 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     if inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens) is not None:
         raise InvalidValueError("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 "
                                 "depend on the load, so the closed-form inverse does not hold; use plan or check")
-    parsed = resolve_slos(slos, file)
+    parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
     if not parsed:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
     cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens)
+    if use_simulator:
+        cap = _simulated_capacity(cap, coefficients, candidates, inputs.workload, parsed, requests, seeds, seed,
+                                  arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths_file)
     target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
     gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
         inputs.calibration.provenance.get("tensor_parallel_size")
@@ -92,7 +101,10 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
         with_sd = (fleet(cap.label(best_sd), float(cap.max_rate_rps[best_sd]), target, g, gpus, cost)
                    if best_sd > 0 else None)
         fleets = (no_sd, with_sd)
-    document = capacity_document(cap, parsed, inputs.context(), target, fleets, schedule)
+    context = inputs.context()
+    context["evaluated_by"] = (f"simulated: bisection on rate, {seeds} x {requests} requests per point"
+                               if use_simulator else "analytic model (means), closed-form inverse")
+    document = capacity_document(cap, parsed, context, target, fleets, schedule)
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
     labels = [option["option"] for option in document["options"]]
@@ -112,3 +124,49 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     emit(text, output)
     if cap.best < 0:
         raise InfeasibleError("no option meets the SLOs at any request rate (see the binding SLO per option)")
+
+
+def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests, seeds, seed, arrival_cv,
+                        max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths_file):  # type: ignore[no-untyped-def]
+    """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.search_rate)."""
+    import math
+
+    from sdplan.capacity import search_rate, with_simulated_rates
+    from sdplan.cli._simulation import build_config, read_lengths
+    from sdplan.render import progress_bar
+    from sdplan.simulate import replicate
+
+    lengths = read_lengths(lengths_file) if lengths_file else None
+    options = [0, *candidates]
+    rates, binding = [], []
+    iterations = 8
+    with progress_bar("simulating capacity", len(options) * (iterations + 1)) as advance:
+        done = [0]
+        for index, k in enumerate(options):
+            c2 = float(cap.c2_s[index])
+
+            def feasible(rate: float, k: int = k, c2: float = c2) -> str | None:
+                done[0] += 1
+                advance(done[0], len(options) * (iterations + 1), f"k={k} at {rate:.3g} req/s")
+                if rate * c2 >= 1.0:
+                    return "unstable"
+                config = build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens,
+                                      requests, arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens,
+                                      lengths, seed)
+                summary = replicate(coefficients, config, seeds, seed, math.nan)
+                for slo in slos:
+                    metric = slo.metric.value
+                    if metric in ("e2e", "ttft", "tpot"):
+                        value = summary.stats[(metric, slo.statistic)].value
+                    elif metric == "throughput":
+                        value = summary.throughput_tok_s.value
+                    else:
+                        value = rate * c2
+                    if not slo.holds(value):
+                        return slo.text
+                return None
+
+            rate, bound = search_rate(feasible, float(cap.saturation_rate_rps[index]) * 0.999, iterations)
+            rates.append(rate)
+            binding.append(bound)
+    return with_simulated_rates(cap, rates, binding)

@@ -167,6 +167,7 @@ def capacity_document(cap: Capacity, slos: list[SLO], context: dict[str, Any], t
         **context,
         "per_token_alpha": cap.alpha,
         "slos": [slo.text for slo in slos],
+        "evaluated_by": context.get("evaluated_by"),
         "options": options,
         "best": cap.label(cap.best) if cap.best >= 0 else None,
         "best_speculative": cap.label(cap.best_speculative) if cap.best_speculative > 0 else None,
@@ -206,9 +207,12 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
 
         console.print(f"calibration {document['calibration']['name']} "
                       f"({METHOD_LABELS.get(document['calibration']['method'], '')})")
-        console.print(f"SLOs {', '.join(document['slos'])}; per-token alpha {document['per_token_alpha']:.3f}")
+        console.print(f"SLOs {', '.join(document['slos'])}; per-token alpha {document['per_token_alpha']:.3f}"
+                      + (f"; {document['evaluated_by']}" if document.get("evaluated_by") else ""))
         table = Table(title="Capacity per replica under the SLOs", box=table_box(style), title_justify="left",
-                      caption="* highest capacity. Capacity = highest request rate meeting every SLO (model means).",
+                      caption="* highest capacity. Capacity = highest request rate meeting every SLO "
+                      + ("(simulated; latency column: the model's mean there)."
+                         if str(document.get("evaluated_by", "")).startswith("simulated") else "(model means)."),
                       caption_justify="left")
         for header in ("option", "max rate under SLO (req/s)", "binding SLO", "latency at capacity (s)",
                        "saturation (req/s)", "break-even (req/s)"):
