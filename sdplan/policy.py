@@ -14,9 +14,9 @@ terms do not depend on ``k``). Under load the batch follows Little's law,
 
     L = h(lambda L),   h(B) = min_k (C1_k + B C2_k).
 
-:func:`goodput_latency` finds it by monotone iteration from ``h(0)`` (the
-iterates rise to the smallest fixed point), jumping to the fixed point of the
-current best segment as soon as that point is itself consistent. Because
+:func:`goodput_latency` finds it by following the monotone iteration from
+``L = 0`` along the envelope, segment by segment (exact, at most one step per
+option). Because
 ``h`` is the lower envelope of lines, that fixed point equals
 ``min_k C1_k/(1 - lambda C2_k)``: in the mean-value model, adapting ``k`` per
 step reaches exactly the best static ``k`` of each rate. Its gains are over a
@@ -36,11 +36,6 @@ if TYPE_CHECKING:
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
 
-#: Relative tolerance of the fixed point.
-TOLERANCE = 1e-12
-#: Plain iterations allowed before the solver gives up on a point (never reached in practice:
-#: the segment jump ends the search once the best segment is found).
-MAX_ITERATIONS = 10_000
 
 
 def goodput_choice(c1: FloatArray, c2: FloatArray, batch: FloatArray) -> IntArray:
@@ -78,6 +73,19 @@ def goodput_latency(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray) -> Po
     PolicyResult
         ``inf`` latency where every option is unstable (then ``h(lambda L) > L``
         for all ``L``: no steady state).
+
+    Notes
+    -----
+    ``f(L) = h(lambda L) - L`` is concave (``h`` is a lower envelope of lines)
+    and ``f(0) > 0``, so it has at most one root, the answer, and ``f > 0``
+    before it. The iterates ``L <- h(lambda L)`` rise along the envelope; the
+    solver follows them exactly, segment by segment, from ``L = 0``: on the
+    current lowest line ``i`` the iterates head for that line's own fixed
+    point ``C1_i / (1 - lambda C2_i)``. If line ``i`` is still the lowest there,
+    that point is the root. Otherwise the iterates reach the breakpoint where a
+    flatter line becomes the lowest (``f > 0`` there, so the root lies beyond),
+    and the walk continues on that line. The slope falls at every step, so it
+    ends within ``options`` steps.
     """
     import numpy as np
 
@@ -85,31 +93,40 @@ def goodput_latency(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray) -> Po
     c2 = np.asarray(c2, dtype=np.float64)[:, None, :]
     lam = np.asarray(rates_rps, dtype=np.float64)[None, :, None]  # (1, r, 1)
     shape = np.broadcast_shapes(c1.shape, lam.shape)[:2]
-    unstable = np.all(lam * c2 >= 1.0, axis=-1) & np.ones(shape, dtype=bool)
+    c1b = np.broadcast_to(c1, (*shape, c1.shape[-1]))
+    c2b = np.broadcast_to(c2, (*shape, c2.shape[-1]))
+    lam2 = lam[..., 0]
 
-    def h(latency: FloatArray) -> FloatArray:
-        return np.min(c1 + lam * latency[..., None] * c2, axis=-1)
+    def pick(array: FloatArray, index: IntArray) -> FloatArray:
+        return np.take_along_axis(array, index[..., None], axis=-1)[..., 0]
 
-    latency = np.where(unstable, np.inf, np.min(c1, axis=-1) * np.ones(shape))  # h(0)
-    done = unstable.copy()
+    # Start on the lowest line at L = 0 (ties: the flatter one, which stays lowest beyond 0).
+    order = np.lexsort((c2b, c1b), axis=-1)
+    option = order[..., 0]
+    position = np.zeros(shape)
+    latency = np.full(shape, np.inf)
+    done = np.zeros(shape, dtype=bool)
     iterations = 0
-    while not np.all(done) and iterations < MAX_ITERATIONS:
+    for _ in range(c1.shape[-1] + 1):
+        if np.all(done):
+            break
         iterations += 1
-        option = np.argmin(c1 + lam * np.where(done, 0.0, latency)[..., None] * c2, axis=-1)
-        seg_c1 = np.take_along_axis(np.broadcast_to(c1, (*shape, c1.shape[-1])), option[..., None], axis=-1)[..., 0]
-        seg_c2 = np.take_along_axis(np.broadcast_to(c2, (*shape, c2.shape[-1])), option[..., None], axis=-1)[..., 0]
-        rho = lam[..., 0] * seg_c2
-        with np.errstate(divide="ignore", invalid="ignore"):
+        seg_c1, seg_c2 = pick(c1b, option), pick(c2b, option)
+        rho = lam2 * seg_c2
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # parallel lines and rho = 1 are masked
             jump = np.where(rho < 1.0, seg_c1 / (1.0 - rho), np.inf)
-        # The jump is the answer iff it is consistent: h(lambda jump) >= jump (otherwise it overshoots).
-        consistent = np.isfinite(jump) & (h(np.where(np.isfinite(jump), jump, 0.0)) >= jump * (1.0 - TOLERANCE))
-        step = h(np.where(done, 0.0, latency))
-        new = np.where(consistent, jump, step)
-        converged = consistent | (np.abs(new - latency) <= TOLERANCE * np.abs(new))
-        latency = np.where(done, latency, new)
-        done = done | converged
-    latency = np.where(done, latency, np.inf)
-    batch = np.where(np.isfinite(latency), lam[..., 0] * latency, np.inf)
-    option = goodput_choice(np.broadcast_to(c1, (*shape, c1.shape[-1])), np.broadcast_to(c2, (*shape, c2.shape[-1])),
-                            np.where(np.isfinite(batch), batch, 0.0))
-    return PolicyResult(latency_s=latency, option=option, batch=batch, iterations=iterations)
+            # breakpoints: where a flatter line j crosses below line i, beyond the current position
+            cross = (c1b - seg_c1[..., None]) / (lam * (seg_c2[..., None] - c2b))
+        flatter = (c2b < seg_c2[..., None]) & (cross > position[..., None]) & np.isfinite(cross)
+        cross = np.where(flatter, cross, np.inf)
+        next_option = np.argmin(cross, axis=-1)
+        breakpoint = cross.min(axis=-1)
+        root_here = np.isfinite(jump) & (jump <= breakpoint)  # line i is still the lowest at its fixed point
+        finish = ~done & (root_here | ~np.isfinite(breakpoint))
+        latency = np.where(finish & root_here, jump, latency)  # no breakpoint and no root: unstable (inf)
+        done = done | finish
+        position = np.where(done, position, breakpoint)
+        option = np.where(done, option, next_option)
+    batch = np.where(np.isfinite(latency), lam2 * latency, np.inf)
+    chosen = goodput_choice(c1b, c2b, np.where(np.isfinite(batch), batch, 0.0))
+    return PolicyResult(latency_s=latency, option=chosen, batch=batch, iterations=iterations)

@@ -67,6 +67,9 @@ class SimulationConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     kv_cache_tokens: float = math.inf
+    #: Goodput-adaptive policy: candidate draft lengths (0 = off allowed) chosen per step by E(k)/tau_k(B)
+    #: (SmartSpec); ``draft_length`` and ``position_rates`` then only give the rates for the longest k.
+    adaptive_draft_lengths: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ class SimulationResult:
     throughput_tok_s: float
     arrival_rate_rps: float
     tokens_per_cycle: float
+    mean_draft_length: float = math.nan  # time-averaged k under the adaptive policy
 
     def statistic(self, metric: str, statistic: str) -> float:
         import numpy as np
@@ -140,7 +144,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     if config.rate_rps <= 0:
         raise InvalidValueError("the request rate must be > 0 req/s")
     k = config.draft_length
-    if k and len(config.position_rates) != k:
+    if k and config.adaptive_draft_lengths is None and len(config.position_rates) != k:
         raise InvalidValueError(f"acceptance must cover the draft length {k}")
     prompt = np.broadcast_to(np.asarray(config.prompt_tokens, dtype=np.float64), (n,)).copy()
     output = np.broadcast_to(np.asarray(config.output_tokens, dtype=np.float64), (n,)).copy()
@@ -149,14 +153,37 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     shape = 1.0 / config.arrival_cv**2  # gamma with mean 1/rate and the given coefficient of variation
     gaps = rng.gamma(shape, 1.0 / (config.rate_rps * shape), size=n)
     arrival = np.cumsum(gaps)
-    cycles, expected = cycles_needed(output - 1, config.position_rates if k else (), rng)
-
+    adaptive = config.adaptive_draft_lengths is not None
     c = coefficients
-    if k:
-        fixed, per_sequence = c.c1v_s + k * c.c1d_s, c.c2v_s + k * c.c2d_s
+    rates_all = np.asarray(config.position_rates, dtype=np.float64)
+
+    def step_costs(draft: int) -> tuple[float, float]:
+        if draft:
+            return c.c1v_s + draft * c.c1d_s, c.c2v_s + draft * c.c2d_s
+        return c.baseline_c1_step_s, c.baseline_c2_step_s
+
+    if adaptive:
+        options = sorted(set(config.adaptive_draft_lengths or ()))
+        if any(o > len(rates_all) for o in options):
+            raise InvalidValueError("acceptance must cover every candidate draft length")
+        costs = np.array([step_costs(o) for o in options])  # (options, 2)
+        expected_by_option = np.array([1.0 + rates_all[:o].sum() for o in options])
+        expected = math.nan  # progress is counted in tokens still to produce after the prefill token
     else:
-        fixed, per_sequence = c.baseline_c1_step_s, c.baseline_c2_step_s
-    decode_tokens = k + 1
+        cycles, expected = cycles_needed(output - 1, config.position_rates if k else (), rng)
+    fixed, per_sequence = step_costs(k)
+
+    def choose(batch: int) -> int:
+        """SmartSpec: the option with the highest goodput E(k)/tau_k(B) at this batch size."""
+        tau = costs[:, 0] + max(batch - 1, 0) * costs[:, 1]
+        return int(np.argmax(expected_by_option / tau))
+
+    def sample_tokens(count: int, cycles_ahead: int, draft: int) -> FloatArray:
+        """Tokens committed per cycle, shape (count, cycles_ahead), at draft length ``draft``."""
+        if draft == 0:
+            return np.ones((count, cycles_ahead))
+        draws = rng.random((count, cycles_ahead))
+        return 1.0 + (draws[..., None] < rates_all[:draft]).sum(axis=-1)
 
     admit_time = np.full(n, np.nan)
     first_token = np.full(n, np.nan)
@@ -169,13 +196,18 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     t = 0.0
     busy_area = 0.0  # integral of running requests over time
     system_area = 0.0  # integral of requests in the system over time
+    k_area = 0.0  # integral of the draft length over busy time
+    busy_time = 0.0
     in_system = 0
     completed = 0
 
-    def advance(duration: float, running: int) -> None:
-        nonlocal t, busy_area, system_area
+    def advance(duration: float, running: int, draft: int) -> None:
+        nonlocal t, busy_area, system_area, k_area, busy_time
         busy_area += running * duration
         system_area += in_system * duration
+        if running:
+            k_area += draft * duration
+            busy_time += duration
         t += duration
 
     while completed < n:
@@ -185,8 +217,13 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             in_system += 1
         batch = run_ids.size
         if batch == 0 and not queue:
-            advance(arrival[next_arrival] - t, 0)  # idle until the next arrival
+            advance(arrival[next_arrival] - t, 0, 0)  # idle until the next arrival
             continue
+        if adaptive:
+            option = choose(max(batch, 1))
+            k = options[option]
+            fixed, per_sequence = float(costs[option, 0]), float(costs[option, 1])
+        decode_tokens = k + 1
         # Admission at this step boundary.
         budget = config.max_num_batched_tokens - batch * decode_tokens
         admitted: list[int] = []
@@ -204,22 +241,34 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         step = (fixed + (batch - 1) * per_sequence) if batch else 0.0
         if admitted:
             step += len(admitted) * c.c2p_s + (max(c.c1p_s - c.c2p_s, 0.0) if batch == 0 else 0.0)
-            advance(step, batch)
+            advance(step, batch, k)
             ids = np.asarray(admitted, dtype=np.int64)
             admit_time[ids] = t - step
             first_token[ids] = t
-            run_left -= 1.0  # the running requests decoded one cycle in this step
+            if adaptive:
+                run_left = run_left - sample_tokens(batch, 1, k)[:, 0]  # the running requests decoded one cycle
+                new_left = output[ids] - 1
+            else:
+                run_left = run_left - 1.0
+                new_left = cycles[ids]
             run_ids = np.concatenate([run_ids, ids])
-            run_left = np.concatenate([run_left, cycles[ids]])
+            run_left = np.concatenate([run_left, new_left])
         else:
             # Leap over identical steps until a completion or the next arrival's step boundary.
-            until_done = float(run_left.min())
             until_arrival = math.inf
             if next_arrival < n:
                 until_arrival = max(1.0, math.ceil((arrival[next_arrival] - t) / step))
-            leap = max(1.0, min(until_done, until_arrival))
-            advance(leap * step, batch)
-            run_left -= leap
+            if adaptive:
+                horizon = max(1, int(min(until_arrival, math.ceil(float(run_left.max())))))
+                produced = np.cumsum(sample_tokens(batch, horizon, k), axis=1)
+                reached = produced >= run_left[:, None]
+                first = np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1, horizon)
+                leap = float(min(int(first.min()), horizon))
+                run_left = run_left - produced[:, int(leap) - 1]
+            else:
+                leap = max(1.0, min(float(run_left.min()), until_arrival))
+                run_left = run_left - leap
+            advance(leap * step, batch, k)
         done = run_left <= 0
         if np.any(done):
             ids = run_ids[done]
@@ -240,6 +289,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         e2e_s=e2e, ttft_s=ttft, tpot_s=tpot, queue_s=(admit_time - arrival)[keep], duration_s=t,
         mean_running=busy_area / t, mean_in_system=system_area / t, throughput_tok_s=float(output.sum()) / t,
         arrival_rate_rps=n / float(arrival[-1]), tokens_per_cycle=expected,
+        mean_draft_length=k_area / busy_time if adaptive and busy_time > 0 else float(k),
     )
 
 
@@ -280,6 +330,7 @@ class RateSummary:
     little_batch: Estimate  # lambda * mean latency, to compare with mean_in_system
     analytic_e2e_s: float
     e2e_samples_s: FloatArray  # the first replication's latencies, for CDF plots
+    mean_draft_length: Estimate | None = None  # the goodput policy's time-averaged k
 
 
 def _estimate(samples: list[float]) -> Estimate:
@@ -309,4 +360,6 @@ def replicate(coefficients: Coefficients, config: SimulationConfig, seeds: int, 
         mean_in_system=_estimate([run.mean_in_system for run in runs]),
         little_batch=_estimate([run.arrival_rate_rps * run.statistic("e2e", "mean") for run in runs]),
         analytic_e2e_s=analytic_e2e_s, e2e_samples_s=runs[0].e2e_s,
+        mean_draft_length=_estimate([run.mean_draft_length for run in runs])
+        if config.adaptive_draft_lengths is not None else None,
     )

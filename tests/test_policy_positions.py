@@ -133,3 +133,15 @@ def test_check_and_capacity_take_position_acceptance(sdplan) -> None:
     capacity = sdplan("capacity", "--slo", "e2e:mean<=5s", "--position-acceptance", "0.9,0.7,0.5", "-k", "1-3",
                       "-f", "vllm-config")
     assert capacity.exit_code == 0 and json.loads(capacity.stdout)["num_speculative_tokens"] <= 3
+
+
+def test_goodput_solver_walks_past_a_segment_with_no_fixed_point() -> None:
+    """Regression (found by hypothesis): the cheapest line at zero load is saturated (rho = 1), so its
+    iterates crawl up to the breakpoint where a flatter line takes over; the solver must reach it."""
+    c1 = numpy.array([[0.0134, 76.757, 142.7]])
+    c2 = numpy.array([[1.0, 0.543, 0.532]]) / 0.0274
+    rate = numpy.array([0.0274])
+    result = goodput_latency(c1, c2, rate)
+    expected = numpy.min(numpy.where(rate * c2[0] < 1, c1[0] / (1 - rate * c2[0]), numpy.inf))
+    assert result.latency_s[0, 0] == pytest.approx(expected, rel=1e-12)
+    assert result.iterations <= 3

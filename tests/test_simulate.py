@@ -146,3 +146,30 @@ def test_capacity_simulate_with_percentiles(sdplan) -> None:
     check = sdplan("check", "--rate", repr(sd["max_rate_under_slo_rps"]), "--slo", "e2e:p99<=6s", "--draft-length", "3",
                    "--simulate", *base)
     assert check.exit_code == ExitStatus.OK, check.output
+
+
+def test_goodput_policy_in_the_simulator() -> None:
+    """Per-step adaptation by goodput: never much worse than the best static k, and its k falls with load."""
+    from sdplan import planner
+
+    ks = list(range(1, 9))
+    position = tuple(0.8 ** (j + 1) for j in range(8))
+    mean_k = []
+    for lam in (2.0, 9.0):
+        best = int(planner.plan(C, [lam], ks, [0.8]).best_k[0, 0])
+        static = simulate(C, SimulationConfig(rate_rps=lam, draft_length=best, position_rates=position[:best],
+                                              requests=8000), numpy.random.default_rng(5))
+        adaptive = simulate(C, SimulationConfig(rate_rps=lam, draft_length=8, position_rates=position, requests=8000,
+                                                adaptive_draft_lengths=(0, *ks)), numpy.random.default_rng(5))
+        assert adaptive.e2e_s.mean() <= static.e2e_s.mean() * 1.03
+        mean_k.append(adaptive.mean_draft_length)
+    assert mean_k[0] > mean_k[1] > 0
+
+
+def test_cli_simulate_goodput(sdplan) -> None:
+    result = sdplan("simulate", "--acceptance", "0.8", "--rates", "6", "--draft-length", "goodput", "--requests",
+                    "2000", "--seeds", "2", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rate = json.loads(result.stdout)["rates"][0]
+    assert rate["policy"] == "goodput" and 1 <= rate["goodput_mean_draft_length_tokens"]["value"] <= 8
+    assert sdplan("check", "--rate", "3", "--slo", "e2e:mean<=9s", "--draft-length", "goodput").exit_code == 2

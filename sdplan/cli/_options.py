@@ -103,6 +103,8 @@ def draft_choice_callback(ctx: click.Context, param: click.Parameter, value: str
     """``K``, ``best`` or ``off`` (``0`` means off); returns "best", "off" or the number as text."""
     if value is None or value in ("best", "off"):
         return value
+    if value == "goodput" and ctx.info_name == "simulate":
+        return value
     try:
         k = int(value)
     except ValueError:

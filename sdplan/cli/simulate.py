@@ -21,7 +21,8 @@ from sdplan.cli._simulation import simulation_options
               help="Request rates in req/s (list or START:STOP:STEP). Default: 25%, 50%, 75% and 90% of the "
               "no-SD saturation rate.")
 @click.option("--draft-length", "draft_length", default="best", show_default=True, callback=draft_choice_callback,
-              metavar="K|best|off", help="Draft length: a number, off, or best (the model's best static k per rate).")
+              metavar="K|best|off|goodput", help="Draft length: a number, off, best (the model's best static k per "
+              "rate), or goodput (SmartSpec-style: k chosen every step by E(k)/step time at the current batch).")
 @click.option("-k", "--draft-lengths", "draft_lengths", default="1-8", show_default=True, metavar="KS",
               help="Candidates for best.")
 @simulation_options
@@ -78,7 +79,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
         raise InvalidValueError("simulate does not model MoE expert coverage yet; use plan for MoE calibrations")
     coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
     candidates = sorted({k for k in parse_int_list(draft_lengths, "draft lengths") if k > 0}) or [1]
-    if draft_length not in ("best", "off"):
+    if draft_length not in ("best", "off", "goodput"):
         candidates = [int(draft_length)]
     tokens = workload.acceptance.tokens_per_cycle(candidates)
     if rates is None:
@@ -97,7 +98,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
         for ir, rate in enumerate(rate_list):
             if draft_length == "off":
                 k = 0
-            elif draft_length == "best":
+            elif draft_length in ("best", "goodput"):
                 best = int(result.best_k[0, ir])
                 k = best if best > 0 else 0
             else:
@@ -106,11 +107,24 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
             config = build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens,
                                   requests, arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens,
                                   lengths, seed)
+            if draft_length == "goodput":
+                from dataclasses import replace
+
+                longest = max(candidates)
+                config = replace(build_config(rate, longest, workload.acceptance, workload.prompt_tokens,
+                                              workload.output_tokens, requests, arrival_cv, max_num_seqs,
+                                              max_num_batched_tokens, kv_cache_tokens, lengths, seed),
+                                 adaptive_draft_lengths=(0, *candidates))
 
             def progress(completed: int, total: int, base: int = done) -> None:
                 advance(base + completed, len(rate_list) * seeds * requests, f"{rate:g} req/s")
 
-            summaries.append(replicate(coefficients, config, seeds, seed, analytic, progress))
+            summary = replicate(coefficients, config, seeds, seed, analytic, progress)
+            if draft_length == "goodput":  # report the model's best static k beside the policy
+                from dataclasses import replace
+
+                summary = replace(summary, draft_length=k)
+            summaries.append(summary)
             done += seeds * requests
     context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method},
                "workload": {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,

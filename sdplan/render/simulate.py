@@ -30,6 +30,9 @@ def simulate_document(summaries: list[RateSummary], context: dict[str, Any], set
             "request_rate_rps": summary.rate_rps,
             "draft_length_tokens": summary.draft_length or None,
             "speculation": "on" if summary.draft_length else "off",
+            "policy": "goodput" if summary.mean_draft_length is not None else "static",
+            "goodput_mean_draft_length_tokens": _estimate(summary.mean_draft_length)
+            if summary.mean_draft_length is not None else None,
             "statistics": stats,
             "output_throughput_tok_s": _estimate(summary.throughput_tok_s),
             "mean_running_batch": _estimate(summary.mean_running),
@@ -83,6 +86,9 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
                       f"{settings['arrival_cv']:g}; batch cap {settings['max_num_seqs']}")
         for summary, row in zip(summaries, document["rates"]):
             option = f"SD k={summary.draft_length}" if summary.draft_length else "SD off"
+            if summary.mean_draft_length is not None:
+                option = (f"goodput policy (k per step by E(k)/step time; mean k {summary.mean_draft_length.value:.2f}, "
+                          f"best static k={summary.draft_length})")
             table = Table(title=f"{summary.rate_rps:g} req/s, {option}: simulated (95% CI over replications)",
                           box=table_box(style), title_justify="left")
             table.add_column("metric")
@@ -94,7 +100,8 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
             diff = row["simulated_vs_analytic_pct"]
             analytic = row["analytic_mean_e2e_latency_s"]
             console.print(
-                f"  analytic mean E2E {'unstable' if analytic is None else format(analytic, '.4g') + ' s'}"
+                f"  analytic mean E2E{' (best static k)' if summary.mean_draft_length is not None else ''} "
+                f"{'unstable' if analytic is None else format(analytic, '.4g') + ' s'}"
                 f"{'' if diff is None else f' (simulated mean {diff:+.1f}%)'}; throughput "
                 f"{summary.throughput_tok_s.value:.5g} tok/s; mean running batch {summary.mean_running.value:.3g}; "
                 f"requests in system {summary.mean_in_system.value:.3g} vs lambda x latency "
