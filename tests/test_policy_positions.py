@@ -142,6 +142,7 @@ def test_goodput_solver_walks_past_a_segment_with_no_fixed_point() -> None:
     c2 = numpy.array([[1.0, 0.543, 0.532]]) / 0.0274
     rate = numpy.array([0.0274])
     result = goodput_latency(c1, c2, rate)
-    expected = numpy.min(numpy.where(rate * c2[0] < 1, c1[0] / (1 - rate * c2[0]), numpy.inf))
+    rho = rate * c2[0]
+    expected = numpy.min(c1[0][rho < 1] / (1 - rho[rho < 1]))
     assert result.latency_s[0, 0] == pytest.approx(expected, rel=1e-12)
     assert result.iterations <= 3
