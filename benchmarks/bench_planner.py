@@ -22,6 +22,16 @@ import sys
 import time
 
 
+def best_time(action: object, repeats: int) -> float:
+    """Best wall time of ``action()`` over ``repeats`` runs, in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()  # type: ignore[operator]
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def solver_throughput(repeats: int) -> tuple[int, float]:
     import numpy
 
@@ -34,12 +44,7 @@ def solver_throughput(repeats: int) -> tuple[int, float]:
     ks = numpy.arange(1, 11)
     alphas = numpy.linspace(0.5, 0.99, 100)
     points = rates.size * ks.size * alphas.size
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        planner.plan(coefficients, rates, ks, alphas)
-        best = min(best, time.perf_counter() - start)
-    return points, best
+    return points, best_time(lambda: planner.plan(coefficients, rates, ks, alphas), repeats)
 
 
 def moe_throughput(repeats: int) -> tuple[int, float, int]:
@@ -56,12 +61,7 @@ def moe_throughput(repeats: int) -> tuple[int, float, int]:
     ks = numpy.arange(1, 11)
     alphas = numpy.linspace(0.5, 0.95, 20)
     points = rates.size * ks.size * alphas.size
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        planner.plan(coefficients, rates, ks, alphas, moe=moe)
-        best = min(best, time.perf_counter() - start)
-    return points, best, 3  # fixed points per grid point: SD, SD with frozen coverage, and no SD (per rate)
+    return points, best_time(lambda: planner.plan(coefficients, rates, ks, alphas, moe=moe), repeats), 3
 
 
 def simulator_throughput() -> tuple[int, float, float]:

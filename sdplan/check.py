@@ -87,7 +87,6 @@ def run_check(
         latency, batch, rho = result.latency_s[0, 0, ik], result.batch[0, 0, ik], result.utilisation[0, 0, ik]
     g = coefficients.output_tokens
     tpot = float(model.time_per_output_token(latency, result.ttft_s, g)) if g > 1 else float("nan")
-    rho = min(float(rho), 1.0) if latency == float("inf") else rho  # unstable: reported at saturation
     point = OperatingPoint(
         e2e_s=float(latency),
         ttft_s=result.ttft_s,
