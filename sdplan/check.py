@@ -107,23 +107,31 @@ def run_check(
     )
 
 
-def simulated_verdicts(report: CheckReport, slos: list[SLO], summary: object) -> CheckReport:
-    """Re-check ``slos`` with statistics from the simulator (``sdplan.simulate.RateSummary``).
+def simulated_value(slo: SLO, summary: object, utilisation: float) -> float:
+    """The simulated counterpart of an SLO's metric (``sdplan.simulate.RateSummary``).
 
     Latency SLOs use the simulated mean or percentile (averaged over
     replications); throughput the simulated output tokens per second;
     utilisation stays the model's ``lambda C2``.
     """
+    metric = slo.metric.value
+    if metric in ("e2e", "ttft", "tpot"):
+        return float(summary.stats[(metric, slo.statistic)].value)  # type: ignore[attr-defined]
+    if metric == "throughput":
+        return float(summary.throughput_tok_s.value)  # type: ignore[attr-defined]
+    return utilisation
+
+
+def simulated_verdicts(report: CheckReport, slos: list[SLO], summary: object) -> CheckReport:
+    """Re-check ``slos`` with statistics from the simulator (``sdplan.simulate.RateSummary``).
+
+    Values come from :func:`simulated_value`.
+    """
     from dataclasses import replace
 
     verdicts = []
     for slo in slos:
-        if slo.metric.value in ("e2e", "ttft", "tpot"):
-            value = summary.stats[(slo.metric.value, slo.statistic)].value  # type: ignore[attr-defined]
-        elif slo.metric.value == "throughput":
-            value = summary.throughput_tok_s.value  # type: ignore[attr-defined]
-        else:
-            value = report.point.utilisation
+        value = simulated_value(slo, summary, report.point.utilisation)
         passed = report.point.utilisation < 1.0 and slo.holds(value)
         verdicts.append(Verdict(slo=slo, predicted=value, passed=passed, margin=slo.margin(value)))
     description = f"simulated, {summary.replications} x {summary.requests} requests"  # type: ignore[attr-defined]

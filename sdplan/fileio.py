@@ -19,7 +19,12 @@ from sdplan.errors import InputFileError
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (same-folder temp file + rename).
+    """Replace ``path`` with UTF-8 ``text`` atomically (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (same-folder temp file + rename).
 
     Raises
     ------
@@ -34,8 +39,8 @@ def atomic_write_text(path: Path, text: str) -> None:
     except OSError as exc:
         raise InputFileError(str(path), None, f"cannot write here ({exc.strerror}); choose a writable path") from None
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         if path.exists():

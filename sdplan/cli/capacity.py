@@ -132,6 +132,7 @@ def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests,
     import math
 
     from sdplan.capacity import search_rate, with_simulated_rates
+    from sdplan.check import simulated_value
     from sdplan.cli._simulation import build_config, read_lengths
     from sdplan.render import progress_bar
     from sdplan.simulate import replicate
@@ -155,14 +156,7 @@ def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests,
                                       lengths, seed)
                 summary = replicate(coefficients, config, seeds, seed, math.nan)
                 for slo in slos:
-                    metric = slo.metric.value
-                    if metric in ("e2e", "ttft", "tpot"):
-                        value = summary.stats[(metric, slo.statistic)].value
-                    elif metric == "throughput":
-                        value = summary.throughput_tok_s.value
-                    else:
-                        value = rate * c2
-                    if not slo.holds(value):
+                    if not slo.holds(simulated_value(slo, summary, rate * c2)):
                         return slo.text
                 return None
 

@@ -184,36 +184,11 @@ def check_plot_path(path: str) -> Path:
 def _save(figure: Any, path: Path) -> None:
     import io
 
-    from sdplan.fileio import atomic_write_text
+    from sdplan.fileio import atomic_write_bytes
 
-    buffer = io.BytesIO() if path.suffix.lower() == ".png" else io.StringIO()
+    buffer = io.BytesIO()
     figure.savefig(buffer, format=path.suffix.lower()[1:], dpi=150, bbox_inches="tight")
-    if isinstance(buffer, io.StringIO):
-        atomic_write_text(path, buffer.getvalue())
-    else:
-        _atomic_write_bytes(path, buffer.getvalue())
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    import os
-    import tempfile
-
-    from sdplan.errors import InputFileError
-
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise InputFileError(str(path), None, f"folder {folder} does not exist; create it first")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def file_plan(plan: Plan, inputs: PlanInputs, path: Path) -> None:
