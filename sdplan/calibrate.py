@@ -502,7 +502,7 @@ def calibration_document(
             "engine": engine["engine"],
             "engine_version": engine["engine_version"],
             "date": today,
-            "created_by": f"sdplan calibrate (sdplan {version})",
+            "created_by": f"sdplan calibrate --method engine (sdplan {version})",
             "dtype": dtype,
             "tensor_parallel_size": tensor_parallel_size,
             "sources": [f"raw step timings: {measurements_path}"],
@@ -520,6 +520,13 @@ def calibration_document(
             "batch_size": [min(grid.batch_sizes), max(grid.batch_sizes)],
         },
         "fit_quality": fit_quality_document(fit),
+        "measurement": {
+            "method": "engine",
+            "excludes": "the serving stack: API server, detokenisation, streaming, engine-worker IPC, and the "
+                        "wait of a new request for the running step; predicts bare engine steps, not a served "
+                        "system (use the default --method served for that)",
+            "wall_time_s": round(wall_seconds, 1),
+        },
     }
     if acceptance is not None:
         document["acceptance"] = acceptance

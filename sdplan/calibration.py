@@ -140,6 +140,46 @@ CALIBRATION_SCHEMA = Table(
             },
             required=False,
         ),
+        "ttft": Table(
+            {
+                "wait_steps": Field("float", "TTFT: steps of the running option's fixed cost an arrival waits",
+                                    minimum=0.0, maximum=1e3),
+                "load_steps": Field("float", "TTFT: steps of per-request cost per other request in flight",
+                                    minimum=0.0, maximum=1e3),
+                "source": Field("str", "how the weights were obtained (fitted or default)", required=False),
+            },
+            required=False,
+        ),
+        "uncertainty": Table(
+            {
+                "parameters": Field("str_list", "coefficient names, in covariance order"),
+                "covariance_s2": Field("float_matrix", "covariance of the coefficients, seconds squared"),
+                "not_identified": Field("str_list", "coefficients the data did not determine", required=False),
+                "method": Field("str", "how the covariance was computed", required=False),
+            },
+            required=False,
+        ),
+        "measurement": Table(
+            {
+                "method": Field("str", "served (vllm serve + vllm bench serve) or engine (in-process steps)",
+                                choices=("served", "engine")),
+                "server_commands": Field("str_list", "vllm serve command lines measured", required=False),
+                "client": Field("str", "load generator", required=False),
+                "cpu_binding": Field("str", "vLLM's CPU thread binding as logged", required=False),
+                "wall_time_s": Field("float", "wall time of the measurement, all invocations", required=False,
+                                     minimum=0.0),
+                "invocations": Field("int", "invocations (1 + resumes)", required=False, minimum=1),
+                "points": Field("int", "load points measured", required=False, minimum=0),
+                "disturbed_points": Field("int", "points disturbed by other processes", required=False, minimum=0),
+                "results_dir": Field("str", "folder of the raw vllm bench serve results", required=False),
+                "point_labels": Field("str_list", "fitted points, in order", required=False),
+                "point_errors_pct": Field("float_list", "fit error of mean E2E per point, percent", required=False),
+                "point_ttft_errors_pct": Field("float_list", "fit error of mean TTFT per point, percent",
+                                               required=False),
+                "excludes": Field("str", "what the measurement leaves out", required=False),
+            },
+            required=False,
+        ),
         "step_model": Table(
             {
                 "target": _STEP,
@@ -232,9 +272,23 @@ class Calibration:
 
     def coefficients_at(self, prompt_tokens: float, output_tokens: float) -> Coefficients:
         """Cost coefficients for a workload of ``prompt_tokens`` in and ``output_tokens`` out."""
+        from dataclasses import replace
+
         if self.form == "direct":
-            return _scale_direct(self.document, prompt_tokens, output_tokens)
-        return _coefficients_from_steps(self.document["step_model"], prompt_tokens, output_tokens)
+            coefficients = _scale_direct(self.document, prompt_tokens, output_tokens)
+        else:
+            coefficients = _coefficients_from_steps(self.document["step_model"], prompt_tokens, output_tokens)
+        ttft = self.document.get("ttft")
+        if ttft is not None:
+            coefficients = replace(coefficients, ttft_wait_steps=float(ttft["wait_steps"]),
+                                   ttft_load_steps=float(ttft["load_steps"]))
+        return coefficients
+
+    @property
+    def not_identified(self) -> tuple[str, ...]:
+        """Coefficients a fitted calibration's data did not determine (``[uncertainty]``)."""
+        table = self.document.get("uncertainty") or {}
+        return tuple(table.get("not_identified", ()))
 
     def moe_at(self, prompt_tokens: float, output_tokens: float) -> MoESpec | None:
         """The MoE routing and coverage increments at a workload; None for a dense target.

@@ -26,6 +26,8 @@ class ExitStatus(IntEnum):
     MISSING_DEPENDENCY = 5
     #: The serving engine (vLLM) failed to start or to run on this machine.
     ENGINE_ERROR = 6
+    #: ``calibrate`` wrote a calibration that predicts its own points poorly (see its message).
+    POOR_CALIBRATION = 7
     #: An unexpected internal error (a bug): never confused with an SLO miss.
     INTERNAL = 70
     #: Interrupted by Ctrl-C (128 + SIGINT).

@@ -62,6 +62,11 @@ class Coefficients:
         per step per concurrent request.
     prompt_tokens, output_tokens : float
         The workload the coefficients hold for (``p`` and ``g``).
+    ttft_wait_steps, ttft_load_steps : float
+        Time to first token under load, in units of the running option's
+        step costs (:func:`time_to_first_token`): the fixed part of the step
+        an arrival waits for, and the per-other-request part. Defaults 0.5 and
+        1.5 (wait for half a step, then one mixed step; ``model.md`` §1.3).
     """
 
     c1p_s: float
@@ -74,6 +79,8 @@ class Coefficients:
     baseline_c2_step_s: float
     prompt_tokens: float
     output_tokens: float
+    ttft_wait_steps: float = 0.5
+    ttft_load_steps: float = 1.5
 
 
 def speculative_demand(
@@ -193,20 +200,61 @@ def saturation_rate(c2: FloatArray | float) -> FloatArray:
         return np.where(c2_arr > 0.0, 1.0 / np.where(c2_arr > 0.0, c2_arr, 1.0), np.inf)
 
 
-def time_to_first_token(coeffs: Coefficients) -> float:
-    """Approximate mean TTFT in seconds: the request's own prefill, ``c1p``.
+def step_costs(coeffs: Coefficients, k: FloatArray | int) -> tuple[FloatArray, FloatArray]:
+    """Per-step cost of an option: fixed seconds ``tau1`` and seconds per other request ``tau2``.
+
+    ``k = 0`` is a plain decode step (``c1_step, c2_step``); ``k > 0`` an SD
+    cycle (``c1v + k c1d, c2v + k c2d``), broadcasting over ``k``.
+    """
+    import numpy as np
+
+    k_arr = np.asarray(k, dtype=np.float64)
+    tau1 = np.where(k_arr > 0, coeffs.c1v_s + k_arr * coeffs.c1d_s, coeffs.baseline_c1_step_s)
+    tau2 = np.where(k_arr > 0, coeffs.c2v_s + k_arr * coeffs.c2d_s, coeffs.baseline_c2_step_s)
+    return tau1, tau2
+
+
+def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0,
+                        others: FloatArray | float = 0.0) -> FloatArray:
+    """Mean time to first token (s) with ``others`` requests in flight.
+
+    Parameters
+    ----------
+    coeffs : Coefficients
+        Cost coefficients at the workload.
+    k : array_like
+        Draft length of the running option (0: no SD).
+    others : array_like
+        Mean number of other requests in flight, ``B = lambda L`` (``inf``
+        gives ``inf``: unstable).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``TTFT = c1p + w_wait tau1 + B w_load tau2`` (seconds).
 
     Notes
     -----
-    The Kong model predicts end-to-end latency only. Under chunked prefill the
-    interference of other requests (``B*c2p``) lands in the decode phase, so
-    the consistent split is TTFT ~ ``c1p`` (``model.md`` §1.3). This omits
-    queueing before admission and is labelled an approximation in all output.
+    In the spirit of ``L = C1 + B C2``. An arriving request waits for the step
+    in progress (half a step on average), then its prefill runs in a step that
+    also decodes the ``B`` running requests (chunked prefill mixes them), and
+    the first token is sampled at its end. With per-step costs
+    ``tau(B) = tau1 + B tau2`` (:func:`step_costs`) that is about
+    ``c1p + 0.5 tau1 + 1.5 B tau2``: the defaults of ``ttft_wait_steps`` and
+    ``ttft_load_steps``. Served calibrations fit both weights to measured TTFT
+    (``sdplan fit``, ``sdplan calibrate``). Queueing for admission beyond the
+    batch cap is not included (the analytic model excludes that regime).
     """
-    return coeffs.c1p_s
+    import numpy as np
+
+    tau1, tau2 = step_costs(coeffs, k)
+    load = np.asarray(others, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        load_part = np.where(np.isinf(load), np.inf, load * coeffs.ttft_load_steps * tau2)
+    return coeffs.c1p_s + coeffs.ttft_wait_steps * tau1 + load_part
 
 
-def time_per_output_token(latency_s: FloatArray, ttft_s: float, output_tokens: float) -> FloatArray:
+def time_per_output_token(latency_s: FloatArray, ttft_s: FloatArray | float, output_tokens: float) -> FloatArray:
     """Approximate mean TPOT in seconds per token, vLLM's definition.
 
     ``TPOT = (L - TTFT) / (g - 1)``: the first token is excluded, as in vLLM's

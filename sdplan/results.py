@@ -1,25 +1,39 @@
-"""Reading benchmark results: vLLM ``bench serve`` JSON, GuideLLM reports, plain CSV.
+"""Reading benchmark results: vLLM ``bench serve``, GuideLLM reports, plain CSV.
 
 Every format is normalised into :class:`BenchmarkRun` records in SI units
-(seconds, requests per second) with the per-token acceptance, so that fits
-and validations never see a unit or a field name of the source. Field lists
-follow ``anchors.md`` §3:
+(seconds, requests per second), so fits and validations never see a unit or
+a field name of the source. What is read (``anchors.md`` §3, checked against
+vLLM 0.32's ``vllm/benchmarks/serve.py`` and ``sweep/serve.py``):
 
-* vLLM: ``request_rate`` (a number or the string ``"inf"``),
-  ``request_throughput``, ``completed``, ``failed``, ``total_input_tokens``,
-  ``total_output_tokens``, ``mean_e2el_ms`` (only when ``e2el`` was among the
-  percentile metrics), ``mean_ttft_ms``, ``mean_tpot_ms``, and the
-  ``spec_decode_*`` fields (acceptance rate in **percent**). Older versions
-  wrote ``"request_goodput:"`` with a colon; it is accepted and ignored.
+* vLLM ``bench serve --save-result``: one JSON object per file;
+  ``--append-result`` files (JSON Lines, one object per run); and
+  ``vllm bench sweep serve`` output folders (``run=N.json`` files; ``summary``,
+  ``warmup`` and ``*.failure.json`` are skipped). Fields: ``request_rate``
+  (number or ``"inf"``), ``max_concurrency`` (a closed loop when the rate is
+  ``inf``), ``completed``, ``failed``, ``duration``, token totals, ``mean_*_ms``
+  and ``p*_ms`` metrics, the ``spec_decode_*`` fields (acceptance rate in
+  **percent**), and with ``--save-detailed`` the per-request lists
+  ``start_times``, ``latencies``, ``ttfts``, ``output_lens``.
 * GuideLLM v2 (``metadata.version == 2``): ``benchmarks[]`` with
   ``metrics.<name>.successful.mean``; ``request_latency`` in **seconds**,
-  ``time_to_first_token_ms`` in ms, ``inter_token_latency_ms`` (excludes the
-  first token, the match for vLLM's TPOT; ``time_per_output_token_ms``
-  includes it and is not used), ``request_concurrency`` (mean in-flight
-  requests: allows a Little's-law check).
+  ``*_ms`` in ms; ``inter_token_latency_ms`` (the match for vLLM's TPOT);
+  ``request_concurrency``; ``synchronous``/``concurrent`` strategies are closed
+  loops.
 * CSV: ``request_rate_rps, draft_length, acceptance, prompt_tokens,
-  output_tokens, mean_e2e_latency_s[, mean_concurrency]``; ``acceptance`` is
-  the per-token alpha.
+  output_tokens, mean_e2e_latency_s[, mean_concurrency, mean_ttft_s,
+  max_concurrency]``; ``acceptance`` is the per-token alpha.
+
+The load a request sees
+-----------------------
+The model's ``B`` is the mean number of *other* requests in flight during a
+request (``L = C1 + B C2``, ``model.md`` §1.2). With per-request start times and
+latencies it is measured exactly: the integral of the number in flight over
+each request's sojourn, divided by its length, minus itself
+(:func:`others_in_flight`). It needs no Little's law and no arrival rate, holds
+for open and closed loops alike, and includes warm-up and drain as they
+happened. Without the lists, ``B = lambda L`` with the *arrival* rate for open
+loops (throughput includes the drain and reads 2-8% low) and ``N - 1`` for a
+closed loop of ``N`` clients.
 """
 
 from __future__ import annotations
@@ -37,6 +51,10 @@ from sdplan.errors import InputFileError, InvalidValueError
 FORMATS = ("auto", "vllm", "guidellm", "csv")
 CSV_REQUIRED = ("request_rate_rps", "draft_length", "acceptance", "prompt_tokens", "output_tokens",
                 "mean_e2e_latency_s")
+#: Files of a ``vllm bench sweep`` folder that are not runs.
+_SWEEP_SKIP = ("summary.json", "warmup.json")
+#: Largest result file read (bytes); a larger one is refused rather than loaded.
+MAX_RESULT_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,17 +64,28 @@ class BenchmarkRun:
     Attributes
     ----------
     source : str
-        File and position, e.g. ``run.json`` or ``report.json#benchmarks[2]``.
+        File and position, e.g. ``run.json``, ``runs.jsonl#3`` or ``report.json#benchmarks[2]``.
     requested_rate_rps : float or None
-        Offered load; None for unbounded (``inf``/throughput) or closed-loop runs.
+        Arrival rate of an open loop (Poisson/constant); None for closed or unbounded runs.
     achieved_rate_rps : float
-        Completed requests per second: the lambda of the model.
+        Completed requests per second over the run (drain included).
+    concurrency : int or None
+        Number of clients of a closed loop (vLLM ``--max-concurrency`` with rate
+        ``inf``; GuideLLM ``concurrent``/``synchronous``); None for open loops.
+    others_in_flight : float or None
+        Mean number of other requests in flight during a request: the model's
+        ``B``, measured from per-request times when the file has them.
+    others_at_first_token : float or None
+        The same, over the time to first token.
     draft_length : int
         0 for no SD.
     alpha : float or None
         Per-token acceptance (converted from what the file gives); None if unknown.
+    mean_acceptance_length : float or None
+        vLLM's mean acceptance length (tokens per cycle, bonus included), if recorded.
     open_loop_unbounded : bool
-        True for a max-load run (vLLM ``request_rate = inf``, GuideLLM ``throughput``).
+        True for a max-load run (vLLM ``request_rate = inf`` without a concurrency
+        cap, GuideLLM ``throughput``): not at steady state.
     """
 
     source: str
@@ -70,18 +99,66 @@ class BenchmarkRun:
     mean_ttft_s: float | None = None
     mean_tpot_s: float | None = None
     mean_concurrency: float | None = None
+    concurrency: int | None = None
+    others_in_flight: float | None = None
+    others_at_first_token: float | None = None
+    percentiles_s: tuple[tuple[str, float], ...] = ()
+    mean_acceptance_length: float | None = None
     completed: int | None = None
     failed: int | None = None
     open_loop_unbounded: bool = False
+    records_draft_length: bool = False
+    records_acceptance: bool = False
     notes: tuple[str, ...] = ()
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.concurrency is not None
+
+    @property
+    def load_level(self) -> str:
+        """The controlled load of the run: ``N=4`` clients or ``3.5 req/s`` (for grouping)."""
+        if self.concurrency is not None:
+            return f"N={self.concurrency}"
+        if self.requested_rate_rps is not None:
+            return f"{self.requested_rate_rps:.4g} req/s"
+        return f"~{self.achieved_rate_rps:.3g} req/s"
+
+    @property
+    def mean_others(self) -> float:
+        """``B`` of this run: measured when possible, else from the controlled load (see module notes)."""
+        if self.others_in_flight is not None:
+            return self.others_in_flight
+        if self.concurrency is not None:
+            return float(max(self.concurrency - 1, 0))
+        if self.mean_concurrency is not None:
+            return self.mean_concurrency
+        rate = self.requested_rate_rps if self.requested_rate_rps is not None else self.achieved_rate_rps
+        return rate * self.mean_e2e_latency_s
+
+    @property
+    def mean_others_at_first_token(self) -> float:
+        return self.others_at_first_token if self.others_at_first_token is not None else self.mean_others
+
+    @property
+    def arrival_rate_rps(self) -> float:
+        """The rate to predict an open-loop run at: the arrival rate when known (B12)."""
+        return self.requested_rate_rps if self.requested_rate_rps is not None else self.achieved_rate_rps
 
 
 def file_digest(path: Path) -> str:
-    """``sha256:<hex>`` of a file, recorded as a fit's provenance."""
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    """``sha256:<hex>`` of a file (or of a sweep folder's run files), recorded as a fit's provenance."""
+    digest = hashlib.sha256()
+    if path.is_dir():
+        for member in sorted(_sweep_files(path)):
+            digest.update(member.relative_to(path).as_posix().encode())
+            digest.update(member.read_bytes())
+    else:
+        digest.update(path.read_bytes())
+    return "sha256:" + digest.hexdigest()
 
 
-def _number(value: Any, path: str, key: str, *, allow_none: bool = False) -> float | None:
+def _number(value: Any, path: str, key: str, *, allow_none: bool = False, allow_inf: bool = False) -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -89,12 +166,83 @@ def _number(value: Any, path: str, key: str, *, allow_none: bool = False) -> flo
             try:
                 value = float(value)
             except ValueError:
-                raise InputFileError(path, key, f"expected a number, got \"{value}\"") from None
+                raise InputFileError(path, key, f"expected a number, got {json.dumps(value[:40])}") from None
         else:
             raise InputFileError(path, key, f"expected a number, got {type(value).__name__}")
-    if not math.isfinite(value) and not (allow_none and math.isinf(value)):
+    if math.isnan(value) or (math.isinf(value) and not allow_inf):
         raise InputFileError(path, key, f"must be finite, got {value}")
     return float(value)
+
+
+def _count(value: Any, path: str, key: str) -> int:
+    number = _number(value, path, key)
+    assert number is not None
+    if number < 0 or number != int(number):
+        raise InputFileError(path, key, f"expected a whole number >= 0, got {number:g}")
+    return int(number)
+
+
+# ----------------------------------------------------------------------------- load seen by requests
+
+
+def others_in_flight(starts: list[float], latencies: list[float], spans: list[float] | None = None) -> float:
+    """Mean number of *other* requests in flight during each request, averaged over requests.
+
+    Parameters
+    ----------
+    starts, latencies : list of float
+        Start time and end-to-end latency of every request (seconds).
+    spans : list of float, optional
+        The window measured from each start (default: the whole latency; give
+        the TTFTs for the load seen before the first token).
+
+    Returns
+    -------
+    float
+        ``mean_i [ (1/w_i) * integral_{s_i}^{s_i + w_i} N(t) dt - 1 ]`` where
+        ``N(t)`` counts requests in flight; this is the ``B`` of ``L = C1 + B C2``.
+
+    Notes
+    -----
+    ``N(t)`` is piecewise constant between request starts and ends, so its
+    integral ``A(t)`` is piecewise linear: sort the events, accumulate the area,
+    and read ``A`` at the window ends by interpolation (O(n log n)).
+    """
+    import numpy as np
+
+    start = np.asarray(starts, dtype=np.float64)
+    length = np.asarray(latencies, dtype=np.float64)
+    window = length if spans is None else np.asarray(spans, dtype=np.float64)
+    keep = np.isfinite(start) & np.isfinite(length) & (length > 0) & np.isfinite(window) & (window > 0)
+    start, length, window = start[keep], length[keep], window[keep]
+    if start.size == 0:
+        return math.nan
+    times = np.concatenate([start, start + length])
+    steps = np.concatenate([np.ones_like(start), -np.ones_like(start)])
+    order = np.argsort(times, kind="stable")
+    times, steps = times[order], steps[order]
+    in_flight = np.cumsum(steps)  # N just after each event
+    area = np.concatenate([[0.0], np.cumsum(in_flight[:-1] * np.diff(times))])
+    covered = np.interp(start + window, times, area) - np.interp(start, times, area)
+    return float(np.mean(covered / window - 1.0))
+
+
+def _percentiles(values: list[float], name: str) -> list[tuple[str, float]]:
+    import numpy as np
+
+    array = np.asarray(values, dtype=np.float64)
+    array = array[np.isfinite(array)]
+    if array.size == 0:
+        return []
+    return [(f"{name}_p{q}_s", float(np.percentile(array, q))) for q in (50, 90, 99)]
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _sweep_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.json")
+                  if p.name not in _SWEEP_SKIP and not p.name.endswith(".failure.json") and p.is_file())
 
 
 def detect_format(path: Path, document: Any | None) -> str:
@@ -108,8 +256,52 @@ def detect_format(path: Path, document: Any | None) -> str:
                                           "report or CSV); force one with --input-format")
 
 
+def _read_text(path: Path) -> str:
+    name = str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULT_BYTES:
+            raise InputFileError(name, None, f"{size / 2**20:.0f} MiB is larger than the {MAX_RESULT_BYTES // 2**20} "
+                                             "MiB read limit; split the file")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputFileError(name, None, "no such file; check the path") from None
+    except IsADirectoryError:
+        raise InputFileError(name, None, "is a folder without result files") from None
+    except OSError as error:
+        raise InputFileError(name, None, f"cannot read ({error.strerror}); check the path and permissions") from None
+    for encoding in ("utf-8-sig", "utf-16"):
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        if encoding == "utf-16" and not data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            break
+        return text
+    raise InputFileError(name, None, "not UTF-8 text; save the file as UTF-8")
+
+
+def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]:
+    """One JSON document, or JSON Lines (``--append-result``): ``[(suffix, document)]``."""
+    try:
+        return [("", json.loads(text))]
+    except json.JSONDecodeError as whole:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) > 1:
+            documents = []
+            for number, line in enumerate(lines, start=1):
+                try:
+                    documents.append((f"#{number}", json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise InputFileError(name, f"line {number}", f"invalid JSON ({error.msg}); fix or remove the "
+                                                                 "line") from None
+            return documents
+        hint = "fix the file" if forced else "for CSV use a .csv name or --input-format csv"
+        raise InputFileError(name, None, f"invalid JSON ({whole.msg} at line {whole.lineno}); {hint}") from None
+
+
 def read_results(path: Path, input_format: str = "auto") -> tuple[list[BenchmarkRun], list[str]]:
-    """Runs of one file, and warnings about it.
+    """Runs of one file or sweep folder, and warnings about it.
 
     Raises
     ------
@@ -118,35 +310,48 @@ def read_results(path: Path, input_format: str = "auto") -> tuple[list[Benchmark
         is missing or malformed (the message names the file and the field).
     """
     name = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(name, None, "no such file; check the path") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputFileError(name, None, f"cannot read ({error}); pass a UTF-8 result file") from None
-    document = None
-    if input_format in ("auto", "vllm", "guidellm") and path.suffix.lower() != ".csv":
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError as error:
-            if input_format != "auto":
-                raise InputFileError(name, None, f"invalid JSON ({error}); fix the file") from None
-            raise InputFileError(name, None, f"invalid JSON ({error}); for CSV use a .csv name or --input-format csv") from None
-    kind = detect_format(path, document) if input_format == "auto" else input_format
-    if kind == "csv":
+    if path.is_dir():
+        members = _sweep_files(path)
+        if not members:
+            raise InputFileError(name, None, "folder holds no result files (*.json); give files or a vllm bench "
+                                             "sweep output folder")
+        runs, warnings = [], []
+        for member in members:
+            found, notes = read_results(member, "vllm" if input_format == "auto" else input_format)
+            runs += [replace(run, source=f"{path.name}/{member.relative_to(path).as_posix()}") for run in found]
+            warnings += notes
+        return runs, warnings
+    text = _read_text(path)
+    if input_format == "csv" or (input_format == "auto" and path.suffix.lower() == ".csv"):
         return _read_csv(name, text), []
-    if not isinstance(document, dict):
-        raise InputFileError(name, None, f"expected a JSON object for a {kind} result")
-    if kind == "vllm":
-        return [_read_vllm(name, document)], []
-    return _read_guidellm(name, document)
+    documents = _json_documents(text, name, forced=input_format != "auto")
+    runs, warnings = [], []
+    for suffix, document in documents:
+        where = name + suffix
+        kind = detect_format(path, document) if input_format == "auto" else input_format
+        if kind == "csv":
+            raise InputFileError(name, None, "is JSON, not CSV; drop --input-format csv")
+        if not isinstance(document, dict):
+            raise InputFileError(where, None, f"expected a JSON object for a {kind} result, got "
+                                              f"{type(document).__name__}")
+        if kind == "vllm":
+            if "benchmarks" in document and "completed" not in document:
+                raise InputFileError(where, None, "this is a GuideLLM report; use --input-format guidellm or auto")
+            runs.append(_read_vllm(where, document))
+        else:
+            if not isinstance(document.get("benchmarks"), list):
+                raise InputFileError(where, "benchmarks", "missing or not a list; not a GuideLLM report? "
+                                                          "try --input-format vllm or auto")
+            found, notes = _read_guidellm(where, document)
+            runs += found
+            warnings += notes
+    return runs, warnings
 
 
-def _acceptance_from_vllm(document: dict[str, Any], path: str) -> tuple[int, float | None, list[str]]:
-    """(draft length, per-token alpha, notes) from vLLM's spec_decode fields."""
+def _acceptance_from_vllm(document: dict[str, Any], path: str) -> tuple[int, float | None, float | None, list[str]]:
+    """(draft length, per-token alpha, mean acceptance length, notes) from vLLM's spec_decode fields."""
     from sdplan.acceptance import alpha_from_mean_length
 
-    notes = []
     per_position = document.get("spec_decode_per_position_acceptance_rates")
     drafts = document.get("spec_decode_num_drafts")
     draft_tokens = document.get("spec_decode_draft_tokens")
@@ -154,68 +359,130 @@ def _acceptance_from_vllm(document: dict[str, Any], path: str) -> tuple[int, flo
     if isinstance(per_position, list) and per_position:
         k = len(per_position)
     elif drafts and draft_tokens:
-        k = round(_number(draft_tokens, path, "spec_decode_draft_tokens") / _number(drafts, path, "spec_decode_num_drafts"))
+        k = round(_number(draft_tokens, path, "spec_decode_draft_tokens")  # type: ignore[operator]
+                  / _number(drafts, path, "spec_decode_num_drafts"))
     for key in ("num_speculative_tokens", "draft_length"):
-        if k is None and key in document:
-            k = int(_number(document[key], path, key) or 0)
+        if k is None and document.get(key) is not None:
+            k = _count(document[key], path, key)
     if not k:
-        return 0, None, notes
+        return 0, None, None, []
     length = document.get("spec_decode_acceptance_length")
     rate = document.get("spec_decode_acceptance_rate")
     if length is not None:
         tau = _number(length, path, "spec_decode_acceptance_length")
     elif rate is not None:
-        tau = 1.0 + k * _number(rate, path, "spec_decode_acceptance_rate") / 100.0  # percent
+        tau = 1.0 + k * _number(rate, path, "spec_decode_acceptance_rate") / 100.0  # type: ignore[operator]  # percent
     else:
-        return k, None, ["SD run without acceptance fields"]
+        return k, None, None, ["SD run without acceptance fields"]
+    assert tau is not None
     tau = min(max(tau, 1.0), k + 1.0)
-    return k, float(alpha_from_mean_length(tau, k)), notes
+    return k, float(alpha_from_mean_length(tau, k)), tau, []
+
+
+def _list(document: dict[str, Any], key: str, count: int) -> list[float] | None:
+    values = document.get(key)
+    if not isinstance(values, list) or len(values) != count or not values:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        return None
+    return [float(v) for v in values]
 
 
 def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
-    completed = document.get("completed")
-    if completed is None:
+    if document.get("completed") is None:
         raise InputFileError(path, "completed", "missing; not a vLLM bench serve result?")
-    completed_n = int(_number(completed, path, "completed"))
-    if completed_n <= 0:
+    completed = _count(document["completed"], path, "completed")
+    if completed <= 0:
         raise InputFileError(path, "completed", "no completed requests; nothing to fit")
-    failed = int(_number(document.get("failed", 0), path, "failed") or 0)
-    if "request_throughput" in document:
+    failed = _count(document.get("failed", 0) or 0, path, "failed")
+    duration = _number(document["duration"], path, "duration") if document.get("duration") is not None else None
+    if document.get("request_throughput") is not None:
         achieved = _number(document["request_throughput"], path, "request_throughput")
-    elif "duration" in document:
-        achieved = completed_n / _number(document["duration"], path, "duration")
+    elif duration:
+        achieved = completed / duration
     else:
         raise InputFileError(path, "request_throughput", "missing (and no duration to derive it)")
-    requested_raw = document.get("request_rate")
-    unbounded = isinstance(requested_raw, str) and requested_raw.strip().lower() == "inf"
-    requested = None if unbounded or requested_raw is None else _number(requested_raw, path, "request_rate",
-                                                                        allow_none=True)
-    if requested is not None and math.isinf(requested):
-        requested, unbounded = None, True
+    assert achieved is not None
+    if achieved <= 0:
+        raise InputFileError(path, "request_throughput", "must be > 0")
+    requested = _number(document.get("request_rate"), path, "request_rate", allow_none=True, allow_inf=True)
+    unbounded_rate = requested is None or math.isinf(requested)
+    max_concurrency = document.get("max_concurrency")
+    concurrency = _count(max_concurrency, path, "max_concurrency") if max_concurrency is not None else None
+    if concurrency == 0:
+        concurrency = None
+    closed = unbounded_rate and concurrency is not None
     for key in ("total_input_tokens", "total_output_tokens"):
-        if key not in document:
+        if document.get(key) is None:
             raise InputFileError(path, key, "missing; needed for the prompt/output lengths")
-    prompt = _number(document["total_input_tokens"], path, "total_input_tokens") / completed_n
-    output = _number(document["total_output_tokens"], path, "total_output_tokens") / completed_n
-    ttft = document.get("mean_ttft_ms")
-    tpot = document.get("mean_tpot_ms")
-    ttft_s = _number(ttft, path, "mean_ttft_ms") / 1e3 if ttft is not None else None
-    tpot_s = _number(tpot, path, "mean_tpot_ms") / 1e3 if tpot is not None else None
+    prompt = _number(document["total_input_tokens"], path, "total_input_tokens") / completed  # type: ignore[operator]
+    output = _number(document["total_output_tokens"], path, "total_output_tokens") / completed  # type: ignore[operator]
+    if prompt <= 0 or output <= 0:
+        raise InputFileError(path, "total_output_tokens", "prompt and output lengths must be > 0")
     notes: list[str] = []
-    if document.get("mean_e2el_ms") is not None:
-        latency = _number(document["mean_e2el_ms"], path, "mean_e2el_ms") / 1e3
-    elif ttft_s is not None and tpot_s is not None:
-        latency = ttft_s + tpot_s * max(output - 1.0, 0.0)
-        notes.append("mean E2E latency derived as TTFT + TPOT x (output - 1): e2el was not among --percentile-metrics")
+
+    def metric_ms(key: str) -> float | None:
+        value = document.get(key)
+        return _number(value, path, key) / 1e3 if value is not None else None  # type: ignore[operator]
+
+    ttft_s, tpot_s = metric_ms("mean_ttft_ms"), metric_ms("mean_tpot_ms")
+    latency = metric_ms("mean_e2el_ms")
+    percentiles: list[tuple[str, float]] = []
+    others = others_ttft = None
+    # Per-request lists (--save-detailed): exact means and the load each request saw.
+    latencies = _list(document, "latencies", completed)
+    ttfts = _list(document, "ttfts", completed)
+    starts = _list(document, "start_times", completed)
+    errors = document.get("errors")
+    if latencies is not None and isinstance(errors, list) and any(errors):
+        latencies = None  # with failures the lists mix failed and successful requests; use the summary
+    if latencies is not None:
+        latency = sum(latencies) / len(latencies)
+        percentiles += _percentiles(latencies, "e2e")
+        if ttfts is not None:
+            ttft_s = sum(ttfts) / len(ttfts)
+            percentiles += _percentiles(ttfts, "ttft")
+            outputs = _list(document, "output_lens", completed)
+            if outputs is not None:
+                tpots = [(l - t) / (o - 1) for l, t, o in zip(latencies, ttfts, outputs) if o > 1]
+                if tpots:
+                    tpot_s = sum(tpots) / len(tpots)
+                    percentiles += _percentiles(tpots, "tpot")
+        if starts is not None:
+            others = others_in_flight(starts, latencies)
+            if ttfts is not None:
+                others_ttft = others_in_flight(starts, latencies, ttfts)
+            if others is not None and not math.isfinite(others):
+                others = others_ttft = None
     else:
-        raise InputFileError(path, "mean_e2el_ms", "missing, and no mean_ttft_ms/mean_tpot_ms to derive it; "
-                                                   "rerun vllm bench serve with --percentile-metrics ttft,tpot,itl,e2el")
-    k, alpha, more = _acceptance_from_vllm(document, path)
+        for metric in ("e2el", "ttft", "tpot"):
+            for q in (50, 90, 99):
+                value = document.get(f"p{q}_{metric}_ms") if q != 50 else document.get(f"median_{metric}_ms")
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    label = "e2e" if metric == "e2el" else metric
+                    percentiles.append((f"{label}_p{q}_s", float(value) / 1e3))
+    if latency is None:
+        if ttft_s is not None and tpot_s is not None:
+            latency = ttft_s + tpot_s * max(output - 1.0, 0.0)
+            notes.append("mean E2E latency derived as TTFT + TPOT x (output - 1): e2el was not among "
+                         "--percentile-metrics")
+        else:
+            raise InputFileError(path, "mean_e2el_ms", "missing, and no mean_ttft_ms/mean_tpot_ms to derive it; "
+                                                       "rerun vllm bench serve with --percentile-metrics "
+                                                       "ttft,tpot,itl,e2el")
+    if latency <= 0:
+        raise InputFileError(path, "mean_e2el_ms", "must be > 0")
+    k, alpha, tau, more = _acceptance_from_vllm(document, path)
+    records_k = k > 0 or any(key in document for key in ("spec_decode_num_drafts", "num_speculative_tokens",
+                                                          "draft_length"))
     return BenchmarkRun(
-        source=Path(path).name, requested_rate_rps=requested, achieved_rate_rps=float(achieved),
-        draft_length=k, alpha=alpha, prompt_tokens=prompt, output_tokens=output, mean_e2e_latency_s=latency,
-        mean_ttft_s=ttft_s, mean_tpot_s=tpot_s, mean_concurrency=None, completed=completed_n, failed=failed,
-        open_loop_unbounded=unbounded, notes=tuple(notes + more),
+        source=Path(path.split("#")[0]).name + ("#" + path.split("#")[1] if "#" in path else ""),
+        requested_rate_rps=None if unbounded_rate else requested, achieved_rate_rps=float(achieved),
+        concurrency=concurrency if closed else None, others_in_flight=others, others_at_first_token=others_ttft,
+        draft_length=k, alpha=alpha, mean_acceptance_length=tau, prompt_tokens=prompt, output_tokens=output,
+        mean_e2e_latency_s=latency, mean_ttft_s=ttft_s, mean_tpot_s=tpot_s, percentiles_s=tuple(percentiles),
+        completed=completed, failed=failed, open_loop_unbounded=unbounded_rate and not closed,
+        records_draft_length=records_k, records_acceptance=alpha is not None, notes=tuple(notes + more),
     )
 
 
@@ -227,12 +494,13 @@ def _mean(metrics: dict[str, Any], name: str, path: str, where: str, required: b
         if required:
             raise InputFileError(path, f"{where}.metrics.{name}.successful.mean", "missing") from None
         return None
-    return _number(value, path, f"{where}.metrics.{name}.successful.mean")
+    return _number(value, path, f"{where}.metrics.{name}.successful.mean", allow_none=not required)
 
 
 def _read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
     warnings = []
-    version = (document.get("metadata") or {}).get("version")
+    metadata = document.get("metadata")
+    version = metadata.get("version") if isinstance(metadata, dict) else None
     if version != 2:
         warnings.append(f"{path}: GuideLLM report without metadata.version 2 (older than v0.7?): schema unverified")
     runs = []
@@ -241,28 +509,48 @@ def _read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkR
         if not isinstance(bench, dict) or not isinstance(bench.get("metrics"), dict):
             raise InputFileError(path, f"{where}.metrics", "missing or not an object")
         metrics = bench["metrics"]
-        strategy = ((bench.get("config") or {}).get("strategy") or {})
-        kind = strategy.get("type_", "unknown")
+        config = bench.get("config") if isinstance(bench.get("config"), dict) else {}
+        strategy = config.get("strategy") if isinstance(config.get("strategy"), dict) else {}
+        kind = str(strategy.get("type_", "unknown"))
         requested = None
         if kind in ("constant", "poisson") and strategy.get("rate") is not None:
             requested = _number(strategy["rate"], path, f"{where}.config.strategy.rate")
-        totals = metrics.get("request_totals") or {}
-        successful = int(totals.get("successful", 0) or 0)
-        failed = int((totals.get("errored", 0) or 0) + (totals.get("incomplete", 0) or 0))
+        concurrency = None
+        if kind == "synchronous":
+            concurrency = 1
+        elif kind == "concurrent" and strategy.get("streams") is not None:
+            concurrency = _count(strategy["streams"], path, f"{where}.config.strategy.streams") or None
+        totals = metrics.get("request_totals", {})
+        if not isinstance(totals, dict):
+            raise InputFileError(path, f"{where}.metrics.request_totals", "expected an object of counts")
+        successful = _count(totals.get("successful", 0) or 0, path, f"{where}.metrics.request_totals.successful")
+        failed = sum(_count(totals.get(key, 0) or 0, path, f"{where}.metrics.request_totals.{key}")
+                     for key in ("errored", "incomplete"))
         ttft = _mean(metrics, "time_to_first_token_ms", path, where, required=False)
         itl = _mean(metrics, "inter_token_latency_ms", path, where, required=False)
+        achieved = _mean(metrics, "requests_per_second", path, where)
+        latency = _mean(metrics, "request_latency", path, where)
+        prompt = _mean(metrics, "prompt_token_count", path, where)
+        output = _mean(metrics, "output_token_count", path, where)
+        for key, value in (("requests_per_second", achieved), ("request_latency", latency),
+                           ("prompt_token_count", prompt), ("output_token_count", output)):
+            if value is None or value <= 0:
+                raise InputFileError(path, f"{where}.metrics.{key}.successful.mean", "must be > 0")
+        assert achieved is not None and latency is not None and prompt is not None and output is not None
+        mean_concurrency = _mean(metrics, "request_concurrency", path, where, required=False)
         runs.append(BenchmarkRun(
-            source=f"{Path(path).name}#{where}",
+            source=f"{Path(path.split('#')[0]).name}#{where}",
             requested_rate_rps=requested,
-            achieved_rate_rps=_mean(metrics, "requests_per_second", path, where),  # type: ignore[arg-type]
+            achieved_rate_rps=achieved,
+            concurrency=concurrency,
             draft_length=0,
             alpha=None,
-            prompt_tokens=_mean(metrics, "prompt_token_count", path, where),  # type: ignore[arg-type]
-            output_tokens=_mean(metrics, "output_token_count", path, where),  # type: ignore[arg-type]
-            mean_e2e_latency_s=_mean(metrics, "request_latency", path, where),  # type: ignore[arg-type]
+            prompt_tokens=prompt,
+            output_tokens=output,
+            mean_e2e_latency_s=latency,
             mean_ttft_s=ttft / 1e3 if ttft is not None else None,
             mean_tpot_s=itl / 1e3 if itl is not None else None,
-            mean_concurrency=_mean(metrics, "request_concurrency", path, where, required=False),
+            mean_concurrency=mean_concurrency,
             completed=successful or None,
             failed=failed,
             open_loop_unbounded=kind == "throughput",
@@ -282,42 +570,107 @@ def _read_csv(path: str, text: str) -> list[BenchmarkRun]:
     for line, row in enumerate(reader, start=2):
         where = f"line {line}"
 
-        def field(name: str) -> float:
-            value = _number(row[name], path, f"{where}: {name}")
-            assert value is not None
-            return value
+        def field(name: str, optional: bool = False) -> float | None:
+            raw = row.get(name)
+            if raw is None or (optional and not str(raw).strip()):
+                if optional:
+                    return None
+                raise InputFileError(path, f"{where}: {name}", "missing value")
+            return _number(raw, path, f"{where}: {name}")
 
         k = field("draft_length")
         alpha = field("acceptance")
-        if k < 0 or k != int(k):
-            raise InputFileError(path, f"{where}: draft_length", "must be an integer >= 0")
+        assert k is not None and alpha is not None
+        if k < 0 or k != int(k) or k > 1024:
+            raise InputFileError(path, f"{where}: draft_length", "must be a whole number in [0, 1024]")
         if not 0.0 <= alpha <= 1.0:
             raise InputFileError(path, f"{where}: acceptance", "per-token acceptance must lie in [0, 1]")
         for name in ("request_rate_rps", "prompt_tokens", "output_tokens", "mean_e2e_latency_s"):
-            if field(name) <= 0:
+            if field(name) <= 0:  # type: ignore[operator]
                 raise InputFileError(path, f"{where}: {name}", "must be > 0")
-        concurrency = row.get("mean_concurrency")
+        max_concurrency = field("max_concurrency", optional=True)
+        rate = field("request_rate_rps")
         runs.append(BenchmarkRun(
-            source=f"{Path(path).name}:{line}", requested_rate_rps=field("request_rate_rps"),
-            achieved_rate_rps=field("request_rate_rps"), draft_length=int(k), alpha=alpha if k > 0 else None,
-            prompt_tokens=field("prompt_tokens"), output_tokens=field("output_tokens"),
-            mean_e2e_latency_s=field("mean_e2e_latency_s"),
-            mean_concurrency=_number(concurrency, path, f"{where}: mean_concurrency") if concurrency else None,
+            source=f"{Path(path).name}:{line}", requested_rate_rps=None if max_concurrency else rate,
+            achieved_rate_rps=rate, draft_length=int(k), alpha=alpha if k > 0 else None,  # type: ignore[arg-type]
+            prompt_tokens=field("prompt_tokens"), output_tokens=field("output_tokens"),  # type: ignore[arg-type]
+            mean_e2e_latency_s=field("mean_e2e_latency_s"),  # type: ignore[arg-type]
+            mean_ttft_s=field("mean_ttft_s", optional=True),
+            concurrency=int(max_concurrency) if max_concurrency else None,
+            mean_concurrency=field("mean_concurrency", optional=True),
+            records_draft_length=True, records_acceptance=True,
         ))
     if not runs:
         raise InputFileError(path, None, "no data rows")
     return runs
 
 
-def with_overrides(run: BenchmarkRun, draft_length: int | None, alpha: float | None) -> BenchmarkRun:
-    """Apply ``--draft-length``/acceptance flags to runs whose file does not say (flags win)."""
-    if draft_length is not None:
-        run = replace(run, draft_length=draft_length)
-    if alpha is not None:
-        run = replace(run, alpha=alpha)
-    if run.draft_length == 0:
-        run = replace(run, alpha=None)
-    return run
+# ----------------------------------------------------------------------------- what files do not say
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """Draft length and acceptance to fill in where a file does not record them."""
+
+    draft_length: int | None = None
+    alpha: float | None = None
+
+    def fill(self, run: BenchmarkRun) -> BenchmarkRun:
+        """Fill in only what ``run``'s file does not record (B5: flags never relabel a recorded run)."""
+        if self.draft_length is not None and not run.records_draft_length:
+            run = replace(run, draft_length=self.draft_length)
+        if self.alpha is not None and run.draft_length > 0 and not run.records_acceptance:
+            run = replace(run, alpha=self.alpha)
+        if run.draft_length == 0:
+            run = replace(run, alpha=None, mean_acceptance_length=None)
+        return run
+
+
+def split_file_facts(argument: str) -> tuple[str, RunFacts | None]:
+    """``FILE[:k=K,alpha=A|len=L|rate=R%]`` → the path and its per-file facts.
+
+    ``len`` is vLLM's mean acceptance length at ``k`` and ``rate`` its draft
+    acceptance rate; both are converted to the per-token alpha.
+    """
+    from sdplan.acceptance import AcceptanceMetric, make_acceptance
+
+    path, sep, spec = argument.rpartition(":")
+    if not sep or "=" not in spec or Path(argument).exists():
+        return argument, None
+    values: dict[str, str] = {}
+    for part in spec.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or key.strip() not in ("k", "alpha", "len", "rate"):
+            raise InvalidValueError(f"{argument}: per-file facts are k=K and one of alpha=A, len=L, rate=R%; "
+                                    f"got {part!r}")
+        values[key.strip()] = value.strip()
+    try:
+        k = int(values["k"]) if "k" in values else None
+    except ValueError:
+        raise InvalidValueError(f"{argument}: k must be a whole number") from None
+    if k is not None and not 0 <= k <= 1024:
+        raise InvalidValueError(f"{argument}: k must lie in [0, 1024]")
+    metric_of = {"alpha": AcceptanceMetric.PER_TOKEN, "len": AcceptanceMetric.MEAN_LENGTH,
+                 "rate": AcceptanceMetric.DRAFT_RATE}
+    given = [key for key in metric_of if key in values]
+    if len(given) > 1:
+        raise InvalidValueError(f"{argument}: give acceptance in one metric only (alpha, len or rate)")
+    alpha = None
+    if given:
+        from sdplan.units import Dimension, parse_quantity
+
+        key = given[0]
+        text = values[key]
+        try:
+            number = parse_quantity(text, Dimension.FRACTION) if key == "rate" else float(text)
+        except ValueError:
+            raise InvalidValueError(f"{argument}: {key}={text} is not a number") from None
+        if not math.isfinite(number):
+            raise InvalidValueError(f"{argument}: {key}={text} is not finite")
+        if key != "alpha" and not k:
+            raise InvalidValueError(f"{argument}: {key}= needs k=K (the draft length it was measured at)")
+        alpha = make_acceptance(metric_of[key], (number,), k, argument).alphas[0]
+    return path, RunFacts(draft_length=k, alpha=alpha)
 
 
 #: Steady-state screening thresholds.
@@ -329,36 +682,51 @@ MAX_LITTLE_DEVIATION = 0.15
 def screen(run: BenchmarkRun) -> list[str]:
     """Reasons to leave a run out of a fit (empty: keep it).
 
-    Checks: failed requests (> 1%), a max-load run (not at steady state),
-    achieved rate below 90% of the requested one (saturated), Little's law
-    (mean concurrency vs lambda*L, > 15% apart) where concurrency is
-    reported, and SD runs with no acceptance.
+    Checks: failed requests (> 1%); a max-load run (not at steady state); for
+    open loops without per-request times, achieved below 90% of the arrival
+    rate (saturated: with per-request times, ``B`` is measured and the drain
+    does not matter); Little's law where a mean concurrency is reported; SD
+    runs without acceptance. Closed loops are kept: they are fitted with
+    ``B`` = others in flight (``N - 1`` without per-request times).
     """
     reasons = []
     total = (run.completed or 0) + (run.failed or 0)
     if run.failed and total and run.failed / total > MAX_FAILED_FRACTION:
         reasons.append(f"{run.failed} of {total} requests failed")
     if run.open_loop_unbounded:
-        reasons.append("max-load run (request rate inf / throughput): not at steady state")
-    if run.requested_rate_rps and run.achieved_rate_rps < MIN_ACHIEVED_FRACTION * run.requested_rate_rps:
-        reasons.append(f"achieved {run.achieved_rate_rps:.3g} of {run.requested_rate_rps:.3g} req/s requested: saturated")
-    if run.mean_concurrency is not None:
+        reasons.append("max-load run (request rate inf without --max-concurrency): not at steady state")
+    if (run.requested_rate_rps and run.others_in_flight is None
+            and run.achieved_rate_rps < MIN_ACHIEVED_FRACTION * run.requested_rate_rps):
+        reasons.append(f"achieved {run.achieved_rate_rps:.3g} of {run.requested_rate_rps:.3g} req/s requested: "
+                       "saturated")
+    if run.mean_concurrency is not None and run.concurrency is None and run.others_in_flight is None:
         little = run.achieved_rate_rps * run.mean_e2e_latency_s
         if abs(little - run.mean_concurrency) > MAX_LITTLE_DEVIATION * max(run.mean_concurrency, 1e-9):
             reasons.append(f"Little's law off: mean concurrency {run.mean_concurrency:.3g} vs lambda*L {little:.3g}")
     if run.draft_length > 0 and run.alpha is None:
-        reasons.append("SD run without acceptance: give --acceptance (or include spec_decode fields)")
+        reasons.append("SD run without acceptance: give it per file (FILE:k=4,len=2.8) or with --acceptance")
     return reasons
 
 
 def load_runs(paths: list[str], input_format: str, draft_length: int | None,
               alpha: float | None) -> tuple[list[BenchmarkRun], list[str]]:
-    """Read every file, apply overrides; returns runs and warnings."""
+    """Read every file or folder; flags and per-file facts fill in only what files do not record.
+
+    Each argument may carry per-file facts, ``FILE:k=4,len=2.8`` (see
+    :func:`split_file_facts`); they win over the flags for that file.
+    """
     if input_format not in FORMATS:
         raise InvalidValueError(f"unknown input format {input_format}; one of {', '.join(FORMATS)}")
+    flags = RunFacts(draft_length=draft_length, alpha=alpha)
     runs, warnings = [], []
-    for name in paths:
+    for argument in paths:
+        name, facts = split_file_facts(argument)
         found, notes = read_results(Path(name), input_format)
-        runs.extend(with_overrides(run, draft_length, alpha) for run in found)
+        for run in found:
+            if facts is not None:
+                run = facts.fill(run)
+                run = replace(run, records_draft_length=run.records_draft_length or facts.draft_length is not None,
+                              records_acceptance=run.records_acceptance or facts.alpha is not None)
+            runs.append(flags.fill(run))
         warnings.extend(notes)
     return runs, warnings

@@ -26,6 +26,7 @@ _TYPE_NAMES = {
     "date": "a date (YYYY-MM-DD)",
     "float_list": "an array of numbers",
     "str_list": "an array of strings",
+    "float_matrix": "a square array of arrays of numbers",
     "range": "an array of two numbers [min, max]",
 }
 
@@ -163,6 +164,12 @@ def _check_field(value: Any, spec: Field, path: str, key: str) -> None:
             _check_number(item, spec, path, f"{key}[{index}]")
         if kind == "range" and (len(value) != 2 or value[0] > value[1]):
             raise InputFileError(path, key, f"expected [min, max] with min <= max ({spec.doc})")
+    elif kind == "float_matrix":
+        if not isinstance(value, list) or not all(isinstance(row, list) and len(row) == len(value) for row in value):
+            raise InputFileError(path, key, f"expected {_TYPE_NAMES[kind]} ({spec.doc})")
+        for i, row in enumerate(value):
+            for j, item in enumerate(row):
+                _check_number(item, spec, path, f"{key}[{i}][{j}]")
     elif kind == "str_list":
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise InputFileError(path, key, f"expected an array of strings ({spec.doc})")

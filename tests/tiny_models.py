@@ -25,10 +25,44 @@ def dummy_config(folder: Path, hidden: int, layers: int, heads: int = 4, vocab: 
     return folder
 
 
-def _successor(folder: Path, layers: int, skip_every: int | None) -> Path:
+def word_tokenizer(folder: Path, vocab: int) -> Path:
+    """A word-level tokenizer (``w0 w1 ...``, ``<unk>`` last) saved into a model folder.
+
+    Decoding and re-encoding round-trip exactly, which ``vllm bench serve``'s
+    random dataset needs; the server then detokenises and streams text like
+    any deployment.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"w{i}": i for i in range(vocab - 1)}
+    words["<unk>"] = vocab - 1
+    tokenizer = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", model_max_length=1 << 16).save_pretrained(folder)
+    return folder
+
+
+def served_pair(root: Path, hidden: int = 256, target_layers: int = 6, skip_every: int | None = 3) -> dict[str, Path]:
+    """A successor target and draft with tokenizers, for ``vllm serve`` (real weights, known acceptance).
+
+    The target (``target_layers`` identity layers: real compute, exact
+    behaviour) emits ``t + 1``; the 1-layer draft disagrees after every token
+    with ``t % skip_every == skip_every - 1``, so greedy acceptance is known.
+    """
+    target = _successor(root / "served-target", layers=target_layers, skip_every=None, hidden=hidden)
+    draft = _successor(root / "served-draft", layers=1, skip_every=skip_every, hidden=hidden)
+    for folder in (target, draft):
+        word_tokenizer(folder, hidden)
+    return {"target": target, "draft": draft}
+
+
+def _successor(folder: Path, layers: int, skip_every: int | None, hidden: int = HIDDEN) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    HIDDEN = hidden  # noqa: N806 - the successor construction needs vocab = hidden
     config = LlamaConfig(vocab_size=HIDDEN, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
                          tie_word_embeddings=False, architectures=["LlamaForCausalLM"], torch_dtype="float32")

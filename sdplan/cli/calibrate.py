@@ -1,4 +1,4 @@
-"""``sdplan calibrate``: measure a calibration with the real vLLM engine."""
+"""``sdplan calibrate``: measure a calibration on a served vLLM (default) or its bare engine."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 GRID_NAMES = ("quick", "standard", "thorough")
+SPEC_METHODS = ("draft_model", "ngram", "eagle", "eagle3", "mtp", "suffix")
 
 
 def _read_prompts(path: str) -> list[list[int]]:
@@ -44,58 +45,209 @@ def _relative(path: Path, output: Path) -> str:
         return str(path)
 
 
-@click.command()
-@click.option("--target", required=True, metavar="MODEL", help="Target (verifier) model: a local folder or a name.")
-@click.option("--draft", metavar="MODEL", help="Draft model. Without it, draft costs are zero (n-gram-like proposer).")
+def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    from sdplan.cli._options import parse_int_list
+
+    lengths = tuple(sorted(set(parse_int_list(value, "--draft-lengths"))))
+    if any(k < 0 or k > 64 for k in lengths):
+        raise click.BadParameter("draft lengths must lie in 0..64 (0: measure no SD only)")
+    return tuple(k for k in lengths if k > 0)
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.option("--target", metavar="MODEL", help="Target (verifier) model folder or name, served with vllm serve.")
+@click.option("--draft", metavar="MODEL", help="Draft model (draft_model, eagle, eagle3). Not needed for ngram/mtp.")
+@click.option("--endpoint", metavar="URL",
+              help="Measure a vLLM server you already run (one configuration per invocation; results merge into "
+              "--results-dir with --resume). Its SD setting is read from the results.")
 @click.option("-o", "--output", required=True, metavar="FILE", help="Calibration TOML to write (atomically).")
 @click.option("--name", metavar="NAME", help="Calibration name. Default: the output file's stem.")
-@click.option("--grid", type=click.Choice(GRID_NAMES), default="standard", show_default=True,
-              help="Measurement grid: batch sizes x draft lengths x prompt lengths (see sdplan-calibrate(1)).")
-@click.option("--dtype", default="auto", show_default=True, metavar="DTYPE",
-              help="Model dtype passed to vLLM (auto, bfloat16, float16, float32).")
-@click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
-              help="GPUs per replica.")
+@click.option("--method", "measure_method", type=click.Choice(("served", "engine")), default="served",
+              show_default=True, help="served: vllm serve + vllm bench serve, what users deploy. engine: time bare "
+              "in-process engine steps (excludes the API server, detokenisation, streaming and IPC; a "
+              "decomposition, not a prediction of a served system).")
+@click.option("--spec-method", default="draft_model", show_default=True, metavar="METHOD",
+              help=f"vLLM speculative method of the SD configurations: {', '.join(SPEC_METHODS)}.")
+@click.option("--draft-lengths", callback=_draft_lengths, metavar="LIST",
+              help="Draft lengths k to serve, e.g. 2,4 or 1-4; 0 measures no SD only. Default: the grid's.")
+@click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=512, show_default=True,
+              metavar="TOKENS", help="Prompt length of every request (served); the calibration's reference workload.")
+@click.option("--output-tokens", type=click.IntRange(2, 1_000_000), default=128, show_default=True,
+              metavar="TOKENS", help="Output length of every request (served; EOS ignored).")
+@click.option("--grid", type=click.Choice(GRID_NAMES), default="quick", show_default=True,
+              help="served: quick = N 1..8, 1 repeat; standard = N 1..16, 2 repeats + Poisson points; thorough = "
+              "N 1..64, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
+@click.option("--serve-arg", "serve_args", multiple=True, metavar="ARG",
+              help="A vllm serve flag passed through unchanged, repeatable (e.g. --serve-arg=--enforce-eager); "
+              "or put the flags after --.")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), metavar="N",
+              help="vLLM max_num_seqs (passed to vllm serve); caps the closed-loop clients.")
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), metavar="TOKENS",
+              help="vLLM max_num_batched_tokens (passed to vllm serve).")
+@click.option("--dtype", default=None, metavar="DTYPE", help="Model dtype passed to vLLM (auto, bfloat16, float32).")
+@click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=None, metavar="N", help="GPUs per replica.")
 @click.option("--max-model-len", type=click.IntRange(min=16), metavar="TOKENS",
-              help="Engine context length. Default: enough for the grid's longest prompt and decode.")
-@click.option("--load-format", type=click.Choice(("auto", "dummy")), default="auto", show_default=True,
-              help="'dummy' times with random weights from config.json alone (timing does not need real weights); "
-              "acceptance is always measured with real weights.")
-@click.option("--enforce-eager/--no-enforce-eager", default=None,
-              help="Disable CUDA graphs / compilation. Default: eager on CPU, graphs on GPU.")
-@click.option("--acceptance-prompts", metavar="FILE",
-              help='JSON Lines of {"prompt_token_ids": [...]}: measure acceptance on them from vLLM\'s counters.')
-@click.option("--acceptance-output-tokens", type=click.IntRange(min=1), default=128, show_default=True,
-              metavar="TOKENS", help="Tokens generated per prompt when measuring acceptance.")
+              help="Engine context length. Default (engine): enough for the grid; (served): vLLM's.")
+@click.option("--load-format", type=click.Choice(("auto", "dummy")), default=None,
+              help="'dummy' serves random weights from config.json alone (timing needs no real weights; "
+              "acceptance is then meaningless).")
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Sampling temperature when measuring acceptance.")
+              help="Sampling temperature of the benchmark requests (acceptance depends on it).")
+@click.option("--results-dir", metavar="DIR",
+              help="served: where the vllm bench serve results, server logs and manifest go. "
+              "Default: OUTPUT with suffix .runs.")
+@click.option("--server-timeout", type=click.FloatRange(min=1), default=900.0, show_default=True, metavar="SECONDS",
+              help="served: how long vllm serve may take to become healthy.")
+@click.option("--accept-poor-fit", is_flag=True,
+              help="Exit 0 even when the calibration's own points are poorly predicted (it is written either way).")
+@click.option("--enforce-eager/--no-enforce-eager", default=None,
+              help="Disable CUDA graphs / compilation (passed to vllm). Default: vLLM's (served); eager on CPU (engine).")
+@click.option("--acceptance-prompts", metavar="FILE",
+              help='engine: JSON Lines of {"prompt_token_ids": [...]} to measure acceptance on.')
+@click.option("--acceptance-output-tokens", type=click.IntRange(min=1), default=128, show_default=True,
+              metavar="TOKENS", help="engine: tokens generated per prompt when measuring acceptance.")
 @click.option("--synthetic-acceptance", type=click.FloatRange(0, 1), metavar="ALPHA",
-              help="GPU only: impose per-token acceptance ALPHA in the SD timing runs with vLLM's synthetic "
-              "rejection sampling (separates cost from acceptance).")
-@click.option("--measurements-out", metavar="PATH",
-              help="Where raw timings are saved as they are measured (.jsonl or .csv). "
-              "Default: OUTPUT with suffix .measurements.jsonl.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run from its measurements file.")
+              help="engine, GPU only: impose per-token acceptance ALPHA with vLLM's synthetic rejection sampling.")
+@click.option("--measurements-out", metavar="PATH", help="engine: where raw step timings are saved (.jsonl/.csv).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from its results (served) or measurements.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for prompts and sampling.")
-def calibrate(target: str, draft: str | None, output: str, name: str | None, grid: str, dtype: str,
-              tensor_parallel_size: int, max_model_len: int | None, load_format: str, enforce_eager: bool | None,
-              acceptance_prompts: str | None, acceptance_output_tokens: int, temperature: float,
-              synthetic_acceptance: float | None, measurements_out: str | None, resume: bool, seed: int) -> None:
-    """Measure a calibration on this machine with the real vLLM engine.
+@click.argument("extra_serve_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- VLLM_SERVE_FLAGS...]")
+def calibrate(target: str | None, draft: str | None, endpoint: str | None, output: str, name: str | None,
+              measure_method: str, spec_method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int,
+              output_tokens: int, grid: str, serve_args: tuple[str, ...], max_num_seqs: int | None,
+              max_num_batched_tokens: int | None, dtype: str | None, tensor_parallel_size: int | None,
+              max_model_len: int | None, load_format: str | None, temperature: float, results_dir: str | None,
+              server_timeout: float, accept_poor_fit: bool, enforce_eager: bool | None,
+              acceptance_prompts: str | None, acceptance_output_tokens: int, synthetic_acceptance: float | None,
+              measurements_out: str | None, resume: bool, seed: int, extra_serve_args: tuple[str, ...]) -> None:
+    """Measure a calibration on this machine with real vLLM.
 
-    Times target decode and verify steps over batch sizes x tokens per
-    sequence x context lengths (verify steps with a zero-cost proposer), real
-    SD steps with the draft model, and prefill; fits the per-step model with
-    non-negative least squares and writes a calibration TOML with provenance
-    and fit quality. Measurements are saved as they come: an interrupted run
-    keeps them and --resume continues. Needs the [calibrate] extra.
+    By default (--method served) it starts `vllm serve` itself on 127.0.0.1
+    and a free port, once per configuration (no SD, then SD at each draft
+    length), loads it with vLLM's own `vllm bench serve` in a closed-loop
+    concurrency sweep (N = 1, 2, 4, ... until throughput stops rising), and
+    fits L = C1 + B*C2 and TTFT = c1p + w1*tau1 + B*w2*tau2 to the measured
+    points with the same machinery as `sdplan fit`. Every point is an
+    ordinary vLLM result file kept in --results-dir; servers are always
+    stopped (also on Ctrl-C and failure); --resume continues. Points during
+    which other processes used CPU are measured again. A calibration whose
+    own points are predicted worse than 10% MAPE (or R2 < 0.9) is written but
+    exits 7, unless --accept-poor-fit.
+
+    Measure on the machine you will serve from, alone: VMs of one kind
+    differ up to 2x, and a concurrent CPU-bound process inflates vLLM's CPU
+    steps 10-50x. Needs vLLM in this Python (pip install -e '.[calibrate]').
 
     \b
     Examples:
-      sdplan calibrate --target meta-llama/Llama-3.1-8B-Instruct \\
-                       --draft meta-llama/Llama-3.2-1B-Instruct -o mybox.toml
-      sdplan calibrate --target ./cfg-8b --draft ./cfg-1b --load-format dummy --grid quick -o quick.toml
+      sdplan calibrate --target ./llama-8b --draft ./llama-1b --draft-lengths 2,4 -o mybox.toml
+      sdplan calibrate --target ./tiny --draft ./tiny-draft -o cpu.toml -- --dtype float32 --max-num-seqs 16
+      sdplan calibrate --endpoint http://127.0.0.1:8000 -o mine.toml --results-dir runs --resume
       sdplan plan -c mybox.toml
+
+    \b
+    Exit status: 0 ok, 2 bad options (found before anything starts), 3 bad
+    results folder, 4 too few usable points, 5 vLLM missing, 6 engine or
+    server failure, 7 poor calibration (written), 130 interrupted (results kept).
     """
+    if measure_method == "engine":
+        if target is None or endpoint is not None or serve_args or extra_serve_args:
+            raise click.UsageError("--method engine takes --target (and --draft), not --endpoint or serving flags")
+        _calibrate_engine(target, draft, output, name, grid, dtype or "auto", tensor_parallel_size or 1,
+                          max_model_len, load_format or "auto", enforce_eager, acceptance_prompts,
+                          acceptance_output_tokens, temperature, synthetic_acceptance, measurements_out, resume, seed)
+        return
+    for flag, value in (("--acceptance-prompts", acceptance_prompts), ("--synthetic-acceptance", synthetic_acceptance),
+                        ("--measurements-out", measurements_out)):
+        if value is not None:
+            raise click.UsageError(f"{flag} belongs to --method engine; served calibrations measure acceptance "
+                                   "from the server's spec-decode counters")
+    passthrough = list(serve_args) + list(extra_serve_args)
+    for flag, value in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_num_batched_tokens),
+                        ("--dtype", dtype), ("--tensor-parallel-size", tensor_parallel_size),
+                        ("--max-model-len", max_model_len), ("--load-format", load_format)):
+        if value is not None:
+            if any(arg == flag or arg.startswith(flag + "=") for arg in passthrough):
+                raise click.UsageError(f"{flag} is given twice (as an option and as a serving flag); keep one")
+            if endpoint is not None:
+                raise click.UsageError(f"{flag} configures a server sdplan starts; with --endpoint set it on yours")
+            passthrough += [flag, str(value)]
+    if enforce_eager is not None:
+        passthrough.append("--enforce-eager" if enforce_eager else "--no-enforce-eager")
+    _calibrate_served(target=target, draft=draft, endpoint=endpoint, output=output, name=name, method=spec_method,
+                      draft_lengths=draft_lengths, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                      grid=grid, serve_args=tuple(passthrough), temperature=temperature, results_dir=results_dir,
+                      server_timeout=server_timeout, accept_poor_fit=accept_poor_fit, resume=resume, seed=seed)
+
+
+def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | None, output: str, name: str | None,
+                      method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int, output_tokens: int,
+                      grid: str, serve_args: tuple[str, ...], temperature: float, results_dir: str | None,
+                      server_timeout: float, accept_poor_fit: bool, resume: bool, seed: int) -> None:
+    from sdplan import __version__
+    from sdplan.calibration import parse_calibration
+    from sdplan.errors import ExitStatus
+    from sdplan.fileio import atomic_write_text, dumps_toml
+    from sdplan.measure.served import (ServedOptions, check_options, interruptible, measure_served,
+                                       served_calibration)
+    from sdplan.measure.sweep import SERVED_GRIDS, SweepEvents
+    from sdplan.render import progress_bar
+
+    out = Path(output)
+    if out.is_dir():
+        raise click.UsageError(f"-o {output} is a folder; name the calibration file to write")
+    chosen = SERVED_GRIDS[grid]
+    if draft_lengths is None:
+        draft_lengths = chosen.draft_lengths if (draft is not None or method not in ("draft_model", "eagle", "eagle3")) \
+            else ()
+    if endpoint is not None:
+        draft_lengths = ()
+    options = ServedOptions(
+        target=target, draft=draft, endpoint=endpoint, method=method, draft_lengths=draft_lengths,
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, grid_name=grid, serve_arguments=serve_args,
+        results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
+        seed=seed, resume=resume, server_timeout_s=server_timeout)
+    check_options(options)
+    configurations = 1 if endpoint else 1 + len(draft_lengths)
+    levels = [n for n in chosen.concurrency if n <= options.max_clients()] or [1]
+    planned = configurations * (len(levels) + len(chosen.poisson_fractions)) * chosen.repeats
+    with interruptible(), progress_bar("measuring", planned) as advance:
+        count = [0]
+
+        def on_point(description: str) -> None:
+            advance(count[0], planned, description)
+
+        def on_done(record: object) -> None:
+            count[0] += 1
+            advance(min(count[0], planned), planned, "")
+
+        def on_note(note: str) -> None:
+            click.echo(f"note: {note}", err=True)
+
+        measurement = measure_served(options, SweepEvents(on_point=on_point, on_done=on_done, on_note=on_note))
+        advance(planned, planned, "done")
+    result = served_calibration(options, measurement, name=name or out.stem, version=__version__)
+    parse_calibration(result.document, str(out))  # never write a file sdplan itself would reject
+    atomic_write_text(out, dumps_toml(result.document, header="Measured with 'sdplan calibrate' on a served vLLM; "
+                                                               f"raw results in {options.results_dir.name}/."))
+    fit = result.fit
+    ttft = f", TTFT MAPE {fit.ttft_mape_pct:.1f}%" if fit.ttft_mape_pct is not None else ""
+    click.echo(f"wrote {out}: {fit.points} points, mean E2E MAPE {fit.mape_pct:.1f}%, R2 {fit.r2:.3f}{ttft}; "
+               f"{measurement.wall_s:.0f} s measured", err=True)
+    if result.poor_reasons and not accept_poor_fit:
+        click.echo(f"sdplan calibrate: poor calibration ({'; '.join(result.poor_reasons)}); it was written, but "
+                   "check the machine is quiet and re-measure (--resume adds points), or pass --accept-poor-fit",
+                   err=True)
+        raise SystemExit(int(ExitStatus.POOR_CALIBRATION))
+
+
+def _calibrate_engine(target: str, draft: str | None, output: str, name: str | None, grid: str, dtype: str,
+                      tensor_parallel_size: int, max_model_len: int | None, load_format: str,
+                      enforce_eager: bool | None, acceptance_prompts: str | None, acceptance_output_tokens: int,
+                      temperature: float, synthetic_acceptance: float | None, measurements_out: str | None,
+                      resume: bool, seed: int) -> None:
     import datetime
     import time
 

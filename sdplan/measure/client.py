@@ -1,0 +1,151 @@
+"""vLLM's own benchmark client, ``vllm bench serve``, one process for many load points.
+
+Each point writes an ordinary ``vllm bench serve --save-result --save-detailed``
+JSON file, the same file a user gets from the command line, so that
+``sdplan fit`` and ``sdplan validate`` read calibration data and user data
+alike. The client runs in its own process group (stopped like the server).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sdplan.errors import EngineError
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """One benchmark run: a closed loop of ``concurrency`` clients or Poisson arrivals at ``rate_rps``.
+
+    Exactly one of ``concurrency`` and ``rate_rps`` is set.
+    """
+
+    prompt_tokens: int
+    output_tokens: int
+    requests: int
+    concurrency: int | None = None
+    rate_rps: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate_rps:g}"
+
+
+def bench_arguments(point: LoadPoint, *, base_url: str, model: str, result: Path, seed: int,
+                    temperature: float, extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``vllm bench serve`` arguments of one point (the random dataset at fixed lengths)."""
+    args = [
+        "--backend", "vllm", "--base-url", base_url, "--model", model,
+        "--dataset-name", "random", "--random-input-len", str(point.prompt_tokens),
+        "--random-output-len", str(point.output_tokens), "--random-range-ratio", "0",
+        "--num-prompts", str(point.requests), "--ignore-eos", "--seed", str(seed),
+        "--temperature", f"{temperature:g}",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+        "--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name,
+        "--disable-tqdm",
+    ]
+    if point.concurrency is not None:
+        args += ["--max-concurrency", str(point.concurrency), "--request-rate", "inf"]
+    else:
+        args += ["--request-rate", f"{point.rate_rps:g}"]
+    return args + list(extra)
+
+
+@dataclass(eq=False)
+class BenchClient:
+    """A running ``python -m sdplan._vllm bench-driver`` (a context manager)."""
+
+    log_path: Path
+    python: str = sys.executable
+    startup_timeout_s: float = 300.0
+    process: subprocess.Popen[str] | None = None
+    jobs: int = 0
+    _pending: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        from sdplan._vllm import subprocess_environment
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("a", encoding="utf-8")
+        self.process = subprocess.Popen([self.python, "-m", "sdplan._vllm", "bench-driver"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+                                        env=subprocess_environment(), start_new_session=True)
+        log.close()
+        reply = self._read(self.startup_timeout_s)
+        if not reply.get("ready"):
+            self.stop()
+            raise EngineError(f"vllm bench serve did not start (log {self.log_path})")
+
+    def _read(self, timeout_s: float) -> dict[str, Any]:
+        assert self.process is not None and self.process.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                from sdplan.measure.server import log_tail
+
+                raise EngineError(f"vllm bench serve exited with status {self.process.returncode} "
+                                  f"(log {self.log_path}): {log_tail(self.log_path)}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise EngineError(f"vllm bench serve gave no answer in {timeout_s:.0f} s (log {self.log_path})")
+            ready, _, _ = select.select([self.process.stdout], [], [], min(remaining, 1.0))
+            if ready:
+                line = self.process.stdout.readline()
+                if not line:
+                    continue
+                try:
+                    return dict(json.loads(line))
+                except ValueError:
+                    continue
+
+    def run(self, arguments: list[str], timeout_s: float) -> None:
+        """Run one benchmark; raises :class:`EngineError` if it fails or exceeds ``timeout_s``."""
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write(json.dumps(arguments) + "\n")
+        self.process.stdin.flush()
+        reply = self._read(timeout_s)
+        self.jobs += 1
+        if reply.get("status") != 0:
+            raise EngineError(f"vllm bench serve failed: {reply.get('error')} (log {self.log_path})")
+
+    def process_groups(self) -> set[int]:
+        return {self.process.pid} if self.process is not None else set()
+
+    def stop(self) -> None:
+        process = self.process
+        self.process = None
+        if process is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if process.stdin:
+                process.stdin.close()
+        try:
+            process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+                try:
+                    process.wait(timeout=5.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+    def __enter__(self) -> "BenchClient":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,370 @@
+"""``sdplan calibrate`` on the served system: options, the measurement, the calibration document.
+
+Order of work: every option is checked before any process starts (a usage
+error costs nothing); then per configuration a server is started, swept
+(:mod:`sdplan.measure.sweep`) and stopped; the points are fitted with the same
+machinery as ``sdplan fit`` (:func:`sdplan.fit.fit_pooled`); the calibration is
+written even when its fit is poor, and the caller decides the exit status from
+:attr:`ServedCalibration.poor_reasons`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from sdplan.errors import InfeasibleError, InvalidValueError, MissingDependencyError
+from sdplan.measure.store import PointRecord, ResultStore
+from sdplan.measure.sweep import (SERVED_GRIDS, Configuration, ServedGrid, Sweep, SweepEvents, _ReadBack,
+                                  configurations)
+
+#: A calibration whose own points are predicted worse than this is poor (mean absolute % error of mean E2E).
+POOR_MAPE_PCT = 10.0
+#: ... or whose R2 over its own points is below this.
+POOR_R2 = 0.9
+#: vLLM SD methods that need a draft model folder.
+METHODS_WITH_MODEL = ("draft_model", "eagle", "eagle3")
+METHODS = ("draft_model", "ngram", "eagle", "eagle3", "mtp", "suffix")
+#: Options sdplan sets itself on ``vllm serve``: not accepted in --serve-arg.
+_OWNED_FLAGS = ("--host", "--port", "--speculative-config", "--speculative_config")
+
+
+@dataclass(frozen=True, slots=True)
+class ServedOptions:
+    """Everything ``sdplan calibrate`` (served) needs; validated by :func:`check_options`."""
+
+    target: str | None
+    draft: str | None
+    endpoint: str | None
+    method: str
+    draft_lengths: tuple[int, ...]
+    prompt_tokens: int
+    output_tokens: int
+    grid_name: str
+    serve_arguments: tuple[str, ...]
+    results_dir: Path
+    temperature: float = 0.0
+    seed: int = 0
+    resume: bool = False
+    server_timeout_s: float = 900.0
+    python: str = sys.executable
+
+    @property
+    def grid(self) -> ServedGrid:
+        return SERVED_GRIDS[self.grid_name]
+
+    def serve_value(self, flag: str) -> str | None:
+        """The value of a ``vllm serve`` flag among the user's arguments (``--flag V`` or ``--flag=V``)."""
+        args = list(self.serve_arguments)
+        for index, arg in enumerate(args):
+            if arg == flag and index + 1 < len(args):
+                return args[index + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    def max_clients(self) -> int:
+        value = self.serve_value("--max-num-seqs")
+        return int(value) if value and value.isdigit() else max(self.grid.concurrency)
+
+    def manifest_options(self) -> dict[str, Any]:
+        """The options a resumed invocation must repeat exactly."""
+        return {"target": self.target, "draft": self.draft, "endpoint": self.endpoint, "method": self.method,
+                "draft_lengths": list(self.draft_lengths), "prompt_tokens": self.prompt_tokens,
+                "output_tokens": self.output_tokens, "grid": self.grid_name,
+                "serve_arguments": list(self.serve_arguments), "temperature": self.temperature, "seed": self.seed}
+
+
+def check_options(options: ServedOptions) -> None:
+    """Refuse conflicting or impossible options before anything starts.
+
+    Raises
+    ------
+    InvalidValueError
+        (exit 2) with the option to fix.
+    MissingDependencyError
+        (exit 5) when vLLM is not installed in this Python.
+    """
+    from sdplan._vllm import INSTALL_HINT, installed_distribution
+    from sdplan.measure.server import check_model_folder
+
+    if installed_distribution() is None:
+        raise MissingDependencyError(INSTALL_HINT)
+    if options.endpoint is None and options.target is None:
+        raise InvalidValueError("give --target MODEL (sdplan starts vllm serve) or --endpoint URL (a running server)")
+    if options.endpoint is not None:
+        if options.target is not None or options.serve_arguments or options.draft is not None:
+            raise InvalidValueError("--endpoint measures a server you run: --target, --draft and serving flags "
+                                    "belong to that server's command line, not to sdplan calibrate")
+        if not options.endpoint.startswith(("http://", "https://")):
+            raise InvalidValueError(f"--endpoint {options.endpoint}: give a URL, e.g. http://127.0.0.1:8000")
+    if options.target is not None:
+        check_model_folder(options.target)
+    if options.method not in METHODS:
+        raise InvalidValueError(f"--spec-method {options.method}: unknown; one of {', '.join(METHODS)}")
+    if options.endpoint is None and options.method in METHODS_WITH_MODEL and options.draft is None:
+        raise InvalidValueError(f"--spec-method {options.method} needs --draft MODEL (or --draft-lengths 0 to "
+                                "measure no SD only)")
+    if options.draft is not None:
+        check_model_folder(options.draft)
+    if any(k < 1 or k > 64 for k in options.draft_lengths):
+        raise InvalidValueError("--draft-lengths must lie in 1..64")
+    for arg in options.serve_arguments:
+        if arg.split("=", 1)[0] in _OWNED_FLAGS:
+            raise InvalidValueError(f"serving flag {arg}: sdplan sets it itself (a free port on 127.0.0.1; the "
+                                    "speculative config from --draft/--draft-lengths/--spec-method); remove it")
+    longest = options.prompt_tokens + options.output_tokens + max(options.draft_lengths, default=0) + 1
+    max_model_len = options.serve_value("--max-model-len")
+    if max_model_len is not None:
+        if not max_model_len.isdigit():
+            raise InvalidValueError(f"--max-model-len {max_model_len}: expected a whole number of tokens")
+        if int(max_model_len) < longest:
+            raise InvalidValueError(
+                f"--max-model-len {max_model_len} is shorter than a calibration request: {options.prompt_tokens} "
+                f"prompt + {options.output_tokens} output + {max(options.draft_lengths, default=0) + 1} draft tokens "
+                f"= {longest}; raise it or lower --prompt-tokens/--output-tokens")
+    seqs = options.serve_value("--max-num-seqs")
+    if seqs is not None and (not seqs.isdigit() or int(seqs) < 1):
+        raise InvalidValueError(f"--max-num-seqs {seqs}: expected a whole number >= 1")
+    batched = options.serve_value("--max-num-batched-tokens")
+    if batched is not None and batched.isdigit() and int(batched) < options.prompt_tokens and \
+            "--no-enable-chunked-prefill" in options.serve_arguments:
+        raise InvalidValueError(f"--max-num-batched-tokens {batched} < --prompt-tokens {options.prompt_tokens} "
+                                "without chunked prefill: no request could be scheduled")
+    parent = options.results_dir.parent
+    if not parent.exists():
+        raise InvalidValueError(f"{parent}: no such folder for the results; create it or change --results-dir")
+
+
+def hardware_description() -> str:
+    """Accelerator (nvidia-smi) or CPU model, with the core count."""
+    if shutil.which("nvidia-smi"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                   text=True, timeout=10, check=False).stdout.split("\n")
+            names = [n.strip() for n in names if n.strip()]
+            if names:
+                return f"{len(names)}x {names[0]}" if len(names) > 1 else names[0]
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    import os
+
+    return f"{name} (CPU, {os.cpu_count()} cores)"
+
+
+@dataclass
+class ServedMeasurement:
+    """What a served measurement produced (for the fit and the provenance)."""
+
+    records: list[PointRecord]
+    folder: Path
+    server_commands: list[str] = field(default_factory=list)
+    binding: str = ""
+    wall_s: float = 0.0
+    invocations: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    def result_files(self) -> list[Path]:
+        return [self.folder / r.file for r in self.records if (self.folder / r.file).exists()]
+
+
+@dataclass
+class _Endpoint:
+    base_url: str
+
+    def process_groups(self) -> set[int]:
+        return set()
+
+
+def measure_served(options: ServedOptions, events: SweepEvents | None = None) -> ServedMeasurement:
+    """Start, sweep and stop a server per configuration (or sweep ``--endpoint``), saving every point.
+
+    Raises
+    ------
+    EngineError
+        If a server or the benchmark client fails (their logs are kept in the results folder).
+    """
+    from sdplan.measure.client import BenchClient
+    from sdplan.measure.server import ServedEngine, served_model_name
+    from sdplan.measure.sweep import latest_records, summarise_binding
+
+    events = events or SweepEvents()
+    started = time.monotonic()
+    store = ResultStore(options.results_dir, options.manifest_options())
+    done = store.start(options.resume)
+    earlier_s, earlier_count = store.invocation_seconds()
+    method_extra: dict[str, Any] = {}
+    if options.method == "ngram":
+        method_extra = {"prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    lengths = options.draft_lengths
+    plans = configurations(options.draft, options.method, lengths, method_extra)
+    measurement = ServedMeasurement(records=[], folder=options.results_dir)
+    model = options.target or ""
+    sweep = Sweep(grid=options.grid, store=store, done=done, prompt_tokens=options.prompt_tokens,
+                  output_tokens=options.output_tokens, max_clients=options.max_clients(), seed=options.seed,
+                  temperature=options.temperature, model=model, events=events)
+    try:
+        with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
+            if options.endpoint is not None:
+                sweep.model = served_model_name(options.endpoint)
+                configuration = Configuration(f"endpoint{_endpoint_tag(options.endpoint)}", -1, None)
+                sweep.run_configuration(configuration, _Endpoint(options.endpoint.rstrip("/")), client)
+                measurement.server_commands.append(f"(running server at {options.endpoint})")
+            else:
+                for configuration in plans:
+                    arguments = [*options.serve_arguments, *configuration.serve_arguments()]
+                    server = ServedEngine(model=model, arguments=arguments, python=options.python,
+                                          log_path=options.results_dir / f"server-{configuration.name}.log",
+                                          startup_timeout_s=options.server_timeout_s)
+                    measurement.server_commands.append(server.display_command())
+                    if all(key in done for key in _keys(sweep, configuration)):
+                        sweep.run_configuration(configuration, _Endpoint(""), _ReadBack())  # read back only
+                        continue
+                    events.on_point(f"{configuration.name}: starting vllm serve")
+                    server.start()
+                    try:
+                        if not measurement.binding:
+                            measurement.binding = summarise_binding(
+                                server.log_path.read_text(encoding="utf-8", errors="replace"))
+                        sweep.run_configuration(configuration, server, client)
+                    finally:
+                        server.stop()
+    finally:
+        wall = time.monotonic() - started
+        store.record_invocation(wall)
+    measurement.records = latest_records(store.load())
+    measurement.wall_s = earlier_s + wall
+    measurement.invocations = earlier_count + 1
+    return measurement
+
+
+def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
+    return [f"{configuration.name}_c{n}_r{r}" for n in sweep.levels() for r in range(sweep.grid.repeats)]
+
+
+def _endpoint_tag(url: str) -> str:
+    import hashlib
+
+    return "-" + hashlib.sha256(url.encode()).hexdigest()[:6]
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, so every ``finally`` stops its processes."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# ----------------------------------------------------------------------------- the calibration
+
+
+@dataclass
+class ServedCalibration:
+    document: dict[str, Any]
+    fit: Any
+    poor_reasons: list[str]
+
+
+def acceptance_document(runs: list[Any]) -> dict[str, Any] | None:
+    """``[acceptance]`` from the SD runs: the per-token alpha at the largest measured draft length."""
+    spec = [r for r in runs if r.draft_length > 0 and r.alpha is not None]
+    if not spec:
+        return None
+    k = max(r.draft_length for r in spec)
+    at_k = [r for r in spec if r.draft_length == k]
+    alpha = sum(r.alpha for r in at_k) / len(at_k)
+    lengths = [r.mean_acceptance_length for r in at_k if r.mean_acceptance_length is not None]
+    length_text = f", mean acceptance length {sum(lengths) / len(lengths):.3f}" if lengths else ""
+    return {"per_token_alpha": round(alpha, 6), "measured_at_k": k,
+            "source": f"vLLM spec-decode counters over {len(at_k)} served run(s) at k={k}{length_text}; "
+                      "depends on the prompts (random-token prompts here) and the temperature"}
+
+
+def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *, name: str,
+                       version: str) -> ServedCalibration:
+    """Fit the measured points and build a ``method = "measured"`` calibration.
+
+    Raises
+    ------
+    InfeasibleError
+        When too few points were measured to fit.
+    """
+    from sdplan.fit import fit_pooled
+    from sdplan.results import read_results, screen
+
+    runs = []
+    for path in measurement.result_files():
+        runs += read_results(path, "vllm")[0]
+    kept = [r for r in runs if not screen(r)]
+    if len(kept) < 3:
+        raise InfeasibleError(f"only {len(kept)} usable points in {measurement.folder}; measure more (--resume) "
+                              "or a larger --grid")
+    fit = fit_pooled(kept, reference=(options.prompt_tokens, options.output_tokens))
+    disturbed = [r for r in measurement.records if r.disturbed]
+    poor = []
+    if fit.mape_pct > POOR_MAPE_PCT:
+        poor.append(f"own-point MAPE {fit.mape_pct:.1f}% > {POOR_MAPE_PCT:g}%")
+    if fit.r2 < POOR_R2:
+        poor.append(f"R2 {fit.r2:.3f} < {POOR_R2:g}")
+    if disturbed and len(disturbed) * 4 > len(measurement.records):
+        poor.append(f"{len(disturbed)} of {len(measurement.records)} points disturbed by other processes")
+    from sdplan.fit import fitted_document
+
+    lengths = sorted({r.draft_length for r in kept if r.draft_length > 0})
+    levels = sorted({r.concurrency for r in kept if r.concurrency}, key=int)
+    distribution = __import__("sdplan._vllm", fromlist=["installed_distribution"]).installed_distribution()
+    engine_version = f"{distribution[1]} ({distribution[0]})" if distribution else "unknown"
+    target = options.target or options.endpoint or "unknown"
+    provenance = {
+        "method": "measured", "hardware": hardware_description(), "target_model": target,
+        "draft_model": options.draft or (options.method if options.method != "draft_model" else "none"),
+        "engine": "vllm", "engine_version": engine_version, "date": datetime.date.today(),
+        "created_by": f"sdplan calibrate --method served (sdplan {version})",
+        "sources": [f"vllm bench serve results: {measurement.folder}"],
+        "notes": (f"served: vllm serve loaded by vllm bench serve (random prompts {options.prompt_tokens} in / "
+                  f"{options.output_tokens} out, temperature {options.temperature:g}); closed-loop clients "
+                  f"{levels}, grid '{options.grid_name}'; draft lengths {lengths or 'none'}. "
+                  + " ".join(fit.notes)),
+    }
+    measurement_table = {
+        "method": "served",
+        "server_commands": measurement.server_commands,
+        "client": "vllm bench serve --dataset-name random --ignore-eos --save-detailed (one process, vLLM's own "
+                  "benchmark client)",
+        "cpu_binding": measurement.binding or "not reported by the server (GPU, or binding disabled)",
+        "wall_time_s": round(measurement.wall_s, 1),
+        "invocations": measurement.invocations,
+        "points": len(measurement.records),
+        "disturbed_points": len(disturbed),
+        "results_dir": str(measurement.folder),
+        "point_labels": [f"{r.load_level} k={r.draft_length} ({r.source})" for r in fit.residuals],
+        "point_errors_pct": [round(r.error_pct, 3) for r in fit.residuals],
+        "point_ttft_errors_pct": [round(r.ttft_error_pct, 3) if r.ttft_error_pct is not None else 0.0
+                                  for r in fit.residuals],
+    }
+    document = fitted_document(
+        fit, kept, name=name, provenance=provenance,
+        description=f"{target} served by vLLM on {provenance['hardware']}, measured with sdplan calibrate",
+        extra={"measurement": measurement_table}, acceptance=acceptance_document(kept))
+    return ServedCalibration(document=document, fit=fit, poor_reasons=poor)

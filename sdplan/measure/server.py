@@ -1,0 +1,233 @@
+"""A ``vllm serve`` process that is always stopped, and a server someone else runs.
+
+The server is started in a session of its own, so that it and every process it
+spawns (vLLM's engine core, its workers) form one process group that
+:meth:`ServedEngine.stop` can signal as a whole: SIGINT (vLLM's graceful
+shutdown), then SIGTERM, then SIGKILL. ``atexit`` and the CLI's signal handlers
+call it too, so no server outlives ``sdplan calibrate``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sdplan.errors import EngineError, InvalidValueError
+
+#: Every server started by this process and not yet stopped.
+_LIVE: set["ServedEngine"] = set()
+
+
+def stop_all() -> None:
+    """Stop every server this process started (atexit and signal handlers)."""
+    for server in list(_LIVE):
+        server.stop()
+
+
+atexit.register(stop_all)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on now."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    """``(status, body)`` of a GET; status 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - loopback or user's URL
+            return int(response.status), response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        return int(error.code), ""
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0, ""
+
+
+def served_model_name(base_url: str) -> str:
+    """The first model id a server lists at ``/v1/models``.
+
+    Raises
+    ------
+    EngineError
+        If the endpoint does not answer like an OpenAI-compatible server.
+    """
+    status, body = http_get(base_url.rstrip("/") + "/v1/models")
+    try:
+        return str(json.loads(body)["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise EngineError(f"{base_url}/v1/models answered {status or 'nothing'}; is a vLLM server running there? "
+                          "check --endpoint") from None
+
+
+@dataclass(eq=False)
+class ServedEngine:
+    """``vllm serve MODEL`` on 127.0.0.1 and a free port (a context manager).
+
+    Attributes
+    ----------
+    model : str
+        Model folder or name (the target).
+    arguments : list of str
+        Everything after the model on the ``vllm serve`` command line: the
+        user's serving flags and the speculative config.
+    log_path : Path
+        Where the server's output goes (kept after it stops).
+    """
+
+    model: str
+    arguments: list[str]
+    log_path: Path
+    python: str = sys.executable
+    startup_timeout_s: float = 900.0
+    environment: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    started_s: float = 0.0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def command(self) -> list[str]:
+        return [self.python, "-m", "sdplan._vllm", "serve", self.model, "--host", "127.0.0.1", "--port",
+                str(self.port), *self.arguments]
+
+    def display_command(self) -> str:
+        """The command as a user would type it (``vllm serve ...``), port omitted."""
+        import shlex
+
+        shown = ["vllm", "serve", self.model, *self.arguments]
+        return " ".join(shlex.quote(part) for part in shown)
+
+    def start(self, on_wait: Callable[[float], None] | None = None) -> None:
+        """Start the server and wait until ``/health`` answers 200.
+
+        Raises
+        ------
+        EngineError
+            If the process exits first (the log's last lines are quoted) or
+            the wait exceeds ``startup_timeout_s``.
+        """
+        from sdplan._vllm import subprocess_environment
+
+        self.port = self.port or free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        log.write(f"\n$ {' '.join(self.command)}\n".encode())
+        log.flush()
+        env = subprocess_environment()
+        env.update(self.environment)
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, start_new_session=True)
+        log.close()
+        _LIVE.add(self)
+        begin = time.monotonic()
+        while True:
+            waited = time.monotonic() - begin
+            status = self.process.poll()
+            if status is not None:
+                tail = log_tail(self.log_path)
+                self.stop()
+                raise EngineError(f"vllm serve exited with status {status} while starting "
+                                  f"(log {self.log_path}): {tail}")
+            if http_get(self.base_url + "/health", timeout_s=2.0)[0] == 200:
+                self.started_s = waited
+                return
+            if waited > self.startup_timeout_s:
+                self.stop()
+                raise EngineError(f"vllm serve did not become healthy in {self.startup_timeout_s:.0f} s "
+                                  f"(log {self.log_path}); raise --server-timeout or read the log")
+            if on_wait:
+                on_wait(waited)
+            time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Stop the server's whole process group: SIGINT, then SIGTERM, then SIGKILL."""
+        process = self.process
+        _LIVE.discard(self)
+        if process is None:
+            return
+        for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+            # the leader is gone; make sure no child of the group lingers
+            if not _group_alive(process.pid):
+                break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        self.process = None
+
+    def process_groups(self) -> set[int]:
+        return {self.process.pid} if self.process is not None else set()
+
+    def __enter__(self) -> "ServedEngine":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+_GENERIC_FAILURES = ("Engine core initialization failed", "WorkerProc failed to start", "Worker failed",
+                     "initialization failed due to an exception", "See stack trace", "See root cause")
+
+
+def log_tail(path: Path, lines: int = 3) -> str:
+    """The root cause in a log (its last specific ``...Error: ...`` line), else its last lines."""
+    import re
+
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    pattern = re.compile(r"\b(\w*(Error|Exception)): (.+)")
+    for line in reversed(text):
+        match = pattern.search(line)
+        if match and not any(generic in line for generic in _GENERIC_FAILURES):
+            return f"{match.group(1)}: {match.group(3).strip()}"[:900]
+    keep = [line.strip() for line in text if line.strip() and "leaked" not in line][-lines:]
+    return " | ".join(keep)[-900:] or "(empty log)"
+
+
+def check_model_folder(model: str) -> None:
+    """Refuse a model that is neither a folder with ``config.json`` nor a hub-style name."""
+    path = Path(model)
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise InvalidValueError(f"--target/--draft {model}: the folder has no config.json; give a model folder")
+    elif model.startswith((".", "/")) or model.count("/") > 1:
+        raise InvalidValueError(f"--target/--draft {model}: no such folder; check the path")

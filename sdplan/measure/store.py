@@ -1,0 +1,125 @@
+"""Where a served calibration keeps what it measured, so nothing is lost and ``--resume`` continues.
+
+A results folder holds the ordinary ``vllm bench serve`` JSON file of every
+load point, the server and client logs, and ``manifest.jsonl``: a header with
+the options that must not change between resumed invocations, then one line
+per finished point (its file, configuration, foreign CPU load, whether it was
+disturbed) and one line per invocation (its wall time). Every line is flushed
+and fsynced as it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sdplan.errors import InputFileError
+
+MANIFEST = "manifest.jsonl"
+FORMAT = "sdplan-served-measurements"
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PointRecord:
+    """One finished load point."""
+
+    key: str
+    file: str
+    configuration: str
+    draft_length: int
+    label: str
+    repeat: int
+    foreign_cpu_cores: float | None
+    disturbed: bool
+    wall_s: float
+
+
+class ResultStore:
+    """A results folder with its manifest."""
+
+    def __init__(self, folder: Path, options: dict[str, Any]) -> None:
+        self.folder = folder
+        self.options = options
+        self.path = folder / MANIFEST
+
+    def start(self, resume: bool) -> dict[str, PointRecord]:
+        """Open for an invocation; returns the points already measured (on resume).
+
+        Raises
+        ------
+        InputFileError
+            On ``--resume`` with a manifest of other options, or an unreadable one;
+            without ``--resume`` when the folder already holds measurements.
+        """
+        if resume:
+            return self.load()
+        if self.path.exists() and self.load_records(check=False):
+            raise InputFileError(str(self.folder), None, "already holds measurements; continue them with --resume, "
+                                                          "or choose another --results-dir")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._write({"format": FORMAT, "version": VERSION, "options": self.options}, mode="w")
+        return {}
+
+    def load(self) -> dict[str, PointRecord]:
+        if not self.path.exists():
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._write({"format": FORMAT, "version": VERSION, "options": self.options}, mode="w")
+            return {}
+        return {record.key: record for record in self.load_records(check=True)}
+
+    def load_records(self, check: bool) -> list[PointRecord]:
+        try:
+            lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            header = json.loads(lines[0]) if lines else {}
+            if header.get("format") != FORMAT:
+                raise ValueError("not a manifest")
+            if check and header.get("options") != self.options:
+                changed = sorted(key for key in set(header.get("options", {})) | set(self.options)
+                                 if header.get("options", {}).get(key) != self.options.get(key))
+                raise InputFileError(str(self.path), "options", "was measured with other options ("
+                                     + ", ".join(changed[:6]) + "); use the same options with --resume, or another "
+                                     "--results-dir")
+            records = []
+            for line in lines[1:]:
+                entry = json.loads(line)
+                if "key" in entry:
+                    records.append(PointRecord(**entry))
+            return records
+        except InputFileError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, OSError) as error:
+            raise InputFileError(str(self.path), None, f"not a measurement manifest ({error}); remove the folder or "
+                                                       "choose another --results-dir") from None
+
+    def invocation_seconds(self) -> tuple[float, int]:
+        """Total wall time of earlier invocations and their count."""
+        total, count = 0.0, 0
+        if self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines()[1:]:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if "invocation_wall_s" in entry:
+                    total += float(entry["invocation_wall_s"])
+                    count += 1
+        return total, count
+
+    def append(self, record: PointRecord) -> None:
+        self._write(asdict(record))
+
+    def record_invocation(self, wall_s: float) -> None:
+        self._write({"invocation_wall_s": round(wall_s, 3)})
+
+    def result_path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def _write(self, entry: dict[str, Any], mode: str = "a") -> None:
+        with self.path.open(mode, encoding="utf-8") as stream:
+            stream.write(json.dumps(entry) + "\n")
+            stream.flush()
+            os.fsync(stream.fileno())

@@ -1,0 +1,310 @@
+"""The served measurement plan: configurations, load points, repeats, re-measures.
+
+Per configuration (no SD, then SD at each draft length) one server is started
+and loaded by a **closed-loop concurrency sweep**: ``N`` clients, each sending
+its next request as soon as the last one finishes (``vllm bench serve
+--max-concurrency N --request-rate inf``). A closed loop is the fast, stable
+core of a calibration: its load is set exactly (``N - 1`` others per request,
+``L = C1 + (N - 1) C2``, see :mod:`sdplan.fit`), it cannot overload the server,
+and it reaches steady state at once. ``N`` doubles from 1 up to the grid's
+largest level or the server's ``max_num_seqs``, and stops early once throughput
+stops rising (less than 5% more for twice the clients: saturated). Larger
+grids add Poisson points at fractions of the measured peak throughput, the
+open-loop regime the planner predicts.
+
+Disturbed points (another process used CPU during the point, or repeats that
+disagree by more than 10%) are measured again, up to ``remeasure`` times; what
+stays disturbed is kept, flagged, and down-weighted by the robust fit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
+
+from sdplan.measure.client import LoadPoint
+from sdplan.measure.quiet import DISTURBED_FOREIGN_CORES
+from sdplan.measure.store import PointRecord, ResultStore
+
+#: Repeats of one point that differ by more than this (relative mean latency) disagree.
+REPEAT_DISAGREEMENT = 0.10
+#: Doubling the clients must raise throughput by at least this much to go on.
+MIN_THROUGHPUT_GAIN = 1.05
+
+
+@dataclass(frozen=True, slots=True)
+class ServedGrid:
+    """What to measure per configuration.
+
+    Attributes
+    ----------
+    concurrency : tuple of int
+        Closed-loop client counts (capped at the server's ``max_num_seqs``).
+    requests_per_client : int
+        Requests per point = ``max(min_requests, requests_per_client * N)``.
+    repeats : int
+        Measurements of each point (disagreeing repeats are re-measured).
+    poisson_fractions : tuple of float
+        Open-loop points at these fractions of the configuration's peak throughput.
+    draft_lengths : tuple of int
+        Default draft lengths to measure (``--draft-lengths`` overrides).
+    """
+
+    concurrency: tuple[int, ...]
+    requests_per_client: int
+    min_requests: int
+    repeats: int
+    poisson_fractions: tuple[float, ...]
+    draft_lengths: tuple[int, ...]
+
+    def requests(self, clients: int) -> int:
+        return max(self.min_requests, self.requests_per_client * clients)
+
+
+SERVED_GRIDS = {
+    "quick": ServedGrid(concurrency=(1, 2, 4, 8), requests_per_client=6, min_requests=16, repeats=1,
+                        poisson_fractions=(), draft_lengths=(2, 4)),
+    "standard": ServedGrid(concurrency=(1, 2, 4, 8, 16), requests_per_client=8, min_requests=24, repeats=2,
+                           poisson_fractions=(0.5,), draft_lengths=(1, 2, 4)),
+    "thorough": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64), requests_per_client=10, min_requests=32, repeats=3,
+                           poisson_fractions=(0.3, 0.6), draft_lengths=(1, 2, 3, 4, 6)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Configuration:
+    """One server configuration: no SD (``draft_length = 0``) or SD at one draft length."""
+
+    name: str
+    draft_length: int
+    speculative_config: dict[str, Any] | None
+
+    def serve_arguments(self) -> list[str]:
+        if self.speculative_config is None:
+            return []
+        return ["--speculative-config", json.dumps(self.speculative_config, separators=(",", ":"))]
+
+
+def configurations(draft: str | None, method: str, draft_lengths: tuple[int, ...],
+                   extra: dict[str, Any] | None = None) -> list[Configuration]:
+    """No SD first, then one configuration per draft length (``method``: vLLM's SD method)."""
+    found = [Configuration("nosd", 0, None)]
+    for k in draft_lengths:
+        spec: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
+        if draft:
+            spec["model"] = draft
+        spec.update(extra or {})
+        found.append(Configuration(f"k{k}", k, spec))
+    return found
+
+
+class Server(Protocol):
+    """What the sweep needs of a server: where it is, what it serves, its process groups."""
+
+    base_url: str
+
+    def process_groups(self) -> set[int]: ...
+
+
+class Client(Protocol):
+    def run(self, arguments: list[str], timeout_s: float) -> None: ...
+
+    def process_groups(self) -> set[int]: ...
+
+
+@dataclass
+class SweepEvents:
+    """Callbacks for progress (the core never prints)."""
+
+    on_point: Callable[[str], None] = lambda description: None
+    on_done: Callable[[PointRecord], None] = lambda record: None
+    on_note: Callable[[str], None] = lambda note: None
+
+
+@dataclass
+class PointOutcome:
+    record: PointRecord
+    mean_latency_s: float
+    throughput_rps: float
+
+
+@dataclass
+class Sweep:
+    """Runs the plan of one configuration against a live server."""
+
+    grid: ServedGrid
+    store: ResultStore
+    done: dict[str, PointRecord]
+    prompt_tokens: int
+    output_tokens: int
+    max_clients: int
+    seed: int
+    temperature: float
+    model: str
+    remeasure: int = 2
+    point_timeout_s: float = 1800.0
+    bench_extra: tuple[str, ...] = ()
+    events: SweepEvents = field(default_factory=SweepEvents)
+    outcomes: list[PointOutcome] = field(default_factory=list)
+
+    def levels(self) -> list[int]:
+        return [n for n in self.grid.concurrency if n <= self.max_clients] or [1]
+
+    def points_planned(self, count_configurations: int) -> int:
+        per = len(self.levels()) * self.grid.repeats + len(self.grid.poisson_fractions) * self.grid.repeats
+        return per * count_configurations
+
+    def warm_up(self, configuration: Configuration, server: Server, client: Client) -> None:
+        """One unrecorded closed-loop run at the largest level: compiles and caches every batch shape
+        the points will use, so the first point does not pay for them."""
+        from sdplan.measure.client import bench_arguments
+
+        clients = max(self.levels())
+        point = LoadPoint(self.prompt_tokens, self.output_tokens, 2 * clients, concurrency=clients)
+        self.events.on_point(f"{configuration.name}: warm-up")
+        path = self.store.folder / f"warmup-{configuration.name}.json"
+        client.run(bench_arguments(point, base_url=server.base_url, model=self.model, result=path, seed=self.seed,
+                                   temperature=self.temperature, extra=self.bench_extra), self.point_timeout_s)
+
+    def run_configuration(self, configuration: Configuration, server: Server, client: Client) -> list[PointOutcome]:
+        """Measure every point of one configuration (points already done are read back)."""
+        results: list[PointOutcome] = []
+        if not isinstance(client, _ReadBack):
+            self.warm_up(configuration, server, client)
+        previous_throughput = 0.0
+        for clients in self.levels():
+            point = LoadPoint(self.prompt_tokens, self.output_tokens, self.grid.requests(clients), concurrency=clients)
+            outcomes = self._measure_repeats(configuration, point, server, client)
+            results += outcomes
+            throughput = max(o.throughput_rps for o in outcomes)
+            if clients >= 4 and previous_throughput > 0 and throughput < MIN_THROUGHPUT_GAIN * previous_throughput:
+                self.events.on_note(f"{configuration.name}: throughput stopped rising at N={clients} "
+                                    f"({throughput:.3g} vs {previous_throughput:.3g} req/s); no larger N")
+                break
+            previous_throughput = max(previous_throughput, throughput)
+        peak = max(o.throughput_rps for o in results)
+        for fraction in self.grid.poisson_fractions:
+            rate = float(f"{fraction * peak:.3g}")
+            requests = max(self.grid.min_requests * 2, int(rate * 30))
+            point = LoadPoint(self.prompt_tokens, self.output_tokens, min(requests, 2000), rate_rps=rate)
+            results += self._measure_repeats(configuration, point, server, client)
+        self.outcomes += results
+        return results
+
+    def _measure_repeats(self, configuration: Configuration, point: LoadPoint, server: Server,
+                         client: Client) -> list[PointOutcome]:
+        outcomes = [self._measure(configuration, point, repeat, server, client) for repeat in range(self.grid.repeats)]
+        extra = 0
+        while len(outcomes) >= 2 and _disagree(outcomes) and extra < self.remeasure:
+            extra += 1
+            self.events.on_note(f"{configuration.name} {point.label}: repeats disagree by more than "
+                                f"{REPEAT_DISAGREEMENT:.0%}; measuring again")
+            outcomes.append(self._measure(configuration, point, self.grid.repeats + extra - 1, server, client))
+        if len(outcomes) >= 2 and _disagree(outcomes):
+            median = sorted(o.mean_latency_s for o in outcomes)[len(outcomes) // 2]
+            for o in outcomes:
+                if abs(o.mean_latency_s - median) > REPEAT_DISAGREEMENT * median and not o.record.disturbed:
+                    o.record = _flag(o.record)
+                    self.store.append(o.record)
+        return outcomes
+
+    def _measure(self, configuration: Configuration, point: LoadPoint, repeat: int, server: Server,
+                 client: Client) -> PointOutcome:
+        from sdplan.measure.client import bench_arguments
+        from sdplan.measure.quiet import ForeignCpu
+
+        key = f"{configuration.name}_{point.label}_r{repeat}"
+        record = self.done.get(key)
+        path = self.store.result_path(key)
+        if record is not None and path.exists():
+            return _outcome(record, path)
+        attempts = 0
+        while True:
+            self.events.on_point(f"{configuration.name} {point.label}"
+                                 + (f" (repeat {repeat + 1})" if self.grid.repeats > 1 or repeat else ""))
+            monitor = ForeignCpu(server.process_groups() | client.process_groups())
+            begin = time.monotonic()
+            monitor.start()
+            client.run(bench_arguments(point, base_url=server.base_url, model=self.model, result=path, seed=self.seed
+                                       + repeat, temperature=self.temperature, extra=self.bench_extra),
+                       self.point_timeout_s)
+            foreign = monitor.stop()
+            wall = time.monotonic() - begin
+            disturbed = foreign is not None and foreign > DISTURBED_FOREIGN_CORES
+            if disturbed and attempts < self.remeasure:
+                attempts += 1
+                self.events.on_note(f"{configuration.name} {point.label}: other processes used "
+                                    f"{foreign:.2f} CPU cores during the point; measuring again")
+                time.sleep(2.0)
+                continue
+            record = PointRecord(key=key, file=path.name, configuration=configuration.name,
+                                 draft_length=configuration.draft_length, label=point.label, repeat=repeat,
+                                 foreign_cpu_cores=None if foreign is None else round(foreign, 4),
+                                 disturbed=disturbed, wall_s=round(wall, 3))
+            self.store.append(record)
+            self.done[key] = record
+            self.events.on_done(record)
+            return _outcome(record, path)
+
+
+class _ReadBack:
+    """A client for configurations whose points are all measured: reading them back needs no load."""
+
+    def run(self, arguments: list[str], timeout_s: float) -> None:
+        raise AssertionError("every point of this configuration is already measured")
+
+    def process_groups(self) -> set[int]:
+        return set()
+
+
+def _flag(record: PointRecord) -> PointRecord:
+    from dataclasses import replace
+
+    return replace(record, disturbed=True)
+
+
+def _disagree(outcomes: list[PointOutcome]) -> bool:
+    values = [o.mean_latency_s for o in outcomes]
+    return max(values) > (1.0 + REPEAT_DISAGREEMENT) * min(values)
+
+
+def _outcome(record: PointRecord, path: Path) -> PointOutcome:
+    from sdplan.results import read_results
+
+    run = read_results(path, "vllm")[0][0]
+    return PointOutcome(record=record, mean_latency_s=run.mean_e2e_latency_s, throughput_rps=run.achieved_rate_rps)
+
+
+def latest_records(records: dict[str, PointRecord] | list[PointRecord]) -> list[PointRecord]:
+    """The last record of every key (a point flagged later appears twice in the manifest)."""
+    latest: dict[str, PointRecord] = {}
+    for record in (records.values() if isinstance(records, dict) else records):
+        latest[record.key] = record
+    return list(latest.values())
+
+
+def iterate_results(folder: Path, records: list[PointRecord]) -> Iterator[tuple[PointRecord, Path]]:
+    for record in records:
+        path = folder / record.file
+        if path.exists():
+            yield record, path
+
+
+def summarise_binding(log_text: str) -> str:
+    """vLLM's CPU thread binding from a server log (empty on GPUs)."""
+    keep = []
+    for line in log_text.splitlines():
+        for marker in ("reserved_cpus", "Reducing Torch threads", "OMP threads binding of Process", "local_omp_cpuid",
+                       "VLLM_CPU_OMP_THREADS_BIND"):
+            if marker in line:
+                keep.append(line.split("]", 1)[-1].strip())
+    unique = list(dict.fromkeys(keep))
+    return "; ".join(unique)[:400]
+
+
+def is_finite(value: float) -> bool:
+    return math.isfinite(value)
