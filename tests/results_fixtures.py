@@ -17,7 +17,8 @@ from sdplan.acceptance import expected_tokens_per_cycle
 from sdplan.model import Coefficients
 
 TRUE = Coefficients(c1p_s=0.04, c2p_s=0.02, c1v_s=0.009, c2v_s=1.2e-4, c1d_s=0.0012, c2d_s=5e-5,
-                    baseline_c1_step_s=0.007, baseline_c2_step_s=1e-4, prompt_tokens=1024, output_tokens=512)
+                    baseline_c1_step_s=0.007, baseline_c2_step_s=1e-4, prompt_tokens=1024, output_tokens=512,
+                    ttft_wait_steps=0.7, ttft_load_steps=2.0)
 CONFIGURATIONS = [(0, None), (2, 0.6), (4, 0.6), (2, 0.85), (4, 0.85), (6, 0.85)]
 LOADS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.85)  # fractions of the earliest saturation rate
 
@@ -38,18 +39,19 @@ def points(noise: float = 0.0, seed: int = 3, coefficients: Coefficients = TRUE,
         c1, c2 = demand(k, alpha)
         for load in loads:
             rate = load * ceiling
-            latency = c1 / (1 - rate * c2) * (1 + rng.gauss(0, noise))
-            ttft = coefficients.c1p_s
+            exact = c1 / (1 - rate * c2)
+            latency = exact * (1 + rng.gauss(0, noise))
+            ttft = float(model.time_to_first_token(coefficients, k, rate * exact)) * (1 + rng.gauss(0, noise))
             yield k, alpha, rate, latency, ttft, (latency - ttft) / (g - 1)
 
 
 def write_vllm(folder: Path, noise: float = 0.0, with_e2el: bool = True, old_goodput_key: bool = False,
-               extra_runs: list[dict] | None = None) -> list[Path]:
+               extra_runs: list[dict] | None = None, seed: int = 3) -> list[Path]:
     """One vLLM bench serve result JSON per run, as vLLM names them."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     g, p, n = TRUE.output_tokens, TRUE.prompt_tokens, 200
-    for index, (k, alpha, rate, latency, ttft, tpot) in enumerate(points(noise)):
+    for index, (k, alpha, rate, latency, ttft, tpot) in enumerate(points(noise, seed=seed)):
         document = {
             "date": "20261122-120000", "endpoint_type": "openai", "backend": "vllm", "label": None,
             "model_id": "meta-llama/Llama-3.1-8B-Instruct", "tokenizer_id": "meta-llama/Llama-3.1-8B-Instruct",

@@ -19,39 +19,50 @@ from sdplan.cli._results import override_alpha, results_options
 @click.option("--engine-version", default="unknown", show_default=True, help="Provenance: serving engine version.")
 @click.option("--holdout", type=click.FloatRange(0, 1, min_open=True, max_open=True), metavar="FRACTION",
               help="Fit on the other runs and report the error on this random fraction of them.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --holdout split.")
+@click.option("--holdout-by", type=click.Choice(("random", "highest-load")), default="random", show_default=True,
+              help="random: a seeded fraction (--holdout). highest-load: leave out the most loaded run of every "
+              "configuration with 3+ runs (tests extrapolation in load).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random --holdout split.")
 @output_options(formats=("table", "json"), to_file=False)
 def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, acceptance_alpha: list[float] | None,
         acceptance_length: list[float] | None, draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
         position_acceptance: list[float] | None,
         calibration_out: str, name: str | None, hardware: str, target_model: str, draft_model: str,
-        engine_version: str, holdout: float | None, seed: int, fmt: str, ascii_only: bool) -> None:
+        engine_version: str, holdout: float | None, holdout_by: str, seed: int, fmt: str, ascii_only: bool) -> None:
     """Fit a calibration to real benchmark results.
 
-    Reads vLLM bench serve JSON, GuideLLM reports or CSV; screens every run
-    (failed requests, max-load runs, achieved below requested rate, Little's
-    law where concurrency is reported, missing acceptance) and says which it
-    leaves out and why; fits L = C1/(1 - lambda C2) per configuration and the
-    pooled coefficients across all (acceptance, k, lengths); writes a
-    method = "fit" calibration with the sources' names and hashes.
+    Reads vLLM bench serve JSON (one run, --append-result JSON Lines, or a
+    vllm bench sweep output folder), GuideLLM reports or CSV. Fits
+    L = C1 + B*C2 with B the measured mean number of other requests in flight
+    (per-request times when the file has them; N-1 for a closed loop of N
+    clients; lambda*L at the arrival rate otherwise), and TTFT under load,
+    pooled over every (k, acceptance, lengths); prints per-coefficient
+    standard errors and what the data do not identify; screens runs not at
+    steady state and says why. Writes a method = "fit" calibration with the
+    sources' hashes and the covariance, only after the report succeeded.
+
+    A file that does not record its SD settings (GuideLLM, CSV without them)
+    takes them per file as FILE:k=4,alpha=0.8 (or len=2.8, rate=62%), or from
+    the flags, which fill in only what a file does not record.
 
     \b
     Examples:
       sdplan fit results/*.json -o mybox.toml --hardware "1x H100 SXM" --target-model meta-llama/Llama-3.1-8B-Instruct
-      sdplan fit guidellm-sd.json --draft-length 4 --acceptance-length 2.8 --acceptance-k 4 base.json -o fit.toml
-      sdplan fit runs.csv -o fit.toml --holdout 0.25
+      sdplan fit base.json guidellm-sd.json:k=4,len=2.8 -o fit.toml
+      sdplan fit sweep-output/ -o fit.toml --holdout-by highest-load
+      sdplan fit runs.csv -o - --holdout 0.25 > fit.toml
     """
     import datetime
-    import random
+    import sys
     from pathlib import Path
 
     from sdplan import __version__
     from sdplan.calibration import parse_calibration
     from sdplan.fileio import atomic_write_text, dumps_toml
-    from sdplan.fit import fit_configurations, fit_pooled, validate
+    from sdplan.fit import fit_configurations, fit_pooled, fitted_document, holdout_split, validate
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.fit import fit_document, render_fit
-    from sdplan.results import file_digest, load_runs, screen
+    from sdplan.results import file_digest, load_runs, screen, split_file_facts
 
     alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
                            position_acceptance)
@@ -60,50 +71,41 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
     for run in runs:
         reasons = screen(run)
         (dropped.append((run, "; ".join(reasons))) if reasons else kept.append(run))
+    for run, why in dropped:
+        click.echo(f"left out {run.source}: {why}", err=True)
     held = []
-    if holdout:
-        shuffled = kept[:]
-        random.Random(seed).shuffle(shuffled)
-        cut = max(1, round(holdout * len(shuffled)))
-        held, kept = shuffled[:cut], shuffled[cut:]
+    if holdout or holdout_by == "highest-load":
+        kept, held = holdout_split(kept, holdout_by, holdout or 0.0, seed)
+        if not held:
+            raise click.UsageError("--holdout-by highest-load needs configurations with 3 or more runs")
     pooled = fit_pooled(kept)
     configurations = fit_configurations(kept)
     holdout_result = validate(pooled.coefficients_at, held) if held else None
-    out = Path(calibration_out)
-    v = pooled.values
-    detail = (f"pooled over {pooled.points} runs: R2={pooled.r2:.4f}, MAPE={pooled.mape_pct:.2f}%; "
-              + "; ".join(f"k={c.draft_length} alpha={c.alpha} p={c.prompt_tokens:g} g={c.output_tokens:g}: "
-                          f"R2={c.r2:.4f} (n={c.points})" for c in configurations))
-    if holdout_result:
-        detail += f"; held-out {len(held)} runs: MAPE={holdout_result.mape_pct:.2f}%, R2={holdout_result.r2:.4f}"
-    document = {
-        "schema_version": 1,
-        "name": name or out.stem,
-        "description": f"fitted from {len(results)} benchmark file(s) with sdplan fit",
-        "provenance": {
-            "method": "fit", "hardware": hardware, "target_model": target_model, "draft_model": draft_model,
-            "engine": "vllm", "engine_version": engine_version, "date": datetime.date.today(),
-            "created_by": f"sdplan fit (sdplan {__version__})",
-            "sources": [f"{Path(path).name} {file_digest(Path(path))}" for path in results],
-            "notes": f"{len(kept)} runs fitted, {len(dropped)} left out by the steady-state screen"
-                     + (f", {len(held)} held out" if held else ""),
-        },
-        "reference_workload": {"prompt_tokens": pooled.reference_prompt_tokens,
-                               "output_tokens": pooled.reference_output_tokens},
-        "validity": {
-            "prompt_tokens": [round(min(r.prompt_tokens for r in kept)), round(max(r.prompt_tokens for r in kept))],
-            "output_tokens": [round(min(r.output_tokens for r in kept)), round(max(r.output_tokens for r in kept))],
-        },
-        "fit_quality": {"r2": round(pooled.r2, 6), "rmse_s": pooled.rmse_s, "mape_pct": round(pooled.mape_pct, 4),
-                        "points": pooled.points, "detail": detail},
-        "coefficients": {
-            "scaling": "proportional",
-            "c1p_s": v["c1p_s"], "c2p_s": v["c2p_s"],
-            "baseline": {"c1_step_s": v["baseline_c1_step_s"], "c2_step_s": v["baseline_c2_step_s"]},
-            "speculative": {"c1v_s": v["c1v_s"], "c2v_s": v["c2v_s"], "c1d_s": v["c1d_s"], "c2d_s": v["c2d_s"]},
-        },
+    to_stdout = calibration_out == "-"
+    out = Path("fitted.toml" if to_stdout else calibration_out)
+    paths = [split_file_facts(argument)[0] for argument in results]
+    provenance = {
+        "method": "fit", "hardware": hardware, "target_model": target_model, "draft_model": draft_model,
+        "engine": "vllm", "engine_version": engine_version, "date": datetime.date.today(),
+        "created_by": f"sdplan fit (sdplan {__version__})",
+        "sources": [f"{Path(path).name} {file_digest(Path(path))}" for path in paths],
+        "notes": f"{len(kept)} runs fitted, {len(dropped)} left out by the steady-state screen"
+                 + (f", {len(held)} held out ({holdout_by})" if held else ""),
     }
+    document = fitted_document(pooled, kept, name=name or (out.stem if not to_stdout else "fitted"),
+                               provenance=provenance,
+                               description=f"fitted from {len(results)} benchmark source(s) with sdplan fit")
+    if holdout_result:
+        document["fit_quality"]["detail"] += (f"; held-out {len(held)} runs ({holdout_by}): "
+                                              f"MAPE={holdout_result.mape_pct:.2f}%")
     parse_calibration(document, str(out))
-    atomic_write_text(out, dumps_toml(document, header="Fitted with 'sdplan fit' from benchmark results."))
-    report = fit_document(pooled, configurations, kept, dropped, holdout_result, str(out), warnings)
-    emit(render_fit(report, OutputFormat(fmt), Style(ascii=ascii_only), stdout_is_terminal()), None)
+    text = dumps_toml(document, header="Fitted with 'sdplan fit' from benchmark results.")
+    report = fit_document(pooled, configurations, kept, dropped, holdout_result, "-" if to_stdout else str(out),
+                          warnings)
+    rendered = render_fit(report, OutputFormat(fmt), Style(ascii=ascii_only), stdout_is_terminal() and not to_stdout)
+    if to_stdout:  # the calibration on stdout, the report on stderr
+        sys.stdout.write(text)
+        click.echo(rendered, err=True, nl=False)
+        return
+    atomic_write_text(out, text)
+    emit(rendered, None)
