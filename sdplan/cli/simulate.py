@@ -128,7 +128,9 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
             done += seeds * requests
     context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method},
                "workload": {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
-                            "acceptance": workload.acceptance.describe(), "lengths_file": lengths_file}}
+                            "acceptance": workload.acceptance.describe(), "lengths_file": lengths_file,
+                            "per_token_alpha": workload.acceptance.alphas[0],
+                            "acceptance_source": workload.acceptance.source}}
     settings = {"replications": seeds, "requests": requests, "seed": seed, "arrival_cv": arrival_cv,
                 "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                 "kv_cache_tokens": kv_cache_tokens, "warmup_fraction": 0.1}

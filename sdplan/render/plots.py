@@ -26,10 +26,24 @@ LATENCY_CLIP = 6.0
 MAX_ACCEPTANCE_ROWS = 4
 
 
-def _plot_k(plan: Plan, ia: int) -> list[int]:
-    from sdplan.render.plan import _shown_draft_lengths
+#: Draw at most this many draft lengths per panel (the best ones plus the ends of the range).
+MAX_K_SERIES = 8
 
-    return _shown_draft_lengths(plan, ia)
+
+def _plot_k(plan: Plan, ia: int) -> list[int]:
+    """Indices of the k curves to draw: all if few, else the best ones plus the ends."""
+    count = len(plan.draft_lengths)
+    if count <= MAX_K_SERIES:
+        return list(range(count))
+    wanted = {0, count - 1}
+    for k in plan.best_k[ia]:
+        if k > 0:
+            wanted.add(int(list(plan.draft_lengths).index(k)))
+    for ik in sorted(range(count), key=lambda ik: float(plan.c1_s[ia, ik])):
+        if len(wanted) >= MAX_K_SERIES:
+            break
+        wanted.add(ik)
+    return sorted(wanted)[:MAX_K_SERIES]
 
 
 def _finite(values: Any, clip: float) -> list[float | None]:
