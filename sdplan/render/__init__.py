@@ -108,7 +108,7 @@ def _fit_columns(console: Any, table: Any) -> int:
     from rich.measure import Measurement
 
     columns = table.columns
-    options = console.options
+    options = console.options.update_width(100_000)  # measure whole words, however narrow the console
     limits = []
     for index, column in enumerate(columns):
         column.overflow = "fold"

@@ -77,6 +77,32 @@ def validation_summary(result: Validation) -> dict[str, Any]:
     }
 
 
+def _pm(value: float | None, error: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if error is None or not math.isfinite(error):
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}g} +/- {error:.2g}"
+
+
+def _r2(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+#: Columns of the per-configuration table: header, and the cell from a configuration of the JSON document.
+#: Data-driven so that new fields of ``fit`` documents need one line here.
+CONFIGURATION_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("k", lambda c: "off" if c["draft_length_tokens"] == 0 else str(c["draft_length_tokens"])),
+    ("alpha", lambda c: "-" if c.get("per_token_alpha") is None else f"{c['per_token_alpha']:.3f}"),
+    ("prompt (tok)", lambda c: f"{c['prompt_tokens']:g}"),
+    ("output (tok)", lambda c: f"{c['output_tokens']:g}"),
+    ("C1 (s)", lambda c: _pm(c["c1_s"], c.get("c1_stderr_s"))),
+    ("C2 (s/req)", lambda c: _pm(c["c2_s"], c.get("c2_stderr_s"))),
+    ("R2", lambda c: _r2(c.get("r2"))),
+    ("runs", lambda c: str(c["points"])),
+)
+
+
 def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
     if fmt is OutputFormat.JSON:
         return to_json(document)
@@ -84,42 +110,47 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
     def draw(console: Any) -> None:
         from rich.table import Table
 
+        from sdplan.render import print_table
+
         pooled = document["pooled"]
         ref = pooled["reference_workload"]
-        table = Table(title=f"Pooled fit at {ref['prompt_tokens']} prompt / {ref['output_tokens']} output tokens "
-                      f"(R2 {pooled['r2']:.4f}, MAPE {pooled['mape_pct']:.2f}%, {pooled['points']} runs)",
-                      box=table_box(style), title_justify="left")
+        holdout = document.get("holdout")
+        head = (f"Fit: R2 {pooled['r2']:.4f}, MAPE {pooled['mape_pct']:.2f}% over {pooled['points']} runs"
+                + (f"; held-out {holdout['runs']} runs: MAPE {holdout['mape_pct']:.2f}%, R2 {holdout['r2']:.4f} "
+                   f"({holdout['quality']})" if holdout and holdout.get("mape_pct") is not None else "")
+                + f"; wrote {document['calibration_written']}.")
+        console.print(head, markup=False)
+        table = Table(box=table_box(style))
         for header in ("coefficient", "value (s)", "std. error (s)"):
             table.add_column(header, justify="left" if header == "coefficient" else "right")
         for name, value in pooled["coefficients_s"].items():
-            error = pooled["stderr_s"][name]
-            table.add_row(name, f"{value:.6g}", f"{error:.3g}" if math.isfinite(error) else "inf")
-        console.print(table)
-        per = Table(title="Per configuration: L = C1 / (1 - lambda C2)", box=table_box(style), title_justify="left")
-        for header in ("k", "alpha", "prompt", "output", "C1 (s)", "C2 (s/req)", "R2", "runs"):
+            error = pooled["stderr_s"].get(name)
+            table.add_row(name, f"{value:.6g}", "-" if error is None else f"{error:.3g}" if math.isfinite(error)
+                          else "inf")
+        console.print()
+        print_table(console, table, title=f"Pooled fit at {ref['prompt_tokens']} prompt / {ref['output_tokens']} "
+                    f"output tokens (R2 {pooled['r2']:.4f}, MAPE {pooled['mape_pct']:.2f}%, {pooled['points']} runs)")
+        per = Table(box=table_box(style))
+        for header, _ in CONFIGURATION_COLUMNS:
             per.add_column(header, justify="right")
         for c in document["configurations"]:
-            per.add_row("off" if c["draft_length_tokens"] == 0 else str(c["draft_length_tokens"]),
-                        "-" if c["per_token_alpha"] is None else f"{c['per_token_alpha']:.3f}",
-                        f"{c['prompt_tokens']:g}", f"{c['output_tokens']:g}",
-                        f"{c['c1_s']:.4g} +/- {c['c1_stderr_s']:.2g}", f"{c['c2_s']:.4g} +/- {c['c2_stderr_s']:.2g}",
-                        f"{c['r2']:.4f}", str(c["points"]))
-        console.print(per)
+            per.add_row(*[cell(c) for _, cell in CONFIGURATION_COLUMNS])
+        console.print()
+        print_table(console, per, title="Per configuration: L = C1 / (1 - lambda C2)")
         if document["runs_dropped"]:
-            dropped = Table(title="Runs left out (not at steady state or incomplete)", box=table_box(style),
-                            title_justify="left")
+            dropped = Table(box=table_box(style))
             dropped.add_column("run")
             dropped.add_column("reason")
             for run in document["runs_dropped"]:
                 dropped.add_row(run["source"], run["reason"])
-            console.print(dropped)
-        holdout = document.get("holdout")
+            console.print()
+            print_table(console, dropped, title="Runs left out (not at steady state or incomplete)")
         if holdout:
             console.print(f"held-out runs: {holdout['runs']}, MAPE {holdout['mape_pct']:.2f}%, R2 {holdout['r2']:.4f} "
                           f"({holdout['quality']})")
         for warning in document["warnings"]:
-            console.print(f"warning: {warning}")
-        console.print(f"wrote {document['calibration_written']}")
+            console.print(f"warning: {warning}", markup=False)
+        console.print(f"wrote {document['calibration_written']}", markup=False)
 
     return render_rich(draw, style, terminal)
 
@@ -141,39 +172,69 @@ def validate_document(result: Validation, context: dict[str, Any], max_error_pct
     }
 
 
+def _option_text(run: dict[str, Any]) -> str:
+    k = run["draft_length_tokens"]
+    if k == 0:
+        return "off"
+    alpha = run.get("per_token_alpha")
+    return f"k={k} a={alpha:.3f}" if alpha is not None else f"k={k}"
+
+
+def _error_cell(run: dict[str, Any]) -> Any:
+    from rich.text import Text
+
+    error = run["error_pct"]
+    if error is None:
+        return Text("unstable", style="red")
+    return Text(f"{error:+.1f}%", style="red" if abs(error) > 10 else "")
+
+
+#: Columns of the validation table: header, justification and the cell from a run of the JSON document.
+VALIDATE_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("run: option at rate (req/s)", "left",
+     lambda r: f"{r['source']}\n  {_option_text(r)} at {r['achieved_rate_rps']:.4g}"),
+    ("tokens in/out", "right", lambda r: f"{r['prompt_tokens']:.4g}/{r['output_tokens']:.4g}"),
+    ("measured (s)", "right", lambda r: f"{r['mean_e2e_latency_s']:.4g}"),
+    ("predicted (s)", "right", lambda r: "unstable" if r["predicted_e2e_latency_s"] is None
+     else f"{r['predicted_e2e_latency_s']:.4g}"),
+    ("error", "right", _error_cell),
+)
+
+
 def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
     if fmt is OutputFormat.JSON:
         return to_json(document)
 
     def draw(console: Any) -> None:
         from rich.table import Table
-        from rich.text import Text
 
-        table = Table(title=f"Measured vs predicted mean E2E latency ({document['calibration']['name']})",
-                      box=table_box(style), title_justify="left")
-        for header in ("run", "rate (req/s)", "option", "prompt", "output", "measured (s)", "predicted (s)", "error"):
-            table.add_column(header, justify="left" if header in ("run", "option") else "right")
-        for run in document["runs"]:
-            error = run["error_pct"]
-            k = run["draft_length_tokens"]
-            option = "off" if k == 0 else f"k={k} a={run['per_token_alpha']:.3f}"
-            table.add_row(run["source"], f"{run['achieved_rate_rps']:.4g}", option, f"{run['prompt_tokens']:.4g}",
-                          f"{run['output_tokens']:.4g}", f"{run['mean_e2e_latency_s']:.4g}",
-                          "unstable" if run["predicted_e2e_latency_s"] is None else f"{run['predicted_e2e_latency_s']:.4g}",
-                          Text("unstable", style="red") if error is None
-                          else Text(f"{error:+.1f}%", style="red" if abs(error) > 10 else ""))
-        console.print(table)
-        for run in document["runs_skipped"]:
-            console.print(f"skipped {run['source']}: {run['reason']}")
+        from sdplan.render import print_table
+
         s = document["summary"]
         agree = s["best_k_agreement"]
         worst = s["worst"]
-        console.print(
+        summary = (
             f"MAPE {s['mape_pct']:.2f}% ({s['quality']}), bias {s['bias_pct']:+.2f}% ({s['bias_direction']}), "
             f"R2 {s['r2']:.4f}, worst {worst['source']} "
             f"{'unstable' if worst['error_pct'] is None else format(worst['error_pct'], '+.1f') + '%'}; "
             f"best k agrees at {agree['agree']} of {agree['compared']} rates"
             if s["mape_pct"] is not None else "MAPE: infinite (some measured runs are predicted unstable)")
+        verdict = ""
+        if document["max_error_pct"] is not None:
+            verdict = ("PASS" if document["passed"] else "FAIL") + f" (MAPE limit {document['max_error_pct']:g}%): "
+        console.print(f"Answer: {verdict}{summary}.", markup=False)
+        table = Table(box=table_box(style))
+        for header, justify, _ in VALIDATE_COLUMNS:
+            table.add_column(header, justify=justify)
+        for run in document["runs"]:
+            table.add_row(*[cell(run) for *_, cell in VALIDATE_COLUMNS])
+        console.print()
+        print_table(console, table,
+                    title=f"Measured vs predicted mean E2E latency ({document['calibration']['name']})",
+                    caption="alpha (a) as each run recorded it, or as given on the command line.")
+        for run in document["runs_skipped"]:
+            console.print(f"skipped {run['source']}: {run['reason']}", markup=False)
+        console.print(summary, markup=False)
         if document["max_error_pct"] is not None:
             console.print(("PASS" if document["passed"] else "FAIL") + f": MAPE limit {document['max_error_pct']:g}%")
 

@@ -267,7 +267,7 @@ def _num(value: float, digits: int = 4) -> str:
 def _sd_faster_text(rate: float, faster_below: bool, moe: bool = False) -> str:
     """Where SD beats no SD, from the break-even rate: 'below 9.3', 'above 2', 'always', 'never'."""
     if moe:
-        return "n/a (MoE)"
+        return "n/a for MoE"
     if rate == rate:
         return f"{'below' if faster_below else 'above'} {rate:.4g}"
     return "always" if faster_below else "never"
@@ -320,6 +320,11 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
         print_table(console, table, title=f"Mean end-to-end latency by request rate, {assumption}",
                     caption="* best per row. speedup = no-SD latency / best latency. rho = utilisation of the best "
                     "option (unstable at 1)." + ("" if wide else " Every k: --wide (or -f json/csv)."))
+        if not wide and (plan.moe_speedup_lost is not None or plan.goodput_latency_s is not None):
+            console.print()
+            print_table(console, _extras_table(plan, ia, style),
+                        title=f"{'MoE expert coverage' if plan.goodput_latency_s is None else 'Policies'} by request "
+                        f"rate, {assumption}")
         if plan.goodput_latency_s is not None:
             console.print(f"goodput: k chosen per step by goodput E/step time at the batch size the load implies "
                           f"(SmartSpec); in this mean model it equals the best static k of each rate. "
@@ -353,10 +358,10 @@ def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:
     if wide:
         table.add_column("B (req)", justify="right")
     table.add_column("regime")
-    moe = plan.moe_speedup_lost is not None
+    moe = plan.moe_speedup_lost is not None and wide  # compact: in the extras table
     if moe:
-        table.add_column("lost to MoE coverage (x)", justify="right")
-    goodput = plan.goodput_latency_s is not None
+        table.add_column("speedup lost to coverage (x)", justify="right")
+    goodput = plan.goodput_latency_s is not None and wide
     if goodput:
         zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
         table.add_column("goodput (s)", justify="right")
@@ -387,6 +392,39 @@ def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:
             if moe:
                 lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
                 cells.append(_num(lost, 3) if speed != float("inf") else "-")
+        if goodput:
+            gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
+            cells += [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk),  # type: ignore[index]
+                      _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
+        table.add_row(*cells)
+    return table
+
+
+def _extras_table(plan: Plan, ia: int, style: Style) -> Any:
+    """Compact mode's second table: speedup lost to MoE expert coverage and the goodput policy, per rate."""
+    from rich.table import Table
+
+    from sdplan.planner import NONE_STABLE
+
+    table = Table(box=table_box(style))
+    table.add_column("rate (req/s)", justify="right")
+    table.add_column("best k", justify="right")
+    moe = plan.moe_speedup_lost is not None
+    goodput = plan.goodput_latency_s is not None
+    if moe:
+        table.add_column("speedup lost to coverage (x)", justify="right")
+    if goodput:
+        zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
+        table.add_column("goodput (s)", justify="right")
+        table.add_column("goodput k", justify="right")
+        table.add_column(f"k={zero_k if zero_k else 'off'} always (s)", justify="right")
+    for ir, rate in enumerate(plan.rates_rps):
+        best = int(plan.best_k[ia, ir])
+        cells = [f"{rate:.4g}", _k_text(best)]
+        if moe:
+            speed = plan.best_speedup[ia, ir]
+            lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
+            cells.append("-" if best == NONE_STABLE or speed == float("inf") else _num(lost, 3))
         if goodput:
             gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
             cells += [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk),  # type: ignore[index]

@@ -19,7 +19,7 @@ from sdplan.errors import InvalidValueError, MissingDependencyError
 if TYPE_CHECKING:
     from sdplan.planner import Plan, PlanInputs
 
-PLOT_HINT = "figure files need matplotlib: pip install 'sdplan[plot]'"
+PLOT_HINT = "figure files need matplotlib: pip install matplotlib (in an sdplan checkout: pip install -e '.[plot]')"
 FILE_FORMATS = (".png", ".svg")
 #: Latency axes stop at this multiple of the largest zero-load latency (curves go to infinity at saturation).
 LATENCY_CLIP = 6.0
@@ -103,6 +103,13 @@ def _label(plan: Plan, ia: int) -> str:
 # ----------------------------------------------------------------------------- terminal
 
 
+def _legend(entries: list[str], width: int) -> str:
+    """The legend as text lines under a panel, wrapped at ``width``."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap("legend: " + ", ".join(entries), width=width, subsequent_indent="  "))
+
+
 def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> str:
     """Three plotext panels per acceptance value, as text."""
     import plotext as plt
@@ -117,34 +124,40 @@ def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> st
         series = [("no SD", plan.baseline_latency_s)] + [(f"k={plan.draft_lengths[ik]}", plan.latency_s[ia, :, ik])
                                                         for ik in ks]
         _start(plt, width, 20, color)
+        # legends are printed under each panel: plotext draws its legend over the curves
+        legend = []
         for index, (name, values) in enumerate(series):
-            for part, (x, y) in enumerate(_segments(rates, _finite(values, clip))):
-                plt.plot(x, y, label=name if part == 0 else None, marker=MARKERS[index % len(MARKERS)])
+            legend.append(f"{MARKERS[index % len(MARKERS)]} {name}")
+            for x, y in _segments(rates, _finite(values, clip)):
+                plt.plot(x, y, marker=MARKERS[index % len(MARKERS)])
         if math.isfinite(plan.baseline_saturation_rate_rps) and plan.baseline_saturation_rate_rps <= rates[-1] * 1.2:
             plt.vline(plan.baseline_saturation_rate_rps)
         plt.title(f"mean E2E latency (s) vs request rate ({_label(plan, ia)}); | no-SD saturation")
         plt.xlabel("request rate (req/s)")
-        latency_panel = _finish(plt, color)
+        latency_panel = _finish(plt, color) + "\n" + _legend(legend + ["| no-SD saturation"], width)
 
         _start(plt, width, 16, color)
         top = 3.0 * float(max(plan.baseline_c1_s / plan.c1_s[ia].min(), 1.0))
+        # the 1x line as a curve, mapped to rows exactly like the data (plotext's hline rounds differently;
+        # drawn first so that the curves stay on top of it)
+        plt.plot([rates[0], rates[-1]], [1.0, 1.0], marker="-")
+        legend = []
         for index, ik in enumerate(ks, start=1):
             speed = [float(v) if math.isfinite(v) and 0 < v <= top else None for v in plan.speedup[ia, :, ik]]
-            for part, (x, y) in enumerate(_segments(rates, speed)):
-                plt.plot(x, y, label=f"k={plan.draft_lengths[ik]}" if part == 0 else None,
-                         marker=MARKERS[index % len(MARKERS)])
-        plt.hline(1.0)
+            legend.append(f"{MARKERS[index % len(MARKERS)]} k={plan.draft_lengths[ik]}")
+            for x, y in _segments(rates, speed):
+                plt.plot(x, y, marker=MARKERS[index % len(MARKERS)])
         plt.title(f"speedup over no SD (x) vs request rate ({_label(plan, ia)}); - break-even (1x)")
         plt.xlabel("request rate (req/s)")
-        speedup_panel = _finish(plt, color)
+        speedup_panel = _finish(plt, color) + "\n" + _legend(legend + ["- break-even (1x)"], width)
 
         _start(plt, width, 12, color)
         best = [float(k) if k != NONE_STABLE else None for k in plan.best_k[ia]]
         for part, (x, y) in enumerate(_segments(rates, best)):
-            plt.plot(*_step(x, y), label="best k (0 = SD off)" if part == 0 else None, marker="*")
+            plt.plot(*_step(x, y), marker="*")
         plt.title(f"best draft length vs request rate ({_label(plan, ia)})")
         plt.xlabel("request rate (req/s)")
-        best_panel = _finish(plt, color)
+        best_panel = _finish(plt, color) + "\n" + _legend(["* best k (0 = SD off)"], width)
         blocks.append("\n".join((latency_panel, speedup_panel, best_panel)))
     return "\n".join(blocks) + "\n"
 
