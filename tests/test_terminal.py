@@ -181,3 +181,45 @@ def test_completion_offers_shipped_calibrations_and_files(tmp_path, monkeypatch)
     env = dict(os.environ, _SDPLAN_COMPLETE="bash_source")
     script = subprocess.run([sys.executable, "-m", "sdplan"], capture_output=True, text=True, env=env)
     assert "_SDPLAN_COMPLETE" in script.stdout or "complete" in script.stdout
+
+
+def test_capacity_has_one_batch_cap(sdplan) -> None:
+    import json
+
+    for option in ("--max-num-seqs", "--max-batch-size"):
+        document = json.loads(sdplan("capacity", "--slo", "e2e:mean<=4s", option, "48", "-f", "json").stdout)
+        assert document["num_speculative_tokens_per_batch_size"][-1][1] == 48, option
+    assert "--max-batch-size" not in sdplan("capacity", "--help").stdout
+
+
+def test_holdout_split_does_not_depend_on_file_order(sdplan, tmp_path) -> None:
+    import json
+
+    paths = [str(p) for p in write_vllm(tmp_path / "runs", noise=0.02)]
+    reports = []
+    for order in (paths, paths[::-1]):
+        result = sdplan("fit", *order, "-o", str(tmp_path / "f.toml"), "--holdout", "0.25", "-f", "json")
+        assert result.exit_code == 0, result.output
+        reports.append(json.loads(result.stdout)["holdout"])
+    assert reports[0] == reports[1]
+
+
+def test_terminal_plot_legend_sits_under_the_panels(sdplan, narrow) -> None:
+    text = sdplan("plan", "--plot", "--ascii").stdout
+    assert "legend: + k=1, x k=2, o k=3" in text
+    frame = text[text.index("speedup over no SD"):text.index("legend:", text.index("speedup over no SD"))]
+    assert "k=3" not in frame.split("\n", 1)[1]  # nothing written over the curves
+
+
+def test_fit_help_is_its_own(sdplan) -> None:
+    text = " ".join(sdplan("fit", "--help").stdout.split())
+    assert "one table each" not in text and "do not record acceptance" in text
+
+
+def test_progress_only_on_a_terminal(sdplan) -> None:
+    result = sdplan("simulate", "--rates", "4", "--requests", "100", "--seeds", "2")
+    assert result.exit_code == 0 and "simulating" not in result.stderr and "simulating" not in result.stdout
+    from sdplan.render import progress_bar
+
+    with progress_bar("simulating", 10) as advance:  # stderr is not a terminal here: silent, but callable
+        advance(5, 10, "half")
