@@ -117,6 +117,7 @@ def test_plan_gives_the_answer_first_and_why(sdplan, narrow) -> None:
     assert "Answer: SD on" in head and "Why:" in head and "Caveat:" in head
     why = head[head.index("Why:"):]
     assert "C2" in why and "rises" in why and "shrinks" in why  # the default calibration: C2 grows with k=3
+    assert text.startswith("Answer: SD on")  # the decision before anything else
     assert "ASSUMED" in head  # the default acceptance is an assumption, said before any number
     off = sdplan("plan", "--acceptance", "0.05", "-k", "4-8").stdout
     assert "Answer: SD off" in off
@@ -223,3 +224,15 @@ def test_progress_only_on_a_terminal(sdplan) -> None:
 
     with progress_bar("simulating", 10) as advance:  # stderr is not a terminal here: silent, but callable
         advance(5, 10, "half")
+
+
+def test_figures_say_the_assumption(sdplan, narrow) -> None:
+    plan = " ".join(sdplan("plan", "--plot", "--ascii").stdout.split())
+    assert "alpha 0.70 assumed" in plan
+    capacity = " ".join(sdplan("capacity", "--slo", "e2e:mean<=4s", "--plot", "--ascii").stdout.split())
+    assert "per replica, per-token alpha 0.700 (assumed)" in capacity  # a long title is kept, wrapped above
+
+
+def test_moe_answer_reads_the_grid(sdplan, narrow) -> None:
+    text = sdplan("plan", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline").stdout
+    assert text.startswith("Answer: SD on") and "SD off above" in " ".join(text.split())

@@ -115,7 +115,10 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     text = render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
     labels = [option["option"] for option in document["options"]]
     values = [option["max_rate_under_slo_rps"] for option in document["options"]]
-    title = f"Highest request rate under {', '.join(document['slos'])} per replica"
+    from sdplan.render.answer import alpha_phrase
+
+    title = (f"Highest request rate under {', '.join(document['slos'])} per replica, "
+             f"{alpha_phrase(alpha, inputs.workload.acceptance.source)}")
     if plot:
         from sdplan.render.plots import terminal_bars
 

@@ -138,14 +138,18 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_simulate(summaries, document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
     series = [(f"{s.rate_rps:g} req/s", np.sort(s.e2e_samples_s)) for s in summaries]
+    from sdplan.render.answer import alpha_phrase
+
+    assumption = alpha_phrase(workload.acceptance.alphas[0], workload.acceptance.source)
     if plot:
         from sdplan.render.plots import terminal_cdf
 
-        text += "\n" + terminal_cdf(series, "E2E latency CDF (first replication)", *terminal_plot_settings(ascii_only))
+        text += "\n" + terminal_cdf(series, f"E2E latency CDF (first replication), {assumption}",
+                                     *terminal_plot_settings(ascii_only))
     if plot_file is not None:
         from pathlib import Path
 
         from sdplan.render.plots import file_cdf
 
-        file_cdf(series, f"E2E latency CDF, {cal.name}", Path(plot_file))
+        file_cdf(series, f"E2E latency CDF, {cal.name}, {assumption}", Path(plot_file))
     emit(text, output)

@@ -103,6 +103,21 @@ def print_table(console: Any, table: Any, title: str | None = None, caption: str
         console.print(caption)
 
 
+def print_paragraph(console: Any, text: str, style: str | None = None) -> None:
+    """Print ``text`` wrapped between words at the console's width, continuation lines indented.
+
+    A line that starts with spaces keeps them and its continuations go two
+    further in, so that "Answer:"/"Why:"/"Caveat:" blocks read as blocks.
+    """
+    import textwrap
+
+    lead = len(text) - len(text.lstrip(" "))
+    lines = textwrap.wrap(text, width=max(console.width, 20), subsequent_indent=" " * (lead + 2),
+                          break_long_words=False, break_on_hyphens=False)
+    for line in lines or [""]:
+        console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
+
+
 def _fit_columns(console: Any, table: Any) -> int:
     """Fix each column's width so that the table fits the console without breaking a word; returns the width."""
     from rich.measure import Measurement

@@ -111,33 +111,41 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
     else:
         faster_below = plan.sd_faster_below_break_even[ia]
         even = plan.break_even_rate_rps[ia]
-        always = bool(np.any(faster_below & ~np.isfinite(even)))
-        limits = even[faster_below & np.isfinite(even)]
-        segments = [s for s in _segments(plan, ia)]
+        segments = _segments(plan, ia)
+        if plan.moe_speedup_lost is not None:  # no closed-form break-even with expert coverage: read the grid
+            off = [lo for k, lo, _ in segments if k == 0]
+            always = not off
+            limits = np.asarray([max(hi for k, _, hi in segments if k > 0 and hi < off[0])]) if off and any(
+                k > 0 and hi < off[0] for k, _, hi in segments) else np.asarray([])
+        else:
+            always = bool(np.any(faster_below & ~np.isfinite(even)))
+            limits = even[faster_below & np.isfinite(even)]
         path = ", then ".join(
             f"{_k_name(k)} at {_g(lo)}{'' if lo == hi else f'-{_g(hi)}'}"
             for k, lo, hi in segments)
         if always:
-            head = f"Answer: SD on at every stable rate, k={ks[k0]} at low load ({zero_speedup[k0]:.2f}x faster)"
+            head = f"Answer: SD on at every stable rate, k={ks[k0]} at zero load ({zero_speedup[k0]:.2f}x faster)"
         else:
             top = float(limits.max()) if limits.size else 0.0
-            head = (f"Answer: SD on (k={ks[k0]}, {zero_speedup[k0]:.2f}x faster at low load) up to "
-                    f"{_g(top)} req/s; SD off above")
+            grid = " (the last rate of the grid with SD on; MoE has no closed-form break-even)" \
+                if plan.moe_speedup_lost is not None else ""
+            head = (f"Answer: SD on (k={ks[k0]}, {zero_speedup[k0]:.2f}x faster at zero load) up to "
+                    f"{_g(top)} req/s{grid}; SD off above")
         loaded = _loaded_speedup(plan, ia)
         if loaded is not None:
             head += f"; {loaded[1]:.2f}x at {_g(loaded[0])} req/s"
         lines.append(f"{head}; {saturates}.")
         if path:
             lines.append(f"  best per rate (req/s): {path}.")
-        direction = "rises" if c2[k0] > c2_d else "falls"
+        direction = "but C2 (batch time each request adds) rises" if c2[k0] > c2_d else \
+            "and C2 (batch time each request adds) falls"
         why = (f"Why: L = C1/(1 - rate*C2). With k={ks[k0]}, C1 (zero-load latency) falls {_g(c1_d, 4)} -> "
-               f"{_g(float(c1[k0]), 4)} s, but C2 (batch time each request adds) {direction} {_g(c2_d, 4)} -> "
-               f"{_g(float(c2[k0]), 4)} s")
+               f"{_g(float(c1[k0]), 4)} s, {direction} {_g(c2_d, 4)} -> {_g(float(c2[k0]), 4)} s")
         if c2[k0] > c2_d:
             even_k0 = float(plan.break_even_rate_rps[ia, k0])
-            why += (" (k+1 tokens verified per request and step): the queueing factor grows faster with SD, so the "
-                    "speedup shrinks with load" + (f" and is gone at {_g(even_k0)} req/s." if math.isfinite(even_k0)
-                                                   else "."))
+            why += (f" (k+1 tokens verified per request and step): the queueing factor grows faster with SD, so "
+                    f"k={ks[k0]}'s speedup shrinks with load" + (f" and is gone at {_g(even_k0)} req/s."
+                                                                 if math.isfinite(even_k0) else "."))
         else:
             why += " (fewer steps outweigh the longer steps): the speedup holds, even grows, under load."
         lines.append(why)
@@ -224,8 +232,8 @@ def capacity_why(document: dict[str, Any]) -> str | None:
     c1_d, c2_d = options["off"]["c1_s"], options["off"]["c2_s"]
     c1_k, c2_k = options[best_sd]["c1_s"], options[best_sd]["c2_s"]
     direction = "rises" if c2_k > c2_d else "falls"
-    text = (f"Why: L = C1/(1 - rate*C2). {best_sd} cuts C1 {_g(c1_d, 4)} -> {_g(c1_k, 4)} s but C2 {direction} "
-            f"{_g(c2_d, 4)} -> {_g(c2_k, 4)} s")
+    text = (f"Why: L = C1/(1 - rate*C2). {best_sd} cuts C1 {_g(c1_d, 4)} -> {_g(c1_k, 4)} s "
+            f"{'but' if c2_k > c2_d else 'and'} C2 {direction} {_g(c2_d, 4)} -> {_g(c2_k, 4)} s")
     if c2_k > c2_d:
         return text + ": SD helps a latency bound at low load, and costs capacity near saturation."
     return text + ": SD both lowers latency and lifts saturation."

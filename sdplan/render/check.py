@@ -100,7 +100,7 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
         from rich.table import Table
         from rich.text import Text
 
-        from sdplan.render import print_table
+        from sdplan.render import print_paragraph, print_table
         from sdplan.render.answer import alpha_phrase, check_answer
 
         calibration = context["calibration"]
@@ -109,7 +109,7 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
         where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
         for line in check_answer(report.passed, sum(v.passed for v in report.verdicts), len(report.verdicts), where,
                                  report.regime, calibration.get("method", ""), source, report.alpha, failed):
-            console.print(line, markup=False)
+            print_paragraph(console, line)
         console.print(f"calibration {calibration['name']} ({METHOD_LABELS.get(calibration['method'], '')})")
         best_of = f" (best of k={','.join(map(str, report.candidates))})" if report.mode == "best" else ""
         console.print(f"operating point: {report.rate_rps:g} req/s, {_option(report.draft_length)}{best_of}, "
@@ -217,11 +217,11 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
         from rich.table import Table
         from rich.text import Text
 
-        from sdplan.render import print_table
+        from sdplan.render import print_paragraph, print_table
         from sdplan.render.answer import alpha_phrase, capacity_answer
 
         for line in capacity_answer(document):
-            console.print(line, markup=False)
+            print_paragraph(console, line)
         source = str(document.get("workload", {}).get("acceptance", {}).get("source", ""))
         assumption = alpha_phrase(document["per_token_alpha"], source)
         console.print(f"calibration {document['calibration']['name']} "

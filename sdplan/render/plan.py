@@ -286,31 +286,32 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
     The default rate table is compact (best option per rate) and fits 80
     columns; ``wide`` adds one latency column per draft length.
     """
-    from sdplan.render import print_table
+    from sdplan.render import print_paragraph, print_table
     from sdplan.render.answer import alpha_phrase, caveat_lines, caveats, plan_answer
 
     method = inputs.calibration_method
     provenance = inputs.calibration_provenance
     source = inputs.acceptance.source
-    console.print(f"calibration {inputs.calibration_name} ({METHOD_LABELS.get(method, method)}): "
-                  f"{provenance.get('target_model')} + draft {provenance.get('draft_model')} "
-                  f"on {provenance.get('hardware')}")
-    console.print(f"workload: {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
-                  f"acceptance {inputs.acceptance_description}")
-    console.print()
     for ia, alpha in enumerate(plan.alphas):
         lines = plan_answer(plan, inputs, ia, batch_cap)
         body = [line for line in lines if not line.startswith(("Caveat:", "  also:"))]
         if len(plan.alphas) > 1:
-            console.print(f"[{alpha_phrase(float(alpha), source)}]", markup=False)
+            body = [line.replace("Answer:", f"Answer at alpha {alpha:.3f}:", 1).replace(
+                "Why:", f"Why at alpha {alpha:.3f}:", 1) for line in body]
         for line in body:
-            console.print(line, markup=False)
+            print_paragraph(console, line)
     # the caveats are the same for every alpha; print them once
     caveat = [line for line in plan_answer(plan, inputs, 0, batch_cap) if line.startswith(("Caveat:", "  also:"))]
     if len(plan.alphas) > 1:
         caveat = caveat_lines(caveats(method, source, float(plan.alphas[0]), list(inputs.warnings)))
     for line in caveat:
-        console.print(line, markup=False, style="yellow" if "ASSUMED" in line or "NOT" in line else None)
+        print_paragraph(console, line, style="yellow" if "ASSUMED" in line or "NOT" in line else None)
+    console.print()
+    console.print(f"calibration {inputs.calibration_name} ({METHOD_LABELS.get(method, method)}): "
+                  f"{provenance.get('target_model')} + draft {provenance.get('draft_model')} "
+                  f"on {provenance.get('hardware')}")
+    console.print(f"workload: {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
+                  f"acceptance {inputs.acceptance_description}")
     console.print(f"no SD: saturates at {_num(plan.baseline_saturation_rate_rps)} req/s; zero-load latency "
                   f"{_num(plan.baseline_c1_s)} s; TTFT ~ {_num(plan.ttft_s * 1e3)} ms")
     for ia, alpha in enumerate(plan.alphas):

@@ -90,14 +90,36 @@ def _start(plt: Any, width: int, height: int, color: bool) -> None:
         plt.theme("clear")
 
 
+_PENDING_TITLE: list[str] = []
+
+
+def _title(plt: Any, title: str, width: int) -> None:
+    """Set the panel title; one too long for plotext (which would drop it) is printed above, wrapped."""
+    import textwrap
+
+    _PENDING_TITLE.clear()
+    if len(title) <= width - 6:
+        plt.title(title)
+    else:
+        _PENDING_TITLE.extend(textwrap.wrap(title, width=width))
+
+
 def _finish(plt: Any, color: bool) -> str:
     text = plt.build()
-    return text if color else plt.uncolorize(text)
+    text = text if color else plt.uncolorize(text)
+    if _PENDING_TITLE:
+        text = "\n".join(_PENDING_TITLE) + "\n" + text
+        _PENDING_TITLE.clear()
+    return text
 
 
-def _label(plan: Plan, ia: int) -> str:
+def _label(plan: Plan, ia: int, inputs: PlanInputs | None = None) -> str:
+    """``alpha 0.70 assumed``: the acceptance of a panel and where it came from (said in every figure)."""
+    from sdplan.render.answer import acceptance_origin
+
     alpha = plan.alphas[ia]
-    return f"alpha={alpha:.2f}"
+    origin = acceptance_origin(inputs.acceptance.source) if inputs is not None else "given"
+    return f"alpha {alpha:.2f} {origin}"
 
 
 # ----------------------------------------------------------------------------- terminal
@@ -132,7 +154,7 @@ def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> st
                 plt.plot(x, y, marker=MARKERS[index % len(MARKERS)])
         if math.isfinite(plan.baseline_saturation_rate_rps) and plan.baseline_saturation_rate_rps <= rates[-1] * 1.2:
             plt.vline(plan.baseline_saturation_rate_rps)
-        plt.title(f"mean E2E latency (s) vs request rate ({_label(plan, ia)}); | no-SD saturation")
+        _title(plt, f"mean E2E latency (s) vs request rate, {_label(plan, ia, inputs)}; | no-SD saturation", width)
         plt.xlabel("request rate (req/s)")
         latency_panel = _finish(plt, color) + "\n" + _legend(legend + ["| no-SD saturation"], width)
 
@@ -147,7 +169,7 @@ def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> st
             legend.append(f"{MARKERS[index % len(MARKERS)]} k={plan.draft_lengths[ik]}")
             for x, y in _segments(rates, speed):
                 plt.plot(x, y, marker=MARKERS[index % len(MARKERS)])
-        plt.title(f"speedup over no SD (x) vs request rate ({_label(plan, ia)}); - break-even (1x)")
+        _title(plt, f"speedup over no SD (x) vs request rate, {_label(plan, ia, inputs)}; - break-even (1x)", width)
         plt.xlabel("request rate (req/s)")
         speedup_panel = _finish(plt, color) + "\n" + _legend(legend + ["- break-even (1x)"], width)
 
@@ -155,7 +177,7 @@ def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> st
         best = [float(k) if k != NONE_STABLE else None for k in plan.best_k[ia]]
         for part, (x, y) in enumerate(_segments(rates, best)):
             plt.plot(*_step(x, y), marker="*")
-        plt.title(f"best draft length vs request rate ({_label(plan, ia)})")
+        _title(plt, f"best draft length vs request rate, {_label(plan, ia, inputs)}", width)
         plt.xlabel("request rate (req/s)")
         best_panel = _finish(plt, color) + "\n" + _legend(["* best k (0 = SD off)"], width)
         blocks.append("\n".join((latency_panel, speedup_panel, best_panel)))
@@ -167,7 +189,7 @@ def terminal_bars(labels: list[str], values: list[float], title: str, xlabel: st
 
     _start(plt, width, max(8, 2 * len(labels) + 6), color)
     plt.bar(labels, values, orientation="horizontal", width=0.5)
-    plt.title(title)
+    _title(plt, title, width)
     plt.xlabel(xlabel)
     return _finish(plt, color) + "\n"
 
@@ -181,7 +203,7 @@ def terminal_scatter(measured: list[float], predicted: list[float], title: str, 
     plt.plot([0, top], [0, top * 1.1], label="+10%", marker="-")
     plt.plot([0, top], [0, top * 0.9], label="-10%", marker="-")
     plt.scatter(measured, predicted, label="runs", marker="x")
-    plt.title(title)
+    _title(plt, title, width)
     plt.xlabel("measured mean E2E latency (s); y: predicted (s)")
     return _finish(plt, color) + "\n"
 
@@ -255,7 +277,7 @@ def file_plan(plan: Plan, inputs: PlanInputs, path: Path) -> None:
         best_axis.step(rates, best, where="mid", color="tab:blue", linewidth=2)
         best_axis.set_yticks(sorted({0, *[int(plan.draft_lengths[i]) for i in ks]}))
         best_axis.set_yticklabels(["off" if t == 0 else str(t) for t in best_axis.get_yticks().astype(int)])
-        label = _label(plan, ia)
+        label = _label(plan, ia, inputs)
         latency_axis.set(xlabel="request rate (req/s)", ylabel="mean E2E latency (s)",
                          title=f"Latency vs load ({label}); dotted: saturation")
         speed_axis.set(xlabel="request rate (req/s)", ylabel="speedup over no SD (x)",
@@ -326,7 +348,7 @@ def terminal_cdf(series: list[tuple[str, Any]], title: str, width: int, color: b
     for index, (name, values) in enumerate(series):
         x, y = _cdf_points(values)
         plt.plot(x, y, label=name, marker=MARKERS[index % len(MARKERS)])
-    plt.title(title)
+    _title(plt, title, width)
     plt.xlabel("E2E latency (s); y: fraction of requests")
     return _finish(plt, color) + "\n"
 

@@ -85,7 +85,7 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
     def draw(console: Any) -> None:
         from rich.table import Table
 
-        from sdplan.render import print_table
+        from sdplan.render import print_paragraph, print_table
         from sdplan.render.answer import alpha_phrase, caveat_lines, caveats
 
         settings = document["settings"]
@@ -100,7 +100,7 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
         if alpha is not None:
             for line in caveat_lines(caveats(document["calibration"].get("method", ""), source, alpha)):
                 if not line.startswith("Caveat: mean latencies"):
-                    console.print(line, markup=False)
+                    print_paragraph(console, line)
         for summary, row in zip(summaries, document["rates"]):
             option = f"SD k={summary.draft_length}" if summary.draft_length else "SD off"
             if summary.mean_draft_length is not None:
