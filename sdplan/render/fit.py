@@ -82,7 +82,7 @@ def _pm(value: float | None, error: float | None, digits: int = 4) -> str:
         return "-"
     if error is None or not math.isfinite(error):
         return f"{value:.{digits}g}"
-    return f"{value:.{digits}g} +/- {error:.2g}"
+    return f"{value:.{digits}g}+-{error:.2g}"
 
 
 def _r2(value: float | None) -> str:
@@ -94,10 +94,9 @@ def _r2(value: float | None) -> str:
 CONFIGURATION_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("k", lambda c: "off" if c["draft_length_tokens"] == 0 else str(c["draft_length_tokens"])),
     ("alpha", lambda c: "-" if c.get("per_token_alpha") is None else f"{c['per_token_alpha']:.3f}"),
-    ("prompt (tok)", lambda c: f"{c['prompt_tokens']:g}"),
-    ("output (tok)", lambda c: f"{c['output_tokens']:g}"),
-    ("C1 (s)", lambda c: _pm(c["c1_s"], c.get("c1_stderr_s"))),
-    ("C2 (s/req)", lambda c: _pm(c["c2_s"], c.get("c2_stderr_s"))),
+    ("tokens in/out", lambda c: f"{c['prompt_tokens']:g}/{c['output_tokens']:g}"),
+    ("C1+-std. error (s)", lambda c: _pm(c["c1_s"], c.get("c1_stderr_s"))),
+    ("C2+-std. error (s/req)", lambda c: _pm(c["c2_s"], c.get("c2_stderr_s"))),
     ("R2", lambda c: _r2(c.get("r2"))),
     ("runs", lambda c: str(c["points"])),
 )
