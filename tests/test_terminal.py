@@ -236,3 +236,13 @@ def test_figures_say_the_assumption(sdplan, narrow) -> None:
 def test_moe_answer_reads_the_grid(sdplan, narrow) -> None:
     text = sdplan("plan", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline").stdout
     assert text.startswith("Answer: SD on") and "SD off above" in " ".join(text.split())
+
+
+def test_path_options_complete_files() -> None:
+    from click.shell_completion import ShellComplete
+
+    from sdplan.cli import cli
+
+    complete = ShellComplete(cli, {}, "sdplan", "_SDPLAN_COMPLETE")
+    for args in (["check", "-w"], ["plan", "-o"], ["plan", "--plot-file"]):
+        assert [item.type for item in complete.get_completions(args, "x")] == ["file"], args

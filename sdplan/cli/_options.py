@@ -137,6 +137,13 @@ def complete_calibration(ctx: click.Context, param: click.Parameter, incomplete:
                                                                                                  type="file")]
 
 
+def complete_file(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion for options that take a path: let the shell list files."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
 def calibration_option(fn: FuncT) -> FuncT:
     """``-c/--calibration``: a TOML path or a shipped calibration name."""
     return click.option(
@@ -223,7 +230,7 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), to_file:
                          help="ASCII table borders and no colour (for logs; NO_COLOR is honoured too)."),
         ]
         if to_file:
-            options.insert(1, click.option("-o", "--output", metavar="PATH",
+            options.insert(1, click.option("-o", "--output", metavar="PATH", shell_complete=complete_file,
                                            help="Write the result to PATH (atomically) instead of stdout; '-' is stdout."))
         return _apply(fn, options)
 
@@ -234,7 +241,7 @@ def plot_options(fn: FuncT) -> FuncT:
     """``--plot`` (terminal) and ``--plot-file`` (PNG/SVG through matplotlib)."""
     return _apply(fn, [
         click.option("--plot", is_flag=True, help="Also draw the plots in the terminal (with --format table)."),
-        click.option("--plot-file", metavar="PATH", help="Write the figure to PATH (.png or .svg); needs the "
+        click.option("--plot-file", metavar="PATH", shell_complete=complete_file, help="Write the figure to PATH (.png or .svg); needs the "
                      "'plot' extra (pip install matplotlib, or pip install -e '.[plot]' in a checkout)."),
     ])
 
