@@ -283,8 +283,9 @@ def default_rates(
 
     Returns ``count`` evenly spaced rates from ``max_sat/count`` to ``max_sat``
     (requests/s) rounded to 3 significant digits, where ``max_sat`` is the
-    largest of ``1/C2`` over no SD and every (alpha, k). The last rows
-    therefore show where each option saturates.
+    largest of ``1/C2`` over no SD and every (alpha, k), less 0.5% so that
+    rounding never lifts the last row past it (that row would be unstable for
+    every option). The last rows therefore show where each option saturates.
     """
     import numpy as np
 
@@ -296,6 +297,7 @@ def default_rates(
     saturation = np.concatenate([[model.saturation_rate(c2_d)], model.saturation_rate(c2).ravel()])
     finite = saturation[np.isfinite(saturation)]
     top = float(finite.max()) if finite.size else 1.0
+    top *= 0.995
     return [float(f"{top * (i + 1) / count:.3g}") for i in range(count)]
 
 

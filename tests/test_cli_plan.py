@@ -29,7 +29,7 @@ def test_bare_plan_prints_a_table_naming_its_calibration(sdplan) -> None:
     assert DEFAULT_CALIBRATION in out
     assert "NOT measured" in out  # a roofline calibration is never presented as measured
     assert "default assumption" in out
-    assert "rate (req/s)" in out and "no SD (s)" in out and "best k" in out and "break-even (req/s)" in out
+    assert "rate (req/s)" in out and "no SD (s)" in out and "best k" in out and "SD faster (req/s)" in out
     assert "*" in out  # the best option per row is marked
     assert "unstable" in out  # the default grid reaches saturation
 
@@ -107,7 +107,7 @@ def test_plan_several_acceptance_values_give_one_table_each(sdplan) -> None:
     result = sdplan("plan", "--acceptance", "0.5:0.9:0.2", "--rates", "1")
     assert result.exit_code == 0
     for alpha in ("0.500", "0.700", "0.900"):
-        assert f"per-token alpha = {alpha}" in result.stdout
+        assert f"per-token alpha {alpha} (given)" in result.stdout
 
 
 def test_plan_mean_acceptance_length_is_converted(sdplan) -> None:

@@ -73,5 +73,5 @@ def test_plot_file_without_matplotlib_exits_5(sdplan, tmp_path, monkeypatch) -> 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     result = sdplan("plan", "--plot-file", str(tmp_path / "x.png"))
     assert result.exit_code == ExitStatus.MISSING_DEPENDENCY
-    assert "pip install 'sdplan[plot]'" in result.stderr
+    assert "pip install -e '.[plot]'" in result.stderr
     assert not (tmp_path / "x.png").exists()

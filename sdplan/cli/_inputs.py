@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sdplan.cli._options import complete_file
+
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
     from sdplan.workload import Workload, WorkloadFile
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
 
 def workload_file_option(fn: Any) -> Any:
     return click.option(
-        "-w", "--workload", "workload_path", metavar="FILE",
+        "-w", "--workload", "workload_path", metavar="FILE", shell_complete=complete_file,
         help="Workload TOML file (sdplan-workload(5)): calibration, traffic, acceptance, SLOs. "
         "Every flag overrides the file.",
     )(fn)

@@ -126,6 +126,24 @@ def _fraction_list(ctx: click.Context, param: click.Parameter, value: str | None
     return parse_number_list(value, param.human_readable_name)
 
 
+def complete_calibration(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion for ``-c``: shipped calibration names, then files (the shell lists them)."""
+    from click.shell_completion import CompletionItem
+
+    from sdplan.calibration import shipped_calibrations
+
+    names = [path.stem for path in shipped_calibrations() if path.stem.startswith(incomplete)]
+    return [CompletionItem(name, help="shipped calibration") for name in names] + [CompletionItem(incomplete,
+                                                                                                 type="file")]
+
+
+def complete_file(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion for options that take a path: let the shell list files."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
 def calibration_option(fn: FuncT) -> FuncT:
     """``-c/--calibration``: a TOML path or a shipped calibration name."""
     return click.option(
@@ -135,20 +153,27 @@ def calibration_option(fn: FuncT) -> FuncT:
         metavar="FILE|NAME",
         envvar="SDPLAN_CALIBRATION",
         show_envvar=True,
+        shell_complete=complete_calibration,
         help="Calibration TOML file, or the name of a shipped one (see 'sdplan calibrations'). "
         "Default: the shipped default calibration.",
     )(fn)
 
 
-def acceptance_options(fn: FuncT) -> FuncT:
-    """Acceptance in any of the three metrics (see sdplan(1), ACCEPTANCE METRICS)."""
+def acceptance_options(fn: FuncT, for_results: bool = False) -> FuncT:
+    """Acceptance in any of the three metrics (see sdplan(1), ACCEPTANCE METRICS).
+
+    ``for_results``: the wording of ``fit``/``validate``, where the value fills in what result files lack.
+    """
+    alpha_help = ("Per-token acceptance probability alpha in [0, 1] of the runs whose files do not record "
+                  "acceptance (GuideLLM; vLLM without spec_decode fields); one value." if for_results else
+                  "Per-token acceptance probability alpha in [0, 1]; a list or range gives one "
+                  "table each (e.g. 0.6,0.8 or 0.5:0.9:0.1). Default: the calibration's measured "
+                  "acceptance, else 0.7 (an assumption, flagged in the output).")
     return _apply(
         fn,
         [
             click.option("--acceptance", "acceptance_alpha", callback=_fraction_list, metavar="ALPHAS",
-                         help="Per-token acceptance probability alpha in [0, 1]; a list or range gives one "
-                         "table each (e.g. 0.6,0.8 or 0.5:0.9:0.1). Default: the calibration's measured "
-                         "acceptance, else 0.7 (an assumption, flagged in the output)."),
+                         help=alpha_help),
             click.option("--acceptance-length", "acceptance_length", callback=_fraction_list, metavar="TOKENS",
                          help="Mean acceptance length in tokens per cycle, bonus token included "
                          "(vLLM spec_decode_acceptance_length), measured at --acceptance-k."),
@@ -205,7 +230,7 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), to_file:
                          help="ASCII table borders and no colour (for logs; NO_COLOR is honoured too)."),
         ]
         if to_file:
-            options.insert(1, click.option("-o", "--output", metavar="PATH",
+            options.insert(1, click.option("-o", "--output", metavar="PATH", shell_complete=complete_file,
                                            help="Write the result to PATH (atomically) instead of stdout; '-' is stdout."))
         return _apply(fn, options)
 
@@ -216,8 +241,8 @@ def plot_options(fn: FuncT) -> FuncT:
     """``--plot`` (terminal) and ``--plot-file`` (PNG/SVG through matplotlib)."""
     return _apply(fn, [
         click.option("--plot", is_flag=True, help="Also draw the plots in the terminal (with --format table)."),
-        click.option("--plot-file", metavar="PATH", help="Write the figure to PATH (.png or .svg); needs the "
-                     "'plot' extra (pip install 'sdplan[plot]')."),
+        click.option("--plot-file", metavar="PATH", shell_complete=complete_file, help="Write the figure to PATH (.png or .svg); needs the "
+                     "'plot' extra (pip install matplotlib, or pip install -e '.[plot]' in a checkout)."),
     ])
 
 

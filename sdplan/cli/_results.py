@@ -19,7 +19,7 @@ def results_options(fn: Any) -> Any:
         click.option("--draft-length", "draft_length", type=click.IntRange(min=0), metavar="K",
                      help="Draft length of runs whose files do not record it (GuideLLM; vLLM without spec_decode "
                      "fields). 0 means no SD."),
-        acceptance_options,
+        lambda f: acceptance_options(f, for_results=True),
     ])
 
 

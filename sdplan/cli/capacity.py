@@ -22,8 +22,8 @@ from sdplan.cli._simulation import simulation_options
               help="GPUs per replica, for GPU counts. Default: the file's, else the calibration's tensor parallel size.")
 @click.option("--gpu-hour-cost", type=click.FloatRange(min=0), metavar="USD",
               help="Cost of one GPU-hour in USD, for cost per hour and per million output tokens.")
-@click.option("--max-batch-size", type=click.IntRange(min=1), metavar="N",
-              help="Largest batch size (vLLM max_num_seqs) covered by the k schedule. Default: the file's, else 256.")
+@click.option("--max-batch-size", type=click.IntRange(min=1), metavar="N", hidden=True,
+              help="Deprecated alias of --max-num-seqs.")
 @click.option("--spec-method", default="draft_model", show_default=True, metavar="METHOD",
               help="vLLM speculative method written by --format vllm-config (draft_model, eagle, eagle3, mtp, ...).")
 @workload_options
@@ -73,7 +73,13 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     candidates = candidate_lengths(draft_lengths, file)
     alpha = inputs.workload.acceptance.alphas[0]
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
-    max_batch = max_batch_size or (file.max_batch_size if file and file.max_batch_size else 256)
+    # one batch cap, vLLM's max_num_seqs: the simulator's and the k schedule's (--max-batch-size: old alias)
+    from click.core import ParameterSource
+
+    given = click.get_current_context().get_parameter_source("max_num_seqs") is not ParameterSource.DEFAULT
+    max_batch = (max_batch_size or (max_num_seqs if given else None)
+                 or (file.max_batch_size if file and file.max_batch_size else None) or max_num_seqs)
+    max_num_seqs = max_batch
     tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]
     schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens)
     if fmt == "vllm-config":
@@ -109,7 +115,10 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     text = render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
     labels = [option["option"] for option in document["options"]]
     values = [option["max_rate_under_slo_rps"] for option in document["options"]]
-    title = f"Highest request rate under {', '.join(document['slos'])} per replica"
+    from sdplan.render.answer import alpha_phrase
+
+    title = (f"Highest request rate under {', '.join(document['slos'])} per replica, "
+             f"{alpha_phrase(alpha, inputs.workload.acceptance.source)}")
     if plot:
         from sdplan.render.plots import terminal_bars
 

@@ -14,6 +14,8 @@ from sdplan.cli._options import calibration_option, grid_options, output_options
 @click.option("--policy", type=click.Choice(("best-static", "goodput")), default="best-static", show_default=True,
               help="best-static: the best draft length per rate. goodput: also the SmartSpec-style policy that picks "
               "k per step by goodput at the load's batch size (Little's law), beside the single k tuned at zero load.")
+@click.option("--wide", is_flag=True, help="One latency column per draft length in the rate table (default: "
+              "the compact table, best k per rate, that fits 80 columns).")
 @output_options()
 @plot_options
 def plan(
@@ -28,6 +30,7 @@ def plan(
     rates: list[float] | None,
     draft_lengths: list[int],
     policy: str,
+    wide: bool,
     fmt: str,
     output: str | None,
     ascii_only: bool,
@@ -90,7 +93,9 @@ def plan(
         if fmt != "table":
             click.echo(f"warning: {warning}", err=True)
     terminal = output in (None, "-") and stdout_is_terminal()
-    text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    batch_cap = (cal.document.get("validity") or {}).get("batch_size", [None, None])[-1]
+    text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal, wide=wide,
+                       batch_cap=batch_cap)
     if plot:
         from sdplan.render.plots import terminal_plan
 

@@ -128,7 +128,9 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
             done += seeds * requests
     context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method},
                "workload": {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
-                            "acceptance": workload.acceptance.describe(), "lengths_file": lengths_file}}
+                            "acceptance": workload.acceptance.describe(), "lengths_file": lengths_file,
+                            "per_token_alpha": workload.acceptance.alphas[0],
+                            "acceptance_source": workload.acceptance.source}}
     settings = {"replications": seeds, "requests": requests, "seed": seed, "arrival_cv": arrival_cv,
                 "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                 "kv_cache_tokens": kv_cache_tokens, "warmup_fraction": 0.1}
@@ -136,14 +138,18 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_simulate(summaries, document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
     series = [(f"{s.rate_rps:g} req/s", np.sort(s.e2e_samples_s)) for s in summaries]
+    from sdplan.render.answer import alpha_phrase
+
+    assumption = alpha_phrase(workload.acceptance.alphas[0], workload.acceptance.source)
     if plot:
         from sdplan.render.plots import terminal_cdf
 
-        text += "\n" + terminal_cdf(series, "E2E latency CDF (first replication)", *terminal_plot_settings(ascii_only))
+        text += "\n" + terminal_cdf(series, f"E2E latency CDF (first replication), {assumption}",
+                                     *terminal_plot_settings(ascii_only))
     if plot_file is not None:
         from pathlib import Path
 
         from sdplan.render.plots import file_cdf
 
-        file_cdf(series, f"E2E latency CDF, {cal.name}", Path(plot_file))
+        file_cdf(series, f"E2E latency CDF, {cal.name}, {assumption}", Path(plot_file))
     emit(text, output)

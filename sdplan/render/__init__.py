@@ -22,8 +22,8 @@ from sdplan.fileio import atomic_write_text
 
 #: Version of every JSON document sdplan prints; bump on incompatible changes.
 JSON_SCHEMA_VERSION = 1
-#: Width used when the output is not a terminal: tables take their natural width, never wrapped or cut.
-LOG_WIDTH = 1000
+#: Width when neither a terminal nor ``COLUMNS`` says otherwise (pipes, files, CI logs).
+DEFAULT_WIDTH = 80
 
 
 class OutputFormat(str, Enum):
@@ -45,18 +45,16 @@ class Style:
 def make_console(style: Style, stream: Any, terminal: bool) -> Any:
     """A rich Console writing to ``stream``.
 
-    On a terminal it uses the terminal's width and colour (unless ``--ascii``
-    or ``NO_COLOR``); otherwise (pipes, files, CI logs) it draws without
-    colour at :data:`LOG_WIDTH` columns so that tables never wrap.
+    The width is :func:`output_width` (``COLUMNS``, else the terminal's, else
+    80 columns). Colour only on a terminal, unless ``--ascii`` or ``NO_COLOR``.
+    Tables printed with :func:`print_table` are never cut to fit.
     """
-    import shutil
-
     from rich.console import Console
 
     color = terminal and style.color and not style.ascii and "NO_COLOR" not in os.environ
     return Console(
         file=stream,
-        width=shutil.get_terminal_size((120, 24)).columns if terminal else LOG_WIDTH,
+        width=output_width(terminal),
         force_terminal=color,
         no_color=not color,
         color_system="auto" if color else None,
@@ -64,6 +62,96 @@ def make_console(style: Style, stream: Any, terminal: bool) -> Any:
         soft_wrap=False,
         emoji=False,
     )
+
+
+def output_width(terminal: bool = True) -> int:
+    """Columns to draw in: ``COLUMNS`` when set (also when piped), else the terminal's, else 80."""
+    raw = os.environ.get("COLUMNS", "")
+    if raw.strip().isdigit() and int(raw) > 0:
+        return max(int(raw), 20)
+    if not terminal:
+        return DEFAULT_WIDTH
+    try:
+        return max(os.get_terminal_size(sys.__stdout__.fileno()).columns, 20)  # type: ignore[union-attr]
+    except (AttributeError, OSError, ValueError):
+        return DEFAULT_WIDTH
+
+
+def print_table(console: Any, table: Any, title: str | None = None, caption: str | None = None) -> None:
+    """Print ``table`` without cutting anything.
+
+    The title and caption are printed as paragraphs at the console's width
+    (wrapped between words, not by the table's own width). When the table is
+    wider than the console, headers and cells wrap between words, the column
+    with the most room to spare giving way first; no word is ever cut or
+    shortened with an ellipsis. If even the narrowest such layout is wider
+    than the console, the table is printed at that width (the terminal then
+    wraps the line; nothing is lost).
+    """
+    from rich.text import Text
+
+    if title:
+        console.print(Text(title, style="bold"))
+    width = _fit_columns(console, table)
+    saved = console.width
+    console.width = width  # print() clamps its width to the console's: widen the console itself
+    try:
+        console.print(table)
+    finally:
+        console.width = saved
+    if caption:
+        console.print(caption)
+
+
+def print_paragraph(console: Any, text: str, style: str | None = None) -> None:
+    """Print ``text`` wrapped between words at the console's width, continuation lines indented.
+
+    A line that starts with spaces keeps them and its continuations go two
+    further in, so that "Answer:"/"Why:"/"Caveat:" blocks read as blocks.
+    """
+    import textwrap
+
+    lead = len(text) - len(text.lstrip(" "))
+    lines = textwrap.wrap(text, width=max(console.width, 20), subsequent_indent=" " * (lead + 2),
+                          break_long_words=False, break_on_hyphens=False)
+    for line in lines or [""]:
+        console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
+
+
+def _fit_columns(console: Any, table: Any) -> int:
+    """Fix each column's width so that the table fits the console without breaking a word; returns the width."""
+    from rich.measure import Measurement
+
+    columns = table.columns
+    options = console.options.update_width(100_000)  # measure whole words, however narrow the console
+    limits = []
+    for index, column in enumerate(columns):
+        column.overflow = "fold"
+        padding = table._get_padding_width(index)
+        header = Measurement.get(console, options, column.header)
+        body = [Measurement.get(console, options, cell) for cell in column.cells]
+        widest_cell = max((m.maximum for m in body), default=1)
+        longest_word = max([header.minimum, *(m.minimum for m in body)])
+        floor = max(longest_word, column.min_width or 0)
+        # first wrap headers only (down to the widest cell), then cells between words
+        limits.append((floor, max(floor, widest_cell), max(header.maximum, widest_cell, floor), padding))
+    borders = table._extra_width
+    widths = [maximum for *_, maximum, _ in limits]
+    excess = sum(widths) + sum(padding for *_, padding in limits) + borders - console.width
+    for phase in (1, 0):
+        while excess > 0:
+            slack = [widths[i] - limits[i][phase] for i in range(len(widths))]
+            index = max(range(len(widths)), key=slack.__getitem__)
+            if slack[index] <= 0:
+                break
+            widths[index] -= 1
+            excess -= 1
+    if excess > 0:  # cannot fit without breaking words: keep the natural layout, one line per row
+        widths = [maximum for *_, maximum, _ in limits]
+    for column, width in zip(columns, widths):
+        column.width = width
+        column.no_wrap = False
+    return max(console.width, sum(widths) + sum(padding for *_, padding in limits) + borders)
 
 
 def table_box(style: Style) -> Any:

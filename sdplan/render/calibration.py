@@ -52,27 +52,25 @@ def render_listing(entries: list[tuple[str, Calibration | None, str | None]], fm
     def draw(console: Any) -> None:
         from rich.table import Table
 
-        table = Table(title="Shipped calibrations", box=table_box(style), title_justify="left",
-                      caption=f"* default (used when -c is not given). Method 'roofline' = derived from "
-                      "datasheets, not measured.", caption_justify="left")
-        for header in ("name", "method", "hardware", "target", "draft", "date", "fit R2"):
-            table.add_column(header)
+        from sdplan.render import print_table
+
+        table = Table(box=table_box(style))
+        table.add_column("name; hardware: target + draft")
+        table.add_column("method")
         for path, cal, error in entries:
             if cal is None:
-                table.add_row(path, "INVALID", error or "", "", "", "", "")
+                table.add_row(f"{path}\n  {error or ''}", "INVALID")
                 continue
             prov = cal.provenance
             quality = cal.document.get("fit_quality", {}).get("r2")
             table.add_row(
-                cal.name + ("*" if cal.name == default_name else ""),
-                cal.method,
-                str(prov["hardware"]),
-                str(prov["target_model"]),
-                str(prov["draft_model"]),
-                str(_plain(prov["date"])),
-                "-" if quality is None else f"{quality:.4f}",
+                cal.name + ("*" if cal.name == default_name else "")
+                + f"\n  {prov['hardware']}: {prov['target_model']} + {prov['draft_model']}",
+                f"{cal.method}\n{_plain(prov['date'])}" + ("" if quality is None else f"\nR2 {quality:.4f}"),
             )
-        console.print(table)
+        print_table(console, table, title="Shipped calibrations",
+                    caption="* default (used when -c is not given). Method 'roofline' = derived from datasheets, "
+                    "not measured. Details: sdplan show NAME.")
 
     return render_rich(draw, style, terminal)
 
@@ -99,11 +97,13 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
     def draw(console: Any) -> None:
         from rich.table import Table
 
+        from sdplan.render import print_table
+
         console.print(f"[bold]{cal.name}[/bold]  ({cal.path}): valid, schema version {cal.document['schema_version']}")
         if "description" in cal.document:
             console.print(cal.document["description"])
         console.print(f"method: {cal.method} ({METHOD_LABELS.get(cal.method, cal.method)}); form: {cal.form}")
-        prov = Table(title="Provenance", box=table_box(style), title_justify="left", show_header=False)
+        prov = Table(box=table_box(style), show_header=False)
         prov.add_column("key")
         prov.add_column("value")
         for key, value in cal.provenance.items():
@@ -119,12 +119,9 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         acceptance = cal.document.get("acceptance")
         if acceptance:
             prov.add_row("acceptance", f"per-token alpha {acceptance['per_token_alpha']:.4f} ({acceptance['source']})")
-        console.print(prov)
+        print_table(console, prov, title="Provenance")
 
-        coeffs = Table(
-            title=f"Coefficients at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} output tokens",
-            box=table_box(style), title_justify="left",
-        )
+        coeffs = Table(box=table_box(style))
         for header in ("coefficient", "value", "meaning"):
             coeffs.add_column(header)
         meanings = {
@@ -142,6 +139,8 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         coeffs.add_row("C1_D", f"{c1_d:.6g}", "no SD: zero-load latency, s")
         coeffs.add_row("C2_D", f"{c2_d:.6g}", "no SD: s per concurrent request")
         coeffs.add_row("1/C2_D", f"{1.0 / c2_d:.6g}" if c2_d > 0 else "inf", "no SD: saturation rate, req/s")
-        console.print(coeffs)
+        print_table(console, coeffs,
+                    title=f"Coefficients at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "
+                    "output tokens")
 
     return render_rich(draw, style, terminal)

@@ -100,14 +100,23 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
         from rich.table import Table
         from rich.text import Text
 
-        console.print(f"calibration {context['calibration']['name']} "
-                      f"({METHOD_LABELS.get(context['calibration']['method'], '')})")
-        console.print(f"at {report.rate_rps:g} req/s, {_option(report.draft_length)}"
-                      f"{' (best of ' + ', '.join(map(str, report.candidates)) + ')' if report.mode == 'best' else ''}, "
-                      f"per-token alpha {report.alpha:.3f}: regime {report.regime.replace('_', ' ')}, "
+        from sdplan.render import print_paragraph, print_table
+        from sdplan.render.answer import alpha_phrase, check_answer
+
+        calibration = context["calibration"]
+        source = str(context.get("workload", {}).get("acceptance", {}).get("source", ""))
+        failed = [f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in report.verdicts if not v.passed]
+        where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
+        for line in check_answer(report.passed, sum(v.passed for v in report.verdicts), len(report.verdicts), where,
+                                 report.regime, calibration.get("method", ""), source, report.alpha, failed):
+            print_paragraph(console, line)
+        console.print(f"calibration {calibration['name']} ({METHOD_LABELS.get(calibration['method'], '')})")
+        best_of = f" (best of k={','.join(map(str, report.candidates))})" if report.mode == "best" else ""
+        console.print(f"operating point: {report.rate_rps:g} req/s, {_option(report.draft_length)}{best_of}, "
+                      f"{alpha_phrase(report.alpha, source)}: regime {report.regime.replace('_', ' ')}, "
                       f"utilisation {report.point.utilisation:.2f}, B = {report.batch:.3g} requests in flight")
-        title = f"SLO verdicts ({report.simulated})" if report.simulated else "SLO verdicts (model means)"
-        table = Table(box=table_box(style), title=title, title_justify="left")
+        how = report.simulated or "model means"
+        table = Table(box=table_box(style))
         for header in ("SLO", "predicted", "limit", "margin", "result"):
             table.add_column(header, justify="left" if header in ("SLO", "result") else "right")
         for verdict in report.verdicts:
@@ -119,7 +128,8 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
                 margin,
                 Text("pass", style="green") if verdict.passed else Text("FAIL", style="bold red"),
             )
-        console.print(table)
+        print_table(console, table, title=f"SLO verdicts at {report.rate_rps:g} req/s, {_option(report.draft_length)}, "
+                    f"{alpha_phrase(report.alpha, source)} ({how})")
         if report.simulated:
             console.print("Simulated values are means over replications of each statistic (sdplan-simulate(1)).")
         else:
@@ -157,6 +167,8 @@ def capacity_document(cap: Capacity, slos: list[SLO], context: dict[str, Any], t
             "max_rate_under_slo_rps": float(cap.max_rate_rps[index]),
             "binding_slo": cap.binding_slo[index],
             "mean_e2e_latency_at_capacity_s": finite_or_none(cap.latency_at_capacity_s[index]),
+            "c1_s": float(cap.c1_s[index]),
+            "c2_s": float(cap.c2_s[index]),
             "saturation_rate_rps": finite_or_none(cap.saturation_rate_rps[index]),
             "break_even_rate_rps": finite_or_none(cap.break_even_rate_rps[index - 1]) if index else None,
         })
@@ -205,15 +217,18 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
         from rich.table import Table
         from rich.text import Text
 
+        from sdplan.render import print_paragraph, print_table
+        from sdplan.render.answer import alpha_phrase, capacity_answer
+
+        for line in capacity_answer(document):
+            print_paragraph(console, line)
+        source = str(document.get("workload", {}).get("acceptance", {}).get("source", ""))
+        assumption = alpha_phrase(document["per_token_alpha"], source)
         console.print(f"calibration {document['calibration']['name']} "
                       f"({METHOD_LABELS.get(document['calibration']['method'], '')})")
-        console.print(f"SLOs {', '.join(document['slos'])}; per-token alpha {document['per_token_alpha']:.3f}"
+        console.print(f"SLOs {', '.join(document['slos'])}; {assumption}"
                       + (f"; {document['evaluated_by']}" if document.get("evaluated_by") else ""))
-        table = Table(title="Capacity per replica under the SLOs", box=table_box(style), title_justify="left",
-                      caption="* highest capacity. Capacity = highest request rate meeting every SLO "
-                      + ("(simulated; latency column: the model's mean there)."
-                         if str(document.get("evaluated_by", "")).startswith("simulated") else "(model means)."),
-                      caption_justify="left")
+        table = Table(box=table_box(style))
         for header in ("option", "max rate under SLO (req/s)", "binding SLO", "latency at capacity (s)",
                        "saturation (req/s)", "break-even (req/s)"):
             table.add_column(header, justify="left" if header in ("option", "binding SLO") else "right")
@@ -228,13 +243,16 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
                 "-" if option["mean_e2e_latency_at_capacity_s"] is None
                 else f"{option['mean_e2e_latency_at_capacity_s']:.4g}",
                 "-" if option["saturation_rate_rps"] is None else f"{option['saturation_rate_rps']:.4g}",
-                "-" if option["option"] == "off" else ("never" if even is None else f"{even:.4g}"),
+                "-" if option["option"] == "off" else ("none" if even is None else f"{even:.4g}"),
             )
-        console.print(table)
+        simulated = str(document.get("evaluated_by", "")).startswith("simulated")
+        print_table(console, table, title=f"Capacity per replica under the SLOs, {assumption}",
+                    caption="* highest capacity. Capacity = highest request rate meeting every SLO "
+                    + ("(simulated; latency column: the model's mean there)." if simulated else "(model means).")
+                    + " break-even: rate where SD and no SD have equal mean latency (none: they never cross).")
         fleet = document.get("fleet")
         if fleet:
-            plan = Table(title=f"Fleet for {fleet['target_rate_rps']:g} req/s", box=table_box(style),
-                         title_justify="left")
+            plan = Table(box=table_box(style))
             for header in ("option", "per replica (req/s)", "replicas", "GPUs", "USD/hour", "USD per 1M output tokens"):
                 plan.add_column(header, justify="left" if header == "option" else "right")
             for key in ("no_sd", "best_sd"):
@@ -249,7 +267,8 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
                     "-" if item["cost_per_million_output_tokens_usd"] is None
                     else f"{item['cost_per_million_output_tokens_usd']:.3f}",
                 )
-            console.print(plan)
+            console.print()
+            print_table(console, plan, title=f"Fleet for {fleet['target_rate_rps']:g} req/s, {assumption}")
             if fleet["replicas_saved_by_sd"] is not None:
                 console.print(f"SD saves {fleet['replicas_saved_by_sd']} replica(s) at {fleet['target_rate_rps']:g} req/s")
         schedule = document.get("num_speculative_tokens_per_batch_size")

@@ -23,6 +23,12 @@ def _run(run: BenchmarkRun) -> dict[str, Any]:
         "prompt_tokens": run.prompt_tokens,
         "output_tokens": run.output_tokens,
         "mean_e2e_latency_s": run.mean_e2e_latency_s,
+        "mean_ttft_s": run.mean_ttft_s,
+        "mean_tpot_s": run.mean_tpot_s,
+        "closed_loop_clients": run.concurrency,
+        "mean_others_in_flight": run.mean_others,
+        "load_level": run.load_level,
+        "percentiles_s": dict(run.percentiles_s),
         "notes": list(run.notes),
     }
 
@@ -42,15 +48,24 @@ def fit_document(pooled: PooledFit, configurations: list[ConfigurationFit], kept
         "calibration_written": output,
         "pooled": {
             "coefficients_s": pooled.values,
-            "stderr_s": pooled.stderr,
+            "stderr_s": {name: finite_or_none(value) for name, value in pooled.stderr.items()},
+            "not_identified": [name for name, ok in pooled.identified.items() if not ok],
+            "ttft": {"wait_steps": pooled.ttft_wait_steps, "load_steps": pooled.ttft_load_steps,
+                     "fitted": pooled.ttft_fitted, "mape_pct": pooled.ttft_mape_pct},
+            "notes": list(pooled.notes),
+            "residuals": [{"source": r.source, "load_level": r.load_level, "draft_length_tokens": r.draft_length,
+                           "measured_s": r.measured_s, "predicted_s": r.predicted_s, "error_pct": r.error_pct,
+                           "ttft_error_pct": r.ttft_error_pct, "robust_weight": r.weight}
+                          for r in pooled.residuals],
             "reference_workload": {"prompt_tokens": pooled.reference_prompt_tokens,
                                    "output_tokens": pooled.reference_output_tokens},
             "r2": pooled.r2, "rmse_s": pooled.rmse_s, "mape_pct": pooled.mape_pct, "points": pooled.points,
         },
         "configurations": [
             {"draft_length_tokens": c.draft_length, "per_token_alpha": c.alpha, "prompt_tokens": c.prompt_tokens,
-             "output_tokens": c.output_tokens, "c1_s": c.c1_s, "c2_s": c.c2_s, "c1_stderr_s": c.c1_stderr_s,
-             "c2_stderr_s": c.c2_stderr_s, "r2": c.r2, "points": c.points}
+             "output_tokens": c.output_tokens, "c1_s": c.c1_s, "c2_s": c.c2_s,
+             "c1_stderr_s": finite_or_none(c.c1_stderr_s),
+             "c2_stderr_s": finite_or_none(c.c2_stderr_s), "r2": c.r2, "points": c.points}
             for c in configurations
         ],
         "runs_used": [_run(run) for run in kept],
@@ -74,7 +89,36 @@ def validation_summary(result: Validation) -> dict[str, Any]:
         "worst": {"source": worst.run.source, "error_pct": finite_or_none(worst.error_pct) if worst.error_pct is not None
                   else None} if worst else None,
         "best_k_agreement": {"agree": agree, "compared": total},
+        "best_k": [{"load_level": c.load_level, "prompt_tokens": c.prompt_tokens, "output_tokens": c.output_tokens,
+                    "measured_best_k": c.measured_best, "predicted_best_k": c.predicted_best,
+                    "draft_lengths_compared": list(c.options), "agrees": c.agrees} for c in result.best_k],
+        "ttft_mape_pct": finite_or_none(result.ttft_mape_pct) if result.ttft_mape_pct is not None else None,
     }
+
+
+def _pm(value: float | None, error: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if error is None or not math.isfinite(error):
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}g}+-{error:.2g}"
+
+
+def _r2(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+#: Columns of the per-configuration table: header, and the cell from a configuration of the JSON document.
+#: Data-driven so that new fields of ``fit`` documents need one line here.
+CONFIGURATION_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("k", lambda c: "off" if c["draft_length_tokens"] == 0 else str(c["draft_length_tokens"])),
+    ("alpha", lambda c: "-" if c.get("per_token_alpha") is None else f"{c['per_token_alpha']:.3f}"),
+    ("tokens in/out", lambda c: f"{c['prompt_tokens']:g}/{c['output_tokens']:g}"),
+    ("C1+-std. error (s)", lambda c: _pm(c["c1_s"], c.get("c1_stderr_s"))),
+    ("C2+-std. error (s/req)", lambda c: _pm(c["c2_s"], c.get("c2_stderr_s"))),
+    ("R2", lambda c: _r2(c.get("r2"))),
+    ("runs", lambda c: str(c["points"])),
+)
 
 
 def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
@@ -84,42 +128,53 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
     def draw(console: Any) -> None:
         from rich.table import Table
 
+        from sdplan.render import print_table
+
         pooled = document["pooled"]
         ref = pooled["reference_workload"]
-        table = Table(title=f"Pooled fit at {ref['prompt_tokens']} prompt / {ref['output_tokens']} output tokens "
-                      f"(R2 {pooled['r2']:.4f}, MAPE {pooled['mape_pct']:.2f}%, {pooled['points']} runs)",
-                      box=table_box(style), title_justify="left")
+        holdout = document.get("holdout")
+        head = (f"Fit: R2 {pooled['r2']:.4f}, MAPE {pooled['mape_pct']:.2f}% over {pooled['points']} runs"
+                + (f"; held-out {holdout['runs']} runs: MAPE {holdout['mape_pct']:.2f}%, R2 {holdout['r2']:.4f} "
+                   f"({holdout['quality']})" if holdout and holdout.get("mape_pct") is not None else "")
+                + f"; wrote {document['calibration_written']}.")
+        console.print(head, markup=False)
+        table = Table(box=table_box(style))
         for header in ("coefficient", "value (s)", "std. error (s)"):
             table.add_column(header, justify="left" if header == "coefficient" else "right")
         for name, value in pooled["coefficients_s"].items():
-            error = pooled["stderr_s"][name]
-            table.add_row(name, f"{value:.6g}", f"{error:.3g}" if math.isfinite(error) else "inf")
-        console.print(table)
-        per = Table(title="Per configuration: L = C1 / (1 - lambda C2)", box=table_box(style), title_justify="left")
-        for header in ("k", "alpha", "prompt", "output", "C1 (s)", "C2 (s/req)", "R2", "runs"):
+            error = pooled["stderr_s"].get(name)
+            table.add_row(name, f"{value:.6g}", "not identified" if name in pooled.get("not_identified", ())
+                          else "-" if error is None else f"{error:.3g}")
+        ttft = pooled.get("ttft") or {}
+        ttft_line = (f"TTFT = c1p + {ttft['wait_steps']:.3g} x step + B x {ttft['load_steps']:.3g} x step per "
+                     "request" + (f" (fitted; TTFT MAPE {ttft['mape_pct']:.1f}%)" if ttft.get("fitted")
+                                  and ttft.get("mape_pct") is not None else " (default weights: TTFT not measured)"))
+        console.print()
+        print_table(console, table, caption=ttft_line, title=f"Pooled fit at {ref['prompt_tokens']} prompt / {ref['output_tokens']} "
+                    f"output tokens (R2 {pooled['r2']:.4f}, MAPE {pooled['mape_pct']:.2f}%, {pooled['points']} runs)")
+        per = Table(box=table_box(style))
+        for header, _ in CONFIGURATION_COLUMNS:
             per.add_column(header, justify="right")
         for c in document["configurations"]:
-            per.add_row("off" if c["draft_length_tokens"] == 0 else str(c["draft_length_tokens"]),
-                        "-" if c["per_token_alpha"] is None else f"{c['per_token_alpha']:.3f}",
-                        f"{c['prompt_tokens']:g}", f"{c['output_tokens']:g}",
-                        f"{c['c1_s']:.4g} +/- {c['c1_stderr_s']:.2g}", f"{c['c2_s']:.4g} +/- {c['c2_stderr_s']:.2g}",
-                        f"{c['r2']:.4f}", str(c["points"]))
-        console.print(per)
+            per.add_row(*[cell(c) for _, cell in CONFIGURATION_COLUMNS])
+        console.print()
+        print_table(console, per, title="Per configuration: L = C1 + B C2 (B: other requests in flight)")
+        for note in pooled.get("notes", ()):
+            console.print(f"note: {note}", markup=False)
         if document["runs_dropped"]:
-            dropped = Table(title="Runs left out (not at steady state or incomplete)", box=table_box(style),
-                            title_justify="left")
+            dropped = Table(box=table_box(style))
             dropped.add_column("run")
             dropped.add_column("reason")
             for run in document["runs_dropped"]:
                 dropped.add_row(run["source"], run["reason"])
-            console.print(dropped)
-        holdout = document.get("holdout")
+            console.print()
+            print_table(console, dropped, title="Runs left out (not at steady state or incomplete)")
         if holdout:
             console.print(f"held-out runs: {holdout['runs']}, MAPE {holdout['mape_pct']:.2f}%, R2 {holdout['r2']:.4f} "
                           f"({holdout['quality']})")
         for warning in document["warnings"]:
-            console.print(f"warning: {warning}")
-        console.print(f"wrote {document['calibration_written']}")
+            console.print(f"warning: {warning}", markup=False)
+        console.print(f"wrote {document['calibration_written']}", markup=False)
 
     return render_rich(draw, style, terminal)
 
@@ -136,9 +191,39 @@ def validate_document(result: Validation, context: dict[str, Any], max_error_pct
         "max_error_pct": max_error_pct,
         "passed": passed,
         "runs": [{**_run(e.run), "predicted_e2e_latency_s": finite_or_none(e.predicted_s),
-                  "error_pct": e.error_pct} for e in result.errors],
+                  "error_pct": e.error_pct, "predicted_ttft_s": e.predicted_ttft_s,
+                  "ttft_error_pct": e.ttft_error_pct} for e in result.errors],
         "runs_skipped": [{**_run(run), "reason": reason} for run, reason in result.skipped],
     }
+
+
+def _option_text(run: dict[str, Any]) -> str:
+    k = run["draft_length_tokens"]
+    if k == 0:
+        return "off"
+    alpha = run.get("per_token_alpha")
+    return f"k={k} a={alpha:.3f}" if alpha is not None else f"k={k}"
+
+
+def _error_cell(run: dict[str, Any]) -> Any:
+    from rich.text import Text
+
+    error = run["error_pct"]
+    if error is None:
+        return Text("unstable", style="red")
+    return Text(f"{error:+.1f}%", style="red" if abs(error) > 10 else "")
+
+
+#: Columns of the validation table: header, justification and the cell from a run of the JSON document.
+VALIDATE_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("run: option at load", "left",
+     lambda r: f"{r['source']}\n  {_option_text(r)} at {r['load_level']}"),
+    ("tokens in/out", "right", lambda r: f"{r['prompt_tokens']:.4g}/{r['output_tokens']:.4g}"),
+    ("measured (s)", "right", lambda r: f"{r['mean_e2e_latency_s']:.4g}"),
+    ("predicted (s)", "right", lambda r: "unstable" if r["predicted_e2e_latency_s"] is None
+     else f"{r['predicted_e2e_latency_s']:.4g}"),
+    ("error", "right", _error_cell),
+)
 
 
 def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
@@ -147,33 +232,35 @@ def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, t
 
     def draw(console: Any) -> None:
         from rich.table import Table
-        from rich.text import Text
 
-        table = Table(title=f"Measured vs predicted mean E2E latency ({document['calibration']['name']})",
-                      box=table_box(style), title_justify="left")
-        for header in ("run", "rate (req/s)", "option", "prompt", "output", "measured (s)", "predicted (s)", "error"):
-            table.add_column(header, justify="left" if header in ("run", "option") else "right")
-        for run in document["runs"]:
-            error = run["error_pct"]
-            k = run["draft_length_tokens"]
-            option = "off" if k == 0 else f"k={k} a={run['per_token_alpha']:.3f}"
-            table.add_row(run["source"], f"{run['achieved_rate_rps']:.4g}", option, f"{run['prompt_tokens']:.4g}",
-                          f"{run['output_tokens']:.4g}", f"{run['mean_e2e_latency_s']:.4g}",
-                          "unstable" if run["predicted_e2e_latency_s"] is None else f"{run['predicted_e2e_latency_s']:.4g}",
-                          Text("unstable", style="red") if error is None
-                          else Text(f"{error:+.1f}%", style="red" if abs(error) > 10 else ""))
-        console.print(table)
-        for run in document["runs_skipped"]:
-            console.print(f"skipped {run['source']}: {run['reason']}")
+        from sdplan.render import print_table
+
         s = document["summary"]
         agree = s["best_k_agreement"]
         worst = s["worst"]
-        console.print(
+        summary = (
             f"MAPE {s['mape_pct']:.2f}% ({s['quality']}), bias {s['bias_pct']:+.2f}% ({s['bias_direction']}), "
             f"R2 {s['r2']:.4f}, worst {worst['source']} "
             f"{'unstable' if worst['error_pct'] is None else format(worst['error_pct'], '+.1f') + '%'}; "
-            f"best k agrees at {agree['agree']} of {agree['compared']} rates"
+            f"best k agrees at {agree['agree']} of {agree['compared']} load levels"
+            + (f"; TTFT MAPE {s['ttft_mape_pct']:.1f}%" if s.get("ttft_mape_pct") is not None else "")
             if s["mape_pct"] is not None else "MAPE: infinite (some measured runs are predicted unstable)")
+        verdict = ""
+        if document["max_error_pct"] is not None:
+            verdict = ("PASS" if document["passed"] else "FAIL") + f" (MAPE limit {document['max_error_pct']:g}%): "
+        console.print(f"Answer: {verdict}{summary}.", markup=False)
+        table = Table(box=table_box(style))
+        for header, justify, _ in VALIDATE_COLUMNS:
+            table.add_column(header, justify=justify)
+        for run in document["runs"]:
+            table.add_row(*[cell(run) for *_, cell in VALIDATE_COLUMNS])
+        console.print()
+        print_table(console, table,
+                    title=f"Measured vs predicted mean E2E latency ({document['calibration']['name']})",
+                    caption="alpha (a) as each run recorded it, or as given on the command line.")
+        for run in document["runs_skipped"]:
+            console.print(f"skipped {run['source']}: {run['reason']}", markup=False)
+        console.print(summary, markup=False)
         if document["max_error_pct"] is not None:
             console.print(("PASS" if document["passed"] else "FAIL") + f": MAPE limit {document['max_error_pct']:g}%")
 

@@ -19,17 +19,16 @@ METHOD_LABELS = {
 }
 TTFT_NOTE = "approximation: the request's own prefill (c1p); queueing before admission is not modelled"
 TPOT_NOTE = "approximation: (L - TTFT)/(g - 1), vLLM's definition (first token excluded)"
-#: Show at most this many draft-length columns in the main table.
-MAX_K_COLUMNS = 8
 
 
-def render_plan(plan: Plan, inputs: PlanInputs, fmt: OutputFormat, style: Style, terminal: bool) -> str:
-    """Text of ``plan`` in the requested format."""
+def render_plan(plan: Plan, inputs: PlanInputs, fmt: OutputFormat, style: Style, terminal: bool,
+                wide: bool = False, batch_cap: float | None = None) -> str:
+    """Text of ``plan`` in the requested format (``wide``: a latency column per k in the table)."""
     if fmt is OutputFormat.JSON:
         return to_json(plan_document(plan, inputs))
     if fmt is OutputFormat.CSV:
         return plan_csv(plan)
-    return render_rich(lambda console: draw_plan(console, plan, inputs, style), style, terminal)
+    return render_rich(lambda console: draw_plan(console, plan, inputs, style, wide, batch_cap), style, terminal)
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -265,154 +264,196 @@ def _num(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def _shown_draft_lengths(plan: Plan, ia: int) -> list[int]:
-    """Indices of the k columns to show: all if few, else the best ones plus the ends."""
-    count = len(plan.draft_lengths)
-    if count <= MAX_K_COLUMNS:
-        return list(range(count))
-    wanted = {0, count - 1}
-    for k in plan.best_k[ia]:
-        if k > 0:
-            wanted.add(int(list(plan.draft_lengths).index(k)))
-    ranked = sorted(range(count), key=lambda ik: float(plan.c1_s[ia, ik]))
-    for ik in ranked:
-        if len(wanted) >= MAX_K_COLUMNS:
-            break
-        wanted.add(ik)
-    return sorted(wanted)[:MAX_K_COLUMNS]
-
-
-def _break_even_text(rate: float, faster_below: bool, moe: bool = False) -> str:
+def _sd_faster_text(rate: float, faster_below: bool, moe: bool = False) -> str:
+    """Where SD beats no SD, from the break-even rate: 'below 9.3', 'above 2', 'always', 'never'."""
     if moe:
-        return "n/a for MoE (read the table)"
+        return "n/a for MoE"
     if rate == rate:
-        return f"{rate:.4g} (SD faster {'below' if faster_below else 'above'})"
-    return "never (SD faster at every stable rate)" if faster_below else "none (SD never faster)"
+        return f"{'below' if faster_below else 'above'} {rate:.4g}"
+    return "always" if faster_below else "never"
 
 
-def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style) -> None:
-    """Header, then per acceptance value the rate table and the per-k table."""
+def _k_text(k: int) -> str:
+    from sdplan.planner import NONE_STABLE, SD_OFF
+
+    return "-" if k == NONE_STABLE else ("off" if k == SD_OFF else str(k))
+
+
+def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: bool = False,
+              batch_cap: float | None = None) -> None:
+    """Header, the answer in words, then per acceptance value the rate table and the per-k table.
+
+    The default rate table is compact (best option per rate) and fits 80
+    columns; ``wide`` adds one latency column per draft length.
+    """
+    from sdplan.render import print_paragraph, print_table
+    from sdplan.render.answer import alpha_phrase, caveat_lines, caveats, plan_answer
+
+    method = inputs.calibration_method
+    provenance = inputs.calibration_provenance
+    source = inputs.acceptance.source
+    for ia, alpha in enumerate(plan.alphas):
+        lines = plan_answer(plan, inputs, ia, batch_cap)
+        body = [line for line in lines if not line.startswith(("Caveat:", "  also:"))]
+        if len(plan.alphas) > 1:
+            body = [line.replace("Answer:", f"Answer at alpha {alpha:.3f}:", 1).replace(
+                "Why:", f"Why at alpha {alpha:.3f}:", 1) for line in body]
+        for line in body:
+            print_paragraph(console, line)
+    # the caveats are the same for every alpha; print them once
+    caveat = [line for line in plan_answer(plan, inputs, 0, batch_cap) if line.startswith(("Caveat:", "  also:"))]
+    if len(plan.alphas) > 1:
+        caveat = caveat_lines(caveats(method, source, float(plan.alphas[0]), list(inputs.warnings)))
+    for line in caveat:
+        print_paragraph(console, line, style="yellow" if "ASSUMED" in line or "NOT" in line else None)
+    console.print()
+    console.print(f"calibration {inputs.calibration_name} ({METHOD_LABELS.get(method, method)}): "
+                  f"{provenance.get('target_model')} + draft {provenance.get('draft_model')} "
+                  f"on {provenance.get('hardware')}")
+    console.print(f"workload: {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
+                  f"acceptance {inputs.acceptance_description}")
+    console.print(f"no SD: saturates at {_num(plan.baseline_saturation_rate_rps)} req/s; zero-load latency "
+                  f"{_num(plan.baseline_c1_s)} s; TTFT ~ {_num(plan.ttft_s * 1e3)} ms")
+    for ia, alpha in enumerate(plan.alphas):
+        assumption = alpha_phrase(float(alpha), source)
+        console.print()
+        table = _rate_table(plan, ia, style, wide)
+        print_table(console, table, title=f"Mean end-to-end latency by request rate, {assumption}",
+                    caption="* best per row. speedup = no-SD latency / best latency. rho = utilisation of the best "
+                    "option (unstable at 1)." + ("" if wide else " Every k: --wide (or -f json/csv)."))
+        if not wide and (plan.moe_speedup_lost is not None or plan.goodput_latency_s is not None):
+            console.print()
+            print_table(console, _extras_table(plan, ia, style),
+                        title=f"{'MoE expert coverage' if plan.goodput_latency_s is None else 'Policies'} by request "
+                        f"rate, {assumption}")
+        if plan.goodput_latency_s is not None:
+            console.print(f"goodput: k chosen per step by goodput E/step time at the batch size the load implies "
+                          f"(SmartSpec); in this mean model it equals the best static k of each rate. "
+                          f"k={int(plan.zero_load_k[ia]) or 'off'} always: the k tuned at zero load, kept at "  # type: ignore[index]
+                          "every load.")
+        console.print()
+        print_table(console, _per_k_table(plan, ia, style), title=f"Per draft length, {assumption}",
+                    caption="E = mean acceptance length (tokens per cycle, bonus included). SD faster: the rates "
+                    "where SD beats no SD, split at the break-even rate (equal mean latency).")
+    console.print(f"TTFT {TTFT_NOTE}. TPOT {TPOT_NOTE}. Mean latency only: the model does not predict "
+                  "percentiles (sdplan simulate does).")
+
+
+def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:
     from rich.table import Table
-    from rich.text import Text
 
     from sdplan.planner import NONE_STABLE, SD_OFF
 
-    method = inputs.calibration_method
-    console.print(
-        Text.assemble(
-            ("calibration ", "bold"), inputs.calibration_name, f" ({METHOD_LABELS.get(method, method)})",
-        )
-    )
-    provenance = inputs.calibration_provenance
-    console.print(
-        f"  {provenance.get('target_model')} + draft {provenance.get('draft_model')} on {provenance.get('hardware')}"
-    )
-    console.print(
-        f"workload    {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
-        f"acceptance {inputs.acceptance_description}"
-    )
-    console.print(
-        f"no SD       saturates at {_num(plan.baseline_saturation_rate_rps)} req/s; "
-        f"zero-load latency {_num(plan.baseline_c1_s)} s; TTFT ~ {_num(plan.ttft_s * 1e3)} ms ({TTFT_NOTE})"
-    )
-    for warning in inputs.warnings:
-        console.print(f"warning: {warning}", style="yellow")
     marker = "*"
-    for ia, alpha in enumerate(plan.alphas):
-        shown = _shown_draft_lengths(plan, ia)
-        table = Table(
-            title=f"Mean end-to-end latency (s) by request rate, per-token alpha = {alpha:.3f}",
-            box=table_box(style),
-            caption=f"{marker} best per row; speedup = no-SD latency / best latency; "
-            "B = mean requests in flight (Little's law); rho = utilisation of the best option",
-            title_justify="left",
-            caption_justify="left",
-        )
-        table.add_column("rate (req/s)", justify="right")
-        table.add_column("no SD (s)", justify="right")
+    table = Table(box=table_box(style))
+    table.add_column("rate (req/s)", justify="right")
+    table.add_column("no SD (s)", justify="right")
+    shown = range(len(plan.draft_lengths)) if wide else range(0)
+    for ik in shown:
+        table.add_column(f"k={plan.draft_lengths[ik]} (s)", justify="right")
+    table.add_column("best k", justify="right")
+    if not wide:
+        table.add_column("best (s)", justify="right")
+    for header in ("speedup (x)", "TPOT (ms)", "rho"):
+        table.add_column(header, justify="right")
+    if wide:
+        table.add_column("B (req)", justify="right")
+    table.add_column("regime")
+    moe = plan.moe_speedup_lost is not None and wide  # compact: in the extras table
+    if moe:
+        table.add_column("speedup lost to coverage (x)", justify="right")
+    goodput = plan.goodput_latency_s is not None and wide
+    if goodput:
+        zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
+        table.add_column("goodput (s)", justify="right")
+        table.add_column("goodput k", justify="right")
+        table.add_column(f"k={zero_k if zero_k else 'off'} always (s)", justify="right")
+    for ir, rate in enumerate(plan.rates_rps):
+        best = int(plan.best_k[ia, ir])
+        cells: list[Any] = [f"{rate:.4g}", _cell(plan.baseline_latency_s[ir], wide and best == SD_OFF, marker)]
         for ik in shown:
-            table.add_column(f"k={plan.draft_lengths[ik]} (s)", justify="right")
-        for header in ("best k", "speedup (x)", "B (req)", "rho", "TPOT (ms)", "regime"):
-            table.add_column(header, justify="right" if header != "regime" else "left")
-        moe = plan.moe_speedup_lost is not None
-        if moe:
-            table.add_column("speedup lost to coverage (x)", justify="right")
-        goodput = plan.goodput_latency_s is not None
-        if goodput:
-            zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
-            table.add_column("goodput (s)", justify="right")
-            table.add_column("goodput k", justify="right")
-            table.add_column(f"k={zero_k if zero_k else 'off'} always (s)", justify="right")
-        for ir, rate in enumerate(plan.rates_rps):
-            best = int(plan.best_k[ia, ir])
-            cells = [f"{rate:.4g}", _cell(plan.baseline_latency_s[ir], best == SD_OFF, marker)]
-            for ik in shown:
-                cells.append(_cell(plan.latency_s[ia, ir, ik], best == int(plan.draft_lengths[ik]), marker))
-            if best == NONE_STABLE:
-                cells += ["-", "-", "-", "-", "-", "unstable"] + (["-"] if moe else [])
+            cells.append(_cell(plan.latency_s[ia, ir, ik], best == int(plan.draft_lengths[ik]), marker))
+        cells.append(_k_text(best))
+        if not wide:
+            cells.append(_cell(plan.best_latency_s[ia, ir], False, marker) if best != NONE_STABLE else "unstable")
+        if best == NONE_STABLE:
+            cells += ["-", "-", "-"] + (["-"] if wide else []) + ["unstable"] + (["-"] if moe else [])
+        else:
+            if best == SD_OFF:
+                batch, rho, tpot = plan.baseline_batch[ir], plan.baseline_utilisation[ir], plan.baseline_tpot_s[ir]
             else:
-                if best == SD_OFF:
-                    batch, rho, tpot = plan.baseline_batch[ir], plan.baseline_utilisation[ir], plan.baseline_tpot_s[ir]
-                else:
-                    ik = list(plan.draft_lengths).index(best)
-                    batch, rho, tpot = plan.batch[ia, ir, ik], plan.utilisation[ia, ir, ik], plan.tpot_s[ia, ir, ik]
-                speed = plan.best_speedup[ia, ir]
-                cells += [
-                    "off" if best == SD_OFF else str(best),
-                    "no-SD unstable" if speed == float("inf") else _num(speed, 3),
-                    _num(batch, 3),
-                    f"{rho:.2f}",
-                    _num(tpot * 1e3, 3),
-                    _regime(rho).replace("_", " "),
-                ]
-                if moe:
-                    lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
-                    cells.append(_num(lost, 3) if speed != float("inf") else "-")
-            if goodput:
-                gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
-                cells += [_num(plan.goodput_latency_s[ia, ir]),  # type: ignore[index]
-                          "-" if gk == NONE_STABLE else ("off" if gk == SD_OFF else str(gk)),
-                          _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
-            table.add_row(*cells)
-        console.print()
-        console.print(table)
+                ik = list(plan.draft_lengths).index(best)
+                batch, rho, tpot = plan.batch[ia, ir, ik], plan.utilisation[ia, ir, ik], plan.tpot_s[ia, ir, ik]
+            speed = plan.best_speedup[ia, ir]
+            cells += ["no SD unstable" if speed == float("inf") else _num(speed, 3), _num(tpot * 1e3, 3),
+                      f"{rho:.2f}"]
+            if wide:
+                cells.append(_num(batch, 3))
+            cells.append(_regime(rho).replace("_", " "))
+            if moe:
+                lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
+                cells.append(_num(lost, 3) if speed != float("inf") else "-")
         if goodput:
-            console.print("goodput: k chosen per step by goodput E/step time at the batch size the load implies "
-                          "(SmartSpec); in this mean model it equals the best static k of each rate. "
-                          f"k={int(plan.zero_load_k[ia]) or 'off'} always: the k tuned at zero load, kept at "  # type: ignore[index]
-                          "every load.")
+            gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
+            cells += [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk),  # type: ignore[index]
+                      _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
+        table.add_row(*cells)
+    return table
 
-        per_k = Table(
-            title=f"Per draft length, per-token alpha = {alpha:.3f}",
-            box=table_box(style),
-            title_justify="left",
-            caption="E = mean acceptance length (tokens per cycle, bonus included); "
-            "break-even = request rate where SD and no SD have equal mean latency",
-            caption_justify="left",
-        )
-        for header in ("k", "E (tok/cycle)", "C1 (s)", "C2 (s/req)", "zero-load speedup (x)",
-                       "saturation (req/s)", "max throughput (tok/s)", "break-even (req/s)"):
-            per_k.add_column(header, justify="right" if header != "break-even (req/s)" else "left")
-        g = plan.coefficients.output_tokens
+
+def _extras_table(plan: Plan, ia: int, style: Style) -> Any:
+    """Compact mode's second table: speedup lost to MoE expert coverage and the goodput policy, per rate."""
+    from rich.table import Table
+
+    from sdplan.planner import NONE_STABLE
+
+    table = Table(box=table_box(style))
+    table.add_column("rate (req/s)", justify="right")
+    table.add_column("best k", justify="right")
+    moe = plan.moe_speedup_lost is not None
+    goodput = plan.goodput_latency_s is not None
+    if moe:
+        table.add_column("speedup lost to coverage (x)", justify="right")
+    if goodput:
+        zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
+        table.add_column("goodput (s)", justify="right")
+        table.add_column("goodput k", justify="right")
+        table.add_column(f"k={zero_k if zero_k else 'off'} always (s)", justify="right")
+    for ir, rate in enumerate(plan.rates_rps):
+        best = int(plan.best_k[ia, ir])
+        cells = [f"{rate:.4g}", _k_text(best)]
+        if moe:
+            speed = plan.best_speedup[ia, ir]
+            lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
+            cells.append("-" if best == NONE_STABLE or speed == float("inf") else _num(lost, 3))
+        if goodput:
+            gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
+            cells += [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk),  # type: ignore[index]
+                      _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
+        table.add_row(*cells)
+    return table
+
+
+def _per_k_table(plan: Plan, ia: int, style: Style) -> Any:
+    from rich.table import Table
+
+    per_k = Table(box=table_box(style))
+    for header in ("k", "E (tok/ cycle)", "C1 (s)", "C2 (s/req)", "zero-load speedup (x)", "saturation (req/s)",
+                   "max output (tok/s)", "SD faster (req/s)"):
+        per_k.add_column(header, justify="right" if header != "SD faster (req/s)" else "left")
+    g = plan.coefficients.output_tokens
+    moe = plan.moe_speedup_lost is not None
+    per_k.add_row("off", "1", _num(plan.baseline_c1_s), _num(plan.baseline_c2_s), "1",
+                  _num(plan.baseline_saturation_rate_rps), _num(g * plan.baseline_saturation_rate_rps, 5), "-")
+    for ik, k in enumerate(plan.draft_lengths):
         per_k.add_row(
-            "off", "1", _num(plan.baseline_c1_s), _num(plan.baseline_c2_s), "1",
-            _num(plan.baseline_saturation_rate_rps), _num(g * plan.baseline_saturation_rate_rps, 5), "-",
+            str(k), f"{plan.tokens_per_cycle[ia, ik]:.3f}", _num(plan.c1_s[ia, ik]), _num(plan.c2_s[ia, ik]),
+            _num(plan.baseline_c1_s / plan.c1_s[ia, ik], 3), _num(plan.saturation_rate_rps[ia, ik]),
+            _num(g * plan.saturation_rate_rps[ia, ik], 5),
+            _sd_faster_text(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik]),
+                            moe),
         )
-        for ik, k in enumerate(plan.draft_lengths):
-            per_k.add_row(
-                str(k),
-                f"{plan.tokens_per_cycle[ia, ik]:.3f}",
-                _num(plan.c1_s[ia, ik]),
-                _num(plan.c2_s[ia, ik]),
-                _num(plan.baseline_c1_s / plan.c1_s[ia, ik], 3),
-                _num(plan.saturation_rate_rps[ia, ik]),
-                _num(g * plan.saturation_rate_rps[ia, ik], 5),
-                _break_even_text(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik]),
-                                 moe),
-            )
-        console.print()
-        console.print(per_k)
-    console.print(f"TPOT: {TPOT_NOTE}. Mean latency only: the model does not predict percentiles.")
+    return per_k
 
 
 def _cell(value: float, best: bool, marker: str) -> Any:

@@ -19,17 +19,31 @@ from sdplan.errors import InvalidValueError, MissingDependencyError
 if TYPE_CHECKING:
     from sdplan.planner import Plan, PlanInputs
 
-PLOT_HINT = "figure files need matplotlib: pip install 'sdplan[plot]'"
+PLOT_HINT = "figure files need matplotlib: pip install matplotlib (in an sdplan checkout: pip install -e '.[plot]')"
 FILE_FORMATS = (".png", ".svg")
 #: Latency axes stop at this multiple of the largest zero-load latency (curves go to infinity at saturation).
 LATENCY_CLIP = 6.0
 MAX_ACCEPTANCE_ROWS = 4
 
 
-def _plot_k(plan: Plan, ia: int) -> list[int]:
-    from sdplan.render.plan import _shown_draft_lengths
+#: Draw at most this many draft lengths per panel (the best ones plus the ends of the range).
+MAX_K_SERIES = 8
 
-    return _shown_draft_lengths(plan, ia)
+
+def _plot_k(plan: Plan, ia: int) -> list[int]:
+    """Indices of the k curves to draw: all if few, else the best ones plus the ends."""
+    count = len(plan.draft_lengths)
+    if count <= MAX_K_SERIES:
+        return list(range(count))
+    wanted = {0, count - 1}
+    for k in plan.best_k[ia]:
+        if k > 0:
+            wanted.add(int(list(plan.draft_lengths).index(k)))
+    for ik in sorted(range(count), key=lambda ik: float(plan.c1_s[ia, ik])):
+        if len(wanted) >= MAX_K_SERIES:
+            break
+        wanted.add(ik)
+    return sorted(wanted)[:MAX_K_SERIES]
 
 
 def _finite(values: Any, clip: float) -> list[float | None]:
@@ -76,17 +90,46 @@ def _start(plt: Any, width: int, height: int, color: bool) -> None:
         plt.theme("clear")
 
 
+_PENDING_TITLE: list[str] = []
+
+
+def _title(plt: Any, title: str, width: int) -> None:
+    """Set the panel title; one too long for plotext (which would drop it) is printed above, wrapped."""
+    import textwrap
+
+    _PENDING_TITLE.clear()
+    if len(title) <= width - 6:
+        plt.title(title)
+    else:
+        _PENDING_TITLE.extend(textwrap.wrap(title, width=width))
+
+
 def _finish(plt: Any, color: bool) -> str:
     text = plt.build()
-    return text if color else plt.uncolorize(text)
+    text = text if color else plt.uncolorize(text)
+    if _PENDING_TITLE:
+        text = "\n".join(_PENDING_TITLE) + "\n" + text
+        _PENDING_TITLE.clear()
+    return text
 
 
-def _label(plan: Plan, ia: int) -> str:
+def _label(plan: Plan, ia: int, inputs: PlanInputs | None = None) -> str:
+    """``alpha 0.70 assumed``: the acceptance of a panel and where it came from (said in every figure)."""
+    from sdplan.render.answer import acceptance_origin
+
     alpha = plan.alphas[ia]
-    return f"alpha={alpha:.2f}"
+    origin = acceptance_origin(inputs.acceptance.source) if inputs is not None else "given"
+    return f"alpha {alpha:.2f} {origin}"
 
 
 # ----------------------------------------------------------------------------- terminal
+
+
+def _legend(entries: list[str], width: int) -> str:
+    """The legend as text lines under a panel, wrapped at ``width``."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap("legend: " + ", ".join(entries), width=width, subsequent_indent="  "))
 
 
 def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> str:
@@ -103,34 +146,40 @@ def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> st
         series = [("no SD", plan.baseline_latency_s)] + [(f"k={plan.draft_lengths[ik]}", plan.latency_s[ia, :, ik])
                                                         for ik in ks]
         _start(plt, width, 20, color)
+        # legends are printed under each panel: plotext draws its legend over the curves
+        legend = []
         for index, (name, values) in enumerate(series):
-            for part, (x, y) in enumerate(_segments(rates, _finite(values, clip))):
-                plt.plot(x, y, label=name if part == 0 else None, marker=MARKERS[index % len(MARKERS)])
+            legend.append(f"{MARKERS[index % len(MARKERS)]} {name}")
+            for x, y in _segments(rates, _finite(values, clip)):
+                plt.plot(x, y, marker=MARKERS[index % len(MARKERS)])
         if math.isfinite(plan.baseline_saturation_rate_rps) and plan.baseline_saturation_rate_rps <= rates[-1] * 1.2:
             plt.vline(plan.baseline_saturation_rate_rps)
-        plt.title(f"mean E2E latency (s) vs request rate ({_label(plan, ia)}); | no-SD saturation")
+        _title(plt, f"mean E2E latency (s) vs request rate, {_label(plan, ia, inputs)}; | no-SD saturation", width)
         plt.xlabel("request rate (req/s)")
-        latency_panel = _finish(plt, color)
+        latency_panel = _finish(plt, color) + "\n" + _legend(legend + ["| no-SD saturation"], width)
 
         _start(plt, width, 16, color)
         top = 3.0 * float(max(plan.baseline_c1_s / plan.c1_s[ia].min(), 1.0))
+        # the 1x line as a curve, mapped to rows exactly like the data (plotext's hline rounds differently;
+        # drawn first so that the curves stay on top of it)
+        plt.plot([rates[0], rates[-1]], [1.0, 1.0], marker="-")
+        legend = []
         for index, ik in enumerate(ks, start=1):
             speed = [float(v) if math.isfinite(v) and 0 < v <= top else None for v in plan.speedup[ia, :, ik]]
-            for part, (x, y) in enumerate(_segments(rates, speed)):
-                plt.plot(x, y, label=f"k={plan.draft_lengths[ik]}" if part == 0 else None,
-                         marker=MARKERS[index % len(MARKERS)])
-        plt.hline(1.0)
-        plt.title(f"speedup over no SD (x) vs request rate ({_label(plan, ia)}); - break-even (1x)")
+            legend.append(f"{MARKERS[index % len(MARKERS)]} k={plan.draft_lengths[ik]}")
+            for x, y in _segments(rates, speed):
+                plt.plot(x, y, marker=MARKERS[index % len(MARKERS)])
+        _title(plt, f"speedup over no SD (x) vs request rate, {_label(plan, ia, inputs)}; - break-even (1x)", width)
         plt.xlabel("request rate (req/s)")
-        speedup_panel = _finish(plt, color)
+        speedup_panel = _finish(plt, color) + "\n" + _legend(legend + ["- break-even (1x)"], width)
 
         _start(plt, width, 12, color)
         best = [float(k) if k != NONE_STABLE else None for k in plan.best_k[ia]]
         for part, (x, y) in enumerate(_segments(rates, best)):
-            plt.plot(*_step(x, y), label="best k (0 = SD off)" if part == 0 else None, marker="*")
-        plt.title(f"best draft length vs request rate ({_label(plan, ia)})")
+            plt.plot(*_step(x, y), marker="*")
+        _title(plt, f"best draft length vs request rate, {_label(plan, ia, inputs)}", width)
         plt.xlabel("request rate (req/s)")
-        best_panel = _finish(plt, color)
+        best_panel = _finish(plt, color) + "\n" + _legend(["* best k (0 = SD off)"], width)
         blocks.append("\n".join((latency_panel, speedup_panel, best_panel)))
     return "\n".join(blocks) + "\n"
 
@@ -140,7 +189,7 @@ def terminal_bars(labels: list[str], values: list[float], title: str, xlabel: st
 
     _start(plt, width, max(8, 2 * len(labels) + 6), color)
     plt.bar(labels, values, orientation="horizontal", width=0.5)
-    plt.title(title)
+    _title(plt, title, width)
     plt.xlabel(xlabel)
     return _finish(plt, color) + "\n"
 
@@ -154,7 +203,7 @@ def terminal_scatter(measured: list[float], predicted: list[float], title: str, 
     plt.plot([0, top], [0, top * 1.1], label="+10%", marker="-")
     plt.plot([0, top], [0, top * 0.9], label="-10%", marker="-")
     plt.scatter(measured, predicted, label="runs", marker="x")
-    plt.title(title)
+    _title(plt, title, width)
     plt.xlabel("measured mean E2E latency (s); y: predicted (s)")
     return _finish(plt, color) + "\n"
 
@@ -228,7 +277,7 @@ def file_plan(plan: Plan, inputs: PlanInputs, path: Path) -> None:
         best_axis.step(rates, best, where="mid", color="tab:blue", linewidth=2)
         best_axis.set_yticks(sorted({0, *[int(plan.draft_lengths[i]) for i in ks]}))
         best_axis.set_yticklabels(["off" if t == 0 else str(t) for t in best_axis.get_yticks().astype(int)])
-        label = _label(plan, ia)
+        label = _label(plan, ia, inputs)
         latency_axis.set(xlabel="request rate (req/s)", ylabel="mean E2E latency (s)",
                          title=f"Latency vs load ({label}); dotted: saturation")
         speed_axis.set(xlabel="request rate (req/s)", ylabel="speedup over no SD (x)",
@@ -299,7 +348,7 @@ def terminal_cdf(series: list[tuple[str, Any]], title: str, width: int, color: b
     for index, (name, values) in enumerate(series):
         x, y = _cdf_points(values)
         plt.plot(x, y, label=name, marker=MARKERS[index % len(MARKERS)])
-    plt.title(title)
+    _title(plt, title, width)
     plt.xlabel("E2E latency (s); y: fraction of requests")
     return _finish(plt, color) + "\n"
 

@@ -60,14 +60,19 @@ def simulate_csv(summaries: list[RateSummary]) -> str:
     return buffer.getvalue()
 
 
-def _cell(estimate: Estimate) -> str:
+def _unit(estimate: Estimate) -> tuple[float, str]:
+    """Milliseconds below one second, else seconds (chosen per metric from its mean)."""
+    value = estimate.value
+    return (1e3, "ms") if math.isfinite(value) and abs(value) < 1 else (1.0, "s")
+
+
+def _cell(estimate: Estimate, scale: float, plus_minus: str) -> str:
     value = estimate.value
     if not math.isfinite(value):
         return "-"
-    scale, unit = (1e3, "ms") if abs(value) < 1 else (1.0, "s")
     if math.isfinite(estimate.half_width):
-        return f"{value * scale:.4g} +/- {estimate.half_width * scale:.2g} {unit}"
-    return f"{value * scale:.4g} {unit}"
+        return f"{value * scale:.4g}{plus_minus}{estimate.half_width * scale:.2g}"
+    return f"{value * scale:.4g}"
 
 
 def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt: OutputFormat, style: Style,
@@ -80,23 +85,39 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
     def draw(console: Any) -> None:
         from rich.table import Table
 
+        from sdplan.render import print_paragraph, print_table
+        from sdplan.render.answer import alpha_phrase, caveat_lines, caveats
+
         settings = document["settings"]
-        console.print(f"calibration {document['calibration']['name']}; {settings['replications']} replications x "
-                      f"{settings['requests']} requests per rate (first 10% discarded); arrivals CV "
-                      f"{settings['arrival_cv']:g}; batch cap {settings['max_num_seqs']}")
+        workload = document.get("workload", {})
+        alpha = workload.get("per_token_alpha")
+        source = str(workload.get("acceptance_source", ""))
+        assumption = alpha_phrase(alpha, source) if alpha is not None else "acceptance as given"
+        console.print(f"calibration {document['calibration']['name']}; {workload.get('prompt_tokens')} prompt / "
+                      f"{workload.get('output_tokens')} output tokens; {assumption}")
+        console.print(f"{settings['replications']} replications x {settings['requests']} requests per rate (first "
+                      f"10% discarded); arrivals CV {settings['arrival_cv']:g}; batch cap {settings['max_num_seqs']}")
+        if alpha is not None:
+            for line in caveat_lines(caveats(document["calibration"].get("method", ""), source, alpha)):
+                if not line.startswith("Caveat: mean latencies"):
+                    print_paragraph(console, line)
         for summary, row in zip(summaries, document["rates"]):
             option = f"SD k={summary.draft_length}" if summary.draft_length else "SD off"
             if summary.mean_draft_length is not None:
                 option = (f"goodput policy (k per step by E(k)/step time; mean k {summary.mean_draft_length.value:.2f}, "
                           f"best static k={summary.draft_length})")
-            table = Table(title=f"{summary.rate_rps:g} req/s, {option}: simulated (95% CI over replications)",
-                          box=table_box(style), title_justify="left")
+            table = Table(box=table_box(style))
             table.add_column("metric")
             for statistic in STATISTICS:
                 table.add_column(statistic, justify="right")
+            plus_minus = "+-" if style.ascii else "\u00b1"
             for metric in METRICS:
-                table.add_row(LABELS[metric], *[_cell(summary.stats[(metric, s)]) for s in STATISTICS])
-            console.print(table)
+                scale, unit = _unit(summary.stats[(metric, "mean")])
+                table.add_row(f"{LABELS[metric]} ({unit})",
+                              *[_cell(summary.stats[(metric, s)], scale, plus_minus) for s in STATISTICS])
+            console.print()
+            print_table(console, table, title=f"{summary.rate_rps:g} req/s, {option}, {assumption}: simulated "
+                        f"(value{plus_minus}95% CI half-width over replications)")
             diff = row["simulated_vs_analytic_pct"]
             analytic = row["analytic_mean_e2e_latency_s"]
             console.print(

@@ -1,0 +1,252 @@
+"""The answer first: the decision in words, why, and the biggest caveat.
+
+Every table-format report of ``plan``, ``capacity`` and ``check`` starts with
+these lines, so that a reader who stops after them still has the decision and
+knows what it rests on. They are built from the same numbers as the tables.
+
+The *why* is the model's decomposition (Kong et al., eq. 1):
+``L = C1 / (1 - lambda C2)``, so
+
+    speedup(lambda) = (C1_D / C1_k) * (1 - lambda C2_D)^-1 * (1 - lambda C2_k)
+
+SD buys its zero-load speedup ``C1_D / C1_k`` by cutting the number of
+steps, but where it raises the per-request batch cost ``C2`` (verifying
+``k + 1`` tokens per request and step) the queueing factor grows faster with
+SD, the speedup shrinks with load and reaches 1 at the break-even rate
+``(C1_D - C1_k) / (C1_D C2_k - C1_k C2_D)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sdplan.planner import Plan, PlanInputs
+
+
+def _g(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}g}"
+
+
+def acceptance_origin(source: str) -> str:
+    """A short word for where an acceptance value came from: assumed, measured, given."""
+    text = source.lower()
+    if text.startswith("default"):
+        return "assumed"
+    if "calibration" in text:
+        return "from the calibration"
+    if "workload file" in text:
+        return "from the workload file"
+    return "given"
+
+
+def alpha_phrase(alpha: float, source: str) -> str:
+    """``per-token alpha 0.700 (assumed)``: the acceptance with where it came from, for every table."""
+    return f"per-token alpha {alpha:.3f} ({acceptance_origin(source)})"
+
+
+def caveats(method: str, acceptance_source: str, alpha: float, warnings: list[str] | tuple[str, ...] = (),
+            batch_note: str | None = None) -> list[str]:
+    """What the answer rests on, most important first."""
+    items = []
+    if acceptance_origin(acceptance_source) == "assumed":
+        items.append(f"acceptance is ASSUMED (per-token alpha {alpha:.3f}, the default); measure it "
+                     "(vLLM spec_decode_acceptance_length) and pass --acceptance-length/--acceptance-k")
+    if method == "roofline":
+        items.append("the calibration is a roofline estimate from datasheets, NOT measured; "
+                     "fit one to your benchmarks (sdplan fit) or measure one (sdplan calibrate)")
+    if batch_note:
+        items.append(batch_note)
+    items.extend(warnings)
+    return items
+
+
+def caveat_lines(items: list[str]) -> list[str]:
+    if not items:
+        return ["Caveat: mean latencies from a calibrated model (Kong et al.); no percentiles (sdplan simulate)"]
+    lines = [f"Caveat: {items[0]}"]
+    lines.extend(f"  also: {item}" for item in items[1:])
+    return lines
+
+
+def _segments(plan: Plan, ia: int) -> list[tuple[int, float, float]]:
+    """Runs of equal best k along the rate grid: (best k, first rate, last rate); unstable rows left out."""
+    from sdplan.planner import NONE_STABLE
+
+    runs: list[tuple[int, float, float]] = []
+    for ir, rate in enumerate(plan.rates_rps):
+        best = int(plan.best_k[ia, ir])
+        if best == NONE_STABLE:
+            continue
+        if runs and runs[-1][0] == best:
+            runs[-1] = (best, runs[-1][1], float(rate))
+        else:
+            runs.append((best, float(rate), float(rate)))
+    return runs
+
+
+def _k_name(k: int) -> str:
+    return "SD off" if k == 0 else f"k={k}"
+
+
+def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None = None) -> list[str]:
+    """The decision for acceptance row ``ia``: 'Answer:', 'Why:' and 'Caveat:' lines."""
+    import numpy as np
+
+    ks = [int(k) for k in plan.draft_lengths]
+    c1, c2 = plan.c1_s[ia], plan.c2_s[ia]
+    c1_d, c2_d = plan.baseline_c1_s, plan.baseline_c2_s
+    zero_speedup = c1_d / c1
+    k0 = int(np.argmin(c1))
+    sat_d = plan.baseline_saturation_rate_rps
+    sat = plan.saturation_rate_rps[ia]
+    ksat = int(np.nanargmax(np.where(np.isfinite(sat), sat, -np.inf))) if np.isfinite(sat).any() else k0
+    lines = []
+    saturates = (f"saturates at {_g(sat_d, 4)} req/s without SD, {_g(float(sat[ksat]), 4)} with k={ks[ksat]}"
+                 if math.isfinite(sat_d) else "never saturates")
+    if zero_speedup[k0] <= 1.0:
+        lines.append(f"Answer: SD off. No draft length is faster even at zero load (best: k={ks[k0]}, "
+                     f"{zero_speedup[k0]:.2f}x); {saturates}.")
+    else:
+        faster_below = plan.sd_faster_below_break_even[ia]
+        even = plan.break_even_rate_rps[ia]
+        segments = _segments(plan, ia)
+        if plan.moe_speedup_lost is not None:  # no closed-form break-even with expert coverage: read the grid
+            off = [lo for k, lo, _ in segments if k == 0]
+            always = not off
+            limits = np.asarray([max(hi for k, _, hi in segments if k > 0 and hi < off[0])]) if off and any(
+                k > 0 and hi < off[0] for k, _, hi in segments) else np.asarray([])
+        else:
+            always = bool(np.any(faster_below & ~np.isfinite(even)))
+            limits = even[faster_below & np.isfinite(even)]
+        path = ", then ".join(
+            f"{_k_name(k)} at {_g(lo)}{'' if lo == hi else f'-{_g(hi)}'}"
+            for k, lo, hi in segments)
+        if always:
+            head = f"Answer: SD on at every stable rate, k={ks[k0]} at zero load ({zero_speedup[k0]:.2f}x faster)"
+        else:
+            top = float(limits.max()) if limits.size else 0.0
+            grid = " (the last rate of the grid with SD on; MoE has no closed-form break-even)" \
+                if plan.moe_speedup_lost is not None else ""
+            head = (f"Answer: SD on (k={ks[k0]}, {zero_speedup[k0]:.2f}x faster at zero load) up to "
+                    f"{_g(top)} req/s{grid}; SD off above")
+        loaded = _loaded_speedup(plan, ia)
+        if loaded is not None:
+            head += f"; {loaded[1]:.2f}x at {_g(loaded[0])} req/s"
+        lines.append(f"{head}; {saturates}.")
+        if path:
+            lines.append(f"  best per rate (req/s): {path}.")
+        direction = "but C2 (batch time each request adds) rises" if c2[k0] > c2_d else \
+            "and C2 (batch time each request adds) falls"
+        why = (f"Why: L = C1/(1 - rate*C2). With k={ks[k0]}, C1 (zero-load latency) falls {_g(c1_d, 4)} -> "
+               f"{_g(float(c1[k0]), 4)} s, {direction} {_g(c2_d, 4)} -> {_g(float(c2[k0]), 4)} s")
+        if c2[k0] > c2_d:
+            even_k0 = float(plan.break_even_rate_rps[ia, k0])
+            why += (f" (k+1 tokens verified per request and step): the queueing factor grows faster with SD, so "
+                    f"k={ks[k0]}'s speedup shrinks with load" + (f" and is gone at {_g(even_k0)} req/s."
+                                                                 if math.isfinite(even_k0) else "."))
+        else:
+            why += " (fewer steps outweigh the longer steps): the speedup holds, even grows, under load."
+        lines.append(why)
+    batch_note = None
+    if batch_cap is not None:
+        over = [float(rate) for ir, rate in enumerate(plan.rates_rps)
+                if math.isfinite(_best_batch(plan, ia, ir)) and _best_batch(plan, ia, ir) > batch_cap]
+        if over:
+            batch_note = (f"from {_g(over[0])} req/s the best option has more than {batch_cap:g} requests in "
+                          "flight, beyond the calibrated batch sizes (and maybe the engine's max_num_seqs)")
+    lines.extend(caveat_lines(caveats(inputs.calibration_method, inputs.acceptance.source, float(plan.alphas[ia]),
+                                      list(inputs.warnings), batch_note)))
+    return lines
+
+
+def _best_batch(plan: Plan, ia: int, ir: int) -> float:
+    from sdplan.planner import NONE_STABLE, SD_OFF
+
+    best = int(plan.best_k[ia, ir])
+    if best == NONE_STABLE:
+        return math.nan
+    if best == SD_OFF:
+        return float(plan.baseline_batch[ir])
+    return float(plan.batch[ia, ir, list(plan.draft_lengths).index(best)])
+
+
+def _loaded_speedup(plan: Plan, ia: int) -> tuple[float, float] | None:
+    """(rate, best speedup) at the highest grid rate where no SD runs at most 75% utilisation."""
+    chosen = None
+    for ir, rate in enumerate(plan.rates_rps):
+        speed = float(plan.best_speedup[ia, ir])
+        if plan.baseline_utilisation[ir] <= 0.75 and math.isfinite(speed) and rate > 0:
+            chosen = (float(rate), speed)
+    return chosen
+
+
+def capacity_answer(document: dict[str, Any]) -> list[str]:
+    """The decision of ``sdplan capacity`` in words, with why and the caveat."""
+    options = {option["option"]: option for option in document["options"]}
+    off = options.get("off")
+    best = document.get("best")
+    best_sd = document.get("best_speculative")
+    slos = ", ".join(document["slos"])
+    lines = []
+    if best is None:
+        lines.append(f"Answer: no option meets {slos} at any request rate; relax the SLOs or use faster hardware.")
+    else:
+        top = options[best]
+        rate = top["max_rate_under_slo_rps"]
+        if best == "off":
+            head = f"Answer: SD off. Without SD a replica serves {_g(rate)} req/s under {slos}"
+            if best_sd:
+                sd = options[best_sd]
+                head += (f"; the best SD option ({best_sd}) only {_g(sd['max_rate_under_slo_rps'])}"
+                         if sd["feasible"] else f"; no SD option meets the SLOs")
+        else:
+            head = f"Answer: SD on with {best}: {_g(rate)} req/s per replica under {slos}"
+            if off is not None:
+                head += (f" vs {_g(off['max_rate_under_slo_rps'])} without SD"
+                         + (f" ({rate / off['max_rate_under_slo_rps']:.2f}x)" if off["feasible"]
+                            and off["max_rate_under_slo_rps"] > 0 else "")
+                         if off["feasible"] else "; without SD the SLOs cannot be met")
+        lines.append(head + f" (binding: {top['binding_slo'] or '-'}).")
+        fleet = document.get("fleet")
+        if fleet and fleet.get("replicas_saved_by_sd") is not None:
+            lines.append(f"  for {fleet['target_rate_rps']:g} req/s: {fleet['no_sd']['replicas']} replicas without "
+                         f"SD, {fleet['best_sd']['replicas']} with {fleet['best_sd']['option']}.")
+        why = capacity_why(document)
+        if why:
+            lines.append(why)
+    calibration = document["calibration"]
+    acceptance = document.get("workload", {}).get("acceptance", {})
+    lines.extend(caveat_lines(caveats(calibration.get("method", ""), str(acceptance.get("source", "")),
+                                      float(document["per_token_alpha"]))))
+    return lines
+
+
+def capacity_why(document: dict[str, Any]) -> str | None:
+    """Why SD gains (or loses) capacity: C1 and C2 of no SD and of the best SD option."""
+    options = {option["option"]: option for option in document["options"]}
+    best_sd = document.get("best_speculative")
+    if not best_sd or "off" not in options or options["off"].get("c1_s") is None:
+        return None
+    c1_d, c2_d = options["off"]["c1_s"], options["off"]["c2_s"]
+    c1_k, c2_k = options[best_sd]["c1_s"], options[best_sd]["c2_s"]
+    direction = "rises" if c2_k > c2_d else "falls"
+    text = (f"Why: L = C1/(1 - rate*C2). {best_sd} cuts C1 {_g(c1_d, 4)} -> {_g(c1_k, 4)} s "
+            f"{'but' if c2_k > c2_d else 'and'} C2 {direction} {_g(c2_d, 4)} -> {_g(c2_k, 4)} s")
+    if c2_k > c2_d:
+        return text + ": SD helps a latency bound at low load, and costs capacity near saturation."
+    return text + ": SD both lowers latency and lifts saturation."
+
+
+def check_answer(passed: bool, met: int, total: int, where: str, regime: str, method: str, source: str,
+                 alpha: float, failed: list[str]) -> list[str]:
+    """The verdict of ``sdplan check`` in words, then the caveat."""
+    head = f"Answer: {'PASS' if passed else 'FAIL'}: {met}/{total} SLOs met {where}"
+    if regime == "unstable":
+        head += "; the rate is past saturation (requests queue without bound)"
+    elif failed:
+        head += "; missed: " + "; ".join(failed)
+    lines = [head + "."]
+    lines.extend(caveat_lines(caveats(method, source, alpha)))
+    return lines

@@ -1,0 +1,248 @@
+"""The first five minutes in a terminal: 80 columns, the answer first, assumptions said, completion, install lines."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results_fixtures import write_vllm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+ELLIPSIS = "\u2026"
+
+
+def assert_fits(text: str, width: int) -> None:
+    for line in text.splitlines():
+        assert len(line) <= width, f"{len(line)} columns: {line!r}"
+    assert ELLIPSIS not in text and "..." not in text.replace("r_1 + ... + r_k", "")
+
+
+@pytest.fixture
+def narrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+COMMANDS = [
+    ("plan",),
+    ("plan", "--acceptance", "0.6,0.8", "--policy", "goodput"),
+    ("plan", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline"),
+    ("check", "--rate", "8", "--slo", "e2e:mean<=5s", "--slo", "tpot:mean<=15ms", "--slo", "ttft:mean<=300ms"),
+    ("capacity", "--slo", "e2e:mean<=4s", "--target-rate", "100", "--gpu-hour-cost", "2.5"),
+    ("simulate", "--rates", "4", "--requests", "200", "--seeds", "2"),
+    ("calibrations",),
+    ("show",),
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a))
+def test_every_table_fits_80_columns_without_cutting(sdplan, narrow, args) -> None:
+    result = sdplan(*args)
+    assert result.exit_code in (0, 1), result.output
+    assert_fits(result.stdout, 80)
+
+
+def test_fit_and_validate_fit_80_columns(sdplan, narrow, tmp_path) -> None:
+    paths = write_vllm(tmp_path / "runs", noise=0.01)
+    out = tmp_path / "fitted.toml"
+    fit = sdplan("fit", *map(str, paths), "-o", str(out), "--holdout", "0.2")
+    assert fit.exit_code == 0, fit.output
+    assert_fits(fit.stdout, 80)
+    # the title is a line of its own: never broken mid-phrase by a narrow table
+    assert re.search(r"^Pooled fit at \d+ prompt / \d+ output tokens \(R2", fit.stdout, re.M)
+    validate = sdplan("validate", "-c", str(out), *map(str, paths))
+    assert validate.exit_code == 0, validate.output
+    assert_fits(validate.stdout, 80)
+    assert validate.stdout.startswith("Answer: MAPE")
+
+
+def test_wide_tables_are_never_cut_even_past_the_width(sdplan, narrow) -> None:
+    result = sdplan("plan", "--wide")
+    assert result.exit_code == 0
+    assert ELLIPSIS not in result.stdout
+    header = next(line for line in result.stdout.splitlines() if line.startswith("\u2502 rate (req/s)"))
+    for k in range(1, 9):
+        assert f"k={k} (s)" in header  # one line per row: every k column, whole
+    compact = sdplan("plan").stdout
+    top = next(line for line in compact.splitlines() if line.startswith("\u256d"))
+    assert top.count("\u252c") == 7  # compact: 8 columns (rate, no SD, best k, best, speedup, TPOT, rho, regime)
+
+
+def test_columns_is_honoured_when_piped() -> None:
+    env = dict(os.environ, COLUMNS="80", NO_COLOR="1")
+    narrow = subprocess.run([sys.executable, "-m", "sdplan", "plan"], capture_output=True, text=True, env=env,
+                            check=True)
+    assert_fits(narrow.stdout, 80)
+    env["COLUMNS"] = "150"
+    wide = subprocess.run([sys.executable, "-m", "sdplan", "plan", "--wide"], capture_output=True, text=True,
+                          env=env, check=True)
+    assert max(map(len, wide.stdout.splitlines())) > 100
+    del env["COLUMNS"]
+    default = subprocess.run([sys.executable, "-m", "sdplan", "plan"], capture_output=True, text=True, env=env,
+                             check=True)
+    assert_fits(default.stdout, 80)  # piped without COLUMNS: 80
+
+
+def test_print_table_wraps_between_words_and_never_cuts() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from sdplan.render import print_table
+
+    table = Table()
+    for header in ("a rather long header", "another long header here", "short"):
+        table.add_column(header)
+    table.add_row("unbreakable-token-of-thirty-ch", "two words", "x" * 12)
+    buffer = io.StringIO()
+    print_table(Console(file=buffer, width=40, no_color=True), table, title="a title longer than the table is wide")
+    text = buffer.getvalue()
+    assert "unbreakable-token-of-thirty-ch" in text and "x" * 12 in text and ELLIPSIS not in text
+    assert text.splitlines()[0] == "a title longer than the table is wide"
+    # when even the narrowest layout is wider than the console, it is printed whole, one line per row
+    buffer = io.StringIO()
+    print_table(Console(file=buffer, width=20, no_color=True), table)
+    assert "unbreakable-token-of-thirty-ch" in buffer.getvalue() and ELLIPSIS not in buffer.getvalue()
+
+
+def test_plan_gives_the_answer_first_and_why(sdplan, narrow) -> None:
+    text = sdplan("plan").stdout
+    first_table = text.index("\u256d")
+    head = text[:first_table]
+    assert "Answer: SD on" in head and "Why:" in head and "Caveat:" in head
+    why = head[head.index("Why:"):]
+    assert "C2" in why and "rises" in why and "shrinks" in why  # the default calibration: C2 grows with k=3
+    assert text.startswith("Answer: SD on")  # the decision before anything else
+    assert "ASSUMED" in head  # the default acceptance is an assumption, said before any number
+    off = sdplan("plan", "--acceptance", "0.05", "-k", "4-8").stdout
+    assert "Answer: SD off" in off
+
+
+def test_answer_matches_the_table(sdplan, narrow) -> None:
+    import json
+
+    document = json.loads(sdplan("plan", "-f", "json").stdout)
+    text = sdplan("plan").stdout
+    saturation = document["baseline"]["saturation_rate_rps"]
+    assert f"saturates at {saturation:.4g} req/s without SD" in " ".join(text.split())
+    best_first = document["results"][0]["rates"][0]["best"]["draft_length_tokens"]
+    assert f"k={best_first} at" in text
+
+
+def test_assumptions_are_said_in_every_table(sdplan, narrow) -> None:
+    for args in (("plan",), ("check", "--rate", "4", "--slo", "e2e:mean<=9s"), ("capacity", "--slo", "e2e:mean<=4s"),
+                 ("simulate", "--rates", "4", "--requests", "100", "--seeds", "2")):
+        text = " ".join(sdplan(*args).stdout.split())
+        assert "per-token alpha 0.700 (assumed)" in text, args
+    given = " ".join(sdplan("check", "--rate", "4", "--slo", "e2e:mean<=9s", "--acceptance", "0.8").stdout.split())
+    assert "per-token alpha 0.800 (given)" in given and "ASSUMED" not in given
+
+
+def test_capacity_and_check_answer_first(sdplan, narrow) -> None:
+    capacity = sdplan("capacity", "--slo", "e2e:mean<=4s", "--acceptance", "0.8").stdout
+    assert capacity.startswith("Answer: SD on with k=") and "Why:" in capacity
+    check = sdplan("check", "--rate", "8", "--slo", "e2e:mean<=5s")
+    assert check.exit_code == 1 and check.stdout.startswith("Answer: FAIL")
+
+
+def test_default_rate_grid_ends_on_a_stable_row(sdplan) -> None:
+    import json
+
+    for name in ("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", "l40s_qwen3-8b_qwen3-0.6b_roofline"):
+        rows = json.loads(sdplan("plan", "-c", name, "-f", "json").stdout)["results"][0]["rates"]
+        assert rows[-1]["best"]["speculation"] != "unstable", name
+
+
+def test_no_install_line_names_a_package_that_does_not_exist() -> None:
+    files = [ROOT / "README.md", *sorted((ROOT / "man").rglob("*.[15]")), *sorted((ROOT / "sdplan").rglob("*.py"))]
+    for path in files:
+        assert "sdplan[" not in path.read_text(), f"{path} tells users to install sdplan[...] from an index"
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install -e '.[plot]'" in readme and "pip install -e '.[calibrate]'" in readme
+
+
+def test_completion_offers_shipped_calibrations_and_files(tmp_path, monkeypatch) -> None:
+    from click.shell_completion import ShellComplete
+
+    from sdplan.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.toml").write_text("")
+    complete = ShellComplete(cli, {}, "sdplan", "_SDPLAN_COMPLETE")
+    names = [item.value for item in complete.get_completions(["plan", "-c"], "h100")]
+    assert "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline" in names
+    assert all(name.startswith("h100") for name in names)
+    kinds = {item.type for item in complete.get_completions(["check", "--calibration"], "mi")}
+    assert "file" in kinds  # paths complete too (the shell lists mine.toml)
+    env = dict(os.environ, _SDPLAN_COMPLETE="bash_source")
+    script = subprocess.run([sys.executable, "-m", "sdplan"], capture_output=True, text=True, env=env)
+    assert "_SDPLAN_COMPLETE" in script.stdout or "complete" in script.stdout
+
+
+def test_capacity_has_one_batch_cap(sdplan) -> None:
+    import json
+
+    for option in ("--max-num-seqs", "--max-batch-size"):
+        document = json.loads(sdplan("capacity", "--slo", "e2e:mean<=4s", option, "48", "-f", "json").stdout)
+        assert document["num_speculative_tokens_per_batch_size"][-1][1] == 48, option
+    assert "--max-batch-size" not in sdplan("capacity", "--help").stdout
+
+
+def test_holdout_split_does_not_depend_on_file_order(sdplan, tmp_path) -> None:
+    import json
+
+    paths = [str(p) for p in write_vllm(tmp_path / "runs", noise=0.02)]
+    reports = []
+    for order in (paths, paths[::-1]):
+        result = sdplan("fit", *order, "-o", str(tmp_path / "f.toml"), "--holdout", "0.25", "-f", "json")
+        assert result.exit_code == 0, result.output
+        reports.append(json.loads(result.stdout)["holdout"])
+    assert reports[0] == reports[1]
+
+
+def test_terminal_plot_legend_sits_under_the_panels(sdplan, narrow) -> None:
+    text = sdplan("plan", "--plot", "--ascii").stdout
+    assert "legend: + k=1, x k=2, o k=3" in text
+    frame = text[text.index("speedup over no SD"):text.index("legend:", text.index("speedup over no SD"))]
+    assert "k=3" not in frame.split("\n", 1)[1]  # nothing written over the curves
+
+
+def test_fit_help_is_its_own(sdplan) -> None:
+    text = " ".join(sdplan("fit", "--help").stdout.split())
+    assert "one table each" not in text and "do not record acceptance" in text
+
+
+def test_progress_only_on_a_terminal(sdplan) -> None:
+    result = sdplan("simulate", "--rates", "4", "--requests", "100", "--seeds", "2")
+    assert result.exit_code == 0 and "simulating" not in result.stderr and "simulating" not in result.stdout
+    from sdplan.render import progress_bar
+
+    with progress_bar("simulating", 10) as advance:  # stderr is not a terminal here: silent, but callable
+        advance(5, 10, "half")
+
+
+def test_figures_say_the_assumption(sdplan, narrow) -> None:
+    plan = " ".join(sdplan("plan", "--plot", "--ascii").stdout.split())
+    assert "alpha 0.70 assumed" in plan
+    capacity = " ".join(sdplan("capacity", "--slo", "e2e:mean<=4s", "--plot", "--ascii").stdout.split())
+    assert "per replica, per-token alpha 0.700 (assumed)" in capacity  # a long title is kept, wrapped above
+
+
+def test_moe_answer_reads_the_grid(sdplan, narrow) -> None:
+    text = sdplan("plan", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline").stdout
+    assert text.startswith("Answer: SD on") and "SD off above" in " ".join(text.split())
+
+
+def test_path_options_complete_files() -> None:
+    from click.shell_completion import ShellComplete
+
+    from sdplan.cli import cli
+
+    complete = ShellComplete(cli, {}, "sdplan", "_SDPLAN_COMPLETE")
+    for args in (["check", "-w"], ["plan", "-o"], ["plan", "--plot-file"]):
+        assert [item.type for item in complete.get_completions(args, "x")] == ["file"], args
