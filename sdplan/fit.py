@@ -342,6 +342,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
                               "configuration)")
     if not any(run.draft_length == 0 for run in runs):
         raise InfeasibleError("no run without SD: the no-SD baseline cannot be fitted; include baseline runs")
+    runs = sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s))
     if reference is None:
         counts: dict[tuple[int, int], int] = defaultdict(int)
         for run in runs:
@@ -601,27 +602,40 @@ class Validation:
 
 
 def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
-    """Best draft length measured vs predicted, per (lengths, controlled load level).
+    """Best draft length measured vs predicted, per (lengths, acceptance, controlled load level).
 
     Runs are grouped by what the experimenter set (concurrency ``N`` or the
     requested rate), not by the achieved rate, so noise in throughput does not
-    split the comparison (review B13).
+    split the comparison (review B13); SD runs of one acceptance (within
+    :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
+    baseline at the same level.
     """
     by_level: dict[tuple[Any, ...], list[RunError]] = defaultdict(list)
     for e in errors:
         by_level[(round(e.run.prompt_tokens), round(e.run.output_tokens), e.run.load_level)].append(e)
     comparisons = []
     for (p, g, level), members in sorted(by_level.items(), key=lambda item: str(item[0])):
-        best_per_k: dict[int, RunError] = {}
-        for m in members:  # one run per draft length (the first)
-            best_per_k.setdefault(m.run.draft_length, m)
-        if len(best_per_k) < 2:
-            continue
-        options = list(best_per_k.values())
-        measured = min(options, key=lambda m: m.run.mean_e2e_latency_s).run.draft_length
-        predicted = min(options, key=lambda m: m.predicted_s).run.draft_length
-        comparisons.append(BestKComparison(load_level=level, prompt_tokens=p, output_tokens=g, measured_best=measured,
-                                           predicted_best=predicted, options=tuple(sorted(best_per_k))))
+        baseline = [m for m in members if m.run.draft_length == 0]
+        speculative = sorted((m for m in members if m.run.draft_length > 0),
+                             key=lambda m: (m.run.alpha or 0.0, m.run.draft_length, m.run.source))
+        groups: list[list[RunError]] = []
+        for m in speculative:
+            if groups and (m.run.alpha or 0.0) - (groups[-1][0].run.alpha or 0.0) <= ALPHA_GROUP_TOLERANCE:
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+        for group in groups or [[]]:
+            best_per_k: dict[int, RunError] = {}
+            for m in sorted(baseline + group, key=lambda m: (m.run.source, m.run.mean_e2e_latency_s)):
+                best_per_k.setdefault(m.run.draft_length, m)
+            if len(best_per_k) < 2:
+                continue
+            options = list(best_per_k.values())
+            measured = min(options, key=lambda m: m.run.mean_e2e_latency_s).run.draft_length
+            predicted = min(options, key=lambda m: m.predicted_s).run.draft_length
+            comparisons.append(BestKComparison(load_level=level, prompt_tokens=p, output_tokens=g,
+                                               measured_best=measured, predicted_best=predicted,
+                                               options=tuple(sorted(best_per_k))))
     return tuple(comparisons)
 
 
@@ -634,7 +648,7 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
     from sdplan.results import screen
 
     errors, skipped = [], []
-    for run in runs:
+    for run in sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s)):
         reasons = screen(run)
         if reasons:
             skipped.append((run, "; ".join(reasons)))

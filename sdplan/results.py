@@ -473,8 +473,7 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
     if latency <= 0:
         raise InputFileError(path, "mean_e2el_ms", "must be > 0")
     k, alpha, tau, more = _acceptance_from_vllm(document, path)
-    records_k = k > 0 or any(key in document for key in ("spec_decode_num_drafts", "num_speculative_tokens",
-                                                          "draft_length"))
+    records_k = True  # bench serve writes spec_decode_* whenever the server speculates: absent means no SD
     return BenchmarkRun(
         source=Path(path.split("#")[0]).name + ("#" + path.split("#")[1] if "#" in path else ""),
         requested_rate_rps=None if unbounded_rate else requested, achieved_rate_rps=float(achieved),
@@ -615,6 +614,16 @@ class RunFacts:
     draft_length: int | None = None
     alpha: float | None = None
 
+    def force(self, run: BenchmarkRun) -> BenchmarkRun:
+        """Per-file facts (``FILE:k=4,alpha=0.8``) are explicit: they set what they name."""
+        if self.draft_length is not None:
+            run = replace(run, draft_length=self.draft_length, records_draft_length=True)
+        if self.alpha is not None and run.draft_length > 0:
+            run = replace(run, alpha=self.alpha, records_acceptance=True)
+        if run.draft_length == 0:
+            run = replace(run, alpha=None, mean_acceptance_length=None)
+        return run
+
     def fill(self, run: BenchmarkRun) -> BenchmarkRun:
         """Fill in only what ``run``'s file does not record (B5: flags never relabel a recorded run)."""
         if self.draft_length is not None and not run.records_draft_length:
@@ -724,9 +733,7 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None,
         found, notes = read_results(Path(name), input_format)
         for run in found:
             if facts is not None:
-                run = facts.fill(run)
-                run = replace(run, records_draft_length=run.records_draft_length or facts.draft_length is not None,
-                              records_acceptance=run.records_acceptance or facts.alpha is not None)
+                run = facts.force(run)
             runs.append(flags.fill(run))
         warnings.extend(notes)
     return runs, warnings
