@@ -150,6 +150,14 @@ CALIBRATION_SCHEMA = Table(
             },
             required=False,
         ),
+        "closed_loop": Table(
+            {
+                "factor": Field("float", "a closed loop of N clients loads like factor x (N - 1) open-loop others",
+                                minimum=0.1, maximum=10.0),
+                "source": Field("str", "fitted or default", required=False),
+            },
+            required=False,
+        ),
         "uncertainty": Table(
             {
                 "parameters": Field("str_list", "coefficient names, in covariance order"),
@@ -282,6 +290,9 @@ class Calibration:
         if ttft is not None:
             coefficients = replace(coefficients, ttft_wait_steps=float(ttft["wait_steps"]),
                                    ttft_load_steps=float(ttft["load_steps"]))
+        closed = self.document.get("closed_loop")
+        if closed is not None:
+            coefficients = replace(coefficients, closed_loop_factor=float(closed["factor"]))
         return coefficients
 
     @property

@@ -98,24 +98,52 @@ def _ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, f
     return coefficients.c1p_s, float(tau1), run.mean_others_at_first_token * float(tau2)
 
 
+def fitted_load(run: BenchmarkRun) -> float:
+    """The ``B`` a run is fitted with: ``lambda L`` at the arrival rate for open loops (the planner's
+    own relation, Kong et al. eq. 1), the measured others in flight for closed loops (``N - 1``)."""
+    if run.concurrency is None:
+        return run.arrival_rate_rps * run.mean_e2e_latency_s
+    return run.mean_others
+
+
+def fitted_first_token_load(run: BenchmarkRun) -> float:
+    if run.concurrency is None:
+        return run.arrival_rate_rps * run.mean_e2e_latency_s
+    return run.mean_others_at_first_token
+
+
 @dataclass(frozen=True, slots=True)
 class DesignRows:
-    """The fit's linear structure: per run and unit coefficient, the parts of E2E and TTFT.
+    """The fit's linear structure, per run and unit coefficient (rows x 8).
 
-    ``L = e2e @ theta``; ``TTFT = (c1p + w_wait tau1 + w_load load) @ theta``.
+    ``L = (c1 + f B c2) @ theta`` and ``TTFT = (c1p + w_wait tau1 + w_load f B_t tau2) @ theta``
+    with ``f`` the closed-loop load factor on closed-loop rows and 1 on open-loop rows.
     """
 
-    e2e: Any
+    c1: Any
+    c2: Any
+    load: Any
+    closed: Any
     c1p: Any
     tau1: Any
-    load: Any
+    tau2: Any
+    load_first: Any
 
-    def ttft(self, weights: tuple[float, float]) -> Any:
-        return self.c1p + weights[0] * self.tau1 + weights[1] * self.load
+    def factor(self, closed_loop_factor: float) -> Any:
+        import numpy as np
+
+        return np.where(self.closed, closed_loop_factor, 1.0)
+
+    def e2e(self, closed_loop_factor: float = 1.0) -> Any:
+        return self.c1 + (self.factor(closed_loop_factor) * self.load)[:, None] * self.c2
+
+    def ttft(self, weights: tuple[float, float], closed_loop_factor: float = 1.0) -> Any:
+        scaled = (self.factor(closed_loop_factor) * self.load_first)[:, None]
+        return self.c1p + weights[0] * self.tau1 + weights[1] * scaled * self.tau2
 
 
 def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignRows:
-    """The rows of ``L = X theta`` and of TTFT, linear in the eight coefficients.
+    """The rows of ``L`` and of TTFT, linear in the eight coefficients.
 
     Built by evaluating the model on unit coefficient vectors, so the rows are
     the model's own equations whatever its details (eq. 3, the baseline's
@@ -123,17 +151,22 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignR
     """
     import numpy as np
 
+    from sdplan import model
+
     shape = (len(runs), len(PARAMETERS))
-    e2e, c1p, tau1, load = np.zeros(shape), np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    c1, c2, c1p, tau1, tau2 = (np.zeros(shape) for _ in range(5))
     for j in range(len(PARAMETERS)):
         unit = np.zeros(len(PARAMETERS))
         unit[j] = 1.0
         for i, run in enumerate(runs):
             coefficients = coefficients_from_vector(unit, reference, run.prompt_tokens, run.output_tokens)
-            c1, c2 = _demand(coefficients, run)
-            e2e[i, j] = c1 + run.mean_others * c2
-            c1p[i, j], tau1[i, j], load[i, j] = _ttft_parts(coefficients, run)
-    return DesignRows(e2e=e2e, c1p=c1p, tau1=tau1, load=load)
+            c1[i, j], c2[i, j] = _demand(coefficients, run)
+            c1p[i, j] = coefficients.c1p_s
+            step1, step2 = model.step_costs(coefficients, run.draft_length)
+            tau1[i, j], tau2[i, j] = float(step1), float(step2)
+    return DesignRows(c1=c1, c2=c2, load=np.array([fitted_load(r) for r in runs]),
+                      closed=np.array([r.concurrency is not None for r in runs]), c1p=c1p, tau1=tau1, tau2=tau2,
+                      load_first=np.array([fitted_first_token_load(r) for r in runs]))
 
 
 def identified_parameters(design: Any, tolerance: float = 1e-7) -> list[bool]:
@@ -213,6 +246,8 @@ class PooledFit:
     ttft_load_steps: float = 1.5
     ttft_fitted: bool = False
     ttft_mape_pct: float | None = None
+    closed_loop_factor: float = 1.0
+    closed_loop_factor_fitted: bool = False
     residuals: tuple[PointResidual, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
@@ -227,8 +262,12 @@ class PooledFit:
 
     def coefficients_at(self, prompt_tokens: float, output_tokens: float) -> Coefficients:
         """Direct-form coefficients scaled to a workload (the calibration file's rules)."""
-        return coefficients_from_vector([self.values[name] for name in PARAMETERS], self.reference, prompt_tokens,
-                                        output_tokens, (self.ttft_wait_steps, self.ttft_load_steps))
+        from dataclasses import replace
+
+        coefficients = coefficients_from_vector([self.values[name] for name in PARAMETERS], self.reference,
+                                                prompt_tokens, output_tokens,
+                                                (self.ttft_wait_steps, self.ttft_load_steps))
+        return replace(coefficients, closed_loop_factor=self.closed_loop_factor)
 
     def coefficients_document(self) -> dict[str, Any]:
         """The ``[coefficients]`` table of a calibration."""
@@ -239,6 +278,12 @@ class PooledFit:
             "baseline": {"c1_step_s": v["baseline_c1_step_s"], "c2_step_s": v["baseline_c2_step_s"]},
             "speculative": {"c1v_s": v["c1v_s"], "c2v_s": v["c2v_s"], "c1d_s": v["c1d_s"], "c2d_s": v["c2d_s"]},
         }
+
+    def closed_loop_document(self) -> dict[str, Any]:
+        """The ``[closed_loop]`` table: how a closed loop of N clients compares with an open loop."""
+        return {"factor": round(self.closed_loop_factor, 6),
+                "source": "fitted from closed- and open-loop runs together" if self.closed_loop_factor_fitted
+                else "default 1 (no open- and closed-loop runs to compare)"}
 
     def ttft_document(self) -> dict[str, Any]:
         """The ``[ttft]`` table of a calibration."""
@@ -268,7 +313,7 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun) -> float:
 
     c1, c2 = _demand(coefficients, run)
     if run.concurrency is not None:
-        return c1 + max(run.concurrency - 1, 0) * c2
+        return c1 + coefficients.closed_loop_factor * max(run.concurrency - 1, 0) * c2
     return float(model.mean_latency(c1, c2, run.arrival_rate_rps))
 
 
@@ -278,7 +323,8 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
 
     if not math.isfinite(latency_s):
         return math.inf
-    others = max(run.concurrency - 1, 0) if run.concurrency is not None else run.arrival_rate_rps * latency_s
+    others = (coefficients.closed_loop_factor * max(run.concurrency - 1, 0) if run.concurrency is not None
+              else run.arrival_rate_rps * latency_s)
     return float(model.time_to_first_token(coefficients, run.draft_length, others))
 
 
@@ -328,7 +374,15 @@ def _nonnegative_solve(design: Any, target: Any) -> Any:
 
 def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = None,
                robust: bool = True) -> PooledFit:
-    """Pooled fit of the eight coefficients (and TTFT weights) over every run.
+    """Pooled fit of the eight coefficients, the TTFT weights and the closed-loop factor.
+
+    Unknowns: ``theta`` (eight coefficients, s), the TTFT weights
+    ``w_wait, w_load``, and the closed-loop load factor ``f`` (fitted only
+    when both open- and closed-loop runs are present, else 1). Residuals are
+    relative errors of mean E2E and, where measured, mean TTFT. The problem
+    is linear in each group given the others: alternating linear solves give
+    a start, a bounded joint least squares finishes, and Huber weights
+    (from the E2E residuals) are updated until they settle.
 
     Raises
     ------
@@ -336,6 +390,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         With fewer runs than needed or no no-SD run (the baseline cannot be fitted).
     """
     import numpy as np
+    from scipy.optimize import least_squares
 
     if len(runs) < 3:
         raise InfeasibleError(f"only {len(runs)} usable runs; a fit needs at least 3 (several loads per "
@@ -351,90 +406,102 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     latency = np.array([r.mean_e2e_latency_s for r in runs])
     ttft_measured = np.array([r.mean_ttft_s if r.mean_ttft_s is not None else np.nan for r in runs])
     has_ttft = np.isfinite(ttft_measured) & (ttft_measured > 0)
-    ttft = (0.5, 1.5)
-    weights = np.ones(len(runs))
-    theta = np.zeros(len(PARAMETERS))
-    notes = []
     rows = design_rows(runs, reference)
-    e2e_rows = rows.e2e
+    fit_ttft = bool(has_ttft.sum() >= 2)
+    fit_factor = bool(rows.closed.any() and (~rows.closed).any())
+    # The planner predicts open loops: when both kinds are present, open-loop runs weigh as much in total
+    # as closed-loop runs (a sweep has many more closed-loop points).
+    balance = np.ones(len(runs))
+    if fit_factor:
+        balance[~rows.closed] = max(1.0, rows.closed.sum() / max((~rows.closed).sum(), 1))
+    weights = balance.copy()
+    n_ttft = int(has_ttft.sum())
 
-    def stacked(ttft_weights: tuple[float, float]) -> tuple[Any, Any]:
-        """Relative-error rows (E2E, then TTFT where measured) and their targets."""
-        parts = [e2e_rows / latency[:, None] * np.sqrt(weights)[:, None]]
+    def stacked(x: Any) -> tuple[Any, Any]:
+        """Weighted relative-error rows (E2E, then TTFT) for the extra unknowns x[8:] = (w1, w2, f)."""
+        parts = [rows.e2e(x[10]) / latency[:, None] * np.sqrt(weights)[:, None]]
         targets = [np.sqrt(weights)]
-        if has_ttft.any():
-            parts.append(rows.ttft(ttft_weights)[has_ttft] / ttft_measured[has_ttft, None])
-            targets.append(np.ones(int(has_ttft.sum())))
+        if n_ttft:
+            parts.append(rows.ttft((x[8], x[9]), x[10])[has_ttft] / ttft_measured[has_ttft, None])
+            targets.append(np.ones(n_ttft))
         return np.vstack(parts), np.concatenate(targets)
 
-    fitted_ttft = bool(has_ttft.sum() >= 2)
-
     def residual_vector(x: Any) -> Any:
-        """Weighted relative residuals of E2E and TTFT for coefficients x[:8] and TTFT weights x[8:]."""
-        design, target = stacked((x[8], x[9]))
+        design, target = stacked(x)
         return design @ x[:8] - target
 
-    x = np.concatenate([theta, ttft])
-    solution = None
+    x = np.concatenate([np.zeros(8), [0.5, 1.5, 1.0]])
     for iteration in range(6 if robust else 1):
-        for _ in range(3):  # alternate two linear stages for a start ...
-            design, target = stacked(ttft)
-            theta = _nonnegative_solve(design, target)
-            if fitted_ttft:  # the TTFT weights, coefficients fixed (both >= 0)
-                basis = np.column_stack([rows.tau1 @ theta, rows.load @ theta])[has_ttft] \
-                    / ttft_measured[has_ttft, None]
-                goal = (ttft_measured[has_ttft] - (rows.c1p @ theta)[has_ttft]) / ttft_measured[has_ttft]
+        for _ in range(3):  # alternating linear stages give a start ...
+            design, target = stacked(x)
+            x[:8] = _nonnegative_solve(design, target)
+            if fit_ttft:
+                theta = x[:8]
+                factor = rows.factor(x[10])
+                basis = np.column_stack([rows.tau1 @ theta, factor * rows.load_first * (rows.tau2 @ theta)])
+                basis = basis[has_ttft] / ttft_measured[has_ttft, None]
+                goal = (ttft_measured[has_ttft] - (rows.c1p @ x[:8])[has_ttft]) / ttft_measured[has_ttft]
                 if np.all(np.abs(basis).max(axis=0) > 0):
-                    ttft = tuple(float(w) for w in _nonnegative_solve(basis, goal))  # type: ignore[assignment]
-        x = np.concatenate([theta, ttft])
-        if fitted_ttft:  # ... then solve both jointly (bilinear in theta and the weights)
-            from scipy.optimize import least_squares
-
-            scale = np.where(x > 0, x, 1e-6)
-            solution = least_squares(residual_vector, x, bounds=(0.0, np.inf), x_scale=scale, method="trf",
-                                     xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=400)
+                    x[8:10] = _nonnegative_solve(basis, goal)
+        if fit_ttft or fit_factor:  # ... then all unknowns jointly (the problem is bilinear)
+            lower = np.concatenate([np.zeros(10), [0.5 if fit_factor else 1.0 - 1e-12]])
+            upper = np.concatenate([np.full(10, np.inf), [2.0 if fit_factor else 1.0 + 1e-12]])
+            if not fit_ttft:
+                lower[8:10], upper[8:10] = x[8:10] - 1e-12, x[8:10] + 1e-12
+            start = np.clip(x, lower + 1e-15, upper - 1e-15)
+            scale = np.where(np.abs(start) > 0, np.abs(start), 1e-6)
+            solution = least_squares(residual_vector, start, bounds=(lower, upper), x_scale=scale, method="trf",
+                                     xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=600)
             x = solution.x
-            theta, ttft = x[:8], (float(x[8]), float(x[9]))
-        relative = (e2e_rows @ theta - latency) / latency
+        relative = (rows.e2e(x[10]) @ x[:8] - latency) / latency
         if not robust:
             break
-        new_weights = _robust_weights(relative)
-        if iteration and np.allclose(new_weights, weights, atol=1e-3):
-            weights = new_weights
-            break
+        new_weights = balance * _robust_weights(relative)
+        settled = iteration > 0 and np.allclose(new_weights, weights, atol=1e-3)
         weights = new_weights
-    weighted, residual_target = stacked(ttft)
+        if settled:
+            break
+    theta, ttft, factor = x[:8], (float(x[8]), float(x[9])), float(x[10])
+    weighted, target = stacked(x)
     identified = identified_parameters(weighted)
-    weighted_residual = weighted @ theta - residual_target
-    jacobian = weighted
-    if fitted_ttft:  # the joint Jacobian: the TTFT weights' uncertainty propagates into the coefficients
-        extra = np.zeros((weighted.shape[0], 2))
+    residual = weighted @ theta - target
+    # Jacobian of the residuals in all unknowns: the extra unknowns' uncertainty reaches the coefficients.
+    extra = np.zeros((weighted.shape[0], 3))
+    loads = rows.factor(factor)
+    if n_ttft:
         extra[len(runs):, 0] = (rows.tau1 @ theta)[has_ttft] / ttft_measured[has_ttft]
-        extra[len(runs):, 1] = (rows.load @ theta)[has_ttft] / ttft_measured[has_ttft]
-        jacobian = np.column_stack([weighted, extra])
-    covariance = _sandwich_covariance(jacobian, weighted_residual, sum(identified) + (2 if fitted_ttft else 0))
+        extra[len(runs):, 1] = (loads * rows.load_first * (rows.tau2 @ theta))[has_ttft] / ttft_measured[has_ttft]
+        extra[len(runs):, 2] = np.where(rows.closed, ttft[1] * rows.load_first * (rows.tau2 @ theta),
+                                        0.0)[has_ttft] / ttft_measured[has_ttft]
+    extra[:len(runs), 2] = np.where(rows.closed, rows.load * (rows.c2 @ theta), 0.0) / latency * np.sqrt(weights)
+    columns = [weighted] + [extra[:, [i]] for i, used in enumerate((fit_ttft, fit_ttft, fit_factor)) if used]
+    jacobian = np.column_stack(columns)
+    covariance = _sandwich_covariance(jacobian, residual, sum(identified) + jacobian.shape[1] - 8)
     covariance = covariance[:len(PARAMETERS), :len(PARAMETERS)]
     stderr = [float(math.sqrt(max(covariance[j, j], 0.0))) if identified[j] else math.inf
               for j in range(len(PARAMETERS))]
-    ttft_predicted = rows.ttft(ttft) @ theta
-    ttft = (float(ttft[0]), float(ttft[1]))
-    predicted = e2e_rows @ theta
+    predicted = rows.e2e(factor) @ theta
     mape = float(np.mean(np.abs(predicted - latency) / latency) * 100.0)
-    ttft_mape = (float(np.mean(np.abs(ttft_predicted[has_ttft] - ttft_measured[has_ttft]) / ttft_measured[has_ttft])
-                       * 100.0) if has_ttft.any() else None)
+    ttft_predicted = rows.ttft(ttft, factor) @ theta
+    ttft_mape = (float(np.mean(np.abs(ttft_predicted[has_ttft] - ttft_measured[has_ttft])
+                               / ttft_measured[has_ttft]) * 100.0) if n_ttft else None)
+    notes = []
     unidentified = [name for name, ok in zip(PARAMETERS, identified) if not ok]
     if unidentified:
         notes.append("not identified by these runs: " + ", ".join(unidentified)
                      + (" (SD runs at two or more draft lengths determine the draft's share)"
-                        if set(unidentified) & {"c1d_s", "c2d_s", "c1v_s", "c2v_s"} else ""))
-    down = int((weights < 0.999).sum())
+                        if set(unidentified) & set(SPECULATIVE_PARAMETERS) else ""))
+    if fit_factor:
+        notes.append(f"closed-loop load factor {factor:.3f}: a closed loop of N clients loads the server like "
+                     f"{factor:.3f} x (N - 1) others of an open loop")
+    down = int((weights < 0.999 * balance).sum())
     if down:
         notes.append(f"{down} run(s) down-weighted as outliers by the robust fit (see the residuals)")
     residuals = tuple(
         PointResidual(source=run.source, load_level=run.load_level, draft_length=run.draft_length,
                       measured_s=float(latency[i]), predicted_s=float(predicted[i]),
                       measured_ttft_s=float(ttft_measured[i]) if has_ttft[i] else None,
-                      predicted_ttft_s=float(ttft_predicted[i]), weight=float(weights[i]))
+                      predicted_ttft_s=float(ttft_predicted[i]), weight=float(weights[i] / balance[i]))
         for i, run in enumerate(runs))
     return PooledFit(
         values={name: float(value) for name, value in zip(PARAMETERS, theta)},
@@ -444,8 +511,9 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         reference_prompt_tokens=int(reference[0]), reference_output_tokens=int(reference[1]),
         r2=float(_r2(list(latency), list(predicted))),
         rmse_s=float(np.sqrt(np.mean((predicted - latency) ** 2))),
-        mape_pct=mape, points=len(runs), ttft_wait_steps=float(ttft[0]), ttft_load_steps=float(ttft[1]),
-        ttft_fitted=fitted_ttft, ttft_mape_pct=ttft_mape, residuals=residuals, notes=tuple(notes),
+        mape_pct=mape, points=len(runs), ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1],
+        ttft_fitted=fit_ttft, ttft_mape_pct=ttft_mape, closed_loop_factor=factor,
+        closed_loop_factor_fitted=fit_factor, residuals=residuals, notes=tuple(notes),
     )
 
 
@@ -713,6 +781,7 @@ def fitted_document(fit: PooledFit, runs: list[BenchmarkRun], *, name: str, prov
         document["acceptance"] = acceptance
     document["coefficients"] = fit.coefficients_document()
     document["ttft"] = fit.ttft_document()
+    document["closed_loop"] = fit.closed_loop_document()
     document["uncertainty"] = fit.uncertainty_document()
     document.update(extra or {})
     return document

@@ -67,6 +67,10 @@ class Coefficients:
         step costs (:func:`time_to_first_token`): the fixed part of the step
         an arrival waits for, and the per-other-request part. Defaults 0.5 and
         1.5 (wait for half a step, then one mixed step; ``model.md`` §1.3).
+    closed_loop_factor : float
+        Only for predicting closed-loop benchmarks (``N`` clients):
+        ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fit`). The planner's open-loop
+        predictions do not use it.
     """
 
     c1p_s: float
@@ -81,6 +85,7 @@ class Coefficients:
     output_tokens: float
     ttft_wait_steps: float = 0.5
     ttft_load_steps: float = 1.5
+    closed_loop_factor: float = 1.0
 
 
 def speculative_demand(

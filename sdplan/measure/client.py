@@ -22,6 +22,9 @@ from typing import Any
 
 from sdplan.errors import EngineError
 
+#: Lengths are drawn uniformly within +-25% of the means (vLLM's --random-range-ratio) unless a point says otherwise.
+LENGTH_SPREAD = 0.25
+
 
 @dataclass(frozen=True, slots=True)
 class LoadPoint:
@@ -35,9 +38,15 @@ class LoadPoint:
     requests: int
     concurrency: int | None = None
     rate_rps: float | None = None
+    #: Lengths are drawn uniformly within +-spread of the means (vLLM's --random-range-ratio).
+    spread: float = LENGTH_SPREAD
+    #: A stable name for the point (Poisson points are named by their fraction of the peak, not their rate).
+    name: str | None = None
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate_rps:g}"
 
 
@@ -47,7 +56,7 @@ def bench_arguments(point: LoadPoint, *, base_url: str, model: str, result: Path
     args = [
         "--backend", "vllm", "--base-url", base_url, "--model", model,
         "--dataset-name", "random", "--random-input-len", str(point.prompt_tokens),
-        "--random-output-len", str(point.output_tokens), "--random-range-ratio", "0",
+        "--random-output-len", str(point.output_tokens), "--random-range-ratio", f"{point.spread:g}",
         "--num-prompts", str(point.requests), "--ignore-eos", "--seed", str(seed),
         "--temperature", f"{temperature:g}",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",

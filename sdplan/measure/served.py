@@ -121,16 +121,21 @@ def check_options(options: ServedOptions) -> None:
         if arg.split("=", 1)[0] in _OWNED_FLAGS:
             raise InvalidValueError(f"serving flag {arg}: sdplan sets it itself (a free port on 127.0.0.1; the "
                                     "speculative config from --draft/--draft-lengths/--spec-method); remove it")
-    longest = options.prompt_tokens + options.output_tokens + max(options.draft_lengths, default=0) + 1
+    from sdplan.measure.client import LENGTH_SPREAD
+
+    spread = 1.0 + LENGTH_SPREAD
+    longest = (int(options.prompt_tokens * spread) + int(options.output_tokens * spread)
+               + max(options.draft_lengths, default=0) + 1)
     max_model_len = options.serve_value("--max-model-len")
     if max_model_len is not None:
         if not max_model_len.isdigit():
             raise InvalidValueError(f"--max-model-len {max_model_len}: expected a whole number of tokens")
         if int(max_model_len) < longest:
             raise InvalidValueError(
-                f"--max-model-len {max_model_len} is shorter than a calibration request: {options.prompt_tokens} "
-                f"prompt + {options.output_tokens} output + {max(options.draft_lengths, default=0) + 1} draft tokens "
-                f"= {longest}; raise it or lower --prompt-tokens/--output-tokens")
+                f"--max-model-len {max_model_len} is shorter than the longest calibration request: prompt and "
+                f"output up to {LENGTH_SPREAD:.0%} above {options.prompt_tokens}/{options.output_tokens}, plus "
+                f"{max(options.draft_lengths, default=0) + 1} draft tokens = {longest}; raise it or lower "
+                "--prompt-tokens/--output-tokens")
     seqs = options.serve_value("--max-num-seqs")
     if seqs is not None and (not seqs.isdigit() or int(seqs) < 1):
         raise InvalidValueError(f"--max-num-seqs {seqs}: expected a whole number >= 1")
@@ -251,7 +256,9 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
 
 
 def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
-    return [f"{configuration.name}_c{n}_r{r}" for n in sweep.levels() for r in range(sweep.grid.repeats)]
+    """Keys of every point of a configuration (closed-loop levels, then Poisson points)."""
+    labels = [f"c{n}" for n in sweep.levels()] + [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
+    return [f"{configuration.name}_{label}_r{r}" for label in labels for r in range(sweep.grid.repeats)]
 
 
 def _endpoint_tag(url: str) -> str:

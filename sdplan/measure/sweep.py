@@ -8,9 +8,12 @@ core of a calibration: its load is set exactly (``N - 1`` others per request,
 ``L = C1 + (N - 1) C2``, see :mod:`sdplan.fit`), it cannot overload the server,
 and it reaches steady state at once. ``N`` doubles from 1 up to the grid's
 largest level or the server's ``max_num_seqs``, and stops early once throughput
-stops rising (less than 5% more for twice the clients: saturated). Larger
-grids add Poisson points at fractions of the measured peak throughput, the
-open-loop regime the planner predicts.
+stops rising (less than 5% more for twice the clients: saturated). Then
+Poisson points at fractions of the measured peak throughput: the open-loop
+regime the planner predicts, which fixes the closed-loop factor of the fit
+(:mod:`sdplan.fit`). Lengths vary by +-25% around the requested means
+(``--random-range-ratio``), so closed-loop clients do not finish in lockstep
+and prefill together as they would with identical requests.
 
 Disturbed points (another process used CPU during the point, or repeats that
 disagree by more than 10%) are measured again, up to ``remeasure`` times; what
@@ -67,11 +70,11 @@ class ServedGrid:
 
 SERVED_GRIDS = {
     "quick": ServedGrid(concurrency=(1, 2, 4, 8), requests_per_client=6, min_requests=16, repeats=1,
-                        poisson_fractions=(), draft_lengths=(2, 4)),
+                        poisson_fractions=(0.4, 0.75), draft_lengths=(2, 4)),
     "standard": ServedGrid(concurrency=(1, 2, 4, 8, 16), requests_per_client=8, min_requests=24, repeats=2,
-                           poisson_fractions=(0.5,), draft_lengths=(1, 2, 4)),
+                           poisson_fractions=(0.3, 0.55, 0.8), draft_lengths=(1, 2, 4)),
     "thorough": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64), requests_per_client=10, min_requests=32, repeats=3,
-                           poisson_fractions=(0.3, 0.6), draft_lengths=(1, 2, 3, 4, 6)),
+                           poisson_fractions=(0.25, 0.5, 0.75), draft_lengths=(1, 2, 3, 4, 6)),
 }
 
 
@@ -190,7 +193,8 @@ class Sweep:
         for fraction in self.grid.poisson_fractions:
             rate = float(f"{fraction * peak:.3g}")
             requests = max(self.grid.min_requests * 2, int(rate * 30))
-            point = LoadPoint(self.prompt_tokens, self.output_tokens, min(requests, 2000), rate_rps=rate)
+            point = LoadPoint(self.prompt_tokens, self.output_tokens, min(requests, 2000), rate_rps=rate,
+                              name=f"p{round(fraction * 100)}")
             results += self._measure_repeats(configuration, point, server, client)
         self.outcomes += results
         return results
@@ -296,12 +300,15 @@ def iterate_results(folder: Path, records: list[PointRecord]) -> Iterator[tuple[
 
 def summarise_binding(log_text: str) -> str:
     """vLLM's CPU thread binding from a server log (empty on GPUs)."""
+    import re
+
     keep = []
+    prefix = re.compile(r"^.*?\[[\w./-]+\.py:\d+\]\s*")  # vLLM's "(Proc pid=..) INFO date [file.py:123] "
     for line in log_text.splitlines():
         for marker in ("reserved_cpus", "Reducing Torch threads", "OMP threads binding of Process", "local_omp_cpuid",
                        "VLLM_CPU_OMP_THREADS_BIND"):
             if marker in line:
-                keep.append(line.split("]", 1)[-1].strip())
+                keep.append(prefix.sub("", line).strip())
     unique = list(dict.fromkeys(keep))
     return "; ".join(unique)[:400]
 

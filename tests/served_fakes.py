@@ -1,0 +1,217 @@
+"""A step-level fake of a served engine and of ``vllm bench serve``, for the served calibration tests.
+
+The fake server runs continuous batching step by step: a step with ``n`` running
+requests costs ``tau1 + (n - 1) tau2`` seconds (plus the prefill of requests admitted
+in it), every running request gains ``E`` tokens per step (1 without SD), a new
+request's first token comes at the end of its admission step. Closed loops restart
+a request the moment one finishes; open loops admit Poisson arrivals at step
+boundaries. It is *not* the model's formula: the tests check that fitting its
+closed-loop points predicts its open-loop points.
+
+The fake client writes the same JSON fields ``vllm bench serve --save-result
+--save-detailed`` does, per-request lists included.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sdplan.acceptance import expected_tokens_per_cycle
+
+
+@dataclass
+class FakeEngine:
+    """Per-step costs of the fake served engine (seconds)."""
+
+    step_fixed_s: float = 0.004
+    step_per_request_s: float = 0.0006
+    verify_fixed_s: float = 0.005
+    verify_per_request_s: float = 0.0007
+    draft_fixed_s: float = 0.0008
+    draft_per_request_s: float = 0.00008
+    prefill_s: float = 0.02
+    alpha: float = 0.8
+    noise: float = 0.0
+    run_noise: float = 0.0
+    overhead_ttft_s: float = 0.01
+
+    def step(self, k: int) -> tuple[float, float, float]:
+        """(tau1, tau2, tokens per step) of an option."""
+        if k == 0:
+            return self.step_fixed_s, self.step_per_request_s, 1.0
+        return (self.verify_fixed_s + k * self.draft_fixed_s, self.verify_per_request_s + k * self.draft_per_request_s,
+                float(expected_tokens_per_cycle(self.alpha, k)))
+
+
+def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int, clients: int | None,
+             rate: float | None, seed: int, spread: float = 0.0) -> dict[str, Any]:
+    """Simulate one benchmark run; returns a vLLM bench serve result document.
+
+    Output lengths are uniform within +-``spread`` of ``output`` (vLLM's --random-range-ratio).
+    """
+    rng = random.Random(seed)
+    low, high = max(2, round(output * (1 - spread))), max(2, round(output * (1 + spread)))
+    lengths = [rng.randint(low, high) for _ in range(requests + (clients or 0))]
+    tau1, tau2, per_step = engine.step(k)
+    slowdown = math.exp(rng.gauss(0.0, engine.run_noise))  # a whole run slower or faster (a noisy machine)
+    tau1, tau2 = tau1 * slowdown, tau2 * slowdown
+    t = 0.0
+    pending: list[float] = []
+    if clients is None:
+        arrival = 0.0
+        for _ in range(requests):
+            arrival += rng.expovariate(rate)
+            pending.append(arrival)
+    started = 0
+    running: list[dict[str, float]] = []
+    done: list[dict[str, float]] = []
+    if clients is not None:
+        for _ in range(min(clients, requests)):
+            running.append({"start": 0.0, "left": float(lengths[started]), "out": lengths[started], "first": -1.0})
+            started += 1
+    while len(done) < requests:
+        while pending and pending[0] <= t:
+            running.append({"start": pending.pop(0), "left": float(lengths[started]), "out": lengths[started],
+                            "first": -1.0})
+            started += 1
+        if not running:
+            t = pending[0]
+            continue
+        new = sum(1 for r in running if r["first"] < 0)
+        cost = tau1 + (len(running) - 1) * tau2 + new * engine.prefill_s
+        t += cost * (1.0 + rng.gauss(0.0, engine.noise))
+        finished = []
+        for r in running:
+            if r["first"] < 0:
+                r["first"] = t + engine.overhead_ttft_s
+                r["left"] -= 1.0
+            else:
+                r["left"] -= per_step
+            if r["left"] <= 1e-9:
+                finished.append(r)
+        for r in finished:
+            running.remove(r)
+            r["end"] = max(t, r["first"])
+            done.append(r)
+            if clients is not None and started < requests:
+                running.append({"start": t, "left": float(lengths[started]), "out": lengths[started], "first": -1.0})
+                started += 1
+    done = done[:requests]
+    latencies = [r["end"] - r["start"] for r in done]
+    ttfts = [r["first"] - r["start"] for r in done]
+    duration = max(r["end"] for r in done) - min(r["start"] for r in done)
+    document: dict[str, Any] = {
+        "date": "20261122-120000", "backend": "vllm", "model_id": "fake", "num_prompts": requests,
+        "request_rate": "inf" if clients is not None else rate, "burstiness": 1.0, "max_concurrency": clients,
+        "duration": duration, "completed": requests, "failed": 0, "total_input_tokens": prompt * requests,
+        "total_output_tokens": sum(r["out"] for r in done), "request_throughput": requests / duration,
+        "mean_e2el_ms": sum(latencies) / requests * 1e3, "mean_ttft_ms": sum(ttfts) / requests * 1e3,
+        "mean_tpot_ms": sum((l - f) / (r["out"] - 1) for l, f, r in zip(latencies, ttfts, done)) / requests * 1e3,
+        "latencies": latencies, "ttfts": ttfts, "start_times": [r["start"] for r in done],
+        "output_lens": [r["out"] for r in done], "input_lens": [prompt] * requests, "errors": [""] * requests,
+    }
+    if k:
+        tau = float(expected_tokens_per_cycle(engine.alpha, k))
+        drafts = round(requests * output / tau)
+        accepted = round(drafts * (tau - 1))
+        document.update({"spec_decode_acceptance_rate": accepted / (drafts * k) * 100, "spec_decode_acceptance_length":
+                         1 + accepted / drafts, "spec_decode_num_drafts": drafts,
+                         "spec_decode_draft_tokens": drafts * k, "spec_decode_accepted_tokens": accepted,
+                         "spec_decode_per_position_acceptance_rates": [engine.alpha ** (i + 1) for i in range(k)]})
+    return document
+
+
+def parse_bench_arguments(arguments: list[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for index, arg in enumerate(arguments):
+        if arg.startswith("--") and index + 1 < len(arguments) and not arguments[index + 1].startswith("--"):
+            values[arg] = arguments[index + 1]
+    return values
+
+
+@dataclass
+class FakeServer:
+    """Stands in for ``ServedEngine``: records starts and stops; knows its draft length."""
+
+    model: str
+    arguments: list[str]
+    log_path: Path
+    python: str = ""
+    startup_timeout_s: float = 0.0
+    port: int = 1
+    started: list[str] = field(default_factory=list)
+    live: bool = False
+    instances: Any = None
+
+    def __post_init__(self) -> None:
+        FakeServer.registry.append(self)
+
+    registry: Any = None  # set by the fixture
+
+    @property
+    def base_url(self) -> str:
+        return "http://127.0.0.1:1"
+
+    @property
+    def draft_length(self) -> int:
+        if "--speculative-config" in self.arguments:
+            return int(json.loads(self.arguments[self.arguments.index("--speculative-config") + 1])
+                       ["num_speculative_tokens"])
+        return 0
+
+    def display_command(self) -> str:
+        return "vllm serve " + " ".join([self.model, *self.arguments])
+
+    def start(self, on_wait: Any = None) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text("INFO reserved_cpus=[1]\n")
+        self.live = True
+        FakeServer.current = self
+
+    def stop(self) -> None:
+        self.live = False
+
+    def process_groups(self) -> set[int]:
+        return set()
+
+    current: Any = None
+
+
+@dataclass
+class FakeClient:
+    """Stands in for ``BenchClient``: writes what vllm bench serve would, from :func:`run_load`."""
+
+    log_path: Path
+    python: str = ""
+    engine: FakeEngine = field(default_factory=FakeEngine)
+    calls: int = 0
+    interrupt_after: int | None = None
+
+    def __enter__(self) -> "FakeClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def run(self, arguments: list[str], timeout_s: float) -> None:
+        if self.interrupt_after is not None and self.calls >= self.interrupt_after:
+            raise KeyboardInterrupt
+        self.calls += 1
+        values = parse_bench_arguments(arguments)
+        server = FakeServer.current
+        assert server is not None and server.live, "the client ran without a live server"
+        clients = int(values["--max-concurrency"]) if "--max-concurrency" in values else None
+        rate = None if clients else float(values["--request-rate"])
+        document = run_load(self.engine, server.draft_length, int(values["--random-input-len"]),
+                            int(values["--random-output-len"]), int(values["--num-prompts"]), clients, rate,
+                            int(values["--seed"]) + self.calls, float(values.get("--random-range-ratio", 0)))
+        path = Path(values["--result-dir"]) / values["--result-filename"]
+        path.write_text(json.dumps(document))
+
+    def process_groups(self) -> set[int]:
+        return set()

@@ -1,0 +1,212 @@
+"""Served calibration without vLLM: options found wrong before anything starts, the sweep, the
+store, disturbance handling, and calibrate-then-predict on a step-level fake of a served engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdplan.calibration import load_calibration
+from sdplan.errors import ExitStatus, InputFileError
+from sdplan.results import others_in_flight, read_results
+
+sys.path.insert(0, str(Path(__file__).parent))
+from served_fakes import FakeClient, FakeEngine, FakeServer, run_load  # noqa: E402
+
+
+@pytest.fixture
+def fake_served(monkeypatch, tmp_path):
+    """vLLM 'installed', servers and the bench client replaced by fakes, /proc readings quiet."""
+    import sdplan._vllm
+    import sdplan.measure.client
+    import sdplan.measure.quiet
+    import sdplan.measure.server
+
+    FakeServer.registry = []
+    FakeServer.current = None
+    clients: list[FakeClient] = []
+
+    def client(**kwargs):
+        made = FakeClient(**kwargs, engine=fake_served.engine, interrupt_after=fake_served.interrupt_after)
+        clients.append(made)
+        return made
+
+    fake_served.engine = FakeEngine()
+    fake_served.interrupt_after = None
+    fake_served.clients = clients
+    monkeypatch.setattr(sdplan._vllm, "installed_distribution", lambda: ("vllm", "0.0.0"))
+    monkeypatch.setattr(sdplan.measure.server, "ServedEngine", FakeServer)
+    monkeypatch.setattr(sdplan.measure.client, "BenchClient", client)
+    monkeypatch.setattr(sdplan.measure.quiet, "machine_busy_s", lambda: None)
+    for name in ("target", "draft"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    return fake_served
+
+
+def _calibrate(sdplan, tmp_path, *extra):
+    return sdplan("calibrate", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
+                  "-o", str(tmp_path / "cal.toml"), "--prompt-tokens", "128", "--output-tokens", "64", *extra)
+
+
+# ----------------------------------------------------------------------------- the load each request sees
+
+
+def test_others_in_flight_exact_cases() -> None:
+    # two requests overlapping half of each other's time: each saw 0.5 others on average
+    assert others_in_flight([0.0, 1.0], [2.0, 2.0]) == pytest.approx(0.5)
+    # a closed loop of N clients with identical back-to-back requests: N - 1 others
+    starts = [float(i // 4) for i in range(40)]
+    assert others_in_flight(starts, [1.0] * 40) == pytest.approx(3.0)
+    # over the first-token window only
+    assert others_in_flight([0.0, 1.0], [4.0, 4.0], [1.0, 1.0]) == pytest.approx(0.5)
+
+
+def test_closed_loop_relation_against_a_step_simulation() -> None:
+    """In a closed loop of N clients L = C1 + (N-1) C2 with the per-step costs (no Little's law)."""
+    engine = FakeEngine(prefill_s=0.0, overhead_ttft_s=0.0)
+    tau1, tau2, _ = engine.step(0)
+    g = 64
+    for clients in (1, 3, 8):
+        document = run_load(engine, 0, 32, g, 40 * clients, clients, None, seed=1)
+        run = read_results_from(document)
+        # the first token comes from the admission step; g - 1 more steps follow
+        expected = g * (tau1 + run.others_in_flight * tau2)
+        assert run.mean_e2e_latency_s == pytest.approx(expected, rel=0.03), clients
+        assert run.others_in_flight == pytest.approx(clients - 1, rel=0.05, abs=0.02)
+
+
+def read_results_from(document, tmp=Path("/tmp")):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "run.json"
+        path.write_text(json.dumps(document))
+        return read_results(path)[0][0]
+
+
+# ----------------------------------------------------------------------------- options found wrong early
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--max-model-len", "100"], "shorter than the longest calibration request"),
+    (["--", "--port", "9000"], "sdplan sets it itself"),
+    (["--spec-method", "foo"], "unknown; one of"),
+    (["--endpoint", "http://127.0.0.1:1"], "--endpoint measures a server you run"),
+    (["--max-num-seqs", "8", "--", "--max-num-seqs", "4"], "given twice"),
+    (["--draft-lengths", "0,70"], "0..64"),
+])
+def test_bad_options_exit_2_before_anything_starts(sdplan, tmp_path, fake_served, extra, message) -> None:
+    result = _calibrate(sdplan, tmp_path, *extra)
+    assert result.exit_code == ExitStatus.USAGE, result.output
+    assert message in result.output
+    assert FakeServer.registry == [] and not (tmp_path / "cal.runs").exists() and not (tmp_path / "cal.toml").exists()
+
+
+def test_missing_model_folder_and_missing_draft(sdplan, tmp_path, fake_served) -> None:
+    result = sdplan("calibrate", "--target", str(tmp_path / "nowhere/"), "-o", str(tmp_path / "c.toml"))
+    assert result.exit_code == ExitStatus.USAGE and "no such folder" in result.stderr
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), "-o", str(tmp_path / "c.toml"),
+                    "--draft-lengths", "2")
+    assert result.exit_code == ExitStatus.USAGE and "needs --draft" in result.stderr
+
+
+# ----------------------------------------------------------------------------- the sweep and the calibration
+
+
+def test_served_calibration_end_to_end_predicts_open_loop(sdplan, tmp_path, fake_served) -> None:
+    result = _calibrate(sdplan, tmp_path, "--max-num-seqs", "16")
+    assert result.exit_code == 0, result.output
+    cal = load_calibration(tmp_path / "cal.toml")
+    measurement = cal.document["measurement"]
+    assert cal.method == "measured" and measurement["method"] == "served"
+    assert len(measurement["server_commands"]) == 3 and "--speculative-config" in measurement["server_commands"][2]
+    assert measurement["points"] == 15 and measurement["disturbed_points"] == 0  # 3 x (N 1-8 + one Poisson)
+    assert len(measurement["point_errors_pct"]) == 15 and measurement["cpu_binding"] == "INFO reserved_cpus=[1]"
+    assert cal.document["ttft"]["source"].startswith("fitted")
+    assert all(not server.live for server in FakeServer.registry)  # every server stopped
+    # the raw results are ordinary vLLM files that fit reads too
+    runs = [read_results(path)[0][0] for path in sorted((tmp_path / "cal.runs").glob("k*_c*_r0.json"))]
+    assert {r.draft_length for r in runs} == {2, 4} and all(r.concurrency for r in runs)
+    # calibrated on closed loops, it predicts open-loop (Poisson) runs of the same fake engine
+    from sdplan.fit import validate
+
+    engine = fake_served.engine
+    open_runs = []
+    for k in (0, 2, 4):
+        tau1, tau2, per_step = engine.step(k)
+        saturation = 1.0 / (64 / per_step * tau2 + engine.prefill_s)
+        for fraction in (0.25, 0.55):  # past ~0.6 this fake's lumpy prefills leave the mean-value regime (D6)
+            document = run_load(engine, k, 128, 64, 400, None, fraction * saturation, seed=7)
+            open_runs.append(read_results_from(document))
+    check = validate(cal.coefficients_at, open_runs)
+    assert check.mape_pct < 10, [(e.run.source, e.error_pct) for e in check.errors]
+
+
+def test_interrupted_calibration_keeps_points_and_resumes(sdplan, tmp_path, fake_served) -> None:
+    fake_served.interrupt_after = 5
+    result = _calibrate(sdplan, tmp_path)
+    assert result.exit_code == ExitStatus.INTERRUPTED, result.output
+    assert all(not server.live for server in FakeServer.registry)
+    manifest = (tmp_path / "cal.runs" / "manifest.jsonl").read_text().splitlines()
+    kept = [line for line in manifest if '"key"' in line]
+    assert len(kept) == 4  # 5 calls: the warm-up and 4 points
+    assert not (tmp_path / "cal.toml").exists()
+    result = _calibrate(sdplan, tmp_path)  # without --resume: refuses to mix
+    assert result.exit_code == ExitStatus.BAD_INPUT and "--resume" in result.stderr
+    fake_served.interrupt_after = None
+    result = _calibrate(sdplan, tmp_path, "--resume")
+    assert result.exit_code == 0, result.output
+    cal = load_calibration(tmp_path / "cal.toml")
+    assert cal.document["measurement"]["invocations"] == 2 and cal.document["measurement"]["points"] == 15
+    result = _calibrate(sdplan, tmp_path, "--resume", "--output-tokens", "32")
+    assert result.exit_code == ExitStatus.BAD_INPUT and "other options" in result.stderr
+
+
+def test_disturbed_points_are_measured_again_and_flagged(sdplan, tmp_path, fake_served, monkeypatch) -> None:
+    import sdplan.measure.quiet as quiet
+
+    readings = iter([0.0, 5.0] * 3 + [0.0, 0.0] * 100)  # the first three points: 5 foreign CPU-seconds each
+
+    monkeypatch.setattr(quiet, "machine_busy_s", lambda: next(readings))
+    monkeypatch.setattr(quiet, "group_cpu_s", lambda groups: 0.0)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2")
+    assert result.exit_code in (0, ExitStatus.POOR_CALIBRATION), result.output
+    assert result.stderr.count("measuring again") == 2  # re-measured twice, then kept and flagged
+    records = [json.loads(line) for line in (tmp_path / "cal.runs" / "manifest.jsonl").read_text().splitlines()[1:]
+               if '"key"' in line]
+    assert records[0]["disturbed"] is True and not any(r["disturbed"] for r in records[1:])
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["disturbed_points"] == 1
+
+
+def test_poor_calibration_is_written_but_exits_7(sdplan, tmp_path, fake_served) -> None:
+    fake_served.engine = FakeEngine(run_noise=0.4)  # every run 40% slower or faster at random
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2")
+    assert result.exit_code == ExitStatus.POOR_CALIBRATION, result.output
+    assert "poor calibration" in result.stderr and (tmp_path / "cal.toml").exists()
+    accepted = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--resume", "--accept-poor-fit")
+    assert accepted.exit_code == 0
+
+
+def test_throughput_plateau_stops_the_sweep(sdplan, tmp_path, fake_served) -> None:
+    # a step cost dominated by the per-request term: throughput stops rising early
+    fake_served.engine = FakeEngine(step_fixed_s=0.0001, step_per_request_s=0.01, prefill_s=0.0)
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "0")
+    assert "throughput stopped rising" in result.stderr
+    assert not (tmp_path / "cal.runs" / "nosd_c8_r0.json").exists()
+
+
+def test_store_refuses_a_foreign_manifest(tmp_path) -> None:
+    from sdplan.measure.store import ResultStore
+
+    store = ResultStore(tmp_path / "runs", {"a": 1})
+    store.start(resume=False)
+    with pytest.raises(InputFileError, match="other options"):
+        ResultStore(tmp_path / "runs", {"a": 2}).start(resume=True)
+    (tmp_path / "runs" / "manifest.jsonl").write_text("garbage\n")
+    with pytest.raises(InputFileError, match="not a measurement manifest"):
+        ResultStore(tmp_path / "runs", {"a": 1}).start(resume=True)
