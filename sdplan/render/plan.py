@@ -91,6 +91,8 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
                     ),
                 }
             )
+            if plan.moe_break_even_rates_rps is not None:  # MoE: the speedup can cross 1 several times
+                per_k[-1]["break_even_rates_rps"] = [float(x) for x in plan.moe_break_even_rates_rps[ia, ik] if x == x]
         rows = []
         for ir, rate in enumerate(plan.rates_rps):
             lam = float(rate)
@@ -282,7 +284,12 @@ def _shown_draft_lengths(plan: Plan, ia: int) -> list[int]:
     return sorted(wanted)[:MAX_K_COLUMNS]
 
 
-def _break_even_text(rate: float, faster_below: bool, moe: bool = False) -> str:
+def _break_even_text(rate: float, faster_below: bool, moe: bool = False, crossings: Any = None) -> str:
+    if moe and crossings is not None:
+        rates = [f"{x:.4g}" for x in crossings if x == x]
+        if rates:
+            return f"{', '.join(rates)} (SD {'faster' if faster_below else 'slower'} at zero load)"
+        return "never (SD faster at every stable rate)" if faster_below else "none (SD never faster)"
     if moe:
         return "n/a for MoE (read the table)"
     if rate == rate:
@@ -408,7 +415,8 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style) -> Non
                 _num(plan.saturation_rate_rps[ia, ik]),
                 _num(g * plan.saturation_rate_rps[ia, ik], 5),
                 _break_even_text(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik]),
-                                 moe),
+                                 moe, None if plan.moe_break_even_rates_rps is None
+                                 else plan.moe_break_even_rates_rps[ia, ik]),
             )
         console.print()
         console.print(per_k)
