@@ -188,3 +188,42 @@ def test_cli_plan_moe(sdplan) -> None:
     assert sdplan("capacity", "-c", name, "--slo", "e2e:mean<=10s").exit_code == ExitStatus.USAGE
     check = sdplan("check", "-c", name, "--rate", "2", "--slo", "e2e:mean<=30s", "--acceptance", "0.8")
     assert check.exit_code == 0, check.output
+
+
+def test_moe_schedule_counts_expert_streaming_per_step() -> None:
+    # Review B1: the vllm-config schedule of an MoE target must include the experts each step streams.
+    # Independent brute force: per batch size n and option, tau = c1 + phi(n t) cov_c1 + (n - 1)(c2 + phi cov_c2).
+    from sdplan.acceptance import expected_tokens_per_cycle
+    from sdplan.schedule import batch_size_schedule
+
+    spec = MoESpec(8, 128, COVERAGE)
+    ks = [1, 2, 3, 4, 6]
+    schedule = batch_size_schedule(BASE, ks, 0.8, 64, moe=spec)
+    got = {n: k for a, b, k in schedule for n in range(a, b + 1)}
+    for n in range(1, 65):
+        best, best_goodput = 0, -1.0
+        for k in [0, *ks]:
+            t = k + 1
+            phi = 1.0 - (1.0 - 8 / 128) ** (n * t)
+            if k == 0:
+                tau = (BASE.baseline_c1_step_s + phi * COVERAGE["baseline_c1_step_s"]
+                       + (n - 1) * (BASE.baseline_c2_step_s + phi * COVERAGE["baseline_c2_step_s"]))
+                tokens = 1.0
+            else:
+                tau = (BASE.c1v_s + k * BASE.c1d_s + phi * COVERAGE["c1v_s"]
+                       + (n - 1) * (BASE.c2v_s + k * BASE.c2d_s + phi * COVERAGE["c2v_s"]))
+                tokens = float(expected_tokens_per_cycle(0.8, k))
+            if tokens / tau > best_goodput:
+                best, best_goodput = k, tokens / tau
+        assert got[n] == best, n
+    dense = {n: k for a, b, k in batch_size_schedule(BASE, ks, 0.8, 64) for n in range(a, b + 1)}
+    assert dense != got  # coverage changes the answer for this target
+
+
+def test_cli_capacity_vllm_config_for_moe_uses_coverage(sdplan) -> None:
+    name = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline"
+    result = sdplan("capacity", "-c", name, "--acceptance", "0.8", "-k", "1-6", "--slo", "e2e:mean<=10s",
+                    "--max-batch-size", "64", "-f", "vllm-config")
+    assert result.exit_code == 0, result.output
+    schedule = json.loads(result.stdout)["num_speculative_tokens_per_batch_size"]
+    assert [k for _, _, k in schedule if k == 0] == []  # SD pays at every batch size here (experts dominate)

@@ -75,11 +75,12 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     max_batch = max_batch_size or (file.max_batch_size if file and file.max_batch_size else 256)
     tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]
-    schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens)
+    moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
+    schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens, moe=moe)
     if fmt == "vllm-config":
         emit(vllm_config(schedule, spec_method, str(inputs.calibration.provenance.get("draft_model", ""))), output)
         return
-    if inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens) is not None:
+    if moe is not None:
         raise InvalidValueError("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 "
                                 "depend on the load, so the closed-form inverse does not hold; use plan or check")
     parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
