@@ -174,7 +174,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     spec = k > 0
     from sdplan.acceptance import expected_tokens_per_cycle
 
-    cycles = np.where(spec, g / expected_tokens_per_cycle(alpha, k), g)
+    cycles = np.where(spec, g / expected_tokens_per_cycle(alpha, k), np.maximum(g - 1.0, 0.0))  # no SD: g-1 steps (B14)
     prefill = p / p0
     context = (p + g / 2.0) / (p0 + g0 / 2.0)
 

@@ -17,8 +17,14 @@ output tokens needs ``g/E`` cycles (eq. 3):
 
     C1 = c1p + (g/E)*(c1v + k*c1d),    C2 = c2p + (g/E)*(c2v + k*c2d).
 
-The baseline without speculation has the same form with ``E = 1``, ``k = 0``
-and its own one-token decode step costs.
+The baseline without speculation has the same form with its own one-token
+decode step costs, but ``g - 1`` decode steps: the prefill emits the first
+token (vLLM; ``calibrate`` times prefill with ``max_tokens=1`` and the
+simulator runs ``g - 1`` steps after it). With SD the ``g/E`` cycles are
+kept: the cycles that produce the remaining ``g - 1`` tokens overshoot by
+about one token on average (renewal overshoot), so their mean is close to
+``g/E`` (simulated 4.91 cycles at g=16, alpha=0.8, k=4 against g/E = 4.76 and
+(g-1)/E = 4.46; review B14).
 """
 
 from __future__ import annotations
@@ -118,15 +124,21 @@ def demand_from_tokens(
     return c1, c2
 
 
-def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
-    """Demand ``(C1_D, C2_D)`` without speculation: ``g`` one-token decode steps.
+def baseline_steps(output_tokens: float) -> float:
+    """Decode steps of a request without SD, ``g - 1``: the prefill step emits the first token."""
+    return max(float(output_tokens) - 1.0, 0.0)
 
-    ``C1_D = c1p + g*c1_step`` and ``C2_D = c2p + g*c2_step`` (``model.md`` §1.3).
+
+def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
+    """Demand ``(C1_D, C2_D)`` without speculation: ``g - 1`` one-token decode steps after the prefill.
+
+    ``C1_D = c1p + (g-1) c1_step`` and ``C2_D = c2p + (g-1) c2_step``
+    (``model.md`` §1.3 with the first token emitted by the prefill; review B14).
     """
-    g = coeffs.output_tokens
+    steps = baseline_steps(coeffs.output_tokens)
     return (
-        coeffs.c1p_s + g * coeffs.baseline_c1_step_s,
-        coeffs.c2p_s + g * coeffs.baseline_c2_step_s,
+        coeffs.c1p_s + steps * coeffs.baseline_c1_step_s,
+        coeffs.c2p_s + steps * coeffs.baseline_c2_step_s,
     )
 
 

@@ -199,8 +199,9 @@ def plan(
         a1_pre = coefficients.c1p_s + prefill_phi * cover.get("c1p_s", 0.0)
         a2_pre = coefficients.c2p_s + prefill_phi * cover.get("c2p_s", 0.0)
         g = coefficients.output_tokens
-        base_args = (a1_pre + g * coefficients.baseline_c1_step_s, g * cover.get("baseline_c1_step_s", 0.0),
-                     a2_pre + g * coefficients.baseline_c2_step_s, g * cover.get("baseline_c2_step_s", 0.0))
+        steps = model.baseline_steps(g)  # the prefill emits the first token
+        base_args = (a1_pre + steps * coefficients.baseline_c1_step_s, steps * cover.get("baseline_c1_step_s", 0.0),
+                     a2_pre + steps * coefficients.baseline_c2_step_s, steps * cover.get("baseline_c2_step_s", 0.0))
         base = moe_model.solve(*base_args, 1.0, rates, moe)
         base_latency, base_batch, base_utilisation = base.latency_s, base.batch, base.utilisation
         cycles = g / tokens
@@ -216,7 +217,7 @@ def plan(
         c1 = a1 + b1 * moe.phi(k_ak + 1.0)
         c2 = a2 + b2
         c1_d = float(base_args[0] + base_args[1] * moe.phi(1.0))
-        c2_d = float(a2_pre + g * (coefficients.baseline_c2_step_s + cover.get("baseline_c2_step_s", 0.0)))
+        c2_d = float(base_args[2] + base_args[3])
         frozen_speedup = model.speedup(base_latency[None, :, None], frozen.latency_s)
         moe_speedup = model.speedup(base_latency[None, :, None], latency)
         comparable = np.isfinite(frozen_speedup) & np.isfinite(moe_speedup)

@@ -173,3 +173,16 @@ def test_cli_simulate_goodput(sdplan) -> None:
     rate = json.loads(result.stdout)["rates"][0]
     assert rate["policy"] == "goodput" and 1 <= rate["goodput_mean_draft_length_tokens"]["value"] <= 8
     assert sdplan("check", "--rate", "3", "--slo", "e2e:mean<=9s", "--draft-length", "goodput").exit_code == 2
+
+
+def test_baseline_counts_g_minus_one_decode_steps_like_an_idle_engine() -> None:
+    # Review B14: alone in the engine a request pays its prefill (which emits token 1) and g - 1 decode steps.
+    g = 16
+    c = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
+                     baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=128.0, output_tokens=g)
+    run = simulate(c, SimulationConfig(rate_rps=1e-3, draft_length=0, position_rates=(), requests=50,
+                                       prompt_tokens=128, output_tokens=g), numpy.random.default_rng(3))
+    alone = 0.04 + (g - 1) * 0.0067
+    assert numpy.allclose(run.e2e_s, alone, rtol=1e-9)  # arrivals 1000 s apart never overlap
+    c1_d, _ = model.baseline_demand(c)
+    assert c1_d == pytest.approx(alone, rel=1e-12)
