@@ -263,8 +263,16 @@ class Calibration:
         return MoESpec(experts_per_token=int(table["experts_per_token"]), experts=int(table["experts"]),
                        coverage=coverage)
 
-    def validity_warnings(self, prompt_tokens: float, output_tokens: float) -> list[str]:
-        """Warnings for a workload outside the ranges the calibration covers."""
+    def validity_warnings(self, prompt_tokens: float, output_tokens: float, batch: float | None = None) -> list[str]:
+        """Warnings for a workload (and optionally an effective batch) outside the calibrated ranges.
+
+        ``batch`` is the largest finite effective batch ``B = lambda L``
+        (requests) the caller reports; it is checked against
+        ``validity.batch_size`` (the batch sizes the step model was fitted or
+        derived on: beyond them the linear step model is extrapolated).
+        """
+        import math
+
         warnings = []
         validity = self.document.get("validity", {})
         for key, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
@@ -274,6 +282,12 @@ class Calibration:
                     f"{key.replace('_', ' ')} {value:g} is outside the calibrated range "
                     f"[{span[0]:g}, {span[1]:g}] of {self.name}; predictions are extrapolated"
                 )
+        span = validity.get("batch_size")
+        if span is not None and batch is not None and math.isfinite(batch) and batch > span[1]:
+            warnings.append(
+                f"effective batch up to {batch:.4g} requests exceeds the calibrated batch sizes "
+                f"[{span[0]:g}, {span[1]:g}] of {self.name}; the step model is extrapolated there"
+            )
         return warnings
 
 

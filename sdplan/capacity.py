@@ -76,8 +76,14 @@ class Capacity:
 
 
 def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO],
-             tokens_per_cycle: FloatArray | None = None) -> Capacity:
+             tokens_per_cycle: FloatArray | None = None, max_batch: float | None = None) -> Capacity:
     """Highest request rate meeting all SLOs, per option.
+
+    With ``max_batch`` (the engine's batch cap, vLLM ``max_num_seqs``, or the
+    sequences the KV budget holds) no capacity beyond the rate where the
+    mean batch ``lambda L`` reaches it is reported
+    (:func:`sdplan.model.batch_cap_rate`): past it the mean model is outside
+    its regime. The binding SLO then reads ``batch cap (N sequences)``.
 
     Raises
     ------
@@ -116,6 +122,11 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         lowest = np.maximum(lowest, low)
     saturation = model.saturation_rate(c2)
     highest = np.minimum(highest, saturation)
+    if max_batch is not None:
+        cap_rate = model.batch_cap_rate(c1, c2, max_batch)
+        for index in np.flatnonzero(cap_rate < highest):
+            binding[int(index)] = batch_cap_label(max_batch)
+        highest = np.minimum(highest, cap_rate)
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)
     latency = np.where(feasible, model.mean_latency(c1, c2, max_rate), np.nan)
@@ -136,6 +147,11 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         break_even_rate_rps=even.rate_rps,
         best=best,
     )
+
+
+def batch_cap_label(max_batch: float) -> str:
+    """Binding-constraint text when the batch cap limits capacity."""
+    return f"batch cap ({max_batch:g} sequences)"
 
 
 def search_rate(feasible: Callable[[float], str | None], upper_rps: float, iterations: int = 8) -> tuple[float, str | None]:

@@ -196,6 +196,32 @@ def effective_batch(rate_rps: FloatArray | float, latency_s: FloatArray | float)
         return np.where(np.isfinite(latency), rate * latency, np.inf)
 
 
+def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: float) -> FloatArray:
+    """Rate at which the mean number of requests in flight ``B = lambda L`` reaches ``max_batch``.
+
+    From ``lambda C1 / (1 - lambda C2) = N``: ``lambda_N = N / (C1 + N C2)``
+    (requests/s). Beyond it the engine's batch cap (vLLM ``max_num_seqs``) or
+    its KV budget holds requests back, which the mean model does not
+    represent: its latency is then a lower bound.
+    """
+    import numpy as np
+
+    c1_arr = np.asarray(c1, dtype=np.float64)
+    c2_arr = np.asarray(c2, dtype=np.float64)
+    return max_batch / (c1_arr + max_batch * c2_arr)
+
+
+def batch_cap_warning(batch: float, max_batch: float, what: str = "max_num_seqs") -> str | None:
+    """A warning when an effective batch reaches the engine's batch cap, else None."""
+    import math
+
+    if not math.isfinite(batch) or batch < max_batch:
+        return None
+    return (f"effective batch {batch:.4g} requests reaches the batch cap of {max_batch:g} sequences ({what}): "
+            "requests queue for a batch slot, which the mean model does not represent; its latency is a lower "
+            "bound there (use --simulate)")
+
+
 def saturation_rate(c2: FloatArray | float) -> FloatArray:
     """Largest sustainable arrival rate ``1/C2`` in requests per second (``inf`` if ``C2 = 0``)."""
     import numpy as np

@@ -186,3 +186,42 @@ def test_baseline_counts_g_minus_one_decode_steps_like_an_idle_engine() -> None:
     assert numpy.allclose(run.e2e_s, alone, rtol=1e-9)  # arrivals 1000 s apart never overlap
     c1_d, _ = model.baseline_demand(c)
     assert c1_d == pytest.approx(alone, rel=1e-12)
+
+
+def test_token_budget_chunks_long_prefills_across_steps() -> None:
+    # One request alone: prompt 4096 with a 1024-token budget takes 4 prefill steps, each a forward pass of an idle
+    # engine (fixed part c1p - c2p, plus c2p/p per prompt token), so TTFT = 4 (c1p - c2p) + 4096 c2p / p.
+    c = Coefficients(c1p_s=0.05, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
+                     baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=4096.0, output_tokens=8.0)
+    ttft = {}
+    for budget in (1024, 4096, 8192):
+        run = simulate(c, SimulationConfig(rate_rps=1e-3, draft_length=0, position_rates=(), requests=20,
+                                           prompt_tokens=4096, output_tokens=8, max_num_batched_tokens=budget),
+                       numpy.random.default_rng(0))
+        ttft[budget] = float(run.ttft_s.mean())
+    assert ttft[4096] == pytest.approx(0.05, rel=1e-9) and ttft[8192] == pytest.approx(0.05, rel=1e-9)
+    assert ttft[1024] == pytest.approx(4 * 0.02 + 0.03, rel=1e-9)
+    # Under load a smaller budget spreads prefills over more steps: different (longer) TTFT.
+    loaded = [simulate(C, SimulationConfig(rate_rps=8.0, draft_length=0, position_rates=(), requests=3000,
+                                           max_num_batched_tokens=b), numpy.random.default_rng(4)).ttft_s.mean()
+              for b in (512, 8192)]
+    assert loaded[0] > 1.2 * loaded[1]
+
+
+def test_kv_budget_refuses_requests_that_never_fit_and_limits_the_batch() -> None:
+    with pytest.raises(InvalidValueError, match="does not fit the KV budget"):
+        simulate(C, SimulationConfig(rate_rps=1.0, draft_length=0, position_rates=(), requests=100,
+                                     kv_cache_tokens=1), numpy.random.default_rng(0))
+    # Room for 4 requests of 1536 tokens: the running batch never exceeds 4.
+    run = simulate(C, SimulationConfig(rate_rps=2.0, draft_length=0, position_rates=(), requests=2000,
+                                       kv_cache_tokens=4 * 1536 + 100), numpy.random.default_rng(0))
+    assert run.mean_running <= 4 + 1e-9 and run.queue_s.mean() > 0.1
+
+
+def test_past_saturation_is_flagged_not_steady() -> None:
+    _, c2 = model.baseline_demand(C)
+    stable = simulate(C, SimulationConfig(rate_rps=0.5 / c2, draft_length=0, position_rates=(), requests=4000),
+                      numpy.random.default_rng(1))
+    overloaded = simulate(C, SimulationConfig(rate_rps=1.3 / c2, draft_length=0, position_rates=(), requests=4000),
+                          numpy.random.default_rng(1))
+    assert stable.steady and not overloaded.steady

@@ -57,7 +57,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
       sdplan capacity --slo 'tpot:mean<=20ms' --format vllm-config
     """
     from sdplan.capacity import capacity as solve_capacity
-    from sdplan.capacity import fleet
+    from sdplan.capacity import batch_cap_label, fleet
     from sdplan.errors import InfeasibleError, InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.check import capacity_document, render_capacity, vllm_config
@@ -66,7 +66,11 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
 
+    from sdplan.cli._simulation import echo_warnings, engine_batch_cap, histogram_means, read_lengths
+
     check_plot_request(plot, plot_file, fmt)
+    lengths = read_lengths(lengths_file) if lengths_file else None
+    prompt_tokens, output_tokens = histogram_means(lengths, prompt_tokens, output_tokens)
     inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
                             acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
     file = inputs.file
@@ -86,10 +90,26 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
     if not parsed:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
-    cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens)
+    p, g = inputs.workload.prompt_tokens, inputs.workload.output_tokens
+    batch_cap, cap_source = engine_batch_cap(min(max_num_seqs, max_batch), kv_cache_tokens, p, g)
+    if batch_cap < 1:
+        raise InvalidValueError(f"a request of {p + g:g} tokens does not fit the KV budget of {kv_cache_tokens:g} "
+                                "tokens; raise --kv-cache-tokens")
+    cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens, max_batch=batch_cap)
     if use_simulator:
         cap = _simulated_capacity(cap, coefficients, candidates, inputs.workload, parsed, requests, seeds, seed,
-                                  arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths_file)
+                                  arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths)
+    import numpy as np
+
+    from sdplan import model
+
+    at_capacity = cap.max_rate_rps * model.mean_latency(cap.c1_s, cap.c2_s, cap.max_rate_rps)
+    finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
+    warnings = inputs.calibration.validity_warnings(p, g, float(finite.max()) if finite.size else None)
+    if any(binding == batch_cap_label(batch_cap) for binding in cap.binding_slo):
+        warnings.append(f"capacity is limited by the batch cap of {batch_cap:g} sequences ({cap_source}) for some "
+                        "options: the mean model is outside its regime beyond it (check with --simulate)")
+    echo_warnings(warnings)
     target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
     gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
         inputs.calibration.provenance.get("tensor_parallel_size")
@@ -103,6 +123,8 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                    if best_sd > 0 else None)
         fleets = (no_sd, with_sd)
     context = inputs.context()
+    context["warnings"] = warnings
+    context["batch_cap_sequences"] = batch_cap
     context["evaluated_by"] = (f"simulated: bisection on rate, {seeds} x {requests} requests per point"
                                if use_simulator else "analytic model (means), closed-form inverse")
     document = capacity_document(cap, parsed, context, target, fleets, schedule)
