@@ -357,6 +357,15 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
     return even, crossings
 
 
+def largest_batch(result: Plan) -> float | None:
+    """Largest finite effective batch ``B = lambda L`` over the plan's points (requests), None if none is finite."""
+    import numpy as np
+
+    values = np.concatenate([np.ravel(result.baseline_batch), np.ravel(result.batch)])
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else None
+
+
 def default_rates(
     coefficients: Coefficients, draft_lengths: list[int], alphas: list[float], count: int = 12,
     tokens_per_cycle: FloatArray | None = None,

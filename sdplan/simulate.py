@@ -505,13 +505,19 @@ def _estimate(samples: list[float]) -> Estimate:
 
 
 def replicate(coefficients: Coefficients, config: SimulationConfig, seeds: int, seed: int,
-              analytic_e2e_s: float, on_progress: Callable[[int, int], None] | None = None) -> RateSummary:
-    """Independent replications with seeds ``seed .. seed + seeds - 1``."""
+              analytic_e2e_s: float, on_progress: Callable[[int, int], None] | None = None,
+              uniforms: list[FloatArray] | None = None) -> RateSummary:
+    """Independent replications with seeds ``seed .. seed + seeds - 1``.
+
+    ``uniforms`` (one array per replication) fix each replication's arrival
+    stream, for common random numbers across rates (see :func:`simulate`).
+    """
     import numpy as np
 
     runs = []
     for index in range(seeds):
-        runs.append(simulate(coefficients, config, np.random.default_rng(seed + index), on_progress))
+        runs.append(simulate(coefficients, config, np.random.default_rng(seed + index), on_progress,
+                             uniforms=None if uniforms is None else uniforms[index]))
     stats = {(metric, statistic): _estimate([run.statistic(metric, statistic) for run in runs])
              for metric in METRICS for statistic in STATISTICS}
     return RateSummary(

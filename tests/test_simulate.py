@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy
 import pytest
@@ -225,3 +226,49 @@ def test_past_saturation_is_flagged_not_steady() -> None:
     overloaded = simulate(C, SimulationConfig(rate_rps=1.3 / c2, draft_length=0, position_rates=(), requests=4000),
                           numpy.random.default_rng(1))
     assert stable.steady and not overloaded.steady
+
+
+def test_search_root_never_overstates_and_brackets_from_a_far_guess() -> None:
+    from sdplan.capacity import Excess, search_root
+
+    root = 7.3
+    for guess in (0.5, 7.0, 7.5, 30.0):
+        rate, binding, count = search_root(lambda r: Excess(r / root - 1.0, "x"), guess, 50.0, tolerance=0.01)
+        assert root * 0.99 <= rate <= root and binding == "x" and count <= 14
+    unstable = lambda r: Excess(math.inf if r > 4.0 else r / 3.0 - 1.0, "e2e")  # noqa: E731
+    rate, _, _ = search_root(unstable, 8.0, 10.0)
+    assert 3.0 * 0.99 <= rate <= 3.0
+    assert search_root(lambda r: Excess(-0.5, None), 2.0, 10.0)[:2] == (10.0, None)
+
+
+def test_capacity_simulate_with_a_lower_bound_slo(sdplan) -> None:
+    # Review B3: throughput>= holds only above some rate; it must not drive the search to 0.
+    base = ["capacity", "--slo", "e2e:mean<=20s", "--acceptance", "0.8", "-k", "3", "--simulate", "--requests",
+            "1500", "--seeds", "1", "-f", "json"]
+    result = sdplan(*base, "--slo", "throughput>=3584tok/s")
+    assert result.exit_code == 0, result.output
+    options = {o["option"]: o for o in json.loads(result.stdout)["options"]}
+    assert options["k=3"]["max_rate_under_slo_rps"] >= 3584 / 512 and options["off"]["max_rate_under_slo_rps"] > 7
+    impossible = sdplan(*base, "--slo", "throughput>=50000tok/s")
+    assert impossible.exit_code == ExitStatus.INFEASIBLE
+    options = {o["option"]: o for o in json.loads(impossible.stdout)["options"]}
+    assert options["k=3"]["binding_slo"] == "throughput>=50000tok/s"
+
+
+def test_check_and_capacity_simulate_use_the_lengths_file_workload(sdplan, tmp_path) -> None:
+    # Review B4: coefficients, the stability gate and the analytic comparison come from the histogram's means.
+    short = tmp_path / "short.csv"
+    short.write_text("prompt_tokens,output_tokens,weight\n128,64,1\n")
+    args = ["--rate", "20", "--draft-length", "3", "--acceptance", "0.8", "--requests", "3000", "--seeds", "2",
+            "--slo", "e2e:mean<=100s", "--lengths-file", str(short)]
+    result = sdplan("check", "--simulate", *args, "-f", "json")
+    assert result.exit_code == ExitStatus.OK, result.output
+    doc = json.loads(result.stdout)
+    assert doc["workload"]["prompt_tokens"] == 128 and doc["workload"]["output_tokens"] == 64
+    assert doc["verdicts"][0]["predicted_s"] < 2.0
+    analytic = sdplan("check", *args, "-f", "json")
+    assert analytic.exit_code == ExitStatus.OK and json.loads(analytic.stdout)["workload"]["prompt_tokens"] == 128
+    cap = sdplan("capacity", "--slo", "e2e:p99<=2s", "-k", "3", "--acceptance", "0.8", "--simulate", "--requests",
+                 "1500", "--seeds", "1", "--lengths-file", str(short), "-f", "json")
+    assert cap.exit_code == 0, cap.output
+    assert json.loads(cap.stdout)["workload"]["prompt_tokens"] == 128

@@ -150,40 +150,20 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 
 
 def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests, seeds, seed, arrival_cv,
-                        max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths_file):  # type: ignore[no-untyped-def]
-    """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.search_rate)."""
-    import math
-
-    from sdplan.capacity import search_rate, with_simulated_rates
-    from sdplan.check import simulated_value
-    from sdplan.cli._simulation import build_config, read_lengths
+                        max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths):  # type: ignore[no-untyped-def]
+    """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.simulated_capacity)."""
+    from sdplan.capacity import simulated_capacity
+    from sdplan.cli._simulation import build_config
     from sdplan.render import progress_bar
-    from sdplan.simulate import replicate
 
-    lengths = read_lengths(lengths_file) if lengths_file else None
-    options = [0, *candidates]
-    rates, binding = [], []
-    iterations = 8
-    with progress_bar("simulating capacity", len(options) * (iterations + 1)) as advance:
-        done = [0]
-        for index, k in enumerate(options):
-            c2 = float(cap.c2_s[index])
+    def configure(rate: float, k: int):  # type: ignore[no-untyped-def]
+        return build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens, requests,
+                            arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths, seed)
 
-            def feasible(rate: float, k: int = k, c2: float = c2) -> str | None:
-                done[0] += 1
-                advance(done[0], len(options) * (iterations + 1), f"k={k} at {rate:.3g} req/s")
-                if rate * c2 >= 1.0:
-                    return "unstable"
-                config = build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens,
-                                      requests, arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens,
-                                      lengths, seed)
-                summary = replicate(coefficients, config, seeds, seed, math.nan)
-                for slo in slos:
-                    if not slo.holds(simulated_value(slo, summary, rate * c2)):
-                        return slo.text
-                return None
+    options = len(candidates) + 1
+    with progress_bar("simulating capacity", options) as advance:
+        def progress(index: int, rate: float) -> None:
+            advance(index, options, f"{cap.label(index)} at {rate:.3g} req/s")
 
-            rate, bound = search_rate(feasible, float(cap.saturation_rate_rps[index]) * 0.999, iterations)
-            rates.append(rate)
-            binding.append(bound)
-    return with_simulated_rates(cap, rates, binding)
+        result, _ = simulated_capacity(cap, coefficients, slos, configure, seeds, seed, on_evaluation=progress)
+    return result
