@@ -103,12 +103,22 @@ class SimulationResult:
         return float(np.percentile(values, float(statistic.lstrip("p"))))
 
 
+#: Work bound (cycles x tokens x taps) of the exact first-passage distribution; beyond it cycles are sampled.
+_EXACT_WORK = 5e7
+
+
 def cycles_needed(tokens_after_prefill: FloatArray, position_rates: tuple[float, ...],
                   rng: np.random.Generator) -> tuple[FloatArray, float]:
     """Verification cycles each request needs to produce its remaining tokens, and mean tokens per cycle.
 
-    Each cycle commits ``1 + A`` tokens with ``A = #{j : U < r_j}`` for one
-    uniform ``U``, so ``P(A >= j) = r_j`` and the mean is ``E = 1 + sum r_j``.
+    Each cycle commits ``1 + A`` tokens with ``P(A >= j) = r_j`` (the rates
+    sorted in decreasing order; ``r_j = alpha**j`` for i.i.d. acceptance), so
+    ``E = 1 + sum r_j``. The cycles to produce ``m`` tokens are the first
+    passage ``N(m) = min{c : S_c >= m}`` of the token sum; its distribution
+    ``P(N(m) <= c) = P(S_c >= m)`` is computed exactly by convolution, and
+    each request draws its count from one uniform (inverse CDF), which keeps
+    random streams aligned across rates and draft lengths. Very long outputs
+    fall back to drawing every cycle.
     """
     import numpy as np
 
@@ -116,19 +126,57 @@ def cycles_needed(tokens_after_prefill: FloatArray, position_rates: tuple[float,
     k = len(position_rates)
     if k == 0:
         return remaining.astype(np.float64), 1.0
-    rates = np.asarray(position_rates, dtype=np.float64)
+    rates = np.sort(np.asarray(position_rates, dtype=np.float64))[::-1]
     expected = 1.0 + float(rates.sum())
+    top = int(np.max(remaining, initial=0))
+    horizon = int(math.ceil(top / expected * 1.5)) + 32 if expected > 1.0 else top + 1
+    if top <= 0:
+        return np.zeros(remaining.size), expected
+    if horizon * top * (k + 1) <= _EXACT_WORK or top <= 1:
+        return _cycles_exact(remaining, rates, rng.random(remaining.size)), expected
+    return _cycles_sampled(remaining, rates, rng), expected
+
+
+def _cycles_exact(remaining: npt.NDArray[np.int64], rates: FloatArray, uniforms: FloatArray) -> FloatArray:
+    """Inverse-CDF draw of ``N(m)`` per request from the exact first-passage distribution."""
+    import numpy as np
+
+    top = int(remaining.max())
+    step = np.concatenate([[1.0], rates]) - np.concatenate([rates, [0.0]])  # P(A = a), a = 0..k
+    step = np.concatenate([[0.0], np.clip(step, 0.0, None)])  # tokens per cycle: 1 + A
+    levels, index = np.unique(remaining, return_inverse=True)
+    positive = levels > 0
+    distribution = np.zeros(top + 1)
+    distribution[0] = 1.0  # S_0 = 0; mass at >= top is lumped in the last cell
+    cdf_rows = []
+    while True:
+        distribution = np.convolve(distribution, step)
+        distribution[top] += distribution[top + 1:].sum()
+        distribution = distribution[: top + 1]
+        tail = np.cumsum(distribution[::-1])[::-1]  # P(S_c >= m), m = 0..top
+        cdf_rows.append(tail[levels])
+        if tail[top] >= 1.0 - 1e-12 or len(cdf_rows) > 4 * top + 64:
+            break
+    cdf = np.asarray(cdf_rows)  # (cycles, levels): P(N(m) <= c)
+    cycles = np.zeros(remaining.size)
+    for level in np.flatnonzero(positive):
+        members = index == level
+        cycles[members] = 1 + np.searchsorted(cdf[:, level], uniforms[members], side="right")
+    return np.minimum(cycles, len(cdf_rows))
+
+
+def _cycles_sampled(remaining: npt.NDArray[np.int64], rates: FloatArray, rng: np.random.Generator) -> FloatArray:
+    """``N(m)`` by drawing the tokens of every cycle (long outputs)."""
+    import numpy as np
+
     cycles = np.zeros(remaining.size, dtype=np.float64)
     todo = np.flatnonzero(remaining > 0)
     left = remaining.copy()
+    expected = 1.0 + float(rates.sum())
     block = int(max(8, math.ceil(float(np.max(remaining, initial=0)) / expected * 1.3) + 8))
-    descending = bool(np.all(np.diff(rates) <= 0))
     while todo.size:
         draws = rng.random((todo.size, block))
-        if descending:  # #{j : U < r_j} for non-increasing r_j, without a (n, block, k) comparison
-            tokens = 1 + np.searchsorted(-rates, -draws, side="left").astype(np.int32)
-        else:
-            tokens = 1 + (draws[..., None] < rates).sum(axis=-1, dtype=np.int32)
+        tokens = 1 + np.searchsorted(-rates, -draws, side="left").astype(np.int32)  # #{j : U < r_j}, r decreasing
         total = np.cumsum(tokens, axis=1, dtype=np.int64)
         reached = total >= left[todo, None]
         done = reached[:, -1]
@@ -137,7 +185,7 @@ def cycles_needed(tokens_after_prefill: FloatArray, position_rates: tuple[float,
         cycles[todo[~done]] += block
         left[todo[~done]] -= total[~done, -1]
         todo = todo[~done]
-    return cycles, expected
+    return cycles
 
 
 class _FixedDecode:
