@@ -357,6 +357,19 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
     return even, crossings
 
 
+def domain_warnings(result: Plan) -> list[str]:
+    """Warnings where the closed form is outside the domain it was checked on (see :mod:`sdplan.model`)."""
+    import numpy as np
+
+    c2p = result.coefficients.c2p_s
+    rho = np.concatenate([np.ravel(result.baseline_utilisation), np.ravel(result.utilisation)])
+    c2 = np.concatenate([np.full(np.size(result.baseline_utilisation), result.baseline_c2_s),
+                         np.ravel(np.broadcast_to(result.c2_s[:, None, :], result.utilisation.shape))])
+    stable = rho < 1.0
+    warning = model.prefill_interference_warning(c2p, c2[stable], rho[stable])
+    return [warning] if warning else []
+
+
 def largest_batch(result: Plan) -> float | None:
     """Largest finite effective batch ``B = lambda L`` over the plan's points (requests), None if none is finite."""
     import numpy as np

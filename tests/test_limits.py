@@ -57,3 +57,27 @@ def test_plan_and_check_say_when_the_batch_reaches_the_cap(sdplan) -> None:
     check = sdplan("check", "--acceptance", "0.8", "--rate", "12", "--draft-length", "off", "--slo", "e2e:mean<=1000s",
                    "--max-num-seqs", "64")
     assert "batch cap of 64 sequences" in check.stderr
+
+
+def test_prefill_dominated_load_is_flagged_where_the_simulator_departs() -> None:
+    # c2p/C2 = 0.9 at rho 0.8: the simulator is +30..60% above the closed form (benchmarks/map_model_vs_simulator.py)
+    assert model.prefill_interference_warning(0.9, 1.0, 0.8) is not None
+    assert model.prefill_interference_warning(0.3, 1.0, 0.8) is None  # decode-dominated: within 5%
+    assert model.prefill_interference_warning(0.9, 1.0, 0.2) is None  # light load: within ~10%
+
+
+def test_closed_form_departs_from_the_simulator_only_where_flagged() -> None:
+    from sdplan.calibration import resolve_calibration
+    from sdplan.simulate import SimulationConfig, simulate
+
+    for p, g, expect_flag in ((1024, 512, False), (8192, 64, True)):  # the default calibration (review D6)
+        c = resolve_calibration(None).coefficients_at(p, g)
+        c1, c2 = (float(x) for x in model.baseline_demand(c))
+        lam = 0.7 / c2
+        runs = [simulate(c, SimulationConfig(rate_rps=lam, draft_length=0, position_rates=(), requests=6000,
+                                             prompt_tokens=p, output_tokens=g, max_num_seqs=100_000),
+                         numpy.random.default_rng(seed)).e2e_s.mean() for seed in range(2)]
+        error = numpy.mean(runs) / float(model.mean_latency(c1, c2, lam)) - 1
+        flagged = model.prefill_interference_warning(c.c2p_s, c2, 0.7) is not None
+        assert flagged == expect_flag
+        assert (error > 0.10) if expect_flag else (abs(error) < 0.05)

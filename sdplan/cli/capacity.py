@@ -106,6 +106,11 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     at_capacity = cap.max_rate_rps * model.mean_latency(cap.c1_s, cap.c2_s, cap.max_rate_rps)
     finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
     warnings = inputs.calibration.validity_warnings(p, g, float(finite.max()) if finite.size else None)
+    if not use_simulator:
+        interference = model.prefill_interference_warning(coefficients.c2p_s, cap.c2_s[cap.feasible],
+                                                          (cap.max_rate_rps * cap.c2_s)[cap.feasible])
+        if interference is not None:
+            warnings.append(interference)
     if any(binding == batch_cap_label(batch_cap) for binding in cap.binding_slo):
         warnings.append(f"capacity is limited by the batch cap of {batch_cap:g} sequences ({cap_source}) for some "
                         "options: the mean model is outside its regime beyond it (check with --simulate)")

@@ -108,6 +108,11 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     over = model.batch_cap_warning(report.batch, batch_cap, cap_source)
     if over is not None and not use_simulator:
         warnings.append(over)
+    if not use_simulator and report.point.utilisation < 1.0:
+        c2 = report.point.utilisation / rate if rate > 0 else 0.0
+        interference = model.prefill_interference_warning(coefficients.c2p_s, c2, report.point.utilisation)
+        if interference is not None:
+            warnings.append(interference)
     if report.simulated is not None and not report.steady:
         warnings.append("the simulation did not reach a steady state at this rate (the queue keeps growing): "
                         "every SLO fails")
