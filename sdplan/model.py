@@ -250,8 +250,8 @@ def prefill_interference_warning(c2p: float, c2: FloatArray | float, rho: FloatA
         return None
     worst = float(np.max(np.where(flagged, share, 0.0)))
     return (f"prefill interference is {worst:.0%} of C2 at utilisation >= {PREFILL_DOMINATED_UTILISATION:g}: the "
-            "mean model departs from the simulator there, optimistically on the shipped calibrations +7% to +61% at rho 0.6-0.8 when prefill is "
-            "85-90% of C2); check with --simulate")
+            "mean model departs from the simulator there (on the shipped calibrations it is optimistic, by 7% to "
+            "61% at rho 0.6-0.8 when prefill is 85-90% of C2); check with --simulate")
 
 
 def saturation_rate(c2: FloatArray | float) -> FloatArray:

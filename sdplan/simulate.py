@@ -8,27 +8,34 @@ Model of one replica (vLLM-like, iteration level):
 
 * requests arrive as a Poisson process (or gamma inter-arrivals with a given
   coefficient of variation, for bursty traffic) and queue FCFS;
-* at every step boundary waiting requests are admitted while the batch cap
-  (``max_num_seqs``), the KV budget (prompt + output tokens reserved per
-  running request) and the step's token budget (``max_num_batched_tokens``
-  minus the decode tokens ``B (k+1)``) allow; their prefills run chunked
-  inside that step, each adding ``c2p`` (the interference cost of the
-  analytic model), and a prefill into an idle engine costs ``c1p`` (the
-  request's own prefill latency, fixed costs included);
+* every step has a token budget (``max_num_batched_tokens``): the running
+  decodes take ``B (k+1)`` tokens first, then prefills take chunks in FCFS
+  order, partial prefills before new admissions, so a long prompt is
+  prefilled over several steps (chunked prefill). A request is admitted when
+  it gets its first chunk, while the batch cap (``max_num_seqs``, running
+  plus prefilling) and the KV budget (prompt + output tokens reserved at
+  admission; no preemption) allow; a request larger than the KV budget is
+  refused up front. A prefill chunk of ``q`` tokens adds ``q c2p/p`` to its
+  step (the analytic model's interference per prompt token), and a forward
+  pass of an idle engine also pays the prefill's fixed part ``c1p - c2p``;
+  the step that completes a prompt emits the request's first token;
 * every step, each running request verifies ``k`` drafted tokens and keeps
   ``A + 1`` (accepted plus the bonus token), with ``P(A >= j) = r_j``
-  (``r_j = alpha**j`` for i.i.d. acceptance, or vLLM's per-position rates),
-  sampled with one uniform per cycle;
+  (``r_j = alpha**j`` for i.i.d. acceptance, or vLLM's per-position rates);
 * a step with ``B`` running requests lasts
   ``tau(B) = (c1v + k c1d) + (B - 1)(c2v + k c2d)`` (``c1_step + (B - 1) c2_step``
-  without SD): the per-step form behind eq. 3, where ``C1`` is the batch-1
-  latency and ``C2`` the cost of each other request in flight.
+  without SD) plus its prefill chunks: the per-step form behind eq. 3, where
+  ``C1`` is the batch-1 latency and ``C2`` the cost of each other request.
 
-Because ``k`` is fixed within a run, the cycles each request needs are drawn
-when it arrives, and batch membership changes only at arrivals and
-completions: the loop leaps over runs of identical steps, so its cost grows
-with the number of requests, not of steps. Everything takes an explicit
-``numpy.random.Generator``; a seed gives identical results.
+Because ``k`` is fixed within a run, the cycles each request needs to emit
+its ``g - 1`` tokens after the prefill are drawn when it arrives (from their
+exact distribution, one uniform each), every running request advances one
+cycle per step, and a heap of finishing steps gives the next completion:
+the loop leaps over runs of identical steps, so its cost grows with the
+number of requests, not of steps. Under the goodput policy (k chosen per
+step) tokens are drawn per cycle instead. A run whose queue keeps growing is
+flagged as not at steady state (:func:`is_steady`). Everything takes an
+explicit ``numpy.random.Generator``; a seed gives identical results.
 """
 
 from __future__ import annotations

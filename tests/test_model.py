@@ -109,7 +109,7 @@ def test_break_even_from_random_coefficients_is_consistent(c: Coefficients, alph
     if crosses:
         rate = float(even.rate_rps)
         ratio = model.speedup(model.mean_latency(c1_d, c2_d, rate), model.mean_latency(c1, c2, rate))
-        assert float(ratio) == pytest.approx(1.0, rel=1e-9)
+        assert float(ratio) == pytest.approx(1.0, rel=1e-6)  # cancellation when C2 ~ C2_D (g = 2)
 
 
 def test_speedup_equation_2_form() -> None:
