@@ -234,6 +234,8 @@ class _AdaptiveDecode:
         import numpy as np
 
         self.rates, self.rng = rates, rng
+        self.negated = -rates
+        self.descending = bool(np.all(np.diff(rates) <= 0))
         self.ids = np.empty(0, dtype=np.int64)
         self.left = np.empty(0, dtype=np.float64)
 
@@ -259,7 +261,11 @@ class _AdaptiveDecode:
             produced = np.broadcast_to(np.arange(1, steps + 1, dtype=np.float64), (self.size, steps))
         else:
             draws = self.rng.random((self.size, steps))
-            produced = np.cumsum(1.0 + (draws[..., None] < self.rates[:draft]).sum(axis=-1), axis=1)
+            if self.descending:  # #{j <= k : U < r_j} for non-increasing r_j
+                accepted = np.searchsorted(self.negated[:draft], -draws, side="left")
+            else:
+                accepted = (draws[..., None] < self.rates[:draft]).sum(axis=-1)
+            produced = np.cumsum(1.0 + accepted, axis=1)
         reached = produced >= self.left[:, None]
         first = np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1, steps)
         taken = int(min(int(first.min()), steps))

@@ -272,3 +272,14 @@ def test_check_and_capacity_simulate_use_the_lengths_file_workload(sdplan, tmp_p
                  "1500", "--seeds", "1", "--lengths-file", str(short), "-f", "json")
     assert cap.exit_code == 0, cap.output
     assert json.loads(cap.stdout)["workload"]["prompt_tokens"] == 128
+
+
+def test_cli_simulate_flags_runs_past_saturation(sdplan) -> None:
+    result = sdplan("simulate", "--acceptance", "0.8", "--rates", "4,16", "--draft-length", "off", "--requests", "3000",
+                    "--seeds", "1", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rates = json.loads(result.stdout)["rates"]
+    assert [r["steady_state"] for r in rates] == [True, False]
+    assert "not at steady state at 16 req/s" in result.stderr
+    too_big = sdplan("simulate", "--rates", "2", "--kv-cache-tokens", "1", "--requests", "100")
+    assert too_big.exit_code == ExitStatus.USAGE and "does not fit the KV budget" in too_big.stderr

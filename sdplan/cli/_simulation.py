@@ -72,11 +72,22 @@ def histogram_means(lengths: tuple[list[float], list[float], list[float]] | None
 
 def engine_batch_cap(max_num_seqs: int, kv_cache_tokens: float | None, prompt_tokens: float,
                      output_tokens: float) -> tuple[float, str]:
-    """The batch the engine can hold: ``max_num_seqs``, or fewer when the KV budget reserves ``p + g`` each."""
+    """The batch the engine can hold: ``max_num_seqs``, or fewer when the KV budget reserves ``p + g`` each.
+
+    Raises
+    ------
+    InvalidValueError
+        If not even one request of the workload fits the KV budget.
+    """
     import math
+
+    from sdplan.errors import InvalidValueError
 
     if kv_cache_tokens is not None and math.isfinite(kv_cache_tokens):
         by_kv = math.floor(kv_cache_tokens / (prompt_tokens + output_tokens))
+        if by_kv < 1:
+            raise InvalidValueError(f"a request of {prompt_tokens + output_tokens:g} tokens (prompt + output) does "
+                                    f"not fit the KV budget of {kv_cache_tokens:g} tokens; raise --kv-cache-tokens")
         if by_kv < max_num_seqs:
             return float(max(by_kv, 0)), f"KV budget of {kv_cache_tokens:g} tokens"
     return float(max_num_seqs), "max_num_seqs"

@@ -92,9 +92,6 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
     p, g = inputs.workload.prompt_tokens, inputs.workload.output_tokens
     batch_cap, cap_source = engine_batch_cap(min(max_num_seqs, max_batch), kv_cache_tokens, p, g)
-    if batch_cap < 1:
-        raise InvalidValueError(f"a request of {p + g:g} tokens does not fit the KV budget of {kv_cache_tokens:g} "
-                                "tokens; raise --kv-cache-tokens")
     cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens, max_batch=batch_cap)
     if use_simulator:
         cap = _simulated_capacity(cap, coefficients, candidates, inputs.workload, parsed, requests, seeds, seed,
