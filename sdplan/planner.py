@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 SD_OFF = 0
 #: ``best_k`` value meaning "nothing is stable at this rate".
 NONE_STABLE = -1
+#: vLLM's default batch cap (``max_num_seqs``), against which plan's effective batches are checked.
+DEFAULT_MAX_NUM_SEQS = 256
 #: Speedup differences below this are the MoE fixed-point solver's round-off, reported as 0.
 SPEEDUP_RESOLUTION = 1e-6
 #: Rates per option on which the MoE break-even is bracketed before bisection.
@@ -366,8 +368,14 @@ def domain_warnings(result: Plan) -> list[str]:
     c2 = np.concatenate([np.full(np.size(result.baseline_utilisation), result.baseline_c2_s),
                          np.ravel(np.broadcast_to(result.c2_s[:, None, :], result.utilisation.shape))])
     stable = rho < 1.0
+    warnings = []
+    largest = largest_batch(result)
+    if largest is not None:
+        capped = model.batch_cap_warning(largest, DEFAULT_MAX_NUM_SEQS, "vLLM's default max_num_seqs")
+        if capped is not None:
+            warnings.append(capped.replace("(use --simulate)", "(see sdplan simulate --max-num-seqs)"))
     warning = model.prefill_interference_warning(c2p, c2[stable], rho[stable])
-    return [warning] if warning else []
+    return warnings + ([warning] if warning else [])
 
 
 def largest_batch(result: Plan) -> float | None:
