@@ -195,38 +195,6 @@ def _cycles_sampled(remaining: npt.NDArray[np.int64], rates: FloatArray, rng: np
     return cycles
 
 
-class _FixedDecode:
-    """Running sequences at a fixed draft length: each needs a known number of cycles (drawn at arrival).
-
-    Every running sequence advances one cycle per step, so a sequence
-    finishes at an absolute step count; a heap of those gives the next
-    completion in O(log B) and runs of identical steps are leapt over.
-    """
-
-    def __init__(self, cycles: list[int]) -> None:
-        self.cycles = cycles
-        self.heap: list[tuple[int, int]] = []
-        self.step = 0
-
-    @property
-    def size(self) -> int:
-        return len(self.heap)
-
-    def add(self, request: int, tokens_left: float) -> None:
-        heapq.heappush(self.heap, (self.step + self.cycles[request], request))
-
-    def horizon(self) -> int:
-        """Steps until the next completion (>= 1)."""
-        return max(self.heap[0][0] - self.step, 1)
-
-    def leap(self, steps: int, draft: int) -> tuple[int, list[int]]:
-        self.step += steps
-        done = []
-        while self.heap and self.heap[0][0] <= self.step:
-            done.append(heapq.heappop(self.heap)[1])
-        return steps, done
-
-
 class _AdaptiveDecode:
     """Running sequences under the goodput policy: tokens left per sequence, sampled per cycle at the step's k."""
 
@@ -323,7 +291,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             return c.c1v_s + draft * c.c1d_s, c.c2v_s + draft * c.c2d_s
         return c.baseline_c1_step_s, c.baseline_c2_step_s
 
-    decode: _FixedDecode | _AdaptiveDecode
+    decode: _AdaptiveDecode | None = None
     if adaptive:
         options = sorted(set(config.adaptive_draft_lengths or ()))
         if any(o > len(rates_all) for o in options):
@@ -334,7 +302,6 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         decode = _AdaptiveDecode(rates_all, rng)
     else:
         cycles, expected = cycles_needed(output - 1, config.position_rates if k else (), rng)
-        decode = _FixedDecode(cycles.astype(np.int64).tolist())
     fixed, per_sequence = step_costs(k)
     # Prefill: c2p is the interference of one mean prompt, so c2p / p per prompt token in a busy step;
     # a forward pass of an idle engine also pays the prefill's fixed part, c1p - c2p.
@@ -370,11 +337,17 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         if on_progress is not None and completed // report_every != before // report_every:
             on_progress(completed, n)
 
+    # Fixed k: every running request advances one cycle per step, so it finishes at a known step count;
+    # a heap of (finishing step, request) gives the next completion in O(log B).
+    heap: list[tuple[int, int]] = []
+    finish_step = [] if decode is not None else cycles.astype(np.int64).tolist()
+    counter = 0  # steps run
+    heappush, heappop = heapq.heappush, heapq.heappop
     while completed < n:
         while next_arrival < n and arrival_list[next_arrival] <= t:
             queue.append(next_arrival)
             next_arrival += 1
-        batch = decode.size
+        batch = len(heap) if decode is None else decode.size
         if batch == 0 and not queue and not prefilling:
             t = arrival_list[next_arrival]  # idle until the next arrival
             continue
@@ -387,7 +360,6 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         # Token budget: decode tokens first, then prefill chunks (partial prefills first, then new admissions).
         budget = budget_cap - batch * (k + 1)
         chunk_tokens = 0.0
-        finished_prefill: list[int] = []
         for entry in prefilling:
             if budget <= 0:
                 break
@@ -415,7 +387,13 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             busy_area += engine * step
             if batch:
                 k_area += k * step
-                _, done = decode.leap(1, k)
+                if decode is None:
+                    counter += 1
+                    done = []
+                    while heap and heap[0][0] <= counter:
+                        done.append(heappop(heap)[1])
+                else:
+                    _, done = decode.leap(1, k)
                 complete(done, t)
             busy_time += step
             while prefilling and prefilling[0][1] <= 0:
@@ -423,6 +401,8 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
                 first_token[request] = t
                 if output_list[request] <= 1:
                     complete([request], t)
+                elif decode is None:
+                    heappush(heap, (counter + finish_step[request], request))
                 else:
                     decode.add(request, output_list[request] - 1)
             continue
@@ -430,15 +410,31 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             t = arrival_list[next_arrival] if next_arrival < n else t
             continue
         # Leap over identical decode steps until a completion or the next arrival's step boundary.
-        limit = decode.horizon()
+        if decode is None:
+            limit = heap[0][0] - counter
+            if limit < 1:
+                limit = 1
+        else:
+            limit = decode.horizon()
         if next_arrival < n and (not queue or engine < seq_cap):
-            limit = min(limit, max(1, math.ceil((arrival_list[next_arrival] - t) / step)))
-        taken, done = decode.leap(limit, k)
-        t += taken * step
-        busy_area += engine * taken * step
-        k_area += k * taken * step
-        busy_time += taken * step
-        complete(done, t)
+            until = math.ceil((arrival_list[next_arrival] - t) / step)
+            if until < limit:
+                limit = until if until > 1 else 1
+        if decode is None:
+            counter += limit
+            taken = limit
+            done = []
+            while heap and heap[0][0] <= counter:
+                done.append(heappop(heap)[1])
+        else:
+            taken, done = decode.leap(limit, k)
+        span = taken * step
+        t += span
+        busy_area += engine * span
+        k_area += k * span
+        busy_time += span
+        if done:
+            complete(done, t)
 
     arrival_arr = arrival
     finish_arr = np.asarray(finish)
