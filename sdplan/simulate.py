@@ -78,6 +78,9 @@ class SimulationConfig:
     #: Goodput-adaptive policy: candidate draft lengths (0 = off allowed) chosen per step by E(k)/tau_k(B)
     #: (SmartSpec); ``draft_length`` and ``position_rates`` then only give the rates for the longest k.
     adaptive_draft_lengths: tuple[int, ...] | None = None
+    #: Fraction of the earliest requests left out of the statistics (0 to compare with a served benchmark,
+    #: which starts from an empty engine and keeps every request).
+    warmup_fraction: float = WARMUP_FRACTION
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +282,8 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         raise InvalidValueError(f"a request of {largest:g} tokens (prompt + output) does not fit the KV budget of "
                                 f"{config.kv_cache_tokens:g} tokens and could never be admitted; raise "
                                 "--kv-cache-tokens or shorten the requests")
+    if not 0.0 <= config.warmup_fraction < 1.0:
+        raise InvalidValueError("the warm-up fraction must lie in [0, 1)")
     if config.max_num_batched_tokens < 1:
         raise InvalidValueError("max_num_batched_tokens must be >= 1 token")
     arrival = arrival_times(config.rate_rps, config.arrival_cv, n, rng, uniforms)
@@ -440,12 +445,13 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     finish_arr = np.asarray(finish)
     first_arr = np.asarray(first_token)
     admit_arr = np.asarray(admit_time)
-    keep = np.arange(n) >= int(WARMUP_FRACTION * n)
+    first_kept = min(int(config.warmup_fraction * n), n - 1)
+    keep = np.arange(n) >= first_kept
     e2e = (finish_arr - arrival_arr)[keep]
     ttft = (first_arr - arrival_arr)[keep]
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(output[keep] > 1, (finish_arr - first_arr)[keep] / (output[keep] - 1), np.nan)
-    window_start, window_end = float(arrival_arr[int(WARMUP_FRACTION * n)]), float(arrival_arr[-1])
+    window_start, window_end = float(arrival_arr[first_kept]), float(arrival_arr[-1])
     in_window = (finish_arr >= window_start) & (finish_arr <= window_end)
     span = window_end - window_start
     throughput = float(output[in_window].sum()) / span if span > 0 else float(output.sum()) / t
