@@ -308,7 +308,7 @@ def simulated_capacity(cap: Capacity, coefficients: Coefficients, slos: list[SLO
         def excess(rate: float, c2: float = c2) -> Excess:
             summary = summary_at(rate)
             if not summary.steady:  # type: ignore[attr-defined]
-                return Excess(math.inf, "unstable")
+                return Excess(math.inf, "not steady (queue grows)")
             worst, worst_slo = -math.inf, None
             for slo in upper_slos:
                 value = simulated_value(slo, summary, rate * c2)
