@@ -167,20 +167,22 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
         "definitions": {
             "mean_e2e_latency_s": "mean end-to-end latency, arrival to last token (Kong et al. eq. 1)",
             "effective_batch_size": "mean requests in flight, lambda * L (Little's law)",
-            "utilisation": "lambda * C2; stable below 1, near_saturation above 0.9",
+            "utilisation": "lambda * C2 = 1 - C1/L (MoE: 1 - L(0)/L, the dense-equivalent load share); stable below "
+            "1, near_saturation above 0.9",
             "mean_ttft_s": TTFT_NOTE,
             "mean_tpot_s": TPOT_NOTE,
             "speedup": "no-SD latency / SD latency at the same request rate; null where either is unstable",
             "per_token_alpha": "per-token acceptance probability (i.i.d.)",
             "tokens_per_cycle": "mean acceptance length E(alpha, k), bonus token included",
-            "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only B tokens, minus the "
-            "speedup with B(k+1) routed tokens (extra experts loaded by the drafted tokens)",
+            "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only 1 + B tokens, minus "
+            "the speedup with (1 + B)(k+1) routed tokens (extra experts loaded by the drafted tokens)",
         },
         "moe": None if plan.moe_speedup_lost is None else {
             "solver": "monotone fixed-point iteration from L = 0 (smallest fixed point)",
             "max_relative_residual": plan.moe_max_residual,
             "c1_s": "at zero load", "c2_s": "at full expert coverage (saturation uses it)",
-            "break_even_rate_rps": "not computed for MoE",
+            "break_even_rate_rps": "first rate where the solved speedup crosses 1; every crossing is in "
+            "break_even_rates_rps",
         },
         "coefficients": asdict(plan.coefficients),
         "baseline": {
