@@ -284,8 +284,10 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
                                 "--kv-cache-tokens or shorten the requests")
     if not 0.0 <= config.warmup_fraction < 1.0:
         raise InvalidValueError("the warm-up fraction must lie in [0, 1)")
-    if config.max_num_batched_tokens < 1:
-        raise InvalidValueError("max_num_batched_tokens must be >= 1 token")
+    if config.max_num_batched_tokens < config.max_num_seqs:
+        raise InvalidValueError(f"the token budget per step ({config.max_num_batched_tokens}, max_num_batched_tokens) "
+                                f"must be at least the batch cap ({config.max_num_seqs}, max_num_seqs), as vLLM "
+                                "requires; raise --max-num-batched-tokens or lower --max-num-seqs")
     arrival = arrival_times(config.rate_rps, config.arrival_cv, n, rng, uniforms)
     adaptive = config.adaptive_draft_lengths is not None
     c = coefficients

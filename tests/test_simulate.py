@@ -283,3 +283,9 @@ def test_cli_simulate_flags_runs_past_saturation(sdplan) -> None:
     assert "not at steady state at 16 req/s" in result.stderr
     too_big = sdplan("simulate", "--rates", "2", "--kv-cache-tokens", "1", "--requests", "100")
     assert too_big.exit_code == ExitStatus.USAGE and "does not fit the KV budget" in too_big.stderr
+
+
+def test_token_budget_below_the_batch_cap_is_refused_like_vllm() -> None:
+    with pytest.raises(InvalidValueError, match="max_num_batched_tokens"):
+        simulate(C, SimulationConfig(rate_rps=1.0, draft_length=0, position_rates=(), requests=100,
+                                     max_num_batched_tokens=1), numpy.random.default_rng(0))
