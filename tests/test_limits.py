@@ -75,7 +75,7 @@ def test_closed_form_departs_from_the_simulator_only_where_flagged() -> None:
         c1, c2 = (float(x) for x in model.baseline_demand(c))
         lam = 0.7 / c2
         runs = [simulate(c, SimulationConfig(rate_rps=lam, draft_length=0, position_rates=(), requests=6000,
-                                             prompt_tokens=p, output_tokens=g, max_num_seqs=100_000),
+                                             prompt_tokens=p, output_tokens=g, max_num_seqs=8192),
                          numpy.random.default_rng(seed)).e2e_s.mean() for seed in range(2)]
         error = numpy.mean(runs) / float(model.mean_latency(c1, c2, lam)) - 1
         flagged = model.prefill_interference_warning(c.c2p_s, c2, 0.7) is not None
