@@ -127,6 +127,8 @@ CALIBRATION_SCHEMA = Table(
                     {
                         "c1_step_s": _cost("plain decode step: seconds per step"),
                         "c2_step_s": _cost("plain decode step: seconds per step per concurrent request"),
+                        "c2_step_per_context_token_s": _cost(
+                            "slope of c2_step in the mean context p + g/2: seconds per context token", required=False),
                     }
                 ),
                 "speculative": Table(
@@ -135,6 +137,10 @@ CALIBRATION_SCHEMA = Table(
                         "c2v_s": _cost("verification: seconds per cycle per concurrent request"),
                         "c1d_s": _cost("drafting: seconds per draft token"),
                         "c2d_s": _cost("drafting: seconds per draft token per concurrent request"),
+                        "c2v_per_context_token_s": _cost(
+                            "slope of c2v in the mean context p + g/2: seconds per context token", required=False),
+                        "c2d_per_context_token_s": _cost(
+                            "slope of c2d in the mean context p + g/2: seconds per context token", required=False),
                     }
                 ),
             },
@@ -322,8 +328,16 @@ class Calibration:
         return MoESpec(experts_per_token=int(table["experts_per_token"]), experts=int(table["experts"]),
                        coverage=coverage)
 
-    def validity_warnings(self, prompt_tokens: float, output_tokens: float) -> list[str]:
-        """Warnings for a workload outside the ranges the calibration covers."""
+    def validity_warnings(self, prompt_tokens: float, output_tokens: float, batch: float | None = None) -> list[str]:
+        """Warnings for a workload (and optionally an effective batch) outside the calibrated ranges.
+
+        ``batch`` is the largest finite effective batch ``B = lambda L``
+        (requests) the caller reports; it is checked against
+        ``validity.batch_size`` (the batch sizes the step model was fitted or
+        derived on: beyond them the linear step model is extrapolated).
+        """
+        import math
+
         warnings = []
         validity = self.document.get("validity", {})
         for key, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
@@ -333,6 +347,12 @@ class Calibration:
                     f"{key.replace('_', ' ')} {value:g} is outside the calibrated range "
                     f"[{span[0]:g}, {span[1]:g}] of {self.name}; predictions are extrapolated"
                 )
+        span = validity.get("batch_size")
+        if span is not None and batch is not None and math.isfinite(batch) and batch > span[1]:
+            warnings.append(
+                f"effective batch up to {batch:.4g} requests exceeds the calibrated batch sizes "
+                f"[{span[0]:g}, {span[1]:g}] of {self.name}; the step model is extrapolated there"
+            )
         return warnings
 
 
@@ -347,33 +367,55 @@ def _scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens:
     Notes
     -----
     With ``scaling = "proportional"`` (the default), following the reported
-    scalings (``model.md`` §1.3, validation point V5): prefill costs ``c1p``,
-    ``c2p`` scale with ``p/p_ref``; the per-concurrent-request step costs
-    ``c2v``, ``c2d`` and the baseline ``c2_step`` scale with the mean context
-    ``(p + g/2)/(p_ref + g_ref/2)``; the fixed step costs do not scale. The
-    output length enters the model itself through ``g/E``. Proportional
-    scaling assumes no length-independent intercept; the per-step form
-    represents intercepts exactly.
+    scalings (``model.md`` §1.3, validation point V5) and the step model
+    (:func:`_coefficients_from_steps`), with ``s = p + g/2`` the mean context:
+
+    * prefill: ``c1p``, ``c2p`` scale with ``p/p_ref``;
+    * per-concurrent-request step costs are affine in the context,
+      ``c(s) = c_ref + (s - s_ref) * slope``, with the slopes
+      ``c2v_per_context_token_s``, ``c2d_per_context_token_s`` and
+      ``c2_step_per_context_token_s`` when the file gives them (then the
+      direct form equals the step model it was taken from at every workload).
+      Without slopes, ``c2v`` and ``c2_step`` (KV reads of one sequence) are
+      taken proportional to ``s`` (no intercept, V5), and ``c2d`` constant:
+      it is the marginal cost of one drafted token, its verification
+      compute plus a small draft step (``T.tok + D.seq + D.tok + s D.ctx``),
+      mostly independent of the context. Scaling ``c2d`` with ``s``
+      overstated saturation 2.1x at p = g = 128 (review B6);
+    * ``c1v``, ``c1d``, ``c1_step`` (the batch-1 step costs) hold one
+      sequence's own context cost (step model: ``c1v = T.fixed + overhead +
+      c2v``), so with a slope they move by ``(s - s_ref) * slope`` as their
+      ``c2`` does; without one they stay fixed (the batch-1 context share is
+      unknown, and fixed costs dominate them).
+
+    The output length enters the model itself through ``g/E``.
     """
     table = document["coefficients"]
     reference = document["reference_workload"]
-    if table.get("scaling", "proportional") == "proportional":
-        prefill = prompt_tokens / reference["prompt_tokens"]
-        context = _mean_context(prompt_tokens, output_tokens) / _mean_context(
-            reference["prompt_tokens"], reference["output_tokens"]
-        )
-    else:
-        prefill = context = 1.0
     spec, base = table["speculative"], table["baseline"]
+    proportional = table.get("scaling", "proportional") == "proportional"
+    reference_context = _mean_context(reference["prompt_tokens"], reference["output_tokens"])
+    shift = _mean_context(prompt_tokens, output_tokens) - reference_context if proportional else 0.0
+    prefill = prompt_tokens / reference["prompt_tokens"] if proportional else 1.0
+
+    def affine(value: float, slope: float | None, default_slope: float) -> float:
+        return max(value + shift * (default_slope if slope is None else slope), 0.0)
+
+    def own(value: float, slope: float | None) -> float:
+        """A batch-1 cost: it holds its own sequence's context cost, moved only by a given slope."""
+        return max(value + shift * (slope or 0.0), 0.0)
+
+    v_slope, d_slope = spec.get("c2v_per_context_token_s"), spec.get("c2d_per_context_token_s")
+    step_slope = base.get("c2_step_per_context_token_s")
     return Coefficients(
         c1p_s=table["c1p_s"] * prefill,
         c2p_s=table["c2p_s"] * prefill,
-        c1v_s=spec["c1v_s"],
-        c2v_s=spec["c2v_s"] * context,
-        c1d_s=spec["c1d_s"],
-        c2d_s=spec["c2d_s"] * context,
-        baseline_c1_step_s=base["c1_step_s"],
-        baseline_c2_step_s=base["c2_step_s"] * context,
+        c1v_s=own(spec["c1v_s"], v_slope),
+        c2v_s=affine(spec["c2v_s"], v_slope, spec["c2v_s"] / reference_context),
+        c1d_s=own(spec["c1d_s"], d_slope),
+        c2d_s=affine(spec["c2d_s"], d_slope, 0.0),
+        baseline_c1_step_s=own(base["c1_step_s"], step_slope),
+        baseline_c2_step_s=affine(base["c2_step_s"], step_slope, base["c2_step_s"] / reference_context),
         prompt_tokens=float(prompt_tokens),
         output_tokens=float(output_tokens),
     )

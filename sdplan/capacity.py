@@ -76,8 +76,14 @@ class Capacity:
 
 
 def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO],
-             tokens_per_cycle: FloatArray | None = None) -> Capacity:
+             tokens_per_cycle: FloatArray | None = None, max_batch: float | None = None) -> Capacity:
     """Highest request rate meeting all SLOs, per option.
+
+    With ``max_batch`` (the engine's batch cap, vLLM ``max_num_seqs``, or the
+    sequences the KV budget holds) no capacity beyond the rate where the
+    mean batch ``lambda L`` reaches it is reported
+    (:func:`sdplan.model.batch_cap_rate`): past it the mean model is outside
+    its regime. The binding SLO then reads ``batch cap (N sequences)``.
 
     Raises
     ------
@@ -116,6 +122,11 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         lowest = np.maximum(lowest, low)
     saturation = model.saturation_rate(c2)
     highest = np.minimum(highest, saturation)
+    if max_batch is not None:
+        cap_rate = model.batch_cap_rate(c1, c2, max_batch)
+        for index in np.flatnonzero(cap_rate < highest):
+            binding[int(index)] = batch_cap_label(max_batch)
+        highest = np.minimum(highest, cap_rate)
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)
     latency = np.where(feasible, model.mean_latency(c1, c2, max_rate), np.nan)
@@ -136,6 +147,11 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         break_even_rate_rps=even.rate_rps,
         best=best,
     )
+
+
+def batch_cap_label(max_batch: float) -> str:
+    """Binding-constraint text when the batch cap limits capacity."""
+    return f"batch cap ({max_batch:g} sequences)"
 
 
 def search_rate(feasible: Callable[[float], str | None], upper_rps: float, iterations: int = 8) -> tuple[float, str | None]:
@@ -159,6 +175,168 @@ def search_rate(feasible: Callable[[float], str | None], upper_rps: float, itera
         else:
             high, binding = middle, violated
     return low, binding
+
+
+@dataclass(frozen=True, slots=True)
+class Excess:
+    """How far a simulated point is past its upper-bound SLOs: ``max_i value_i/limit_i - 1`` (> 0 violated)."""
+
+    excess: float
+    binding: str | None
+
+
+def search_root(excess: Callable[[float], Excess], guess_rps: float, upper_rps: float, tolerance: float = 0.01,
+                max_evaluations: int = 14,
+                predict: Callable[[float, float], float] | None = None) -> tuple[float, str | None, int]:
+    """Highest rate in ``(0, upper]`` with ``excess(rate) <= 0``, by bracketing then regula falsi.
+
+    ``excess`` rises with the rate (latency statistics under common random
+    numbers are smooth in the rate), so from ``guess_rps`` (e.g. the
+    closed-form capacity) the root is bracketed in a step or two and refined
+    by the Illinois variant of regula falsi, falling back to bisection where
+    the excess is infinite (unstable). Stops when the bracket is within
+    ``tolerance`` (relative) of its upper end. The answer is the highest rate
+    found feasible, so it never overstates capacity (to the tolerance).
+    ``predict(rate, excess)``, when given, estimates the root from one point
+    (e.g. from the mean model's shape); the bracketing step then aims just
+    past that estimate instead of stepping by a fixed factor.
+
+    Returns
+    -------
+    (rate, binding, evaluations)
+        ``binding`` is the SLO violated just above the rate (None if
+        ``upper`` itself is feasible).
+    """
+    evaluations = 0
+
+    def evaluate(rate: float) -> Excess:
+        nonlocal evaluations
+        evaluations += 1
+        return excess(rate)
+
+    low, low_value = 0.0, -1.0
+    high, high_value, binding = math.inf, math.inf, None
+    rate = min(max(guess_rps, upper_rps * 1e-3), upper_rps)
+    while evaluations < max_evaluations:  # bracket
+        point = evaluate(rate)
+        if point.excess <= 0.0:
+            low, low_value = rate, point.excess
+            if rate >= upper_rps:
+                return upper_rps, None, evaluations
+        else:
+            high, high_value, binding = rate, point.excess, point.binding
+        if low > 0.0 and math.isfinite(high):
+            break
+        if high <= upper_rps * 1e-3:
+            return 0.0, binding, evaluations
+        if predict is not None and math.isfinite(point.excess):
+            aim = 1.0 + tolerance if point.excess <= 0.0 else 1.0 - tolerance
+            estimate = predict(rate, point.excess) * aim
+            rate = min(max(estimate, rate * 1.002), rate * 2.0) if point.excess <= 0.0 else \
+                max(min(estimate, rate * 0.998), rate * 0.5)
+            rate = min(rate, upper_rps)
+        else:
+            step = 1.25 if math.isfinite(point.excess) and abs(point.excess) < 0.2 else 2.0
+            rate = min(rate * step, upper_rps) if point.excess <= 0.0 else rate / step
+    side = 0
+    while evaluations < max_evaluations and high - low > tolerance * high:
+        width = high - low
+        if math.isfinite(high_value) and low > 0.0:
+            weight_low = low_value / 2.0 if side == 1 else low_value
+            weight_high = high_value / 2.0 if side == -1 else high_value
+            rate = low + width * (-weight_low) / (weight_high - weight_low)
+            rate = min(max(rate, low + 0.05 * width), high - 0.05 * width)
+        else:
+            rate = 0.5 * (low + high)
+        point = evaluate(rate)
+        if point.excess <= 0.0:
+            low, low_value, side = rate, point.excess, -1
+        else:
+            high, high_value, binding, side = rate, point.excess, point.binding, 1
+    return low, binding, evaluations
+
+
+def simulated_capacity(cap: Capacity, coefficients: Coefficients, slos: list[SLO],
+                       configure: Callable[[float, int], object], seeds: int, seed: int,
+                       tolerance: float = 0.01,
+                       on_evaluation: Callable[[int, float], None] | None = None) -> tuple[Capacity, int]:
+    """Per option, the highest rate whose simulated statistics meet every SLO.
+
+    Upper-bound SLOs (latency, utilisation) get harder with load: their
+    highest rate is found by :func:`search_root`, started at the closed-form
+    capacity corrected by the simulated-to-analytic ratio of the option
+    before. Lower-bound SLOs (``throughput>=``) hold only *above* some rate,
+    so they are checked at that rate: if one fails there, no rate meets
+    every SLO (review B3). A point whose queue keeps growing
+    (:attr:`sdplan.simulate.SimulationResult.steady` false) is unstable.
+
+    Every evaluation uses common random numbers: each replication's arrival
+    stream (one uniform per request) and acceptance draws are the same at
+    every rate and option, so the statistics are smooth in the rate and the
+    search needs few evaluations.
+
+    ``configure(rate, k)`` returns a :class:`sdplan.simulate.SimulationConfig`.
+    Returns the capacity table with simulated rates, and the evaluations run.
+    """
+    import numpy as np
+
+    from sdplan.check import simulated_value
+    from sdplan.simulate import replicate
+
+    upper_slos = [slo for slo in slos if slo.upper_bound]
+    lower_slos = [slo for slo in slos if not slo.upper_bound]
+    options = [0, *cap.draft_lengths]
+    streams = [np.random.default_rng([seed + index, 7]).random(int(configure(1.0, 0).requests))  # type: ignore[attr-defined]
+               for index in range(seeds)]
+    rates: list[float] = []
+    binding: list[str | None] = []
+    total = 0
+    correction = 1.0
+    for index, k in enumerate(options):
+        c2 = float(cap.c2_s[index])
+        saturation = float(cap.saturation_rate_rps[index]) * 0.999
+        cache: dict[float, object] = {}
+
+        def summary_at(rate: float, k: int = k) -> object:
+            if rate not in cache:
+                cache[rate] = replicate(coefficients, configure(rate, k), seeds, seed, math.nan,  # type: ignore[arg-type]
+                                        uniforms=streams)
+                if on_evaluation is not None:
+                    on_evaluation(index, rate)
+            return cache[rate]
+
+        def excess(rate: float, c2: float = c2) -> Excess:
+            summary = summary_at(rate)
+            if not summary.steady:  # type: ignore[attr-defined]
+                return Excess(math.inf, "not steady (queue grows)")
+            worst, worst_slo = -math.inf, None
+            for slo in upper_slos:
+                value = simulated_value(slo, summary, rate * c2)
+                over = value / slo.limit - 1.0 if slo.limit > 0 else (0.0 if value <= 0 else math.inf)
+                if not slo.holds(value):
+                    over = max(over, 1e-12)
+                if over > worst:
+                    worst, worst_slo = over, slo.text
+            return Excess(worst, worst_slo)
+
+        analytic = float(cap.max_rate_rps[index]) if cap.feasible[index] else saturation * 0.5
+        guess = min(analytic * correction, saturation) if analytic > 0 else saturation * 0.5
+        def predict(rate: float, over: float, c2: float = c2) -> float:
+            """Root of the mean model's shape v(r) ~ 1/(1 - r C2) through the point (rate, 1 + excess)."""
+            return (1.0 - (1.0 - rate * c2) * (1.0 + over)) / c2 if c2 > 0 else rate / (1.0 + over)
+
+        rate, bound, count = search_root(excess, guess, saturation, tolerance, predict=predict)
+        total += count
+        if rate > 0 and lower_slos:
+            summary = summary_at(rate)
+            failed = [slo.text for slo in lower_slos if not slo.holds(simulated_value(slo, summary, rate * c2))]
+            if failed:
+                rate, bound = 0.0, failed[0]
+        if rate > 0 and analytic > 0:
+            correction = rate / analytic
+        rates.append(rate)
+        binding.append(bound)
+    return with_simulated_rates(cap, rates, binding), total
 
 
 def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[str | None]) -> Capacity:

@@ -35,6 +35,8 @@ class CheckReport:
     regime: str
     verdicts: tuple[Verdict, ...]
     simulated: str | None = None
+    #: With --simulate: whether every replication reached a steady state (the simulator's own stability).
+    steady: bool = True
 
     @property
     def passed(self) -> bool:
@@ -125,14 +127,19 @@ def simulated_value(slo: SLO, summary: object, utilisation: float) -> float:
 def simulated_verdicts(report: CheckReport, slos: list[SLO], summary: object) -> CheckReport:
     """Re-check ``slos`` with statistics from the simulator (``sdplan.simulate.RateSummary``).
 
-    Values come from :func:`simulated_value`.
+    Values come from :func:`simulated_value`. Stability is the simulator's
+    own (a queue that keeps growing, :attr:`sdplan.simulate.RateSummary.steady`),
+    not the analytic ``lambda C2 < 1`` at the nominal lengths: with a length
+    histogram or a batch cap the two differ.
     """
     from dataclasses import replace
 
+    steady = bool(summary.steady)  # type: ignore[attr-defined]
     verdicts = []
     for slo in slos:
         value = simulated_value(slo, summary, report.point.utilisation)
-        passed = report.point.utilisation < 1.0 and slo.holds(value)
+        passed = steady and slo.holds(value)
         verdicts.append(Verdict(slo=slo, predicted=value, passed=passed, margin=slo.margin(value)))
     description = f"simulated, {summary.replications} x {summary.requests} requests"  # type: ignore[attr-defined]
-    return replace(report, verdicts=tuple(verdicts), simulated=description)
+    regime = "unstable" if not steady else ("stable" if report.regime == "unstable" else report.regime)
+    return replace(report, verdicts=tuple(verdicts), simulated=description, steady=steady, regime=regime)

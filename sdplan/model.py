@@ -17,8 +17,14 @@ output tokens needs ``g/E`` cycles (eq. 3):
 
     C1 = c1p + (g/E)*(c1v + k*c1d),    C2 = c2p + (g/E)*(c2v + k*c2d).
 
-The baseline without speculation has the same form with ``E = 1``, ``k = 0``
-and its own one-token decode step costs.
+The baseline without speculation has the same form with its own one-token
+decode step costs, but ``g - 1`` decode steps: the prefill emits the first
+token (vLLM; ``calibrate`` times prefill with ``max_tokens=1`` and the
+simulator runs ``g - 1`` steps after it). With SD the ``g/E`` cycles are
+kept: the cycles that produce the remaining ``g - 1`` tokens overshoot by
+about one token on average (renewal overshoot), so their mean is close to
+``g/E`` (simulated 4.91 cycles at g=16, alpha=0.8, k=4 against g/E = 4.76 and
+(g-1)/E = 4.46; review B14).
 """
 
 from __future__ import annotations
@@ -130,15 +136,21 @@ def demand_from_tokens(
     return c1, c2
 
 
-def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
-    """Demand ``(C1_D, C2_D)`` without speculation: ``g`` one-token decode steps.
+def baseline_steps(output_tokens: float) -> float:
+    """Decode steps of a request without SD, ``g - 1``: the prefill step emits the first token."""
+    return max(float(output_tokens) - 1.0, 0.0)
 
-    ``C1_D = c1p + g*c1_step`` and ``C2_D = c2p + g*c2_step`` (``model.md`` §1.3).
+
+def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
+    """Demand ``(C1_D, C2_D)`` without speculation: ``g - 1`` one-token decode steps after the prefill.
+
+    ``C1_D = c1p + (g-1) c1_step`` and ``C2_D = c2p + (g-1) c2_step``
+    (``model.md`` §1.3 with the first token emitted by the prefill; review B14).
     """
-    g = coeffs.output_tokens
+    steps = baseline_steps(coeffs.output_tokens)
     return (
-        coeffs.c1p_s + g * coeffs.baseline_c1_step_s,
-        coeffs.c2p_s + g * coeffs.baseline_c2_step_s,
+        coeffs.c1p_s + steps * coeffs.baseline_c1_step_s,
+        coeffs.c2p_s + steps * coeffs.baseline_c2_step_s,
     )
 
 
@@ -194,6 +206,64 @@ def effective_batch(rate_rps: FloatArray | float, latency_s: FloatArray | float)
     latency = np.asarray(latency_s, dtype=np.float64)
     with np.errstate(invalid="ignore"):  # 0 * inf at lambda = 0 cannot happen: L is finite there
         return np.where(np.isfinite(latency), rate * latency, np.inf)
+
+
+def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: float) -> FloatArray:
+    """Rate at which the mean number of requests in flight ``B = lambda L`` reaches ``max_batch``.
+
+    From ``lambda C1 / (1 - lambda C2) = N``: ``lambda_N = N / (C1 + N C2)``
+    (requests/s). Beyond it the engine's batch cap (vLLM ``max_num_seqs``) or
+    its KV budget holds requests back, which the mean model does not
+    represent: its latency is then a lower bound.
+    """
+    import numpy as np
+
+    c1_arr = np.asarray(c1, dtype=np.float64)
+    c2_arr = np.asarray(c2, dtype=np.float64)
+    return max_batch / (c1_arr + max_batch * c2_arr)
+
+
+def batch_cap_warning(batch: float, max_batch: float, what: str = "max_num_seqs") -> str | None:
+    """A warning when an effective batch reaches the engine's batch cap, else None."""
+    import math
+
+    if not math.isfinite(batch) or batch < max_batch:
+        return None
+    return (f"effective batch {batch:.4g} requests reaches the batch cap of {max_batch:g} sequences ({what}): "
+            "requests queue for a batch slot, which the mean model does not represent; its latency is a lower "
+            "bound there (use --simulate)")
+
+
+#: Prefill share of C2 (c2p/C2) and utilisation from which the mean model departs from the simulator.
+PREFILL_DOMINATED_SHARE = 0.5
+PREFILL_DOMINATED_UTILISATION = 0.5
+
+
+def prefill_interference_warning(c2p: float, c2: FloatArray | float, rho: FloatArray | float) -> str | None:
+    """A warning where prefill interference dominates ``C2`` at load, else None.
+
+    Notes
+    -----
+    Mean-value processor sharing treats the other requests' prefills as a
+    smooth load; in the simulator (and in vLLM) a long prefill stalls every
+    decode of its step, so the closed form is optimistic there. Measured with
+    ``benchmarks/map_model_vs_simulator.py`` (default calibration, no batch
+    cap): within 5% wherever ``c2p/C2 <= 0.4`` and ``rho <= 0.8``; +7..+15% at
+    ``c2p/C2`` 0.85, rho 0.6..0.8 (p=1024, g=64); +32..+61% at ``c2p/C2`` 0.9,
+    rho 0.6..0.8 (p=8192, g=64). Flags ``c2p/C2 >= 0.5`` with ``rho >= 0.5``.
+    """
+    import numpy as np
+
+    c2_arr, rho_arr = np.broadcast_arrays(np.asarray(c2, dtype=np.float64), np.asarray(rho, dtype=np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(c2_arr > 0, c2p / c2_arr, 0.0)
+    flagged = (share >= PREFILL_DOMINATED_SHARE) & (rho_arr >= PREFILL_DOMINATED_UTILISATION)
+    if not np.any(flagged):
+        return None
+    worst = float(np.max(np.where(flagged, share, 0.0)))
+    return (f"prefill interference is {worst:.0%} of C2 at utilisation >= {PREFILL_DOMINATED_UTILISATION:g}: the "
+            "mean model departs from the simulator there (on the shipped calibrations it is optimistic, by 7% to "
+            "61% at rho 0.6-0.8 when prefill is 85-90% of C2); check with --simulate")
 
 
 def saturation_rate(c2: FloatArray | float) -> FloatArray:

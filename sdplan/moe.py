@@ -8,8 +8,11 @@ routing the expected fraction of experts a forward pass touches is
 
 with ``T`` the tokens routed in that forward: ``B`` for a plain decode step,
 ``B (k + 1)`` for a verification step, ``p`` for a prefill, where ``B`` is
-at least 1 (a request's own step routes its own tokens even at zero load,
-the batch-size-1 latency ``C1``). Each target
+the number of sequences in the step. With ``B = lambda L`` counting the
+*other* requests in flight (``model.md`` §1.2-1.3; the request's own cost is
+in ``C1``), a tagged request's step holds ``1 + lambda L`` sequences, so a
+step routes ``t (1 + lambda L)`` tokens (``t = 1`` for plain decode, ``k + 1``
+for verification); at zero load that is the request's own ``t``. Each target
 coefficient splits into a low-coverage part (the calibration's
 coefficients) and a coverage increment (``[moe.coverage]``) weighted by
 ``phi`` (eq. 4)::
@@ -22,6 +25,14 @@ with ``L``, so iterating from ``L = 0`` rises monotonically to the smallest
 fixed point, the stable operating point (``model.md`` §2.3); a denominator
 reaching zero, or no convergence within the iteration budget, is reported as
 unstable. The draft model is taken as dense (no coverage split).
+
+Utilisation. For a dense target ``rho = lambda C2 = 1 - C1/L``: the share of
+the latency caused by the other requests. With coverage ``C1`` itself rises
+with the load, so ``lambda C2(B)`` understates how loaded the replica is (a
+point can read 0.84 with a batch of a thousand). The solver reports the
+dense-equivalent utilisation ``rho = 1 - L(0)/L(lambda)``, with
+``L(0) = a1 + b1 phi(t)`` the zero-load latency: ``L = L(0)/(1 - rho)`` as in
+the dense model, and ``rho -> 1`` as the fixed point runs away.
 """
 
 from __future__ import annotations
@@ -61,18 +72,30 @@ class MoESpec:
 
 @dataclass(frozen=True, slots=True)
 class FixedPoint:
-    """Solution of ``L = F(L)`` per point: latency (s; inf if unstable), batch, utilisation."""
+    """Solution of ``L = F(L)`` per point: latency (s; inf if unstable), batch, utilisation.
+
+    ``utilisation`` is the dense-equivalent ``1 - L(0)/L`` (see the module
+    notes); ``zero_load_latency_s`` is ``L(0) = a1 + b1 phi(t)``.
+    """
 
     latency_s: FloatArray
     batch: FloatArray
     utilisation: FloatArray
     iterations: int
     max_residual: float
+    zero_load_latency_s: FloatArray
+
+
+def routed_tokens(tokens_per_sequence: FloatArray | float, others: FloatArray | float) -> FloatArray:
+    """Tokens routed by the step a tagged request is in: ``t (1 + B)`` with ``B`` the others in flight."""
+    import numpy as np
+
+    return np.asarray(tokens_per_sequence, dtype=np.float64) * (1.0 + np.asarray(others, dtype=np.float64))
 
 
 def solve(a1: FloatArray, b1: FloatArray, a2: FloatArray, b2: FloatArray, tokens_per_sequence: FloatArray,
           rates_rps: FloatArray, moe: MoESpec) -> FixedPoint:
-    """Smallest fixed point of ``L = (a1 + b1 phi(t B)) / (1 - lambda (a2 + b2 phi(t B)))``, ``B = lambda L``.
+    """Smallest fixed point of ``L = (a1 + b1 phi) / (1 - lambda (a2 + b2 phi))``, ``phi = phi(t (1 + lambda L))``.
 
     All arguments broadcast together; ``t`` is the tokens each sequence routes
     per forward (1 for plain decode, ``k + 1`` for verification).
@@ -89,7 +112,7 @@ def solve(a1: FloatArray, b1: FloatArray, a2: FloatArray, b2: FloatArray, tokens
     iterations = 0
     while active.size and iterations < MAX_ITERATIONS:
         iterations += 1
-        phi = moe.phi(t[active] * np.maximum(lam[active] * latency[active], 1.0))
+        phi = moe.phi(routed_tokens(t[active], lam[active] * latency[active]))
         denominator = 1.0 - lam[active] * (a2[active] + b2[active] * phi)
         blown = denominator <= 0.0
         new = np.where(blown, np.inf, (a1[active] + b1[active] * phi) / np.where(blown, 1.0, denominator))
@@ -100,8 +123,11 @@ def solve(a1: FloatArray, b1: FloatArray, a2: FloatArray, b2: FloatArray, tokens
     unstable[active] = True  # still rising after the budget: no stable operating point found
     latency = np.where(unstable, np.inf, latency)
     batch = np.where(unstable, np.inf, lam * latency)
-    phi = moe.phi(t * np.maximum(np.where(unstable, 1.0, batch), 1.0))
-    utilisation = np.where(unstable, np.maximum(lam * (a2 + b2), 1.0), lam * (a2 + b2 * phi))
+    phi = moe.phi(routed_tokens(t, np.where(unstable, 0.0, batch)))
+    zero_load = a1 + b1 * moe.phi(t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        equivalent = np.where(unstable, 1.0, 1.0 - zero_load / np.where(unstable, 1.0, latency))
+    utilisation = np.where(unstable, np.maximum(lam * (a2 + b2), 1.0), np.clip(equivalent, 0.0, None))
     finite = ~unstable
     residual = 0.0
     if finite.any():
@@ -109,4 +135,5 @@ def solve(a1: FloatArray, b1: FloatArray, a2: FloatArray, b2: FloatArray, tokens
         fixed = (a1[finite] + b1[finite] * p) / (1.0 - lam[finite] * (a2[finite] + b2[finite] * p))
         residual = float(np.max(np.abs(fixed - lf) / lf))
     return FixedPoint(latency_s=latency.reshape(shape), batch=batch.reshape(shape),
-                      utilisation=utilisation.reshape(shape), iterations=iterations, max_residual=residual)
+                      utilisation=utilisation.reshape(shape), iterations=iterations, max_residual=residual,
+                      zero_load_latency_s=zero_load.reshape(shape))

@@ -29,6 +29,14 @@ if TYPE_CHECKING:
 SD_OFF = 0
 #: ``best_k`` value meaning "nothing is stable at this rate".
 NONE_STABLE = -1
+#: vLLM's default batch cap (``max_num_seqs``), against which plan's effective batches are checked.
+DEFAULT_MAX_NUM_SEQS = 256
+#: Speedup differences below this are the MoE fixed-point solver's round-off, reported as 0.
+SPEEDUP_RESOLUTION = 1e-6
+#: Rates per option on which the MoE break-even is bracketed before bisection.
+_MOE_GRID = 256
+#: Break-even crossings kept per MoE option (the speedup can cross 1 at several rates).
+MOE_CROSSINGS = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +69,12 @@ class Plan:
     saturation_rate_rps : (a, k); baseline_saturation_rate_rps : float
     break_even_rate_rps : (a, k), ``nan`` where SD and no SD never cross.
     sd_faster_below_break_even : (a, k) bool
+        For MoE the break-even fields hold the *first* crossing on the solved
+        curves; every crossing is in ``moe_break_even_rates_rps`` (a, k, 4),
+        nan-padded. ``c1_s``/``baseline_c1_s`` are the zero-load latencies
+        with the coverage of the request's own step, ``c2_s`` the
+        load-dependent demand at full coverage, ``utilisation`` the
+        dense-equivalent ``1 - L(0)/L`` (:mod:`sdplan.moe`).
     """
 
     coefficients: Coefficients
@@ -95,6 +109,7 @@ class Plan:
     zero_load_k_latency_s: FloatArray | None = None
     moe_speedup_lost: FloatArray | None = None
     moe_max_residual: float | None = None
+    moe_break_even_rates_rps: FloatArray | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -186,9 +201,10 @@ def plan(
         a1_pre = coefficients.c1p_s + prefill_phi * cover.get("c1p_s", 0.0)
         a2_pre = coefficients.c2p_s + prefill_phi * cover.get("c2p_s", 0.0)
         g = coefficients.output_tokens
-        base = moe_model.solve(a1_pre + g * coefficients.baseline_c1_step_s, g * cover.get("baseline_c1_step_s", 0.0),
-                               a2_pre + g * coefficients.baseline_c2_step_s, g * cover.get("baseline_c2_step_s", 0.0),
-                               1.0, rates, moe)
+        steps = model.baseline_steps(g)  # the prefill emits the first token
+        base_args = (a1_pre + steps * coefficients.baseline_c1_step_s, steps * cover.get("baseline_c1_step_s", 0.0),
+                     a2_pre + steps * coefficients.baseline_c2_step_s, steps * cover.get("baseline_c2_step_s", 0.0))
+        base = moe_model.solve(*base_args, 1.0, rates, moe)
         base_latency, base_batch, base_utilisation = base.latency_s, base.batch, base.utilisation
         cycles = g / tokens
         a1 = a1_pre + cycles * (coefficients.c1v_s + k_ak * coefficients.c1d_s)
@@ -198,17 +214,24 @@ def plan(
         solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe)
         frozen = moe_model.solve(*args, 1.0, lam, moe)  # as if verification routed only B tokens
         latency, batch, rho = solved.latency_s, solved.batch, solved.utilisation
-        c1, c2 = a1, a2 + b2  # zero-load demand; load-dependent demand at full coverage
-        c1_d = float(a1_pre + g * coefficients.baseline_c1_step_s)
-        c2_d = float(a2_pre + g * (coefficients.baseline_c2_step_s + cover.get("baseline_c2_step_s", 0.0)))
+        # Zero-load values from the solved curves (coverage of the request's own step included),
+        # load-dependent demand at full coverage.
+        c1 = a1 + b1 * moe.phi(k_ak + 1.0)
+        c2 = a2 + b2
+        c1_d = float(base_args[0] + base_args[1] * moe.phi(1.0))
+        c2_d = float(base_args[2] + base_args[3])
         frozen_speedup = model.speedup(base_latency[None, :, None], frozen.latency_s)
         moe_speedup = model.speedup(base_latency[None, :, None], latency)
         comparable = np.isfinite(frozen_speedup) & np.isfinite(moe_speedup)
+        lost = np.where(comparable, frozen_speedup, 0.0) - np.where(comparable, moe_speedup, 0.0)
+        # Below the solver's resolution the difference is round-off (values like 4e-13), not a loss.
+        lost = np.where(np.abs(lost) < SPEEDUP_RESOLUTION, 0.0, lost)
         moe_fields = {
-            "moe_speedup_lost": np.where(comparable, np.where(comparable, frozen_speedup, 0.0)
-                                         - np.where(comparable, moe_speedup, 0.0), np.nan),
+            "moe_speedup_lost": np.where(comparable, lost, np.nan),
             "moe_max_residual": max(solved.max_residual, base.max_residual),
         }
+        moe_even, crossings = _moe_break_even(base_args, (a1, b1, a2, b2), k_ak + 1.0, moe)
+        moe_fields["moe_break_even_rates_rps"] = crossings
     speed = model.speedup(base_latency[None, :, None], latency)
 
     # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
@@ -222,8 +245,8 @@ def plan(
     best_speedup = model.speedup(np.broadcast_to(base_latency[None, :], best_latency.shape), best_latency)
 
     even = model.break_even(c1_d, c2_d, c1, c2)
-    if moe is not None:  # the closed form assumes load-independent C1, C2
-        even = model.BreakEven(rate_rps=np.full(c1.shape, np.nan), sd_faster_below=c1 < c1_d)
+    if moe is not None:  # the closed form assumes load-independent C1, C2: found on the solved curves
+        even = moe_even
     policy_fields: dict[str, object] = {}
     if goodput_policy and moe is not None:
         raise InvalidValueError("--policy goodput is not available for MoE calibrations yet (coverage makes C1, C2 "
@@ -273,6 +296,95 @@ def plan(
         **policy_fields,  # type: ignore[arg-type]
         **moe_fields,  # type: ignore[arg-type]
     )
+
+
+def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple[FloatArray, ...],
+                    tokens_per_sequence: FloatArray, moe: MoESpec) -> tuple[model.BreakEven, FloatArray]:
+    """Break-even rates of each SD option against no SD on the solved MoE curves.
+
+    With coverage ``C1`` and ``C2`` depend on the load, so the closed form
+    ``r* = (C1_R - 1)/(C1_R - C2_R)`` does not hold, and the speedup can cross
+    1 more than once (SD slower at zero load, faster in a middle band, slower
+    again near saturation). The speedup ``L_D(lambda)/L_SD(lambda)`` is
+    evaluated on a grid from zero load to the lower full-coverage saturation
+    rate of the pair; every sign change is bracketed and refined by bisection.
+
+    Returns
+    -------
+    (BreakEven, crossings)
+        ``BreakEven`` holds the first crossing and whether SD is faster at zero
+        load (without a crossing: whether it wins at every stable rate);
+        ``crossings`` has shape ``(..., MOE_CROSSINGS)``, ascending, nan-padded.
+    """
+    import numpy as np
+
+    from sdplan import moe as moe_model
+
+    a1, b1, a2, b2 = (np.asarray(x, dtype=np.float64) for x in sd_args)
+    shape = a1.shape
+    top = 1.0 / np.maximum(np.maximum(a2 + b2, base_args[2] + base_args[3]), 1e-300)  # lower saturation of the pair
+    fractions = np.linspace(0.0, 1.0 - 1e-6, _MOE_GRID)
+
+    def log_speedup(rates: FloatArray) -> FloatArray:
+        """log(L_D / L_SD) at ``rates`` (shape ``shape + (n,)``); +inf/-inf where one side is unstable."""
+        base = moe_model.solve(*base_args, 1.0, rates, moe).latency_s
+        spec = moe_model.solve(a1[..., None], b1[..., None], a2[..., None], b2[..., None],
+                               tokens_per_sequence[..., None], rates, moe).latency_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            value = np.log(base) - np.log(spec)
+        return np.where(np.isnan(value), 0.0, value)
+
+    grid = top[..., None] * fractions
+    sign = np.sign(log_speedup(grid))
+    faster_at_zero = sign[..., 0] > 0.0
+    # A crossing between grid points i-1 and i: the sign differs from the last non-zero sign before i.
+    change = (sign[..., 1:] * sign[..., :-1] < 0)
+    crossings = np.full(shape + (MOE_CROSSINGS,), np.nan)
+    order = np.cumsum(change, axis=-1)
+    for j in range(MOE_CROSSINGS):
+        hit = change & (order == j + 1)
+        exists = hit.any(axis=-1)
+        if not exists.any():
+            break
+        index = np.argmax(hit, axis=-1)
+        low = np.take_along_axis(grid, index[..., None], axis=-1)[..., 0]
+        high = np.take_along_axis(grid, index[..., None] + 1, axis=-1)[..., 0]
+        low_sign = np.take_along_axis(sign, index[..., None], axis=-1)[..., 0]
+        for _ in range(40):
+            middle = 0.5 * (low + high)
+            same = np.sign(log_speedup(middle[..., None])[..., 0]) == low_sign
+            low, high = np.where(same, middle, low), np.where(same, high, middle)
+        crossings[..., j] = np.where(exists, 0.5 * (low + high), np.nan)
+    even = model.BreakEven(rate_rps=crossings[..., 0], sd_faster_below=faster_at_zero.reshape(shape))
+    return even, crossings
+
+
+def domain_warnings(result: Plan) -> list[str]:
+    """Warnings where the closed form is outside the domain it was checked on (see :mod:`sdplan.model`)."""
+    import numpy as np
+
+    c2p = result.coefficients.c2p_s
+    rho = np.concatenate([np.ravel(result.baseline_utilisation), np.ravel(result.utilisation)])
+    c2 = np.concatenate([np.full(np.size(result.baseline_utilisation), result.baseline_c2_s),
+                         np.ravel(np.broadcast_to(result.c2_s[:, None, :], result.utilisation.shape))])
+    stable = rho < 1.0
+    warnings = []
+    largest = largest_batch(result)
+    if largest is not None:
+        capped = model.batch_cap_warning(largest, DEFAULT_MAX_NUM_SEQS, "vLLM's default max_num_seqs")
+        if capped is not None:
+            warnings.append(capped.replace("(use --simulate)", "(see sdplan simulate --max-num-seqs)"))
+    warning = model.prefill_interference_warning(c2p, c2[stable], rho[stable])
+    return warnings + ([warning] if warning else [])
+
+
+def largest_batch(result: Plan) -> float | None:
+    """Largest finite effective batch ``B = lambda L`` over the plan's points (requests), None if none is finite."""
+    import numpy as np
+
+    values = np.concatenate([np.ravel(result.baseline_batch), np.ravel(result.batch)])
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else None
 
 
 def default_rates(

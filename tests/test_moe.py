@@ -60,18 +60,97 @@ def test_sparse_moe_is_faster_than_its_dense_equivalent_at_low_load() -> None:
     assert moe.moe_speedup_lost[0, 0, 0] > 0  # drafted tokens touch more experts
 
 
-@settings(max_examples=60)
-@given(st.integers(1, 16), st.integers(16, 256), st.floats(0.3, 0.95), st.floats(0.0, 1.5))
-def test_fixed_point_residual_below_tolerance(m: int, experts: int, alpha: float, load: float) -> None:
-    spec = MoESpec(min(m, experts), experts, COVERAGE)
+def _smallest_root(a1: float, b1: float, a2: float, b2: float, t: float, lam: float, spec: MoESpec) -> float:
+    """Independent solution: scan f(L) = F(L) - L from 0 for its first sign change, then brentq.
+
+    ``F(L) = (a1 + b1 phi) / (1 - lam (a2 + b2 phi))`` with ``phi = phi(t (1 + lam L))``: the tagged request's
+    step holds itself plus the ``lam L`` others (model.md §1.2). Returns inf when no root exists below 1e6 s.
+    """
+    from scipy.optimize import brentq
+
+    def f(latency: float) -> float:
+        phi = float(spec.phi(t * (1.0 + lam * latency)))
+        denominator = 1.0 - lam * (a2 + b2 * phi)
+        return (a1 + b1 * phi) / denominator - latency if denominator > 0 else 1e300
+
+    grid = numpy.geomspace(1e-6, 1e6, 4000)
+    values = numpy.array([f(x) for x in grid])
+    sign_change = numpy.flatnonzero((values[:-1] > 0) & (values[1:] <= 0))
+    if sign_change.size == 0:
+        return float("inf")
+    i = int(sign_change[0])
+    return float(brentq(f, grid[i], grid[i + 1], xtol=1e-14, rtol=1e-13))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 16), st.integers(16, 256), st.floats(0.5, 5.0), st.floats(0.0, 0.95), st.integers(1, 6))
+def test_fixed_point_matches_an_independent_root_finder(m: int, experts: int, b1: float, load: float,
+                                                         k: int) -> None:
+    # Replaces a residual test that held by construction (review T1): the solver's latency must equal the
+    # smallest root of L = F(L) found by a scan and brentq, with phi at t (1 + lambda L) routed tokens.
+    spec = MoESpec(min(m, experts), experts, {})
+    a1, a2, b2 = 2.0, 0.05, 0.02
+    lam = load / (a2 + b2)
+    expected = _smallest_root(a1, b1, a2, b2, k + 1.0, lam, spec)
+    got = float(solve(a1, b1, a2, b2, k + 1.0, numpy.array([lam]), spec).latency_s[0])
+    if numpy.isfinite(expected) and expected < 1e5:
+        assert got == pytest.approx(expected, rel=1e-7)
+    else:
+        assert not numpy.isfinite(got) or got > 1e4
+
+
+def test_routed_tokens_count_the_request_itself() -> None:
+    # Review B9: at B = lambda L = 1 other request, a verification step of k = 3 routes 4 (1 + 1) = 8 tokens,
+    # not 4 max(1, 1) = 4. Choose lambda so the fixed point is known: with b2 = 0, L = (a1 + b1 phi) / (1 - lam a2).
+    spec = MoESpec(8, 128, {})
+    a1, b1, a2 = 1.0, 1.0, 0.0
+    phi8 = float(spec.phi(8.0))
+    lam = 1.0 / (a1 + b1 * phi8)  # then lambda L = 1 exactly at the root with 8 routed tokens
+    result = solve(a1, b1, a2, 0.0, 4.0, numpy.array([lam]), spec)
+    assert result.latency_s[0] == pytest.approx(a1 + b1 * phi8, rel=1e-9)
+    assert result.batch[0] == pytest.approx(1.0, rel=1e-9)
+
+
+def test_moe_zero_load_fields_equal_the_solved_latency_near_zero_load() -> None:
+    # Review B2: zero-load latency/speedup and the baseline header include the coverage of the request's own step.
+    spec = MoESpec(8, 128, COVERAGE)
+    result = planner.plan(BASE, [1e-7], [1, 2, 4], [0.8], moe=spec)
+    numpy.testing.assert_allclose(result.c1_s[0], result.latency_s[0, 0], rtol=1e-5)
+    assert result.baseline_c1_s == pytest.approx(result.baseline_latency_s[0], rel=1e-5)
+    zero_load_speedup = result.baseline_c1_s / result.c1_s[0]
+    numpy.testing.assert_allclose(zero_load_speedup, result.speedup[0, 0], rtol=1e-5)
+
+
+def test_moe_break_even_is_where_the_solved_speedup_crosses_one() -> None:
+    cal_spec = MoESpec(8, 128, {"c1v_s": 0.0216, "baseline_c1_step_s": 0.0216})
+    result = planner.plan(BASE, [0.1], [1, 2, 3, 4, 6], [0.8], moe=cal_spec)
+    crossings = result.moe_break_even_rates_rps[0]
+    found = crossings[numpy.isfinite(crossings)]
+    assert found.size > 0  # this calibration has crossings (SD wins in a band)
+    for rate in found:
+        near = planner.plan(BASE, [rate * (1 - 1e-4), rate * (1 + 1e-4)], [1, 2, 3, 4, 6], [0.8], moe=cal_spec)
+        ik = int(numpy.argwhere(crossings == rate)[0][0])
+        below, above = near.speedup[0, :, ik]
+        assert (below - 1.0) * (above - 1.0) < 0  # the sign flips across each reported crossing
+    for ik in range(crossings.shape[0]):  # zero-load label agrees with the solved curve
+        low = planner.plan(BASE, [1e-6], [[1, 2, 3, 4, 6][ik]], [0.8], moe=cal_spec)
+        assert bool(result.sd_faster_below_break_even[0, ik]) == bool(low.speedup[0, 0, 0] > 1.0)
+
+
+def test_latency_rises_with_load_and_round_off_is_not_reported_as_lost_speedup() -> None:
+    spec = MoESpec(8, 128, COVERAGE)
     dense_c2 = 0.01 + 500 * 1.2e-4
-    rates = numpy.linspace(0, load / dense_c2, 9)
-    result = planner.plan(BASE, rates, [1, 2, 3, 4, 6], [alpha], moe=spec)
-    assert result.moe_max_residual is not None and result.moe_max_residual < 1e-8
+    rates = numpy.linspace(0, 0.99 / dense_c2, 25)
+    result = planner.plan(BASE, rates, [1, 2, 3, 4, 6], [0.8], moe=spec)
     for column in result.latency_s[0].T:  # latency rises with load until the option becomes unstable
         stable = column[numpy.isfinite(column)]
         assert numpy.all(numpy.diff(stable) >= -1e-9 * stable[1:])
-    assert not numpy.any(numpy.isnan(result.latency_s))
+    lost = result.moe_speedup_lost[numpy.isfinite(result.moe_speedup_lost)]
+    assert numpy.all((lost == 0) | (numpy.abs(lost) >= planner.SPEEDUP_RESOLUTION))
+    rho = result.utilisation[0]  # dense-equivalent: L = L(0) / (1 - rho)
+    finite = numpy.isfinite(result.latency_s[0])
+    numpy.testing.assert_allclose((result.c1_s[0][None, :] / (1 - rho))[finite], result.latency_s[0][finite],
+                                  rtol=1e-9)
 
 
 def test_solver_reports_unstable_points() -> None:
@@ -103,8 +182,48 @@ def test_cli_plan_moe(sdplan) -> None:
     point = doc["results"][0]["rates"][0]["speculative"][2]
     assert point["speedup_lost_to_expert_coverage"] > 0
     table = sdplan("plan", "-c", name, "--acceptance", "0.8", "--rates", "2,8")
-    assert "speedup lost to coverage (x)" in table.stdout and "n/a for MoE" in table.stdout
+    assert "speedup lost to coverage (x)" in table.stdout and "at zero load" in table.stdout
+    assert all("break_even_rates_rps" in per_k for per_k in doc["results"][0]["draft_lengths"])
     assert sdplan("plan", "-c", name, "--policy", "goodput").exit_code == ExitStatus.USAGE
     assert sdplan("capacity", "-c", name, "--slo", "e2e:mean<=10s").exit_code == ExitStatus.USAGE
     check = sdplan("check", "-c", name, "--rate", "2", "--slo", "e2e:mean<=30s", "--acceptance", "0.8")
     assert check.exit_code == 0, check.output
+
+
+def test_moe_schedule_counts_expert_streaming_per_step() -> None:
+    # Review B1: the vllm-config schedule of an MoE target must include the experts each step streams.
+    # Independent brute force: per batch size n and option, tau = c1 + phi(n t) cov_c1 + (n - 1)(c2 + phi cov_c2).
+    from sdplan.acceptance import expected_tokens_per_cycle
+    from sdplan.schedule import batch_size_schedule
+
+    spec = MoESpec(8, 128, COVERAGE)
+    ks = [1, 2, 3, 4, 6]
+    schedule = batch_size_schedule(BASE, ks, 0.8, 64, moe=spec)
+    got = {n: k for a, b, k in schedule for n in range(a, b + 1)}
+    for n in range(1, 65):
+        best, best_goodput = 0, -1.0
+        for k in [0, *ks]:
+            t = k + 1
+            phi = 1.0 - (1.0 - 8 / 128) ** (n * t)
+            if k == 0:
+                tau = (BASE.baseline_c1_step_s + phi * COVERAGE["baseline_c1_step_s"]
+                       + (n - 1) * (BASE.baseline_c2_step_s + phi * COVERAGE["baseline_c2_step_s"]))
+                tokens = 1.0
+            else:
+                tau = (BASE.c1v_s + k * BASE.c1d_s + phi * COVERAGE["c1v_s"]
+                       + (n - 1) * (BASE.c2v_s + k * BASE.c2d_s + phi * COVERAGE["c2v_s"]))
+                tokens = float(expected_tokens_per_cycle(0.8, k))
+            if tokens / tau > best_goodput:
+                best, best_goodput = k, tokens / tau
+        assert got[n] == best, n
+    dense = {n: k for a, b, k in batch_size_schedule(BASE, ks, 0.8, 64) for n in range(a, b + 1)}
+    assert dense != got  # coverage changes the answer for this target
+
+
+def test_cli_capacity_vllm_config_for_moe_uses_coverage(sdplan) -> None:
+    name = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline"
+    result = sdplan("capacity", "-c", name, "--acceptance", "0.8", "-k", "1-6", "--slo", "e2e:mean<=10s",
+                    "--max-batch-size", "64", "-f", "vllm-config")
+    assert result.exit_code == 0, result.output
+    schedule = json.loads(result.stdout)["num_speculative_tokens_per_batch_size"]
+    assert [k for _, _, k in schedule if k == 0] == []  # SD pays at every batch size here (experts dominate)

@@ -94,18 +94,36 @@ def test_goodput_solver_is_independent_of_the_closed_form() -> None:
     assert numpy.isinf(result.latency_s[0, -1])
 
 
-def test_schedule_matches_goodput_choice_and_planner_best_k() -> None:
+# Hand-built step costs with known switch points (review T2/B8): a step with n sequences costs
+# tau(n) = c1 + (n - 1) c2, so no SD: 1 + 0.1 m, k=1: 1.1 + 0.3 m, k=2: 1.2 + 0.45 m with m = n - 1.
+HAND = Coefficients(c1p_s=0.05, c2p_s=0.01, c1v_s=1.0, c2v_s=0.15, c1d_s=0.1, c2d_s=0.15,
+                    baseline_c1_step_s=1.0, baseline_c2_step_s=0.1, prompt_tokens=100.0, output_tokens=50.0)
+
+
+def test_schedule_switch_points_derived_by_hand() -> None:
+    # E = 1.5 (k=1) and 2 (k=2). Goodput E/tau: k=2 beats no SD iff 2 (1 + 0.1 m) > 1.2 + 0.45 m, i.e. m < 3.2
+    # (n <= 4), and beats k=1 iff m < 5.33; k=1 alone beats no SD iff m < 2.67 (n <= 3).
+    assert batch_size_schedule(HAND, [1, 2], 0.0, 10, tokens_per_cycle=[1.5, 2.0]) == [(1, 4, 2), (5, 10, 0)]
+    assert batch_size_schedule(HAND, [1], 0.0, 10, tokens_per_cycle=[1.5]) == [(1, 3, 1), (4, 10, 0)]
+
+
+def test_schedule_ranks_like_the_mean_model_at_n_minus_one_others() -> None:
+    # At n sequences per step a request sees n - 1 others: the schedule's k(n) is argmin_k C1_k + (n-1) C2_k.
     c = Coefficients(c1p_s=0.05, c2p_s=0.01, c1v_s=0.009, c2v_s=1e-4, c1d_s=0.001, c2d_s=2e-4,
                      baseline_c1_step_s=0.008, baseline_c2_step_s=1e-4, prompt_tokens=1000.0, output_tokens=500.0)
-    schedule = batch_size_schedule(c, list(range(1, 9)), 0.8, 256)
-    result = planner.plan(c, numpy.linspace(0.05, 9, 200), numpy.arange(1, 9), [0.8], goodput_policy=True)
-    for ir in range(0, 200, 9):
-        batch = result.goodput_latency_s[0, ir] * result.rates_rps[ir]
-        if not numpy.isfinite(batch) or batch > 256:
-            continue
-        size = int(round(batch)) or 1
-        k = next(k for a, b, k in schedule if a <= size <= b)
-        assert abs(k - result.best_k[0, ir]) <= 1
+    ks = list(range(1, 9))
+    schedule = batch_size_schedule(c, ks, 0.8, 256)
+    from sdplan import model
+    from sdplan.acceptance import expected_tokens_per_cycle
+
+    c1_sd, c2_sd = model.demand_from_tokens(c, expected_tokens_per_cycle(0.8, numpy.array(ks, float)),
+                                            numpy.array(ks, float))
+    c1_d, c2_d = model.baseline_demand(c)
+    c1, c2 = numpy.r_[c1_d, c1_sd], numpy.r_[c2_d, c2_sd]
+    per_size = {n: k for a, b, k in schedule for n in range(a, b + 1)}
+    assert sorted(per_size) == list(range(1, 257))
+    for n in range(1, 257):
+        assert per_size[n] == [0, *ks][int(numpy.argmin(c1 + (n - 1) * c2))]
 
 
 def test_cli_position_acceptance_and_goodput(sdplan) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy
 import pytest
@@ -173,3 +174,118 @@ def test_cli_simulate_goodput(sdplan) -> None:
     rate = json.loads(result.stdout)["rates"][0]
     assert rate["policy"] == "goodput" and 1 <= rate["goodput_mean_draft_length_tokens"]["value"] <= 8
     assert sdplan("check", "--rate", "3", "--slo", "e2e:mean<=9s", "--draft-length", "goodput").exit_code == 2
+
+
+def test_baseline_counts_g_minus_one_decode_steps_like_an_idle_engine() -> None:
+    # Review B14: alone in the engine a request pays its prefill (which emits token 1) and g - 1 decode steps.
+    g = 16
+    c = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
+                     baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=128.0, output_tokens=g)
+    run = simulate(c, SimulationConfig(rate_rps=1e-3, draft_length=0, position_rates=(), requests=50,
+                                       prompt_tokens=128, output_tokens=g), numpy.random.default_rng(3))
+    alone = 0.04 + (g - 1) * 0.0067
+    assert numpy.allclose(run.e2e_s, alone, rtol=1e-9)  # arrivals 1000 s apart never overlap
+    c1_d, _ = model.baseline_demand(c)
+    assert c1_d == pytest.approx(alone, rel=1e-12)
+
+
+def test_token_budget_chunks_long_prefills_across_steps() -> None:
+    # One request alone: prompt 4096 with a 1024-token budget takes 4 prefill steps, each a forward pass of an idle
+    # engine (fixed part c1p - c2p, plus c2p/p per prompt token), so TTFT = 4 (c1p - c2p) + 4096 c2p / p.
+    c = Coefficients(c1p_s=0.05, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
+                     baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=4096.0, output_tokens=8.0)
+    ttft = {}
+    for budget in (1024, 4096, 8192):
+        run = simulate(c, SimulationConfig(rate_rps=1e-3, draft_length=0, position_rates=(), requests=20,
+                                           prompt_tokens=4096, output_tokens=8, max_num_batched_tokens=budget),
+                       numpy.random.default_rng(0))
+        ttft[budget] = float(run.ttft_s.mean())
+    assert ttft[4096] == pytest.approx(0.05, rel=1e-9) and ttft[8192] == pytest.approx(0.05, rel=1e-9)
+    assert ttft[1024] == pytest.approx(4 * 0.02 + 0.03, rel=1e-9)
+    # Under load a smaller budget spreads prefills over more steps: different (longer) TTFT.
+    loaded = [simulate(C, SimulationConfig(rate_rps=8.0, draft_length=0, position_rates=(), requests=3000,
+                                           max_num_batched_tokens=b), numpy.random.default_rng(4)).ttft_s.mean()
+              for b in (512, 8192)]
+    assert loaded[0] > 1.2 * loaded[1]
+
+
+def test_kv_budget_refuses_requests_that_never_fit_and_limits_the_batch() -> None:
+    with pytest.raises(InvalidValueError, match="does not fit the KV budget"):
+        simulate(C, SimulationConfig(rate_rps=1.0, draft_length=0, position_rates=(), requests=100,
+                                     kv_cache_tokens=1), numpy.random.default_rng(0))
+    # Room for 4 requests of 1536 tokens: the running batch never exceeds 4.
+    run = simulate(C, SimulationConfig(rate_rps=2.0, draft_length=0, position_rates=(), requests=2000,
+                                       kv_cache_tokens=4 * 1536 + 100), numpy.random.default_rng(0))
+    assert run.mean_running <= 4 + 1e-9 and run.queue_s.mean() > 0.1
+
+
+def test_past_saturation_is_flagged_not_steady() -> None:
+    _, c2 = model.baseline_demand(C)
+    stable = simulate(C, SimulationConfig(rate_rps=0.5 / c2, draft_length=0, position_rates=(), requests=4000),
+                      numpy.random.default_rng(1))
+    overloaded = simulate(C, SimulationConfig(rate_rps=1.3 / c2, draft_length=0, position_rates=(), requests=4000),
+                          numpy.random.default_rng(1))
+    assert stable.steady and not overloaded.steady
+
+
+def test_search_root_never_overstates_and_brackets_from_a_far_guess() -> None:
+    from sdplan.capacity import Excess, search_root
+
+    root = 7.3
+    for guess in (0.5, 7.0, 7.5, 30.0):
+        rate, binding, count = search_root(lambda r: Excess(r / root - 1.0, "x"), guess, 50.0, tolerance=0.01)
+        assert root * 0.99 <= rate <= root and binding == "x" and count <= 14
+    unstable = lambda r: Excess(math.inf if r > 4.0 else r / 3.0 - 1.0, "e2e")  # noqa: E731
+    rate, _, _ = search_root(unstable, 8.0, 10.0)
+    assert 3.0 * 0.99 <= rate <= 3.0
+    assert search_root(lambda r: Excess(-0.5, None), 2.0, 10.0)[:2] == (10.0, None)
+
+
+def test_capacity_simulate_with_a_lower_bound_slo(sdplan) -> None:
+    # Review B3: throughput>= holds only above some rate; it must not drive the search to 0.
+    base = ["capacity", "--slo", "e2e:mean<=20s", "--acceptance", "0.8", "-k", "3", "--simulate", "--requests",
+            "1500", "--seeds", "1", "-f", "json"]
+    result = sdplan(*base, "--slo", "throughput>=3584tok/s")
+    assert result.exit_code == 0, result.output
+    options = {o["option"]: o for o in json.loads(result.stdout)["options"]}
+    assert options["k=3"]["max_rate_under_slo_rps"] >= 3584 / 512 and options["off"]["max_rate_under_slo_rps"] > 7
+    impossible = sdplan(*base, "--slo", "throughput>=50000tok/s")
+    assert impossible.exit_code == ExitStatus.INFEASIBLE
+    options = {o["option"]: o for o in json.loads(impossible.stdout)["options"]}
+    assert options["k=3"]["binding_slo"] == "throughput>=50000tok/s"
+
+
+def test_check_and_capacity_simulate_use_the_lengths_file_workload(sdplan, tmp_path) -> None:
+    # Review B4: coefficients, the stability gate and the analytic comparison come from the histogram's means.
+    short = tmp_path / "short.csv"
+    short.write_text("prompt_tokens,output_tokens,weight\n128,64,1\n")
+    args = ["--rate", "20", "--draft-length", "3", "--acceptance", "0.8", "--requests", "3000", "--seeds", "2",
+            "--slo", "e2e:mean<=100s", "--lengths-file", str(short)]
+    result = sdplan("check", "--simulate", *args, "-f", "json")
+    assert result.exit_code == ExitStatus.OK, result.output
+    doc = json.loads(result.stdout)
+    assert doc["workload"]["prompt_tokens"] == 128 and doc["workload"]["output_tokens"] == 64
+    assert doc["verdicts"][0]["predicted_s"] < 2.0
+    analytic = sdplan("check", *args, "-f", "json")
+    assert analytic.exit_code == ExitStatus.OK and json.loads(analytic.stdout)["workload"]["prompt_tokens"] == 128
+    cap = sdplan("capacity", "--slo", "e2e:p99<=2s", "-k", "3", "--acceptance", "0.8", "--simulate", "--requests",
+                 "1500", "--seeds", "1", "--lengths-file", str(short), "-f", "json")
+    assert cap.exit_code == 0, cap.output
+    assert json.loads(cap.stdout)["workload"]["prompt_tokens"] == 128
+
+
+def test_cli_simulate_flags_runs_past_saturation(sdplan) -> None:
+    result = sdplan("simulate", "--acceptance", "0.8", "--rates", "4,16", "--draft-length", "off", "--requests", "3000",
+                    "--seeds", "1", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rates = json.loads(result.stdout)["rates"]
+    assert [r["steady_state"] for r in rates] == [True, False]
+    assert "not at steady state at 16 req/s" in result.stderr
+    too_big = sdplan("simulate", "--rates", "2", "--kv-cache-tokens", "1", "--requests", "100")
+    assert too_big.exit_code == ExitStatus.USAGE and "does not fit the KV budget" in too_big.stderr
+
+
+def test_token_budget_below_the_batch_cap_is_refused_like_vllm() -> None:
+    with pytest.raises(InvalidValueError, match="max_num_batched_tokens"):
+        simulate(C, SimulationConfig(rate_rps=1.0, draft_length=0, position_rates=(), requests=100,
+                                     max_num_batched_tokens=1), numpy.random.default_rng(0))

@@ -57,6 +57,47 @@ def read_lengths(path: str) -> tuple[list[float], list[float], list[float]]:
     return prompts, outputs, weights
 
 
+def histogram_means(lengths: tuple[list[float], list[float], list[float]] | None, prompt_tokens: int | None,
+                    output_tokens: int | None) -> tuple[int | None, int | None]:
+    """Prompt/output lengths for the model: the histogram's weighted means where none is given."""
+    if lengths is None:
+        return prompt_tokens, output_tokens
+    total = sum(lengths[2])
+    if prompt_tokens is None:
+        prompt_tokens = round(sum(p * w for p, w in zip(lengths[0], lengths[2])) / total)
+    if output_tokens is None:
+        output_tokens = round(sum(g * w for g, w in zip(lengths[1], lengths[2])) / total)
+    return prompt_tokens, output_tokens
+
+
+def engine_batch_cap(max_num_seqs: int, kv_cache_tokens: float | None, prompt_tokens: float,
+                     output_tokens: float) -> tuple[float, str]:
+    """The batch the engine can hold: ``max_num_seqs``, or fewer when the KV budget reserves ``p + g`` each.
+
+    Raises
+    ------
+    InvalidValueError
+        If not even one request of the workload fits the KV budget.
+    """
+    import math
+
+    from sdplan.errors import InvalidValueError
+
+    if kv_cache_tokens is not None and math.isfinite(kv_cache_tokens):
+        by_kv = math.floor(kv_cache_tokens / (prompt_tokens + output_tokens))
+        if by_kv < 1:
+            raise InvalidValueError(f"a request of {prompt_tokens + output_tokens:g} tokens (prompt + output) does "
+                                    f"not fit the KV budget of {kv_cache_tokens:g} tokens; raise --kv-cache-tokens")
+        if by_kv < max_num_seqs:
+            return float(max(by_kv, 0)), f"KV budget of {kv_cache_tokens:g} tokens"
+    return float(max_num_seqs), "max_num_seqs"
+
+
+def echo_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
 def build_config(rate: float, draft_length: int, acceptance: Any, prompt: int, output: int, requests: int,
                  arrival_cv: float, max_num_seqs: int, max_num_batched_tokens: int, kv_cache_tokens: float | None,
                  lengths: tuple[list[float], list[float], list[float]] | None, seed: int) -> Any:

@@ -57,7 +57,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
       sdplan capacity --slo 'tpot:mean<=20ms' --format vllm-config
     """
     from sdplan.capacity import capacity as solve_capacity
-    from sdplan.capacity import fleet
+    from sdplan.capacity import batch_cap_label, fleet
     from sdplan.errors import InfeasibleError, InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.check import capacity_document, render_capacity, vllm_config
@@ -66,7 +66,11 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
 
+    from sdplan.cli._simulation import echo_warnings, engine_batch_cap, histogram_means, read_lengths
+
     check_plot_request(plot, plot_file, fmt)
+    lengths = read_lengths(lengths_file) if lengths_file else None
+    prompt_tokens, output_tokens = histogram_means(lengths, prompt_tokens, output_tokens)
     inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
                             acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
     file = inputs.file
@@ -81,20 +85,39 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                  or (file.max_batch_size if file and file.max_batch_size else None) or max_num_seqs)
     max_num_seqs = max_batch
     tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]
-    schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens)
+    moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
+    schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens, moe=moe)
     if fmt == "vllm-config":
         emit(vllm_config(schedule, spec_method, str(inputs.calibration.provenance.get("draft_model", ""))), output)
         return
-    if inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens) is not None:
+    if moe is not None:
         raise InvalidValueError("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 "
                                 "depend on the load, so the closed-form inverse does not hold; use plan or check")
     parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
     if not parsed:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
-    cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens)
+    p, g = inputs.workload.prompt_tokens, inputs.workload.output_tokens
+    batch_cap, cap_source = engine_batch_cap(min(max_num_seqs, max_batch), kv_cache_tokens, p, g)
+    cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens, max_batch=batch_cap)
     if use_simulator:
         cap = _simulated_capacity(cap, coefficients, candidates, inputs.workload, parsed, requests, seeds, seed,
-                                  arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths_file)
+                                  arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths)
+    import numpy as np
+
+    from sdplan import model
+
+    at_capacity = cap.max_rate_rps * model.mean_latency(cap.c1_s, cap.c2_s, cap.max_rate_rps)
+    finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
+    warnings = inputs.calibration.validity_warnings(p, g, float(finite.max()) if finite.size else None)
+    if not use_simulator:
+        interference = model.prefill_interference_warning(coefficients.c2p_s, cap.c2_s[cap.feasible],
+                                                          (cap.max_rate_rps * cap.c2_s)[cap.feasible])
+        if interference is not None:
+            warnings.append(interference)
+    if any(binding == batch_cap_label(batch_cap) for binding in cap.binding_slo):
+        warnings.append(f"capacity is limited by the batch cap of {batch_cap:g} sequences ({cap_source}) for some "
+                        "options: the mean model is outside its regime beyond it (check with --simulate)")
+    echo_warnings(warnings)
     target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
     gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
         inputs.calibration.provenance.get("tensor_parallel_size")
@@ -108,6 +131,8 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                    if best_sd > 0 else None)
         fleets = (no_sd, with_sd)
     context = inputs.context()
+    context["warnings"] = warnings
+    context["batch_cap_sequences"] = batch_cap
     context["evaluated_by"] = (f"simulated: bisection on rate, {seeds} x {requests} requests per point"
                                if use_simulator else "analytic model (means), closed-form inverse")
     document = capacity_document(cap, parsed, context, target, fleets, schedule)
@@ -136,40 +161,20 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 
 
 def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests, seeds, seed, arrival_cv,
-                        max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths_file):  # type: ignore[no-untyped-def]
-    """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.search_rate)."""
-    import math
-
-    from sdplan.capacity import search_rate, with_simulated_rates
-    from sdplan.check import simulated_value
-    from sdplan.cli._simulation import build_config, read_lengths
+                        max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths):  # type: ignore[no-untyped-def]
+    """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.simulated_capacity)."""
+    from sdplan.capacity import simulated_capacity
+    from sdplan.cli._simulation import build_config
     from sdplan.render import progress_bar
-    from sdplan.simulate import replicate
 
-    lengths = read_lengths(lengths_file) if lengths_file else None
-    options = [0, *candidates]
-    rates, binding = [], []
-    iterations = 8
-    with progress_bar("simulating capacity", len(options) * (iterations + 1)) as advance:
-        done = [0]
-        for index, k in enumerate(options):
-            c2 = float(cap.c2_s[index])
+    def configure(rate: float, k: int):  # type: ignore[no-untyped-def]
+        return build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens, requests,
+                            arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths, seed)
 
-            def feasible(rate: float, k: int = k, c2: float = c2) -> str | None:
-                done[0] += 1
-                advance(done[0], len(options) * (iterations + 1), f"k={k} at {rate:.3g} req/s")
-                if rate * c2 >= 1.0:
-                    return "unstable"
-                config = build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens,
-                                      requests, arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens,
-                                      lengths, seed)
-                summary = replicate(coefficients, config, seeds, seed, math.nan)
-                for slo in slos:
-                    if not slo.holds(simulated_value(slo, summary, rate * c2)):
-                        return slo.text
-                return None
+    options = len(candidates) + 1
+    with progress_bar("simulating capacity", options) as advance:
+        def progress(index: int, rate: float) -> None:
+            advance(index, options, f"{cap.label(index)} at {rate:.3g} req/s")
 
-            rate, bound = search_rate(feasible, float(cap.saturation_rate_rps[index]) * 0.999, iterations)
-            rates.append(rate)
-            binding.append(bound)
-    return with_simulated_rates(cap, rates, binding)
+        result, _ = simulated_capacity(cap, coefficients, slos, configure, seeds, seed, on_evaluation=progress)
+    return result

@@ -61,6 +61,10 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     from sdplan.render.check import check_summary, github_annotations, render_check
     from sdplan.workload import resolve_slos
 
+    from sdplan.cli._simulation import echo_warnings, engine_batch_cap, histogram_means, read_lengths
+
+    lengths = read_lengths(lengths_file) if lengths_file else None
+    prompt_tokens, output_tokens = histogram_means(lengths, prompt_tokens, output_tokens)
     inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
                             acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
     file = inputs.file
@@ -84,21 +88,39 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
                        parsed, tokens_per_cycle=tokens, moe=moe)
     if use_simulator:
         from sdplan.check import simulated_verdicts
-        from sdplan.cli._simulation import build_config, read_lengths
+        from sdplan.cli._simulation import build_config
         from sdplan.simulate import replicate
 
         if moe is not None:
             raise InvalidValueError("--simulate does not model MoE expert coverage yet")
         if rate <= 0:
             raise click.BadParameter("--simulate needs a rate > 0 req/s", param_hint="'--rate'")
-        lengths = read_lengths(lengths_file) if lengths_file else None
         config = build_config(rate, report.draft_length, inputs.workload.acceptance, inputs.workload.prompt_tokens,
                               inputs.workload.output_tokens, requests, arrival_cv, max_num_seqs,
                               max_num_batched_tokens, kv_cache_tokens, lengths, seed)
         summary = replicate(coefficients, config, seeds, seed, report.point.e2e_s)
         report = simulated_verdicts(report, parsed, summary)
+    from sdplan import model
+
+    p, g = inputs.workload.prompt_tokens, inputs.workload.output_tokens
+    warnings = inputs.calibration.validity_warnings(p, g, report.batch)
+    batch_cap, cap_source = engine_batch_cap(max_num_seqs, kv_cache_tokens, p, g)
+    over = model.batch_cap_warning(report.batch, batch_cap, cap_source)
+    if over is not None and not use_simulator:
+        warnings.append(over)
+    if not use_simulator and report.point.utilisation < 1.0:
+        c2 = report.point.utilisation / rate if rate > 0 else 0.0
+        interference = model.prefill_interference_warning(coefficients.c2p_s, c2, report.point.utilisation)
+        if interference is not None:
+            warnings.append(interference)
+    if report.simulated is not None and not report.steady:
+        warnings.append("the simulation did not reach a steady state at this rate (the queue keeps growing): "
+                        "every SLO fails")
+    echo_warnings(warnings)
+    context = inputs.context()
+    context["warnings"] = warnings
     terminal = output in (None, "-") and stdout_is_terminal()
-    emit(render_check(report, inputs.context(), OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
+    emit(render_check(report, context, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(report):
             click.echo(line, err=True)

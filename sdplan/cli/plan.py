@@ -87,7 +87,8 @@ def plan(
         acceptance=workload.acceptance,
         prompt_tokens=workload.prompt_tokens,
         output_tokens=workload.output_tokens,
-        warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens)),
+        warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
+                                             planner.largest_batch(result)) + planner.domain_warnings(result)),
     )
     for warning in inputs.warnings:
         if fmt != "table":

@@ -55,7 +55,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     from sdplan import planner
     from sdplan.calibration import resolve_calibration
     from sdplan.cli._options import check_plot_request, parse_int_list, parse_number_list, terminal_plot_settings
-    from sdplan.cli._simulation import build_config, read_lengths
+    from sdplan.cli._simulation import build_config, histogram_means, read_lengths
     from sdplan.errors import InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, progress_bar, stdout_is_terminal
     from sdplan.render.simulate import render_simulate, simulate_document
@@ -65,10 +65,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     check_plot_request(plot, plot_file, fmt)
     lengths = read_lengths(lengths_file) if lengths_file else None
     cal = resolve_calibration(calibration)
-    if lengths is not None and (prompt_tokens is None and output_tokens is None):
-        total = sum(lengths[2])
-        prompt_tokens = round(sum(p * w for p, w in zip(lengths[0], lengths[2])) / total)
-        output_tokens = round(sum(g * w for g, w in zip(lengths[1], lengths[2])) / total)
+    prompt_tokens, output_tokens = histogram_means(lengths, prompt_tokens, output_tokens)
     workload = resolve_workload(cal, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
                                 alpha=acceptance_alpha, mean_length=acceptance_length,
                                 draft_rate=draft_acceptance_rate, measured_at_k=acceptance_k,
@@ -126,11 +123,30 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
                 summary = replace(summary, draft_length=k)
             summaries.append(summary)
             done += seeds * requests
+    from sdplan.cli._simulation import echo_warnings, engine_batch_cap
+
+    analytic_batch = [float(summary.rate_rps * summary.analytic_e2e_s) for summary in summaries]
+    finite = [b for b in analytic_batch if np.isfinite(b)]
+    warnings = cal.validity_warnings(workload.prompt_tokens, workload.output_tokens, max(finite) if finite else None)
+    batch_cap, cap_source = engine_batch_cap(max_num_seqs, kv_cache_tokens, workload.prompt_tokens,
+                                             workload.output_tokens)
+    over = [f"{s.rate_rps:g}" for s, b in zip(summaries, analytic_batch) if not np.isfinite(b) or b >= batch_cap]
+    if over:
+        warnings.append(f"at {', '.join(over)} req/s the mean model's batch reaches the batch cap of {batch_cap:g} "
+                        f"sequences ({cap_source}) or saturates: requests queue for a slot, and the analytic mean "
+                        "beside the simulation is outside its regime")
+    unsteady = [f"{s.rate_rps:g}" for s in summaries if not s.steady]
+    if unsteady:
+        warnings.append(f"not at steady state at {', '.join(unsteady)} req/s: the queue kept growing during the "
+                        "run (past saturation), so those statistics grow with --requests and are no steady-state "
+                        "values")
+    echo_warnings(warnings)
     context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method},
                "workload": {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
                             "acceptance": workload.acceptance.describe(), "lengths_file": lengths_file,
                             "per_token_alpha": workload.acceptance.alphas[0],
-                            "acceptance_source": workload.acceptance.source}}
+                            "acceptance_source": workload.acceptance.source},
+               "warnings": warnings}
     settings = {"replications": seeds, "requests": requests, "seed": seed, "arrival_cv": arrival_cv,
                 "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                 "kv_cache_tokens": kv_cache_tokens, "warmup_fraction": 0.1}

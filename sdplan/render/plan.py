@@ -90,6 +90,8 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
                     ),
                 }
             )
+            if plan.moe_break_even_rates_rps is not None:  # MoE: the speedup can cross 1 several times
+                per_k[-1]["break_even_rates_rps"] = [float(x) for x in plan.moe_break_even_rates_rps[ia, ik] if x == x]
         rows = []
         for ir, rate in enumerate(plan.rates_rps):
             lam = float(rate)
@@ -164,20 +166,22 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
         "definitions": {
             "mean_e2e_latency_s": "mean end-to-end latency, arrival to last token (Kong et al. eq. 1)",
             "effective_batch_size": "mean requests in flight, lambda * L (Little's law)",
-            "utilisation": "lambda * C2; stable below 1, near_saturation above 0.9",
+            "utilisation": "lambda * C2 = 1 - C1/L (MoE: 1 - L(0)/L, the dense-equivalent load share); stable below "
+            "1, near_saturation above 0.9",
             "mean_ttft_s": TTFT_NOTE,
             "mean_tpot_s": TPOT_NOTE,
             "speedup": "no-SD latency / SD latency at the same request rate; null where either is unstable",
             "per_token_alpha": "per-token acceptance probability (i.i.d.)",
             "tokens_per_cycle": "mean acceptance length E(alpha, k), bonus token included",
-            "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only B tokens, minus the "
-            "speedup with B(k+1) routed tokens (extra experts loaded by the drafted tokens)",
+            "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only 1 + B tokens, minus "
+            "the speedup with (1 + B)(k+1) routed tokens (extra experts loaded by the drafted tokens)",
         },
         "moe": None if plan.moe_speedup_lost is None else {
             "solver": "monotone fixed-point iteration from L = 0 (smallest fixed point)",
             "max_relative_residual": plan.moe_max_residual,
             "c1_s": "at zero load", "c2_s": "at full expert coverage (saturation uses it)",
-            "break_even_rate_rps": "not computed for MoE",
+            "break_even_rate_rps": "first rate where the solved speedup crosses 1; every crossing is in "
+            "break_even_rates_rps",
         },
         "coefficients": asdict(plan.coefficients),
         "baseline": {
@@ -264,10 +268,18 @@ def _num(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def _sd_faster_text(rate: float, faster_below: bool, moe: bool = False) -> str:
-    """Where SD beats no SD, from the break-even rate: 'below 9.3', 'above 2', 'always', 'never'."""
+def _sd_faster_text(rate: float, faster_below: bool, moe: bool = False, crossings: Any = None) -> str:
+    """Where SD beats no SD, from the break-even rate: 'below 9.3', 'above 2', 'always', 'never'.
+
+    For MoE the speedup can cross 1 more than once: the crossings on the solved curves are listed.
+    """
     if moe:
-        return "n/a for MoE"
+        if crossings is None:
+            return "n/a for MoE"
+        rates = [f"{x:.4g}" for x in crossings if x == x]
+        if rates:
+            return f"crosses 1x at {', '.join(rates)} ({'faster' if faster_below else 'slower'} at zero load)"
+        return "always" if faster_below else "never"
     if rate == rate:
         return f"{'below' if faster_below else 'above'} {rate:.4g}"
     return "always" if faster_below else "never"
@@ -451,7 +463,8 @@ def _per_k_table(plan: Plan, ia: int, style: Style) -> Any:
             _num(plan.baseline_c1_s / plan.c1_s[ia, ik], 3), _num(plan.saturation_rate_rps[ia, ik]),
             _num(g * plan.saturation_rate_rps[ia, ik], 5),
             _sd_faster_text(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik]),
-                            moe),
+                            moe, None if plan.moe_break_even_rates_rps is None
+                            else plan.moe_break_even_rates_rps[ia, ik]),
         )
     return per_k
 

@@ -38,6 +38,7 @@ def simulate_document(summaries: list[RateSummary], context: dict[str, Any], set
             "mean_running_batch": _estimate(summary.mean_running),
             "mean_requests_in_system": _estimate(summary.mean_in_system),
             "littles_law_lambda_times_latency": _estimate(summary.little_batch),
+            "steady_state": summary.steady,
             "analytic_mean_e2e_latency_s": finite_or_none(summary.analytic_e2e_s),
             "simulated_vs_analytic_pct": finite_or_none(
                 (summary.stats[("e2e", "mean")].value / summary.analytic_e2e_s - 1) * 100

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Print the simulator's speed figures (a benchmark, not a test: nothing here passes or fails).
+
+* simulator throughput: requests simulated per second of one replication
+  (20,000 requests, default calibration, 1024/512), SD off and k=3 at
+  utilisation 0.3/0.7/0.9, and the goodput policy; best of several runs;
+* ``capacity --simulate``: wall time of the default command
+  (``--slo 'e2e:p99<=6s' --acceptance 0.8``, k = 1..8, 4,000 requests x 2 seeds
+  per point) in a fresh process, next to a bare ``sdplan plan``, and the
+  simulation evaluations the search ran (median of repeats).
+
+Usage: python benchmarks/bench_simulate.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+
+def best_time(action: object, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()  # type: ignore[operator]
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def simulator_throughput(repeats: int) -> None:
+    import numpy
+
+    from sdplan import model
+    from sdplan.calibration import resolve_calibration
+    from sdplan.simulate import SimulationConfig, simulate
+
+    coefficients = resolve_calibration(None).coefficients_at(1024, 512)
+    n = 20_000
+    positions = tuple(0.8 ** (j + 1) for j in range(8))
+    for k in (0, 3):
+        _, c2 = model.baseline_demand(coefficients) if k == 0 else model.speculative_demand(coefficients, 0.8, k)
+        for rho in (0.3, 0.7, 0.9):
+            config = SimulationConfig(rate_rps=rho / float(c2), draft_length=k, position_rates=positions[:k],
+                                      requests=n)
+            seconds = best_time(lambda: simulate(coefficients, config, numpy.random.default_rng(0)), repeats)
+            print(f"  k={k} rho={rho:.1f}: {n / seconds:>10,.0f} requests/s")
+    _, c2 = model.speculative_demand(coefficients, 0.8, 3)
+    config = SimulationConfig(rate_rps=0.7 / float(c2), draft_length=8, position_rates=positions, requests=n,
+                              adaptive_draft_lengths=(0, *range(1, 9)))
+    seconds = best_time(lambda: simulate(coefficients, config, numpy.random.default_rng(0)), repeats)
+    print(f"  goodput policy rho=0.7: {n / seconds:>10,.0f} requests/s")
+
+
+def command_time(arguments: list[str], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "sdplan", *arguments], check=False, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def capacity_search() -> int:
+    """Evaluations of the default capacity --simulate search."""
+    from sdplan.calibration import resolve_calibration
+    from sdplan.capacity import capacity, simulated_capacity
+    from sdplan.cli._simulation import build_config
+    from sdplan.slo import parse_slo
+    from sdplan.workload import resolve_workload
+
+    cal = resolve_calibration(None)
+    workload = resolve_workload(cal, alpha=[0.8])
+    coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
+    slos = [parse_slo("e2e:p99<=6s", True)]
+    ks = list(range(1, 9))
+    cap = capacity(coefficients, ks, 0.8, slos, tokens_per_cycle=workload.acceptance.tokens_per_cycle(ks)[0])
+
+    def configure(rate: float, k: int) -> object:
+        return build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens, 4000, 1.0,
+                            256, 8192, None, None, 0)
+
+    return simulated_capacity(cap, coefficients, slos, configure, 2, 0)[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    repeats = parser.parse_args().repeats
+    print("simulator throughput (one replication of 20,000 requests, best of %d):" % repeats)
+    simulator_throughput(repeats)
+    plan = command_time(["plan", "--acceptance", "0.8"], repeats)
+    simulated = command_time(["capacity", "--slo", "e2e:p99<=6s", "--acceptance", "0.8", "--simulate"], repeats)
+    print(f"sdplan plan --acceptance 0.8                                   wall {plan * 1e3:8.0f} ms")
+    print(f"sdplan capacity --slo 'e2e:p99<=6s' --acceptance 0.8 --simulate wall {simulated * 1e3:8.0f} ms"
+          f"  ({simulated / plan:.1f}x plan; {capacity_search()} simulation evaluations of 2 x 4,000 requests)")
+
+
+if __name__ == "__main__":
+    main()
