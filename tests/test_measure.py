@@ -124,8 +124,8 @@ def test_served_calibration_end_to_end_predicts_open_loop(sdplan, tmp_path, fake
     measurement = cal.document["measurement"]
     assert cal.method == "measured" and measurement["method"] == "served"
     assert len(measurement["server_commands"]) == 3 and "--speculative-config" in measurement["server_commands"][2]
-    assert measurement["points"] == 15 and measurement["disturbed_points"] == 0  # 3 x (N 1-8 + one Poisson)
-    assert len(measurement["point_errors_pct"]) == 15 and measurement["cpu_binding"] == "INFO reserved_cpus=[1]"
+    assert measurement["points"] == 18 and measurement["disturbed_points"] == 0  # 3 x (N 1-8 + 2 Poisson)
+    assert len(measurement["point_errors_pct"]) == 18 and measurement["cpu_binding"] == "INFO reserved_cpus=[1]"
     assert cal.document["ttft"]["source"].startswith("fitted")
     assert all(not server.live for server in FakeServer.registry)  # every server stopped
     # the raw results are ordinary vLLM files that fit reads too
@@ -161,7 +161,7 @@ def test_interrupted_calibration_keeps_points_and_resumes(sdplan, tmp_path, fake
     result = _calibrate(sdplan, tmp_path, "--resume")
     assert result.exit_code == 0, result.output
     cal = load_calibration(tmp_path / "cal.toml")
-    assert cal.document["measurement"]["invocations"] == 2 and cal.document["measurement"]["points"] == 15
+    assert cal.document["measurement"]["invocations"] == 2 and cal.document["measurement"]["points"] == 18
     result = _calibrate(sdplan, tmp_path, "--resume", "--output-tokens", "32")
     assert result.exit_code == ExitStatus.BAD_INPUT and "other options" in result.stderr
 

@@ -235,7 +235,9 @@ def test_figures_say_the_assumption(sdplan, narrow) -> None:
 
 def test_moe_answer_reads_the_grid(sdplan, narrow) -> None:
     text = sdplan("plan", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline").stdout
-    assert text.startswith("Answer: SD on") and "SD off above" in " ".join(text.split())
+    flat = " ".join(text.split())
+    # with expert coverage SD loses at zero load (0.96x) and wins at moderate load: the grid says where
+    assert flat.startswith("Answer: SD off at low load") and "SD on from" in flat and "best per rate" in flat
 
 
 def test_path_options_complete_files() -> None:

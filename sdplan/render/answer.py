@@ -105,7 +105,14 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
     lines = []
     saturates = (f"saturates at {_g(sat_d, 4)} req/s without SD, {_g(float(sat[ksat]), 4)} with k={ks[ksat]}"
                  if math.isfinite(sat_d) else "never saturates")
-    if zero_speedup[k0] <= 1.0:
+    wins = [(k, lo, hi) for k, lo, hi in _segments(plan, ia) if k > 0]
+    if zero_speedup[k0] <= 1.0 and wins:  # slower at zero load, faster somewhere on the grid (MoE coverage)
+        path = ", then ".join(f"{_k_name(k)} at {_g(lo)}{'' if lo == hi else f'-{_g(hi)}'}"
+                              for k, lo, hi in _segments(plan, ia))
+        lines.append(f"Answer: SD off at low load (best k={ks[k0]}: {zero_speedup[k0]:.2f}x at zero load), SD on "
+                     f"from {_g(wins[0][1])} to {_g(wins[-1][2])} req/s on this grid; {saturates}.")
+        lines.append(f"  best per rate (req/s): {path}.")
+    elif zero_speedup[k0] <= 1.0:
         lines.append(f"Answer: SD off. No draft length is faster even at zero load (best: k={ks[k0]}, "
                      f"{zero_speedup[k0]:.2f}x); {saturates}.")
     else:
