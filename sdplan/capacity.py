@@ -95,7 +95,8 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
 
     if not any(slo.metric.bounds_rate for slo in slos):
         raise InvalidValueError(
-            "capacity needs an SLO that bounds the request rate: e2e:mean<=..., tpot:mean<=... or utilisation<=..."
+            "capacity needs an SLO that bounds the request rate: e2e:mean<=..., ttft:mean<=..., tpot:mean<=... or "
+            "utilisation<=..."
         )
     c1_d, c2_d = model.baseline_demand(coefficients)
     ks = np.asarray(draft_lengths, dtype=np.float64)
@@ -105,7 +106,10 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         c1_sd, c2_sd = model.demand_from_tokens(coefficients, np.asarray(tokens_per_cycle, dtype=np.float64), ks)
     c1 = np.concatenate([[c1_d], np.atleast_1d(c1_sd)])
     c2 = np.concatenate([[c2_d], np.atleast_1d(c2_sd)])
-    ttft = model.time_to_first_token(coefficients)
+    options = np.concatenate([[0.0], ks])
+    ttft = model.time_to_first_token(coefficients, options, 0.0)  # zero-load TTFT per option
+    _, tau2 = model.step_costs(coefficients, options)
+    ttft_per_other = coefficients.ttft_load_steps * tau2  # TTFT = ttft + B * ttft_per_other
     g = coefficients.output_tokens
 
     from sdplan.slo import max_rate_under
@@ -114,7 +118,7 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     lowest = np.zeros(c1.shape)
     binding: list[str | None] = [None] * c1.size
     for slo in slos:
-        low, high = max_rate_under(slo, c1, c2, ttft, g)
+        low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other)
         tighter = high < highest
         for index in np.flatnonzero(tighter):
             binding[int(index)] = slo.text

@@ -84,14 +84,16 @@ def run_check(
         chosen = best if best != planner.NONE_STABLE else 0
     if chosen == 0:
         latency, batch, rho = (result.baseline_latency_s[0], result.baseline_batch[0], result.baseline_utilisation[0])
+        ttft = float(result.baseline_ttft_load_s[0])
     else:
         ik = ks.index(chosen)
         latency, batch, rho = result.latency_s[0, 0, ik], result.batch[0, 0, ik], result.utilisation[0, 0, ik]
+        ttft = float(result.ttft_load_s[0, 0, ik])
     g = coefficients.output_tokens
-    tpot = float(model.time_per_output_token(latency, result.ttft_s, g)) if g > 1 else float("nan")
+    tpot = float(model.time_per_output_token(latency, ttft, g)) if g > 1 else float("nan")
     point = OperatingPoint(
         e2e_s=float(latency),
-        ttft_s=result.ttft_s,
+        ttft_s=ttft,
         tpot_s=tpot,
         throughput_tok_s=rate_rps * g,
         utilisation=float(rho),

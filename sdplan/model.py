@@ -341,7 +341,9 @@ def time_per_output_token(latency_s: FloatArray, ttft_s: FloatArray | float, out
     latency = np.asarray(latency_s, dtype=np.float64)
     if output_tokens <= 1:
         return np.full_like(latency, np.nan)
-    return (latency - ttft_s) / (output_tokens - 1.0)
+    with np.errstate(invalid="ignore"):
+        tpot = (latency - ttft_s) / (output_tokens - 1.0)
+    return np.where(np.isinf(latency), np.inf, tpot)
 
 
 def speedup(

