@@ -430,6 +430,21 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         design, target = stacked(x)
         return design @ x[:8] - target
 
+    def jacobian_of(x: Any) -> Any:
+        """Analytic Jacobian of :func:`residual_vector` in (theta, w_wait, w_load, f)."""
+        design, _ = stacked(x)
+        theta, factor = x[:8], x[10]
+        extra = np.zeros((design.shape[0], 3))
+        scale = np.sqrt(weights)
+        extra[:len(runs), 2] = np.where(rows.closed, rows.load * (rows.c2 @ theta), 0.0) / latency * scale
+        if n_ttft:
+            loads = rows.factor(factor)
+            extra[len(runs):, 0] = (rows.tau1 @ theta)[has_ttft] / ttft_measured[has_ttft]
+            extra[len(runs):, 1] = (loads * rows.load_first * (rows.tau2 @ theta))[has_ttft] / ttft_measured[has_ttft]
+            extra[len(runs):, 2] = np.where(rows.closed, x[9] * rows.load_first * (rows.tau2 @ theta),
+                                            0.0)[has_ttft] / ttft_measured[has_ttft]
+        return np.column_stack([design, extra])
+
     x = np.concatenate([np.zeros(8), [0.5, 1.5, 1.0]])
     for iteration in range(6 if robust else 1):
         for _ in range(3):  # alternating linear stages give a start ...
@@ -450,8 +465,8 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
                 lower[8:10], upper[8:10] = x[8:10] - 1e-12, x[8:10] + 1e-12
             start = np.clip(x, lower + 1e-15, upper - 1e-15)
             scale = np.where(np.abs(start) > 0, np.abs(start), 1e-6)
-            solution = least_squares(residual_vector, start, bounds=(lower, upper), x_scale=scale, method="trf",
-                                     xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=600)
+            solution = least_squares(residual_vector, start, jac=jacobian_of, bounds=(lower, upper), x_scale=scale,
+                                     method="trf", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200)
             x = solution.x
         relative = (rows.e2e(x[10]) @ x[:8] - latency) / latency
         if not robust:
@@ -466,16 +481,9 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     identified = identified_parameters(weighted)
     residual = weighted @ theta - target
     # Jacobian of the residuals in all unknowns: the extra unknowns' uncertainty reaches the coefficients.
-    extra = np.zeros((weighted.shape[0], 3))
-    loads = rows.factor(factor)
-    if n_ttft:
-        extra[len(runs):, 0] = (rows.tau1 @ theta)[has_ttft] / ttft_measured[has_ttft]
-        extra[len(runs):, 1] = (loads * rows.load_first * (rows.tau2 @ theta))[has_ttft] / ttft_measured[has_ttft]
-        extra[len(runs):, 2] = np.where(rows.closed, ttft[1] * rows.load_first * (rows.tau2 @ theta),
-                                        0.0)[has_ttft] / ttft_measured[has_ttft]
-    extra[:len(runs), 2] = np.where(rows.closed, rows.load * (rows.c2 @ theta), 0.0) / latency * np.sqrt(weights)
-    columns = [weighted] + [extra[:, [i]] for i, used in enumerate((fit_ttft, fit_ttft, fit_factor)) if used]
-    jacobian = np.column_stack(columns)
+    full = jacobian_of(x)
+    used = [True] * 8 + [fit_ttft, fit_ttft, fit_factor]
+    jacobian = full[:, used]
     covariance = _sandwich_covariance(jacobian, residual, sum(identified) + jacobian.shape[1] - 8)
     covariance = covariance[:len(PARAMETERS), :len(PARAMETERS)]
     stderr = [float(math.sqrt(max(covariance[j, j], 0.0))) if identified[j] else math.inf

@@ -435,3 +435,5 @@ class PlanInputs:
     prompt_tokens: int
     output_tokens: int
     warnings: tuple[str, ...] = ()
+    #: 95% intervals from the calibration's covariance (:class:`sdplan.uncertainty.PlanIntervals`), if it has one.
+    intervals: object | None = None

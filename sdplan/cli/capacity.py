@@ -135,6 +135,23 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     context["batch_cap_sequences"] = batch_cap
     context["evaluated_by"] = (f"simulated: bisection on rate, {seeds} x {requests} requests per point"
                                if use_simulator else "analytic model (means), closed-form inverse")
+    if not use_simulator:
+        from sdplan.uncertainty import capacity_intervals, coefficient_draws
+
+        draws = coefficient_draws(inputs.calibration, p, g)
+        if draws is not None:
+            bounds = capacity_intervals(draws, lambda c: solve_capacity(c, candidates, alpha, parsed,
+                                                                        tokens_per_cycle=tokens,
+                                                                        max_batch=batch_cap))
+            context["max_rate_under_slo_ci95_rps"] = {
+                cap.label(i): [float(bounds[0, i]), float(bounds[1, i])] for i in range(bounds.shape[1])}
+            context["uncertainty"] = ("95% intervals of each option's capacity from the calibration's covariance "
+                                      f"({len(draws)} draws); size with the low end to be safe")
+            best = cap.best
+            if best >= 0:
+                click.echo(f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
+                           f"95% interval {float(bounds[0, best]):.4g}-{float(bounds[1, best]):.4g} (fit uncertainty)",
+                           err=True)
     document = capacity_document(cap, parsed, context, target, fleets, schedule)
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)

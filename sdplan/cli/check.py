@@ -28,13 +28,16 @@ from sdplan.cli._simulation import simulation_options
 @click.option("--simulate", "use_simulator", is_flag=True,
               help="Check with the simulator (sdplan-simulate(1)) instead of the model's means: percentile SLOs "
               "(e2e:p99<=5s) become available, and every latency verdict uses simulated statistics.")
+@click.option("--pessimistic", is_flag=True,
+              help="Gate on the pessimistic end of each prediction's 95% interval (the 97.5th percentile for "
+              "<= SLOs) from the calibration's covariance; needs a fitted or served calibration.")
 @simulation_options
 @output_options(formats=("table", "json"))
 def check(workload_path: str | None, calibration: str | None, rate: float | None, slos: tuple[str, ...],
           draft_length: str | None, draft_lengths: str | None, prompt_tokens: int | None, output_tokens: int | None,
           acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
           draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
-          use_simulator: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int,
+          use_simulator: bool, pessimistic: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int,
           max_num_batched_tokens: int, kv_cache_tokens: float | None, lengths_file: str | None,
           fmt: str, output: str | None, ascii_only: bool) -> None:
     """Check SLOs at one request rate; exit 1 if any is missed.
@@ -86,6 +89,25 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     report = run_check(coefficients, rate, inputs.workload.acceptance.alphas[0], mode, fixed, candidates,
                        parsed, tokens_per_cycle=tokens, moe=moe)
+    intervals = None
+    if pessimistic:
+        from sdplan.uncertainty import coefficient_draws, pessimistic_verdicts
+
+        if use_simulator:
+            raise click.UsageError("--pessimistic and --simulate do not combine: intervals come from the analytic "
+                                   "model over the calibration's covariance")
+        draws = coefficient_draws(inputs.calibration, inputs.workload.prompt_tokens, inputs.workload.output_tokens)
+        if draws is None:
+            raise InvalidValueError(f"--pessimistic needs a calibration with a covariance ([uncertainty]); "
+                                    f"{inputs.calibration.name} has none: fit one (sdplan fit, sdplan calibrate)")
+        chosen = report.draft_length
+        option_tokens = inputs.workload.acceptance.tokens_per_cycle([chosen] if chosen else candidates)
+
+        def check_draw(drawn):  # type: ignore[no-untyped-def]
+            return run_check(drawn, rate, inputs.workload.acceptance.alphas[0], "fixed" if chosen else "off",
+                             chosen or None, candidates, parsed, tokens_per_cycle=option_tokens, moe=moe)
+
+        report, intervals = pessimistic_verdicts(report, parsed, draws, check_draw)
     if use_simulator:
         from sdplan.check import simulated_verdicts
         from sdplan.cli._simulation import build_config
@@ -119,6 +141,13 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     echo_warnings(warnings)
     context = inputs.context()
     context["warnings"] = warnings
+    if intervals is not None:
+        context["pessimistic"] = {"level": 0.95, "rule": "each SLO checked at the pessimistic end of its 95% "
+                                  "interval (fit uncertainty, from the calibration's covariance)",
+                                  "intervals": {text: [low, high if high != float("inf") else None]
+                                                for text, (low, high) in intervals.items()}}
+        for text, (low, high) in intervals.items():
+            click.echo(f"pessimistic: {text}: 95% interval {low:.4g}-{high:.4g}; checked at the worse end", err=True)
     terminal = output in (None, "-") and stdout_is_terminal()
     emit(render_check(report, context, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
     if os.environ.get("GITHUB_ACTIONS") == "true":

@@ -7,6 +7,26 @@ import click
 from sdplan.cli._options import calibration_option, grid_options, output_options, plot_options, workload_options
 
 
+def check_speculation_identified(cal: object) -> None:
+    """Planning SD from a calibration fitted without SD runs is an error, not an extrapolation."""
+    from sdplan.errors import InputFileError
+    from sdplan.fit import SPECULATIVE_PARAMETERS
+
+    missing = set(getattr(cal, "not_identified", ()))
+    if missing >= set(SPECULATIVE_PARAMETERS):
+        raise InputFileError(getattr(cal, "path", "calibration"), "uncertainty.not_identified",
+                             "was fitted from runs without SD, so SD cannot be planned with it; fit SD runs at two "
+                             "or more draft lengths too (sdplan fit, sdplan calibrate --draft-lengths)")
+
+
+def identification_warnings(cal: object) -> list[str]:
+    missing = list(getattr(cal, "not_identified", ()))
+    if not missing:
+        return []
+    return [f"{', '.join(missing)} of {getattr(cal, 'name', 'the calibration')} were not identified by its "
+            "benchmark runs: draft lengths other than those measured are extrapolated"]
+
+
 @click.command()
 @calibration_option
 @workload_options
@@ -78,6 +98,15 @@ def plan(
     result = planner.plan(coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
                           goodput_policy=policy == "goodput",
                           moe=cal.moe_at(workload.prompt_tokens, workload.output_tokens))
+    moe_spec = cal.moe_at(workload.prompt_tokens, workload.output_tokens)
+    check_speculation_identified(cal)
+    intervals = None
+    if moe_spec is None and policy != "goodput":
+        from sdplan.uncertainty import coefficient_draws, plan_intervals
+
+        draws = coefficient_draws(cal, workload.prompt_tokens, workload.output_tokens)
+        if draws is not None:
+            intervals = plan_intervals(draws, result.alphas, result.rates_rps, result.draft_lengths, tokens)
     inputs = planner.PlanInputs(
         calibration_name=cal.name,
         calibration_path=cal.path,
@@ -88,7 +117,9 @@ def plan(
         prompt_tokens=workload.prompt_tokens,
         output_tokens=workload.output_tokens,
         warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
-                                             planner.largest_batch(result)) + planner.domain_warnings(result)),
+                                             planner.largest_batch(result)) + planner.domain_warnings(result)
+                     + identification_warnings(cal)),
+        intervals=intervals,
     )
     for warning in inputs.warnings:
         if fmt != "table":

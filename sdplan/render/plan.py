@@ -42,6 +42,42 @@ def _sd_faster(rate: float, faster_below: bool) -> str:
     return "at_every_rate" if faster_below else "never"
 
 
+def _interval_line(plan: Plan, intervals: Any, ia: int) -> str:
+    """One line of 95% intervals: the best option's latency at the most loaded stable rate, and its break-even."""
+    import numpy as np
+
+    from sdplan.planner import NONE_STABLE, SD_OFF
+
+    stable = [ir for ir in range(len(plan.rates_rps)) if int(plan.best_k[ia, ir]) != NONE_STABLE]
+    if not stable:
+        return "95% intervals (fit uncertainty): nothing stable on this grid."
+    ir = stable[-1]
+    best = int(plan.best_k[ia, ir])
+    if best == SD_OFF:
+        low, high = intervals.baseline_latency_s[:, ir]
+        name = "no SD"
+    else:
+        ik = list(plan.draft_lengths).index(best)
+        low, high = intervals.latency_s[:, ia, ir, ik]
+        name = f"k={best}"
+    text = (f"95% intervals (fit uncertainty, {intervals.draws} draws of the covariance): {name} at "
+            f"{_num(float(plan.rates_rps[ir]))} req/s {_num(float(low))}-"
+            f"{'unstable' if not np.isfinite(high) else _num(float(high))} s")
+    k0 = int(np.argmin(plan.c1_s[ia]))
+    even = intervals.break_even_rate_rps[:, ia, k0]
+    if np.all(np.isfinite(even)):
+        text += f"; break-even of k={int(plan.draft_lengths[k0])} {_num(float(even[0]))}-{_num(float(even[1]))} req/s"
+    return text + "."
+
+
+def _pair(values: Any) -> list[float | None] | None:
+    """A 95% interval as [low, high] (None for an unstable or absent bound), or None when there is none."""
+    low, high = (float(v) for v in values)
+    if low != low and high != high:
+        return None
+    return [finite_or_none(low), finite_or_none(high)]
+
+
 def _point(latency: float, batch: float, rho: float, tpot: float, ttft: float, rate: float, g: float) -> dict[str, Any]:
     stable = latency != float("inf")
     return {
@@ -92,6 +128,9 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
                     ),
                 }
             )
+            intervals = inputs.intervals
+            if intervals is not None:
+                per_k[-1]["break_even_rate_ci95_rps"] = _pair(intervals.break_even_rate_rps[:, ia, ik])  # type: ignore[attr-defined]
             if plan.moe_break_even_rates_rps is not None:  # MoE: the speedup can cross 1 several times
                 per_k[-1]["break_even_rates_rps"] = [float(x) for x in plan.moe_break_even_rates_rps[ia, ik] if x == x]
         rows = []
@@ -101,6 +140,8 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
                 plan.baseline_latency_s[ir], plan.baseline_batch[ir], plan.baseline_utilisation[ir],
                 plan.baseline_tpot_s[ir], plan.baseline_ttft_load_s[ir], lam, g,
             )
+            if inputs.intervals is not None:
+                baseline["mean_e2e_latency_ci95_s"] = _pair(inputs.intervals.baseline_latency_s[:, ir])  # type: ignore[attr-defined]
             speculative = []
             for ik, k in enumerate(plan.draft_lengths):
                 point = _point(
@@ -108,6 +149,8 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
                     plan.tpot_s[ia, ir, ik], plan.ttft_load_s[ia, ir, ik], lam, g,
                 )
                 point["speedup"] = finite_or_none(plan.speedup[ia, ir, ik]) if point["mean_e2e_latency_s"] else None
+                if inputs.intervals is not None:
+                    point["mean_e2e_latency_ci95_s"] = _pair(inputs.intervals.latency_s[:, ia, ir, ik])  # type: ignore[attr-defined]
                 if baseline["mean_e2e_latency_s"] is None:
                     point["speedup"] = None
                 if plan.moe_speedup_lost is not None:
@@ -172,6 +215,8 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             "1, near_saturation above 0.9",
             "mean_ttft_s": TTFT_NOTE,
             "mean_tpot_s": TPOT_NOTE,
+            "mean_e2e_latency_ci95_s": "95% interval [low, high] from the calibration's covariance (parametric "
+            "bootstrap over the fitted coefficients); null high: unstable in some draws. Fit uncertainty only",
             "speedup": "no-SD latency / SD latency at the same request rate; null where either is unstable",
             "per_token_alpha": "per-token acceptance probability (i.i.d.)",
             "tokens_per_cycle": "mean acceptance length E(alpha, k), bonus token included",
@@ -345,6 +390,8 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
                           f"(SmartSpec); in this mean model it equals the best static k of each rate. "
                           f"k={int(plan.zero_load_k[ia]) or 'off'} always: the k tuned at zero load, kept at "  # type: ignore[index]
                           "every load.")
+        if inputs.intervals is not None:
+            console.print(_interval_line(plan, inputs.intervals, ia), markup=False)
         console.print()
         print_table(console, _per_k_table(plan, ia, style), title=f"Per draft length, {assumption}",
                     caption="E = mean acceptance length (tokens per cycle, bonus included). SD faster: the rates "

@@ -1,0 +1,111 @@
+"""95% intervals from a fitted calibration's covariance: plan, check --pessimistic, capacity, and coverage."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sdplan import model
+from sdplan.calibration import load_calibration, parse_calibration
+from sdplan.errors import ExitStatus
+from sdplan.fit import fit_pooled, fitted_document
+from sdplan.results import read_results
+from sdplan.uncertainty import coefficient_draws, plan_intervals
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results_fixtures import TRUE, write_vllm  # noqa: E402
+
+PROVENANCE = {"method": "fit", "hardware": "test", "target_model": "t", "draft_model": "d", "engine": "vllm",
+              "engine_version": "0", "date": "2026-11-22"}
+
+
+def _fitted(tmp_path: Path, noise: float, seed: int = 3, keep=lambda run: True):
+    runs = [read_results(p)[0][0] for p in write_vllm(tmp_path / f"runs{seed}", noise=noise, seed=seed)]
+    runs = [r for r in runs if keep(r)]
+    fit = fit_pooled(runs)
+    document = fitted_document(fit, runs, name="noisy", provenance=PROVENANCE, description="test")
+    return parse_calibration(document, "noisy.toml"), fit
+
+
+def test_intervals_cover_the_truth_about_95_percent(tmp_path) -> None:
+    """Coverage: over independent noisy data sets, the 95% interval of the latency at a loaded point
+    contains the true latency in about 95% of them (here at least 16 of 20)."""
+    rate, alpha, k = 5.0, 0.85, 4
+    c1, c2 = model.speculative_demand(TRUE, alpha, k)
+    truth = float(model.mean_latency(c1, c2, rate))
+    covered = 0
+    for seed in range(20):
+        cal, _ = _fitted(tmp_path, noise=0.03, seed=seed)
+        draws = coefficient_draws(cal, 1024, 512, draws=300, seed=seed)
+        bounds = plan_intervals(draws, np.array([alpha]), np.array([rate]), np.array([k]))
+        low, high = bounds.latency_s[:, 0, 0, 0]
+        covered += low <= truth <= high
+    assert covered >= 16, covered
+
+
+def test_plan_json_has_intervals_around_the_estimate(sdplan, tmp_path) -> None:
+    cal, _ = _fitted(tmp_path, noise=0.02)
+    path = tmp_path / "noisy.toml"
+    from sdplan.fileio import dumps_toml
+
+    path.write_text(dumps_toml(cal.document))
+    result = sdplan("plan", "-c", str(path), "--rates", "1,4,7", "-k", "2,4", "--acceptance", "0.85", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["results"][0]["rates"]
+    for row in rows:
+        for point in [row["no_sd"], *row["speculative"]] if "no_sd" in row else row["speculative"]:
+            low, high = point["mean_e2e_latency_ci95_s"]
+            assert low <= point["mean_e2e_latency_s"] and (high is None or point["mean_e2e_latency_s"] <= high)
+    text = sdplan("plan", "-c", str(path), "--rates", "1,4,7", "-k", "2,4", "--acceptance", "0.85").stdout
+    assert "95% intervals (fit uncertainty" in text
+
+
+def test_check_pessimistic_gates_on_the_upper_bound(sdplan, tmp_path) -> None:
+    cal, _ = _fitted(tmp_path, noise=0.03)
+    path = tmp_path / "noisy.toml"
+    from sdplan.fileio import dumps_toml
+
+    path.write_text(dumps_toml(cal.document))
+    nominal = json.loads(sdplan("check", "-c", str(path), "--rate", "5", "--acceptance", "0.85", "--draft-length",
+                                "4", "--slo", "e2e:mean<=100s", "-f", "json").stdout)
+    latency = nominal["operating_point"]["mean_e2e_latency_s"]
+    limit = f"e2e:mean<={latency * 1.001:.6f}s"  # met by the estimate, not by its pessimistic end
+    args = ["check", "-c", str(path), "--rate", "5", "--acceptance", "0.85", "--draft-length", "4", "--slo", limit]
+    assert sdplan(*args).exit_code == 0
+    gated = sdplan(*args, "--pessimistic", "-f", "json")
+    assert gated.exit_code == ExitStatus.SLO_VIOLATED, gated.output
+    low, high = json.loads(gated.stdout)["pessimistic"]["intervals"][limit]
+    assert low < latency < high
+    roofline = sdplan("check", "--rate", "5", "--slo", "e2e:mean<=100s", "--pessimistic")
+    assert roofline.exit_code == ExitStatus.USAGE and "covariance" in roofline.stderr
+
+
+def test_capacity_reports_an_interval(sdplan, tmp_path) -> None:
+    cal, _ = _fitted(tmp_path, noise=0.03)
+    path = tmp_path / "noisy.toml"
+    from sdplan.fileio import dumps_toml
+
+    path.write_text(dumps_toml(cal.document))
+    result = sdplan("capacity", "-c", str(path), "--slo", "e2e:mean<=10s", "--acceptance", "0.85", "-f", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    intervals = document["max_rate_under_slo_ci95_rps"]
+    for option in document["options"]:
+        low, high = intervals[option["option"]]
+        assert low <= option["max_rate_under_slo_rps"] <= high
+    assert "95% interval" in result.stderr
+
+
+def test_plan_refuses_sd_from_a_baseline_only_fit(sdplan, tmp_path) -> None:
+    cal, fit = _fitted(tmp_path, noise=0.0, keep=lambda run: run.draft_length == 0)
+    assert not fit.speculative_identified
+    path = tmp_path / "base.toml"
+    from sdplan.fileio import dumps_toml
+
+    path.write_text(dumps_toml(cal.document))
+    result = sdplan("plan", "-c", str(path))
+    assert result.exit_code == ExitStatus.BAD_INPUT and "without SD" in result.stderr
