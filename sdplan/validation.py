@@ -1,0 +1,182 @@
+"""The model's error against measured runs: mean E2E and TTFT per run, best draft length per load level.
+
+Predictions use each run's *controlled* load (``sdplan validate``, hold-outs,
+the accuracy benchmark): a closed loop of ``N`` clients is predicted as
+``C1 + f (N - 1) C2`` and an open loop at its arrival rate ``lambda`` as
+``C1/(1 - lambda C2)``, the planner's own formula (:mod:`sdplan.fit` explains
+``f``). TTFT follows :func:`sdplan.model.time_to_first_token` at the ``B`` the
+model predicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from sdplan.errors import InfeasibleError
+from sdplan.fit import ALPHA_GROUP_TOLERANCE, _demand, _r2
+from sdplan.model import Coefficients
+
+if TYPE_CHECKING:
+    from sdplan.results import BenchmarkRun
+
+
+def predict_latency(coefficients: Coefficients, run: BenchmarkRun) -> float:
+    """Model mean latency (s) of a run from its controlled load; ``inf`` if unstable.
+
+    Closed loop of ``N``: ``C1 + (N - 1) C2``. Open loop: ``C1/(1 - lambda C2)``
+    at the *arrival* rate (the achieved rate only when the file has no arrival
+    rate).
+    """
+    from sdplan import model
+
+    c1, c2 = _demand(coefficients, run)
+    if run.concurrency is not None:
+        return c1 + coefficients.closed_loop_factor * max(run.concurrency - 1, 0) * c2
+    return float(model.mean_latency(c1, c2, run.arrival_rate_rps))
+
+
+def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float) -> float:
+    """Model mean TTFT (s) of a run, at the ``B`` the model predicts for it."""
+    from sdplan import model
+
+    if not math.isfinite(latency_s):
+        return math.inf
+    others = (coefficients.closed_loop_factor * max(run.concurrency - 1, 0) if run.concurrency is not None
+              else run.arrival_rate_rps * latency_s)
+    return float(model.time_to_first_token(coefficients, run.draft_length, others))
+
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    run: BenchmarkRun
+    predicted_s: float
+    error_pct: float | None
+    predicted_ttft_s: float | None = None
+    ttft_error_pct: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BestKComparison:
+    """At one configuration's load level: the fastest draft length measured and predicted."""
+
+    load_level: str
+    prompt_tokens: float
+    output_tokens: float
+    measured_best: int
+    predicted_best: int
+    options: tuple[int, ...]
+
+    @property
+    def agrees(self) -> bool:
+        return self.measured_best == self.predicted_best
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    errors: list[RunError]
+    skipped: list[tuple[BenchmarkRun, str]]
+    mape_pct: float
+    bias_pct: float
+    r2: float
+    worst: RunError | None
+    best_k: tuple[BestKComparison, ...] = ()
+    ttft_mape_pct: float | None = None
+
+    @property
+    def best_k_agreement(self) -> tuple[int, int]:
+        return sum(c.agrees for c in self.best_k), len(self.best_k)
+
+    @property
+    def quality(self) -> str:
+        """Grade of the fit: by MAPE (excellent < 5%, good < 10%, fair < 20%), capped at ``poor`` when R2 < 0.8."""
+        if not math.isfinite(self.mape_pct):
+            return "poor"
+        grade = "poor"
+        for limit, name in ((5.0, "excellent"), (10.0, "good"), (20.0, "fair")):
+            if self.mape_pct < limit:
+                grade = name
+                break
+        if len(self.errors) >= 3 and self.r2 < 0.8 and grade in ("excellent", "good"):
+            grade = "fair" if self.r2 >= 0.5 else "poor"
+        return grade
+
+
+def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
+    """Best draft length measured vs predicted, per (lengths, acceptance, controlled load level).
+
+    Runs are grouped by what the experimenter set (concurrency ``N`` or the
+    requested rate), not by the achieved rate, so noise in throughput does not
+    split the comparison (review B13); SD runs of one acceptance (within
+    :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
+    baseline at the same level.
+    """
+    by_level: dict[tuple[Any, ...], list[RunError]] = defaultdict(list)
+    for e in errors:
+        by_level[(round(e.run.prompt_tokens), round(e.run.output_tokens), e.run.load_level)].append(e)
+    comparisons = []
+    for (p, g, level), members in sorted(by_level.items(), key=lambda item: str(item[0])):
+        baseline = [m for m in members if m.run.draft_length == 0]
+        speculative = sorted((m for m in members if m.run.draft_length > 0),
+                             key=lambda m: (m.run.alpha or 0.0, m.run.draft_length, m.run.source))
+        groups: list[list[RunError]] = []
+        for m in speculative:
+            if groups and (m.run.alpha or 0.0) - (groups[-1][0].run.alpha or 0.0) <= ALPHA_GROUP_TOLERANCE:
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+        for group in groups or [[]]:
+            best_per_k: dict[int, RunError] = {}
+            for m in sorted(baseline + group, key=lambda m: (m.run.source, m.run.mean_e2e_latency_s)):
+                best_per_k.setdefault(m.run.draft_length, m)
+            if len(best_per_k) < 2:
+                continue
+            options = list(best_per_k.values())
+            measured = min(options, key=lambda m: m.run.mean_e2e_latency_s).run.draft_length
+            predicted = min(options, key=lambda m: m.predicted_s).run.draft_length
+            comparisons.append(BestKComparison(load_level=level, prompt_tokens=p, output_tokens=g,
+                                               measured_best=measured, predicted_best=predicted,
+                                               options=tuple(sorted(best_per_k))))
+    return tuple(comparisons)
+
+
+def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list[BenchmarkRun]) -> Validation:
+    """Predicted vs measured mean latency (and TTFT) for every run.
+
+    Runs the screen rejects are skipped with their reason; an unstable
+    prediction for a measured run counts as an infinite error and is the worst.
+    """
+    from sdplan.results import screen
+
+    errors, skipped = [], []
+    for run in sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s)):
+        reasons = screen(run)
+        if reasons:
+            skipped.append((run, "; ".join(reasons)))
+            continue
+        coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
+        predicted = predict_latency(coefficients, run)
+        error = (predicted - run.mean_e2e_latency_s) / run.mean_e2e_latency_s * 100 if math.isfinite(predicted) else None
+        ttft = predict_ttft(coefficients, run, predicted)
+        ttft_error = ((ttft - run.mean_ttft_s) / run.mean_ttft_s * 100
+                      if run.mean_ttft_s and math.isfinite(ttft) else None)
+        errors.append(RunError(run=run, predicted_s=predicted, error_pct=error,
+                               predicted_ttft_s=ttft if math.isfinite(ttft) else None, ttft_error_pct=ttft_error))
+    if not errors:
+        reasons = "; ".join(f"{run.source}: {why}" for run, why in skipped[:5])
+        raise InfeasibleError(f"no usable run to validate against ({reasons})")
+    finite = [e for e in errors if e.error_pct is not None]
+    mape = sum(abs(e.error_pct) for e in finite) / len(finite) if len(finite) == len(errors) else math.inf  # type: ignore[arg-type]
+    bias = sum(e.error_pct for e in finite) / len(finite) if finite else math.nan  # type: ignore[misc]
+    worst = max(errors, key=lambda e: math.inf if e.error_pct is None else abs(e.error_pct))
+    measured = [e.run.mean_e2e_latency_s for e in errors]
+    predicted = [e.predicted_s if math.isfinite(e.predicted_s) else 10 * e.run.mean_e2e_latency_s for e in errors]
+    ttft_errors = [abs(e.ttft_error_pct) for e in errors if e.ttft_error_pct is not None]
+    return Validation(errors=errors, skipped=skipped, mape_pct=mape, bias_pct=bias, r2=float(_r2(measured, predicted)),
+                      worst=worst, best_k=compare_best_k(errors),
+                      ttft_mape_pct=sum(ttft_errors) / len(ttft_errors) if ttft_errors else None)
+
+
