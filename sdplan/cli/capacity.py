@@ -75,6 +75,10 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     max_batch = max_batch_size or (file.max_batch_size if file and file.max_batch_size else 256)
     tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]
+    from sdplan.limits import check_grid
+
+    check_grid(max_batch * len(candidates), f"{max_batch} batch sizes x {len(candidates)} draft lengths",
+               "lower --max-batch-size or give fewer --draft-lengths")
     schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens)
     if fmt == "vllm-config":
         emit(vllm_config(schedule, spec_method, str(inputs.calibration.provenance.get("draft_model", ""))), output)
@@ -141,6 +145,9 @@ def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests,
     options = [0, *candidates]
     rates, binding = [], []
     iterations = 8
+    from sdplan.limits import check_simulation
+
+    check_simulation(requests, seeds, len(options) * (iterations + 1), "bisection steps")
     with progress_bar("simulating capacity", len(options) * (iterations + 1)) as advance:
         done = [0]
         for index, k in enumerate(options):
