@@ -456,6 +456,14 @@ def check_plausible(document: dict[str, Any], path: str) -> None:
             raise InputFileError(path, key, f"{name} would take {value:g} s at the reference workload; a calibration "
                                  f"must describe hardware that takes time (>= {MIN_STEP_S:g} s per step); fill in "
                                  "the measured costs")
+    for name, value, key in (("a plain decode step", coefficients.baseline_c2_step_s,
+                              "coefficients.baseline.c2_step_s" if calibration.form == "direct" else where),
+                             ("a verification cycle", coefficients.c2v_s,
+                              "coefficients.speculative.c2v_s" if calibration.form == "direct" else where)):
+        if not value > 0:
+            raise InputFileError(path, key, f"{name} would cost nothing per concurrent request (0 s), so latency "
+                                 "would never grow with load and the replica would never saturate; no hardware "
+                                 "works so: fill in the per-sequence or per-context-token cost")
 
 
 def load_calibration(path: Path) -> Calibration:

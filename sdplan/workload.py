@@ -348,8 +348,7 @@ def load_lengths_file(path: str) -> tuple[list[float], list[float], list[float]]
         prompts.append(p)
         outputs.append(g)
         weights.append(w)
-    total = math.fsum(weights)
-    if not rows or not total > 0:
+    biggest = max(weights, default=0.0)
+    if not biggest > 0:
         raise InputFileError(path, None, "no rows with positive weight; add prompt_tokens,output_tokens,weight rows")
-    biggest = max(weights)  # weights are relative: scaled to <= 1 so that no sum or mean overflows
-    return prompts, outputs, [w / biggest for w in weights]
+    return prompts, outputs, [w / biggest for w in weights]  # relative weights, <= 1: no sum or mean overflows
