@@ -168,7 +168,8 @@ def _workload_schema() -> object:
                 {
                     "gpus_per_replica": Field("int", "GPUs per serving replica", required=False, minimum=1,
                                               maximum=1_000_000),
-                    "gpu_hour_cost_usd": Field("float", "cost of one GPU-hour, USD", required=False, minimum=0.0),
+                    "gpu_hour_cost_usd": Field("float", "cost of one GPU-hour, USD", required=False, minimum=0.0,
+                                               maximum=1e6),
                     "max_batch_size": Field("int", "vLLM max_num_seqs", required=False, minimum=1,
                                             maximum=MAX_BATCH_SIZE),
                 },
@@ -268,6 +269,10 @@ def load_workload_file(path: str) -> WorkloadFile:
     )
 
 
+#: Most SLOs one command checks (each is a row of the verdict table).
+MAX_SLOS = 100
+
+
 def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None, allow_percentiles: bool = False) -> list:
     """SLOs from the command line if any were given, else from the workload file.
 
@@ -277,6 +282,10 @@ def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None, allow_perce
     from sdplan.errors import InputFileError
     from sdplan.slo import parse_slo
 
+    if len(cli_slos) > MAX_SLOS:
+        raise InvalidValueError(f"{len(cli_slos)} SLOs given; at most {MAX_SLOS} (one per metric and statistic)")
+    if not cli_slos and file is not None and len(file.slos) > MAX_SLOS:
+        raise InputFileError(file.path, "slos", f"{len(file.slos)} SLOs; at most {MAX_SLOS}")
     if cli_slos:
         return [parse_slo(text, allow_percentiles) for text in cli_slos]
     slos = []

@@ -170,6 +170,20 @@ def test_work_limit_scales_the_budget(sdplan: Run, monkeypatch: pytest.MonkeyPat
     assert "SDPLAN_WORK_LIMIT" in error_line(sdplan(*args))
 
 
+@pytest.mark.parametrize("args", [
+    ["--target-rate", "1e300", "--gpu-hour-cost", "1e6", "--gpus-per-replica", "8", "-f", "json"],
+    ["--target-rate", "1e10", "--slo", "utilisation<=1e-300"],
+])
+def test_fleets_beyond_any_deployment_are_infeasible(sdplan: Run, args: list[str]) -> None:
+    result = sdplan("capacity", "--slo", "e2e:mean<=4s", *args)
+    assert result.exit_code == ExitStatus.INFEASIBLE and "replicas" in error_line(result)
+
+
+def test_slo_count_is_bounded(sdplan: Run) -> None:
+    result = sdplan("check", "--rate", "1", *[arg for _ in range(101) for arg in ("--slo", "e2e:mean<=4s")])
+    assert result.exit_code == ExitStatus.USAGE and "at most 100" in error_line(result)
+
+
 def test_workload_batch_size_is_bounded(sdplan: Run, tmp_path: Path) -> None:
     path = tmp_path / "w.toml"
     path.write_text('schema_version = 1\nslos = ["e2e:mean<=4s"]\n[deployment]\nmax_batch_size = 123456789\n')

@@ -18,9 +18,9 @@ from sdplan.cli._simulation import simulation_options
               help="Draft lengths to evaluate (list or range). Default: the file's, else 1-8.")
 @click.option("--target-rate", type=click.FloatRange(min=0), metavar="RPS",
               help="Total request rate to serve, req/s: prints replicas for no SD and the best SD option.")
-@click.option("--gpus-per-replica", type=click.IntRange(min=1), metavar="N",
+@click.option("--gpus-per-replica", type=click.IntRange(1, 1_000_000), metavar="N",
               help="GPUs per replica, for GPU counts. Default: the file's, else the calibration's tensor parallel size.")
-@click.option("--gpu-hour-cost", type=click.FloatRange(min=0), metavar="USD",
+@click.option("--gpu-hour-cost", type=click.FloatRange(0, 1e6), metavar="USD",
               help="Cost of one GPU-hour in USD, for cost per hour and per million output tokens.")
 @click.option("--max-batch-size", type=click.IntRange(min=1), metavar="N",
               help="Largest batch size (vLLM max_num_seqs) covered by the k schedule. Default: the file's, else 256.")
