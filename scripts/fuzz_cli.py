@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fuzz_cli import Outcome, cases, no_warnings_escape, reader_cases, run_case  # noqa: E402
+from fuzz_cli import Outcome, cases, focused_cases, no_warnings_escape, reader_cases, run_case  # noqa: E402
 
 
 def main() -> int:
@@ -36,13 +36,15 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds allowed per input (default 60)")
     parser.add_argument("--large", action="store_true",
                         help="simulations at their default sizes (seconds each) instead of the suite's small ones")
+    parser.add_argument("--plots", action="store_true", help="also write figures (--plot-file; slower)")
     parser.add_argument("--readers", action="store_true", help="also mutate benchmark result files")
     parser.add_argument("--show", type=int, default=5, help="failing inputs shown per problem (default 5)")
     args = parser.parse_args()
     no_warnings_escape()
 
     outcomes: list[Outcome] = []
-    strategy = st.one_of(cases(small=not args.large), reader_cases()) if args.readers else cases(small=not args.large)
+    strategies = [cases(small=not args.large, plots=args.plots), focused_cases()]
+    strategy = st.one_of(*strategies, reader_cases()) if args.readers else st.one_of(*strategies)
     started = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="sdplan-fuzz-"))
 

@@ -182,7 +182,8 @@ def _scale(table: dict[str, Any], factor: float) -> None:
             _scale(value, factor)
         elif isinstance(value, float) and key.endswith("_s"):
             scaled = value * factor
-            table[key] = scaled if scaled != float("inf") else _INF
+            table[key] = (scaled if scaled - scaled == 0 else  # finite
+                          _NAN if scaled != scaled else _INF if scaled > 0 else _NINF)
 
 
 def toml_text(document: dict[str, Any]) -> str:
@@ -314,8 +315,12 @@ def _workload_flags() -> dict[str, st.SearchStrategy[str] | None]:
 
 
 @st.composite
-def cases(draw: st.DrawFn, small: bool = True) -> Case:
-    """An input to any command (see the module docstring). ``small`` keeps simulations to seconds."""
+def cases(draw: st.DrawFn, small: bool = True, plots: bool = False) -> Case:
+    """An input to any command (see the module docstring).
+
+    ``small`` keeps simulations to a fraction of a second; ``plots`` adds ``--plot-file`` (matplotlib
+    takes about a second per figure, too slow for the suite).
+    """
     command = draw(st.sampled_from(["plan", "plan", "show", "calibrations", "check", "check", "capacity", "capacity",
                                     "simulate", "fit", "validate", "calibrate"]))
     files: dict[str, bytes] = {}
@@ -351,6 +356,9 @@ def cases(draw: st.DrawFn, small: bool = True) -> Case:
                  "--draft-length": st.sampled_from(["best", "off", "goodput", "2", "0", "1025", "x"])}
     else:
         return draw(_reader_option_case(command))
+    if plots and command in ("plan", "capacity", "simulate"):
+        flags["--plot-file"] = st.sampled_from(["p.png", "p.svg", "p.pdf", "adir", "adir/.png", "/dev/null",
+                                                "missing/p.png", "q" * 300 + ".png", "existing.json"])
     argv = [command, *_options(draw, flags, most=draw(st.sampled_from([2, 4, 6])))]
     if command == "simulate" or "--simulate" in argv:
         sim = _options(draw, _simulation(small), most=4)
@@ -379,6 +387,76 @@ def cases(draw: st.DrawFn, small: bool = True) -> Case:
     output = argv[argv.index("-o") + 1] if "-o" in argv else None
     fmt = argv[argv.index("-f") + 1] if "-f" in argv else "table"
     return Case(argv=argv, files=files, env=env, output=output, fmt=fmt)
+
+
+TEMPLATES = [
+    ["plan", "-c", "cal.toml"],
+    ["plan", "-c", "cal.toml", "-f", "json", "--policy", "goodput"],
+    ["show", "-c", "cal.toml", "-f", "json"],
+    ["check", "-w", "workload.toml", "-c", "cal.toml"],
+    ["check", "-w", "workload.toml", "--rate", "3", "-f", "json"],
+    ["capacity", "-w", "workload.toml", "-c", "cal.toml", "--target-rate", "100", "-f", "json"],
+    ["capacity", "-w", "workload.toml", "-f", "vllm-config"],
+    ["simulate", "-c", "cal.toml", "-r", "2", "--requests", "100", "--seeds", "1"],
+    ["simulate", "-r", "1", "--requests", "100", "--seeds", "1", "--lengths-file", "lengths.csv", "-f", "json"],
+    ["simulate", "-r", "1", "--requests", "100", "--seeds", "1", "--draft-length", "goodput", "-k", "1-4"],
+    ["check", "--simulate", "-c", "cal.toml", "-r", "2", "--slo", "e2e:p99<=10s", "--requests", "100", "--seeds", "1"],
+    ["capacity", "--simulate", "--slo", "e2e:p99<=10s", "-k", "1-2", "--requests", "30", "--seeds", "1"],
+]
+
+
+@st.composite
+def focused_cases(draw: st.DrawFn) -> Case:
+    """A valid command line with one thing wrong: a file mutated once, or one option's value replaced.
+
+    Broad inputs mostly stop at option parsing; these reach the core and the renderers.
+    """
+    argv = list(draw(st.sampled_from(TEMPLATES)))
+    command = argv[0]
+    files = {"cal.toml": toml_text(BASE_CALIBRATIONS[0]).encode(), "workload.toml": toml_text(BASE_WORKLOAD).encode(),
+             "lengths.csv": b"prompt_tokens,output_tokens,weight\n512,128,3\n2048,256,1\n"}
+    target = draw(st.sampled_from(["cal.toml", "workload.toml", "lengths.csv", "option", "option", "output"]))
+    if target == "cal.toml":
+        files["cal.toml"] = toml_text(draw(_once(BASE_CALIBRATIONS))).encode()
+    elif target == "workload.toml":
+        files["workload.toml"] = toml_text(draw(_once([BASE_WORKLOAD]))).encode()
+    elif target == "lengths.csv":
+        files["lengths.csv"] = draw(lengths_file())
+    elif target == "option":
+        flags = {**_workload_flags(), "-k": DRAFT_LENGTHS}
+        if command in ("plan", "simulate"):
+            flags["-r"] = RATES
+        if command in ("check", "capacity"):
+            flags["--slo"] = SLO_TEXT
+        if command == "check":
+            flags["--rate"] = number_text(0, 30)
+        if command == "capacity":
+            flags.update({"--target-rate": number_text(0, 1e6), "--gpu-hour-cost": number_text(0, 10),
+                          "--gpus-per-replica": number_text(1, 8), "--max-batch-size": number_text(1, 1024)})
+        if command == "simulate" or "--simulate" in argv:
+            flags.update({key: value for key, value in _simulation(True).items()
+                          if key not in ("--requests", "--seeds")})
+        name = draw(st.sampled_from(sorted(flags)))
+        argv += [name, draw(flags[name])]  # type: ignore[arg-type]
+    if target == "output" or "-o" not in argv and draw(st.booleans()):
+        argv += ["-o", draw(OUTPUTS.map(lambda o: o if o is not None else "out.json"))]
+    output = argv[argv.index("-o") + 1] if "-o" in argv else None
+    fmt = argv[argv.index("-f") + 1] if "-f" in argv else "table"
+    return Case(argv=argv, files=files, output=output, fmt=fmt)
+
+
+def _once(bases: list[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    """A document with one to three mutations (see :func:`mutated_document`)."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> dict[str, Any]:
+        for _ in range(20):
+            document = draw(mutated_document(bases))
+            if document not in bases:
+                return document
+        return document
+
+    return build()
 
 
 @st.composite

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzz_cli import Case, cases, environment_ok, reader_cases, run_case
+from fuzz_cli import Case, cases, environment_ok, focused_cases, reader_cases, run_case
 
 #: Per-input time bound in the suite (generous: a loaded 2-core CI machine).
 TIME_LIMIT_S = 20.0
@@ -29,9 +29,15 @@ def _check(case: Case, root: Path) -> None:
     assert not outcome.problems, f"{case}: {outcome.problems}; stderr: {outcome.stderr[-500:]}"
 
 
-@settings(FUZZ, max_examples=3000)
+@settings(FUZZ, max_examples=2000)
 @given(case=cases(small=True))
 def test_no_input_crashes_hangs_or_half_writes(case: Case, tmp_path_factory: pytest.TempPathFactory) -> None:
+    _check(case, tmp_path_factory.getbasetemp())
+
+
+@settings(FUZZ, max_examples=1000)
+@given(case=focused_cases())
+def test_valid_command_lines_with_one_thing_wrong(case: Case, tmp_path_factory: pytest.TempPathFactory) -> None:
     _check(case, tmp_path_factory.getbasetemp())
 
 
