@@ -3,7 +3,7 @@
 Shared by the property test in the suite (``tests/test_fuzz_cli.py``, derandomised, a few thousand inputs)
 and the long run (``scripts/fuzz_cli.py``, >= 10^4 inputs, figures printed). Each input is a command
 line for one command plus the files it names (calibrations, workloads, length histograms, benchmark
-results, mutated at the byte and the key level), an output path (folders, '', '/dev/full', long names,
+results, mutated at the byte and the key level), an output path (folders, '', /dev/full and /dev/null, long names,
 a mode-000 folder, an existing file) and sometimes an environment variable. The property:
 
 * the exit status is one of the documented ones, never 70 (internal error);
@@ -254,11 +254,11 @@ def results_csv() -> str:
 
 OUTPUTS = st.sampled_from([
     None, None, None, "-", "out.json", "out.txt", "", ".", "..", "/", "adir", "adir/", "missing/x.json",
-    "a" * 300, "b" * 250 + ".txt", "/dev/full", "/dev/null", "locked/x.json", "existing.json", "out\nname.json",
+    "a" * 300, "b" * 250 + ".txt", "full", "null", "locked/x.json", "existing.json", "out\nname.json",
 ])
 CALIBRATION_REFS = st.sampled_from([
     "cal.toml", "cal.toml", "cal.toml", "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", "nonexistent.toml",
-    "nope", "adir", "locked/cal.toml", "c" * 300 + ".toml", "", "/dev/null", "cal.toml\n",
+    "nope", "adir", "locked/cal.toml", "c" * 300 + ".toml", "", "null", "cal.toml\n",
 ])
 
 
@@ -357,7 +357,7 @@ def cases(draw: st.DrawFn, small: bool = True, plots: bool = False) -> Case:
     else:
         return draw(_reader_option_case(command))
     if plots and command in ("plan", "capacity", "simulate"):
-        flags["--plot-file"] = st.sampled_from(["p.png", "p.svg", "p.pdf", "adir", "adir/.png", "/dev/null",
+        flags["--plot-file"] = st.sampled_from(["p.png", "p.svg", "p.pdf", "adir", "adir/.png", "null",
                                                 "missing/p.png", "q" * 300 + ".png", "existing.json"])
     argv = [command, *_options(draw, flags, most=draw(st.sampled_from([2, 4, 6])))]
     if command == "simulate" or "--simulate" in argv:
@@ -540,6 +540,12 @@ class Outcome:
 
 def _prepare(folder: Path, case: Case) -> None:
     (folder / "adir").mkdir()
+    # devices only through links in the case's folder: were a regression to replace its target instead of
+    # writing to it, it would replace the link, never the machine's /dev/null
+    for name in ("full", "null"):
+        device = Path("/dev") / name
+        if device.exists() and stat.S_ISCHR(device.stat().st_mode):
+            (folder / name).symlink_to(device)
     locked = folder / "locked"
     locked.mkdir()
     (locked / "cal.toml").write_bytes(case.files.get("cal.toml", b""))

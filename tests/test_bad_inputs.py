@@ -39,21 +39,29 @@ def test_output_naming_a_folder_is_an_io_error(sdplan: Run, tmp_path: Path, targ
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_full_disk_is_an_io_error_and_keeps_devices(sdplan: Run) -> None:
-    if not Path("/dev/full").exists():
-        pytest.skip("no /dev/full on this system")
-    result = sdplan("plan", "-o", "/dev/full")
+def _device_link(tmp_path: Path, name: str) -> Path:
+    """A link to /dev/NAME in ``tmp_path``: a regression replacing the target would replace the link only."""
+    device = Path("/dev") / name
+    if not (device.exists() and stat.S_ISCHR(device.stat().st_mode)):
+        pytest.skip(f"no {device} character device here")
+    link = tmp_path / name
+    link.symlink_to(device)
+    return link
+
+
+def test_full_disk_is_an_io_error_and_devices_are_written_in_place(sdplan: Run, tmp_path: Path) -> None:
+    full, null = _device_link(tmp_path, "full"), _device_link(tmp_path, "null")
+    result = sdplan("plan", "-o", str(full))
     assert result.exit_code == ExitStatus.BAD_INPUT
     assert "No space left on device" in error_line(result)
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # written in place, never replaced by a file
-    assert sdplan("plan", "-o", "/dev/null").exit_code == 0
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert full.is_symlink() and stat.S_ISCHR(full.stat().st_mode)  # written to, never replaced
+    assert sdplan("plan", "-o", str(null)).exit_code == 0
+    assert null.is_symlink() and stat.S_ISCHR(null.stat().st_mode)
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_stdout_on_a_full_disk_is_an_io_error_not_a_bug() -> None:
-    if not Path("/dev/full").exists():
-        pytest.skip("no /dev/full on this system")
-    with open("/dev/full", "w") as full:
+def test_stdout_on_a_full_disk_is_an_io_error_not_a_bug(tmp_path: Path) -> None:
+    with open(_device_link(tmp_path, "full"), "w") as full:
         done = subprocess.run([sys.executable, "-m", "sdplan", "plan"], stdout=full, stderr=subprocess.PIPE,
                               text=True, timeout=60)
     assert done.returncode == ExitStatus.BAD_INPUT, done.stderr
