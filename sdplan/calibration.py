@@ -499,6 +499,7 @@ def parse_calibration(document: dict[str, Any], path: str) -> Calibration:
         raise InputFileError(
             path, "fit_quality", f"a '{provenance['method']}' calibration must report its fit quality; add [fit_quality]"
         )
+    check_plausible(document, path)
     date = provenance["date"]
     if isinstance(date, str):
         try:
@@ -506,6 +507,80 @@ def parse_calibration(document: dict[str, Any], path: str) -> Calibration:
         except ValueError:
             raise InputFileError(path, "provenance.date", f'"{date}" is not a date; write YYYY-MM-DD') from None
     return Calibration(document=document, path=path)
+
+
+#: Longest time any one cost may take, seconds: a step or a prefill of an hour describes no hardware.
+MAX_COST_S = 3600.0
+#: Shortest plain decode step, seconds: no accelerator runs a forward pass of a model in under 100 ns.
+MIN_STEP_S = 1e-7
+
+
+def check_plausible(document: dict[str, Any], path: str) -> None:
+    """Refuse a schema-valid calibration that cannot describe hardware.
+
+    Every cost in seconds must be at most :data:`MAX_COST_S`; at the
+    reference workload a plain decode step and a verification cycle must
+    take at least :data:`MIN_STEP_S` (an all-zero file would predict zero
+    latency and infinite capacity); counts (lengths, experts, GPUs) must be
+    within the bounds of :mod:`sdplan.limits`.
+
+    Raises
+    ------
+    InputFileError
+        Naming the key and the range it must be in.
+    """
+    from sdplan.limits import MAX_TOKENS
+
+    def walk(table: dict[str, Any], prefix: str) -> None:
+        for key, value in table.items():
+            dotted = f"{prefix}{key}"
+            if isinstance(value, dict):
+                walk(value, f"{dotted}.")
+            elif key.endswith("_s") and isinstance(value, (int, float)) and value > MAX_COST_S:
+                raise InputFileError(path, dotted, f"{value:g} s is not a plausible cost (at most {MAX_COST_S:g} s); "
+                                     "costs are in seconds: check the unit (ms or us written as s?)")
+
+    for section in ("coefficients", "step_model", "moe"):
+        if isinstance(document.get(section), dict):
+            walk(document[section], f"{section}.")
+    for key in ("prompt_tokens", "output_tokens"):
+        if document["reference_workload"][key] > MAX_TOKENS:
+            raise InputFileError(path, f"reference_workload.{key}", f"must be at most {MAX_TOKENS} tokens")
+    moe = document.get("moe")
+    if isinstance(moe, dict) and moe.get("experts", 0) > 100_000:
+        raise InputFileError(path, "moe.experts", "must be at most 100000 experts per layer")
+    if document["provenance"].get("tensor_parallel_size", 1) > 1_000_000:
+        raise InputFileError(path, "provenance.tensor_parallel_size", "must be at most 1000000 GPUs")
+    reference = document["reference_workload"]
+    calibration = Calibration(document=document, path=path)
+    coefficients = calibration.coefficients_at(reference["prompt_tokens"], reference["output_tokens"])
+    where = "coefficients" if calibration.form == "direct" else "step_model.target"
+    from sdplan.model import baseline_demand
+
+    # A fit without SD runs leaves the SD coefficients undetermined (listed, and refused when planning SD).
+    speculative = not {"c1v_s", "c2v_s"} <= set(calibration.not_identified)
+    checks = [("a plain decode step", coefficients.baseline_c1_step_s,
+               "coefficients.baseline.c1_step_s" if calibration.form == "direct" else where)]
+    if speculative:
+        checks.append(("a verification cycle", coefficients.c1v_s,
+                       "coefficients.speculative.c1v_s" if calibration.form == "direct" else where))
+    for name, value, key in checks:
+        if not value >= MIN_STEP_S:
+            raise InputFileError(path, key, f"{name} would take {value:g} s at the reference workload; a calibration "
+                                 f"must describe hardware that takes time (>= {MIN_STEP_S:g} s per step); fill in "
+                                 "the measured costs")
+    # The load-dependent demand C2 (prefill interference plus the per-request step cost) must be positive: a
+    # fit may put all of it in c2p, so the parts are not checked one by one.
+    loads = [("no SD", float(baseline_demand(coefficients)[1]),
+              "coefficients.baseline.c2_step_s" if calibration.form == "direct" else where)]
+    if speculative:
+        loads.append(("a verification cycle", coefficients.c2p_s + coefficients.c2v_s,
+                      "coefficients.speculative.c2v_s" if calibration.form == "direct" else where))
+    for name, value, key in loads:
+        if not value > 0:
+            raise InputFileError(path, key, f"{name} would cost nothing per concurrent request (0 s), so latency "
+                                 "would never grow with load and the replica would never saturate; no hardware "
+                                 "works so: fill in the per-sequence or per-context-token cost")
 
 
 def load_calibration(path: Path) -> Calibration:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from sdplan import model
-from sdplan.errors import InvalidValueError
+from sdplan.errors import InfeasibleError, InvalidValueError
 from sdplan.slo import SLO
 
 if TYPE_CHECKING:
@@ -357,13 +357,21 @@ def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[st
                    best=int(np.argmax(ranked)) if np.any(feasible) else -1)
 
 
+#: Largest fleet sized (more is no deployment: a typo in the target rate or an SLO).
+MAX_REPLICAS = 1e15
+
+
 def replicas_needed(target_rate_rps: float, per_replica_rps: float) -> int | None:
     """``ceil(target / per_replica)``, ``None`` if a replica sustains no rate under the SLOs."""
     if per_replica_rps <= 0:
         return None
     if target_rate_rps <= 0:
         return 0
-    return max(1, math.ceil(target_rate_rps / per_replica_rps * (1.0 - _ROUNDING_SLACK)))
+    replicas = target_rate_rps / per_replica_rps * (1.0 - _ROUNDING_SLACK)
+    if not replicas <= MAX_REPLICAS:
+        raise InfeasibleError(f"serving {target_rate_rps:g} req/s at {per_replica_rps:.3g} req/s per replica needs "
+                              f"more than {MAX_REPLICAS:.0e} replicas; check --target-rate and the SLOs")
+    return max(1, math.ceil(replicas))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

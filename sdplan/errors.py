@@ -16,9 +16,10 @@ class ExitStatus(IntEnum):
     OK = 0
     #: A gate failed: ``check`` missed an SLO (unstable counts), ``validate`` exceeded ``--max-error``.
     SLO_VIOLATED = 1
-    #: Bad command line: unknown option, malformed value, conflicting flags.
+    #: Bad command line: unknown option, malformed value, conflicting flags, more work than the budget allows.
     USAGE = 2
-    #: An input file (calibration, workload, results) is unreadable or invalid.
+    #: An input file (calibration, workload, results) is unreadable or invalid, or the output cannot be
+    #: written (a folder, a full disk, no permission): an input/output error.
     BAD_INPUT = 3
     #: No configuration can meet the request (e.g. no rate meets the SLO).
     INFEASIBLE = 4
@@ -32,6 +33,8 @@ class ExitStatus(IntEnum):
     INTERNAL = 70
     #: Interrupted by Ctrl-C (128 + SIGINT).
     INTERRUPTED = 130
+    #: The reader of standard output went away (``sdplan plan | head``): 128 + SIGPIPE, as a shell expects.
+    BROKEN_PIPE = 141
 
 
 class SdplanError(Exception):

@@ -26,33 +26,67 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (same-folder temp file + rename).
 
+    A path that already exists and is not a regular file or a folder (a
+    character device such as ``/dev/null`` or ``/dev/stdout``, a FIFO) is a
+    stream: it is written in place, never replaced.
+
     Raises
     ------
     InputFileError
-        If the folder does not exist or is not writable.
+        If the path names a folder, the folder does not exist or is not
+        writable, or the write fails (disk full, quota, I/O error); nothing
+        is left behind and an existing file is kept intact.
     """
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise InputFileError(str(path), None, f"folder {folder} does not exist; create it first")
+    text = str(path)
+    if text in ("", ".", "..") or text.endswith(("/", "/.", "/..")):
+        raise InputFileError(text or "''", None, "is a folder, not a file name; give a file name, e.g. out.json")
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        target = path.resolve() if path.is_symlink() else path
+        if target.is_dir():
+            raise InputFileError(text, None, "is a folder; give a file name inside it, e.g. "
+                                 f"{(path / 'out.json')}")
+        if target.exists() and not target.is_file():
+            _write_stream(target, data, text)
+            return
+        folder = target.absolute().parent
+        if not folder.is_dir():
+            raise InputFileError(text, None, f"folder {folder} does not exist; create it first")
     except OSError as exc:
-        raise InputFileError(str(path), None, f"cannot write here ({exc.strerror}); choose a writable path") from None
+        raise InputFileError(text, None, f"cannot write here ({exc.strerror}); choose another path") from None
+    try:
+        # the name is cut so that the temporary file's name stays within the file system's limit
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:64]}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise InputFileError(text, None, f"cannot write here ({exc.strerror}); choose a writable path") from None
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
-        if path.exists():
-            os.chmod(temporary, path.stat().st_mode & 0o777)
+        if target.exists():
+            os.chmod(temporary, target.stat().st_mode & 0o777)
         else:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise InputFileError(text, None, f"cannot write ({exc.strerror}); nothing was written, "
+                             "the previous file (if any) is intact; free space or choose another path") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _write_stream(target: Path, data: bytes, text: str) -> None:
+    """Write to a device or FIFO in place (``/dev/null``, ``/dev/stdout``): it cannot be replaced."""
+    try:
+        with target.open("wb") as stream:
+            stream.write(data)
+            stream.flush()
+    except OSError as exc:
+        raise InputFileError(text, None, f"cannot write ({exc.strerror}); choose another path") from None
 
 
 def _scalar(value: Any) -> str:

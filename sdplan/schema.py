@@ -58,26 +58,63 @@ class Table:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def decode_text(raw: bytes, path: str, kind: str) -> str:
+    """Text of a file: UTF-8, or any UTF with a byte-order mark (which is dropped).
+
+    Raises
+    ------
+    InputFileError
+        If the bytes are not valid in that encoding (e.g. latin-1 or UTF-16
+        without a mark), or hold NUL characters.
+    """
+    encoding = "utf-8"
+    for mark, name in _BOMS:
+        if raw.startswith(mark):
+            raw, encoding = raw[len(mark):], name
+            break
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as error:
+        raise InputFileError(path, None, f"not UTF-8 text (byte {error.start}: {raw[error.start:error.start + 1]!r}); "
+                             f"save the file as UTF-8 {kind}") from None
+    if "\x00" in text:
+        raise InputFileError(path, None, f"holds NUL characters (binary, or UTF-16 without a byte-order mark); "
+                             f"save the file as UTF-8 {kind}")
+    return text
+
+
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; any read or syntax problem becomes an :class:`InputFileError`."""
+    """Parse a TOML file; any read or syntax problem becomes an :class:`InputFileError`.
+
+    A UTF-8 byte-order mark (as some Windows editors write) is accepted, and
+    so is UTF-16/32 with a mark; other encodings are refused with a message.
+    """
     try:
         import tomllib
     except ModuleNotFoundError:  # Python < 3.11
         import tomli as tomllib  # type: ignore[no-redef]
 
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputFileError(str(path), None, "no such file; check the path") from None
     except IsADirectoryError:
         raise InputFileError(str(path), None, "is a directory; pass a TOML file") from None
     except PermissionError:
-        raise InputFileError(str(path), None, "permission denied; make the file readable") from None
-    except UnicodeDecodeError:
-        raise InputFileError(str(path), None, "not UTF-8 text; save the file as UTF-8 TOML") from None
+        raise InputFileError(str(path), None, "permission denied; make the file and its folders readable") from None
+    except OSError as exc:
+        raise InputFileError(str(path), None, f"cannot read ({exc.strerror}); check the path") from None
+    text = decode_text(raw, str(path), "TOML")
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputFileError(str(path), None, f"invalid TOML ({exc}); fix the syntax") from None
+    except RecursionError:
+        raise InputFileError(str(path), None, "nested too deeply to be a calibration or workload file") from None
 
 
 def validate(document: Mapping[str, Any], spec: Table, path: str, prefix: str = "") -> None:
@@ -118,8 +155,9 @@ def _describe(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     if isinstance(value, str):
-        return f'string "{value}"'
-    return f"{type(value).__name__} {value!r}"
+        return f'string "{value[:60]}{"..." if len(value) > 60 else ""}"'
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
 def _is_number(value: Any) -> bool:

@@ -570,6 +570,23 @@ def _estimate(samples: list[float]) -> Estimate:
     return Estimate(float(values.mean()), half)
 
 
+class _Statistics(dict):  # type: ignore[type-arg]
+    """``(metric, statistic) -> Estimate`` over replications; any percentile ``pX`` (0 < X < 100) on demand."""
+
+    def __init__(self, runs: list[SimulationResult]) -> None:
+        super().__init__()
+        self._runs = runs
+        for metric in METRICS:
+            for statistic in STATISTICS:
+                self[metric, statistic]
+
+    def __missing__(self, key: tuple[str, str]) -> Estimate:
+        metric, statistic = key
+        estimate = _estimate([run.statistic(metric, statistic) for run in self._runs])
+        self[key] = estimate
+        return estimate
+
+
 def replicate(coefficients: Coefficients, config: SimulationConfig, seeds: int, seed: int,
               analytic_e2e_s: float, on_progress: Callable[[int, int], None] | None = None,
               uniforms: list[FloatArray] | None = None) -> RateSummary:
@@ -584,8 +601,7 @@ def replicate(coefficients: Coefficients, config: SimulationConfig, seeds: int, 
     for index in range(seeds):
         runs.append(simulate(coefficients, config, np.random.default_rng(seed + index), on_progress,
                              uniforms=None if uniforms is None else uniforms[index]))
-    stats = {(metric, statistic): _estimate([run.statistic(metric, statistic) for run in runs])
-             for metric in METRICS for statistic in STATISTICS}
+    stats = _Statistics(runs)
     return RateSummary(
         rate_rps=config.rate_rps, draft_length=config.draft_length, replications=seeds, requests=config.requests,
         stats=stats, throughput_tok_s=_estimate([run.throughput_tok_s for run in runs]),

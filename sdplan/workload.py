@@ -117,6 +117,7 @@ WORKLOAD_SCHEMA_VERSION = 1
 
 
 def _workload_schema() -> object:
+    from sdplan.limits import MAX_BATCH_SIZE, MAX_DRAFT_LENGTH, MAX_TOKENS
     from sdplan.schema import Field, Table
 
     return Table(
@@ -131,8 +132,10 @@ def _workload_schema() -> object:
                     "request_rate_rps": Field("float", "request rate to check, req/s", required=False, minimum=0.0),
                     "target_rate_rps": Field("float", "total rate to size the fleet for, req/s", required=False,
                                              minimum=0.0),
-                    "prompt_tokens": Field("int", "prompt length, tokens", required=False, minimum=1),
-                    "output_tokens": Field("int", "output length, tokens", required=False, minimum=1),
+                    "prompt_tokens": Field("int", "prompt length, tokens", required=False, minimum=1,
+                                           maximum=MAX_TOKENS),
+                    "output_tokens": Field("int", "output length, tokens", required=False, minimum=1,
+                                           maximum=MAX_TOKENS),
                 },
                 required=False,
             ),
@@ -145,7 +148,7 @@ def _workload_schema() -> object:
                     "draft_rate": Field("float", "fraction of drafted tokens accepted", required=False,
                                         minimum=0.0, maximum=1.0),
                     "measured_at_k": Field("int", "draft length the acceptance was measured at", required=False,
-                                           minimum=1),
+                                           minimum=1, maximum=MAX_DRAFT_LENGTH),
                     "position_rates": Field("float_list", "vLLM's per-position acceptance rates r_1..r_K",
                                             required=False, minimum=0.0, maximum=1.0),
                 },
@@ -154,16 +157,21 @@ def _workload_schema() -> object:
             "speculation": Table(
                 {
                     "mode": Field("str", "how k is chosen", required=False, choices=("best", "fixed", "off")),
-                    "draft_length": Field("int", "k when mode = fixed", required=False, minimum=1),
-                    "draft_lengths": Field("float_list", "candidate k when mode = best", required=False, minimum=1),
+                    "draft_length": Field("int", "k when mode = fixed", required=False, minimum=1,
+                                          maximum=MAX_DRAFT_LENGTH),
+                    "draft_lengths": Field("float_list", "candidate k when mode = best", required=False, minimum=1,
+                                           maximum=MAX_DRAFT_LENGTH),
                 },
                 required=False,
             ),
             "deployment": Table(
                 {
-                    "gpus_per_replica": Field("int", "GPUs per serving replica", required=False, minimum=1),
-                    "gpu_hour_cost_usd": Field("float", "cost of one GPU-hour, USD", required=False, minimum=0.0),
-                    "max_batch_size": Field("int", "vLLM max_num_seqs", required=False, minimum=1),
+                    "gpus_per_replica": Field("int", "GPUs per serving replica", required=False, minimum=1,
+                                              maximum=1_000_000),
+                    "gpu_hour_cost_usd": Field("float", "cost of one GPU-hour, USD", required=False, minimum=0.0,
+                                               maximum=1e6),
+                    "max_batch_size": Field("int", "vLLM max_num_seqs", required=False, minimum=1,
+                                            maximum=MAX_BATCH_SIZE),
                 },
                 required=False,
             ),
@@ -226,11 +234,17 @@ def load_workload_file(path: str) -> WorkloadFile:
     lengths = speculation.get("draft_lengths")
     if lengths is not None and any(int(k) != k for k in lengths):
         raise InputFileError(path, "speculation.draft_lengths", "draft lengths must be integers")
+    if lengths is not None and len(lengths) > 100_000:
+        raise InputFileError(path, "speculation.draft_lengths", "at most 100000 candidate draft lengths")
     calibration = document.get("calibration")
     if calibration is not None:
         relative = file.parent / calibration
-        if relative.exists():
-            calibration = str(relative)
+        try:
+            if relative.exists():
+                calibration = str(relative)
+        except OSError as error:
+            raise InputFileError(path, "calibration", f"cannot look up {str(relative)!r} ({error.strerror}); "
+                                 "check the path") from None
     traffic = document.get("traffic", {})
     deployment = document.get("deployment", {})
     return WorkloadFile(
@@ -255,6 +269,10 @@ def load_workload_file(path: str) -> WorkloadFile:
     )
 
 
+#: Most SLOs one command checks (each is a row of the verdict table).
+MAX_SLOS = 100
+
+
 def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None, allow_percentiles: bool = False) -> list:
     """SLOs from the command line if any were given, else from the workload file.
 
@@ -264,6 +282,10 @@ def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None, allow_perce
     from sdplan.errors import InputFileError
     from sdplan.slo import parse_slo
 
+    if len(cli_slos) > MAX_SLOS:
+        raise InvalidValueError(f"{len(cli_slos)} SLOs given; at most {MAX_SLOS} (one per metric and statistic)")
+    if not cli_slos and file is not None and len(file.slos) > MAX_SLOS:
+        raise InputFileError(file.path, "slos", f"{len(file.slos)} SLOs; at most {MAX_SLOS}")
     if cli_slos:
         return [parse_slo(text, allow_percentiles) for text in cli_slos]
     slos = []
@@ -273,3 +295,69 @@ def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None, allow_perce
         except InvalidValueError as error:
             raise InputFileError(file.path, f"slos[{index}]", str(error)) from None  # type: ignore[union-attr]
     return slos
+
+
+# ----------------------------------------------------------------------------- length histograms
+
+#: Most rows a lengths file may have (a histogram, not a trace of every request).
+MAX_LENGTH_ROWS = 1_000_000
+
+
+def load_lengths_file(path: str) -> tuple[list[float], list[float], list[float]]:
+    """Read a histogram of request lengths: CSV ``prompt_tokens,output_tokens[,weight]``.
+
+    UTF-8 (with or without a byte-order mark) and UTF-16/32 with a
+    byte-order mark are read; other encodings are refused with a message.
+    Lengths must be whole-ish numbers in ``[1, MAX_TOKENS]``, weights finite
+    and ``>= 0`` with a positive total.
+
+    Returns
+    -------
+    (prompts, outputs, weights) : tuple of lists
+
+    Raises
+    ------
+    InputFileError
+        Naming the file and the line of the first problem.
+    """
+    import csv
+    import math
+    from pathlib import Path
+
+    from sdplan.errors import InputFileError
+    from sdplan.limits import MAX_TOKENS
+    from sdplan.schema import decode_text
+
+    try:
+        raw = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise InputFileError(path, None, "is a folder; pass a CSV file") from None
+    except OSError as error:
+        raise InputFileError(path, None, f"cannot read ({error.strerror}); check the path") from None
+    text = decode_text(raw, path, "CSV")
+    try:
+        rows = list(csv.DictReader(text.splitlines()))
+    except csv.Error as error:
+        raise InputFileError(path, None, f"not valid CSV ({error}); write prompt_tokens,output_tokens,weight") from None
+    if len(rows) > MAX_LENGTH_ROWS:
+        raise InputFileError(path, None, f"{len(rows):,} rows; at most {MAX_LENGTH_ROWS:,} (merge equal lengths "
+                             "into one row with a weight)")
+    prompts, outputs, weights = [], [], []
+    for line, row in enumerate(rows, start=2):
+        try:
+            p, g, w = float(row["prompt_tokens"]), float(row["output_tokens"]), float(row.get("weight") or 1)
+        except (KeyError, TypeError, ValueError):
+            raise InputFileError(path, f"line {line}", "expected prompt_tokens,output_tokens[,weight] numbers "
+                                 "under a header line prompt_tokens,output_tokens,weight") from None
+        if not all(math.isfinite(value) for value in (p, g, w)):
+            raise InputFileError(path, f"line {line}", "lengths and weights must be finite numbers")
+        if not (1 <= p <= MAX_TOKENS and 1 <= g <= MAX_TOKENS) or w < 0:
+            raise InputFileError(path, f"line {line}",
+                                 f"lengths must be between 1 and {MAX_TOKENS} tokens and weights >= 0")
+        prompts.append(p)
+        outputs.append(g)
+        weights.append(w)
+    biggest = max(weights, default=0.0)
+    if not biggest > 0:
+        raise InputFileError(path, None, "no rows with positive weight; add prompt_tokens,output_tokens,weight rows")
+    return prompts, outputs, [w / biggest for w in weights]  # relative weights, <= 1: no sum or mean overflows

@@ -56,18 +56,34 @@ class SdplanGroup(click.Group):
             return None
         module_name, attribute = target.split(":")
         command: click.Command = getattr(importlib.import_module(module_name), attribute)
-        return command
+        return _guard_numbers(command)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SdplanError as error:
-            raise ReportedError(str(error), error.exit_status) from error
+            raise ReportedError(printable(str(error)), error.exit_status) from error
         except (KeyboardInterrupt, click.Abort):
             # click would report Ctrl-C as exit 1, which a CI gate reads as "SLO violated"
             raise ReportedError("interrupted; files already written are kept", ExitStatus.INTERRUPTED) from None
-        except (click.exceptions.Exit, click.ClickException):
+        except click.ClickException as error:
+            error.message = printable(error.message)
             raise
+        except click.exceptions.Exit:
+            raise
+        except BrokenPipeError:
+            # the reader went away (sdplan plan | head): stop quietly, as a shell pipeline expects
+            _silence_stdout()
+            raise click.exceptions.Exit(int(ExitStatus.BROKEN_PIPE)) from None
+        except OSError as error:
+            if error.filename is None:  # writing stdout failed (disk full): keep the shutdown flush quiet
+                _silence_stdout()
+            raise ReportedError(printable(_describe_os_error(error)), ExitStatus.BAD_INPUT) from None
+        except MemoryError:
+            raise ReportedError(
+                "out of memory; ask for less work (fewer rates, draft lengths, requests or replications)",
+                ExitStatus.USAGE,
+            ) from None
         except Exception as error:  # a bug: report it as such, never as exit 1
             if os.environ.get("SDPLAN_DEBUG"):
                 raise
@@ -75,7 +91,102 @@ class SdplanGroup(click.Group):
                 f"internal error: {type(error).__name__}: {error} "
                 "(a bug in sdplan; re-run with SDPLAN_DEBUG=1 for the traceback and report it)"
             )
-            raise ReportedError(message, ExitStatus.INTERNAL) from error
+            raise ReportedError(printable(message), ExitStatus.INTERNAL) from error
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            _flush_stdout_or_silence()
+
+
+#: Largest integer any option takes: beyond it a float would round (2**53), and C arrays overflow.
+LARGEST_INTEGER = 2**53
+
+
+def _guard_numbers(command: click.Command) -> click.Command:
+    """Refuse non-finite floats and integers too large for arithmetic, for every numeric option.
+
+    A safety net under the per-option ranges: ``--target-rate inf`` or
+    ``--max-batch-size 99999999999999999999`` become a usage error naming
+    the option, whichever command declares it.
+    """
+    if getattr(command, "_sdplan_numbers_guarded", False) or command.callback is None:
+        return command
+    numeric = [param for param in command.params
+               if isinstance(param.type, (click.types.FloatParamType, click.types.IntParamType))]
+    callback = command.callback
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for param in numeric:
+            value = kwargs.get(param.name or "")
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                _check_number(param, item)
+        return callback(*args, **kwargs)
+
+    checked.__doc__ = callback.__doc__
+    command.callback = checked
+    command._sdplan_numbers_guarded = True  # type: ignore[attr-defined]
+    return command
+
+
+def _check_number(param: click.Parameter, value: Any) -> None:
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number; give a real value", param=param)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_INTEGER:
+        shown = str(value) if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
+        raise click.BadParameter(f"{shown} is too large (at most {LARGEST_INTEGER})", param=param)
+
+
+def printable(text: str) -> str:
+    """``text`` on one line: newlines and other control characters shown escaped (``\\n``)."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def _describe_os_error(error: OSError) -> str:
+    """One line for an operating-system error that escaped the readers and writers."""
+    import errno
+
+    where = error.filename if error.filename is not None else "standard output"
+    reason = error.strerror or type(error).__name__
+    fixes = {
+        errno.ENOSPC: "free some space or write elsewhere",
+        errno.EDQUOT: "free some space or write elsewhere",
+        errno.EACCES: "check the permissions of the file and of its folders",
+        errno.EPERM: "check the permissions of the file and of its folders",
+        errno.ENAMETOOLONG: "use a shorter file name",
+        errno.EROFS: "write to a writable file system",
+    }
+    fix = fixes.get(error.errno or 0, "check the path")
+    return f"{where}: {reason}; {fix}"
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (tests) or already closed
+        pass
+
+
+def _flush_stdout_or_silence() -> None:
+    """Flush stdout now; if that fails (disk full, closed pipe) say so instead of a shutdown traceback."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    except OSError as error:
+        _silence_stdout()
+        click.echo(f"Error: {printable(_describe_os_error(error))}", err=True)
+        sys.exit(int(ExitStatus.BAD_INPUT))
+    except ValueError:  # stdout closed
+        pass
 
 
 @click.group(cls=SdplanGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -95,15 +206,24 @@ def cli() -> None:
       sdplan check --rate 8 --slo 'e2e:mean<=5s'          SLO gate for CI
       sdplan capacity --slo 'e2e:mean<=5s' --target-rate 100   replicas
 
-    Exit status: 0 ok, 1 SLO violated, 2 usage error, 3 invalid input file,
-    4 infeasible, 5 missing optional dependency, 6 engine error, 70 internal error,
-    130 interrupted.
+    Exit status: 0 ok, 1 SLO violated, 2 usage error or too much work asked,
+    3 invalid input file or unwritable output, 4 infeasible, 5 missing optional
+    dependency, 6 engine error, 70 internal error, 130 interrupted, 141 output
+    pipe closed.
     See sdplan(1).
     """
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Floating-point warnings from numpy never reach the user: results past
+    saturation are reported as "unstable", not as warnings with source paths
+    (the test suite turns warnings into errors, so any that remain are found).
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
     try:
         cli.main(args=argv, prog_name="sdplan")
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import click
 
 from sdplan.errors import ExitStatus
+from sdplan.limits import MAX_DRAFT_LENGTH, MAX_TOKENS
 
 #: Largest number of values one list option may expand to.
 MAX_LIST_VALUES = 100_000
@@ -52,31 +53,38 @@ def parse_number_list(text: str, what: str) -> list[float]:
         start, stop, step = (parse_number(part, what) for part in parts)
         if step <= 0 or stop < start:
             raise click.BadParameter(f"'{item}' needs STEP > 0 and STOP >= START ({what})")
-        count = math.floor((stop - start) / step + 1e-9) + 1
-        if count + len(values) > MAX_LIST_VALUES:
-            raise click.BadParameter(f"'{item}' expands to {count} values; at most {MAX_LIST_VALUES} are allowed")
+        span = (stop - start) / step
+        if not math.isfinite(span) or span + 1 + len(values) > MAX_LIST_VALUES:
+            shown = f"{span + 1:.3g}" if math.isfinite(span) else "too many"
+            raise click.BadParameter(f"'{item}' expands to {shown} values; at most {MAX_LIST_VALUES} are allowed "
+                                     f"in all; use a larger STEP ({what})")
+        count = math.floor(span + 1e-9) + 1
         values.extend(round(start + i * step, 12) for i in range(count))
     return values
 
 
-def parse_int_list(text: str, what: str) -> list[int]:
-    """Parse ``1,2,4`` and inclusive integer ranges ``0-8`` (mixable)."""
+def parse_int_list(text: str, what: str, maximum: int = MAX_DRAFT_LENGTH) -> list[int]:
+    """Parse ``1,2,4`` and inclusive integer ranges ``0-8`` (mixable); every value at most ``maximum``."""
     values: list[int] = []
     for item in text.split(","):
         item = item.strip()
+        if len(item) > 40:
+            raise click.BadParameter(f"'{item[:40]}...' is too long to be a number ({what}; at most {maximum})")
         try:
             if "-" in item[1:]:
                 low_text, high_text = item.split("-", 1)
                 low, high = int(low_text), int(high_text)
-                if high < low:
-                    raise click.BadParameter(f"'{item}' is an empty range ({what})")
-                if high - low + len(values) > MAX_LIST_VALUES:
-                    raise click.BadParameter(f"'{item}' is too long ({what})")
-                values.extend(range(low, high + 1))
             else:
-                values.append(int(item))
+                low = high = int(item)
         except ValueError:
             raise click.BadParameter(f"'{item}' is not an integer or a range like 1-8 ({what})") from None
+        if high < low:
+            raise click.BadParameter(f"'{item}' is an empty range ({what})")
+        if high > maximum:
+            raise click.BadParameter(f"'{item}' goes beyond {maximum} ({what}; at most {maximum})")
+        if high - low + 1 + len(values) > MAX_LIST_VALUES:
+            raise click.BadParameter(f"'{item}' is too long ({what}; at most {MAX_LIST_VALUES} values)")
+        values.extend(range(low, high + 1))
     return values
 
 
@@ -106,17 +114,24 @@ def draft_choice_callback(ctx: click.Context, param: click.Parameter, value: str
     if value == "goodput" and ctx.info_name == "simulate":
         return value
     try:
-        k = int(value)
+        k = int(value) if len(value) <= 40 else None
     except ValueError:
-        raise click.BadParameter(f"'{value}' is not a draft length, 'best' or 'off'") from None
+        k = None
+    if k is None:
+        raise click.BadParameter(f"'{value[:40]}' is not a draft length, 'best' or 'off'")
     if k < 0:
         raise click.BadParameter("draft length must be >= 0 (0 means off)")
+    if k > MAX_DRAFT_LENGTH:
+        raise click.BadParameter(f"draft length {k} is beyond {MAX_DRAFT_LENGTH} tokens; SD drafts a few tokens (1-16)")
     return "off" if k == 0 else str(k)
 
 
 def _positive_tokens(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value < 1:
         raise click.BadParameter(f"must be >= 1 token, got {value}")
+    if value is not None and value > MAX_TOKENS:
+        shown = f"{value}" if value < 10**30 else f"a {len(str(value))}-digit number"
+        raise click.BadParameter(f"must be at most {MAX_TOKENS} tokens, got {shown}")
     return value
 
 
@@ -180,7 +195,7 @@ def acceptance_options(fn: FuncT, for_results: bool = False) -> FuncT:
             click.option("--draft-acceptance-rate", "draft_acceptance_rate", callback=_fraction_list,
                          metavar="FRACTION", help="Draft acceptance rate: fraction of drafted tokens accepted "
                          "(vLLM spec_decode_acceptance_rate; 0.62 or 62%), measured at --acceptance-k."),
-            click.option("--acceptance-k", "acceptance_k", type=click.IntRange(min=1), metavar="K",
+            click.option("--acceptance-k", "acceptance_k", type=click.IntRange(1, MAX_DRAFT_LENGTH), metavar="K",
                          help="Draft length at which --acceptance-length or --draft-acceptance-rate was measured."),
             click.option("--position-acceptance", "position_acceptance", callback=_fraction_list, metavar="RATES",
                          help="Per-position acceptance rates r_1..r_K as vLLM reports them "

@@ -7,18 +7,20 @@ from typing import Any
 import click
 
 from sdplan.cli._options import _apply
+from sdplan.limits import MAX_BATCH_SIZE, MAX_REPLICATIONS, MAX_REQUESTS
 
 
 def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
     return _apply(fn, [
-        click.option("--requests", type=click.IntRange(min=10), default=requests, show_default=True,
+        click.option("--requests", type=click.IntRange(10, MAX_REQUESTS), default=requests, show_default=True,
                      help="Requests per replication (the first 10% are discarded as warm-up)."),
-        click.option("--seeds", type=click.IntRange(min=1), default=seeds, show_default=True,
+        click.option("--seeds", type=click.IntRange(1, MAX_REPLICATIONS), default=seeds, show_default=True,
                      help="Independent replications; confidence intervals (95%) come from their spread."),
-        click.option("--seed", type=int, default=0, show_default=True, help="First seed; results are reproducible."),
-        click.option("--arrival-cv", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+        click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
+                     help="First seed; results are reproducible."),
+        click.option("--arrival-cv", type=click.FloatRange(0.05, 10), default=1.0, show_default=True,
                      help="Coefficient of variation of inter-arrival times: 1 Poisson, > 1 bursty (gamma)."),
-        click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
+        click.option("--max-num-seqs", type=click.IntRange(1, MAX_BATCH_SIZE), default=256, show_default=True,
                      help="Batch cap (vLLM max_num_seqs)."),
         click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
                      help="Token budget per step (decode tokens first, then prefill chunks)."),
@@ -32,29 +34,9 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
 
 
 def read_lengths(path: str) -> tuple[list[float], list[float], list[float]]:
-    import csv
-    from pathlib import Path
+    from sdplan.workload import load_lengths_file
 
-    from sdplan.errors import InputFileError
-
-    try:
-        rows = list(csv.DictReader(Path(path).read_text(encoding="utf-8").splitlines()))
-    except OSError as error:
-        raise InputFileError(path, None, f"cannot read ({error.strerror}); check the path") from None
-    prompts, outputs, weights = [], [], []
-    for line, row in enumerate(rows, start=2):
-        try:
-            p, g, w = float(row["prompt_tokens"]), float(row["output_tokens"]), float(row.get("weight") or 1)
-        except (KeyError, TypeError, ValueError):
-            raise InputFileError(path, f"line {line}", "expected prompt_tokens,output_tokens[,weight] numbers") from None
-        if p < 1 or g < 1 or w < 0:
-            raise InputFileError(path, f"line {line}", "lengths must be >= 1 token and weights >= 0")
-        prompts.append(p)
-        outputs.append(g)
-        weights.append(w)
-    if not rows or sum(weights) <= 0:
-        raise InputFileError(path, None, "no rows with positive weight")
-    return prompts, outputs, weights
+    return load_lengths_file(path)
 
 
 def histogram_means(lengths: tuple[list[float], list[float], list[float]] | None, prompt_tokens: int | None,
@@ -106,8 +88,12 @@ def build_config(rate: float, draft_length: int, acceptance: Any, prompt: int, o
 
     import numpy as np
 
+    from sdplan.limits import check_simulation_memory
     from sdplan.simulate import SimulationConfig
 
+    per_cycle = float(acceptance.tokens_per_cycle([draft_length])[0, 0]) if draft_length else 1.0
+    check_simulation_memory(requests, max(lengths[1]) if lengths is not None else output, draft_length, per_cycle,
+                            max_num_seqs)
     if draft_length:
         if acceptance.position_rates is not None:
             rates = tuple(acceptance.position_rates[:draft_length])

@@ -18,9 +18,9 @@ from sdplan.cli._simulation import simulation_options
               help="Draft lengths to evaluate (list or range). Default: the file's, else 1-8.")
 @click.option("--target-rate", type=click.FloatRange(min=0), metavar="RPS",
               help="Total request rate to serve, req/s: prints replicas for no SD and the best SD option.")
-@click.option("--gpus-per-replica", type=click.IntRange(min=1), metavar="N",
+@click.option("--gpus-per-replica", type=click.IntRange(1, 1_000_000), metavar="N",
               help="GPUs per replica, for GPU counts. Default: the file's, else the calibration's tensor parallel size.")
-@click.option("--gpu-hour-cost", type=click.FloatRange(min=0), metavar="USD",
+@click.option("--gpu-hour-cost", type=click.FloatRange(0, 1e6), metavar="USD",
               help="Cost of one GPU-hour in USD, for cost per hour and per million output tokens.")
 @click.option("--max-batch-size", type=click.IntRange(min=1), metavar="N", hidden=True,
               help="Deprecated alias of --max-num-seqs.")
@@ -85,6 +85,10 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                  or (file.max_batch_size if file and file.max_batch_size else None) or max_num_seqs)
     max_num_seqs = max_batch
     tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]
+    from sdplan.limits import check_grid
+
+    check_grid(max_batch * len(candidates), f"{max_batch} batch sizes x {len(candidates)} draft lengths",
+               "lower --max-num-seqs or give fewer --draft-lengths")
     moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens, moe=moe)
     if fmt == "vllm-config":
@@ -189,6 +193,9 @@ def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests,
                             arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths, seed)
 
     options = len(candidates) + 1
+    from sdplan.limits import check_simulation
+
+    check_simulation(requests, seeds, options * 12, "search steps (about 12 per option)")
     with progress_bar("simulating capacity", options) as advance:
         def progress(index: int, rate: float) -> None:
             advance(index, options, f"{cap.label(index)} at {rate:.3g} req/s")

@@ -117,6 +117,9 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
             raise InvalidValueError("--simulate does not model MoE expert coverage yet")
         if rate <= 0:
             raise click.BadParameter("--simulate needs a rate > 0 req/s", param_hint="'--rate'")
+        from sdplan.limits import check_simulation
+
+        check_simulation(requests, seeds, 1, "rate")
         config = build_config(rate, report.draft_length, inputs.workload.acceptance, inputs.workload.prompt_tokens,
                               inputs.workload.output_tokens, requests, arrival_cv, max_num_seqs,
                               max_num_batched_tokens, kv_cache_tokens, lengths, seed)

@@ -74,6 +74,7 @@ def plan(
     from sdplan import planner
     from sdplan.calibration import resolve_calibration
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
+    from sdplan.limits import check_grid, check_table
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.plan import render_plan
     from sdplan.workload import resolve_workload
@@ -95,6 +96,11 @@ def plan(
     tokens = workload.acceptance.tokens_per_cycle(draft_lengths)
     if rates is None:
         rates = planner.default_rates(coefficients, draft_lengths, alphas, tokens_per_cycle=tokens)
+    check_grid(len(rates) * (len(draft_lengths) + 1) * len(alphas),
+               f"{len(rates)} rates x {len(draft_lengths) + 1} draft lengths x {len(alphas)} acceptances",
+               "give fewer --rates (a larger STEP), --draft-lengths or --acceptance values")
+    if fmt == "table":
+        check_table(len(alphas), len(alphas) * len(rates), "give fewer --rates or --acceptance values")
     result = planner.plan(coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
                           goodput_policy=policy == "goodput",
                           moe=cal.moe_at(workload.prompt_tokens, workload.output_tokens))

@@ -88,6 +88,11 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
         rate_list = sorted(set(parse_number_list(rates, "request rates in req/s")))
         if any(r <= 0 for r in rate_list):
             raise click.BadParameter("simulated rates must be > 0 req/s", param_hint="'--rates'")
+    from sdplan.limits import check_simulation, check_table
+
+    check_simulation(requests, seeds, len(rate_list), "rates")
+    if fmt == "table":
+        check_table(1, len(rate_list), "give fewer --rates")
     result = planner.plan(coefficients, rate_list, candidates, workload.acceptance.alphas, tokens_per_cycle=tokens)
     summaries = []
     with progress_bar("simulating", len(rate_list) * seeds * requests) as advance:
