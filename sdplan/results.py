@@ -407,6 +407,8 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
     if achieved <= 0:
         raise InputFileError(path, "request_throughput", "must be > 0")
     requested = _number(document.get("request_rate"), path, "request_rate", allow_none=True, allow_inf=True)
+    if requested is not None and requested <= 0:
+        raise InputFileError(path, "request_rate", f"must be > 0 req/s (or \"inf\"), got {requested:g}")
     unbounded_rate = requested is None or math.isinf(requested)
     max_concurrency = document.get("max_concurrency")
     concurrency = _count(max_concurrency, path, "max_concurrency") if max_concurrency is not None else None

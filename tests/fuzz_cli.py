@@ -16,8 +16,7 @@ Strategies are of two kinds. :func:`cases` covers every command with inputs that
 parsing, SLOs, calibrations, workloads, length files, budgets and output paths; for ``fit``,
 ``validate`` and ``calibrate`` it only varies options and output paths around a valid results file.
 :func:`reader_cases` mutates the *content* of benchmark result files (vLLM, GuideLLM, CSV) for the
-readers of ``fit``/``validate``; it is off in the suite until those readers are rewritten (enable it
-with ``SDPLAN_FUZZ_READERS=1`` or ``scripts/fuzz_cli.py --readers``).
+readers of ``fit``/``validate``; it runs in the suite, and at length with ``scripts/fuzz_cli.py --readers``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ click's CliRunner, each bounded in time (see ``tests/fuzz_cli.py`` for the strat
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -41,8 +40,6 @@ def test_valid_command_lines_with_one_thing_wrong(case: Case, tmp_path_factory: 
     _check(case, tmp_path_factory.getbasetemp())
 
 
-@pytest.mark.skipif(not os.environ.get("SDPLAN_FUZZ_READERS"),
-                    reason="benchmark readers are being rewritten; enable with SDPLAN_FUZZ_READERS=1")
 @settings(FUZZ, max_examples=500)
 @given(case=reader_cases())
 def test_no_results_file_crashes_fit_or_validate(case: Case, tmp_path_factory: pytest.TempPathFactory) -> None:

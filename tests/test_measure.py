@@ -210,3 +210,31 @@ def test_store_refuses_a_foreign_manifest(tmp_path) -> None:
     (tmp_path / "runs" / "manifest.jsonl").write_text("garbage\n")
     with pytest.raises(InputFileError, match="not a measurement manifest"):
         ResultStore(tmp_path / "runs", {"a": 1}).start(resume=True)
+
+
+def test_endpoint_measures_one_configuration_per_invocation_and_merges(sdplan, tmp_path, fake_served,
+                                                                       monkeypatch) -> None:
+    """--endpoint: a server the user runs; each invocation adds one configuration to the same results folder."""
+    import sdplan.measure.server as server_module
+
+    monkeypatch.setattr(server_module, "served_model_name", lambda url: "their-model")
+    monkeypatch.setattr(server_module, "probe_draft_length", lambda url: FakeServer.current.draft_length)
+    runs = tmp_path / "theirs.runs"
+    common = ["-o", str(tmp_path / "theirs.toml"), "--results-dir", str(runs), "--prompt-tokens", "128",
+              "--output-tokens", "64", "--accept-poor-fit"]
+    for index, k in enumerate((0, 2)):  # the user restarts their server with SD between the two invocations
+        FakeServer(model="their-model", arguments=[] if k == 0 else ["--speculative-config",
+                                                                     json.dumps({"num_speculative_tokens": k})],
+                   log_path=tmp_path / f"theirs-{k}.log").start()
+        url = "http://127.0.0.1:8000"  # the same URL: the server's metrics tell the configurations apart
+        result = sdplan("calibrate", "--endpoint", url, *common, *(["--resume"] if index else []))
+        if k == 0:
+            assert result.exit_code == ExitStatus.INFEASIBLE or "not identified" in result.output, result.output
+        else:
+            assert result.exit_code in (0, ExitStatus.POOR_CALIBRATION), result.output
+    cal = load_calibration(tmp_path / "theirs.toml")
+    assert cal.document["measurement"]["invocations"] == 2
+    assert {r.draft_length for r in (read_results(p)[0][0] for p in runs.glob("ep-*_c*_r0.json"))} == {0, 2}
+    assert (runs / "ep-nosd_c1_r0.json").exists() and (runs / "ep-k2_c1_r0.json").exists()
+    assert FakeServer.registry[-1].model == "their-model"  # sdplan started no server of its own
+    assert all(s.log_path.name.startswith("theirs") for s in FakeServer.registry)

@@ -62,6 +62,9 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--endpoint", metavar="URL",
               help="Measure a vLLM server you already run (one configuration per invocation; results merge into "
               "--results-dir with --resume). Its SD setting is read from the results.")
+@click.option("--label", metavar="NAME",
+              help="With --endpoint: the configuration's name in the results folder. Default: from the server's "
+              "spec-decode metrics (ep-nosd, ep-k4).")
 @click.option("-o", "--output", required=True, metavar="FILE", help="Calibration TOML to write (atomically).")
 @click.option("--name", metavar="NAME", help="Calibration name. Default: the output file's stem.")
 @click.option("--method", "measure_method", type=click.Choice(("served", "engine")), default="served",
@@ -114,7 +117,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from its results (served) or measurements.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for prompts and sampling.")
 @click.argument("extra_serve_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- VLLM_SERVE_FLAGS...]")
-def calibrate(target: str | None, draft: str | None, endpoint: str | None, output: str, name: str | None,
+def calibrate(target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
+              name: str | None,
               measure_method: str, spec_method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int,
               output_tokens: int, grid: str, serve_args: tuple[str, ...], max_num_seqs: int | None,
               max_num_batched_tokens: int | None, dtype: str | None, tensor_parallel_size: int | None,
@@ -176,13 +180,15 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, outpu
             passthrough += [flag, str(value)]
     if enforce_eager is not None:
         passthrough.append("--enforce-eager" if enforce_eager else "--no-enforce-eager")
-    _calibrate_served(target=target, draft=draft, endpoint=endpoint, output=output, name=name, method=spec_method,
+    _calibrate_served(target=target, draft=draft, endpoint=endpoint, label=label, output=output, name=name,
+                      method=spec_method,
                       draft_lengths=draft_lengths, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
                       grid=grid, serve_args=tuple(passthrough), temperature=temperature, results_dir=results_dir,
                       server_timeout=server_timeout, accept_poor_fit=accept_poor_fit, resume=resume, seed=seed)
 
 
-def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | None, output: str, name: str | None,
+def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
+                      name: str | None,
                       method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int, output_tokens: int,
                       grid: str, serve_args: tuple[str, ...], temperature: float, results_dir: str | None,
                       server_timeout: float, accept_poor_fit: bool, resume: bool, seed: int) -> None:
@@ -208,7 +214,7 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
         target=target, draft=draft, endpoint=endpoint, method=method, draft_lengths=draft_lengths,
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, grid_name=grid, serve_arguments=serve_args,
         results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
-        seed=seed, resume=resume, server_timeout_s=server_timeout)
+        seed=seed, resume=resume, server_timeout_s=server_timeout, label=label)
     check_options(options)
     configurations = 1 if endpoint else 1 + len(draft_lengths)
     levels = [n for n in chosen.concurrency if n <= options.max_clients()] or [1]

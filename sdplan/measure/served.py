@@ -55,6 +55,8 @@ class ServedOptions:
     seed: int = 0
     resume: bool = False
     server_timeout_s: float = 900.0
+    #: --endpoint: the configuration's name in the results folder (default: from the server's metrics).
+    label: str | None = None
     python: str = sys.executable
 
     @property
@@ -77,7 +79,9 @@ class ServedOptions:
 
     def manifest_options(self) -> dict[str, Any]:
         """The options a resumed invocation must repeat exactly."""
-        return {"target": self.target, "draft": self.draft, "endpoint": self.endpoint, "method": self.method,
+        # The endpoint URL is left out: invocations against servers the user restarts (another port, SD on) merge.
+        return {"target": self.target, "draft": self.draft, "endpoint": self.endpoint is not None,
+                "method": self.method,
                 "draft_lengths": list(self.draft_lengths), "prompt_tokens": self.prompt_tokens,
                 "output_tokens": self.output_tokens, "grid": self.grid_name,
                 "serve_arguments": list(self.serve_arguments), "temperature": self.temperature, "seed": self.seed}
@@ -100,6 +104,8 @@ def check_options(options: ServedOptions) -> None:
         raise MissingDependencyError(INSTALL_HINT)
     if options.endpoint is None and options.target is None:
         raise InvalidValueError("give --target MODEL (sdplan starts vllm serve) or --endpoint URL (a running server)")
+    if options.label is not None and (options.endpoint is None or not options.label.replace("-", "").isalnum()):
+        raise InvalidValueError("--label names an --endpoint configuration: letters, digits and '-' only")
     if options.endpoint is not None:
         if options.target is not None or options.serve_arguments or options.draft is not None:
             raise InvalidValueError("--endpoint measures a server you run: --target, --draft and serving flags "
@@ -202,7 +208,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
         If a server or the benchmark client fails (their logs are kept in the results folder).
     """
     from sdplan.measure.client import BenchClient
-    from sdplan.measure.server import ServedEngine, served_model_name
+    from sdplan.measure.server import ServedEngine
     from sdplan.measure.sweep import latest_records, summarise_binding
 
     events = events or SweepEvents()
@@ -223,10 +229,16 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
             if options.endpoint is not None:
-                sweep.model = served_model_name(options.endpoint)
-                configuration = Configuration(f"endpoint{_endpoint_tag(options.endpoint)}", -1, None)
-                sweep.run_configuration(configuration, _Endpoint(options.endpoint.rstrip("/")), client)
-                measurement.server_commands.append(f"(running server at {options.endpoint})")
+                from sdplan.measure import server as server_module
+
+                endpoint = _Endpoint(options.endpoint.rstrip("/"))
+                sweep.model = server_module.served_model_name(options.endpoint)
+                sweep.warm_up(Configuration("endpoint", -1, None), endpoint, client)
+                k = server_module.probe_draft_length(options.endpoint)
+                name = options.label or (f"ep-k{k}" if k else "ep-nosd")
+                sweep.run_configuration(Configuration(name, k, None), endpoint, client, warm_up=False)
+                measurement.server_commands.append(f"(a server the user runs, at {options.endpoint}: "
+                                                   f"{'SD, k=' + str(k) if k else 'no SD'}, labelled {name})")
             else:
                 for configuration in plans:
                     arguments = [*options.serve_arguments, *configuration.serve_arguments()]
@@ -259,12 +271,6 @@ def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
     """Keys of every point of a configuration (closed-loop levels, then Poisson points)."""
     labels = [f"c{n}" for n in sweep.levels()] + [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
     return [f"{configuration.name}_{label}_r{r}" for label in labels for r in range(sweep.grid.repeats)]
-
-
-def _endpoint_tag(url: str) -> str:
-    import hashlib
-
-    return "-" + hashlib.sha256(url.encode()).hexdigest()[:6]
 
 
 @contextlib.contextmanager

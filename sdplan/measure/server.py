@@ -73,6 +73,20 @@ def served_model_name(base_url: str) -> str:
                           "check --endpoint") from None
 
 
+def probe_draft_length(base_url: str) -> int:
+    """The draft length a running vLLM server speculates with, from its ``/metrics`` (0: no SD).
+
+    vLLM exports ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` with one
+    ``position`` label per draft position once it has speculated (run a request first).
+    """
+    import re
+
+    _, body = http_get(base_url.rstrip("/") + "/metrics", timeout_s=10.0)
+    positions = {int(match) for match in re.findall(
+        r'^vllm:spec_decode_num_accepted_tokens_per_pos(?:_total)?\{[^}]*position="(\d+)"', body, re.M)}
+    return max(positions) + 1 if positions else 0
+
+
 @dataclass(eq=False)
 class ServedEngine:
     """``vllm serve MODEL`` on 127.0.0.1 and a free port (a context manager).

@@ -170,13 +170,15 @@ class Sweep:
         point = LoadPoint(self.prompt_tokens, self.output_tokens, 2 * clients, concurrency=clients)
         self.events.on_point(f"{configuration.name}: warm-up")
         path = self.store.folder / f"warmup-{configuration.name}.json"
+        path.unlink(missing_ok=True)
         client.run(bench_arguments(point, base_url=server.base_url, model=self.model, result=path, seed=self.seed,
                                    temperature=self.temperature, extra=self.bench_extra), self.point_timeout_s)
 
-    def run_configuration(self, configuration: Configuration, server: Server, client: Client) -> list[PointOutcome]:
+    def run_configuration(self, configuration: Configuration, server: Server, client: Client,
+                          warm_up: bool = True) -> list[PointOutcome]:
         """Measure every point of one configuration (points already done are read back)."""
         results: list[PointOutcome] = []
-        if not isinstance(client, _ReadBack):
+        if warm_up and not isinstance(client, _ReadBack):
             self.warm_up(configuration, server, client)
         previous_throughput = 0.0
         for clients in self.levels():
