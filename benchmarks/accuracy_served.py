@@ -50,6 +50,7 @@ def main() -> int:
     from tiny_models import served_pair
 
     from sdplan import model
+    from sdplan.acceptance import expected_tokens_per_cycle
     from sdplan.calibration import load_calibration
     from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
     from sdplan.measure.quiet import ForeignCpu
@@ -131,7 +132,8 @@ def main() -> int:
                     requests = max(60, int(rate * args.seconds_per_run))
                     measured, foreign = run(LoadPoint(p, g, requests, rate_rps=rate), f"poisson{load:g}", 100 + index)
                     latency = float(model.mean_latency(c1, c2, rate))
-                    ttft = float(model.time_to_first_token(coefficients, k, rate * latency))
+                    tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(alpha, k))
+                    ttft = float(model.time_to_first_token(coefficients, k, rate * latency, tokens))
                     tpot = float(model.time_per_output_token(latency, ttft, g))
                     rows.append((k, load, rate, measured, latency, ttft, tpot, foreign))
             finally:

@@ -152,6 +152,8 @@ CALIBRATION_SCHEMA = Table(
                                     minimum=0.0, maximum=1e3),
                 "load_steps": Field("float", "TTFT: steps of per-request cost per other request in flight",
                                     minimum=0.0, maximum=1e3),
+                "offset_s": Field("float", "TTFT: seconds added to c1p at zero load (fitted; may be negative)",
+                                  required=False, minimum=-3600.0, maximum=3600.0),
                 "source": Field("str", "how the weights were obtained (fitted or default)", required=False),
             },
             required=False,
@@ -295,7 +297,8 @@ class Calibration:
         ttft = self.document.get("ttft")
         if ttft is not None:
             coefficients = replace(coefficients, ttft_wait_steps=float(ttft["wait_steps"]),
-                                   ttft_load_steps=float(ttft["load_steps"]))
+                                   ttft_load_steps=float(ttft["load_steps"]),
+                                   ttft_offset_s=float(ttft.get("offset_s", 0.0)))
         closed = self.document.get("closed_loop")
         if closed is not None:
             coefficients = replace(coefficients, closed_loop_factor=float(closed["factor"]))

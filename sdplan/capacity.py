@@ -107,9 +107,15 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     c1 = np.concatenate([[c1_d], np.atleast_1d(c1_sd)])
     c2 = np.concatenate([[c2_d], np.atleast_1d(c2_sd)])
     options = np.concatenate([[0.0], ks])
-    ttft = model.time_to_first_token(coefficients, options, 0.0)  # zero-load TTFT per option
-    _, tau2 = model.step_costs(coefficients, options)
-    ttft_per_other = coefficients.ttft_load_steps * tau2  # TTFT = ttft + B * ttft_per_other
+    if tokens_per_cycle is None:
+        from sdplan.acceptance import expected_tokens_per_cycle
+
+        option_tokens = np.concatenate([[1.0], np.atleast_1d(expected_tokens_per_cycle(alpha, ks))])
+    else:
+        option_tokens = np.concatenate([[1.0], np.atleast_1d(np.asarray(tokens_per_cycle, dtype=np.float64))])
+    ttft = model.time_to_first_token(coefficients, options, 0.0, option_tokens)  # zero-load TTFT per option
+    # TTFT = ttft + B * ttft_per_other
+    ttft_per_other = coefficients.ttft_load_steps * model.ttft_load_cost(coefficients, options, option_tokens)
     g = coefficients.output_tokens
 
     from sdplan.slo import max_rate_under

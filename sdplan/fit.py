@@ -49,6 +49,8 @@ SPECULATIVE_PARAMETERS = ("c1v_s", "c2v_s", "c1d_s", "c2d_s")
 HUBER_K = 1.345
 #: Relative standard error above which a fitted coefficient is reported as weakly determined.
 WEAK_RELATIVE_STDERR = 0.5
+#: Largest TTFT weight (in steps) a fit may return; the defaults are 0.5 and 1.5.
+MAX_TTFT_WEIGHT = 50.0
 #: Acceptance values closer than this (per-token alpha) are one configuration.
 ALPHA_GROUP_TOLERANCE = 0.03
 
@@ -90,12 +92,21 @@ def _demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float
     return float(c1), float(c2)
 
 
+def _run_tokens_per_cycle(run: BenchmarkRun) -> float:
+    from sdplan.acceptance import expected_tokens_per_cycle
+
+    if run.draft_length == 0:
+        return 1.0
+    return float(expected_tokens_per_cycle(run.alpha if run.alpha is not None else 0.0, run.draft_length))
+
+
 def _ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float, float]:
-    """(c1p, tau1, B_ttft * tau2) of a run: TTFT = c1p + w_wait tau1 + w_load (B tau2)."""
+    """(c1p, tau1, C2/steps) of a run: TTFT = c1p + w_wait tau1 + w_load B (C2/steps)."""
     from sdplan import model
 
-    tau1, tau2 = model.step_costs(coefficients, run.draft_length)
-    return coefficients.c1p_s, float(tau1), run.mean_others_at_first_token * float(tau2)
+    tau1, _ = model.step_costs(coefficients, run.draft_length)
+    per_other = model.ttft_load_cost(coefficients, run.draft_length, _run_tokens_per_cycle(run))
+    return coefficients.c1p_s, float(tau1), float(per_other)
 
 
 def fitted_load(run: BenchmarkRun) -> float:
@@ -161,9 +172,7 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignR
         for i, run in enumerate(runs):
             coefficients = coefficients_from_vector(unit, reference, run.prompt_tokens, run.output_tokens)
             c1[i, j], c2[i, j] = _demand(coefficients, run)
-            c1p[i, j] = coefficients.c1p_s
-            step1, step2 = model.step_costs(coefficients, run.draft_length)
-            tau1[i, j], tau2[i, j] = float(step1), float(step2)
+            c1p[i, j], tau1[i, j], tau2[i, j] = _ttft_parts(coefficients, run)
     return DesignRows(c1=c1, c2=c2, load=np.array([fitted_load(r) for r in runs]),
                       closed=np.array([r.concurrency is not None for r in runs]), c1p=c1p, tau1=tau1, tau2=tau2,
                       load_first=np.array([fitted_first_token_load(r) for r in runs]))
@@ -244,6 +253,7 @@ class PooledFit:
     points: int
     ttft_wait_steps: float = 0.5
     ttft_load_steps: float = 1.5
+    ttft_offset_s: float = 0.0
     ttft_fitted: bool = False
     ttft_mape_pct: float | None = None
     closed_loop_factor: float = 1.0
@@ -267,7 +277,7 @@ class PooledFit:
         coefficients = coefficients_from_vector([self.values[name] for name in PARAMETERS], self.reference,
                                                 prompt_tokens, output_tokens,
                                                 (self.ttft_wait_steps, self.ttft_load_steps))
-        return replace(coefficients, closed_loop_factor=self.closed_loop_factor)
+        return replace(coefficients, closed_loop_factor=self.closed_loop_factor, ttft_offset_s=self.ttft_offset_s)
 
     def coefficients_document(self) -> dict[str, Any]:
         """The ``[coefficients]`` table of a calibration."""
@@ -288,6 +298,7 @@ class PooledFit:
     def ttft_document(self) -> dict[str, Any]:
         """The ``[ttft]`` table of a calibration."""
         return {"wait_steps": round(self.ttft_wait_steps, 6), "load_steps": round(self.ttft_load_steps, 6),
+                "offset_s": float(f"{self.ttft_offset_s:.6g}"),
                 "source": ("fitted to measured TTFT" + (f" (MAPE {self.ttft_mape_pct:.1f}%)"
                                                        if self.ttft_mape_pct is not None else ""))
                 if self.ttft_fitted else "default: half a step of wait, then one mixed step (not measured)"}
@@ -348,15 +359,17 @@ def _nonnegative_solve(design: Any, target: Any) -> Any:
 
 def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = None,
                robust: bool = True) -> PooledFit:
-    """Pooled fit of the eight coefficients, the TTFT weights and the closed-loop factor.
+    """Pooled fit: the eight coefficients and the closed-loop factor from E2E, then TTFT's own terms.
 
-    Unknowns: ``theta`` (eight coefficients, s), the TTFT weights
-    ``w_wait, w_load``, and the closed-loop load factor ``f`` (fitted only
-    when both open- and closed-loop runs are present, else 1). Residuals are
-    relative errors of mean E2E and, where measured, mean TTFT. The problem
-    is linear in each group given the others: alternating linear solves give
-    a start, a bounded joint least squares finishes, and Huber weights
-    (from the E2E residuals) are updated until they settle.
+    Stage 1 (mean E2E): ``theta`` (eight coefficients, s) and the closed-loop
+    load factor ``f`` (fitted only when open- and closed-loop runs are both
+    present, else 1). Linear in ``theta`` given ``f`` and in ``f`` given
+    ``theta``: alternating solves give a start, a bounded joint least squares
+    with the analytic Jacobian finishes, Huber weights are updated until they
+    settle. Stage 2 (mean TTFT, ``theta`` fixed): the offset and the two
+    weights of ``TTFT = c1p + offset + w_wait tau1 + w_load B C2/steps``, a
+    bounded linear least squares, Huber-reweighted. TTFT is noisier than E2E
+    and has terms of its own, so it never pulls the E2E coefficients.
 
     Raises
     ------
@@ -378,10 +391,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
             counts[(round(run.prompt_tokens), round(run.output_tokens))] += 1
         reference = max(counts, key=lambda item: (counts[item], item))
     latency = np.array([r.mean_e2e_latency_s for r in runs])
-    ttft_measured = np.array([r.mean_ttft_s if r.mean_ttft_s is not None else np.nan for r in runs])
-    has_ttft = np.isfinite(ttft_measured) & (ttft_measured > 0)
     rows = design_rows(runs, reference)
-    fit_ttft = bool(has_ttft.sum() >= 2)
     fit_factor = bool(rows.closed.any() and (~rows.closed).any())
     # The planner predicts open loops: when both kinds are present, open-loop runs weigh as much in total
     # as closed-loop runs (a sweep has many more closed-loop points).
@@ -389,60 +399,37 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     if fit_factor:
         balance[~rows.closed] = max(1.0, rows.closed.sum() / max((~rows.closed).sum(), 1))
     weights = balance.copy()
-    n_ttft = int(has_ttft.sum())
 
-    def stacked(x: Any) -> tuple[Any, Any]:
-        """Weighted relative-error rows (E2E, then TTFT) for the extra unknowns x[8:] = (w1, w2, f)."""
-        parts = [rows.e2e(x[10]) / latency[:, None] * np.sqrt(weights)[:, None]]
-        targets = [np.sqrt(weights)]
-        if n_ttft:
-            parts.append(rows.ttft((x[8], x[9]), x[10])[has_ttft] / ttft_measured[has_ttft, None])
-            targets.append(np.ones(n_ttft))
-        return np.vstack(parts), np.concatenate(targets)
+    def design_at(factor: float) -> Any:
+        return rows.e2e(factor) / latency[:, None] * np.sqrt(weights)[:, None]
 
     def residual_vector(x: Any) -> Any:
-        design, target = stacked(x)
-        return design @ x[:8] - target
+        return design_at(x[8]) @ x[:8] - np.sqrt(weights)
 
     def jacobian_of(x: Any) -> Any:
-        """Analytic Jacobian of :func:`residual_vector` in (theta, w_wait, w_load, f)."""
-        design, _ = stacked(x)
-        theta, factor = x[:8], x[10]
-        extra = np.zeros((design.shape[0], 3))
-        scale = np.sqrt(weights)
-        extra[:len(runs), 2] = np.where(rows.closed, rows.load * (rows.c2 @ theta), 0.0) / latency * scale
-        if n_ttft:
-            loads = rows.factor(factor)
-            extra[len(runs):, 0] = (rows.tau1 @ theta)[has_ttft] / ttft_measured[has_ttft]
-            extra[len(runs):, 1] = (loads * rows.load_first * (rows.tau2 @ theta))[has_ttft] / ttft_measured[has_ttft]
-            extra[len(runs):, 2] = np.where(rows.closed, x[9] * rows.load_first * (rows.tau2 @ theta),
-                                            0.0)[has_ttft] / ttft_measured[has_ttft]
-        return np.column_stack([design, extra])
+        """Analytic Jacobian of :func:`residual_vector` in (theta, f)."""
+        column = np.where(rows.closed, rows.load * (rows.c2 @ x[:8]), 0.0) / latency * np.sqrt(weights)
+        return np.column_stack([design_at(x[8]), column])
 
-    x = np.concatenate([np.zeros(8), [0.5, 1.5, 1.0]])
+    x = np.concatenate([np.zeros(8), [1.0]])
     for iteration in range(6 if robust else 1):
         for _ in range(3):  # alternating linear stages give a start ...
-            design, target = stacked(x)
-            x[:8] = _nonnegative_solve(design, target)
-            if fit_ttft:
-                theta = x[:8]
-                factor = rows.factor(x[10])
-                basis = np.column_stack([rows.tau1 @ theta, factor * rows.load_first * (rows.tau2 @ theta)])
-                basis = basis[has_ttft] / ttft_measured[has_ttft, None]
-                goal = (ttft_measured[has_ttft] - (rows.c1p @ x[:8])[has_ttft]) / ttft_measured[has_ttft]
-                if np.all(np.abs(basis).max(axis=0) > 0):
-                    x[8:10] = _nonnegative_solve(basis, goal)
-        if fit_ttft or fit_factor:  # ... then all unknowns jointly (the problem is bilinear)
-            lower = np.concatenate([np.zeros(10), [0.5 if fit_factor else 1.0 - 1e-12]])
-            upper = np.concatenate([np.full(10, np.inf), [2.0 if fit_factor else 1.0 + 1e-12]])
-            if not fit_ttft:
-                lower[8:10], upper[8:10] = x[8:10] - 1e-12, x[8:10] + 1e-12
+            x[:8] = _nonnegative_solve(design_at(x[8]), np.sqrt(weights))
+            if fit_factor:
+                closed_part = np.where(rows.closed, rows.load * (rows.c2 @ x[:8]), 0.0) / latency * np.sqrt(weights)
+                rest = (rows.c1 + np.where(rows.closed, 0.0, rows.load)[:, None] * rows.c2) @ x[:8] / latency \
+                    * np.sqrt(weights)
+                if np.any(closed_part > 0):
+                    x[8] = float(np.clip(np.dot(closed_part, np.sqrt(weights) - rest) / np.dot(closed_part,
+                                                                                                closed_part), 0.5, 2.0))
+        if fit_factor:  # ... then both jointly (the problem is bilinear)
+            lower = np.concatenate([np.zeros(8), [0.5]])
+            upper = np.concatenate([np.full(8, np.inf), [2.0]])
             start = np.clip(x, lower + 1e-15, upper - 1e-15)
             scale = np.where(np.abs(start) > 0, np.abs(start), 1e-6)
-            solution = least_squares(residual_vector, start, jac=jacobian_of, bounds=(lower, upper), x_scale=scale,
-                                     method="trf", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200)
-            x = solution.x
-        relative = (rows.e2e(x[10]) @ x[:8] - latency) / latency
+            x = least_squares(residual_vector, start, jac=jacobian_of, bounds=(lower, upper), x_scale=scale,
+                              method="trf", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200).x
+        relative = (rows.e2e(x[8]) @ x[:8] - latency) / latency
         if not robust:
             break
         new_weights = balance * _robust_weights(relative)
@@ -450,23 +437,18 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         weights = new_weights
         if settled:
             break
-    theta, ttft, factor = x[:8], (float(x[8]), float(x[9])), float(x[10])
-    weighted, target = stacked(x)
-    identified = identified_parameters(weighted)
-    residual = weighted @ theta - target
-    # Jacobian of the residuals in all unknowns: the extra unknowns' uncertainty reaches the coefficients.
-    full = jacobian_of(x)
-    used = [True] * 8 + [fit_ttft, fit_ttft, fit_factor]
-    jacobian = full[:, used]
-    covariance = _sandwich_covariance(jacobian, residual, sum(identified) + jacobian.shape[1] - 8)
+    theta, factor = x[:8], float(x[8])
+    design = design_at(factor)
+    identified = identified_parameters(design)
+    residual = residual_vector(x)
+    jacobian = jacobian_of(x) if fit_factor else design
+    covariance = _sandwich_covariance(jacobian, residual, sum(identified) + (1 if fit_factor else 0))
     covariance = covariance[:len(PARAMETERS), :len(PARAMETERS)]
     stderr = [float(math.sqrt(max(covariance[j, j], 0.0))) if identified[j] else math.inf
               for j in range(len(PARAMETERS))]
     predicted = rows.e2e(factor) @ theta
     mape = float(np.mean(np.abs(predicted - latency) / latency) * 100.0)
-    ttft_predicted = rows.ttft(ttft, factor) @ theta
-    ttft_mape = (float(np.mean(np.abs(ttft_predicted[has_ttft] - ttft_measured[has_ttft])
-                               / ttft_measured[has_ttft]) * 100.0) if n_ttft else None)
+    ttft = _fit_ttft(runs, rows, theta, factor, reference, robust)
     notes = []
     unidentified = [name for name, ok in zip(PARAMETERS, identified) if not ok]
     if unidentified:
@@ -482,8 +464,8 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     residuals = tuple(
         PointResidual(source=run.source, load_level=run.load_level, draft_length=run.draft_length,
                       measured_s=float(latency[i]), predicted_s=float(predicted[i]),
-                      measured_ttft_s=float(ttft_measured[i]) if has_ttft[i] else None,
-                      predicted_ttft_s=float(ttft_predicted[i]), weight=float(weights[i] / balance[i]))
+                      measured_ttft_s=run.mean_ttft_s if run.mean_ttft_s and run.mean_ttft_s > 0 else None,
+                      predicted_ttft_s=float(ttft.predicted[i]), weight=float(weights[i] / balance[i]))
         for i, run in enumerate(runs))
     return PooledFit(
         values={name: float(value) for name, value in zip(PARAMETERS, theta)},
@@ -493,10 +475,61 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         reference_prompt_tokens=int(reference[0]), reference_output_tokens=int(reference[1]),
         r2=float(_r2(list(latency), list(predicted))),
         rmse_s=float(np.sqrt(np.mean((predicted - latency) ** 2))),
-        mape_pct=mape, points=len(runs), ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1],
-        ttft_fitted=fit_ttft, ttft_mape_pct=ttft_mape, closed_loop_factor=factor,
-        closed_loop_factor_fitted=fit_factor, residuals=residuals, notes=tuple(notes),
+        mape_pct=mape, points=len(runs), ttft_wait_steps=ttft.wait_steps, ttft_load_steps=ttft.load_steps,
+        ttft_offset_s=ttft.offset_s, ttft_fitted=ttft.fitted, ttft_mape_pct=ttft.mape_pct,
+        closed_loop_factor=factor, closed_loop_factor_fitted=fit_factor, residuals=residuals, notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TtftFit:
+    wait_steps: float
+    load_steps: float
+    offset_s: float
+    fitted: bool
+    mape_pct: float | None
+    predicted: Any
+
+
+def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: float, reference: tuple[int, int],
+              robust: bool) -> TtftFit:
+    """Stage 2: ``TTFT - c1p = offset + w_wait tau1 + w_load f B (C2/steps)`` with ``theta`` fixed.
+
+    Bounded linear least squares on relative errors (``offset >= -c1p``, weights in
+    ``[0, MAX_TTFT_WEIGHT]``), Huber-reweighted; with fewer than 3 measured TTFTs
+    the defaults (0 offset, weights 0.5 and 1.5) are kept.
+    """
+    import numpy as np
+    from scipy.optimize import lsq_linear
+
+    measured = np.array([r.mean_ttft_s if r.mean_ttft_s is not None else np.nan for r in runs])
+    has = np.isfinite(measured) & (measured > 0)
+    c1p = rows.c1p @ theta
+    tau1 = rows.tau1 @ theta
+    load = rows.factor(factor) * rows.load_first * (rows.tau2 @ theta)
+    offset, wait, per_load, fitted = 0.0, 0.5, 1.5, False
+    if has.sum() >= 3:
+        c1p_reference = float(theta[0])
+        basis = np.column_stack([np.ones(int(has.sum())), tau1[has], load[has]]) / measured[has, None]
+        goal = (measured[has] - c1p[has]) / measured[has]
+        weights = np.ones(int(has.sum()))
+        scale = np.abs(basis).max(axis=0)
+        scale[scale == 0] = 1.0
+        lower = np.array([-c1p_reference, 0.0, 0.0]) * scale
+        upper = np.array([np.inf, MAX_TTFT_WEIGHT, MAX_TTFT_WEIGHT]) * scale
+        for _ in range(5 if robust else 1):
+            root = np.sqrt(weights)[:, None]
+            solution = lsq_linear(basis / scale * root, goal * root[:, 0], bounds=(lower, upper), method="bvls")
+            offset, wait, per_load = (float(v) for v in solution.x / scale)
+            relative = basis @ np.array([offset, wait, per_load]) - goal
+            if not robust:
+                break
+            weights = _robust_weights(relative)
+        fitted = True
+    predicted = c1p + offset + wait * tau1 + per_load * load
+    mape = (float(np.mean(np.abs(predicted[has] - measured[has]) / measured[has]) * 100.0) if has.any() else None)
+    return TtftFit(wait_steps=wait, load_steps=per_load, offset_s=offset, fitted=fitted, mape_pct=mape,
+                   predicted=predicted)
 
 
 # ----------------------------------------------------------------------------- per configuration

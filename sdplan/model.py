@@ -73,6 +73,10 @@ class Coefficients:
         step costs (:func:`time_to_first_token`): the fixed part of the step
         an arrival waits for, and the per-other-request part. Defaults 0.5 and
         1.5 (wait for half a step, then one mixed step; ``model.md`` §1.3).
+    ttft_offset_s : float
+        What TTFT adds to ``c1p`` at zero load beyond the wait (s; fitted from
+        measured TTFT: the serving stack's own first-token cost, or minus what
+        ``c1p`` overstates), 0 by default.
     closed_loop_factor : float
         Only for predicting closed-loop benchmarks (``N`` clients):
         ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fit`). The planner's open-loop
@@ -91,6 +95,7 @@ class Coefficients:
     output_tokens: float
     ttft_wait_steps: float = 0.5
     ttft_load_steps: float = 1.5
+    ttft_offset_s: float = 0.0
     closed_loop_factor: float = 1.0
 
 
@@ -289,8 +294,28 @@ def step_costs(coeffs: Coefficients, k: FloatArray | int) -> tuple[FloatArray, F
     return tau1, tau2
 
 
-def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0,
-                        others: FloatArray | float = 0.0) -> FloatArray:
+def ttft_load_cost(coeffs: Coefficients, k: FloatArray | int,
+                   tokens_per_cycle: FloatArray | float | None = None) -> FloatArray:
+    """Load-dependent demand of one other request per step of an option (s): ``C2 / steps``.
+
+    ``tau2 + c2p/steps`` with ``steps = g - 1`` without SD and ``g/E`` with SD
+    (``tokens_per_cycle = E``; default ``k + 1``, every draft accepted). It is
+    what each other request in flight costs a step, prefill interference
+    included, and does not depend on how a fit splits ``C2`` between ``c2p``
+    and the step terms (one workload cannot tell them apart).
+    """
+    import numpy as np
+
+    k_arr = np.asarray(k, dtype=np.float64)
+    _, tau2 = step_costs(coeffs, k_arr)
+    tokens = k_arr + 1.0 if tokens_per_cycle is None else np.asarray(tokens_per_cycle, dtype=np.float64)
+    steps = np.where(k_arr > 0, coeffs.output_tokens / np.where(k_arr > 0, tokens, 1.0),
+                     baseline_steps(coeffs.output_tokens))
+    return tau2 + coeffs.c2p_s / np.maximum(steps, 1.0)
+
+
+def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: FloatArray | float = 0.0,
+                        tokens_per_cycle: FloatArray | float | None = None) -> FloatArray:
     """Mean time to first token (s) with ``others`` requests in flight.
 
     Parameters
@@ -302,31 +327,35 @@ def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0,
     others : array_like
         Mean number of other requests in flight, ``B = lambda L`` (``inf``
         gives ``inf``: unstable).
+    tokens_per_cycle : array_like, optional
+        ``E`` of the option (see :func:`ttft_load_cost`).
 
     Returns
     -------
     numpy.ndarray
-        ``TTFT = c1p + w_wait tau1 + B w_load tau2`` (seconds).
+        ``TTFT = c1p + offset + w_wait tau1 + B w_load (C2/steps)`` (seconds).
 
     Notes
     -----
     In the spirit of ``L = C1 + B C2``. An arriving request waits for the step
     in progress (half a step on average), then its prefill runs in a step that
-    also decodes the ``B`` running requests (chunked prefill mixes them), and
+    also serves the ``B`` running requests (chunked prefill mixes them), and
     the first token is sampled at its end. With per-step costs
-    ``tau(B) = tau1 + B tau2`` (:func:`step_costs`) that is about
-    ``c1p + 0.5 tau1 + 1.5 B tau2``: the defaults of ``ttft_wait_steps`` and
-    ``ttft_load_steps``. Served calibrations fit both weights to measured TTFT
-    (``sdplan fit``, ``sdplan calibrate``). Queueing for admission beyond the
-    batch cap is not included (the analytic model excludes that regime).
+    ``tau(B) = tau1 + B C2/steps`` (:func:`step_costs`, :func:`ttft_load_cost`)
+    that is about ``c1p + 0.5 tau1 + 1.5 B C2/steps``: the defaults of
+    ``ttft_wait_steps`` and ``ttft_load_steps``. Served calibrations fit both
+    weights to measured TTFT (``sdplan fit``, ``sdplan calibrate``). Queueing
+    for admission beyond the batch cap is not included (the analytic model
+    excludes that regime).
     """
     import numpy as np
 
-    tau1, tau2 = step_costs(coeffs, k)
+    tau1, _ = step_costs(coeffs, k)
+    per_other = ttft_load_cost(coeffs, k, tokens_per_cycle)
     load = np.asarray(others, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        load_part = np.where(np.isinf(load), np.inf, load * coeffs.ttft_load_steps * tau2)
-    return coeffs.c1p_s + coeffs.ttft_wait_steps * tau1 + load_part
+        load_part = np.where(np.isinf(load), np.inf, load * coeffs.ttft_load_steps * per_other)
+    return coeffs.c1p_s + coeffs.ttft_offset_s + coeffs.ttft_wait_steps * tau1 + load_part
 
 
 def time_per_output_token(latency_s: FloatArray, ttft_s: FloatArray | float, output_tokens: float) -> FloatArray:

@@ -239,7 +239,7 @@ def plan(
         moe_fields["moe_break_even_rates_rps"] = crossings
     speed = model.speedup(base_latency[None, :, None], latency)
     base_ttft = model.time_to_first_token(coefficients, 0, base_batch)
-    load_ttft = model.time_to_first_token(coefficients, k_ak[:, None, :], batch)
+    load_ttft = model.time_to_first_token(coefficients, k_ak[:, None, :], batch, tokens[:, None, :])
 
     # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
     candidates = np.concatenate(

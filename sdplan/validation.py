@@ -46,7 +46,9 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
         return math.inf
     others = (coefficients.closed_loop_factor * max(run.concurrency - 1, 0) if run.concurrency is not None
               else run.arrival_rate_rps * latency_s)
-    return float(model.time_to_first_token(coefficients, run.draft_length, others))
+    from sdplan.fit import _run_tokens_per_cycle
+
+    return float(model.time_to_first_token(coefficients, run.draft_length, others, _run_tokens_per_cycle(run)))
 
 
 

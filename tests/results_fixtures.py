@@ -41,7 +41,8 @@ def points(noise: float = 0.0, seed: int = 3, coefficients: Coefficients = TRUE,
             rate = load * ceiling
             exact = c1 / (1 - rate * c2)
             latency = exact * (1 + rng.gauss(0, noise))
-            ttft = float(model.time_to_first_token(coefficients, k, rate * exact)) * (1 + rng.gauss(0, noise))
+            tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(alpha, k))
+            ttft = float(model.time_to_first_token(coefficients, k, rate * exact, tokens)) * (1 + rng.gauss(0, noise))
             yield k, alpha, rate, latency, ttft, (latency - ttft) / (g - 1)
 
 

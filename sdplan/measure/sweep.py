@@ -35,6 +35,8 @@ from sdplan.measure.store import PointRecord, ResultStore
 
 #: Repeats of one point that differ by more than this (relative mean latency) disagree.
 REPEAT_DISAGREEMENT = 0.10
+#: Target length of a Poisson point (requests = rate x this).
+POISSON_SECONDS = 20.0
 #: Doubling the clients must raise throughput by at least this much to go on.
 MIN_THROUGHPUT_GAIN = 1.05
 
@@ -69,7 +71,7 @@ class ServedGrid:
 
 
 SERVED_GRIDS = {
-    "quick": ServedGrid(concurrency=(1, 2, 4, 8), requests_per_client=6, min_requests=16, repeats=1,
+    "quick": ServedGrid(concurrency=(1, 2, 4, 8), requests_per_client=6, min_requests=24, repeats=1,
                         poisson_fractions=(0.4, 0.75), draft_lengths=(2, 4)),
     "standard": ServedGrid(concurrency=(1, 2, 4, 8, 16), requests_per_client=8, min_requests=24, repeats=2,
                            poisson_fractions=(0.3, 0.55, 0.8), draft_lengths=(1, 2, 4)),
@@ -167,7 +169,8 @@ class Sweep:
         from sdplan.measure.client import bench_arguments
 
         clients = max(self.levels())
-        point = LoadPoint(self.prompt_tokens, self.output_tokens, 2 * clients, concurrency=clients)
+        # the lengths vary like the points' (+-25%): every prefill and batch shape is compiled here, not in a point
+        point = LoadPoint(self.prompt_tokens, self.output_tokens, max(4 * clients, 32), concurrency=clients)
         self.events.on_point(f"{configuration.name}: warm-up")
         path = self.store.folder / f"warmup-{configuration.name}.json"
         path.unlink(missing_ok=True)
@@ -194,7 +197,7 @@ class Sweep:
         peak = max(o.throughput_rps for o in results)
         for fraction in self.grid.poisson_fractions:
             rate = float(f"{fraction * peak:.3g}")
-            requests = max(self.grid.min_requests * 2, int(rate * 30))
+            requests = max(self.grid.min_requests * 2, int(rate * POISSON_SECONDS))
             point = LoadPoint(self.prompt_tokens, self.output_tokens, min(requests, 2000), rate_rps=rate,
                               name=f"p{round(fraction * 100)}")
             results += self._measure_repeats(configuration, point, server, client)
