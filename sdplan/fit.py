@@ -551,18 +551,40 @@ class ConfigurationFit:
     points: int
 
 
+#: Mean lengths within this factor of each other are one workload (random datasets vary run to run).
+LENGTH_GROUP_TOLERANCE = 1.1
+
+
+def length_groups(runs: list[BenchmarkRun]) -> list[list[BenchmarkRun]]:
+    """Runs grouped by draft length and mean lengths within :data:`LENGTH_GROUP_TOLERANCE`.
+
+    ``vllm bench serve`` draws random lengths per request, so two runs of one
+    workload differ in their mean lengths by a token or two: they are one workload.
+    """
+    ordered = sorted(runs, key=lambda r: (r.draft_length, r.prompt_tokens, r.output_tokens, r.source))
+    groups: list[list[BenchmarkRun]] = []
+    for run in ordered:
+        if groups:
+            first = groups[-1][0]
+            if (run.draft_length == first.draft_length
+                    and run.prompt_tokens <= first.prompt_tokens * LENGTH_GROUP_TOLERANCE
+                    and first.output_tokens / LENGTH_GROUP_TOLERANCE <= run.output_tokens
+                    <= first.output_tokens * LENGTH_GROUP_TOLERANCE):
+                groups[-1].append(run)
+                continue
+        groups.append([run])
+    return groups
+
+
 def configuration_groups(runs: list[BenchmarkRun]) -> list[list[BenchmarkRun]]:
-    """Runs grouped by (draft length, lengths, acceptance within :data:`ALPHA_GROUP_TOLERANCE`).
+    """Runs grouped by (draft length, lengths within 10%, acceptance within :data:`ALPHA_GROUP_TOLERANCE`).
 
     Measured acceptance varies from run to run (0.740-0.758 for one
     configuration is typical); values are clustered, not compared exactly.
     """
-    buckets: dict[tuple[int, int, int], list[BenchmarkRun]] = defaultdict(list)
-    for run in runs:
-        buckets[(run.draft_length, round(run.prompt_tokens), round(run.output_tokens))].append(run)
     groups = []
-    for key in sorted(buckets):
-        members = sorted(buckets[key], key=lambda r: r.alpha if r.alpha is not None else -1.0)
+    for bucket in length_groups(runs):
+        members = sorted(bucket, key=lambda r: r.alpha if r.alpha is not None else -1.0)
         current: list[BenchmarkRun] = []
         for run in members:
             if current and run.alpha is not None and current[0].alpha is not None \
@@ -594,7 +616,8 @@ def fit_configurations(runs: list[BenchmarkRun]) -> list[ConfigurationFit]:
         alphas = [m.alpha for m in members if m.alpha is not None]
         fits.append(ConfigurationFit(
             draft_length=members[0].draft_length, alpha=round(sum(alphas) / len(alphas), 4) if alphas else None,
-            prompt_tokens=round(members[0].prompt_tokens), output_tokens=round(members[0].output_tokens),
+            prompt_tokens=round(sum(m.prompt_tokens for m in members) / len(members)),
+            output_tokens=round(sum(m.output_tokens for m in members) / len(members)),
             c1_s=float(theta[0]), c2_s=float(theta[1]),
             c1_stderr_s=float(math.sqrt(max(covariance[0, 0], 0.0))),
             c2_stderr_s=float(math.sqrt(max(covariance[1, 1], 0.0))),

@@ -90,7 +90,16 @@ def interval(samples: FloatArray, level: float = LEVEL) -> FloatArray:
     import numpy as np
 
     tail = (1.0 - level) / 2.0 * 100.0
-    return np.percentile(np.asarray(samples, dtype=np.float64), [tail, 100.0 - tail], axis=0, method="linear")
+    values = np.sort(np.asarray(samples, dtype=np.float64), axis=0)
+    with np.errstate(invalid="ignore"):  # inf - inf between two unstable draws: the bound is inf, set below
+        bounds = np.percentile(values, [tail, 100.0 - tail], axis=0, method="linear")
+    # a percentile at or past the first unstable draw is unstable (inf), not nan
+    count = values.shape[0]
+    unstable_from = np.sum(np.isfinite(values), axis=0)  # index of the first inf in each sorted column
+    for row, q in enumerate((tail, 100.0 - tail)):
+        position = q / 100.0 * (count - 1)
+        bounds[row] = np.where(np.ceil(position) >= unstable_from, np.inf, bounds[row])
+    return bounds
 
 
 @dataclass(frozen=True, slots=True)

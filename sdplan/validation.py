@@ -116,9 +116,19 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
     :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
     baseline at the same level.
     """
+    from sdplan.fit import LENGTH_GROUP_TOLERANCE
+
+    # workloads: mean lengths within 10% are one (random datasets vary a little from run to run)
+    workloads: list[tuple[float, float]] = []
     by_level: dict[tuple[Any, ...], list[RunError]] = defaultdict(list)
-    for e in errors:
-        by_level[(round(e.run.prompt_tokens), round(e.run.output_tokens), e.run.load_level)].append(e)
+    for e in sorted(errors, key=lambda e: (e.run.prompt_tokens, e.run.output_tokens)):
+        p, g = e.run.prompt_tokens, e.run.output_tokens
+        match = next((w for w in workloads if p <= w[0] * LENGTH_GROUP_TOLERANCE
+                      and w[1] / LENGTH_GROUP_TOLERANCE <= g <= w[1] * LENGTH_GROUP_TOLERANCE), None)
+        if match is None:
+            match = (p, g)
+            workloads.append(match)
+        by_level[(round(match[0]), round(match[1]), e.run.load_level)].append(e)
     comparisons = []
     for (p, g, level), members in sorted(by_level.items(), key=lambda item: str(item[0])):
         baseline = [m for m in members if m.run.draft_length == 0]
