@@ -36,7 +36,7 @@ from sdplan.measure.store import PointRecord, ResultStore
 #: Repeats of one point that differ by more than this (relative mean latency) disagree.
 REPEAT_DISAGREEMENT = 0.10
 #: Target length of a Poisson point (requests = rate x this).
-POISSON_SECONDS = 20.0
+POISSON_SECONDS = 15.0
 #: Doubling the clients must raise throughput by at least this much to go on.
 MIN_THROUGHPUT_GAIN = 1.05
 
@@ -71,11 +71,12 @@ class ServedGrid:
 
 
 SERVED_GRIDS = {
-    "quick": ServedGrid(concurrency=(1, 2, 4, 8), requests_per_client=6, min_requests=24, repeats=1,
+    "quick": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32), requests_per_client=6, min_requests=24, repeats=1,
                         poisson_fractions=(0.4, 0.75), draft_lengths=(2, 4)),
-    "standard": ServedGrid(concurrency=(1, 2, 4, 8, 16), requests_per_client=8, min_requests=24, repeats=2,
+    "standard": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64), requests_per_client=8, min_requests=24, repeats=2,
                            poisson_fractions=(0.3, 0.55, 0.8), draft_lengths=(1, 2, 4)),
-    "thorough": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64), requests_per_client=10, min_requests=32, repeats=3,
+    "thorough": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64, 128), requests_per_client=10, min_requests=32,
+                           repeats=3,
                            poisson_fractions=(0.25, 0.5, 0.75), draft_lengths=(1, 2, 3, 4, 6)),
 }
 
