@@ -163,7 +163,13 @@ def trtllm_config(schedule: EngineSchedule, method: str, weights: str | None) ->
     if any(k > first for _, _, k in tiers):
         warnings.append(f"TensorRT-LLM requires batch size 1 to use the longest draft (max_draft_len = {first}); "
                         f"longer drafts at larger batches are cut to {first}")
-        tiers = [(a, b, min(k, first)) for a, b, k in tiers]
+        clamped: list[tuple[int, int, int]] = []
+        for a, b, k in tiers:
+            if clamped and clamped[-1][2] == min(k, first):
+                clamped[-1] = (clamped[-1][0], b, clamped[-1][2])
+            else:
+                clamped.append((a, b, min(k, first)))
+        tiers = clamped
     while tiers and tiers[-1][2] == 0:
         tiers.pop()
     if first == 0 or not tiers:

@@ -373,3 +373,20 @@ def test_method_costs_have_their_shapes() -> None:
     target = ngram_cal.document["step_model"]["target"]
     assert ngram.c1d_s == ngram.c2d_s == pytest.approx(target["per_query_token_s"])  # verify the extra token only
     assert ngram.c1v_s > eagle.c1v_s and ngram.c2v_s > eagle.c2v_s  # host proposer: per cycle and per sequence
+
+
+def test_trtllm_cuts_longer_drafts_to_the_batch_1_length(sdplan) -> None:
+    """DeepSeek-V3's roofline schedule drafts more at mid batch sizes than at 1 (expert coverage saturates);
+    TensorRT-LLM needs the batch-1 length to be the longest, so later tiers are cut and equal ones merged."""
+    name = "8xh200_deepseek-v3_mtp_roofline"
+    vllm = json.loads(sdplan("capacity", "-c", name, "--acceptance", "0.8", "-f", "vllm-config").stdout)
+    schedule = vllm["num_speculative_tokens_per_batch_size"]
+    assert max(k for _, _, k in schedule) > schedule[0][2]
+    result = sdplan("capacity", "-c", name, "--acceptance", "0.8", "-f", "trtllm")
+    assert result.exit_code == 0 and "cut to" in result.stderr
+    config = parse_trtllm(result.stdout)
+    first = schedule[0][2]
+    dense = vllm_dense(schedule, 1024, vllm["num_speculative_tokens"])
+    assert [trtllm_k(config, n) for n in range(1, 1025)] == [min(k, first) for k in dense[1:]]
+    values = [config["draft_len_schedule"][key] for key in sorted(config["draft_len_schedule"])]
+    assert all(a != b for a, b in zip(values, values[1:]))
