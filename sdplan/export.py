@@ -85,6 +85,9 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
     config["num_speculative_tokens"] = schedule.max_k
     config["num_speculative_tokens_per_batch_size"] = [list(tier) for tier in schedule.tiers]
     warnings = []
+    if weights is not None and "/" not in weights:
+        warnings.append(f"model \"{weights}\" is a bare name: vLLM loads it from ./{weights} or as a Hugging Face id; "
+                        "replace it with the path or repository of the weights you serve")
     if data_parallel_size > 1:
         warnings.append(f"data parallel size {data_parallel_size}: vLLM disables the per-batch-size schedule "
                         "(ranks could pick different k and deadlock) and runs the static num_speculative_tokens = "

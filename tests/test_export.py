@@ -390,3 +390,15 @@ def test_trtllm_cuts_longer_drafts_to_the_batch_1_length(sdplan) -> None:
     assert [trtllm_k(config, n) for n in range(1, 1025)] == [min(k, first) for k in dense[1:]]
     values = [config["draft_len_schedule"][key] for key in sorted(config["draft_len_schedule"])]
     assert all(a != b for a, b in zip(values, values[1:]))
+
+
+def test_bare_model_name_and_draft_tp_are_explicit(sdplan) -> None:
+    """anchors-2026-11 §1.5 #10: a bare local name is flagged; a TP>1 draft's TP is written, not left to vLLM."""
+    cpu = sdplan("capacity", "-c", "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured", "--acceptance",
+                 "0.8", "--prompt-tokens", "256", "--output-tokens", "64", "-f", "vllm-config")
+    assert cpu.exit_code == 0, cpu.output
+    assert "bare name" in cpu.stderr and json.loads(cpu.stdout)["model"] == "tiny-llama-h128-l1"
+    assert json.loads(cpu.stdout)["num_speculative_tokens_per_batch_size"][-1][1] == 128  # vLLM's CPU default
+    tp4 = json.loads(sdplan("capacity", "-c", "4xh100-sxm_llama-3.1-70b_llama-3.1-8b_roofline", "--acceptance", "0.8",
+                            "-f", "vllm-config").stdout)
+    assert tp4["draft_tensor_parallel_size"] == 4
