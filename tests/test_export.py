@@ -332,9 +332,24 @@ def test_engine_max_num_seqs(hardware: str, expected: int) -> None:
 
 @pytest.mark.vllm
 def test_vllm_accepts_the_schedule(sdplan) -> None:
+    import dataclasses
+    import typing
+
+    from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
     from vllm.v1.spec_decode.dynamic import utils  # run with -m vllm where vLLM is installed
-    for alpha in ("0.8", "0.6", "0.4"):
-        config = json.loads(sdplan("capacity", "--acceptance", alpha, "-f", "vllm-config").stdout)
+
+    def names(literal: object) -> set[str]:
+        found: set[str] = set()
+        for arg in typing.get_args(literal):
+            found |= {arg} if isinstance(arg, str) else names(arg)
+        return found
+
+    fields = {field.name for field in dataclasses.fields(SpeculativeConfig)}
+    assert {"draft_model", "eagle", "eagle3", "mtp", "ngram"} <= names(SpeculativeMethod)
+    runs = [(DEFAULT, alpha) for alpha in ("0.8", "0.6", "0.4")] + [(name, "0.7") for name in METHOD_CALIBRATIONS]
+    for calibration, alpha in runs:
+        config = json.loads(sdplan("capacity", "-c", calibration, "--acceptance", alpha, "-f", "vllm-config").stdout)
+        assert set(config) <= fields and config["method"] in names(SpeculativeMethod)  # extra="forbid"
         schedule = config["num_speculative_tokens_per_batch_size"]
         utils.validate_and_normalize_dynamic_sd_schedule(schedule)
         for cap in (128, 256, 1024):
