@@ -377,6 +377,9 @@ def _describe_proposer(document: dict, target: ModelConfig, proposer: Proposer) 
         provenance["assumptions"][2] += " (FP8 matmuls priced at the BF16 peak: conservative)"
     provenance["assumptions"][4:5] = _proposer_assumptions(proposer)
     if proposer.method == "ngram":
+        provenance["assumptions"][3] = (f"engine step overhead {TARGET_STEP_OVERHEAD_S * 1e3:g} ms (target), "
+                                        f"{PER_SEQUENCE_OVERHEAD_S * 1e6:g} us per sequence per step, "
+                                        f"{SD_CYCLE_OVERHEAD_S * 1e3:g} ms per SD cycle; no draft forward passes")
         document["step_model"]["speculation"] = {
             "overhead_fixed_s": SD_CYCLE_OVERHEAD_S + NGRAM_HOST_FIXED_S,
             "overhead_per_sequence_s": NGRAM_HOST_PER_SEQUENCE_S,
