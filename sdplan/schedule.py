@@ -24,6 +24,7 @@ others, so this schedule is also the latency-optimal ``k`` per rate
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -84,20 +85,215 @@ def batch_size_schedule(
     """
     import numpy as np
 
+    goodput = goodput_per_size(coefficients, draft_lengths, alpha, max_batch_size, tokens_per_cycle, moe)
+    k_with_off = np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64)])
+    return _ranges(k_with_off[np.argmax(goodput, axis=1)])
+
+
+def goodput_per_size(coefficients: Coefficients, draft_lengths: list[int], alpha: float, max_batch_size: int,
+                     tokens_per_cycle: object = None, moe: MoESpec | None = None) -> FloatArray:
+    """Tokens per second per sequence, ``E_k / tau_k(n)``, shape ``(max_batch_size, 1 + len(draft_lengths))``.
+
+    Row ``n - 1`` is a step of ``n`` sequences; column 0 is no SD (``E = 1``).
+    """
+    import numpy as np
+
     from sdplan.acceptance import expected_tokens_per_cycle
 
     ks = np.asarray(draft_lengths, dtype=np.float64)
     tokens = expected_tokens_per_cycle(alpha, ks) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
     sizes = np.arange(1, max_batch_size + 1, dtype=np.float64)
-    goodput = np.concatenate([[1.0], np.atleast_1d(tokens)])[None, :] / step_times(coefficients, draft_lengths,
-                                                                                     sizes, moe)
-    choice = np.argmax(goodput, axis=1)
-    k_with_off = np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64)])
-    per_size = k_with_off[choice]
+    return np.concatenate([[1.0], np.atleast_1d(tokens)])[None, :] / step_times(coefficients, draft_lengths, sizes, moe)
+
+
+def _ranges(per_size: object) -> list[tuple[int, int, int]]:
+    """Inclusive ``(start, end, k)`` runs of a k per batch size ``1..n``."""
+    values = [int(k) for k in per_size]  # type: ignore[attr-defined]
     ranges: list[tuple[int, int, int]] = []
     start = 0
-    for index in range(1, sizes.size + 1):
-        if index == sizes.size or per_size[index] != per_size[start]:
-            ranges.append((start + 1, index, int(per_size[start])))
+    for index in range(1, len(values) + 1):
+        if index == len(values) or values[index] != values[start]:
+            ranges.append((start + 1, index, values[start]))
             start = index
     return ranges
+
+
+# ----------------------------------------------------------------------------- schedules engines run
+
+#: Relative width a tier must span: ``end - start + 1 >= TIER_WIDTH_FRACTION * start`` (and the minimum width).
+TIER_WIDTH_FRACTION = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSchedule:
+    """A draft length per batch size an engine can run without flapping.
+
+    Attributes
+    ----------
+    tiers : list of (start, end, k)
+        Inclusive batch-size ranges covering ``1..max_num_seqs``.
+    optimal : list of (start, end, k)
+        The per-size optimum before merging (``--min-tier-width 1`` output).
+    max_num_seqs : int
+        Largest batch size covered (the engine's ``max_num_seqs``).
+    goodput_loss_pct : float
+        Largest goodput given up at any batch size by merging and the k floor,
+        percent of that size's optimum.
+    merged : int
+        Tiers absorbed into a neighbour for being narrower than the minimum width.
+    """
+
+    tiers: list[tuple[int, int, int]]
+    optimal: list[tuple[int, int, int]]
+    max_num_seqs: int
+    goodput_loss_pct: float
+    merged: int
+
+    @property
+    def off(self) -> bool:
+        """True when no batch size drafts: the answer is to serve without SD."""
+        return all(k == 0 for _, _, k in self.tiers)
+
+    @property
+    def max_k(self) -> int:
+        return max(k for _, _, k in self.tiers)
+
+
+def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_width: int = 4,
+                    min_k: int = 0) -> EngineSchedule:
+    """Per-size optimum of ``goodput`` made safe to run: a k floor and no narrow tiers.
+
+    Parameters
+    ----------
+    goodput : ndarray, shape (max_num_seqs, 1 + len(draft_lengths))
+        From :func:`goodput_per_size`.
+    draft_lengths : list of int
+    min_tier_width : int
+        Narrowest tier kept, in batch sizes; a tier starting at ``s`` must also
+        span ``TIER_WIDTH_FRACTION * s``. 1 keeps the per-size optimum.
+    min_k : int
+        Floor on k (1: never switch SD off inside a schedule).
+
+    Notes
+    -----
+    vLLM looks k up by the number of requests *scheduled* in the step,
+    prefill chunks included (``vllm==0.33.0:vllm/v1/core/sched/scheduler.py:1709-1714``),
+    a count that moves by a few requests from step to step as prefills join.
+    At the edge of a narrow tier k then changes nearly every step, which
+    vLLM users report as a throughput collapse: MTP with ``[[1,4,2],[5,512,0]]``
+    fell from ~232 to 24-157 tok/s at 8 concurrent requests
+    (vllm-project/vllm#49548). Tiers narrower than the minimum width are
+    therefore absorbed, narrowest first, into the neighbour whose k gives up
+    the least goodput over the tier (``sum_n 1 - G_k(n)/max_k G(n)``); equal
+    neighbours merge. Near a crossing the two ks' goodputs are close, so the
+    loss is small; it is reported.
+    """
+    import numpy as np
+
+    k_with_off = np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64)])
+    allowed = k_with_off >= min_k
+    if not allowed.any():
+        raise ValueError(f"no candidate draft length is >= {min_k}")
+    masked = np.where(allowed[None, :], goodput, -np.inf)
+    column = {int(k): index for index, k in enumerate(k_with_off) if allowed[index]}
+    best = goodput.max(axis=1)
+    optimal = _ranges(k_with_off[np.argmax(goodput, axis=1)])
+    tiers = [list(tier) for tier in _ranges(k_with_off[np.argmax(masked, axis=1)])]
+
+    def loss(start: int, end: int, k: int) -> float:
+        return float(np.sum(1.0 - goodput[start - 1:end, column[k]] / best[start - 1:end]))
+
+    def narrow(tier: list[int]) -> bool:
+        return tier[1] - tier[0] + 1 < max(min_tier_width, TIER_WIDTH_FRACTION * tier[0])
+
+    merged = 0
+    while len(tiers) > 1 and min_tier_width > 1:
+        candidates = [i for i, tier in enumerate(tiers) if narrow(tier)]
+        if not candidates:
+            break
+        i = min(candidates, key=lambda j: (tiers[j][1] - tiers[j][0], j))
+        start, end, _ = tiers[i]
+        neighbours = [j for j in (i - 1, i + 1) if 0 <= j < len(tiers)]
+        j = min(neighbours, key=lambda n: (loss(start, end, tiers[n][2]), n))
+        tiers[j] = [min(tiers[j][0], start), max(tiers[j][1], end), tiers[j][2]]
+        del tiers[i]
+        merged += 1
+        joined: list[list[int]] = []
+        for tier in tiers:
+            if joined and joined[-1][2] == tier[2]:
+                joined[-1][1] = tier[1]
+            else:
+                joined.append(tier)
+        tiers = joined
+    chosen = np.concatenate([np.full(end - start + 1, column[k]) for start, end, k in tiers])
+    kept = goodput[np.arange(goodput.shape[0]), chosen]
+    return EngineSchedule(tiers=[(a, b, k) for a, b, k in tiers], optimal=optimal, max_num_seqs=goodput.shape[0],
+                          goodput_loss_pct=float(np.max(1.0 - kept / best) * 100.0), merged=merged)
+
+
+def engine_max_num_seqs(hardware: str) -> int:
+    """vLLM's default ``max_num_seqs`` for ``vllm serve`` on this hardware.
+
+    1024 on GPUs of at least 70 GiB other than A100 (H100, H200, B200), 256
+    elsewhere (A100, L40S), 128 per CPU socket
+    (``vllm==0.33.0:vllm/engine/arg_utils.py:2973-3005``; the same table in 0.32).
+    """
+    text = hardware.lower()
+    if "cpu" in text:
+        return 128
+    if any(name in text for name in ("h100", "h200", "h20", "b200", "b300", "gb200", "gb300")):
+        return 1024
+    return 256
+
+
+def check_vllm_schedule(schedule: list[tuple[int, int, int]]) -> None:
+    """Refuse a schedule vLLM's own validator would refuse.
+
+    The rules of ``validate_and_normalize_dynamic_sd_schedule``
+    (``vllm==0.33.0:vllm/v1/spec_decode/dynamic/utils.py:21-72``): a non-empty
+    list of 3-item entries, positive ranges with start <= end, k >= 0,
+    sorted and non-overlapping, the first starting at 1.
+
+    Raises
+    ------
+    ValueError
+        Naming the broken rule (an internal error: sdplan built the schedule).
+    """
+    if not schedule:
+        raise ValueError("num_speculative_tokens_per_batch_size must not be empty")
+    previous_end = 0
+    for entry in schedule:
+        if len(entry) != 3:
+            raise ValueError(f"entry {entry} is not (range_start, range_end, num_speculative_tokens)")
+        start, end, k = entry
+        if start <= 0 or end <= 0 or start > end or k < 0:
+            raise ValueError(f"entry {entry}: ranges must be positive with start <= end and k >= 0")
+        if start <= previous_end:
+            raise ValueError(f"entry {entry}: ranges must be sorted and non-overlapping")
+        previous_end = end
+    if schedule[0][0] != 1:
+        raise ValueError("the first batch-size range must start at 1")
+
+
+def vllm_lookup(schedule: list[tuple[int, int, int]], max_num_seqs: int, num_speculative_tokens: int) -> list[int]:
+    """The k vLLM runs per batch size ``0..max_num_seqs`` (index 0 unused).
+
+    vLLM's ``build_dynamic_sd_schedule_lookup`` semantics
+    (``vllm==0.33.0:vllm/v1/spec_decode/dynamic/utils.py:106-146``): gaps take
+    the previous k, sizes past the last range the last k, every k is clamped
+    to ``num_speculative_tokens``, ranges past ``max_num_seqs`` are ignored.
+    """
+    check_vllm_schedule(schedule)
+    dense = [0] * (max_num_seqs + 1)
+    last = schedule[0][2]
+    position = 1
+    for start, end, k in schedule:
+        for n in range(position, min(start, max_num_seqs + 1)):
+            dense[n] = min(num_speculative_tokens, last)
+        for n in range(max(start, position), min(end, max_num_seqs) + 1):
+            dense[n] = min(num_speculative_tokens, k)
+        position = max(position, end + 1)
+        last = k
+    for n in range(position, max_num_seqs + 1):
+        dense[n] = min(num_speculative_tokens, last)
+    return dense

@@ -46,6 +46,8 @@ def test_roofline_calibrations_are_reproducible(tmp_path: Path) -> None:
     for path in generated:
         shipped = REPO / "calibrations" / path.name
         assert shipped.read_text() == path.read_text(), f"{path.name} drifted: rerun scripts/derive_roofline.py"
+    shipped_rooflines = {path.name for path in (REPO / "calibrations").glob("*_roofline.toml")}
+    assert shipped_rooflines == {path.name for path in generated}, "a shipped roofline file has no derivation"
 
 
 def test_direct_form_at_reference_is_verbatim(direct_document: dict[str, Any]) -> None:

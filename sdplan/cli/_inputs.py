@@ -30,6 +30,8 @@ class Inputs:
 
     def context(self) -> dict[str, Any]:
         """Calibration and workload description for JSON output."""
+        from sdplan.methods import provenance_method
+
         acceptance = self.workload.acceptance
         provenance = self.calibration.provenance
         return {
@@ -40,6 +42,7 @@ class Inputs:
                 "hardware": provenance.get("hardware"),
                 "target_model": provenance.get("target_model"),
                 "draft_model": provenance.get("draft_model"),
+                "speculative_method": provenance_method(provenance),
             },
             "workload": {
                 "file": self.file.path if self.file else None,

@@ -24,18 +24,27 @@ from sdplan.cli._simulation import simulation_options
               help="Cost of one GPU-hour in USD, for cost per hour and per million output tokens.")
 @click.option("--max-batch-size", type=click.IntRange(min=1), metavar="N", hidden=True,
               help="Deprecated alias of --max-num-seqs.")
-@click.option("--spec-method", default="draft_model", show_default=True, metavar="METHOD",
-              help="vLLM speculative method written by --format vllm-config (draft_model, eagle, eagle3, mtp, ...).")
+@click.option("--spec-method", metavar="METHOD",
+              help="SD method (vLLM's names): draft_model, eagle, eagle3, mtp or ngram. Default: the calibration's; "
+              "another method is refused (its costs differ).")
+@click.option("--min-k", type=click.IntRange(0, 64), default=0, show_default=True, metavar="K",
+              help="Engine formats: floor on k in every tier (1 keeps SD on; safer for MTP and TensorRT-LLM).")
+@click.option("--min-tier-width", type=click.IntRange(1, 1_000_000), default=4, show_default=True, metavar="N",
+              help="Engine formats: narrowest batch-size tier (also >= 25% of its start) so k does not flap; "
+              "1 keeps the per-size optimum.")
+@click.option("--data-parallel-size", type=click.IntRange(1, 100_000), default=1, show_default=True, metavar="N",
+              help="vLLM data parallel size the config is for (> 1: vLLM ignores the schedule; warned).")
 @workload_options
 @click.option("--simulate", "use_simulator", is_flag=True,
               help="Find each option's capacity with the simulator (bisection on rate) so percentile SLOs "
               "(e2e:p99<=5s) can be used; slower: many simulations.")
 @(lambda fn: simulation_options(fn, requests=4000, seeds=2))
-@output_options(formats=("table", "json", "vllm-config"))
+@output_options(formats=("table", "json", "vllm-config", "sglang", "trtllm"))
 @plot_options
 def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...], draft_lengths: str | None,
              target_rate: float | None, gpus_per_replica: int | None, gpu_hour_cost: float | None,
-             max_batch_size: int | None, spec_method: str, prompt_tokens: int | None, output_tokens: int | None,
+             max_batch_size: int | None, spec_method: str | None, min_k: int, min_tier_width: int,
+             data_parallel_size: int, prompt_tokens: int | None, output_tokens: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
              use_simulator: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int,
@@ -47,21 +56,27 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     mean-latency SLO) per option and reports the binding SLO, the saturation
     and break-even rates. With --target-rate: replicas needed without SD and
     with the best SD option (and GPUs and cost with --gpus-per-replica and
-    --gpu-hour-cost). --format vllm-config prints the latency-optimal k per
-    batch size as a vLLM --speculative-config.
+    --gpu-hour-cost). --format vllm-config prints the goodput-optimal k per
+    batch size as a vLLM --speculative-config; --format sglang an SGLang
+    --speculative-adaptive-config; --format trtllm a TensorRT-LLM
+    speculative_config with draft_len_schedule. Engine formats cover the
+    engine's max_num_seqs (vLLM's default for the calibration's hardware
+    unless --max-num-seqs) and merge narrow tiers so k does not flap.
 
     \b
     Examples:
       sdplan capacity --slo 'e2e:mean<=4s' --acceptance 0.8
       sdplan capacity -w chat.toml --target-rate 120 --gpu-hour-cost 2.5
       sdplan capacity --slo 'tpot:mean<=20ms' --format vllm-config
+      sdplan capacity -c h100-sxm_llama-3.1-8b_eagle3_roofline --acceptance 0.7 -f sglang -o spec.json
     """
     from sdplan.capacity import capacity as solve_capacity
     from sdplan.capacity import batch_cap_label, fleet
     from sdplan.errors import InfeasibleError, InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
-    from sdplan.render.check import capacity_document, render_capacity, vllm_config
-    from sdplan.schedule import batch_size_schedule
+    from sdplan.methods import resolve_method
+    from sdplan.render.check import capacity_document, render_capacity
+    from sdplan.schedule import engine_max_num_seqs, engine_schedule, goodput_per_size
     from sdplan.workload import resolve_slos
 
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
@@ -74,6 +89,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
                             acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
     file = inputs.file
+    method = resolve_method(spec_method, inputs.calibration)
     candidates = candidate_lengths(draft_lengths, file)
     alpha = inputs.workload.acceptance.alphas[0]
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
@@ -83,17 +99,24 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     given = click.get_current_context().get_parameter_source("max_num_seqs") is not ParameterSource.DEFAULT
     max_batch = (max_batch_size or (max_num_seqs if given else None)
                  or (file.max_batch_size if file and file.max_batch_size else None) or max_num_seqs)
+    # the k schedule covers the engine's own max_num_seqs unless one is given (vLLM 0.33: 1024 on H100/H200/B200)
+    schedule_cap = ((max_batch if (max_batch_size or given or (file and file.max_batch_size)) else None)
+                    or engine_max_num_seqs(str(inputs.calibration.provenance.get("hardware", ""))))
     max_num_seqs = max_batch
     tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]
     from sdplan.limits import check_grid
 
-    check_grid(max_batch * len(candidates), f"{max_batch} batch sizes x {len(candidates)} draft lengths",
+    check_grid(schedule_cap * len(candidates), f"{schedule_cap} batch sizes x {len(candidates)} draft lengths",
                "lower --max-num-seqs or give fewer --draft-lengths")
+    if min_k > max(candidates):
+        raise InvalidValueError(f"--min-k {min_k} exceeds every draft length ({max(candidates)} at most)")
     moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
-    schedule = batch_size_schedule(coefficients, candidates, alpha, max_batch, tokens_per_cycle=tokens, moe=moe)
-    if fmt == "vllm-config":
-        emit(vllm_config(schedule, spec_method, str(inputs.calibration.provenance.get("draft_model", ""))), output)
+    goodput = goodput_per_size(coefficients, candidates, alpha, schedule_cap, tokens_per_cycle=tokens, moe=moe)
+    plan = engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k)
+    if fmt in ("vllm-config", "sglang", "trtllm"):
+        _export(fmt, plan, method, inputs.calibration, data_parallel_size, output)
         return
+    schedule = plan.tiers
     if moe is not None:
         raise InvalidValueError("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 "
                                 "depend on the load, so the closed-form inverse does not hold; use plan or check")
@@ -135,6 +158,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                    if best_sd > 0 else None)
         fleets = (no_sd, with_sd)
     context = inputs.context()
+    context["speculative_method"] = method
     context["warnings"] = warnings
     context["batch_cap_sequences"] = batch_cap
     context["evaluated_by"] = (f"simulated: bisection on rate, {seeds} x {requests} requests per point"
@@ -179,6 +203,40 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     emit(text, output)
     if cap.best < 0:
         raise InfeasibleError("no option meets the SLOs at any request rate (see the binding SLO per option)")
+
+
+def _export(fmt: str, plan, method: str, calibration, data_parallel_size: int,  # type: ignore[no-untyped-def]
+            output: str | None) -> None:
+    """Write the engine config of ``plan`` (or say "SD off" and write nothing)."""
+    from sdplan import export
+    from sdplan.cli._simulation import echo_warnings
+    from sdplan.methods import METHODS, draft_weights
+    from sdplan.render import emit
+
+    if plan.off:
+        click.echo(f"sdplan capacity: SD off: {METHODS[method].label} does not beat no SD at any batch size "
+                   f"1-{plan.max_num_seqs} at this acceptance; serve without a speculative config (nothing written)",
+                   err=True)
+        return
+    weights = draft_weights(method, calibration)
+    if fmt == "vllm-config":
+        config = export.vllm_config(plan, method, weights, data_parallel_size,
+                                    calibration.provenance.get("tensor_parallel_size"))
+    elif fmt == "sglang":
+        config = export.sglang_config(plan, method, weights)
+    else:
+        config = export.trtllm_config(plan, method, weights)
+    notes = []
+    if plan.merged:
+        notes.append(f"merged {plan.merged} tier(s) narrower than --min-tier-width so k does not flap at tier "
+                     f"edges (vllm-project/vllm#49548); goodput within {plan.goodput_loss_pct:.2g}% of the per-size "
+                     "optimum")
+    elif plan.goodput_loss_pct > 0:
+        notes.append(f"--min-k costs up to {plan.goodput_loss_pct:.2g}% goodput at some batch sizes")
+    echo_warnings(config.warnings + notes)
+    emit(config.text, output)
+    click.echo(f"sdplan capacity: {METHODS[method].label} ({method}), k by batch size 1-{plan.max_num_seqs}: "
+               + ", ".join(f"{a}-{b}: {k}" for a, b, k in plan.tiers) + f"\nuse: {config.usage}", err=True)
 
 
 def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests, seeds, seed, arrival_cv,

@@ -36,6 +36,9 @@ def identification_warnings(cal: object) -> list[str]:
               "k per step by goodput at the load's batch size (Little's law), beside the single k tuned at zero load.")
 @click.option("--wide", is_flag=True, help="One latency column per draft length in the rate table (default: "
               "the compact table, best k per rate, that fits 80 columns).")
+@click.option("--spec-method", metavar="METHOD",
+              help="SD method to plan (draft_model, eagle, eagle3, mtp, ngram); must be the calibration's. "
+              "Default: the calibration's.")
 @output_options()
 @plot_options
 def plan(
@@ -51,6 +54,7 @@ def plan(
     draft_lengths: list[int],
     policy: str,
     wide: bool,
+    spec_method: str | None,
     fmt: str,
     output: str | None,
     ascii_only: bool,
@@ -81,6 +85,9 @@ def plan(
 
     check_plot_request(plot, plot_file, fmt)
     cal = resolve_calibration(calibration)
+    from sdplan.methods import resolve_method
+
+    resolve_method(spec_method, cal)
     workload = resolve_workload(
         cal,
         prompt_tokens=prompt_tokens,

@@ -209,7 +209,9 @@ def capacity_answer(document: dict[str, Any]) -> list[str]:
                 head += (f"; the best SD option ({best_sd}) only {_g(sd['max_rate_under_slo_rps'])}"
                          if sd["feasible"] else f"; no SD option meets the SLOs")
         else:
-            head = f"Answer: SD on with {best}: {_g(rate)} req/s per replica under {slos}"
+            method = document.get("speculative_method")
+            head = (f"Answer: SD on with {best}" + (f" ({method})" if method else "")
+                    + f": {_g(rate)} req/s per replica under {slos}")
             if off is not None:
                 head += (f" vs {_g(off['max_rate_under_slo_rps'])} without SD"
                          + (f" ({rate / off['max_rate_under_slo_rps']:.2f}x)" if off["feasible"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -198,15 +197,13 @@ def capacity_document(cap: Capacity, slos: list[SLO], context: dict[str, Any], t
     return document
 
 
-def vllm_config(schedule: list[tuple[int, int, int]], method: str, draft_model: str) -> str:
-    """``--speculative-config`` JSON for vLLM's dynamic speculative decoding."""
-    top = max((k for _, _, k in schedule), default=0)
-    config: dict[str, Any] = {"method": method}
-    if method in ("draft_model", "eagle", "eagle3") and draft_model:
-        config["model"] = draft_model
-    config["num_speculative_tokens"] = max(top, 1)
-    config["num_speculative_tokens_per_batch_size"] = [list(item) for item in schedule]
-    return json.dumps(config) + "\n"
+def method_phrase(method: object) -> str:
+    """``EAGLE-3 head (eagle3)``: the SD method a result is for, in words and vLLM's name."""
+    from sdplan.methods import METHODS
+
+    if not method:
+        return "unknown"
+    return f"{METHODS[str(method)].label} ({method})" if str(method) in METHODS else str(method)
 
 
 def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
@@ -225,7 +222,8 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
         source = str(document.get("workload", {}).get("acceptance", {}).get("source", ""))
         assumption = alpha_phrase(document["per_token_alpha"], source)
         console.print(f"calibration {document['calibration']['name']} "
-                      f"({METHOD_LABELS.get(document['calibration']['method'], '')})")
+                      f"({METHOD_LABELS.get(document['calibration']['method'], '')}); SD method "
+                      f"{method_phrase(document.get('speculative_method'))}")
         console.print(f"SLOs {', '.join(document['slos'])}; {assumption}"
                       + (f"; {document['evaluated_by']}" if document.get("evaluated_by") else ""))
         table = Table(box=table_box(style))
@@ -273,7 +271,8 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
                 console.print(f"SD saves {fleet['replicas_saved_by_sd']} replica(s) at {fleet['target_rate_rps']:g} req/s")
         schedule = document.get("num_speculative_tokens_per_batch_size")
         if schedule:
-            console.print("best k by batch size (vLLM num_speculative_tokens_per_batch_size): "
+            console.print(f"best k by batch size for {method_phrase(document.get('speculative_method'))} "
+                          "(vLLM num_speculative_tokens_per_batch_size): "
                           + ", ".join(f"{a}-{b}: {k}" for a, b, k in schedule))
 
     return render_rich(draw, style, terminal)

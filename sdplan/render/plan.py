@@ -7,6 +7,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from sdplan import __version__
+from sdplan.methods import METHODS, provenance_method
 from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
 
 if TYPE_CHECKING:
@@ -202,6 +203,7 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             "hardware": inputs.calibration_provenance.get("hardware"),
             "target_model": inputs.calibration_provenance.get("target_model"),
             "draft_model": inputs.calibration_provenance.get("draft_model"),
+            "speculative_method": provenance_method(inputs.calibration_provenance),
         },
         "workload": {
             "prompt_tokens": inputs.prompt_tokens,
@@ -366,8 +368,11 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
     for line in caveat:
         print_paragraph(console, line, style="yellow" if "ASSUMED" in line or "NOT" in line else None)
     console.print()
+    sd_method = provenance_method(provenance)
+    proposer = METHODS[sd_method].label if sd_method in METHODS else sd_method
+    weights = f" {provenance.get('draft_model')}" if METHODS.get(sd_method) and METHODS[sd_method].weights else ""
     console.print(f"calibration {inputs.calibration_name} ({METHOD_LABELS.get(method, method)}): "
-                  f"{provenance.get('target_model')} + draft {provenance.get('draft_model')} "
+                  f"{provenance.get('target_model')} + {proposer}{weights} ({sd_method}) "
                   f"on {provenance.get('hardware')}")
     console.print(f"workload: {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
                   f"acceptance {inputs.acceptance_description}")
