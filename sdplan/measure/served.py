@@ -351,6 +351,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     target = options.target or options.endpoint or "unknown"
     provenance = {
         "method": "measured", "hardware": hardware_description(), "target_model": target,
+        "speculative_method": options.method,
         "draft_model": options.draft or (options.method if options.method != "draft_model" else "none"),
         "engine": "vllm", "engine_version": engine_version, "date": datetime.date.today(),
         "created_by": f"sdplan calibrate --method served (sdplan {version})",
