@@ -111,7 +111,7 @@ def main() -> int:
                                                result=path, seed=seed, temperature=0.0), 1800)
                     return read_results(path, "vllm")[0][0], monitor.stop()
 
-                run(LoadPoint(p, g, 16, concurrency=8), "warmup", 99)
+                run(LoadPoint(p, g, 32, concurrency=8), "warmup", 99)
                 peak, previous = 0.0, 0.0
                 clients = 8
                 while clients <= args.max_num_seqs:  # the plateau of closed-loop throughput
@@ -121,18 +121,26 @@ def main() -> int:
                         break
                     previous = measured.achieved_rate_rps
                     clients *= 2
-                if k == 0:
-                    c1, c2 = model.baseline_demand(coefficients)
-                else:
-                    c1, c2 = model.speculative_demand(coefficients, alpha, k)
+                # acceptance is an input of the model, not a prediction: each run is predicted at the per-token
+                # alpha it measured (vLLM's spec-decode counters), as sdplan validate does
+                own_alpha = measured.alpha if k and measured.alpha is not None else alpha
+
+                def demand(a: float) -> tuple[float, float]:
+                    if k == 0:
+                        return model.baseline_demand(coefficients)
+                    return model.speculative_demand(coefficients, a, k)
+
+                c1, c2 = demand(own_alpha)
                 predicted_saturation = float(model.saturation_rate(c2))
                 saturation_rows.append((k, peak, predicted_saturation))
                 for index, load in enumerate(loads):
                     rate = float(f"{load * peak:.3g}")
                     requests = max(60, int(rate * args.seconds_per_run))
                     measured, foreign = run(LoadPoint(p, g, requests, rate_rps=rate), f"poisson{load:g}", 100 + index)
+                    run_alpha = measured.alpha if k and measured.alpha is not None else alpha
+                    c1, c2 = demand(run_alpha)
                     latency = float(model.mean_latency(c1, c2, rate))
-                    tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(alpha, k))
+                    tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(run_alpha, k))
                     ttft = float(model.time_to_first_token(coefficients, k, rate * latency, tokens))
                     tpot = float(model.time_per_output_token(latency, ttft, g))
                     rows.append((k, load, rate, measured, latency, ttft, tpot, foreign))

@@ -175,7 +175,8 @@ class Sweep:
         self.events.on_point(f"{configuration.name}: warm-up")
         path = self.store.folder / f"warmup-{configuration.name}.json"
         path.unlink(missing_ok=True)
-        client.run(bench_arguments(point, base_url=server.base_url, model=self.model, result=path, seed=self.seed,
+        client.run(bench_arguments(point, base_url=server.base_url, model=self.model, result=path,
+                                   seed=self._point_seed(f"warmup-{configuration.name}", 0),
                                    temperature=self.temperature, extra=self.bench_extra), self.point_timeout_s)
 
     def run_configuration(self, configuration: Configuration, server: Server, client: Client,
@@ -222,6 +223,11 @@ class Sweep:
                     self.store.append(o.record)
         return outcomes
 
+    def _point_seed(self, key: str, attempt: int) -> int:
+        """Every point (and re-measure) draws its own prompts: with vLLM's prefix caching on (its default),
+        prompts repeated from an earlier point would skip their prefill and flatter the later points."""
+        return (self.seed * 1_000_003 + _stable_hash(key) + 7919 * attempt) % (2**31)
+
     def _measure(self, configuration: Configuration, point: LoadPoint, repeat: int, server: Server,
                  client: Client) -> PointOutcome:
         from sdplan.measure.client import bench_arguments
@@ -239,8 +245,9 @@ class Sweep:
             monitor = ForeignCpu(server.process_groups() | client.process_groups())
             begin = time.monotonic()
             monitor.start()
-            client.run(bench_arguments(point, base_url=server.base_url, model=self.model, result=path, seed=self.seed
-                                       + repeat, temperature=self.temperature, extra=self.bench_extra),
+            client.run(bench_arguments(point, base_url=server.base_url, model=self.model, result=path,
+                                       seed=self._point_seed(key, attempts), temperature=self.temperature,
+                                       extra=self.bench_extra),
                        self.point_timeout_s)
             foreign = monitor.stop()
             wall = time.monotonic() - begin
@@ -269,6 +276,12 @@ class _ReadBack:
 
     def process_groups(self) -> set[int]:
         return set()
+
+
+def _stable_hash(text: str) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
 def _flag(record: PointRecord) -> PointRecord:
