@@ -21,13 +21,7 @@ import sys
 import time
 
 
-def best_time(action: object, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        action()  # type: ignore[operator]
-        best = min(best, time.perf_counter() - start)
-    return best
+from bench_planner import best_time  # noqa: E402  (benchmarks run as scripts: their folder is on sys.path)
 
 
 def simulator_throughput(repeats: int) -> None:

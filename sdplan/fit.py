@@ -22,10 +22,9 @@ relative residuals, checked against Monte Carlo; this fixes review B10). Coeffic
 with a single draft length) are reported as not identified.
 
 Time to first token has its own load term (:func:`sdplan.model.time_to_first_token`,
-``TTFT = c1p + w_wait tau1 + B w_load tau2``). Measured TTFT both pins ``c1p``
-(which E2E alone barely determines) and fits the two weights; the fit
-alternates between the coefficients (weights fixed) and the weights
-(coefficients fixed), each stage linear.
+``TTFT = c1p + offset + w_wait tau1 + B w_load C2/steps``), fitted in a second
+stage with the coefficients fixed, so TTFT's noisier data never pull the E2E
+coefficients.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InfeasibleError
 from sdplan.model import Coefficients
@@ -58,6 +57,35 @@ ALPHA_GROUP_TOLERANCE = 0.03
 # ----------------------------------------------------------------------------- the linear structure
 
 
+#: Where each fitted coefficient lives in a calibration's ``[coefficients]`` table.
+COEFFICIENT_PATHS = {"c1p_s": ("c1p_s",), "c2p_s": ("c2p_s",), "baseline_c1_step_s": ("baseline", "c1_step_s"),
+                     "baseline_c2_step_s": ("baseline", "c2_step_s"), "c1v_s": ("speculative", "c1v_s"),
+                     "c2v_s": ("speculative", "c2v_s"), "c1d_s": ("speculative", "c1d_s"),
+                     "c2d_s": ("speculative", "c2d_s")}
+
+
+def coefficients_table(values: dict[str, float]) -> dict[str, Any]:
+    """The ``[coefficients]`` table (direct form, proportional scaling) of named coefficient values."""
+    table: dict[str, Any] = {"scaling": "proportional"}
+    for name, path in COEFFICIENT_PATHS.items():
+        node = table
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = float(values[name])
+    return table
+
+
+def values_from_table(table: dict[str, Any]) -> dict[str, float]:
+    """Named coefficient values of a ``[coefficients]`` table (the inverse of :func:`coefficients_table`)."""
+    values = {}
+    for name, path in COEFFICIENT_PATHS.items():
+        node: Any = table
+        for key in path:
+            node = node[key]
+        values[name] = float(node)
+    return values
+
+
 def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_tokens: float, output_tokens: float,
                              ttft: tuple[float, float] = (0.5, 1.5)) -> Coefficients:
     """Direct-form coefficients ``theta`` (at ``reference``) scaled to a workload.
@@ -69,14 +97,9 @@ def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_toke
 
     from sdplan.calibration import _scale_direct
 
-    values = [float(v) for v in theta]
     document = {
         "reference_workload": {"prompt_tokens": reference[0], "output_tokens": reference[1]},
-        "coefficients": {
-            "scaling": "proportional", "c1p_s": values[0], "c2p_s": values[1],
-            "baseline": {"c1_step_s": values[2], "c2_step_s": values[3]},
-            "speculative": {"c1v_s": values[4], "c2v_s": values[5], "c1d_s": values[6], "c2d_s": values[7]},
-        },
+        "coefficients": coefficients_table(dict(zip(PARAMETERS, theta))),
     }
     coefficients = _scale_direct(document, prompt_tokens, output_tokens)
     return _replace(coefficients, ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1])
@@ -148,10 +171,6 @@ class DesignRows:
     def e2e(self, closed_loop_factor: float = 1.0) -> Any:
         return self.c1 + (self.factor(closed_loop_factor) * self.load)[:, None] * self.c2
 
-    def ttft(self, weights: tuple[float, float], closed_loop_factor: float = 1.0) -> Any:
-        scaled = (self.factor(closed_loop_factor) * self.load_first)[:, None]
-        return self.c1p + weights[0] * self.tau1 + weights[1] * scaled * self.tau2
-
 
 def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignRows:
     """The rows of ``L`` and of TTFT, linear in the eight coefficients.
@@ -161,8 +180,6 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignR
     decode steps, the length scaling): ``C1(theta) = sum_j theta_j C1(e_j)``.
     """
     import numpy as np
-
-    from sdplan import model
 
     shape = (len(runs), len(PARAMETERS))
     c1, c2, c1p, tau1, tau2 = (np.zeros(shape) for _ in range(5))
@@ -281,13 +298,7 @@ class PooledFit:
 
     def coefficients_document(self) -> dict[str, Any]:
         """The ``[coefficients]`` table of a calibration."""
-        v = self.values
-        return {
-            "scaling": "proportional",
-            "c1p_s": v["c1p_s"], "c2p_s": v["c2p_s"],
-            "baseline": {"c1_step_s": v["baseline_c1_step_s"], "c2_step_s": v["baseline_c2_step_s"]},
-            "speculative": {"c1v_s": v["c1v_s"], "c2v_s": v["c2v_s"], "c1d_s": v["c1d_s"], "c2d_s": v["c2d_s"]},
-        }
+        return coefficients_table(self.values)
 
     def closed_loop_document(self) -> dict[str, Any]:
         """The ``[closed_loop]`` table: how a closed loop of N clients compares with an open loop."""
@@ -448,7 +459,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
               for j in range(len(PARAMETERS))]
     predicted = rows.e2e(factor) @ theta
     mape = float(np.mean(np.abs(predicted - latency) / latency) * 100.0)
-    ttft = _fit_ttft(runs, rows, theta, factor, reference, robust)
+    ttft = _fit_ttft(runs, rows, theta, factor, robust)
     notes = []
     unidentified = [name for name, ok in zip(PARAMETERS, identified) if not ok]
     if unidentified:
@@ -491,8 +502,7 @@ class TtftFit:
     predicted: Any
 
 
-def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: float, reference: tuple[int, int],
-              robust: bool) -> TtftFit:
+def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: float, robust: bool) -> TtftFit:
     """Stage 2: ``TTFT - c1p = offset + w_wait tau1 + w_load f B (C2/steps)`` with ``theta`` fixed.
 
     Bounded linear least squares on relative errors (``offset >= -c1p``, weights in

@@ -47,20 +47,10 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     if sorted(names) != sorted(PARAMETERS):
         return None
     covariance = np.asarray(table["covariance_s2"], dtype=np.float64)
-    document = calibration.document
-    coefficients = document["coefficients"]
-    locations = {"c1p_s": ("c1p_s",), "c2p_s": ("c2p_s",), "baseline_c1_step_s": ("baseline", "c1_step_s"),
-                 "baseline_c2_step_s": ("baseline", "c2_step_s"), "c1v_s": ("speculative", "c1v_s"),
-                 "c2v_s": ("speculative", "c2v_s"), "c1d_s": ("speculative", "c1d_s"),
-                 "c2d_s": ("speculative", "c2d_s")}
+    from sdplan.fit import values_from_table
 
-    def get(name: str) -> float:
-        node: Any = coefficients
-        for key in locations[name]:
-            node = node[key]
-        return float(node)
-
-    mean = np.array([get(name) for name in names])
+    fitted = values_from_table(calibration.document["coefficients"])
+    mean = np.array([fitted[name] for name in names])
     covariance = 0.5 * (covariance + covariance.T)
     values, vectors = np.linalg.eigh(covariance)
     root = vectors * np.sqrt(np.clip(values, 0.0, None))  # a PSD square root, robust to round-off

@@ -23,11 +23,10 @@ stays disturbed is kept, flagged, and down-weighted by the robust fit.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 from sdplan.measure.client import LoadPoint
 from sdplan.measure.quiet import DISTURBED_FOREIGN_CORES
@@ -310,13 +309,6 @@ def latest_records(records: dict[str, PointRecord] | list[PointRecord]) -> list[
     return list(latest.values())
 
 
-def iterate_results(folder: Path, records: list[PointRecord]) -> Iterator[tuple[PointRecord, Path]]:
-    for record in records:
-        path = folder / record.file
-        if path.exists():
-            yield record, path
-
-
 def summarise_binding(log_text: str) -> str:
     """vLLM's CPU thread binding from a server log (empty on GPUs)."""
     import re
@@ -331,6 +323,3 @@ def summarise_binding(log_text: str) -> str:
     unique = list(dict.fromkeys(keep))
     return "; ".join(unique)[:400]
 
-
-def is_finite(value: float) -> bool:
-    return math.isfinite(value)

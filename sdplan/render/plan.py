@@ -457,21 +457,34 @@ def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:
                 cells.append(_num(batch, 3))
             cells.append(_regime(rho).replace("_", " "))
             if moe:
-                lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
-                cells.append(_num(lost, 3) if speed != float("inf") else "-")
+                cells.append(_coverage_loss_text(plan, ia, ir))
         if goodput:
-            gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
-            cells += [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk),  # type: ignore[index]
-                      _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
+            cells += _goodput_cells(plan, ia, ir)
         table.add_row(*cells)
     return table
+
+
+def _coverage_loss_text(plan: Plan, ia: int, ir: int) -> str:
+    """Speedup the best option loses to MoE expert coverage at rate ``ir`` ('-' where nothing compares)."""
+    from sdplan.planner import NONE_STABLE
+
+    best = int(plan.best_k[ia, ir])
+    if best == NONE_STABLE or plan.best_speedup[ia, ir] == float("inf"):
+        return "-"
+    lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
+    return _num(lost, 3)
+
+
+def _goodput_cells(plan: Plan, ia: int, ir: int) -> list[str]:
+    """Goodput-policy latency and k, and the zero-load k kept at every load, at rate ``ir``."""
+    gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
+    return [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk),  # type: ignore[index]
+            _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
 
 
 def _extras_table(plan: Plan, ia: int, style: Style) -> Any:
     """Compact mode's second table: speedup lost to MoE expert coverage and the goodput policy, per rate."""
     from rich.table import Table
-
-    from sdplan.planner import NONE_STABLE
 
     table = Table(box=table_box(style))
     table.add_column("rate (req/s)", justify="right")
@@ -489,13 +502,9 @@ def _extras_table(plan: Plan, ia: int, style: Style) -> Any:
         best = int(plan.best_k[ia, ir])
         cells = [f"{rate:.4g}", _k_text(best)]
         if moe:
-            speed = plan.best_speedup[ia, ir]
-            lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
-            cells.append("-" if best == NONE_STABLE or speed == float("inf") else _num(lost, 3))
+            cells.append(_coverage_loss_text(plan, ia, ir))
         if goodput:
-            gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
-            cells += [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk),  # type: ignore[index]
-                      _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
+            cells += _goodput_cells(plan, ia, ir)
         table.add_row(*cells)
     return table
 
