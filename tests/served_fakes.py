@@ -191,6 +191,7 @@ class FakeClient:
     engine: FakeEngine = field(default_factory=FakeEngine)
     calls: int = 0
     interrupt_after: int | None = None
+    last_arguments: Any = None  # of the last benchmark any client ran (class-wide)
 
     def __enter__(self) -> "FakeClient":
         return self
@@ -199,6 +200,7 @@ class FakeClient:
         pass
 
     def run(self, arguments: list[str], timeout_s: float) -> None:
+        FakeClient.last_arguments = list(arguments)
         if self.interrupt_after is not None and self.calls >= self.interrupt_after:
             raise KeyboardInterrupt
         self.calls += 1

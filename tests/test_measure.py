@@ -242,3 +242,32 @@ def test_endpoint_measures_one_configuration_per_invocation_and_merges(sdplan, t
     assert (runs / "ep-nosd_c1_r0.json").exists() and (runs / "ep-k2_c1_r0.json").exists()
     assert FakeServer.registry[-1].model == "their-model"  # sdplan started no server of its own
     assert all(s.log_path.name.startswith("theirs") for s in FakeServer.registry)
+
+
+def test_serving_and_client_options_reach_vllm(sdplan, tmp_path, fake_served) -> None:
+    """--serve-arg, --max-num-batched-tokens and --server-timeout go to vllm serve; --temperature to the client."""
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--serve-arg=--enforce-eager",
+                        "--max-num-batched-tokens", "512", "--server-timeout", "30", "--temperature", "0.5",
+                        "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    server = FakeServer.registry[0]
+    assert server.arguments[:3] == ["--enforce-eager", "--max-num-batched-tokens", "512"]
+    assert server.startup_timeout_s == 30.0
+    arguments = FakeClient.last_arguments
+    assert arguments[arguments.index("--temperature") + 1] == "0.5"
+    commands = load_calibration(tmp_path / "cal.toml").document["measurement"]["server_commands"]
+    assert all("--enforce-eager --max-num-batched-tokens 512" in command for command in commands)
+
+
+def test_endpoint_label_names_the_configuration(sdplan, tmp_path, fake_served, monkeypatch) -> None:
+    import sdplan.measure.server as server_module
+
+    monkeypatch.setattr(server_module, "served_model_name", lambda url: "their-model")
+    monkeypatch.setattr(server_module, "probe_draft_length", lambda url: 0)
+    FakeServer(model="their-model", arguments=[], log_path=tmp_path / "theirs.log").start()
+    common = ["--endpoint", "http://127.0.0.1:8000", "-o", str(tmp_path / "t.toml"), "--results-dir",
+              str(tmp_path / "t.runs"), "--prompt-tokens", "128", "--output-tokens", "64", "--accept-poor-fit"]
+    assert sdplan("calibrate", *common, "--label", "my-base").exit_code == 0
+    assert (tmp_path / "t.runs" / "my-base_c1_r0.json").exists()
+    bad = sdplan("calibrate", *common, "--label", "no/slashes", "--resume")
+    assert bad.exit_code == ExitStatus.USAGE and "--label" in bad.stderr

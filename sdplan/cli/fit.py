@@ -47,7 +47,8 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
 
     \b
     Examples:
-      sdplan fit results/*.json -o mybox.toml --hardware "1x H100 SXM" --target-model meta-llama/Llama-3.1-8B-Instruct
+      sdplan fit results/*.json -o mybox.toml --hardware "1x H100 SXM" \\
+                 --target-model meta-llama/Llama-3.1-8B-Instruct
       sdplan fit base.json guidellm-sd.json:k=4,len=2.8 -o fit.toml
       sdplan fit sweep-output/ -o fit.toml --holdout-by highest-load
       sdplan fit runs.csv -o - --holdout 0.25 > fit.toml
