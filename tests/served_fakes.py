@@ -209,9 +209,18 @@ class FakeClient:
         assert server is not None and server.live, "the client ran without a live server"
         clients = int(values["--max-concurrency"]) if "--max-concurrency" in values else None
         rate = None if clients else float(values["--request-rate"])
-        document = run_load(self.engine, server.draft_length, int(values["--random-input-len"]),
-                            int(values["--random-output-len"]), int(values["--num-prompts"]), clients, rate,
-                            int(values["--seed"]) + self.calls, float(values.get("--random-range-ratio", 0)))
+        if values["--dataset-name"] == "custom":  # the fake serves the file's mean lengths (words = tokens)
+            rows = [json.loads(line) for line in Path(values["--dataset-path"]).read_text().splitlines()]
+            prompt = round(sum(len(r["prompt"].split()) for r in rows) / len(rows))
+            output = int(values["--custom-output-len"])
+            if output < 1:
+                output = round(sum(r["output_tokens"] for r in rows) / len(rows))
+            spread = 0.0
+        else:
+            prompt, output = int(values["--random-input-len"]), int(values["--random-output-len"])
+            spread = float(values.get("--random-range-ratio", 0))
+        document = run_load(self.engine, server.draft_length, prompt, output, int(values["--num-prompts"]), clients,
+                            rate, int(values["--seed"]) + self.calls, spread)
         path = Path(values["--result-dir"]) / values["--result-filename"]
         path.write_text(json.dumps(document))
 

@@ -23,6 +23,7 @@ def fake_served(monkeypatch, tmp_path):
     import sdplan._vllm
     import sdplan.measure.client
     import sdplan.measure.quiet
+    import sdplan.measure.served
     import sdplan.measure.server
 
     FakeServer.registry = []
@@ -41,6 +42,7 @@ def fake_served(monkeypatch, tmp_path):
     monkeypatch.setattr(sdplan.measure.server, "ServedEngine", FakeServer)
     monkeypatch.setattr(sdplan.measure.client, "BenchClient", client)
     monkeypatch.setattr(sdplan.measure.quiet, "machine_busy_s", lambda: None)
+    monkeypatch.setattr(sdplan.measure.served, "dataset_reader_installed", lambda: True)
     for name in ("target", "draft"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text("{}")
@@ -271,3 +273,79 @@ def test_endpoint_label_names_the_configuration(sdplan, tmp_path, fake_served, m
     assert (tmp_path / "t.runs" / "my-base_c1_r0.json").exists()
     bad = sdplan("calibrate", *common, "--label", "no/slashes", "--resume")
     assert bad.exit_code == ExitStatus.USAGE and "--label" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- --dataset: the user's prompts
+
+
+def _prompt_file(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return path
+
+
+def test_dataset_prompts_drive_the_sweep_and_the_reference_workload(sdplan, tmp_path, fake_served) -> None:
+    words = " ".join(f"w{i}" for i in range(100))
+    dataset = _prompt_file(tmp_path / "chats.jsonl", [{"prompt": words, "output_tokens": 40}] * 30)
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
+                    "-o", str(tmp_path / "cal.toml"), "--dataset", str(dataset), "--draft-lengths", "2",
+                    "--max-num-seqs", "8", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    arguments = FakeClient.last_arguments
+    assert arguments[arguments.index("--dataset-name") + 1] == "custom"
+    assert arguments[arguments.index("--dataset-path") + 1] == str(dataset)
+    assert arguments[arguments.index("--custom-output-len") + 1] == "-1"  # each line's output_tokens
+    assert "--skip-chat-template" in arguments and "--random-input-len" not in arguments
+    cal = load_calibration(tmp_path / "cal.toml")
+    assert cal.document["reference_workload"] == {"prompt_tokens": 100, "output_tokens": 40}
+    assert "prompts from" in cal.document["provenance"]["notes"] and "chats.jsonl" in cal.document["provenance"]["notes"]
+    # --output-tokens overrides the file's lengths
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), "-o", str(tmp_path / "o.toml"),
+                    "--dataset", str(dataset), "--draft-lengths", "0", "--output-tokens", "16", "--max-num-seqs", "2",
+                    "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    arguments = FakeClient.last_arguments
+    assert arguments[arguments.index("--custom-output-len") + 1] == "16"
+
+
+@pytest.mark.parametrize(("rows", "name", "message"), [
+    ([{"prompt": "w1 w2"}], "p.json", "named *.jsonl"),
+    ([{"prompt": "w1"}, ""], "p.jsonl", "line 2: empty line"),
+    (["{not json"], "p.jsonl", "line 1: not JSON"),
+    ([{"text": "w1"}], "p.jsonl", 'line 1: expected {"prompt"'),
+    ([{"prompt": "w1", "output_tokens": -3}], "p.jsonl", "line 1: output_tokens: -3"),
+    ([{"prompt": "w1", "output_tokens": True}], "p.jsonl", "output_tokens: True"),
+    ([], "p.jsonl", "no prompts"),
+])
+def test_bad_dataset_is_refused_before_anything_starts(sdplan, tmp_path, fake_served, rows, name, message) -> None:
+    dataset = _prompt_file(tmp_path / name, rows)
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), "-o", str(tmp_path / "cal.toml"),
+                    "--dataset", str(dataset), "--draft-lengths", "0", "--output-tokens", "8")
+    assert result.exit_code == ExitStatus.BAD_INPUT, result.output
+    assert message in result.stderr and str(dataset) in result.stderr and "Traceback" not in result.output
+    assert FakeServer.registry == [] and not (tmp_path / "cal.toml").exists()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--prompt-tokens", "64"], "the prompts are the file's"),
+    (["--method", "engine"], "--dataset is for served calibrations"),
+    (["--max-model-len", "60", "--output-tokens", "8"], "longest prompt of"),
+    ([], "not every line has output_tokens; give --output-tokens"),
+])
+def test_dataset_option_conflicts_exit_2(sdplan, tmp_path, fake_served, extra, message) -> None:
+    dataset = _prompt_file(tmp_path / "p.jsonl", [{"prompt": " ".join(["w1"] * 80)}])
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), "-o", str(tmp_path / "cal.toml"),
+                    "--dataset", str(dataset), "--draft-lengths", "0", *extra)
+    assert result.exit_code == ExitStatus.USAGE, result.output
+    assert message in result.stderr
+    assert FakeServer.registry == []
+
+
+def test_dataset_without_pandas_exits_5(sdplan, tmp_path, fake_served, monkeypatch) -> None:
+    from sdplan.measure import served as served_module
+
+    monkeypatch.setattr(served_module, "dataset_reader_installed", lambda: False)
+    dataset = _prompt_file(tmp_path / "p.jsonl", [{"prompt": "w1 w2", "output_tokens": 4}])
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), "-o", str(tmp_path / "cal.toml"),
+                    "--dataset", str(dataset), "--draft-lengths", "0")
+    assert result.exit_code == ExitStatus.MISSING_DEPENDENCY and "pip install pandas" in result.stderr
+    assert FakeServer.registry == []

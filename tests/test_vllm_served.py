@@ -104,3 +104,27 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     assert check.exit_code == 0, check.output
     summary = json.loads(check.stdout)["summary"]
     assert summary["runs"] == measurement["points"] and summary["mape_pct"] is not None
+
+
+def test_ngram_served_calibration_measures_acceptance_on_a_dataset(pair, tmp_path) -> None:
+    """--spec-method ngram against a real server, on prompts whose continuation repeats them."""
+    from tiny_models import successor_prompt_file
+
+    dataset = successor_prompt_file(tmp_path / "repeating.jsonl", 200, 48, 24, vocab=128)
+    out = tmp_path / "ngram.toml"
+    command = [sys.executable, "-m", "sdplan", "calibrate", "--target", str(pair["target"]), "--spec-method", "ngram",
+               "--draft-lengths", "3", "--dataset", str(dataset), "--output-tokens", "24", "-o", str(out),
+               "--", "--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "256"]
+    result = subprocess.run(command, capture_output=True, text=True, env=_environment(tmp_path), timeout=900)
+    assert result.returncode in (0, 7), result.stderr[-3000:]  # 7: written, but a poor fit (said why)
+    assert _processes_of(pair["target"]) == []
+    from sdplan.calibration import load_calibration
+
+    cal = load_calibration(out)
+    assert cal.provenance["speculative_method"] == "ngram" and cal.provenance["draft_model"] == "ngram"
+    assert "prompt_lookup" in " ".join(cal.document["measurement"]["server_commands"])
+    assert cal.acceptance is not None and cal.acceptance.measured_at_k == 3
+    assert cal.acceptance.per_token_alpha > 0.6, cal.document["acceptance"]  # random prompts give ~0
+    assert "repeating.jsonl" in cal.document["acceptance"]["source"]
+    assert 40 <= cal.document["reference_workload"]["prompt_tokens"] <= 60  # measured by vLLM's tokenizer
+    assert cal.document["reference_workload"]["output_tokens"] == 24

@@ -119,3 +119,35 @@ def simulate_acceptance(prompt: list[int], output_tokens: int, k: int, skip_ever
         produced += matched + 1
         last = (last + matched + 1) % HIDDEN
     return drafts, drafts * k, accepted, per_position
+
+
+def successor_prompt_file(path: Path, count: int, prompt_tokens: int, output_tokens: int, vocab: int,
+                          repeating: float = 1.0, seed: int = 0) -> Path:
+    """A vLLM custom-dataset file (``{"prompt": ...}`` per line) for the successor target's word tokenizer.
+
+    A fraction ``repeating`` of the prompts hold, before their last token ``L``, the run
+    ``L, L+1, ..., L+output_tokens+8``: the target's greedy output ``L+1, L+2, ...`` then repeats the
+    prompt, so n-gram (prompt lookup) drafts are accepted. The other prompts are random words, on
+    which n-gram drafting finds nothing.
+    """
+    import json
+    import random
+
+    rng = random.Random(seed)
+
+    def word(token: int) -> str:
+        token %= vocab
+        return "<unk>" if token == vocab - 1 else f"w{token}"
+
+    lines = []
+    for _ in range(count):
+        last = rng.randrange(vocab)
+        if rng.random() < repeating:
+            ahead = [last + i for i in range(output_tokens + 9)]
+            tail = max(1, prompt_tokens - len(ahead))
+            tokens = ahead + [last - tail + 1 + i for i in range(tail)]
+        else:
+            tokens = [rng.randrange(vocab - 1) for _ in range(prompt_tokens)]
+        lines.append(json.dumps({"prompt": " ".join(word(t) for t in tokens)}))
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -76,12 +76,19 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--draft-lengths", callback=_draft_lengths, metavar="LIST",
               help="Draft lengths k to serve, e.g. 2,4 or 1-4; 0 measures no SD only. Default: the grid's.")
 @click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=512, show_default=True,
-              metavar="TOKENS", help="Prompt length of every request (served); the calibration's reference workload.")
+              metavar="TOKENS", help="Mean prompt length of the random prompts (served, +-25%); the calibration's "
+              "reference workload.")
 @click.option("--output-tokens", type=click.IntRange(2, 1_000_000), default=128, show_default=True,
-              metavar="TOKENS", help="Output length of every request (served; EOS ignored).")
+              metavar="TOKENS", help="Mean output length (served, +-25%; EOS ignored). With --dataset: every "
+              "request's; default there: each line's output_tokens when all lines have one.")
+@click.option("--dataset", metavar="FILE.jsonl",
+              help='served: your prompts instead of random ones, vLLM\'s custom format: one {"prompt": "text", '
+              '"output_tokens": 128} per line (output_tokens optional), sent as written. Acceptance is measured on '
+              "them (n-gram needs text that repeats). Give more prompts than the largest point's requests, or "
+              "repeats hit the prefix cache.")
 @click.option("--grid", type=click.Choice(GRID_NAMES), default="quick", show_default=True,
-              help="served: quick = N 1..8, 1 repeat; standard = N 1..16, 2 repeats + Poisson points; thorough = "
-              "N 1..64, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
+              help="served: quick = N 1..32, 1 repeat, 2 Poisson points; standard = N 1..64, 2 repeats, 3 Poisson "
+              "points; thorough = N 1..128, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
 @click.option("--serve-arg", "serve_args", multiple=True, metavar="ARG",
               help="A vllm serve flag passed through unchanged, repeatable (e.g. --serve-arg=--enforce-eager); "
               "or put the flags after --.")
@@ -120,7 +127,7 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 def calibrate(target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
               name: str | None,
               measure_method: str, spec_method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int,
-              output_tokens: int, grid: str, serve_args: tuple[str, ...], max_num_seqs: int | None,
+              output_tokens: int, dataset: str | None, grid: str, serve_args: tuple[str, ...], max_num_seqs: int | None,
               max_num_batched_tokens: int | None, dtype: str | None, tensor_parallel_size: int | None,
               max_model_len: int | None, load_format: str | None, temperature: float, results_dir: str | None,
               server_timeout: float, accept_poor_fit: bool, enforce_eager: bool | None,
@@ -149,6 +156,7 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
       sdplan calibrate --target ./llama-8b --draft ./llama-1b --draft-lengths 2,4 -o mybox.toml
       sdplan calibrate --target ./tiny --draft ./tiny-draft -o cpu.toml \\
                        -- --dtype float32 --max-num-seqs 16
+      sdplan calibrate --target ./llama-8b --spec-method ngram --dataset chats.jsonl -o ngram.toml
       sdplan calibrate --endpoint http://127.0.0.1:8000 -o mine.toml --results-dir runs --resume
       sdplan plan -c mybox.toml
 
@@ -160,10 +168,19 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     if measure_method == "engine":
         if target is None or endpoint is not None or serve_args or extra_serve_args:
             raise click.UsageError("--method engine takes --target (and --draft), not --endpoint or serving flags")
+        if dataset is not None:
+            raise click.UsageError("--dataset is for served calibrations; --method engine measures acceptance on "
+                                   "--acceptance-prompts")
         _calibrate_engine(target, draft, output, name, grid, dtype or "auto", tensor_parallel_size or 1,
                           max_model_len, load_format or "auto", enforce_eager, acceptance_prompts,
                           acceptance_output_tokens, temperature, synthetic_acceptance, measurements_out, resume, seed)
         return
+    if dataset is not None:
+        given = click.get_current_context().get_parameter_source
+        if given("prompt_tokens") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--prompt-tokens sets random prompts; with --dataset the prompts are the file's")
+        if given("output_tokens") is click.core.ParameterSource.DEFAULT:
+            output_tokens = 0  # each line's output_tokens, when every line has one (checked with the file)
     for flag, value in (("--acceptance-prompts", acceptance_prompts), ("--synthetic-acceptance", synthetic_acceptance),
                         ("--measurements-out", measurements_out)):
         if value is not None:
@@ -184,14 +201,14 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     _calibrate_served(target=target, draft=draft, endpoint=endpoint, label=label, output=output, name=name,
                       method=spec_method,
                       draft_lengths=draft_lengths, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                      grid=grid, serve_args=tuple(passthrough), temperature=temperature, results_dir=results_dir,
+                      dataset=dataset, grid=grid, serve_args=tuple(passthrough), temperature=temperature, results_dir=results_dir,
                       server_timeout=server_timeout, accept_poor_fit=accept_poor_fit, resume=resume, seed=seed)
 
 
 def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
                       name: str | None,
                       method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int, output_tokens: int,
-                      grid: str, serve_args: tuple[str, ...], temperature: float, results_dir: str | None,
+                      dataset: str | None, grid: str, serve_args: tuple[str, ...], temperature: float, results_dir: str | None,
                       server_timeout: float, accept_poor_fit: bool, resume: bool, seed: int) -> None:
     from sdplan import __version__
     from sdplan.calibration import parse_calibration
@@ -215,7 +232,8 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
         target=target, draft=draft, endpoint=endpoint, method=method, draft_lengths=draft_lengths,
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, grid_name=grid, serve_arguments=serve_args,
         results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
-        seed=seed, resume=resume, server_timeout_s=server_timeout, label=label)
+        seed=seed, resume=resume, server_timeout_s=server_timeout, label=label,
+        dataset=Path(dataset) if dataset is not None else None)
     check_options(options)
     configurations = 1 if endpoint else 1 + len(draft_lengths)
     levels = [n for n in chosen.concurrency if n <= options.max_clients()] or [1]

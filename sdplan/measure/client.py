@@ -42,6 +42,9 @@ class LoadPoint:
     spread: float = LENGTH_SPREAD
     #: A stable name for the point (Poisson points are named by their fraction of the peak, not their rate).
     name: str | None = None
+    #: A JSON Lines prompt file in vLLM's custom format instead of random prompts (``output_tokens`` < 1:
+    #: each line's own ``output_tokens``).
+    dataset: str | None = None
 
     @property
     def label(self) -> str:
@@ -52,11 +55,19 @@ class LoadPoint:
 
 def bench_arguments(point: LoadPoint, *, base_url: str, model: str, result: Path, seed: int,
                     temperature: float, extra: tuple[str, ...] = ()) -> list[str]:
-    """The ``vllm bench serve`` arguments of one point (the random dataset at fixed lengths)."""
+    """The ``vllm bench serve`` arguments of one point: random prompts at the point's lengths, or its dataset.
+
+    A dataset is vLLM's ``custom`` one, sent as written (no chat template); its prompts are
+    shuffled with the point's seed and repeated when the point needs more requests than it has.
+    """
+    if point.dataset is None:
+        workload = ["--dataset-name", "random", "--random-input-len", str(point.prompt_tokens),
+                    "--random-output-len", str(point.output_tokens), "--random-range-ratio", f"{point.spread:g}"]
+    else:
+        workload = ["--dataset-name", "custom", "--dataset-path", point.dataset, "--skip-chat-template",
+                    "--custom-output-len", str(point.output_tokens if point.output_tokens > 0 else -1)]
     args = [
-        "--backend", "vllm", "--base-url", base_url, "--model", model,
-        "--dataset-name", "random", "--random-input-len", str(point.prompt_tokens),
-        "--random-output-len", str(point.output_tokens), "--random-range-ratio", f"{point.spread:g}",
+        "--backend", "vllm", "--base-url", base_url, "--model", model, *workload,
         "--num-prompts", str(point.requests), "--ignore-eos", "--seed", str(seed),
         "--temperature", f"{temperature:g}",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
@@ -68,6 +79,64 @@ def bench_arguments(point: LoadPoint, *, base_url: str, model: str, result: Path
     else:
         args += ["--request-rate", f"{point.rate_rps:g}"]
     return args + list(extra)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFile:
+    """A checked prompt file for ``vllm bench serve --dataset-name custom``."""
+
+    path: Path
+    prompts: int
+    #: Every line carries its own ``output_tokens``.
+    output_lengths: bool
+    #: The longest prompt in whitespace-separated words (a rough bound before tokenisation).
+    longest_words: int
+
+
+def read_prompt_file(path: Path) -> PromptFile:
+    """Check a JSON Lines prompt file in vLLM's custom-dataset format.
+
+    One object per line: ``{"prompt": "text", "output_tokens": 128}``, ``output_tokens``
+    optional (a positive whole number). vLLM's reader (pandas) takes only ``.jsonl`` names.
+
+    Raises
+    ------
+    InputFileError
+        Naming the line and what to fix.
+    """
+    import json
+
+    from sdplan.errors import InputFileError
+
+    where = str(path)
+    if path.suffix != ".jsonl":
+        raise InputFileError(where, None, "vLLM's custom dataset reads JSON Lines files named *.jsonl; rename it")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or "not UTF-8 text"
+        raise InputFileError(where, None, f"cannot read ({reason}); check the path") from None
+    count, with_lengths, longest = 0, 0, 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            raise InputFileError(where, f"line {number}", "empty line; vLLM's reader refuses them, remove it")
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise InputFileError(where, f"line {number}", 'not JSON; expected {"prompt": "text"}') from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+            raise InputFileError(where, f"line {number}", 'expected {"prompt": "non-empty text"}')
+        if "output_tokens" in row:
+            value = row["output_tokens"]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputFileError(where, f"line {number}: output_tokens",
+                                     f"{value!r}; expected a whole number of tokens >= 1")
+            with_lengths += 1
+        count += 1
+        longest = max(longest, len(row["prompt"].split()))
+    if count == 0:
+        raise InputFileError(where, None, 'no prompts; add lines like {"prompt": "text"}')
+    return PromptFile(path=path, prompts=count, output_lengths=with_lengths == count, longest_words=longest)
 
 
 @dataclass(eq=False)

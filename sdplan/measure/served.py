@@ -57,6 +57,9 @@ class ServedOptions:
     server_timeout_s: float = 900.0
     #: --endpoint: the configuration's name in the results folder (default: from the server's metrics).
     label: str | None = None
+    #: A JSON Lines prompt file (vLLM's custom dataset) instead of random prompts; ``output_tokens`` 0
+    #: then takes every line's own ``output_tokens``.
+    dataset: Path | None = None
     python: str = sys.executable
 
     @property
@@ -84,7 +87,22 @@ class ServedOptions:
                 "method": self.method,
                 "draft_lengths": list(self.draft_lengths), "prompt_tokens": self.prompt_tokens,
                 "output_tokens": self.output_tokens, "grid": self.grid_name,
-                "serve_arguments": list(self.serve_arguments), "temperature": self.temperature, "seed": self.seed}
+                "serve_arguments": list(self.serve_arguments), "temperature": self.temperature, "seed": self.seed,
+                **({"dataset": str(self.dataset)} if self.dataset is not None else {})}
+
+    def workload_text(self) -> str:
+        """The requests, as the provenance states them."""
+        if self.dataset is None:
+            return f"random prompts {self.prompt_tokens} in / {self.output_tokens} out"
+        output = "each line's output_tokens" if self.output_tokens < 1 else f"{self.output_tokens} out"
+        return f"prompts from {self.dataset} (as written, no chat template), {output}"
+
+
+def dataset_reader_installed() -> bool:
+    """vLLM's custom-dataset reader needs pandas (its ``bench`` extra), which vLLM itself does not require."""
+    import importlib.util
+
+    return importlib.util.find_spec("pandas") is not None
 
 
 def check_options(options: ServedOptions) -> None:
@@ -116,7 +134,8 @@ def check_options(options: ServedOptions) -> None:
         check_model_folder(options.target)
     if options.method not in METHODS:
         raise InvalidValueError(f"--spec-method {options.method}: unknown; one of {', '.join(METHODS)}")
-    if options.endpoint is None and options.method in METHODS_WITH_MODEL and options.draft is None:
+    if options.endpoint is None and options.method in METHODS_WITH_MODEL and options.draft is None \
+            and options.draft_lengths:
         raise InvalidValueError(f"--spec-method {options.method} needs --draft MODEL (or --draft-lengths 0 to "
                                 "measure no SD only)")
     if options.draft is not None:
@@ -127,21 +146,32 @@ def check_options(options: ServedOptions) -> None:
         if arg.split("=", 1)[0] in _OWNED_FLAGS:
             raise InvalidValueError(f"serving flag {arg}: sdplan sets it itself (a free port on 127.0.0.1; the "
                                     "speculative config from --draft/--draft-lengths/--spec-method); remove it")
-    from sdplan.measure.client import LENGTH_SPREAD
+    from sdplan.measure.client import LENGTH_SPREAD, read_prompt_file
 
     spread = 1.0 + LENGTH_SPREAD
-    longest = (int(options.prompt_tokens * spread) + int(options.output_tokens * spread)
-               + max(options.draft_lengths, default=0) + 1)
+    k_tokens = max(options.draft_lengths, default=0) + 1
+    if options.dataset is not None:
+        prompts = read_prompt_file(options.dataset)
+        if not dataset_reader_installed():
+            raise MissingDependencyError("--dataset needs pandas (vLLM's custom-dataset reader uses it): pip install "
+                                         "pandas, or pip install -e '.[calibrate]'")
+        if options.output_tokens < 1 and not prompts.output_lengths:
+            raise InvalidValueError(f"{options.dataset}: not every line has output_tokens; give --output-tokens")
+        # words are a lower bound on tokens: a request longer than this surely fails
+        longest = prompts.longest_words + max(options.output_tokens, 1) + k_tokens
+        what = f"the longest prompt of {options.dataset} ({prompts.longest_words} words, at least as many tokens)"
+    else:
+        longest = int(options.prompt_tokens * spread) + int(options.output_tokens * spread) + k_tokens
+        what = (f"prompt and output up to {LENGTH_SPREAD:.0%} above {options.prompt_tokens}/"
+                f"{options.output_tokens}, plus {k_tokens} draft tokens")
     max_model_len = options.serve_value("--max-model-len")
     if max_model_len is not None:
         if not max_model_len.isdigit():
             raise InvalidValueError(f"--max-model-len {max_model_len}: expected a whole number of tokens")
         if int(max_model_len) < longest:
             raise InvalidValueError(
-                f"--max-model-len {max_model_len} is shorter than the longest calibration request: prompt and "
-                f"output up to {LENGTH_SPREAD:.0%} above {options.prompt_tokens}/{options.output_tokens}, plus "
-                f"{max(options.draft_lengths, default=0) + 1} draft tokens = {longest}; raise it or lower "
-                "--prompt-tokens/--output-tokens")
+                f"--max-model-len {max_model_len} is shorter than the longest calibration request: {what} "
+                f"= {longest}; raise it or shorten the requests")
     seqs = options.serve_value("--max-num-seqs")
     if seqs is not None and (not seqs.isdigit() or int(seqs) < 1):
         raise InvalidValueError(f"--max-num-seqs {seqs}: expected a whole number >= 1")
@@ -225,7 +255,8 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     model = options.target or ""
     sweep = Sweep(grid=options.grid, store=store, done=done, prompt_tokens=options.prompt_tokens,
                   output_tokens=options.output_tokens, max_clients=options.max_clients(), seed=options.seed,
-                  temperature=options.temperature, model=model, events=events)
+                  temperature=options.temperature, model=model, events=events,
+                  dataset=str(options.dataset) if options.dataset is not None else None)
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
             if options.endpoint is not None:
@@ -299,7 +330,7 @@ class ServedCalibration:
     poor_reasons: list[str]
 
 
-def acceptance_document(runs: list[Any]) -> dict[str, Any] | None:
+def acceptance_document(runs: list[Any], prompts: str = "random-token prompts") -> dict[str, Any] | None:
     """``[acceptance]`` from the SD runs: the per-token alpha at the largest measured draft length."""
     spec = [r for r in runs if r.draft_length > 0 and r.alpha is not None]
     if not spec:
@@ -311,7 +342,7 @@ def acceptance_document(runs: list[Any]) -> dict[str, Any] | None:
     length_text = f", mean acceptance length {sum(lengths) / len(lengths):.3f}" if lengths else ""
     return {"per_token_alpha": round(alpha, 6), "measured_at_k": k,
             "source": f"vLLM spec-decode counters over {len(at_k)} served run(s) at k={k}{length_text}; "
-                      "depends on the prompts (random-token prompts here) and the temperature"}
+                      f"depends on the prompts ({prompts} here) and the temperature"}
 
 
 def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *, name: str,
@@ -333,7 +364,11 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     if len(kept) < 3:
         raise InfeasibleError(f"only {len(kept)} usable points in {measurement.folder}; measure more (--resume) "
                               "or a larger --grid")
-    fit = fit_pooled(kept, reference=(options.prompt_tokens, options.output_tokens))
+    reference = (options.prompt_tokens, options.output_tokens)
+    if options.dataset is not None:  # the dataset's lengths, as served
+        reference = (round(sum(r.prompt_tokens for r in kept) / len(kept)),
+                     round(sum(r.output_tokens for r in kept) / len(kept)))
+    fit = fit_pooled(kept, reference=reference)
     disturbed = [r for r in measurement.records if r.disturbed]
     poor = []
     if fit.mape_pct > POOR_MAPE_PCT:
@@ -356,16 +391,16 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "engine": "vllm", "engine_version": engine_version, "date": datetime.date.today(),
         "created_by": f"sdplan calibrate --method served (sdplan {version})",
         "sources": [f"vllm bench serve results: {measurement.folder}"],
-        "notes": (f"served: vllm serve loaded by vllm bench serve (random prompts {options.prompt_tokens} in / "
-                  f"{options.output_tokens} out, temperature {options.temperature:g}); closed-loop clients "
+        "notes": (f"served: vllm serve loaded by vllm bench serve ({options.workload_text()}, temperature "
+                  f"{options.temperature:g}); closed-loop clients "
                   f"{levels}, grid '{options.grid_name}'; draft lengths {lengths or 'none'}. "
                   + " ".join(fit.notes)),
     }
     measurement_table = {
         "method": "served",
         "server_commands": measurement.server_commands,
-        "client": "vllm bench serve --dataset-name random --ignore-eos --save-detailed (one process, vLLM's own "
-                  "benchmark client)",
+        "client": f"vllm bench serve --dataset-name {'random' if options.dataset is None else 'custom'} "
+                  "--ignore-eos --save-detailed (one process, vLLM's own benchmark client)",
         "cpu_binding": measurement.binding or "not reported by the server (GPU, or binding disabled)",
         "wall_time_s": round(measurement.wall_s, 1),
         "invocations": measurement.invocations,
@@ -380,5 +415,6 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     document = fitted_document(
         fit, kept, name=name, provenance=provenance,
         description=f"{target} served by vLLM on {provenance['hardware']}, measured with sdplan calibrate",
-        extra={"measurement": measurement_table}, acceptance=acceptance_document(kept))
+        extra={"measurement": measurement_table}, acceptance=acceptance_document(
+            kept, "random-token prompts" if options.dataset is None else f"the prompts of {options.dataset.name}"))
     return ServedCalibration(document=document, fit=fit, poor_reasons=poor)

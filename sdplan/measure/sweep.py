@@ -153,6 +153,8 @@ class Sweep:
     remeasure: int = 2
     point_timeout_s: float = 1800.0
     bench_extra: tuple[str, ...] = ()
+    #: A JSON Lines prompt file (vLLM's custom dataset) instead of random prompts.
+    dataset: str | None = None
     events: SweepEvents = field(default_factory=SweepEvents)
     outcomes: list[PointOutcome] = field(default_factory=list)
 
@@ -170,7 +172,7 @@ class Sweep:
 
         clients = max(self.levels())
         # the lengths vary like the points' (+-25%): every prefill and batch shape is compiled here, not in a point
-        point = LoadPoint(self.prompt_tokens, self.output_tokens, max(4 * clients, 32), concurrency=clients)
+        point = self._load(max(4 * clients, 32), concurrency=clients)
         self.events.on_point(f"{configuration.name}: warm-up")
         path = self.store.folder / f"warmup-{configuration.name}.json"
         path.unlink(missing_ok=True)
@@ -186,7 +188,7 @@ class Sweep:
             self.warm_up(configuration, server, client)
         previous_throughput = 0.0
         for clients in self.levels():
-            point = LoadPoint(self.prompt_tokens, self.output_tokens, self.grid.requests(clients), concurrency=clients)
+            point = self._load(self.grid.requests(clients), concurrency=clients)
             outcomes = self._measure_repeats(configuration, point, server, client)
             results += outcomes
             throughput = max(o.throughput_rps for o in outcomes)
@@ -199,11 +201,13 @@ class Sweep:
         for fraction in self.grid.poisson_fractions:
             rate = float(f"{fraction * peak:.3g}")
             requests = max(self.grid.min_requests * 2, int(rate * POISSON_SECONDS))
-            point = LoadPoint(self.prompt_tokens, self.output_tokens, min(requests, 2000), rate_rps=rate,
-                              name=f"p{round(fraction * 100)}")
+            point = self._load(min(requests, 2000), rate_rps=rate, name=f"p{round(fraction * 100)}")
             results += self._measure_repeats(configuration, point, server, client)
         self.outcomes += results
         return results
+
+    def _load(self, requests: int, **how: Any) -> LoadPoint:
+        return LoadPoint(self.prompt_tokens, self.output_tokens, requests, dataset=self.dataset, **how)
 
     def _measure_repeats(self, configuration: Configuration, point: LoadPoint, server: Server,
                          client: Client) -> list[PointOutcome]:
