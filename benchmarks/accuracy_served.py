@@ -43,6 +43,9 @@ def main() -> int:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--loads", default="0.25,0.55,0.8", help="Poisson loads as fractions of the measured saturation.")
     parser.add_argument("--seconds-per-run", type=float, default=25.0, help="Target length of each Poisson run.")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="Independent validation passes (fresh servers, the first pass's rates); with 2 or more, "
+                        "also prints how well one pass's measurement predicts another's: the machine's noise floor.")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--target-layers", type=int, default=6)
     args = parser.parse_args()
@@ -94,58 +97,60 @@ def main() -> int:
     # -- 3. independent served measurements -----------------------------------------------------------------
     loads = [float(x) for x in args.loads.split(",")]
     rows, saturation_rows = [], []
-    results = work / "validation"
-    with BenchClient(log_path=results / "bench.log") as client:
-        for k in [0, *lengths]:
-            spec = [] if k == 0 else ["--speculative-config", json.dumps(
-                {"method": "draft_model", "model": str(pair["draft"]), "num_speculative_tokens": k})]
-            server = ServedEngine(model=str(pair["target"]), arguments=[*serve_flags, *spec],
-                                  log_path=results / f"server-k{k}.log")
-            server.start()
-            try:
-                def run(point: LoadPoint, name: str, seed: int) -> tuple[object, float | None]:
-                    path = results / f"k{k}-{name}.json"
-                    monitor = ForeignCpu(server.process_groups() | client.process_groups())
-                    monitor.start()
-                    client.run(bench_arguments(point, base_url=server.base_url, model=str(pair["target"]),
-                                               result=path, seed=seed, temperature=0.0), 1800)
-                    return read_results(path, "vllm")[0][0], monitor.stop()
+    rates: dict[int, list[float]] = {}  # the first pass's rates, measured again by later passes
+    with BenchClient(log_path=work / "validation" / "bench.log") as client:
+        for attempt in range(args.passes):
+            results = work / ("validation" if attempt == 0 else f"validation-{attempt + 1}")
+            for k in [0, *lengths]:
+                spec = [] if k == 0 else ["--speculative-config", json.dumps(
+                    {"method": "draft_model", "model": str(pair["draft"]), "num_speculative_tokens": k})]
+                server = ServedEngine(model=str(pair["target"]), arguments=[*serve_flags, *spec],
+                                      log_path=results / f"server-k{k}.log")
+                server.start()
+                try:
+                    def run(point: LoadPoint, name: str, seed: int) -> tuple[object, float | None]:
+                        path = results / f"k{k}-{name}.json"
+                        monitor = ForeignCpu(server.process_groups() | client.process_groups())
+                        monitor.start()
+                        client.run(bench_arguments(point, base_url=server.base_url, model=str(pair["target"]),
+                                                   result=path, seed=seed, temperature=0.0), 1800)
+                        return read_results(path, "vllm")[0][0], monitor.stop()
 
-                run(LoadPoint(p, g, 32, concurrency=8), "warmup", 99)
-                peak, previous = 0.0, 0.0
-                clients = 8
-                while clients <= args.max_num_seqs:  # the plateau of closed-loop throughput
-                    measured, _ = run(LoadPoint(p, g, 6 * clients, concurrency=clients), f"peak-c{clients}", 7)
-                    peak = max(peak, measured.achieved_rate_rps)
-                    if measured.achieved_rate_rps < 1.05 * previous:
-                        break
-                    previous = measured.achieved_rate_rps
-                    clients *= 2
-                # acceptance is an input of the model, not a prediction: each run is predicted at the per-token
-                # alpha it measured (vLLM's spec-decode counters), as sdplan validate does
-                own_alpha = measured.alpha if k and measured.alpha is not None else alpha
+                    run(LoadPoint(p, g, 32, concurrency=8), "warmup", 99)
+                    peak, previous = 0.0, 0.0
+                    clients = 8
+                    while clients <= args.max_num_seqs:  # the plateau of closed-loop throughput
+                        measured, _ = run(LoadPoint(p, g, 6 * clients, concurrency=clients), f"peak-c{clients}", 7)
+                        peak = max(peak, measured.achieved_rate_rps)
+                        if measured.achieved_rate_rps < 1.05 * previous:
+                            break
+                        previous = measured.achieved_rate_rps
+                        clients *= 2
+                    # acceptance is an input of the model, not a prediction: each run is predicted at the
+                    # per-token alpha it measured (vLLM's spec-decode counters), as sdplan validate does
+                    own_alpha = measured.alpha if k and measured.alpha is not None else alpha
 
-                def demand(a: float) -> tuple[float, float]:
-                    if k == 0:
-                        return model.baseline_demand(coefficients)
-                    return model.speculative_demand(coefficients, a, k)
+                    def demand(a: float) -> tuple[float, float]:
+                        if k == 0:
+                            return model.baseline_demand(coefficients)
+                        return model.speculative_demand(coefficients, a, k)
 
-                c1, c2 = demand(own_alpha)
-                predicted_saturation = float(model.saturation_rate(c2))
-                saturation_rows.append((k, peak, predicted_saturation))
-                for index, load in enumerate(loads):
-                    rate = float(f"{load * peak:.3g}")
-                    requests = max(60, int(rate * args.seconds_per_run))
-                    measured, foreign = run(LoadPoint(p, g, requests, rate_rps=rate), f"poisson{load:g}", 100 + index)
-                    run_alpha = measured.alpha if k and measured.alpha is not None else alpha
-                    c1, c2 = demand(run_alpha)
-                    latency = float(model.mean_latency(c1, c2, rate))
-                    tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(run_alpha, k))
-                    ttft = float(model.time_to_first_token(coefficients, k, rate * latency, tokens))
-                    tpot = float(model.time_per_output_token(latency, ttft, g))
-                    rows.append((k, load, rate, measured, latency, ttft, tpot, foreign))
-            finally:
-                server.stop()
+                    c1, c2 = demand(own_alpha)
+                    saturation_rows.append((k, peak, float(model.saturation_rate(c2)), attempt))
+                    rates.setdefault(k, [float(f"{load * peak:.3g}") for load in loads])
+                    for index, (load, rate) in enumerate(zip(loads, rates[k])):
+                        requests = max(60, int(rate * args.seconds_per_run))
+                        measured, foreign = run(LoadPoint(p, g, requests, rate_rps=rate), f"poisson{load:g}",
+                                                100 + index)
+                        run_alpha = measured.alpha if k and measured.alpha is not None else alpha
+                        c1, c2 = demand(run_alpha)
+                        latency = float(model.mean_latency(c1, c2, rate))
+                        tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(run_alpha, k))
+                        ttft = float(model.time_to_first_token(coefficients, k, rate * latency, tokens))
+                        tpot = float(model.time_per_output_token(latency, ttft, g))
+                        rows.append((k, load, rate, measured, latency, ttft, tpot, foreign, attempt))
+                finally:
+                    server.stop()
 
     # -- 4. report ------------------------------------------------------------------------------------------
     def pct(predicted: float, measured: float | None) -> float:
@@ -155,25 +160,42 @@ def main() -> int:
     print(f"{'option':>6} {'load':>5} {'rate':>7} {'E2E meas':>9} {'pred':>8} {'err':>7} {'TTFT meas':>9} "
           f"{'pred':>8} {'err':>7} {'TPOT meas':>9} {'pred':>8} {'err':>7} {'foreign':>7}")
     errors: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
-    for k, load, rate, measured, latency, ttft, tpot, foreign in rows:
+    for k, load, rate, measured, latency, ttft, tpot, foreign, attempt in rows:
         e, t, o = (pct(latency, measured.mean_e2e_latency_s), pct(ttft, measured.mean_ttft_s),
                    pct(tpot, measured.mean_tpot_s))
         errors["e2e"].append(abs(e))
         errors["ttft"].append(abs(t))
         errors["tpot"].append(abs(o))
-        print(f"{'off' if k == 0 else f'k={k}':>6} {load:>5.2f} {rate:>7.3g} {measured.mean_e2e_latency_s:>8.3f}s "
+        print(f"{'off' if k == 0 else f'k={k}':>6}{'' if args.passes == 1 else f'/{attempt + 1}'} {load:>5.2f} {rate:>7.3g} {measured.mean_e2e_latency_s:>8.3f}s "
               f"{latency:>7.3f}s {e:>+6.1f}% {measured.mean_ttft_s * 1e3:>7.1f}ms {ttft * 1e3:>6.1f}ms {t:>+6.1f}% "
               f"{measured.mean_tpot_s * 1e3:>7.2f}ms {tpot * 1e3:>6.2f}ms {o:>+6.1f}% "
               f"{'-' if foreign is None else f'{foreign:.2f}':>7}")
     print()
-    for k, peak, predicted in saturation_rows:
-        print(f"saturation {'off' if k == 0 else f'k={k}':>5}: measured {peak:.3g} req/s (closed-loop plateau), "
-              f"predicted {predicted:.3g} req/s ({pct(predicted, peak):+.1f}%)")
+    for k, peak, predicted, attempt in saturation_rows:
+        print(f"saturation {'off' if k == 0 else f'k={k}':>5}{'' if args.passes == 1 else f' pass {attempt + 1}'}: "
+              f"measured {peak:.3g} req/s (closed-loop plateau), predicted {predicted:.3g} req/s "
+              f"({pct(predicted, peak):+.1f}%)")
     total = time.monotonic() - started
     print()
     print(f"MAPE mean E2E {sum(errors['e2e']) / len(rows):.1f}%  TTFT {sum(errors['ttft']) / len(rows):.1f}%  "
           f"TPOT {sum(errors['tpot']) / len(rows):.1f}%  over {len(rows)} Poisson runs; saturation errors "
-          + ", ".join(f"{pct(pr, pk):+.1f}%" for _, pk, pr in saturation_rows))
+          + ", ".join(f"{pct(pr, pk):+.1f}%" for _, pk, pr, _ in saturation_rows))
+    if args.passes > 1:  # the noise floor: one independent measurement as the prediction of another
+        first = {(k, load): m for k, load, _, m, *_, attempt in rows if attempt == 0}
+        floor: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
+        for k, load, _, m, *_, attempt in rows:
+            if attempt == 0:
+                continue
+            f = first[(k, load)]
+            floor["e2e"].append(abs(pct(f.mean_e2e_latency_s, m.mean_e2e_latency_s)))
+            floor["ttft"].append(abs(pct(f.mean_ttft_s, m.mean_ttft_s)))
+            floor["tpot"].append(abs(pct(f.mean_tpot_s, m.mean_tpot_s)))
+        peaks = {(k, attempt): peak for k, peak, _, attempt in saturation_rows}
+        spread = [abs(pct(peaks[(k, 0)], peak)) for (k, attempt), peak in peaks.items() if attempt > 0]
+        print(f"noise floor (pass 1 measured as the prediction of later passes, same rates, fresh servers): "
+              f"MAPE mean E2E {sum(floor['e2e']) / len(floor['e2e']):.1f}%  TTFT "
+              f"{sum(floor['ttft']) / len(floor['ttft']):.1f}%  TPOT {sum(floor['tpot']) / len(floor['tpot']):.1f}%; "
+              f"saturation {', '.join(f'{x:.1f}%' for x in spread)}")
     print(f"wall: calibrate {calibrate_s:.0f} s, whole benchmark {total:.0f} s; results in {work}")
     return 0
 

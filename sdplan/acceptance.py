@@ -257,15 +257,19 @@ class AcceptanceSpec:
     alphas: tuple[float, ...]
     source: str
     position_rates: tuple[float, ...] | None = None
+    #: Fraction of decode steps that carry a draft (:func:`with_coverage`); 1 for draft models.
+    coverage: float = 1.0
 
     def tokens_per_cycle(self, draft_lengths: FloatArray) -> FloatArray:
-        """``E`` per (acceptance row, draft length), shape (a, k)."""
+        """``E`` per (acceptance row, draft length), shape (a, k), with the draft coverage applied."""
         import numpy as np
 
         ks = np.asarray(draft_lengths)
         if self.position_rates is not None:
-            return tokens_from_position_rates(self.position_rates, ks)[None, :]
-        return expected_tokens_per_cycle(np.asarray(self.alphas)[:, None], ks[None, :].astype(np.float64))
+            tokens = tokens_from_position_rates(self.position_rates, ks)[None, :]
+        else:
+            tokens = expected_tokens_per_cycle(np.asarray(self.alphas)[:, None], ks[None, :].astype(np.float64))
+        return with_coverage(tokens, self.coverage)
 
     def document(self) -> dict[str, object]:
         """The acceptance as JSON: what was given, in which metric, and the alphas used."""
@@ -274,11 +278,18 @@ class AcceptanceSpec:
             "values_given": list(self.values),
             "measured_at_k": self.measured_at_k,
             "per_token_alpha": list(self.alphas),
+            "draft_coverage": self.coverage,
             "source": self.source,
         }
 
     def describe(self) -> str:
         """One line saying what was received and what it became."""
+        text = self._describe()
+        if self.coverage < 1.0:
+            text += f"; drafts on {self.coverage:.0%} of decode steps (measured draft coverage)"
+        return text
+
+    def _describe(self) -> str:
         alphas = ", ".join(f"{a:.3f}" for a in self.alphas)
         if self.position_rates is not None:
             rates = ", ".join(f"{r:.3g}" for r in self.position_rates)
@@ -291,6 +302,22 @@ class AcceptanceSpec:
             f"per-token alpha = {alphas}, converted from {self.metric.description} "
             f"{given} at k={self.measured_at_k} ({self.source})"
         )
+
+
+def with_coverage(tokens: FloatArray, coverage: FloatArray | float) -> FloatArray:
+    """Tokens per decode step when only a fraction of the steps carries a draft.
+
+    .. math:: E_{eff} = c E + (1 - c)
+
+    Prompt-lookup proposers (vLLM ``ngram``, ``suffix``) draft only where the
+    context repeats the current suffix; a step without a proposal emits one
+    token, as without SD. vLLM's acceptance counters count drafted steps only
+    (``Scheduler.make_spec_decoding_stats``), so ``c`` is measured apart from
+    the acceptance: :func:`sdplan.results.draft_coverage`.
+    """
+    import numpy as np
+
+    return np.asarray(coverage) * np.asarray(tokens) + (1.0 - np.asarray(coverage))
 
 
 def make_acceptance(

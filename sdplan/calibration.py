@@ -103,6 +103,9 @@ CALIBRATION_SCHEMA = Table(
                 "per_position_rates": Field(
                     "float_list", "conditional acceptance per draft position", required=False, minimum=0.0, maximum=1.0
                 ),
+                "draft_coverage": Field(
+                    "float", "fraction of decode steps that carried a draft (n-gram/suffix propose only where the "
+                    "context repeats; 1 when absent)", required=False, minimum=0.0, maximum=1.0),
                 "source": Field("str", "how the acceptance was obtained (dataset, temperature)"),
             },
             required=False,
@@ -234,6 +237,8 @@ class CalibrationAcceptance:
     measured_at_k: int | None
     per_position_rates: tuple[float, ...] | None
     source: str
+    #: Fraction of decode steps that carried a draft (1: every step drafts, as a draft model does).
+    draft_coverage: float = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,6 +292,7 @@ class Calibration:
             measured_at_k=table.get("measured_at_k"),
             per_position_rates=tuple(float(r) for r in rates) if rates is not None else None,
             source=str(table["source"]),
+            draft_coverage=float(table.get("draft_coverage", 1.0)),
         )
 
     def coefficients_at(self, prompt_tokens: float, output_tokens: float) -> Coefficients:

@@ -111,16 +111,18 @@ def _demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float
     if run.draft_length == 0:
         c1, c2 = model.baseline_demand(coefficients)
     else:
-        c1, c2 = model.speculative_demand(coefficients, run.alpha if run.alpha is not None else 0.0, run.draft_length)
+        c1, c2 = model.demand_from_tokens(coefficients, _run_tokens_per_cycle(run), run.draft_length)
     return float(c1), float(c2)
 
 
 def _run_tokens_per_cycle(run: BenchmarkRun) -> float:
-    from sdplan.acceptance import expected_tokens_per_cycle
+    """Tokens per decode step of a run: ``E(alpha, k)``, with its measured draft coverage applied."""
+    from sdplan.acceptance import expected_tokens_per_cycle, with_coverage
 
     if run.draft_length == 0:
         return 1.0
-    return float(expected_tokens_per_cycle(run.alpha if run.alpha is not None else 0.0, run.draft_length))
+    tokens = expected_tokens_per_cycle(run.alpha if run.alpha is not None else 0.0, run.draft_length)
+    return float(with_coverage(tokens, run.draft_coverage if run.draft_coverage is not None else 1.0))
 
 
 def _ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float, float]:

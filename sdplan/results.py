@@ -83,6 +83,8 @@ class BenchmarkRun:
         Per-token acceptance (converted from what the file gives); None if unknown.
     mean_acceptance_length : float or None
         vLLM's mean acceptance length (tokens per cycle, bonus included), if recorded.
+    draft_coverage : float or None
+        Fraction of decode steps that carried a draft (:func:`draft_coverage`), if recorded.
     open_loop_unbounded : bool
         True for a max-load run (vLLM ``request_rate = inf`` without a concurrency
         cap, GuideLLM ``throughput``): not at steady state.
@@ -104,6 +106,7 @@ class BenchmarkRun:
     others_at_first_token: float | None = None
     percentiles_s: tuple[tuple[str, float], ...] = ()
     mean_acceptance_length: float | None = None
+    draft_coverage: float | None = None
     completed: int | None = None
     failed: int | None = None
     open_loop_unbounded: bool = False
@@ -380,6 +383,29 @@ def _acceptance_from_vllm(document: dict[str, Any], path: str) -> tuple[int, flo
     return k, float(alpha_from_mean_length(tau, k)), tau, []
 
 
+def draft_coverage(document: dict[str, Any], completed: int) -> float | None:
+    """The fraction of decode steps that carried a draft, from a vLLM result's counters.
+
+    vLLM counts a draft only when a step verified draft tokens; each such step
+    emits its accepted tokens plus one. The other decode steps emitted one token
+    each, so with ``T`` output tokens over ``n`` requests (one from each prefill),
+    ``d`` drafts and ``a`` accepted tokens there were ``max(0, T - n - d - a)``
+    steps without a draft. Draft models draft on every step (1, up to the last
+    step's overshoot); prompt lookup (``ngram``, ``suffix``) only where the
+    context repeats.
+    """
+    values = [document.get(key) for key in ("total_output_tokens", "spec_decode_num_drafts",
+                                             "spec_decode_accepted_tokens")]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+               for v in values) or completed < 1:
+        return None
+    total, drafts, accepted = (float(v) for v in values)  # type: ignore[arg-type]
+    if drafts <= 0:
+        return 0.0 if total > completed else None
+    undrafted = max(0.0, total - completed - drafts - accepted)
+    return drafts / (drafts + undrafted)
+
+
 def _list(document: dict[str, Any], key: str, count: int) -> list[float] | None:
     values = document.get(key)
     if not isinstance(values, list) or len(values) != count or not values:
@@ -482,6 +508,7 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         requested_rate_rps=None if unbounded_rate else requested, achieved_rate_rps=float(achieved),
         concurrency=concurrency if closed else None, others_in_flight=others, others_at_first_token=others_ttft,
         draft_length=k, alpha=alpha, mean_acceptance_length=tau, prompt_tokens=prompt, output_tokens=output,
+        draft_coverage=draft_coverage(document, completed) if k else None,
         mean_e2e_latency_s=latency, mean_ttft_s=ttft_s, mean_tpot_s=tpot_s, percentiles_s=tuple(percentiles),
         completed=completed, failed=failed, open_loop_unbounded=unbounded_rate and not closed,
         records_draft_length=records_k, records_acceptance=alpha is not None, notes=tuple(notes + more),

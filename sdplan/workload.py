@@ -74,9 +74,12 @@ def resolve_acceptance(
         raise InvalidValueError("--acceptance-k needs --acceptance-length or --draft-acceptance-rate")
     measured = calibration.acceptance
     if measured is not None:
-        return make_acceptance(
+        from dataclasses import replace
+
+        spec = make_acceptance(
             AcceptanceMetric.PER_TOKEN, (measured.per_token_alpha,), None, f"from the calibration: {measured.source}"
         )
+        return replace(spec, coverage=measured.draft_coverage)
     return make_acceptance(
         AcceptanceMetric.PER_TOKEN, (DEFAULT_ALPHA,), None, "default assumption; set --acceptance for your workload"
     )

