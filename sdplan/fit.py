@@ -50,6 +50,13 @@ HUBER_K = 1.345
 WEAK_RELATIVE_STDERR = 0.5
 #: Largest TTFT weight (in steps) a fit may return; the defaults are 0.5 and 1.5.
 MAX_TTFT_WEIGHT = 50.0
+#: Bounds of the closed-loop load factor f (see :func:`fit_pooled`). A closed loop never loads the server more
+#: per other request than an open loop: its measured others already exclude the clients' gaps between requests,
+#: while in an open loop requests meet more others than lambda*L (the sojourn-weighted count exceeds it by 6-15%
+#: under batching, tested against the step simulator), so f <= 1. An f above 1 is noise fitted, e.g. a slow
+#: instance at low N, and it inflates the open-loop saturation 1/C2 by as much (measured on a served calibration:
+#: benchmarks/RESULTS-accuracy-served-2026-11.md).
+CLOSED_LOOP_FACTOR_BOUNDS = (0.5, 1.0)
 #: Acceptance values closer than this (per-token alpha) are one configuration.
 ALPHA_GROUP_TOLERANCE = 0.03
 
@@ -375,8 +382,8 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     """Pooled fit: the eight coefficients and the closed-loop factor from E2E, then TTFT's own terms.
 
     Stage 1 (mean E2E): ``theta`` (eight coefficients, s) and the closed-loop
-    load factor ``f`` (fitted only when open- and closed-loop runs are both
-    present, else 1). Linear in ``theta`` given ``f`` and in ``f`` given
+    load factor ``f`` in [0.5, 1] (fitted only when open- and closed-loop runs
+    are both present, else 1; :data:`CLOSED_LOOP_FACTOR_BOUNDS`). Linear in ``theta`` given ``f`` and in ``f`` given
     ``theta``: alternating solves give a start, a bounded joint least squares
     with the analytic Jacobian finishes, Huber weights are updated until they
     settle. Stage 2 (mean TTFT, ``theta`` fixed): the offset and the two
@@ -434,10 +441,11 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
                     * np.sqrt(weights)
                 if np.any(closed_part > 0):
                     x[8] = float(np.clip(np.dot(closed_part, np.sqrt(weights) - rest) / np.dot(closed_part,
-                                                                                                closed_part), 0.5, 2.0))
+                                                                                                closed_part),
+                                         *CLOSED_LOOP_FACTOR_BOUNDS))
         if fit_factor:  # ... then both jointly (the problem is bilinear)
-            lower = np.concatenate([np.zeros(8), [0.5]])
-            upper = np.concatenate([np.full(8, np.inf), [2.0]])
+            lower = np.concatenate([np.zeros(8), [CLOSED_LOOP_FACTOR_BOUNDS[0]]])
+            upper = np.concatenate([np.full(8, np.inf), [CLOSED_LOOP_FACTOR_BOUNDS[1]]])
             start = np.clip(x, lower + 1e-15, upper - 1e-15)
             scale = np.where(np.abs(start) > 0, np.abs(start), 1e-6)
             x = least_squares(residual_vector, start, jac=jacobian_of, bounds=(lower, upper), x_scale=scale,

@@ -250,15 +250,20 @@ def test_serving_and_client_options_reach_vllm(sdplan, tmp_path, fake_served) ->
     """--serve-arg, --max-num-batched-tokens and --server-timeout go to vllm serve; --temperature to the client."""
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--serve-arg=--enforce-eager",
                         "--max-num-batched-tokens", "512", "--server-timeout", "30", "--temperature", "0.5",
-                        "--accept-poor-fit")
+                        "--poisson-seconds", "40", "--accept-poor-fit", "--", "--tokenizer", str(tmp_path / "target"))
     assert result.exit_code == 0, result.output
     server = FakeServer.registry[0]
-    assert server.arguments[:3] == ["--enforce-eager", "--max-num-batched-tokens", "512"]
-    assert server.startup_timeout_s == 30.0
+    assert server.arguments[:3] == ["--enforce-eager", "--tokenizer", str(tmp_path / "target")]
+    assert "--max-num-batched-tokens" in server.arguments and server.startup_timeout_s == 30.0
     arguments = FakeClient.last_arguments
     assert arguments[arguments.index("--temperature") + 1] == "0.5"
+    # the client counts prompt tokens with the tokenizer the server serves with
+    assert arguments[arguments.index("--tokenizer") + 1] == str(tmp_path / "target")
+    # Poisson points last about --poisson-seconds: requests = rate x 40 s
+    poisson = read_results(tmp_path / "cal.runs" / "k2_p75_r0.json")[0][0]
+    assert poisson.completed == int(poisson.requested_rate_rps * 40) or poisson.completed == 2000
     commands = load_calibration(tmp_path / "cal.toml").document["measurement"]["server_commands"]
-    assert all("--enforce-eager --max-num-batched-tokens 512" in command for command in commands)
+    assert all("--max-num-batched-tokens 512" in command for command in commands)
 
 
 def test_endpoint_label_names_the_configuration(sdplan, tmp_path, fake_served, monkeypatch) -> None:

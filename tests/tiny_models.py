@@ -151,3 +151,94 @@ def successor_prompt_file(path: Path, count: int, prompt_tokens: int, output_tok
         lines.append(json.dumps({"prompt": " ".join(word(t) for t in tokens)}))
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+# ----------------------------------------------------------------------------- EAGLE and MTP with known acceptance
+# vLLM 0.32 replaces an explicit method by "eagle"/"eagle3" when the draft's (for mtp: the target's) path contains
+# "eagle-", "eagle3", "dflash" or "dspark" (vllm/config/speculative.py): keep those words out of these folders' paths.
+
+
+def eagle_head(target: Path, folder: Path, skip_every: int | None = None) -> Path:
+    """An EAGLE-1 head for a successor target, for ``{"method": "eagle", "model": folder}``.
+
+    vLLM's ``EagleLlamaForCausalLM`` takes a 1-layer Llama config and the weights ``fc`` (2H -> H, over
+    the token embedding and the target's hidden state) and ``layers.0.*`` without ``input_layernorm``;
+    it shares the target's embedding and ``lm_head`` (a saved ``lm_head`` is refused). With the
+    attention and MLP outputs zeroed the head passes ``fc``'s output through, so ``fc = [P | 0]``
+    makes it propose ``P(t) + 1``: ``P`` the identity (acceptance 1) or, with ``skip_every = X``,
+    ``t + 1`` after every ``t % X == X - 1`` (the draft ``mX`` of :func:`successor_models`).
+    """
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, LlamaConfig
+
+    config = AutoConfig.from_pretrained(target)
+    hidden, inner = config.hidden_size, config.intermediate_size
+    kv = config.num_key_value_heads * (hidden // config.num_attention_heads)
+    folder.mkdir(parents=True, exist_ok=True)
+    LlamaConfig(vocab_size=config.vocab_size, hidden_size=hidden, intermediate_size=inner, num_hidden_layers=1,
+                num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
+                max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
+                tie_word_embeddings=False, architectures=["LlamaForCausalLM"], torch_dtype="float32").save_pretrained(folder)
+    generator = torch.Generator().manual_seed(0)
+
+    def small(*shape: int) -> "torch.Tensor":
+        return torch.randn(*shape, generator=generator) * 0.02
+
+    shift = torch.zeros(hidden, hidden)
+    for token in range(hidden):
+        step = 1 if skip_every and token % skip_every == skip_every - 1 else 0
+        shift[(token + step) % hidden, token] = 1.0
+    weights = {
+        "layers.0.self_attn.q_proj.weight": small(hidden, hidden), "layers.0.self_attn.k_proj.weight": small(kv, hidden),
+        "layers.0.self_attn.v_proj.weight": small(kv, hidden), "layers.0.self_attn.o_proj.weight": torch.zeros(hidden, hidden),
+        "layers.0.mlp.gate_proj.weight": small(inner, hidden), "layers.0.mlp.up_proj.weight": small(inner, hidden),
+        "layers.0.mlp.down_proj.weight": torch.zeros(hidden, inner),
+        "layers.0.post_attention_layernorm.weight": torch.ones(hidden),
+        "fc.weight": torch.cat([shift, torch.zeros(hidden, hidden)], dim=1),
+    }
+    save_file({name: tensor.contiguous() for name, tensor in weights.items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+def mtp_successor(folder: Path, hidden: int = HIDDEN, layers: int = 2) -> Path:
+    """A successor target with one MTP layer (MiMo architecture, Qwen2-style), for ``{"method": "mtp"}``.
+
+    The main model emits ``t + 1`` like :func:`_successor`; the MTP layer (``model.mtp_layers.0.*``,
+    vLLM's ``mimo_mtp.py``) keeps the input token's embedding (``input_proj = [0 | I]``, block outputs
+    zeroed) and shares ``lm_head``, so it proposes the target's next token: acceptance 1 at any k.
+    Serve it with ``--tokenizer`` pointing at a Llama folder with the same word tokenizer: transformers
+    loads a Qwen2 tokenizer for this model type, which reads the word prompts as empty.
+    """
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=hidden, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
+                         tie_word_embeddings=False, architectures=["MiMoForCausalLM"], torch_dtype="float32",
+                         num_nextn_predict_layers=1)
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.eye(hidden))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        head = torch.zeros(hidden, hidden)
+        for token in range(hidden):
+            head[(token + 1) % hidden, token] = 1.0
+        model.lm_head.weight.copy_(head)
+    state = {name: tensor.detach().clone().contiguous() for name, tensor in model.state_dict().items()}
+    prefix = "model.mtp_layers.0."
+    for name, tensor in model.model.layers[0].state_dict().items():  # a decoder block reused as the MTP block
+        state[prefix + name] = tensor.detach().clone().contiguous()
+    state[prefix + "self_attn.o_proj.weight"].zero_()
+    state[prefix + "mlp.down_proj.weight"].zero_()
+    state[prefix + "input_proj.weight"] = torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)
+    for norm in ("token_layernorm", "hidden_layernorm", "final_layernorm"):
+        state[prefix + norm + ".weight"] = torch.ones(hidden)
+    folder.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(folder)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    word_tokenizer(folder, hidden)
+    return folder

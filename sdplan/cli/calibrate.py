@@ -89,6 +89,9 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--grid", type=click.Choice(GRID_NAMES), default="quick", show_default=True,
               help="served: quick = N 1..32, 1 repeat, 2 Poisson points; standard = N 1..64, 2 repeats, 3 Poisson "
               "points; thorough = N 1..128, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
+@click.option("--poisson-seconds", type=click.FloatRange(min=1, max=3600), default=15.0, show_default=True,
+              metavar="SECONDS", help="served: target length of each Poisson point (at least 2x the grid's "
+              "smallest point in requests); longer averages out more of a noisy machine.")
 @click.option("--serve-arg", "serve_args", multiple=True, metavar="ARG",
               help="A vllm serve flag passed through unchanged, repeatable (e.g. --serve-arg=--enforce-eager); "
               "or put the flags after --.")
@@ -127,7 +130,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 def calibrate(target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
               name: str | None,
               measure_method: str, spec_method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int,
-              output_tokens: int, dataset: str | None, grid: str, serve_args: tuple[str, ...], max_num_seqs: int | None,
+              output_tokens: int, dataset: str | None, grid: str, poisson_seconds: float,
+              serve_args: tuple[str, ...], max_num_seqs: int | None,
               max_num_batched_tokens: int | None, dtype: str | None, tensor_parallel_size: int | None,
               max_model_len: int | None, load_format: str | None, temperature: float, results_dir: str | None,
               server_timeout: float, accept_poor_fit: bool, enforce_eager: bool | None,
@@ -201,14 +205,16 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     _calibrate_served(target=target, draft=draft, endpoint=endpoint, label=label, output=output, name=name,
                       method=spec_method,
                       draft_lengths=draft_lengths, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                      dataset=dataset, grid=grid, serve_args=tuple(passthrough), temperature=temperature, results_dir=results_dir,
+                      dataset=dataset, grid=grid, poisson_seconds=poisson_seconds, serve_args=tuple(passthrough),
+                      temperature=temperature, results_dir=results_dir,
                       server_timeout=server_timeout, accept_poor_fit=accept_poor_fit, resume=resume, seed=seed)
 
 
 def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
                       name: str | None,
                       method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int, output_tokens: int,
-                      dataset: str | None, grid: str, serve_args: tuple[str, ...], temperature: float, results_dir: str | None,
+                      dataset: str | None, grid: str, poisson_seconds: float, serve_args: tuple[str, ...],
+                      temperature: float, results_dir: str | None,
                       server_timeout: float, accept_poor_fit: bool, resume: bool, seed: int) -> None:
     from sdplan import __version__
     from sdplan.calibration import parse_calibration
@@ -233,7 +239,7 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, grid_name=grid, serve_arguments=serve_args,
         results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
         seed=seed, resume=resume, server_timeout_s=server_timeout, label=label,
-        dataset=Path(dataset) if dataset is not None else None)
+        dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds)
     check_options(options)
     configurations = 1 if endpoint else 1 + len(draft_lengths)
     levels = [n for n in chosen.concurrency if n <= options.max_clients()] or [1]

@@ -60,6 +60,8 @@ class ServedOptions:
     #: A JSON Lines prompt file (vLLM's custom dataset) instead of random prompts; ``output_tokens`` 0
     #: then takes every line's own ``output_tokens``.
     dataset: Path | None = None
+    #: Target length of each Poisson point.
+    poisson_seconds: float = 15.0
     python: str = sys.executable
 
     @property
@@ -88,7 +90,8 @@ class ServedOptions:
                 "draft_lengths": list(self.draft_lengths), "prompt_tokens": self.prompt_tokens,
                 "output_tokens": self.output_tokens, "grid": self.grid_name,
                 "serve_arguments": list(self.serve_arguments), "temperature": self.temperature, "seed": self.seed,
-                **({"dataset": str(self.dataset)} if self.dataset is not None else {})}
+                **({"dataset": str(self.dataset)} if self.dataset is not None else {}),
+                **({"poisson_seconds": self.poisson_seconds} if self.poisson_seconds != 15.0 else {})}
 
     def workload_text(self) -> str:
         """The requests, as the provenance states them."""
@@ -256,7 +259,8 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     sweep = Sweep(grid=options.grid, store=store, done=done, prompt_tokens=options.prompt_tokens,
                   output_tokens=options.output_tokens, max_clients=options.max_clients(), seed=options.seed,
                   temperature=options.temperature, model=model, events=events,
-                  dataset=str(options.dataset) if options.dataset is not None else None)
+                  dataset=str(options.dataset) if options.dataset is not None else None,
+                  poisson_seconds=options.poisson_seconds, bench_extra=_client_arguments(options))
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
             if options.endpoint is not None:
@@ -296,6 +300,12 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     measurement.wall_s = earlier_s + wall
     measurement.invocations = earlier_count + 1
     return measurement
+
+
+def _client_arguments(options: ServedOptions) -> tuple[str, ...]:
+    """Client flags that follow the server's: the tokenizer it serves with (prompt lengths are counted in it)."""
+    tokenizer = options.serve_value("--tokenizer")
+    return ("--tokenizer", tokenizer) if tokenizer else ()
 
 
 def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:

@@ -34,7 +34,7 @@ from sdplan.measure.store import PointRecord, ResultStore
 
 #: Repeats of one point that differ by more than this (relative mean latency) disagree.
 REPEAT_DISAGREEMENT = 0.10
-#: Target length of a Poisson point (requests = rate x this).
+#: Default target length of a Poisson point (requests = rate x this; ``--poisson-seconds``).
 POISSON_SECONDS = 15.0
 #: Doubling the clients must raise throughput by at least this much to go on.
 MIN_THROUGHPUT_GAIN = 1.05
@@ -155,6 +155,7 @@ class Sweep:
     bench_extra: tuple[str, ...] = ()
     #: A JSON Lines prompt file (vLLM's custom dataset) instead of random prompts.
     dataset: str | None = None
+    poisson_seconds: float = POISSON_SECONDS
     events: SweepEvents = field(default_factory=SweepEvents)
     outcomes: list[PointOutcome] = field(default_factory=list)
 
@@ -200,7 +201,7 @@ class Sweep:
         peak = max(o.throughput_rps for o in results)
         for fraction in self.grid.poisson_fractions:
             rate = float(f"{fraction * peak:.3g}")
-            requests = max(self.grid.min_requests * 2, int(rate * POISSON_SECONDS))
+            requests = max(self.grid.min_requests * 2, int(rate * self.poisson_seconds))
             point = self._load(min(requests, 2000), rate_rps=rate, name=f"p{round(fraction * 100)}")
             results += self._measure_repeats(configuration, point, server, client)
         self.outcomes += results
