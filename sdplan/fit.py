@@ -367,14 +367,27 @@ def _sandwich_covariance(jacobian: Any, residual: Any, parameters: int) -> Any:
     return n / max(n - parameters, 1) * (bread @ meat @ bread)
 
 
-def _nonnegative_solve(design: Any, target: Any) -> Any:
+def _nonnegative_solve(design: Any, target: Any, upper: Any = None) -> Any:
     import numpy as np
     from scipy.optimize import lsq_linear
 
     scale = np.abs(design).max(axis=0)
     scale[scale == 0] = 1.0
-    solution = lsq_linear(design / scale, target, bounds=(0.0, np.inf), method="bvls")
+    high = np.inf if upper is None else upper * scale
+    solution = lsq_linear(design / scale, target, bounds=(0.0, high), method="bvls")
     return solution.x / scale
+
+
+def prefill_bound(runs: list[BenchmarkRun], reference: tuple[int, int]) -> float:
+    """Upper bound on ``c1p`` (s, at the reference prompt): no prefill outlasts its request's first token.
+
+    ``c1p <= min_r TTFT_r p_ref / p_r`` over the runs that measured TTFT (``inf`` if none). When every
+    run has one workload shape the E2E rows hardly tell the prefill from the decode steps, and a noisy
+    sweep could otherwise put the whole zero-load latency on ``c1p`` and none on the steps.
+    """
+    bounds = [r.mean_ttft_s * reference[0] / r.prompt_tokens for r in runs
+              if r.mean_ttft_s is not None and r.mean_ttft_s > 0 and r.prompt_tokens > 0]
+    return min(bounds) if bounds else math.inf
 
 
 def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = None,
@@ -431,10 +444,12 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         column = np.where(rows.closed, rows.load * (rows.c2 @ x[:8]), 0.0) / latency * np.sqrt(weights)
         return np.column_stack([design_at(x[8]), column])
 
+    theta_upper = np.full(8, np.inf)
+    theta_upper[PARAMETERS.index("c1p_s")] = prefill_bound(runs, reference)
     x = np.concatenate([np.zeros(8), [1.0]])
     for iteration in range(6 if robust else 1):
         for _ in range(3):  # alternating linear stages give a start ...
-            x[:8] = _nonnegative_solve(design_at(x[8]), np.sqrt(weights))
+            x[:8] = _nonnegative_solve(design_at(x[8]), np.sqrt(weights), theta_upper)
             if fit_factor:
                 closed_part = np.where(rows.closed, rows.load * (rows.c2 @ x[:8]), 0.0) / latency * np.sqrt(weights)
                 rest = (rows.c1 + np.where(rows.closed, 0.0, rows.load)[:, None] * rows.c2) @ x[:8] / latency \
@@ -445,7 +460,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
                                          *CLOSED_LOOP_FACTOR_BOUNDS))
         if fit_factor:  # ... then both jointly (the problem is bilinear)
             lower = np.concatenate([np.zeros(8), [CLOSED_LOOP_FACTOR_BOUNDS[0]]])
-            upper = np.concatenate([np.full(8, np.inf), [CLOSED_LOOP_FACTOR_BOUNDS[1]]])
+            upper = np.concatenate([theta_upper, [CLOSED_LOOP_FACTOR_BOUNDS[1]]])
             start = np.clip(x, lower + 1e-15, upper - 1e-15)
             scale = np.where(np.abs(start) > 0, np.abs(start), 1e-6)
             x = least_squares(residual_vector, start, jac=jacobian_of, bounds=(lower, upper), x_scale=scale,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sdplan.fit import fit_pooled, holdout_split, validate
-from sdplan.results import load_runs
+from sdplan.results import load_runs, read_results
 
 DATA = Path(__file__).parent / "data" / "served-cpu"
 
@@ -77,3 +77,21 @@ def test_fit_cli_on_a_real_results_folder(sdplan, tmp_path) -> None:
     assert plan.exit_code == 0, plan.output
     rows = json.loads(plan.stdout)["results"][0]["rates"]
     assert all("mean_e2e_latency_ci95_s" in point for row in rows for point in row["speculative"])
+
+
+def test_prefill_never_outlasts_the_first_token_on_real_eagle_runs(sdplan, tmp_path) -> None:
+    """Real served EAGLE runs (tests/data/served-eagle-cpu) of one short workload shape: the prefill cost is
+    bounded by the measured TTFT, so the decode steps keep their cost and the calibration is usable."""
+    from sdplan.fit import fit_pooled, prefill_bound
+
+    folder = Path(__file__).parent / "data" / "served-eagle-cpu"
+    runs = [run for path in sorted(folder.glob("*.json")) for run in read_results(path)[0]]
+    assert {r.draft_length for r in runs} == {0, 2} and all(r.alpha == 1.0 for r in runs if r.draft_length)
+    fit = fit_pooled(runs, reference=(48, 24))
+    bound = prefill_bound(runs, (48, 24))
+    assert bound < min(r.mean_e2e_latency_s for r in runs) / 4  # TTFT is a small part of these requests
+    assert fit.values["c1p_s"] <= bound * (1 + 1e-9)
+    assert fit.values["baseline_c1_step_s"] > 1e-3  # ~2 ms per decode step on this CPU
+    assert fit.mape_pct < 10
+    result = sdplan("fit", str(folder), "-o", str(tmp_path / "eagle.toml"))
+    assert result.exit_code == 0, result.output

@@ -131,10 +131,10 @@ def test_ngram_served_calibration_measures_acceptance_on_a_dataset(pair, tmp_pat
 
 
 def _calibrate_method(tmp_path: Path, target: Path, method: str, k: int, *extra: str) -> "object":
-    """A short served calibration (N = 1, 2; 4-s Poisson points) with one SD method; returns the calibration."""
+    """A short served calibration (N = 1, 2, 4; 4-s Poisson points) with one SD method; returns the calibration."""
     out = tmp_path / f"{method}.toml"
     command = [sys.executable, "-m", "sdplan", "calibrate", "--target", str(target), "--spec-method", method,
-               "--draft-lengths", str(k), "--prompt-tokens", "32", "--output-tokens", "24", "--poisson-seconds", "4",
+               "--draft-lengths", str(k), "--prompt-tokens", "48", "--output-tokens", "24", "--poisson-seconds", "4",
                "-o", str(out), *extra]
     result = subprocess.run(command, capture_output=True, text=True, env=_environment(tmp_path), timeout=900)
     assert result.returncode in (0, 7), result.stderr[-3000:]  # 7: written, but a poor fit (said why)
@@ -155,7 +155,7 @@ def test_served_calibration_with_an_eagle_head(pair, tmp_path_factory) -> None:
     tmp_path = tmp_path_factory.mktemp("head-method")
     head = eagle_head(pair["target"], tmp_path / "head-e1")
     cal = _calibrate_method(tmp_path, pair["target"], "eagle", 2, "--draft", str(head), "--",
-                            "--dtype", "float32", "--max-num-seqs", "2", "--max-model-len", "256")
+                            "--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "256")
     assert cal.provenance["draft_model"] == str(head)
     assert cal.acceptance.per_token_alpha > 0.95, cal.document["acceptance"]  # a random head: 0
 
@@ -166,7 +166,7 @@ def test_served_calibration_with_mtp_layers(pair, tmp_path_factory) -> None:
 
     tmp_path = tmp_path_factory.mktemp("layer-method")
     target = mtp_successor(tmp_path / "mimo-successor", hidden=128)
-    cal = _calibrate_method(tmp_path, target, "mtp", 1, "--", "--dtype", "float32", "--max-num-seqs", "2",
+    cal = _calibrate_method(tmp_path, target, "mtp", 1, "--", "--dtype", "float32", "--max-num-seqs", "4",
                             "--max-model-len", "256", "--tokenizer", str(pair["target"]))
     assert cal.provenance["draft_model"] == "mtp"
     assert cal.acceptance.per_token_alpha > 0.95, cal.document["acceptance"]
