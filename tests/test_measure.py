@@ -354,3 +354,19 @@ def test_dataset_without_pandas_exits_5(sdplan, tmp_path, fake_served, monkeypat
                     "--dataset", str(dataset), "--draft-lengths", "0")
     assert result.exit_code == ExitStatus.MISSING_DEPENDENCY and "pip install pandas" in result.stderr
     assert FakeServer.registry == []
+
+
+def test_a_path_vllm_would_read_as_another_method_is_refused(sdplan, tmp_path, fake_served) -> None:
+    folder = tmp_path / "my-eagle-draft"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), "--draft", str(folder), "-o",
+                    str(tmp_path / "cal.toml"), "--draft-lengths", "2")
+    assert result.exit_code == ExitStatus.USAGE and "'eagle-'" in result.stderr and "rename" in result.stderr
+    assert FakeServer.registry == []
+    # the same head under --spec-method eagle is what vLLM expects
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), "--draft", str(folder), "-o",
+                    str(tmp_path / "cal.toml"), "--draft-lengths", "2", "--spec-method", "eagle", "--max-num-seqs", "4",
+                    "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    assert '"method":"eagle"' in FakeServer.registry[-1].arguments[-1]

@@ -143,6 +143,14 @@ def check_options(options: ServedOptions) -> None:
                                 "measure no SD only)")
     if options.draft is not None:
         check_model_folder(options.draft)
+    # vLLM (config/speculative.py, 0.32) turns draft_model/mtp into another method when the draft's path -- the
+    # target's for mtp -- contains one of these words: the server would measure a method the TOML does not name
+    drafted = options.draft if options.method == "draft_model" else options.target if options.method == "mtp" else None
+    hijack = next((word for word in ("eagle-", "eagle3", "dflash", "dspark")
+                   if drafted is not None and options.draft_lengths and word in drafted.lower()), None)
+    if hijack is not None:
+        raise InvalidValueError(f"{drafted}: vLLM reads a model path containing '{hijack}' as that SD method, "
+                                f"whatever --spec-method {options.method} says; rename or link the folder")
     if any(k < 1 or k > 64 for k in options.draft_lengths):
         raise InvalidValueError("--draft-lengths must lie in 1..64")
     for arg in options.serve_arguments:
