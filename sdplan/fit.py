@@ -50,6 +50,8 @@ HUBER_K = 1.345
 WEAK_RELATIVE_STDERR = 0.5
 #: Largest TTFT weight (in steps) a fit may return; the defaults are 0.5 and 1.5.
 MAX_TTFT_WEIGHT = 50.0
+#: Weight of the faint ridge that settles the fit's unidentified directions (relative to one run's residual).
+RIDGE = 1e-6
 #: Bounds of the closed-loop load factor f (see :func:`fit_pooled`). A closed loop never loads the server more
 #: per other request than an open loop: its measured others already exclude the clients' gaps between requests,
 #: while in an open loop requests meet more others than lambda*L (the sojourn-weighted count exceeds it by 6-15%
@@ -374,7 +376,13 @@ def _nonnegative_solve(design: Any, target: Any, upper: Any = None) -> Any:
     scale = np.abs(design).max(axis=0)
     scale[scale == 0] = 1.0
     high = np.inf if upper is None else upper * scale
-    solution = lsq_linear(design / scale, target, bounds=(0.0, high), method="bvls")
+    # A faint ridge (in scaled units) settles the directions the runs leave free -- one draft length cannot
+    # tell the verify step from the k draft steps -- between them (the minimum-norm split), rather than at a
+    # vertex of the bounds that gives one all the cost and the other none; identified directions move by
+    # about RIDGE relative.
+    count = design.shape[1]
+    solution = lsq_linear(np.vstack([design / scale, np.sqrt(RIDGE * len(target)) * np.eye(count)]),
+                          np.concatenate([target, np.zeros(count)]), bounds=(0.0, high), method="bvls")
     return solution.x / scale
 
 
