@@ -51,7 +51,7 @@ WEAK_RELATIVE_STDERR = 0.5
 #: Largest TTFT weight (in steps) a fit may return; the defaults are 0.5 and 1.5.
 MAX_TTFT_WEIGHT = 50.0
 #: Weight of the faint ridge that settles the fit's unidentified directions (relative to one run's residual).
-RIDGE = 1e-6
+RIDGE = 1e-9
 #: Bounds of the closed-loop load factor f (see :func:`fit_pooled`). A closed loop never loads the server more
 #: per other request than an open loop: its measured others already exclude the clients' gaps between requests,
 #: while in an open loop requests meet more others than lambda*L (the sojourn-weighted count exceeds it by 6-15%

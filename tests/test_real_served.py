@@ -95,3 +95,13 @@ def test_prefill_never_outlasts_the_first_token_on_real_eagle_runs(sdplan, tmp_p
     assert fit.mape_pct < 10
     result = sdplan("fit", str(folder), "-o", str(tmp_path / "eagle.toml"))
     assert result.exit_code == 0, result.output
+
+
+def test_one_draft_length_splits_verify_and_draft_cost_without_zeroing_either(runs) -> None:
+    """With one draft length the runs cannot tell the verify step from the k draft steps: the fit settles
+    that direction between them (a zero verify cost would be refused as implausible hardware)."""
+    one_k = [r for r in runs if r.draft_length in (0, 2)]
+    fit = fit_pooled(one_k, reference=(128, 64))
+    assert fit.values["c1v_s"] > 1e-4 and fit.values["c1d_s"] > 1e-5
+    assert not fit.identified["c1v_s"] and not fit.identified["c1d_s"]
+    assert fit.values["c1v_s"] == pytest.approx(2 * fit.values["c1d_s"], rel=1e-3)  # the minimum-norm split at k=2
