@@ -369,12 +369,20 @@ def _sandwich_covariance(jacobian: Any, residual: Any, parameters: int) -> Any:
     return n / max(n - parameters, 1) * (bread @ meat @ bread)
 
 
+def _column_scale(design: Any) -> Any:
+    """Each column's largest magnitude (1 for an empty column): the solvers' units."""
+    import numpy as np
+
+    scale = np.abs(design).max(axis=0)
+    scale[scale == 0] = 1.0
+    return scale
+
+
 def _nonnegative_solve(design: Any, target: Any, upper: Any = None) -> Any:
     import numpy as np
     from scipy.optimize import lsq_linear
 
-    scale = np.abs(design).max(axis=0)
-    scale[scale == 0] = 1.0
+    scale = _column_scale(design)
     high = np.inf if upper is None else upper * scale
     # A faint ridge (in scaled units) settles the directions the runs leave free -- one draft length cannot
     # tell the verify step from the k draft steps -- between them (the minimum-norm split), rather than at a
@@ -471,7 +479,16 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
             upper = np.concatenate([theta_upper, [CLOSED_LOOP_FACTOR_BOUNDS[1]]])
             start = np.clip(x, lower + 1e-15, upper - 1e-15)
             scale = np.where(np.abs(start) > 0, np.abs(start), 1e-6)
-            x = least_squares(residual_vector, start, jac=jacobian_of, bounds=(lower, upper), x_scale=scale,
+            # the same faint ridge as the linear stage, or this stage drifts along the free directions
+            ridge = np.sqrt(RIDGE * len(runs)) * _column_scale(design_at(start[8]))
+
+            def ridged_residual(x: Any) -> Any:
+                return np.concatenate([residual_vector(x), ridge * x[:8]])
+
+            def ridged_jacobian(x: Any) -> Any:
+                return np.vstack([jacobian_of(x), np.column_stack([np.diag(ridge), np.zeros(8)])])
+
+            x = least_squares(ridged_residual, start, jac=ridged_jacobian, bounds=(lower, upper), x_scale=scale,
                               method="trf", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200).x
         relative = (rows.e2e(x[8]) @ x[:8] - latency) / latency
         if not robust:

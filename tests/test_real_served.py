@@ -105,3 +105,22 @@ def test_one_draft_length_splits_verify_and_draft_cost_without_zeroing_either(ru
     assert fit.values["c1v_s"] > 1e-4 and fit.values["c1d_s"] > 1e-5
     assert not fit.identified["c1v_s"] and not fit.identified["c1d_s"]
     assert fit.values["c1v_s"] == pytest.approx(2 * fit.values["c1d_s"], rel=1e-3)  # the minimum-norm split at k=2
+
+
+
+@pytest.mark.parametrize("name", ["served-eagle-cpu", "served-eagle-cpu-2"])
+def test_real_eagle_sweeps_give_a_usable_calibration(name) -> None:
+    """Two real runs of one EAGLE sweep (k=2 only): the unidentified verify/draft split is settled at the
+    minimum-norm point in both, never at a vertex that zeroes the verify step (see the folders' READMEs)."""
+    from sdplan.calibration import parse_calibration
+    from sdplan.fit import fit_pooled, fitted_document
+
+    folder = Path(__file__).parent / "data" / name
+    runs = [run for path in sorted(folder.glob("*.json")) for run in read_results(path)[0]]
+    fit = fit_pooled(runs, reference=(48, 24))
+    assert fit.values["c1v_s"] > 1e-4 and fit.values["c1d_s"] > 1e-4
+    assert fit.values["c1v_s"] == pytest.approx(2 * fit.values["c1d_s"], rel=1e-2)
+    parse_calibration(fitted_document(fit, runs, name="eagle", description="test", provenance={
+        "method": "measured", "hardware": "cpu", "target_model": "t", "draft_model": "d", "engine": "vllm",
+        "engine_version": "0.32.0", "sources": ["test"],
+        "date": __import__("datetime").date(2026, 11, 22), "created_by": "test"}), name)
