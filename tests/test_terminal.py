@@ -248,3 +248,11 @@ def test_path_options_complete_files() -> None:
     complete = ShellComplete(cli, {}, "sdplan", "_SDPLAN_COMPLETE")
     for args in (["check", "-w"], ["plan", "-o"], ["plan", "--plot-file"]):
         assert [item.type for item in complete.get_completions(args, "x")] == ["file"], args
+
+
+def test_calibrate_help_fits_80_columns(sdplan, narrow) -> None:
+    """Its examples are long command lines: they are split with backslashes, not cut or overflowing."""
+    result = sdplan("calibrate", "--help")
+    assert result.exit_code == 0
+    for line in result.stdout.splitlines():
+        assert len(line) <= 80, f"{len(line)} columns: {line!r}"

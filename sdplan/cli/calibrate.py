@@ -157,11 +157,14 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
 
     \b
     Examples:
-      sdplan calibrate --target ./llama-8b --draft ./llama-1b --draft-lengths 2,4 -o mybox.toml
+      sdplan calibrate --target ./llama-8b --draft ./llama-1b \\
+                       --draft-lengths 2,4 -o mybox.toml
       sdplan calibrate --target ./tiny --draft ./tiny-draft -o cpu.toml \\
                        -- --dtype float32 --max-num-seqs 16
-      sdplan calibrate --target ./llama-8b --spec-method ngram --dataset chats.jsonl -o ngram.toml
-      sdplan calibrate --endpoint http://127.0.0.1:8000 -o mine.toml --results-dir runs --resume
+      sdplan calibrate --target ./llama-8b --spec-method ngram \\
+                       --dataset chats.jsonl -o ngram.toml
+      sdplan calibrate --endpoint http://127.0.0.1:8000 -o mine.toml \\
+                       --results-dir runs --resume
       sdplan plan -c mybox.toml
 
     \b
