@@ -160,6 +160,9 @@ CALIBRATION_SCHEMA = Table(
                                     minimum=0.0, maximum=1e3),
                 "offset_s": Field("float", "TTFT: seconds added to c1p at zero load (fitted; may be negative)",
                                   required=False, minimum=-3600.0, maximum=3600.0),
+                "closed_loop_load_steps": Field(
+                    "float", "TTFT: the load weight closed-loop runs were fitted with (theirs only; the planner "
+                    "predicts open loops with load_steps)", required=False, minimum=0.0, maximum=1e3),
                 "source": Field("str", "how the weights were obtained (fitted or default)", required=False),
             },
             required=False,

@@ -50,6 +50,8 @@ HUBER_K = 1.345
 WEAK_RELATIVE_STDERR = 0.5
 #: Largest TTFT weight (in steps) a fit may return; the defaults are 0.5 and 1.5.
 MAX_TTFT_WEIGHT = 50.0
+#: Open-loop runs with a measured TTFT needed before they set the TTFT load weight on their own.
+MIN_OPEN_LOOP_TTFT_RUNS = 3
 #: Weight of the faint ridge that settles the fit's unidentified directions (relative to one run's residual).
 RIDGE = 1e-9
 #: Bounds of the closed-loop load factor f (see :func:`fit_pooled`). A closed loop never loads the server more
@@ -284,6 +286,7 @@ class PooledFit:
     ttft_offset_s: float = 0.0
     ttft_fitted: bool = False
     ttft_mape_pct: float | None = None
+    ttft_closed_load_steps: float | None = None
     closed_loop_factor: float = 1.0
     closed_loop_factor_fitted: bool = False
     residuals: tuple[PointResidual, ...] = ()
@@ -321,6 +324,8 @@ class PooledFit:
         """The ``[ttft]`` table of a calibration."""
         return {"wait_steps": round(self.ttft_wait_steps, 6), "load_steps": round(self.ttft_load_steps, 6),
                 "offset_s": float(f"{self.ttft_offset_s:.6g}"),
+                **({"closed_loop_load_steps": round(self.ttft_closed_load_steps, 6)}
+                   if self.ttft_closed_load_steps is not None else {}),
                 "source": ("fitted to measured TTFT" + (f" (MAPE {self.ttft_mape_pct:.1f}%)"
                                                        if self.ttft_mape_pct is not None else ""))
                 if self.ttft_fitted else "default: half a step of wait, then one mixed step (not measured)"}
@@ -538,7 +543,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         rmse_s=float(np.sqrt(np.mean((predicted - latency) ** 2))),
         mape_pct=mape, points=len(runs), ttft_wait_steps=ttft.wait_steps, ttft_load_steps=ttft.load_steps,
         ttft_offset_s=ttft.offset_s, ttft_fitted=ttft.fitted, ttft_mape_pct=ttft.mape_pct,
-        closed_loop_factor=factor, closed_loop_factor_fitted=fit_factor, residuals=residuals, notes=tuple(notes),
+        ttft_closed_load_steps=ttft.closed_load_steps, closed_loop_factor=factor, closed_loop_factor_fitted=fit_factor, residuals=residuals, notes=tuple(notes),
     )
 
 
@@ -550,6 +555,8 @@ class TtftFit:
     fitted: bool
     mape_pct: float | None
     predicted: Any
+    #: The closed-loop runs' own load weight (None: one weight for all runs).
+    closed_load_steps: float | None = None
 
 
 def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: float, robust: bool) -> TtftFit:
@@ -558,6 +565,15 @@ def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: fl
     Bounded linear least squares on relative errors (``offset >= -c1p``, weights in
     ``[0, MAX_TTFT_WEIGHT]``), Huber-reweighted; with fewer than 3 measured TTFTs
     the defaults (0 offset, weights 0.5 and 1.5) are kept.
+
+    When both open-loop runs (at least :data:`MIN_OPEN_LOOP_TTFT_RUNS`) and
+    closed-loop runs measured TTFT, the closed-loop runs get a load weight of
+    their own (``closed_load_steps``) and ``w_load`` comes from the open-loop
+    runs, the regime the planner predicts. In a closed loop a request arrives
+    the moment another finishes, at the end of a step, so it waits for a whole
+    step (often two, with several arriving together), where a Poisson arrival
+    waits half of one on average: on real served sweeps the closed-loop TTFT
+    was about twice the open-loop TTFT at the same load (tests/data/served-*).
     """
     import numpy as np
     from scipy.optimize import lsq_linear
@@ -567,29 +583,38 @@ def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: fl
     c1p = rows.c1p @ theta
     tau1 = rows.tau1 @ theta
     load = rows.factor(factor) * rows.load_first * (rows.tau2 @ theta)
+    open_loop = has & ~rows.closed
+    split = int(open_loop.sum()) >= MIN_OPEN_LOOP_TTFT_RUNS and bool((has & rows.closed).any())
+    columns = [np.ones(len(runs)), tau1, np.where(rows.closed, 0.0, load) if split else load]
+    if split:
+        columns.append(np.where(rows.closed, load, 0.0))
     offset, wait, per_load, fitted = 0.0, 0.5, 1.5, False
-    if has.sum() >= 3:
+    closed_load = None
+    solution_x = np.array([offset, wait, per_load, per_load][:len(columns)])
+    if has.sum() >= len(columns):
         c1p_reference = float(theta[0])
-        basis = np.column_stack([np.ones(int(has.sum())), tau1[has], load[has]]) / measured[has, None]
+        basis = np.column_stack(columns)[has] / measured[has, None]
         goal = (measured[has] - c1p[has]) / measured[has]
         weights = np.ones(int(has.sum()))
         scale = np.abs(basis).max(axis=0)
         scale[scale == 0] = 1.0
-        lower = np.array([-c1p_reference, 0.0, 0.0]) * scale
-        upper = np.array([np.inf, MAX_TTFT_WEIGHT, MAX_TTFT_WEIGHT]) * scale
+        lower = np.array([-c1p_reference] + [0.0] * (len(columns) - 1)) * scale
+        upper = np.array([np.inf] + [MAX_TTFT_WEIGHT] * (len(columns) - 1)) * scale
         for _ in range(5 if robust else 1):
             root = np.sqrt(weights)[:, None]
             solution = lsq_linear(basis / scale * root, goal * root[:, 0], bounds=(lower, upper), method="bvls")
-            offset, wait, per_load = (float(v) for v in solution.x / scale)
-            relative = basis @ np.array([offset, wait, per_load]) - goal
+            solution_x = solution.x / scale
+            relative = basis @ solution_x - goal
             if not robust:
                 break
             weights = _robust_weights(relative)
+        offset, wait, per_load = (float(v) for v in solution_x[:3])
+        closed_load = float(solution_x[3]) if split else None
         fitted = True
-    predicted = c1p + offset + wait * tau1 + per_load * load
+    predicted = c1p + np.column_stack(columns) @ solution_x
     mape = (float(np.mean(np.abs(predicted[has] - measured[has]) / measured[has]) * 100.0) if has.any() else None)
     return TtftFit(wait_steps=wait, load_steps=per_load, offset_s=offset, fitted=fitted, mape_pct=mape,
-                   predicted=predicted)
+                   predicted=predicted, closed_load_steps=closed_load)
 
 
 # ----------------------------------------------------------------------------- per configuration

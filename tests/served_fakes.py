@@ -39,6 +39,10 @@ class FakeEngine:
     noise: float = 0.0
     run_noise: float = 0.0
     overhead_ttft_s: float = 0.01
+    #: Steps a closed-loop replacement request misses before it is admitted. A real client sends it only
+    #: after the last token has travelled through the API server, when the engine already runs the next
+    #: step; a Poisson arrival lands anywhere in a step.
+    closed_loop_lag_steps: int = 0
 
     def step(self, k: int) -> tuple[float, float, float]:
         """(tau1, tau2, tokens per step) of an option."""
@@ -74,11 +78,16 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
         for _ in range(min(clients, requests)):
             running.append({"start": 0.0, "left": float(lengths[started]), "out": lengths[started], "first": -1.0})
             started += 1
+    lagged: list[list[Any]] = []  # [steps still to miss, request] of closed-loop replacements
     while len(done) < requests:
         while pending and pending[0] <= t:
             running.append({"start": pending.pop(0), "left": float(lengths[started]), "out": lengths[started],
                             "first": -1.0})
             started += 1
+        if not running:  # an idle engine steps as soon as a request arrives
+            lagged = [[0, request] for _, request in lagged]
+        running += [request for steps, request in lagged if steps <= 0]
+        lagged = [[steps - 1, request] for steps, request in lagged if steps > 0]
         if not running:
             t = pending[0]
             continue
@@ -99,7 +108,11 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
             r["end"] = max(t, r["first"])
             done.append(r)
             if clients is not None and started < requests:
-                running.append({"start": t, "left": float(lengths[started]), "out": lengths[started], "first": -1.0})
+                replacement = {"start": t, "left": float(lengths[started]), "out": lengths[started], "first": -1.0}
+                if engine.closed_loop_lag_steps:
+                    lagged.append([engine.closed_loop_lag_steps, replacement])
+                else:
+                    running.append(replacement)
                 started += 1
     done = done[:requests]
     latencies = [r["end"] - r["start"] for r in done]

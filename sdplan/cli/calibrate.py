@@ -87,11 +87,12 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
               "them (n-gram needs text that repeats). Give more prompts than the largest point's requests, or "
               "repeats hit the prefix cache.")
 @click.option("--grid", type=click.Choice(GRID_NAMES), default="quick", show_default=True,
-              help="served: quick = N 1..32, 1 repeat, 2 Poisson points; standard = N 1..64, 2 repeats, 3 Poisson "
+              help="served: quick = N 1,4,16,64, 1 repeat, 2 Poisson points; standard = N 1..64, 2 repeats, 3 Poisson "
               "points; thorough = N 1..128, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
-@click.option("--poisson-seconds", type=click.FloatRange(min=1, max=3600), default=15.0, show_default=True,
-              metavar="SECONDS", help="served: target length of each Poisson point (at least 2x the grid's "
-              "smallest point in requests); longer averages out more of a noisy machine.")
+@click.option("--poisson-seconds", type=click.FloatRange(min=1, max=3600), default=None,
+              metavar="SECONDS", help="served: target length of each Poisson point (default: quick 8, standard and "
+              "thorough 15; at least 2x the grid's smallest point in requests); longer averages out more of a "
+              "noisy machine.")
 @click.option("--serve-arg", "serve_args", multiple=True, metavar="ARG",
               help="A vllm serve flag passed through unchanged, repeatable (e.g. --serve-arg=--enforce-eager); "
               "or put the flags after --.")
@@ -130,7 +131,7 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 def calibrate(target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
               name: str | None,
               measure_method: str, spec_method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int,
-              output_tokens: int, dataset: str | None, grid: str, poisson_seconds: float,
+              output_tokens: int, dataset: str | None, grid: str, poisson_seconds: float | None,
               serve_args: tuple[str, ...], max_num_seqs: int | None,
               max_num_batched_tokens: int | None, dtype: str | None, tensor_parallel_size: int | None,
               max_model_len: int | None, load_format: str | None, temperature: float, results_dir: str | None,
@@ -216,7 +217,7 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
 def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
                       name: str | None,
                       method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int, output_tokens: int,
-                      dataset: str | None, grid: str, poisson_seconds: float, serve_args: tuple[str, ...],
+                      dataset: str | None, grid: str, poisson_seconds: float | None, serve_args: tuple[str, ...],
                       temperature: float, results_dir: str | None,
                       server_timeout: float, accept_poor_fit: bool, resume: bool, seed: int) -> None:
     from sdplan import __version__
@@ -225,7 +226,7 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
     from sdplan.fileio import atomic_write_text, dumps_toml
     from sdplan.measure.served import (ServedOptions, check_options, interruptible, measure_served,
                                        served_calibration)
-    from sdplan.measure.sweep import SERVED_GRIDS, SweepEvents
+    from sdplan.measure.sweep import SERVED_GRIDS, SweepEvents, concurrency_levels
     from sdplan.render import progress_bar
 
     out = Path(output)
@@ -245,7 +246,7 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
         dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds)
     check_options(options)
     configurations = 1 if endpoint else 1 + len(draft_lengths)
-    levels = [n for n in chosen.concurrency if n <= options.max_clients()] or [1]
+    levels = concurrency_levels(chosen, options.max_clients())
     planned = configurations * (len(levels) + len(chosen.poisson_fractions)) * chosen.repeats
     with interruptible(), progress_bar("measuring", planned) as advance:
         count = [0]

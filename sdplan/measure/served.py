@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from sdplan.errors import InfeasibleError, InvalidValueError, MissingDependencyError
 from sdplan.measure.store import PointRecord, ResultStore
-from sdplan.measure.sweep import (POISSON_SECONDS, SERVED_GRIDS, Configuration, ServedGrid, Sweep, SweepEvents,
+from sdplan.measure.sweep import (SERVED_GRIDS, Configuration, ServedGrid, Sweep, SweepEvents,
                                   _ReadBack, configurations)
 
 #: A calibration whose own points are predicted worse than this is poor (mean absolute % error of mean E2E).
@@ -60,8 +60,8 @@ class ServedOptions:
     #: A JSON Lines prompt file (vLLM's custom dataset) instead of random prompts; ``output_tokens`` 0
     #: then takes every line's own ``output_tokens``.
     dataset: Path | None = None
-    #: Target length of each Poisson point.
-    poisson_seconds: float = POISSON_SECONDS
+    #: Target length of each Poisson point (None: the grid's).
+    poisson_seconds: float | None = None
     python: str = sys.executable
 
     @property
@@ -91,7 +91,7 @@ class ServedOptions:
                 "output_tokens": self.output_tokens, "grid": self.grid_name,
                 "serve_arguments": list(self.serve_arguments), "temperature": self.temperature, "seed": self.seed,
                 **({"dataset": str(self.dataset)} if self.dataset is not None else {}),
-                **({"poisson_seconds": self.poisson_seconds} if self.poisson_seconds != POISSON_SECONDS else {})}
+                **({"poisson_seconds": self.poisson_seconds} if self.poisson_seconds is not None else {})}
 
     def workload_text(self) -> str:
         """The requests, as the provenance states them."""
@@ -268,7 +268,8 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                   output_tokens=options.output_tokens, max_clients=options.max_clients(), seed=options.seed,
                   temperature=options.temperature, model=model, events=events,
                   dataset=str(options.dataset) if options.dataset is not None else None,
-                  poisson_seconds=options.poisson_seconds, bench_extra=_client_arguments(options))
+                  poisson_seconds=options.poisson_seconds or options.grid.poisson_seconds,
+                  bench_extra=_client_arguments(options))
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
             if options.endpoint is not None:

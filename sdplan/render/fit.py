@@ -51,6 +51,7 @@ def fit_document(pooled: PooledFit, configurations: list[ConfigurationFit], kept
             "stderr_s": {name: finite_or_none(value) for name, value in pooled.stderr.items()},
             "not_identified": [name for name, ok in pooled.identified.items() if not ok],
             "ttft": {"wait_steps": pooled.ttft_wait_steps, "load_steps": pooled.ttft_load_steps,
+                     "offset_s": pooled.ttft_offset_s, "closed_loop_load_steps": pooled.ttft_closed_load_steps,
                      "fitted": pooled.ttft_fitted, "mape_pct": pooled.ttft_mape_pct},
             "notes": list(pooled.notes),
             "residuals": [{"source": r.source, "load_level": r.load_level, "draft_length_tokens": r.draft_length,
@@ -146,8 +147,11 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
             table.add_row(name, f"{value:.6g}", "not identified" if name in pooled.get("not_identified", ())
                           else "-" if error is None else f"{error:.3g}")
         ttft = pooled.get("ttft") or {}
-        ttft_line = (f"TTFT = c1p + {ttft['wait_steps']:.3g} x step + B x {ttft['load_steps']:.3g} x step per "
-                     "request" + (f" (fitted; TTFT MAPE {ttft['mape_pct']:.1f}%)" if ttft.get("fitted")
+        closed = ttft.get("closed_loop_load_steps")
+        ttft_line = (f"TTFT = c1p + {ttft.get('offset_s') or 0.0:.3g} s + {ttft['wait_steps']:.3g} x step + B x "
+                     f"{ttft['load_steps']:.3g} x step per request"
+                     + (f" (open loop; closed loops {closed:.3g})" if closed is not None else "")
+                     + (f" (fitted; TTFT MAPE {ttft['mape_pct']:.1f}%)" if ttft.get("fitted")
                                   and ttft.get("mape_pct") is not None else " (default weights: TTFT not measured)"))
         console.print()
         print_table(console, table, caption=ttft_line, title=f"Pooled fit at {ref['prompt_tokens']} prompt / {ref['output_tokens']} "
