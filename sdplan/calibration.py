@@ -202,6 +202,8 @@ CALIBRATION_SCHEMA = Table(
                 "point_ttft_errors_pct": Field("float_list", "fit error of mean TTFT per point, percent",
                                                required=False),
                 "excludes": Field("str", "what the measurement leaves out", required=False),
+                "prefix_cache": Field("str", "share of prompt tokens vLLM's prefix cache served, per configuration",
+                                      required=False),
             },
             required=False,
         ),

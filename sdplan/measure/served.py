@@ -227,6 +227,8 @@ class ServedMeasurement:
     wall_s: float = 0.0
     invocations: int = 1
     notes: list[str] = field(default_factory=list)
+    #: Percent of prompt tokens served from vLLM's prefix cache, per configuration measured in this invocation.
+    prefix_cache_hit_pct: dict[str, float] = field(default_factory=dict)
 
     def result_files(self) -> list[Path]:
         return [self.folder / r.file for r in self.records if (self.folder / r.file).exists()]
@@ -281,6 +283,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                 k = server_module.probe_draft_length(options.endpoint)
                 name = options.label or (f"ep-k{k}" if k else "ep-nosd")
                 sweep.run_configuration(Configuration(name, k, None), endpoint, client, warm_up=False)
+                _note_prefix_cache(options, measurement, name, endpoint.base_url, events)
                 measurement.server_commands.append(f"(a server the user runs, at {options.endpoint}: "
                                                    f"{'SD, k=' + str(k) if k else 'no SD'}, labelled {name})")
             else:
@@ -300,6 +303,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                             measurement.binding = summarise_binding(
                                 server.log_path.read_text(encoding="utf-8", errors="replace"))
                         sweep.run_configuration(configuration, server, client)
+                        _note_prefix_cache(options, measurement, configuration.name, server.base_url, events)
                     finally:
                         server.stop()
     finally:
@@ -309,6 +313,33 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     measurement.wall_s = earlier_s + wall
     measurement.invocations = earlier_count + 1
     return measurement
+
+
+#: Share of prompt tokens served from the prefix cache above which random-prompt points are flattered.
+PREFIX_CACHE_NOTE_PCT = 5.0
+
+
+def _note_prefix_cache(options: ServedOptions, measurement: ServedMeasurement, name: str, base_url: str,
+                       events: SweepEvents) -> None:
+    """Record how much of the prompts the server's prefix cache served; say so when random prompts hit it.
+
+    vLLM's random prompts are runs of consecutive token ids from a random start: with a small vocabulary
+    (tiny test models: 256 tokens) two prompts of one point often start alike, and the cache skips their
+    prefill, more so in longer points. Real vocabularies (32k+ tokens) make this rare. With ``--dataset``
+    the repeats are the user's own prompts, which the deployed server caches too.
+    """
+    from sdplan.measure.server import prefix_cache_share
+
+    share = prefix_cache_share(base_url)
+    if share is None:
+        return
+    measurement.prefix_cache_hit_pct[name] = round(100.0 * share, 1)
+    if options.dataset is None and 100.0 * share > PREFIX_CACHE_NOTE_PCT:
+        note = (f"{name}: vLLM's prefix cache served {100.0 * share:.0f}% of the random prompts' tokens (a small "
+                "vocabulary repeats them), which flatters prefill; serve with --no-enable-prefix-caching, or "
+                "measure your prompts with --dataset")
+        measurement.notes.append(note)
+        events.on_note(note)
 
 
 def _client_arguments(options: ServedOptions) -> tuple[str, ...]:
@@ -419,7 +450,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "notes": (f"served: vllm serve loaded by vllm bench serve ({options.workload_text()}, temperature "
                   f"{options.temperature:g}); closed-loop clients "
                   f"{levels}, grid '{options.grid_name}'; draft lengths {lengths or 'none'}. "
-                  + " ".join(fit.notes)),
+                  + " ".join([*fit.notes, *measurement.notes])),
     }
     measurement_table = {
         "method": "served",
@@ -436,6 +467,8 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "point_errors_pct": [round(r.error_pct, 3) for r in fit.residuals],
         "point_ttft_errors_pct": [round(r.ttft_error_pct, 3) if r.ttft_error_pct is not None else 0.0
                                   for r in fit.residuals],
+        **({"prefix_cache": ", ".join(f"{name} {pct:g}%" for name, pct in measurement.prefix_cache_hit_pct.items())
+            + " of prompt tokens served from vLLM's prefix cache"} if measurement.prefix_cache_hit_pct else {}),
     }
     document = fitted_document(
         fit, kept, name=name, provenance=provenance,

@@ -87,6 +87,25 @@ def probe_draft_length(base_url: str) -> int:
     return max(positions) + 1 if positions else 0
 
 
+def prefix_cache_share(base_url: str) -> float | None:
+    """The share of prompt tokens vLLM's prefix cache served since the server started, from ``/metrics``.
+
+    vLLM counts prompt tokens looked up (``vllm:prefix_cache_queries``) and found
+    (``vllm:prefix_cache_hits``), summed here over engines. None when the server
+    exports neither (prefix caching off, not vLLM) or has not seen a prompt.
+    """
+    import re
+
+    _, body = http_get(base_url.rstrip("/") + "/metrics", timeout_s=10.0)
+
+    def total(name: str) -> float:
+        pattern = rf"^vllm:{name}(?:_total)?(?:{{[^}}]*}})?\s+([0-9.eE+-]+)"
+        return sum(float(value) for value in re.findall(pattern, body, re.M))
+
+    queries, hits = total("prefix_cache_queries"), total("prefix_cache_hits")
+    return hits / queries if queries > 0 else None
+
+
 @dataclass(eq=False)
 class ServedEngine:
     """``vllm serve MODEL`` on 127.0.0.1 and a free port (a context manager).
