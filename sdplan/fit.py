@@ -543,7 +543,8 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         rmse_s=float(np.sqrt(np.mean((predicted - latency) ** 2))),
         mape_pct=mape, points=len(runs), ttft_wait_steps=ttft.wait_steps, ttft_load_steps=ttft.load_steps,
         ttft_offset_s=ttft.offset_s, ttft_fitted=ttft.fitted, ttft_mape_pct=ttft.mape_pct,
-        ttft_closed_load_steps=ttft.closed_load_steps, closed_loop_factor=factor, closed_loop_factor_fitted=fit_factor, residuals=residuals, notes=tuple(notes),
+        ttft_closed_load_steps=ttft.closed_load_steps, closed_loop_factor=factor,
+        closed_loop_factor_fitted=fit_factor, residuals=residuals, notes=tuple(notes),
     )
 
 
