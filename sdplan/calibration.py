@@ -196,6 +196,8 @@ CALIBRATION_SCHEMA = Table(
                 "invocations": Field("int", "invocations (1 + resumes)", required=False, minimum=1),
                 "points": Field("int", "load points measured", required=False, minimum=0),
                 "disturbed_points": Field("int", "points disturbed by other processes", required=False, minimum=0),
+                "overloaded_points": Field("str_list", "Poisson points the server did not keep up with (not fitted)",
+                                           required=False),
                 "results_dir": Field("str", "folder of the raw vllm bench serve results", required=False),
                 "point_labels": Field("str_list", "fitted points, in order", required=False),
                 "point_errors_pct": Field("float_list", "fit error of mean E2E per point, percent", required=False),

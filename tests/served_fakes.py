@@ -43,6 +43,9 @@ class FakeEngine:
     #: after the last token has travelled through the API server, when the engine already runs the next
     #: step; a Poisson arrival lands anywhere in a step.
     closed_loop_lag_steps: int = 0
+    #: Every step of an open-loop (Poisson) run costs this many times more: a server that sustains less under
+    #: open-loop arrivals than its short closed loops suggest (a real one's API server falling behind).
+    open_loop_slowdown: float = 1.0
 
     def step(self, k: int) -> tuple[float, float, float]:
         """(tau1, tau2, tokens per step) of an option."""
@@ -53,16 +56,19 @@ class FakeEngine:
 
 
 def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int, clients: int | None,
-             rate: float | None, seed: int, spread: float = 0.0) -> dict[str, Any]:
+             rate: float | None, seed: int, spread: float = 0.0, max_running: int | None = None) -> dict[str, Any]:
     """Simulate one benchmark run; returns a vLLM bench serve result document.
 
-    Output lengths are uniform within +-``spread`` of ``output`` (vLLM's --random-range-ratio).
+    Output lengths are uniform within +-``spread`` of ``output`` (vLLM's --random-range-ratio). At most
+    ``max_running`` requests run at once (the server's ``--max-num-seqs``); later arrivals wait their turn.
     """
     rng = random.Random(seed)
     low, high = max(2, round(output * (1 - spread))), max(2, round(output * (1 + spread)))
     lengths = [rng.randint(low, high) for _ in range(requests + (clients or 0))]
     tau1, tau2, per_step = engine.step(k)
     slowdown = math.exp(rng.gauss(0.0, engine.run_noise))  # a whole run slower or faster (a noisy machine)
+    if clients is None:
+        slowdown *= engine.open_loop_slowdown
     tau1, tau2 = tau1 * slowdown, tau2 * slowdown
     t = 0.0
     pending: list[float] = []
@@ -71,6 +77,9 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
         for _ in range(requests):
             arrival += rng.expovariate(rate)
             pending.append(arrival)
+        # as vllm bench serve does (vllm/benchmarks/serve.py, get_request): the intervals are rescaled so that
+        # the last request is sent at requests/rate, and every run offers exactly the rate asked for
+        pending = [t * (requests / rate) / pending[-1] for t in pending]
     started = 0
     running: list[dict[str, float]] = []
     done: list[dict[str, float]] = []
@@ -80,7 +89,7 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
             started += 1
     lagged: list[list[Any]] = []  # [steps still to miss, request] of closed-loop replacements
     while len(done) < requests:
-        while pending and pending[0] <= t:
+        while pending and pending[0] <= t and (max_running is None or len(running) < max_running):
             running.append({"start": pending.pop(0), "left": float(lengths[started]), "out": lengths[started],
                             "first": -1.0})
             started += 1
@@ -89,10 +98,11 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
         running += [request for steps, request in lagged if steps <= 0]
         lagged = [[steps - 1, request] for steps, request in lagged if steps > 0]
         if not running:
-            t = pending[0]
+            t = max(t, pending[0])
             continue
         new = sum(1 for r in running if r["first"] < 0)
-        cost = tau1 + (len(running) - 1) * tau2 + new * engine.prefill_s
+        prefill = engine.prefill_s * (1.0 if clients else engine.open_loop_slowdown)
+        cost = tau1 + (len(running) - 1) * tau2 + new * prefill
         t += cost * (1.0 + rng.gauss(0.0, engine.noise))
         finished = []
         for r in running:
@@ -232,8 +242,10 @@ class FakeClient:
         else:
             prompt, output = int(values["--random-input-len"]), int(values["--random-output-len"])
             spread = float(values.get("--random-range-ratio", 0))
+        cap = int(server.arguments[server.arguments.index("--max-num-seqs") + 1]) \
+            if "--max-num-seqs" in server.arguments else None
         document = run_load(self.engine, server.draft_length, prompt, output, int(values["--num-prompts"]), clients,
-                            rate, int(values["--seed"]) + self.calls, spread)
+                            rate, int(values["--seed"]) + self.calls, spread, max_running=cap)
         path = Path(values["--result-dir"]) / values["--result-filename"]
         path.write_text(json.dumps(document))
 

@@ -230,6 +230,85 @@ def test_poor_calibration_is_written_but_exits_7(sdplan, tmp_path, fake_served) 
         assert "nothing written" in result.stderr and (tmp_path / "cal.runs" / "manifest.jsonl").exists()
 
 
+def test_poisson_points_the_server_did_not_keep_up_with_are_measured_lower_and_left_out(sdplan, tmp_path,
+                                                                                        fake_served) -> None:
+    # open-loop steps cost 4x: the closed loops overstate what the server sustains under Poisson arrivals
+    fake_served.engine = FakeEngine(open_loop_slowdown=4.0)
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8")
+    assert result.exit_code in (0, ExitStatus.POOR_CALIBRATION), result.output
+    assert "measuring again at a lower rate" in result.stderr and "did not keep up with" in result.stderr
+    folder = tmp_path / "cal.runs"
+    latest = {}
+    for line in (folder / "manifest.jsonl").read_text().splitlines()[1:]:
+        entry = json.loads(line)
+        if "key" in entry:
+            latest[entry["key"]] = entry
+    overloaded = [key for key, entry in latest.items() if entry["overloaded"]]
+    assert overloaded and all("_p" in key for key in overloaded)  # closed loops cannot overload
+    for key in overloaded:
+        if "-lower" in key:
+            continue
+        lower = key.replace("_r0", "-lower_r0")
+        assert lower in latest, sorted(latest)  # measured again ...
+        offered = [read_results(folder / f"{name}.json")[0][0].requested_rate_rps for name in (key, lower)]
+        assert offered[1] < offered[0]  # ... at a lower rate
+    measurement = load_calibration(tmp_path / "cal.toml").document["measurement"]
+    named = measurement["overloaded_points"]  # e.g. "nosd_p40_r0.json: 9.6 of 15.4 req/s offered"
+    assert sorted(text.split(":")[0] for text in named) == sorted(f"{key}.json" for key in overloaded), named
+    assert all("req/s offered" in text for text in named)
+    assert not any(f"({key}.json)" in label for key in overloaded for label in measurement["point_labels"])
+    assert len(measurement["point_labels"]) == measurement["points"] - len(overloaded)
+    # --resume replays the same decisions from the files: nothing is measured again
+    before = len(fake_served.clients)
+    again = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--resume")
+    assert again.exit_code == result.exit_code, again.output
+    assert sum(client.calls for client in fake_served.clients[before:]) == 0
+
+
+def test_kept_up_fraction_tells_a_backlog_from_long_requests() -> None:
+    from sdplan.measure.sweep import MIN_KEPT_UP_FRACTION, kept_up_fraction
+
+    starts = [i / 10 for i in range(100)]  # 100 requests sent in exactly 100/10 s, as vllm bench serve does
+    # requests of 3 s each in a 10-s run: the server keeps up, though completions/duration is only 78% of 10 req/s
+    long = {"start_times": starts, "latencies": [3.0] * 100, "duration": 9.9 + 3.0}
+    assert kept_up_fraction(long, 10.0) == 1.0
+    # a server that finishes one request per 0.15 s (6.7 req/s) behind 10 req/s: a backlog grows all run
+    finish, latencies = 0.0, []
+    for start in starts:
+        finish = max(start, finish) + 0.15
+        latencies.append(finish - start)
+    behind = {"start_times": starts, "latencies": latencies, "duration": finish}
+    assert kept_up_fraction(behind, 10.0) == pytest.approx((10.0 + sum(latencies[:50]) / 50) / 15.0)
+    assert kept_up_fraction(behind, 10.0) < MIN_KEPT_UP_FRACTION
+    assert kept_up_fraction({"duration": 10.0}, 10.0) is None  # no per-request times: not judged
+
+
+def test_poisson_point_with_more_in_flight_than_max_num_seqs_is_overloaded(tmp_path) -> None:
+    from sdplan.measure.store import PointRecord, ResultStore
+    from sdplan.measure.sweep import SERVED_GRIDS, Configuration, PointOutcome, Sweep
+
+    store = ResultStore(tmp_path, {})
+    store.start(resume=False)
+    notes = []
+    sweep = Sweep(grid=SERVED_GRIDS["quick"], store=store, done={}, prompt_tokens=128, output_tokens=64,
+                  max_clients=8, seed=0, temperature=0.0, model="m", batch_cap=8)
+    sweep.events.on_note = notes.append
+
+    def outcome(latency_s: float) -> PointOutcome:
+        record = PointRecord(key="nosd_p75_r0", file="nosd_p75_r0.json", configuration="nosd", draft_length=0,
+                             label="p75", repeat=0, foreign_cpu_cores=0.0, disturbed=False, wall_s=1.0)
+        return PointOutcome(record=record, mean_latency_s=latency_s, throughput_rps=19.5, offered_rps=20.0,
+                            kept_up=0.99)
+
+    nosd = Configuration("nosd", 0, None)
+    assert sweep._overloaded(nosd, [outcome(0.35)]) is None  # 7 in flight: every request runs
+    queued = outcome(0.5)  # 10 in flight on average, 8 run: requests wait for a batch slot
+    assert sweep._overloaded(nosd, [queued]) == 19.5 and queued.record.overloaded
+    assert "10 requests in flight on average > max_num_seqs 8" in notes[-1]
+    assert sweep.done["nosd_p75_r0"].overloaded  # and the manifest says so, for --resume
+    assert store.load_records(check=False)[-1].overloaded
+
+
 def test_throughput_plateau_stops_the_sweep(sdplan, tmp_path, fake_served) -> None:
     # a step cost dominated by the per-request term: throughput stops rising early
     fake_served.engine = FakeEngine(step_fixed_s=0.0001, step_per_request_s=0.01, prefill_s=0.0)

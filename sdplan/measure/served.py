@@ -79,8 +79,12 @@ class ServedOptions:
         return None
 
     def max_clients(self) -> int:
+        return self.batch_cap() or max(self.grid.concurrency)
+
+    def batch_cap(self) -> int | None:
+        """The server's ``--max-num-seqs`` where the serving flags set it."""
         value = self.serve_value("--max-num-seqs")
-        return int(value) if value and value.isdigit() else max(self.grid.concurrency)
+        return int(value) if value and value.isdigit() else None
 
     def manifest_options(self) -> dict[str, Any]:
         """The options a resumed invocation must repeat exactly."""
@@ -230,8 +234,10 @@ class ServedMeasurement:
     #: Percent of prompt tokens served from vLLM's prefix cache, per configuration measured in this invocation.
     prefix_cache_hit_pct: dict[str, float] = field(default_factory=dict)
 
-    def result_files(self) -> list[Path]:
-        return [self.folder / r.file for r in self.records if (self.folder / r.file).exists()]
+    def result_files(self, overloaded: bool = False) -> list[Path]:
+        """Result files of the points to fit (``overloaded=True``: of the points the server did not keep up with)."""
+        return [self.folder / r.file for r in self.records
+                if r.overloaded == overloaded and (self.folder / r.file).exists()]
 
 
 @dataclass
@@ -271,6 +277,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                   temperature=options.temperature, model=model, events=events,
                   dataset=str(options.dataset) if options.dataset is not None else None,
                   poisson_seconds=options.poisson_seconds or options.grid.poisson_seconds,
+                  batch_cap=options.batch_cap(),
                   bench_extra=_client_arguments(options))
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
@@ -349,8 +356,14 @@ def _client_arguments(options: ServedOptions) -> tuple[str, ...]:
 
 
 def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
-    """Keys of every point of a configuration (closed-loop levels, then Poisson points)."""
+    """Keys of every point of a configuration (closed-loop levels, then Poisson points, and the lower-rate
+    point measured after each Poisson point the server did not keep up with)."""
+    from sdplan.measure.sweep import LOWER_RATE_SUFFIX
+
     labels = [f"c{n}" for n in sweep.levels()] + [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
+    labels += [record.label + LOWER_RATE_SUFFIX for record in sweep.done.values()
+               if record.configuration == configuration.name and record.overloaded
+               and not record.label.endswith(LOWER_RATE_SUFFIX)]
     return [f"{configuration.name}_{label}_r{r}" for label in labels for r in range(sweep.grid.repeats)]
 
 
@@ -417,6 +430,12 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     for path in measurement.result_files():
         runs += read_results(path, "vllm")[0]
     kept = [r for r in runs if not screen(r)]
+    overloaded = []
+    for path in measurement.result_files(overloaded=True):
+        for run in read_results(path, "vllm")[0]:
+            overloaded.append(f"{run.source}: {run.achieved_rate_rps:.3g} of {run.requested_rate_rps or 0:.3g} req/s "
+                              f"offered, {(run.requested_rate_rps or 0) * run.mean_e2e_latency_s:.3g} requests in "
+                              "flight on average")
     if len(kept) < 3:
         raise InfeasibleError(f"only {len(kept)} usable points in {measurement.folder}; measure more (--resume) "
                               "or a larger --grid")
@@ -462,6 +481,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "invocations": measurement.invocations,
         "points": len(measurement.records),
         "disturbed_points": len(disturbed),
+        **({"overloaded_points": overloaded} if overloaded else {}),
         "results_dir": str(measurement.folder),
         "point_labels": [f"{r.load_level} k={r.draft_length} ({r.source})" for r in fit.residuals],
         "point_errors_pct": [round(r.error_pct, 3) for r in fit.residuals],

@@ -18,6 +18,15 @@ and prefill together as they would with identical requests.
 Disturbed points (another process used CPU during the point, or repeats that
 disagree by more than 10%) are measured again, up to ``remeasure`` times; what
 stays disturbed is kept, flagged, and down-weighted by the robust fit.
+
+A Poisson point the server did not keep up with (it completed less than
+:data:`MIN_KEPT_UP_FRACTION` of the rate offered) ran past the sustained
+capacity: its queue grew all through the run, so its mean latency measures the
+run's length, not the load. A short closed loop can overstate what a server
+sustains under open-loop arrivals (seen with tiny models on a 2-core CPU, where
+the API server falls behind). Such a point is kept and flagged ``overloaded``,
+left out of the fit, and measured again once at the same fraction of the rate
+it did sustain, which also becomes the peak of the later points.
 """
 
 from __future__ import annotations
@@ -37,6 +46,13 @@ REPEAT_DISAGREEMENT = 0.10
 #: Target length of a Poisson point in the standard and thorough grids (requests = rate x this;
 #: ``--poisson-seconds`` overrides every grid's).
 POISSON_SECONDS = 15.0
+#: A Poisson point that kept up with less than this share of the rate offered did not keep up (see
+#: :func:`kept_up_fraction`). The 227 Poisson runs of this project's served accuracy runs (up to 80% load,
+#: benchmarks/RESULTS-accuracy-served-2026-11.md) scored 0.957-1; a run at 1.2x the sustained capacity scores
+#: about 0.87, at 1.5x about 0.75.
+MIN_KEPT_UP_FRACTION = 0.85
+#: Label suffix of a Poisson point measured again, at a lower rate, after one that did not keep up.
+LOWER_RATE_SUFFIX = "-lower"
 #: Doubling the clients must raise throughput by at least this much to go on.
 MIN_THROUGHPUT_GAIN = 1.05
 
@@ -153,6 +169,10 @@ class PointOutcome:
     record: PointRecord
     mean_latency_s: float
     throughput_rps: float
+    #: The Poisson rate asked for (None: a closed loop).
+    offered_rps: float | None = None
+    #: :func:`kept_up_fraction` of a Poisson point (None: a closed loop, or no per-request times).
+    kept_up: float | None = None
 
 
 @dataclass
@@ -174,6 +194,8 @@ class Sweep:
     #: A JSON Lines prompt file (vLLM's custom dataset) instead of random prompts.
     dataset: str | None = None
     poisson_seconds: float = POISSON_SECONDS
+    #: The server's max_num_seqs where the user set it (None: unknown, vLLM's default).
+    batch_cap: int | None = None
     events: SweepEvents = field(default_factory=SweepEvents)
     outcomes: list[PointOutcome] = field(default_factory=list)
 
@@ -218,12 +240,57 @@ class Sweep:
             previous_throughput = max(previous_throughput, throughput)
         peak = max(o.throughput_rps for o in results)
         for fraction in self.grid.poisson_fractions:
-            rate = float(f"{fraction * peak:.3g}")
-            requests = max(self.grid.min_requests * 2, int(rate * self.poisson_seconds))
-            point = self._load(min(requests, 2000), rate_rps=rate, name=f"p{round(fraction * 100)}")
-            results += self._measure_repeats(configuration, point, server, client)
+            name = f"p{round(fraction * 100)}"
+            outcomes = self._poisson(configuration, name, fraction * peak, server, client)
+            sustained = self._overloaded(configuration, outcomes)
+            if sustained is not None:  # once more at the same fraction of what it sustained
+                peak = min(peak, sustained)
+                again = self._poisson(configuration, name + LOWER_RATE_SUFFIX, fraction * peak, server, client)
+                if self._overloaded(configuration, again) is not None:
+                    peak = min(peak, min(o.throughput_rps for o in again))
+                outcomes += again
+            results += outcomes
         self.outcomes += results
         return results
+
+    def _poisson(self, configuration: Configuration, name: str, rate_rps: float, server: Server,
+                 client: Client) -> list[PointOutcome]:
+        rate = float(f"{rate_rps:.3g}")
+        requests = max(self.grid.min_requests * 2, int(rate * self.poisson_seconds))
+        point = self._load(min(requests, 2000), rate_rps=rate, name=name)
+        return self._measure_repeats(configuration, point, server, client)
+
+    def _overloaded(self, configuration: Configuration, outcomes: list[PointOutcome]) -> float | None:
+        """Flag the repeats of a Poisson point that did not keep up; the rate they sustained, or None.
+
+        A point did not keep up when its :func:`kept_up_fraction` is below :data:`MIN_KEPT_UP_FRACTION`,
+        or when, with the server's ``max_num_seqs`` known, more requests were in flight on average
+        (``lambda L``, Little's law) than the server runs at once: they waited for a batch slot, a queue the
+        fitted relation ``L = C1 + B C2`` leaves out (the planner caps the rate there instead).
+        """
+        def in_flight(o: PointOutcome) -> float:
+            return (o.offered_rps or 0.0) * o.mean_latency_s
+
+        behind = [o for o in outcomes if (o.kept_up is not None and o.kept_up < MIN_KEPT_UP_FRACTION)
+                  or (o.offered_rps and self.batch_cap and in_flight(o) > self.batch_cap)]
+        if not behind:
+            return None
+        for o in behind:
+            if not o.record.overloaded:
+                from dataclasses import replace
+
+                o.record = replace(o.record, overloaded=True)
+                self.store.append(o.record)
+                self.done[o.record.key] = o.record
+        worst = min(behind, key=lambda o: o.kept_up if o.kept_up is not None else 1.0)
+        why = (f"kept up {worst.kept_up:.0%} < {MIN_KEPT_UP_FRACTION:.0%}"
+               if worst.kept_up is not None and worst.kept_up < MIN_KEPT_UP_FRACTION
+               else f"{in_flight(worst):.3g} requests in flight on average > max_num_seqs {self.batch_cap}")
+        self.events.on_note(
+            f"{configuration.name} {worst.record.label}: the server did not keep up with {worst.offered_rps or 0:.3g} "
+            f"req/s (completed {worst.throughput_rps:.3g} req/s, {why}: past what it sustains); left out of the fit"
+            + ("" if worst.record.label.endswith(LOWER_RATE_SUFFIX) else ", measuring again at a lower rate"))
+        return max(o.throughput_rps for o in behind)
 
     def _load(self, requests: int, **how: Any) -> LoadPoint:
         return LoadPoint(self.prompt_tokens, self.output_tokens, requests, dataset=self.dataset, **how)
@@ -321,7 +388,34 @@ def _outcome(record: PointRecord, path: Path) -> PointOutcome:
     from sdplan.results import read_results
 
     run = read_results(path, "vllm")[0][0]
-    return PointOutcome(record=record, mean_latency_s=run.mean_e2e_latency_s, throughput_rps=run.achieved_rate_rps)
+    kept_up = None
+    if run.requested_rate_rps:
+        try:
+            kept_up = kept_up_fraction(json.loads(path.read_text(encoding="utf-8")), run.requested_rate_rps)
+        except (OSError, ValueError, TypeError, KeyError):
+            kept_up = None
+    return PointOutcome(record=record, mean_latency_s=run.mean_e2e_latency_s, throughput_rps=run.achieved_rate_rps,
+                        offered_rps=run.requested_rate_rps, kept_up=kept_up)
+
+
+def kept_up_fraction(document: dict[str, Any], rate_rps: float) -> float | None:
+    """How well an open-loop run kept up with its arrivals: ``(n/lambda + L_early) / duration``.
+
+    ``vllm bench serve`` sends ``n`` requests in exactly ``n/lambda`` seconds (it rescales its Poisson
+    intervals to that span, ``vllm/benchmarks/serve.py``); a server that keeps up finishes about one
+    latency later. ``L_early`` is the mean latency of the first half of the requests (by send time), before
+    any backlog of an overloaded run builds up, so a run that keeps up scores about 1 however long its
+    requests are against the run, and one past the sustained capacity scores the share it kept up with.
+    None without per-request times.
+    """
+    starts, latencies = document.get("start_times"), document.get("latencies")
+    duration = float(document.get("duration") or 0.0)
+    if not starts or not latencies or len(starts) != len(latencies) or len(starts) < 4 or duration <= 0:
+        return None
+    ordered = [latency for _, latency in sorted(zip(starts, latencies))]
+    early = ordered[: len(ordered) // 2]
+    expected = len(ordered) / rate_rps + sum(early) / len(early)
+    return min(1.0, expected / duration)
 
 
 def latest_records(records: dict[str, PointRecord] | list[PointRecord]) -> list[PointRecord]:
