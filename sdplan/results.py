@@ -113,6 +113,8 @@ class BenchmarkRun:
     records_draft_length: bool = False
     records_acceptance: bool = False
     notes: tuple[str, ...] = ()
+    #: Flagged by ``sdplan calibrate``'s manifest: a Poisson point the server did not keep up with.
+    overloaded: bool = False
 
     @property
     def closed_loop(self) -> bool:
@@ -319,10 +321,14 @@ def read_results(path: Path, input_format: str = "auto") -> tuple[list[Benchmark
         if not members:
             raise InputFileError(name, None, "folder holds no result files (*.json); give files or a vllm bench "
                                              "sweep output folder")
+        from sdplan.measure.store import overloaded_files
+
+        flagged = overloaded_files(path)  # a folder sdplan calibrate wrote
         runs, warnings = [], []
         for member in members:
             found, notes = read_results(member, "vllm" if input_format == "auto" else input_format)
-            runs += [replace(run, source=f"{path.name}/{member.relative_to(path).as_posix()}") for run in found]
+            runs += [replace(run, source=f"{path.name}/{member.relative_to(path).as_posix()}",
+                             overloaded=member.parent == path and member.name in flagged) for run in found]
             warnings += notes
         return runs, warnings
     text = _read_text(path)
@@ -725,7 +731,8 @@ def screen(run: BenchmarkRun) -> list[str]:
     open loops without per-request times, achieved below 90% of the arrival
     rate (saturated: with per-request times, ``B`` is measured and the drain
     does not matter); Little's law where a mean concurrency is reported; SD
-    runs without acceptance. Closed loops are kept: they are fitted with
+    runs without acceptance; runs ``sdplan calibrate`` flagged overloaded in its
+    manifest (see :mod:`sdplan.measure.sweep`). Closed loops are kept: they are fitted with
     ``B`` = others in flight (``N - 1`` without per-request times).
     """
     reasons = []
@@ -744,6 +751,9 @@ def screen(run: BenchmarkRun) -> list[str]:
             reasons.append(f"Little's law off: mean concurrency {run.mean_concurrency:.3g} vs lambda*L {little:.3g}")
     if run.draft_length > 0 and run.alpha is None:
         reasons.append("SD run without acceptance: give it per file (FILE:k=4,len=2.8) or with --acceptance")
+    if run.overloaded:
+        reasons.append("the server did not keep up with this Poisson point (flagged overloaded in sdplan "
+                       "calibrate's manifest.jsonl): not at a steady state")
     return reasons
 
 

@@ -258,6 +258,17 @@ def test_poisson_points_the_server_did_not_keep_up_with_are_measured_lower_and_l
     assert all("req/s offered" in text for text in named)
     assert not any(f"({key}.json)" in label for key in overloaded for label in measurement["point_labels"])
     assert len(measurement["point_labels"]) == measurement["points"] - len(overloaded)
+    # fit and validate read the folder as calibrate left it: the flagged points are left out, with the reason
+    fitted = sdplan("fit", str(folder), "-o", str(tmp_path / "refit.toml"))
+    assert fitted.exit_code in (0, ExitStatus.POOR_CALIBRATION), fitted.output
+    assert sorted(line.split(":")[0] for line in fitted.stderr.splitlines() if "did not keep up" in line) == \
+        sorted(f"left out cal.runs/{key}.json" for key in overloaded)
+    checked = sdplan("validate", "-c", str(tmp_path / "cal.toml"), str(folder), "-f", "json")
+    assert checked.exit_code == 0, checked.output
+    report = json.loads(checked.stdout)
+    skipped = sorted(run["source"] for run in report["runs_skipped"])
+    assert skipped == sorted(f"cal.runs/{key}.json" for key in overloaded)
+    assert report["summary"]["mape_pct"] is not None
     # --resume replays the same decisions from the files: nothing is measured again
     before = len(fake_served.clients)
     again = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--resume")

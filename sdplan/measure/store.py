@@ -40,6 +40,26 @@ class PointRecord:
     overloaded: bool = False
 
 
+def overloaded_files(folder: Path) -> set[str]:
+    """Names of the result files in ``folder`` that ``sdplan calibrate`` flagged overloaded (a Poisson point
+    the server did not keep up with), from its manifest; empty for any other folder or an unreadable manifest."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return set()
+    latest: dict[str, dict[str, Any]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if not lines or json.loads(lines[0]).get("format") != FORMAT:
+            return set()
+        for line in lines[1:]:
+            entry = json.loads(line) if line.strip() else {}
+            if isinstance(entry, dict) and "key" in entry:
+                latest[str(entry["key"])] = entry
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {str(entry.get("file")) for entry in latest.values() if entry.get("overloaded") is True}
+
+
 class ResultStore:
     """A results folder with its manifest."""
 
