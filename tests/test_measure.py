@@ -276,6 +276,28 @@ def test_poisson_points_the_server_did_not_keep_up_with_are_measured_lower_and_l
     assert sum(client.calls for client in fake_served.clients[before:]) == 0
 
 
+def test_resume_of_a_folder_measured_before_points_were_judged(sdplan, tmp_path, fake_served) -> None:
+    """A manifest from before overloaded points were flagged: --resume flags them, measures nothing."""
+    fake_served.engine = FakeEngine(open_loop_slowdown=4.0)
+    first = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8")
+    assert first.exit_code in (0, ExitStatus.POOR_CALIBRATION), first.output
+    manifest = tmp_path / "cal.runs" / "manifest.jsonl"
+    old = []
+    for line in manifest.read_text().splitlines():  # as an older sdplan wrote it: no flags, no lower points
+        entry = json.loads(line)
+        if "key" in entry:
+            if entry.pop("overloaded") or "-lower" in entry["key"]:
+                continue
+        old.append(json.dumps(entry))
+    manifest.write_text("\n".join(old) + "\n")
+    before = len(fake_served.clients)
+    again = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--resume")
+    assert again.exit_code in (0, ExitStatus.POOR_CALIBRATION), again.output
+    assert "did not keep up" in again.stderr and "Traceback" not in again.output
+    assert sum(client.calls for client in fake_served.clients[before:]) == 0
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["overloaded_points"]
+
+
 def test_kept_up_fraction_tells_a_backlog_from_long_requests() -> None:
     from sdplan.measure.sweep import MIN_KEPT_UP_FRACTION, kept_up_fraction
 

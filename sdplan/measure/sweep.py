@@ -243,7 +243,10 @@ class Sweep:
             name = f"p{round(fraction * 100)}"
             outcomes = self._poisson(configuration, name, fraction * peak, server, client)
             sustained = self._overloaded(configuration, outcomes)
-            if sustained is not None:  # once more at the same fraction of what it sustained
+            lower = [f"{configuration.name}_{name}{LOWER_RATE_SUFFIX}_r{r}" for r in range(self.grid.repeats)]
+            # reading back a folder measured before points were judged: flagged now, but there is no server
+            reading_back = isinstance(client, _ReadBack) and not all(key in self.done for key in lower)
+            if sustained is not None and not reading_back:  # once more at the same fraction of what it sustained
                 peak = min(peak, sustained)
                 again = self._poisson(configuration, name + LOWER_RATE_SUFFIX, fraction * peak, server, client)
                 if self._overloaded(configuration, again) is not None:
