@@ -68,8 +68,10 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     out = tmp_path / "cpu.toml"
     manifest = tmp_path / "cpu.runs" / "manifest.jsonl"
     env = _environment(tmp_path)
+    # SIGINT's default action in the child, as in a terminal: a shell's background job (e.g. CI started with
+    # `&`) passes SIGINT on ignored, and a process that starts with it ignored keeps ignoring Ctrl-C
     process = subprocess.Popen(_command(pair, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env)
+                               env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 420
     while time.monotonic() < deadline and process.poll() is None:
         if manifest.exists() and manifest.read_text().count('"key"') >= 2:
