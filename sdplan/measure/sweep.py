@@ -19,14 +19,15 @@ Disturbed points (another process used CPU during the point, or repeats that
 disagree by more than 10%) are measured again, up to ``remeasure`` times; what
 stays disturbed is kept, flagged, and down-weighted by the robust fit.
 
-A Poisson point the server did not keep up with (it completed less than
-:data:`MIN_KEPT_UP_FRACTION` of the rate offered) ran past the sustained
-capacity: its queue grew all through the run, so its mean latency measures the
-run's length, not the load. A short closed loop can overstate what a server
-sustains under open-loop arrivals (seen with tiny models on a 2-core CPU, where
-the API server falls behind). Such a point is kept and flagged ``overloaded``,
-left out of the fit, and measured again once at the same fraction of the rate
-it did sustain, which also becomes the peak of the later points.
+A Poisson point the server did not keep up with (its :func:`kept_up_fraction`
+below :data:`MIN_KEPT_UP_FRACTION`, or more requests in flight on average than
+the server's ``--max-num-seqs``) ran past the sustained capacity: a queue built
+up that the fitted relation leaves out, so its mean latency measures the run's
+length, not the load. A short closed loop can overstate what a server sustains
+under open-loop arrivals (seen with tiny models on a 2-core CPU, where the API
+server falls behind). Such a point is kept and flagged ``overloaded``, left out
+of the fit, and measured again once at the same fraction of the rate it did
+sustain, which also becomes the peak of the later points.
 """
 
 from __future__ import annotations
