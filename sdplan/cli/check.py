@@ -55,7 +55,8 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
 
     \b
     Examples:
-      sdplan check --rate 8 --slo 'e2e:mean<=5s' --slo 'tpot:mean<=15ms' --acceptance 0.8
+      sdplan check --rate 8 --slo 'e2e:mean<=5s' --slo 'tpot:mean<=15ms' \\
+                   --acceptance 0.8
       sdplan check -w deploy/chat.toml --format json
     """
     from sdplan.check import run_check

@@ -73,7 +73,8 @@ def plan(
       sdplan plan
       sdplan plan -c calibrations/my.toml --rates 0.5:16:0.5 --draft-lengths 0-8 \\
                   --acceptance 0.8 --prompt-tokens 1024 --output-tokens 512
-      sdplan plan --acceptance-length 2.9 --acceptance-k 3 --format json -o plan.json
+      sdplan plan --acceptance-length 2.9 --acceptance-k 3 --format json \\
+                  -o plan.json
     """
     from sdplan import planner
     from sdplan.calibration import resolve_calibration
