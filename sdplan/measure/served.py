@@ -358,13 +358,13 @@ def _client_arguments(options: ServedOptions) -> tuple[str, ...]:
 def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
     """Keys of every point of a configuration (closed-loop levels, then Poisson points, and the lower-rate
     point measured after each Poisson point the server did not keep up with)."""
-    from sdplan.measure.sweep import LOWER_RATE_SUFFIX
+    from sdplan.measure.sweep import LOWER_RATE_SUFFIX, point_key
 
     labels = [f"c{n}" for n in sweep.levels()] + [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
     labels += [record.label + LOWER_RATE_SUFFIX for record in sweep.done.values()
                if record.configuration == configuration.name and record.overloaded
                and not record.label.endswith(LOWER_RATE_SUFFIX)]
-    return [f"{configuration.name}_{label}_r{r}" for label in labels for r in range(sweep.grid.repeats)]
+    return [point_key(configuration.name, label, r) for label in labels for r in range(sweep.grid.repeats)]
 
 
 @contextlib.contextmanager

@@ -43,21 +43,14 @@ class PointRecord:
 def overloaded_files(folder: Path) -> set[str]:
     """Names of the result files in ``folder`` that ``sdplan calibrate`` flagged overloaded (a Poisson point
     the server did not keep up with), from its manifest; empty for any other folder or an unreadable manifest."""
-    path = folder / MANIFEST
-    if not path.is_file():
+    if not (folder / MANIFEST).is_file():
         return set()
-    latest: dict[str, dict[str, Any]] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        if not lines or json.loads(lines[0]).get("format") != FORMAT:
-            return set()
-        for line in lines[1:]:
-            entry = json.loads(line) if line.strip() else {}
-            if isinstance(entry, dict) and "key" in entry:
-                latest[str(entry["key"])] = entry
-    except (OSError, ValueError, AttributeError):
+        records = ResultStore(folder, {}).load_records(check=False)
+    except InputFileError:
         return set()
-    return {str(entry.get("file")) for entry in latest.values() if entry.get("overloaded") is True}
+    latest = {record.key: record for record in records}  # a point flagged later appears twice
+    return {record.file for record in latest.values() if record.overloaded}
 
 
 class ResultStore:

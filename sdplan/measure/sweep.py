@@ -244,7 +244,7 @@ class Sweep:
             name = f"p{round(fraction * 100)}"
             outcomes = self._poisson(configuration, name, fraction * peak, server, client)
             sustained = self._overloaded(configuration, outcomes)
-            lower = [f"{configuration.name}_{name}{LOWER_RATE_SUFFIX}_r{r}" for r in range(self.grid.repeats)]
+            lower = [point_key(configuration.name, name + LOWER_RATE_SUFFIX, r) for r in range(self.grid.repeats)]
             # reading back a folder measured before points were judged: flagged now, but there is no server
             reading_back = isinstance(client, _ReadBack) and not all(key in self.done for key in lower)
             if sustained is not None and not reading_back:  # once more at the same fraction of what it sustained
@@ -326,7 +326,7 @@ class Sweep:
         from sdplan.measure.client import bench_arguments
         from sdplan.measure.quiet import ForeignCpu
 
-        key = f"{configuration.name}_{point.label}_r{repeat}"
+        key = point_key(configuration.name, point.label, repeat)
         record = self.done.get(key)
         path = self.store.result_path(key)
         if record is not None and path.exists():
@@ -369,6 +369,11 @@ class _ReadBack:
 
     def process_groups(self) -> set[int]:
         return set()
+
+
+def point_key(configuration: str, label: str, repeat: int) -> str:
+    """The manifest key (and result file stem) of one repeat of one point, e.g. ``k2_p75_r0``."""
+    return f"{configuration}_{label}_r{repeat}"
 
 
 def _stable_hash(text: str) -> int:
