@@ -299,21 +299,23 @@ def test_resume_of_a_folder_measured_before_points_were_judged(sdplan, tmp_path,
 
 
 def test_kept_up_fraction_tells_a_backlog_from_long_requests() -> None:
-    from sdplan.measure.sweep import MIN_KEPT_UP_FRACTION, kept_up_fraction
+    from sdplan.results import MIN_KEPT_UP_FRACTION, kept_up_fraction
 
     starts = [i / 10 for i in range(100)]  # 100 requests sent in exactly 100/10 s, as vllm bench serve does
     # requests of 3 s each in a 10-s run: the server keeps up, though completions/duration is only 78% of 10 req/s
-    long = {"start_times": starts, "latencies": [3.0] * 100, "duration": 9.9 + 3.0}
-    assert kept_up_fraction(long, 10.0) == 1.0
+    assert kept_up_fraction(starts, [3.0] * 100, 9.9 + 3.0, 10.0) == 1.0
     # a server that finishes one request per 0.15 s (6.7 req/s) behind 10 req/s: a backlog grows all run
     finish, latencies = 0.0, []
     for start in starts:
         finish = max(start, finish) + 0.15
         latencies.append(finish - start)
-    behind = {"start_times": starts, "latencies": latencies, "duration": finish}
-    assert kept_up_fraction(behind, 10.0) == pytest.approx((10.0 + sum(latencies[:50]) / 50) / 15.0)
-    assert kept_up_fraction(behind, 10.0) < MIN_KEPT_UP_FRACTION
-    assert kept_up_fraction({"duration": 10.0}, 10.0) is None  # no per-request times: not judged
+    behind = kept_up_fraction(starts, latencies, finish, 10.0)
+    assert behind == pytest.approx((10.0 + sum(latencies[:10]) / 10) / 15.0)  # the first tenth's latency
+    assert behind < MIN_KEPT_UP_FRACTION
+    # a client that draws its intervals without rescaling them sent for longer than n/lambda: that span counts
+    slow_sender = [i / 8 for i in range(100)]  # 12.4 s of sending at a nominal 10 req/s
+    assert kept_up_fraction(slow_sender, [0.5] * 100, 12.375 + 0.5, 10.0) == 1.0
+    assert kept_up_fraction([], [], 10.0, 10.0) is None  # no per-request times: not judged
 
 
 def test_poisson_point_with_more_in_flight_than_max_num_seqs_is_overloaded(tmp_path) -> None:

@@ -124,3 +124,27 @@ def test_real_eagle_sweeps_give_a_usable_calibration(name) -> None:
         "method": "measured", "hardware": "cpu", "target_model": "t", "draft_model": "d", "engine": "vllm",
         "engine_version": "0.32.0", "sources": ["test"],
         "date": __import__("datetime").date(2026, 11, 22), "created_by": "test"}), name)
+
+
+def test_a_real_poisson_run_that_fell_behind_is_left_out_of_fit_and_validate(sdplan, tmp_path) -> None:
+    """A real Poisson run at about twice the sustained rate (tests/data/served-behind-cpu): its backlog grew
+    all run, so its mean latency is no steady state; fit and validate say so and leave it out."""
+    from sdplan.results import MIN_KEPT_UP_FRACTION, screen
+
+    folder = Path(__file__).parent / "data" / "served-behind-cpu"
+    runs = {path.name: read_results(path)[0][0] for path in sorted(folder.glob("*.json"))}
+    behind, kept_up, closed = runs["nosd_r40.json"], runs["nosd_r8.json"], runs["nosd_c16.json"]
+    assert behind.kept_up < MIN_KEPT_UP_FRACTION and kept_up.kept_up > 0.95 and closed.kept_up is None
+    assert behind.kept_up == pytest.approx(0.80, abs=0.01)  # measured
+    assert any("fell behind" in reason for reason in screen(behind)) and screen(kept_up) == screen(closed) == []
+    calibration = tmp_path / "real.toml"
+    assert sdplan("fit", str(DATA), "-o", str(calibration)).exit_code == 0
+    result = sdplan("validate", "-c", str(calibration), str(folder), "-f", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert sorted(run["source"].split("/")[-1] for run in report["runs"]) == ["nosd_c16.json", "nosd_r8.json"]
+    [skipped] = report["runs_skipped"]
+    assert skipped["source"].endswith("nosd_r40.json") and "kept up with 80% of 40 req/s" in skipped["reason"]
+    fit = sdplan("fit", str(folder), str(DATA), "-o", str(tmp_path / "both.toml"))
+    assert fit.exit_code == 0, fit.output
+    assert "left out served-behind-cpu/nosd_r40.json: the server fell behind its arrivals" in fit.stderr

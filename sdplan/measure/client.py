@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +148,11 @@ class BenchClient:
     startup_timeout_s: float = 300.0
     process: subprocess.Popen[str] | None = None
     jobs: int = 0
-    _pending: list[str] = field(default_factory=list)
+    ready: bool = False
 
     def start(self) -> None:
+        """Start the driver without waiting for it: it imports vLLM (about 10 s on a 2-core CPU) while the
+        first server starts, and :meth:`run` waits for it to be ready."""
         from sdplan._vllm import subprocess_environment
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,10 +161,17 @@ class BenchClient:
                                         stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                         env=subprocess_environment(), start_new_session=True)
         log.close()
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        """Block until the driver has imported vLLM; raises :class:`EngineError` if it failed to."""
+        if self.ready:
+            return
         reply = self._read(self.startup_timeout_s)
         if not reply.get("ready"):
             self.stop()
             raise EngineError(f"vllm bench serve did not start (log {self.log_path})")
+        self.ready = True
 
     def _read(self, timeout_s: float) -> dict[str, Any]:
         assert self.process is not None and self.process.stdout is not None
@@ -188,6 +197,7 @@ class BenchClient:
 
     def run(self, arguments: list[str], timeout_s: float) -> None:
         """Run one benchmark; raises :class:`EngineError` if it fails or exceeds ``timeout_s``."""
+        self.wait_ready()
         assert self.process is not None and self.process.stdin is not None
         self.process.stdin.write(json.dumps(arguments) + "\n")
         self.process.stdin.flush()

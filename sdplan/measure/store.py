@@ -36,7 +36,7 @@ class PointRecord:
     foreign_cpu_cores: float | None
     disturbed: bool
     wall_s: float
-    #: A Poisson point the server did not keep up with (see :data:`sdplan.measure.sweep.MIN_KEPT_UP_FRACTION`).
+    #: A Poisson point the server did not keep up with (see :data:`sdplan.results.MIN_KEPT_UP_FRACTION`).
     overloaded: bool = False
 
 

@@ -19,7 +19,7 @@ Disturbed points (another process used CPU during the point, or repeats that
 disagree by more than 10%) are measured again, up to ``remeasure`` times; what
 stays disturbed is kept, flagged, and down-weighted by the robust fit.
 
-A Poisson point the server did not keep up with (its :func:`kept_up_fraction`
+A Poisson point the server did not keep up with (its :func:`sdplan.results.kept_up_fraction`
 below :data:`MIN_KEPT_UP_FRACTION`, or more requests in flight on average than
 the server's ``--max-num-seqs``) ran past the sustained capacity: a queue built
 up that the fitted relation leaves out, so its mean latency measures the run's
@@ -41,17 +41,13 @@ from typing import Any, Callable, Protocol
 from sdplan.measure.client import LoadPoint
 from sdplan.measure.quiet import DISTURBED_FOREIGN_CORES
 from sdplan.measure.store import PointRecord, ResultStore
+from sdplan.results import MIN_KEPT_UP_FRACTION
 
 #: Repeats of one point that differ by more than this (relative mean latency) disagree.
 REPEAT_DISAGREEMENT = 0.10
 #: Target length of a Poisson point in the standard and thorough grids (requests = rate x this;
 #: ``--poisson-seconds`` overrides every grid's).
 POISSON_SECONDS = 15.0
-#: A Poisson point that kept up with less than this share of the rate offered did not keep up (see
-#: :func:`kept_up_fraction`). The 227 Poisson runs of this project's served accuracy runs (up to 80% load,
-#: benchmarks/RESULTS-accuracy-served-2026-11.md) scored 0.957-1; a run at 1.2x the sustained capacity scores
-#: about 0.87, at 1.5x about 0.75.
-MIN_KEPT_UP_FRACTION = 0.85
 #: Label suffix of a Poisson point measured again, at a lower rate, after one that did not keep up.
 LOWER_RATE_SUFFIX = "-lower"
 #: Doubling the clients must raise throughput by at least this much to go on.
@@ -172,7 +168,7 @@ class PointOutcome:
     throughput_rps: float
     #: The Poisson rate asked for (None: a closed loop).
     offered_rps: float | None = None
-    #: :func:`kept_up_fraction` of a Poisson point (None: a closed loop, or no per-request times).
+    #: :func:`sdplan.results.kept_up_fraction` of a Poisson point (None: a closed loop, or no per-request times).
     kept_up: float | None = None
 
 
@@ -267,7 +263,7 @@ class Sweep:
     def _overloaded(self, configuration: Configuration, outcomes: list[PointOutcome]) -> float | None:
         """Flag the repeats of a Poisson point that did not keep up; the rate they sustained, or None.
 
-        A point did not keep up when its :func:`kept_up_fraction` is below :data:`MIN_KEPT_UP_FRACTION`,
+        A point did not keep up when its :func:`sdplan.results.kept_up_fraction` is below :data:`MIN_KEPT_UP_FRACTION`,
         or when, with the server's ``max_num_seqs`` known, more requests were in flight on average
         (``lambda L``, Little's law) than the server runs at once: they waited for a batch slot, a queue the
         fitted relation ``L = C1 + B C2`` leaves out (the planner caps the rate there instead).
@@ -397,34 +393,8 @@ def _outcome(record: PointRecord, path: Path) -> PointOutcome:
     from sdplan.results import read_results
 
     run = read_results(path, "vllm")[0][0]
-    kept_up = None
-    if run.requested_rate_rps:
-        try:
-            kept_up = kept_up_fraction(json.loads(path.read_text(encoding="utf-8")), run.requested_rate_rps)
-        except (OSError, ValueError, TypeError, KeyError):
-            kept_up = None
     return PointOutcome(record=record, mean_latency_s=run.mean_e2e_latency_s, throughput_rps=run.achieved_rate_rps,
-                        offered_rps=run.requested_rate_rps, kept_up=kept_up)
-
-
-def kept_up_fraction(document: dict[str, Any], rate_rps: float) -> float | None:
-    """How well an open-loop run kept up with its arrivals: ``(n/lambda + L_early) / duration``.
-
-    ``vllm bench serve`` sends ``n`` requests in exactly ``n/lambda`` seconds (it rescales its Poisson
-    intervals to that span, ``vllm/benchmarks/serve.py``); a server that keeps up finishes about one
-    latency later. ``L_early`` is the mean latency of the first half of the requests (by send time), before
-    any backlog of an overloaded run builds up, so a run that keeps up scores about 1 however long its
-    requests are against the run, and one past the sustained capacity scores the share it kept up with.
-    None without per-request times.
-    """
-    starts, latencies = document.get("start_times"), document.get("latencies")
-    duration = float(document.get("duration") or 0.0)
-    if not starts or not latencies or len(starts) != len(latencies) or len(starts) < 4 or duration <= 0:
-        return None
-    ordered = [latency for _, latency in sorted(zip(starts, latencies))]
-    early = ordered[: len(ordered) // 2]
-    expected = len(ordered) / rate_rps + sum(early) / len(early)
-    return min(1.0, expected / duration)
+                        offered_rps=run.requested_rate_rps, kept_up=run.kept_up)
 
 
 def latest_records(records: dict[str, PointRecord] | list[PointRecord]) -> list[PointRecord]:
