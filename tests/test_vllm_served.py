@@ -149,41 +149,56 @@ def test_ngram_served_calibration_measures_acceptance_on_a_dataset(pair, tmp_pat
     assert cal.document["reference_workload"]["output_tokens"] == 24
 
 
-def _calibrate_method(tmp_path: Path, target: Path, method: str, k: int, *extra: str) -> "object":
-    """A short served calibration (N = 1, 2, 4; 4-s Poisson points) with one SD method; returns the calibration."""
-    out = tmp_path / f"{method}.toml"
-    command = [sys.executable, "-m", "sdplan", "calibrate", "--target", str(target), "--spec-method", method,
-               "--draft-lengths", str(k), "--prompt-tokens", "48", "--output-tokens", "24", "--poisson-seconds", "4",
-               "-o", str(out), *extra]
-    result = subprocess.run(command, capture_output=True, text=True, env=_environment(tmp_path), timeout=900)
-    assert result.returncode in (0, 7), result.stderr[-3000:]  # 7: written, but a poor fit (said why)
+def _serve_method(monkeypatch, tmp_path: Path, target: Path, method: str, k: int, draft: str | None,
+                  *extra: str) -> "object":
+    """One real ``vllm serve`` of the SD configuration ``sdplan calibrate`` builds for ``method``, loaded by one
+    closed-loop point of the calibration's client; returns that point's run as ``sdplan fit`` reads it.
+
+    The whole served calibration (no SD, sweep, fit, resume) is checked with the draft model and n-gram
+    above; what differs between methods is the ``--speculative-config`` sdplan writes and the spec-decode
+    figures it reads back, and that is what a real server checks here, with one server start.
+    """
+    from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
+    from sdplan.measure.server import ServedEngine, probe_draft_length
+    from sdplan.measure.sweep import configurations
+    from sdplan.results import read_results
+
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)  # servers, client: this environment
+    for name, value in _environment(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    [_, configuration] = configurations(draft, method, (k,))
+    server = ServedEngine(model=str(target), arguments=[*SERVE_FLAGS, *extra, *configuration.serve_arguments()],
+                          log_path=tmp_path / f"server-{method}.log")
+    result = tmp_path / f"{method}.json"
+    try:
+        with BenchClient(log_path=tmp_path / "bench.log") as client:
+            server.start()
+            client.run(bench_arguments(LoadPoint(48, 24, 16, concurrency=2), base_url=server.base_url,
+                                       model=str(target), result=result, seed=1, temperature=0.0), 300)
+            assert probe_draft_length(server.base_url) == k  # from the server's /metrics
+    finally:
+        server.stop()
     assert _processes_of(target) == []
-    from sdplan.calibration import load_calibration
-
-    cal = load_calibration(out)
-    assert cal.provenance["speculative_method"] == method
-    assert f'"method":"{method}"' in cal.document["measurement"]["server_commands"][1]
-    assert cal.acceptance is not None and cal.acceptance.measured_at_k == k
-    return cal
+    [run], _ = read_results(result, "vllm")
+    assert run.draft_length == k and run.alpha is not None and run.completed == 16
+    return run
 
 
-def test_served_calibration_with_an_eagle_head(pair, tmp_path_factory) -> None:
+def test_served_eagle_head(pair, tmp_path_factory, monkeypatch) -> None:
     """--spec-method eagle with a tiny EAGLE-1 head whose proposals the target always accepts."""
     from tiny_models import eagle_head
 
     tmp_path = tmp_path_factory.mktemp("head-method")
     head = eagle_head(pair["target"], tmp_path / "head-e1")
-    cal = _calibrate_method(tmp_path, pair["target"], "eagle", 2, "--draft", str(head), "--", *SERVE_FLAGS)
-    assert cal.provenance["draft_model"] == str(head)
-    assert cal.acceptance.per_token_alpha > 0.95, cal.document["acceptance"]  # a random head: 0
+    run = _serve_method(monkeypatch, tmp_path, pair["target"], "eagle", 2, str(head))
+    assert run.alpha > 0.95, run  # a random head: 0
 
 
-def test_served_calibration_with_mtp_layers(pair, tmp_path_factory) -> None:
+def test_served_mtp_layers(pair, tmp_path_factory, monkeypatch) -> None:
     """--spec-method mtp on a tiny MiMo target whose MTP layer proposes exactly the target's next token."""
     from tiny_models import mtp_successor
 
     tmp_path = tmp_path_factory.mktemp("layer-method")
     target = mtp_successor(tmp_path / "mimo-successor", hidden=128)
-    cal = _calibrate_method(tmp_path, target, "mtp", 1, "--", *SERVE_FLAGS, "--tokenizer", str(pair["target"]))
-    assert cal.provenance["draft_model"] == "mtp"
-    assert cal.acceptance.per_token_alpha > 0.95, cal.document["acceptance"]
+    run = _serve_method(monkeypatch, tmp_path, target, "mtp", 1, None, "--tokenizer", str(pair["target"]))
+    assert run.alpha > 0.95, run
