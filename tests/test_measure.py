@@ -179,6 +179,25 @@ def test_served_calibration_end_to_end_predicts_open_loop(sdplan, tmp_path, fake
     assert check.mape_pct < 10, [(e.run.source, e.error_pct) for e in check.errors]
 
 
+@pytest.mark.parametrize("seconds", [2.0, 30.0])
+def test_poisson_points_last_at_least_twenty_unloaded_latencies(sdplan, tmp_path, fake_served, seconds) -> None:
+    """Requests of ~0.3 s: a 2-s Poisson point would be a few latencies of ramp-up; it is made 20 latencies long."""
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--poisson-seconds",
+                        str(seconds))
+    assert result.exit_code in (0, ExitStatus.POOR_CALIBRATION), result.output
+    folder = tmp_path / "cal.runs"
+    for configuration in ("nosd", "k2"):
+        unloaded = json.loads((folder / f"{configuration}_c1_r0.json").read_text())["mean_e2el_ms"] / 1e3
+        assert 0.1 < unloaded < 1.0
+        expected = max(seconds, 20 * unloaded)
+        for name in ("p40", "p75"):
+            point = json.loads((folder / f"{configuration}_{name}_r0.json").read_text())
+            sending = point["completed"] / point["request_rate"]  # vllm bench serve's n / lambda
+            assert sending >= expected - 1.0 / point["request_rate"], (name, sending, expected)
+            # no longer, unless the floor of twice the quick grid's smallest point (16 requests) made it so
+            assert sending <= expected * 1.01 or point["completed"] == 32, (name, sending, expected)
+
+
 def test_interrupted_calibration_keeps_points_and_resumes(sdplan, tmp_path, fake_served) -> None:
     fake_served.interrupt_after = 5
     result = _calibrate(sdplan, tmp_path)

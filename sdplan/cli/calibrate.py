@@ -91,8 +91,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
               "points; thorough = N 1..128, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
 @click.option("--poisson-seconds", type=click.FloatRange(min=1, max=3600), default=None,
               metavar="SECONDS", help="served: target length of each Poisson point (default: quick 8, standard and "
-              "thorough 15; at least 2x the grid's smallest point in requests); longer averages out more of a "
-              "noisy machine.")
+              "thorough 15; at least 2x the grid's smallest point in requests and 20 mean latencies of the N=1 "
+              "point, up to 600 s); longer averages out more of a noisy machine.")
 @click.option("--serve-arg", "serve_args", multiple=True, metavar="ARG",
               help="A vllm serve flag passed through unchanged, repeatable (e.g. --serve-arg=--enforce-eager); "
               "or put the flags after --.")

@@ -230,6 +230,9 @@ class BenchClient:
                     continue
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError):
+            if process.stdout:
+                process.stdout.close()
 
     def __enter__(self) -> "BenchClient":
         self.start()

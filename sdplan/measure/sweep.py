@@ -48,6 +48,14 @@ REPEAT_DISAGREEMENT = 0.10
 #: Target length of a Poisson point in the standard and thorough grids (requests = rate x this;
 #: ``--poisson-seconds`` overrides every grid's).
 POISSON_SECONDS = 15.0
+#: A Poisson point lasts at least this many unloaded request latencies (the mean latency of the sweep's
+#: smallest closed loop, N = 1): requests sent in its first latency or so meet a server still filling up,
+#: so a run only a few latencies long under-states the steady state. 20 unloaded latencies are about 5-10
+#: latencies at the 40-75% loads of the grids. CPU-sized requests (0.3 s) leave the grids' 8-15 s as they
+#: are; a GPU's 1024/128-token request of about 1 s gets 20 s, a 2048-token answer of 15 s gets 300 s.
+POISSON_MIN_UNLOADED_LATENCIES = 20.0
+#: ... but no Poisson point is made longer than this (s) by that rule.
+POISSON_MAX_SECONDS = 600.0
 #: Label suffix of a Poisson point measured again, at a lower rate, after one that did not keep up.
 LOWER_RATE_SUFFIX = "-lower"
 #: Doubling the clients must raise throughput by at least this much to go on.
@@ -236,16 +244,18 @@ class Sweep:
                 break
             previous_throughput = max(previous_throughput, throughput)
         peak = max(o.throughput_rps for o in results)
+        seconds = self.poisson_length_s(results)
         for fraction in self.grid.poisson_fractions:
             name = f"p{round(fraction * 100)}"
-            outcomes = self._poisson(configuration, name, fraction * peak, server, client)
+            outcomes = self._poisson(configuration, name, fraction * peak, server, client, seconds)
             sustained = self._overloaded(configuration, outcomes)
             lower = [point_key(configuration.name, name + LOWER_RATE_SUFFIX, r) for r in range(self.grid.repeats)]
             # reading back a folder measured before points were judged: flagged now, but there is no server
             reading_back = isinstance(client, _ReadBack) and not all(key in self.done for key in lower)
             if sustained is not None and not reading_back:  # once more at the same fraction of what it sustained
                 peak = min(peak, sustained)
-                again = self._poisson(configuration, name + LOWER_RATE_SUFFIX, fraction * peak, server, client)
+                again = self._poisson(configuration, name + LOWER_RATE_SUFFIX, fraction * peak, server, client,
+                                      seconds)
                 if self._overloaded(configuration, again) is not None:
                     peak = min(peak, min(o.throughput_rps for o in again))
                 outcomes += again
@@ -253,10 +263,18 @@ class Sweep:
         self.outcomes += results
         return results
 
+    def poisson_length_s(self, closed: list[PointOutcome]) -> float:
+        """How long the Poisson points of a configuration send for (s): ``--poisson-seconds`` (or the grid's),
+        at least :data:`POISSON_MIN_UNLOADED_LATENCIES` mean latencies of its smallest closed loop, at most
+        :data:`POISSON_MAX_SECONDS` by that rule."""
+        loops = [o for o in closed if o.record.label[:1] == "c" and o.record.label[1:].isdigit()]
+        unloaded = min(loops, key=lambda o: int(o.record.label[1:])).mean_latency_s if loops else 0.0
+        return max(self.poisson_seconds, min(POISSON_MIN_UNLOADED_LATENCIES * unloaded, POISSON_MAX_SECONDS))
+
     def _poisson(self, configuration: Configuration, name: str, rate_rps: float, server: Server,
-                 client: Client) -> list[PointOutcome]:
+                 client: Client, seconds: float) -> list[PointOutcome]:
         rate = float(f"{rate_rps:.3g}")
-        requests = max(self.grid.min_requests * 2, int(rate * self.poisson_seconds))
+        requests = max(self.grid.min_requests * 2, int(rate * seconds))
         point = self._load(min(requests, 2000), rate_rps=rate, name=name)
         return self._measure_repeats(configuration, point, server, client)
 
