@@ -566,3 +566,37 @@ def test_a_path_vllm_would_read_as_another_method_is_refused(sdplan, tmp_path, f
                     "--accept-poor-fit")
     assert result.exit_code == 0, result.output
     assert '"method":"eagle"' in FakeServer.registry[-1].arguments[-1]
+
+
+def test_a_servers_ipc_sockets_go_to_a_folder_removed_when_it_stops(tmp_path, monkeypatch) -> None:
+    """vLLM leaves its ZeroMQ sockets in the temp folder; a server sdplan starts keeps them in its own folder."""
+    import os
+    import stat
+    import tempfile
+
+    from sdplan.errors import EngineError
+    from sdplan.measure.server import ServedEngine
+
+    python = tmp_path / "python"  # stands in for the interpreter: leaves a "socket" behind and fails to start
+    python.write_text('#!/bin/sh\necho "$VLLM_RPC_BASE_PATH" > "$(dirname "$0")/rpc-path"\n'
+                      'touch "$VLLM_RPC_BASE_PATH/ipc-socket"\nexit 3\n')
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    server = ServedEngine(model="m", arguments=[], log_path=tmp_path / "server.log", python=str(python))
+    with pytest.raises(EngineError, match="exited with status 3"):
+        server.start()
+    folder = Path((tmp_path / "rpc-path").read_text().strip())
+    assert folder.name.startswith("sdplan-vllm-") and not folder.exists() and server.socket_folder is None
+    # a user's own VLLM_RPC_BASE_PATH is theirs: used, and left as it is
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(mine))
+    with pytest.raises(EngineError):
+        ServedEngine(model="m", arguments=[], log_path=tmp_path / "server.log", python=str(python)).start()
+    assert (tmp_path / "rpc-path").read_text().strip() == str(mine) and (mine / "ipc-socket").exists()
+    # an interpreter that cannot be run: an EngineError that says so, and no folder left
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH")
+    before = set(os.listdir(tempfile.gettempdir()))
+    with pytest.raises(EngineError, match="could not start vllm serve"):
+        ServedEngine(model="m", arguments=[], log_path=tmp_path / "server.log", python=str(tmp_path / "no")).start()
+    assert not {name for name in set(os.listdir(tempfile.gettempdir())) - before if name.startswith("sdplan-vllm-")}

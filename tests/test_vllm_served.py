@@ -53,6 +53,19 @@ def _processes_of(model: Path) -> list[str]:
     return [line for line in found.splitlines() if "pgrep" not in line]
 
 
+def _sockets_left_since(began: float) -> list[str]:
+    """IPC sockets (and sdplan's socket folders) made in the temp folder since ``began`` (epoch seconds)."""
+    import contextlib
+    import tempfile
+
+    found = []
+    for path in Path(tempfile.gettempdir()).iterdir():
+        with contextlib.suppress(OSError):  # another process's file may come and go
+            if path.stat().st_mtime >= began and (path.is_socket() or path.name.startswith("sdplan-vllm-")):
+                found.append(path.name)
+    return found
+
+
 def test_bad_options_are_refused_before_any_server_starts(pair, tmp_path) -> None:
     out = tmp_path / "bad.toml"
     command = _command(pair, out)
@@ -68,6 +81,8 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     out = tmp_path / "cpu.toml"
     manifest = tmp_path / "cpu.runs" / "manifest.jsonl"
     env = _environment(tmp_path)
+    env.pop("VLLM_RPC_BASE_PATH", None)
+    began = time.time()
     # SIGINT's default action in the child, as in a terminal: a shell's background job (e.g. CI started with
     # `&`) passes SIGINT on ignored, and a process that starts with it ignored keeps ignoring Ctrl-C
     process = subprocess.Popen(_command(pair, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -91,6 +106,7 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     result = subprocess.run(_command(pair, out, "--resume"), capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode in (0, 7), result.stderr[-3000:]  # 7: written, but a poor fit (said why)
     assert _processes_of(pair["target"]) == []
+    assert _sockets_left_since(began) == []  # in folders of their own, removed with their servers (Ctrl-C too)
     from sdplan.calibration import load_calibration
 
     cal = load_calibration(out)

@@ -4,7 +4,9 @@ The server is started in a session of its own, so that it and every process it
 spawns (vLLM's engine core, its workers) form one process group that
 :meth:`ServedEngine.stop` can signal as a whole: SIGINT (vLLM's graceful
 shutdown), then SIGTERM, then SIGKILL. ``atexit`` and the CLI's signal handlers
-call it too, so no server outlives ``sdplan calibrate``.
+call it too, so no server outlives ``sdplan calibrate``. vLLM leaves its ZeroMQ
+IPC sockets behind (about seven per start, in the temp folder); a server's go
+to a folder of its own (``VLLM_RPC_BASE_PATH``), removed when it stops.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -130,6 +134,8 @@ class ServedEngine:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     started_s: float = 0.0
+    #: Where this server's vLLM puts its IPC sockets (None: the user's ``VLLM_RPC_BASE_PATH``).
+    socket_folder: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -165,9 +171,17 @@ class ServedEngine:
         log.flush()
         env = subprocess_environment()
         env.update(self.environment)
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True)
-        log.close()
+        if "VLLM_RPC_BASE_PATH" not in env:  # short: a socket's path must fit in 107 bytes
+            self.socket_folder = tempfile.mkdtemp(prefix="sdplan-vllm-")
+            env["VLLM_RPC_BASE_PATH"] = self.socket_folder
+        try:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        except OSError as error:
+            self.stop()
+            raise EngineError(f"could not start vllm serve with {self.python}: {error}") from None
+        finally:
+            log.close()
         _LIVE.add(self)
         begin = time.monotonic()
         while True:
@@ -193,7 +207,15 @@ class ServedEngine:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """Stop the server's whole process group: SIGINT, then SIGTERM, then SIGKILL."""
+        """Stop the server's whole process group: SIGINT, then SIGTERM, then SIGKILL; remove its sockets."""
+        try:
+            self._stop_group(grace_s)
+        finally:
+            if self.socket_folder is not None:
+                shutil.rmtree(self.socket_folder, ignore_errors=True)
+                self.socket_folder = None
+
+    def _stop_group(self, grace_s: float) -> None:
         process = self.process
         _LIVE.discard(self)
         if process is None:
