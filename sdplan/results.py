@@ -117,6 +117,8 @@ class BenchmarkRun:
     overloaded: bool = False
     #: An open-loop run's :func:`kept_up_fraction` (None: a closed loop, or no per-request times).
     kept_up: float | None = None
+    #: ``vllm bench serve --ramp-up-strategy``: how the arrival rate rose during the run (None: it did not).
+    ramp_up: str | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -448,7 +450,13 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
     concurrency = _count(max_concurrency, path, "max_concurrency") if max_concurrency is not None else None
     if concurrency == 0:
         concurrency = None
-    closed = unbounded_rate and concurrency is not None
+    # --ramp-up-strategy raises the arrival rate during the run (request_rate is then "inf";
+    # vllm/benchmarks/serve.py writes ramp_up_strategy/_start_rps/_end_rps): no one load, not a closed loop
+    ramp_up = None
+    if document.get("ramp_up_strategy"):
+        ends = [document.get("ramp_up_start_rps"), document.get("ramp_up_end_rps")]
+        ramp_up = f"{document['ramp_up_strategy']} from {ends[0]} to {ends[1]} req/s"
+    closed = unbounded_rate and concurrency is not None and ramp_up is None
     for key in ("total_input_tokens", "total_output_tokens"):
         if document.get(key) is None:
             raise InputFileError(path, key, "missing; needed for the prompt/output lengths")
@@ -520,7 +528,8 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         draft_length=k, alpha=alpha, mean_acceptance_length=tau, prompt_tokens=prompt, output_tokens=output,
         draft_coverage=draft_coverage(document, completed) if k else None,
         mean_e2e_latency_s=latency, mean_ttft_s=ttft_s, mean_tpot_s=tpot_s, percentiles_s=tuple(percentiles),
-        completed=completed, failed=failed, open_loop_unbounded=unbounded_rate and not closed, kept_up=kept_up,
+        completed=completed, failed=failed, open_loop_unbounded=unbounded_rate and not closed and ramp_up is None,
+        kept_up=kept_up, ramp_up=ramp_up,
         records_draft_length=records_k, records_acceptance=alpha is not None, notes=tuple(notes + more),
     )
 
@@ -761,7 +770,8 @@ def screen(run: BenchmarkRun) -> list[str]:
     open loops without per-request times, achieved below 90% of the arrival
     rate (saturated: with per-request times, ``B`` is measured and the drain
     does not matter); Little's law where a mean concurrency is reported; SD
-    runs without acceptance; open loops that fell behind their arrivals
+    runs without acceptance; runs whose arrival rate ramped up
+    (``--ramp-up-strategy``); open loops that fell behind their arrivals
     (:func:`kept_up_fraction` below :data:`MIN_KEPT_UP_FRACTION`) and runs
     ``sdplan calibrate`` flagged overloaded in its manifest (see
     :mod:`sdplan.measure.sweep`). Closed loops are kept: they are fitted with
@@ -783,6 +793,9 @@ def screen(run: BenchmarkRun) -> list[str]:
             reasons.append(f"Little's law off: mean concurrency {run.mean_concurrency:.3g} vs lambda*L {little:.3g}")
     if run.draft_length > 0 and run.alpha is None:
         reasons.append("SD run without acceptance: give it per file (FILE:k=4,len=2.8) or with --acceptance")
+    if run.ramp_up is not None:
+        reasons.append(f"arrival rate ramped up during the run ({run.ramp_up}, --ramp-up-strategy): no one "
+                       "steady load to fit or predict; measure at fixed rates or concurrencies")
     if run.kept_up is not None and run.kept_up < MIN_KEPT_UP_FRACTION and not run.overloaded:
         reasons.append(f"the server fell behind its arrivals (kept up with {run.kept_up:.0%} of "
                        f"{run.requested_rate_rps:.3g} req/s, < {MIN_KEPT_UP_FRACTION:.0%}): past what it "

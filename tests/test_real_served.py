@@ -126,9 +126,10 @@ def test_real_eagle_sweeps_give_a_usable_calibration(name) -> None:
         "date": __import__("datetime").date(2026, 11, 22), "created_by": "test"}), name)
 
 
-def test_a_real_poisson_run_that_fell_behind_is_left_out_of_fit_and_validate(sdplan, tmp_path) -> None:
-    """A real Poisson run at about twice the sustained rate (tests/data/served-behind-cpu): its backlog grew
-    all run, so its mean latency is no steady state; fit and validate say so and leave it out."""
+def test_real_runs_past_capacity_or_ramped_up_are_left_out_of_fit_and_validate(sdplan, tmp_path) -> None:
+    """Real runs (tests/data/served-behind-cpu): Poisson at about twice the sustained rate, whose backlog grew
+    all run, and two --ramp-up-strategy runs; none is at one steady load; fit and validate say so, leave them
+    out and keep the rest."""
     from sdplan.results import MIN_KEPT_UP_FRACTION, screen
 
     folder = Path(__file__).parent / "data" / "served-behind-cpu"
@@ -143,8 +144,13 @@ def test_a_real_poisson_run_that_fell_behind_is_left_out_of_fit_and_validate(sdp
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert sorted(run["source"].split("/")[-1] for run in report["runs"]) == ["nosd_c16.json", "nosd_r8.json"]
-    [skipped] = report["runs_skipped"]
-    assert skipped["source"].endswith("nosd_r40.json") and "kept up with 80% of 40 req/s" in skipped["reason"]
+    skipped = {run["source"].split("/")[-1]: run["reason"] for run in report["runs_skipped"]}
+    assert sorted(skipped) == ["nosd_r40.json", "nosd_ramp.json", "nosd_ramp_c16.json"]
+    assert "kept up with 80% of 40 req/s" in skipped["nosd_r40.json"]
+    # a ramp-up run has no one load; with --max-concurrency it is still no closed loop
+    assert all("ramped up during the run (linear from 2 to 30 req/s" in skipped[name]
+               for name in ("nosd_ramp.json", "nosd_ramp_c16.json"))
+    assert runs["nosd_ramp_c16.json"].concurrency is None and runs["nosd_ramp_c16.json"].kept_up is None
     fit = sdplan("fit", str(folder), str(DATA), "-o", str(tmp_path / "both.toml"))
     assert fit.exit_code == 0, fit.output
     assert "left out served-behind-cpu/nosd_r40.json: the server fell behind its arrivals" in fit.stderr

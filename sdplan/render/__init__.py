@@ -85,8 +85,8 @@ def print_table(console: Any, table: Any, title: str | None = None, caption: str
     wider than the console, headers and cells wrap between words, the column
     with the most room to spare giving way first; no word is ever cut or
     shortened with an ellipsis. If even the narrowest such layout is wider
-    than the console, the table is printed at that width (the terminal then
-    wraps the line; nothing is lost).
+    than the console, the table keeps its natural layout, one line per row
+    (the terminal then wraps the line; nothing is lost).
     """
     from rich.text import Text
 
