@@ -244,7 +244,7 @@ class Sweep:
                 break
             previous_throughput = max(previous_throughput, throughput)
         peak = max(o.throughput_rps for o in results)
-        seconds = self.poisson_length_s(results)
+        seconds = self.poisson_length_s(results[0].mean_latency_s)  # levels ascend: results[0] is the smallest N
         for fraction in self.grid.poisson_fractions:
             name = f"p{round(fraction * 100)}"
             outcomes = self._poisson(configuration, name, fraction * peak, server, client, seconds)
@@ -263,13 +263,11 @@ class Sweep:
         self.outcomes += results
         return results
 
-    def poisson_length_s(self, closed: list[PointOutcome]) -> float:
+    def poisson_length_s(self, unloaded_s: float) -> float:
         """How long the Poisson points of a configuration send for (s): ``--poisson-seconds`` (or the grid's),
-        at least :data:`POISSON_MIN_UNLOADED_LATENCIES` mean latencies of its smallest closed loop, at most
-        :data:`POISSON_MAX_SECONDS` by that rule."""
-        loops = [o for o in closed if o.record.label[:1] == "c" and o.record.label[1:].isdigit()]
-        unloaded = min(loops, key=lambda o: int(o.record.label[1:])).mean_latency_s if loops else 0.0
-        return max(self.poisson_seconds, min(POISSON_MIN_UNLOADED_LATENCIES * unloaded, POISSON_MAX_SECONDS))
+        at least :data:`POISSON_MIN_UNLOADED_LATENCIES` times ``unloaded_s``, the mean latency of its smallest
+        closed loop, at most :data:`POISSON_MAX_SECONDS` by that rule."""
+        return max(self.poisson_seconds, min(POISSON_MIN_UNLOADED_LATENCIES * unloaded_s, POISSON_MAX_SECONDS))
 
     def _poisson(self, configuration: Configuration, name: str, rate_rps: float, server: Server,
                  client: Client, seconds: float) -> list[PointOutcome]:
