@@ -568,6 +568,27 @@ def test_a_path_vllm_would_read_as_another_method_is_refused(sdplan, tmp_path, f
     assert '"method":"eagle"' in FakeServer.registry[-1].arguments[-1]
 
 
+@pytest.mark.parametrize(("method", "k", "draft"), [("eagle", 2, "head"), ("mtp", 1, None)])
+def test_a_method_calibration_records_its_method_server_command_and_acceptance(sdplan, tmp_path, fake_served,
+                                                                                method, k, draft) -> None:
+    """What the real-engine EAGLE and MTP tests check against vLLM itself (one server each) is the served
+    configuration; the calibration written around it is checked here, for both methods."""
+    extra = []
+    if draft:
+        (tmp_path / draft).mkdir()
+        (tmp_path / draft / "config.json").write_text("{}")
+        extra = ["--draft", str(tmp_path / draft)]
+    result = sdplan("calibrate", "--target", str(tmp_path / "target"), *extra, "--spec-method", method,
+                    "--draft-lengths", str(k), "--max-num-seqs", "4", "-o", str(tmp_path / "cal.toml"),
+                    "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    cal = load_calibration(tmp_path / "cal.toml")
+    assert cal.provenance["speculative_method"] == method
+    assert cal.provenance["draft_model"] == (str(tmp_path / draft) if draft else method)
+    assert f'"method":"{method}"' in cal.document["measurement"]["server_commands"][1]
+    assert cal.acceptance is not None and cal.acceptance.measured_at_k == k
+
+
 def test_a_servers_ipc_sockets_go_to_a_folder_removed_when_it_stops(tmp_path, monkeypatch) -> None:
     """vLLM leaves its ZeroMQ sockets in the temp folder; a server sdplan starts keeps them in its own folder."""
     import os
