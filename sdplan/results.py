@@ -119,6 +119,13 @@ class BenchmarkRun:
     kept_up: float | None = None
     #: ``vllm bench serve --ramp-up-strategy``: how the arrival rate rose during the run (None: it did not).
     ramp_up: str | None = None
+    #: An open loop's arrival process as vLLM's ``--burstiness``, the shape of its gamma-distributed gaps
+    #: (1: Poisson; below 1 burstier; ``inf``: a constant rate, also GuideLLM ``constant``); None: unknown.
+    burstiness: float | None = None
+    #: An open loop's client-side cap on requests in flight (``--max-concurrency`` with a finite rate).
+    client_cap: int | None = None
+    #: How the client cap held arrivals back (None: it did not, or the file cannot tell; see :func:`held_back`).
+    held_back_by_cap: str | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -433,6 +440,8 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         raise InputFileError(path, "completed", "no completed requests; nothing to fit")
     failed = _count(document.get("failed", 0) or 0, path, "failed")
     duration = _number(document["duration"], path, "duration") if document.get("duration") is not None else None
+    if duration is not None and duration <= 0:
+        raise InputFileError(path, "duration", f"must be > 0 s, got {duration:g}")
     if document.get("request_throughput") is not None:
         achieved = _number(document["request_throughput"], path, "request_throughput")
     elif duration:
@@ -457,6 +466,12 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         ends = [document.get("ramp_up_start_rps"), document.get("ramp_up_end_rps")]
         ramp_up = f"{document['ramp_up_strategy']} from {ends[0]} to {ends[1]} req/s"
     closed = unbounded_rate and concurrency is not None and ramp_up is None
+    burstiness = client_cap = None
+    if not unbounded_rate:  # an open loop at a finite rate: how its requests arrived
+        burstiness = _number(document.get("burstiness"), path, "burstiness", allow_none=True, allow_inf=True)
+        if burstiness is not None and burstiness <= 0:
+            raise InputFileError(path, "burstiness", f"must be > 0 (1 for Poisson arrivals), got {burstiness:g}")
+        client_cap = concurrency
     for key in ("total_input_tokens", "total_output_tokens"):
         if document.get(key) is None:
             raise InputFileError(path, key, "missing; needed for the prompt/output lengths")
@@ -519,6 +534,13 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
                                                        "ttft,tpot,itl,e2el")
     if latency <= 0:
         raise InputFileError(path, "mean_e2el_ms", "must be > 0")
+    held = None
+    if client_cap is not None:
+        queued = _list(document, "queue_times", completed)
+        held = held_back(client_cap, queued, starts, latencies)
+        if held is None and queued is None and (starts is None or latencies is None):
+            notes.append(f"open loop capped at {client_cap} requests in flight (--max-concurrency): without "
+                         "per-request times (--save-detailed) sdplan cannot tell whether the cap held arrivals back")
     k, alpha, tau, more = _acceptance_from_vllm(document, path)
     records_k = True  # bench serve writes spec_decode_* whenever the server speculates: absent means no SD
     return BenchmarkRun(
@@ -529,7 +551,7 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         draft_coverage=draft_coverage(document, completed) if k else None,
         mean_e2e_latency_s=latency, mean_ttft_s=ttft_s, mean_tpot_s=tpot_s, percentiles_s=tuple(percentiles),
         completed=completed, failed=failed, open_loop_unbounded=unbounded_rate and not closed and ramp_up is None,
-        kept_up=kept_up, ramp_up=ramp_up,
+        kept_up=kept_up, ramp_up=ramp_up, burstiness=burstiness, client_cap=client_cap, held_back_by_cap=held,
         records_draft_length=records_k, records_acceptance=alpha is not None, notes=tuple(notes + more),
     )
 
@@ -602,6 +624,7 @@ def _read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkR
             completed=successful or None,
             failed=failed,
             open_loop_unbounded=kind == "throughput",
+            burstiness={"constant": math.inf, "poisson": 1.0}.get(kind) if requested is not None else None,
         ))
     if not runs:
         raise InputFileError(path, "benchmarks", "empty; nothing to fit")
@@ -741,6 +764,43 @@ MAX_LITTLE_DEVIATION = 0.15
 MIN_KEPT_UP_FRACTION = 0.85
 
 
+#: An open loop whose client cap made more than this share of its requests wait for a slot is left out.
+MAX_HELD_BACK_FRACTION = 0.05
+#: A wait in the client longer than this (s) means the request waited for a slot under the cap.
+HELD_BACK_WAIT_S = 1e-3
+
+
+def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | None,
+              latencies: list[float] | None) -> str | None:
+    """How a client-side cap held an open loop's arrivals back; None if it did not (or cannot tell).
+
+    ``vllm bench serve --request-rate R --max-concurrency N`` draws Poisson
+    arrivals but sends a request only when fewer than ``N`` are in flight; a
+    request that arrives at a full client waits there (``queue_times``,
+    vLLM 0.11+), and its latency is timed from when it was sent. Where more than
+    :data:`MAX_HELD_BACK_FRACTION` of the requests waited, the server saw
+    neither Poisson arrivals at ``R`` nor a closed loop of ``N``: the load the
+    model would be fitted or judged at (``lambda L``) is not the load it ran
+    at. Without ``queue_times``, reaching ``N`` in flight (from the start times
+    and latencies) is the evidence.
+    """
+    if queue_times is not None:
+        waited = [wait for wait in queue_times if wait > HELD_BACK_WAIT_S]
+        if len(waited) <= MAX_HELD_BACK_FRACTION * len(queue_times):
+            return None
+        return (f"{len(waited)} of {len(queue_times)} requests waited in the client for one of its {cap} slots, "
+                f"{sum(waited) / len(waited):.3g} s on average")
+    if starts is None or latencies is None or len(starts) != len(latencies):
+        return None
+    events = sorted([(start, 1) for start in starts] + [(start + latency, -1)
+                                                       for start, latency in zip(starts, latencies)])
+    in_flight = peak = 0
+    for _, step in events:  # an end at the same instant as a start counts first: -1 sorts before +1
+        in_flight += step
+        peak = max(peak, in_flight)
+    return f"{peak} requests were in flight at its peak, the cap" if peak >= cap else None
+
+
 def kept_up_fraction(starts: list[float], latencies: list[float], duration_s: float,
                      rate_rps: float) -> float | None:
     """How well an open-loop run kept up with its arrivals: ``(T_send + L_early) / duration``.
@@ -771,7 +831,9 @@ def screen(run: BenchmarkRun) -> list[str]:
     rate (saturated: with per-request times, ``B`` is measured and the drain
     does not matter); Little's law where a mean concurrency is reported; SD
     runs without acceptance; runs whose arrival rate ramped up
-    (``--ramp-up-strategy``); open loops that fell behind their arrivals
+    (``--ramp-up-strategy``); open loops whose arrivals were not Poisson
+    (``--burstiness`` other than 1, GuideLLM ``constant``) or that a client-side
+    cap held back (:func:`held_back`); open loops that fell behind their arrivals
     (:func:`kept_up_fraction` below :data:`MIN_KEPT_UP_FRACTION`) and runs
     ``sdplan calibrate`` flagged overloaded in its manifest (see
     :mod:`sdplan.measure.sweep`). Closed loops are kept: they are fitted with
@@ -800,6 +862,19 @@ def screen(run: BenchmarkRun) -> list[str]:
         reasons.append(f"the server fell behind its arrivals (kept up with {run.kept_up:.0%} of "
                        f"{run.requested_rate_rps:.3g} req/s, < {MIN_KEPT_UP_FRACTION:.0%}): past what it "
                        "sustains, not a steady state; its mean latency depends on how long the run was")
+    if run.burstiness is not None and run.burstiness != 1.0 and not run.open_loop_unbounded:
+        shape, effect = ((f"arrivals burstier than Poisson (--burstiness {run.burstiness:g})", "raises")
+                         if run.burstiness < 1 else
+                         ("constant-rate arrivals", "lowers") if math.isinf(run.burstiness) else
+                         (f"arrivals more regular than Poisson (--burstiness {run.burstiness:g})", "lowers"))
+        reasons.append(f"{shape}, which {effect} mean latency at the same rate; the model is for Poisson "
+                       "arrivals: measure with vllm bench serve --burstiness 1 (its default) or GuideLLM "
+                       "--rate-type poisson")
+    if run.held_back_by_cap is not None:
+        reasons.append(f"the client's --max-concurrency {run.client_cap} held arrivals back "
+                       f"({run.held_back_by_cap}): neither Poisson arrivals at {run.requested_rate_rps:.3g} "
+                       f"req/s nor a closed loop of {run.client_cap}; rerun without the cap or with one above "
+                       "the peak in flight")
     if run.overloaded:
         reasons.append("the server did not keep up with this Poisson point (flagged overloaded in sdplan "
                        "calibrate's manifest.jsonl): not at a steady state")

@@ -96,8 +96,10 @@ def _metric(mean: float) -> dict:
 
 
 def write_guidellm(path: Path, draft_length: int, alpha: float | None, noise: float = 0.0,
-                   version: int | None = 2, little_off: bool = False, throughput_run: bool = False) -> Path:
-    """A GuideLLM v2 report with one benchmark per load level of one configuration."""
+                   version: int | None = 2, little_off: bool = False, throughput_run: bool = False,
+                   strategy: str = "poisson") -> Path:
+    """A GuideLLM v2 report with one benchmark per load level of one configuration (``strategy``: its
+    rate type, ``poisson`` or ``constant``)."""
     g, p = TRUE.output_tokens, TRUE.prompt_tokens
     benchmarks = []
     for k, a, rate, latency, ttft, tpot in points(noise, configurations=[(draft_length, alpha)]):
@@ -105,7 +107,7 @@ def write_guidellm(path: Path, draft_length: int, alpha: float | None, noise: fl
         benchmarks.append({
             "type_": "generative_benchmark",
             "config": {"id_": f"b{len(benchmarks)}", "run_id": "r", "run_index": len(benchmarks),
-                       "strategy": {"type_": "constant", "rate": rate}},
+                       "strategy": {"type_": strategy, "rate": rate}},
             "metrics": {
                 "request_totals": {"successful": 100, "incomplete": 0, "errored": 0, "total": 100},
                 "requests_per_second": _metric(rate),

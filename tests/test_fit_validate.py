@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -51,6 +52,18 @@ def test_guidellm_reader_units(tmp_path) -> None:
     assert runs[0].mean_concurrency == pytest.approx(runs[0].achieved_rate_rps * runs[0].mean_e2e_latency_s)
     old = write_guidellm(tmp_path / "old.json", 0, None, version=None)
     assert "schema unverified" in read_results(old)[1][0]
+
+
+def test_guidellm_constant_rate_runs_are_left_out(tmp_path) -> None:
+    """GuideLLM's sweep schedules constant-rate arrivals by default; the model (and ``lambda L`` as the load a
+    request sees) is for Poisson arrivals, so those runs are left out with the rate type to use instead."""
+    poisson, _ = read_results(write_guidellm(tmp_path / "p.json", 0, None))
+    constant, _ = read_results(write_guidellm(tmp_path / "c.json", 0, None, strategy="constant"))
+    assert all(run.burstiness == 1.0 and screen(run) == [] for run in poisson)
+    assert all(math.isinf(run.burstiness) for run in constant)
+    reasons = [screen(run) for run in constant]
+    assert all(len(r) == 1 and r[0].startswith("constant-rate arrivals, which lowers mean latency") for r in reasons)
+    assert "GuideLLM --rate-type poisson" in reasons[0][0]
 
 
 def test_screen_reasons(tmp_path) -> None:
@@ -189,6 +202,11 @@ def test_cli_validate_max_error_gate(sdplan, tmp_path) -> None:
     assert result.exit_code == 0 and "MAPE" in result.stdout and "measured (s)" in result.stdout
 
 
+#: A minimal vLLM open-loop result (10 requests at 1 req/s) for the malformed-field cases.
+_RUN = ('{"completed": 10, "request_rate": 1, "burstiness": 1, "duration": 10, "request_throughput": 1, '
+        '"total_input_tokens": 100, "total_output_tokens": 100, "mean_e2el_ms": 500}')
+
+
 @pytest.mark.parametrize(("content", "suffix", "where"), [
     ("{not json", ".json", "invalid JSON"),
     ('{"hello": 1}', ".json", "unrecognised result format"),
@@ -197,6 +215,9 @@ def test_cli_validate_max_error_gate(sdplan, tmp_path) -> None:
     ('{"completed": 10, "request_throughput": 1, "total_input_tokens": 1, "total_output_tokens": 1}', ".json",
      "mean_e2el_ms"),
     ('{"benchmarks": [{"metrics": {}}]}', ".json", "requests_per_second.successful.mean: missing"),
+    (_RUN.replace('"duration": 10', '"duration": -10'), ".json", "duration: must be > 0 s, got -10"),
+    (_RUN.replace('"burstiness": 1', '"burstiness": 0'), ".json", "burstiness: must be > 0 (1 for Poisson"),
+    (_RUN.replace('"burstiness": 1', '"burstiness": "often"'), ".json", "burstiness: expected a number"),
     ("request_rate_rps,draft_length\n1,0\n", ".csv", "acceptance: missing column"),
     ("request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s\n1,0,1.5,10,10,1\n",
      ".csv", "line 2: acceptance"),
@@ -212,6 +233,16 @@ def test_malformed_results_exit_3_with_file_and_field(sdplan, tmp_path, content,
         assert str(path) in result.stderr and where in result.stderr
         assert result.stderr.count("\n") == 1
     assert not (tmp_path / "x.toml").exists()
+
+
+def test_capped_open_loop_without_per_request_times_is_read_with_a_note(tmp_path) -> None:
+    path = tmp_path / "capped.json"
+    path.write_text(_RUN.replace('"burstiness": 1', '"burstiness": 1, "max_concurrency": 4'))
+    run = read_results(path)[0][0]
+    assert run.client_cap == 4 and run.concurrency is None and run.held_back_by_cap is None
+    assert screen(run) == [] and "cannot tell whether the cap held arrivals back" in run.notes[0]
+    path.write_text(_RUN)
+    assert read_results(path)[0][0].notes == () and read_results(path)[0][0].burstiness == 1.0
 
 
 def test_missing_results_file(sdplan, tmp_path) -> None:

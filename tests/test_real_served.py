@@ -154,3 +154,44 @@ def test_real_runs_past_capacity_or_ramped_up_are_left_out_of_fit_and_validate(s
     fit = sdplan("fit", str(folder), str(DATA), "-o", str(tmp_path / "both.toml"))
     assert fit.exit_code == 0, fit.output
     assert "left out served-behind-cpu/nosd_r40.json: the server fell behind its arrivals" in fit.stderr
+
+
+def test_real_runs_with_other_arrivals_or_a_binding_client_cap_are_left_out(sdplan, tmp_path) -> None:
+    """Real runs (tests/data/served-arrivals-cpu): Poisson at 11 req/s (about 55% load) against gamma arrivals
+    of burstiness 0.25 and 4 at the same rate, and two open loops with --max-concurrency, one that held its
+    arrivals back. The model and its fitted load lambda L are for Poisson arrivals; the others are left out of
+    fit and validate with the reason, and the rest is fitted."""
+    from sdplan.results import held_back, screen
+
+    folder = Path(__file__).parent / "data" / "served-arrivals-cpu"
+    runs = {path.name: read_results(path)[0][0] for path in sorted(folder.glob("*.json"))}
+    for rep in (1, 2):  # measured: at one rate, burstier arrivals wait longer and regular ones less
+        bursty, poisson, regular = (runs[f"nosd_r11_b{b}_{rep}.json"] for b in ("025", "1", "4"))
+        assert (bursty.burstiness, poisson.burstiness, regular.burstiness) == (0.25, 1.0, 4.0)
+        assert bursty.mean_e2e_latency_s > 1.1 * poisson.mean_e2e_latency_s
+        assert regular.mean_e2e_latency_s < 0.9 * poisson.mean_e2e_latency_s
+        assert screen(poisson) == []
+        assert screen(bursty)[0].startswith("arrivals burstier than Poisson (--burstiness 0.25), which raises")
+        assert screen(regular)[0].startswith("arrivals more regular than Poisson (--burstiness 4), which lowers")
+    capped, loose = runs["nosd_r40_cap8.json"], runs["nosd_r8_cap32.json"]
+    assert (capped.client_cap, loose.client_cap) == (8, 32) and capped.concurrency is None
+    assert loose.held_back_by_cap is None and screen(loose) == []
+    assert capped.held_back_by_cap.startswith("152 of 160 requests waited in the client for one of its 8 slots")
+    # fitted as Poisson at 40 req/s it would have seen lambda L = 24 others; it never had more than 7
+    assert capped.arrival_rate_rps * capped.mean_e2e_latency_s > 20 and capped.others_in_flight < 7
+    assert "--max-concurrency 8 held arrivals back" in screen(capped)[0]
+    document = json.loads((folder / "nosd_r40_cap8.json").read_text())
+    # without queue_times (older vLLM), reaching the cap in flight is the evidence
+    assert held_back(8, None, document["start_times"], document["latencies"]).startswith("8 requests were in flight")
+    assert held_back(32, None, document["start_times"], document["latencies"]) is None
+    calibration = tmp_path / "arrivals.toml"
+    fit = sdplan("fit", str(folder), "-o", str(calibration))
+    assert fit.exit_code == 0, fit.output
+    assert fit.stderr.count("left out served-arrivals-cpu/") == 5
+    assert "TTFT = c1p - " in fit.stdout and "+ -" not in fit.stdout  # its fitted offset is negative
+    result = sdplan("validate", "-c", str(calibration), str(folder), "-f", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    kept = sorted(run["source"].split("/")[-1] for run in report["runs"])
+    assert kept == ["nosd_c16.json", "nosd_r11_b1_1.json", "nosd_r11_b1_2.json", "nosd_r8_cap32.json"]
+    assert len(report["runs_skipped"]) == 5 and report["summary"]["mape_pct"] < 10

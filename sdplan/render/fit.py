@@ -148,8 +148,9 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
                           else "-" if error is None else f"{error:.3g}")
         ttft = pooled.get("ttft") or {}
         closed = ttft.get("closed_loop_load_steps")
-        ttft_line = (f"TTFT = c1p + {ttft.get('offset_s') or 0.0:.3g} s + {ttft['wait_steps']:.3g} x step + B x "
-                     f"{ttft['load_steps']:.3g} x step per request"
+        offset = ttft.get("offset_s") or 0.0
+        ttft_line = (f"TTFT = c1p {'-' if offset < 0 else '+'} {abs(offset):.3g} s + {ttft['wait_steps']:.3g} x step"
+                     f" + B x {ttft['load_steps']:.3g} x step per request"
                      + (f" (open loop; closed loops {closed:.3g})" if closed is not None else "")
                      + (f" (fitted; TTFT MAPE {ttft['mape_pct']:.1f}%)" if ttft.get("fitted")
                                   and ttft.get("mape_pct") is not None else " (default weights: TTFT not measured)"))
@@ -172,7 +173,7 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
             for run in document["runs_dropped"]:
                 dropped.add_row(run["source"], run["reason"])
             console.print()
-            print_table(console, dropped, title="Runs left out (not at steady state or incomplete)")
+            print_table(console, dropped, title="Runs left out (see the reasons)")
         if holdout:
             console.print(f"held-out runs: {holdout['runs']}, MAPE {holdout['mape_pct']:.2f}%, R2 {holdout['r2']:.4f} "
                           f"({holdout['quality']})")
