@@ -423,11 +423,15 @@ def draft_coverage(document: dict[str, Any], completed: int) -> float | None:
     return drafts / (drafts + undrafted)
 
 
-def _list(document: dict[str, Any], key: str, count: int) -> list[float] | None:
+def _list(document: dict[str, Any], key: str, count: int, notes: list[str] | None = None) -> list[float] | None:
+    """A per-request list of ``count`` finite numbers, else None (and, for a list of the right length
+    with other entries, a note in ``notes`` that the run is read without it)."""
     values = document.get(key)
     if not isinstance(values, list) or len(values) != count or not values:
         return None
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        if notes is not None:
+            notes.append(f"{key}: not all finite numbers; read without this per-request list")
         return None
     return [float(v) for v in values]
 
@@ -490,9 +494,9 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
     percentiles: list[tuple[str, float]] = []
     others = others_ttft = kept_up = None
     # Per-request lists (--save-detailed): exact means and the load each request saw.
-    latencies = _list(document, "latencies", completed)
-    ttfts = _list(document, "ttfts", completed)
-    starts = _list(document, "start_times", completed)
+    latencies = _list(document, "latencies", completed, notes)
+    ttfts = _list(document, "ttfts", completed, notes)
+    starts = _list(document, "start_times", completed, notes)
     errors = document.get("errors")
     if latencies is not None and isinstance(errors, list) and any(errors):
         latencies = None  # with failures the lists mix failed and successful requests; use the summary
@@ -502,7 +506,7 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         if ttfts is not None:
             ttft_s = sum(ttfts) / len(ttfts)
             percentiles += _percentiles(ttfts, "ttft")
-            outputs = _list(document, "output_lens", completed)
+            outputs = _list(document, "output_lens", completed, notes)
             if outputs is not None:
                 tpots = [(l - t) / (o - 1) for l, t, o in zip(latencies, ttfts, outputs) if o > 1]
                 if tpots:
@@ -536,7 +540,7 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         raise InputFileError(path, "mean_e2el_ms", "must be > 0")
     held = None
     if client_cap is not None:
-        queued = _list(document, "queue_times", completed)
+        queued = _list(document, "queue_times", completed, notes)
         held = held_back(client_cap, queued, starts, latencies)
         if held is None and queued is None and (starts is None or latencies is None):
             notes.append(f"open loop capped at {client_cap} requests in flight (--max-concurrency): without "
@@ -764,6 +768,11 @@ MAX_LITTLE_DEVIATION = 0.15
 MIN_KEPT_UP_FRACTION = 0.85
 
 
+def fell_behind(kept_up: float | None) -> bool:
+    """Whether an open loop's :func:`kept_up_fraction` is below :data:`MIN_KEPT_UP_FRACTION` (None: no score)."""
+    return kept_up is not None and kept_up < MIN_KEPT_UP_FRACTION
+
+
 #: An open loop whose client cap made more than this share of its requests wait for a slot is left out.
 MAX_HELD_BACK_FRACTION = 0.05
 #: A wait in the client longer than this (s) means the request waited for a slot under the cap.
@@ -858,7 +867,7 @@ def screen(run: BenchmarkRun) -> list[str]:
     if run.ramp_up is not None:
         reasons.append(f"arrival rate ramped up during the run ({run.ramp_up}, --ramp-up-strategy): no one "
                        "steady load to fit or predict; measure at fixed rates or concurrencies")
-    if run.kept_up is not None and run.kept_up < MIN_KEPT_UP_FRACTION and not run.overloaded:
+    if fell_behind(run.kept_up) and not run.overloaded:
         reasons.append(f"the server fell behind its arrivals (kept up with {run.kept_up:.0%} of "
                        f"{run.requested_rate_rps:.3g} req/s, < {MIN_KEPT_UP_FRACTION:.0%}): past what it "
                        "sustains, not a steady state; its mean latency depends on how long the run was")

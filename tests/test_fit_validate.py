@@ -245,6 +245,16 @@ def test_capped_open_loop_without_per_request_times_is_read_with_a_note(tmp_path
     assert read_results(path)[0][0].notes == () and read_results(path)[0][0].burstiness == 1.0
 
 
+def test_per_request_list_that_is_not_numbers_is_noted_not_dropped_silently(tmp_path) -> None:
+    path = tmp_path / "odd.json"
+    document = json.loads(_RUN)
+    document["latencies"] = [0.5] * 9 + ["n/a"]
+    path.write_text(json.dumps(document))
+    run = read_results(path)[0][0]
+    assert run.mean_e2e_latency_s == 0.5 and run.others_in_flight is None  # from the summary
+    assert run.notes == ("latencies: not all finite numbers; read without this per-request list",)
+
+
 def test_missing_results_file(sdplan, tmp_path) -> None:
     result = sdplan("validate", str(tmp_path / "none.json"))
     assert result.exit_code == ExitStatus.BAD_INPUT and "no such file" in result.stderr

@@ -41,7 +41,7 @@ from typing import Any, Callable, Protocol
 from sdplan.measure.client import LoadPoint
 from sdplan.measure.quiet import DISTURBED_FOREIGN_CORES
 from sdplan.measure.store import PointRecord, ResultStore
-from sdplan.results import MIN_KEPT_UP_FRACTION
+from sdplan.results import MIN_KEPT_UP_FRACTION, fell_behind
 
 #: Repeats of one point that differ by more than this (relative mean latency) disagree.
 REPEAT_DISAGREEMENT = 0.10
@@ -287,7 +287,7 @@ class Sweep:
         def in_flight(o: PointOutcome) -> float:
             return (o.offered_rps or 0.0) * o.mean_latency_s
 
-        behind = [o for o in outcomes if (o.kept_up is not None and o.kept_up < MIN_KEPT_UP_FRACTION)
+        behind = [o for o in outcomes if fell_behind(o.kept_up)
                   or (o.offered_rps and self.batch_cap and in_flight(o) > self.batch_cap)]
         if not behind:
             return None
@@ -300,7 +300,7 @@ class Sweep:
                 self.done[o.record.key] = o.record
         worst = min(behind, key=lambda o: o.kept_up if o.kept_up is not None else 1.0)
         why = (f"kept up {worst.kept_up:.0%} < {MIN_KEPT_UP_FRACTION:.0%}"
-               if worst.kept_up is not None and worst.kept_up < MIN_KEPT_UP_FRACTION
+               if fell_behind(worst.kept_up)
                else f"{in_flight(worst):.3g} requests in flight on average > max_num_seqs {self.batch_cap}")
         self.events.on_note(
             f"{configuration.name} {worst.record.label}: the server did not keep up with {worst.offered_rps or 0:.3g} "
