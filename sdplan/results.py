@@ -797,7 +797,7 @@ def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | N
         waited = [wait for wait in queue_times if wait > HELD_BACK_WAIT_S]
         if len(waited) <= MAX_HELD_BACK_FRACTION * len(queue_times):
             return None
-        return (f"{len(waited)} of {len(queue_times)} requests waited in the client for one of its {cap} slots, "
+        return (f"{len(waited)} of {len(queue_times)} requests waited in the client for a slot, "
                 f"{sum(waited) / len(waited):.3g} s on average")
     if starts is None or latencies is None or len(starts) != len(latencies):
         return None
@@ -807,7 +807,8 @@ def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | N
     for _, step in events:  # an end at the same instant as a start counts first: -1 sorts before +1
         in_flight += step
         peak = max(peak, in_flight)
-    return f"{peak} requests were in flight at its peak, the cap" if peak >= cap else None
+    return (f"{peak} requests in flight at its peak, the cap; the file has no queue_times to tell how many "
+            "waited" if peak >= cap else None)
 
 
 def kept_up_fraction(starts: list[float], latencies: list[float], duration_s: float,
@@ -880,10 +881,10 @@ def screen(run: BenchmarkRun) -> list[str]:
                        "arrivals: measure with vllm bench serve --burstiness 1 (its default) or GuideLLM "
                        "--rate-type poisson")
     if run.held_back_by_cap is not None:
-        reasons.append(f"the client's --max-concurrency {run.client_cap} held arrivals back "
-                       f"({run.held_back_by_cap}): neither Poisson arrivals at {run.requested_rate_rps:.3g} "
-                       f"req/s nor a closed loop of {run.client_cap}; rerun without the cap or with one above "
-                       "the peak in flight")
+        reasons.append(f"the client's --max-concurrency {run.client_cap} capped an open loop "
+                       f"({run.held_back_by_cap}): the server saw neither Poisson arrivals at "
+                       f"{run.requested_rate_rps:.3g} req/s nor a closed loop of {run.client_cap}; rerun without "
+                       "the cap or with one above the peak in flight")
     if run.overloaded:
         reasons.append("the server did not keep up with this Poisson point (flagged overloaded in sdplan "
                        "calibrate's manifest.jsonl): not at a steady state")

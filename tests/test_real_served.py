@@ -176,13 +176,13 @@ def test_real_runs_with_other_arrivals_or_a_binding_client_cap_are_left_out(sdpl
     capped, loose = runs["nosd_r40_cap8.json"], runs["nosd_r8_cap32.json"]
     assert (capped.client_cap, loose.client_cap) == (8, 32) and capped.concurrency is None
     assert loose.held_back_by_cap is None and screen(loose) == []
-    assert capped.held_back_by_cap.startswith("152 of 160 requests waited in the client for one of its 8 slots")
+    assert capped.held_back_by_cap.startswith("152 of 160 requests waited in the client for a slot, 3.89 s")
     # fitted as Poisson at 40 req/s it would have seen lambda L = 24 others; it never had more than 7
     assert capped.arrival_rate_rps * capped.mean_e2e_latency_s > 20 and capped.others_in_flight < 7
-    assert "--max-concurrency 8 held arrivals back" in screen(capped)[0]
+    assert "--max-concurrency 8 capped an open loop (152 of 160" in screen(capped)[0]
     document = json.loads((folder / "nosd_r40_cap8.json").read_text())
     # without queue_times (older vLLM), reaching the cap in flight is the evidence
-    assert held_back(8, None, document["start_times"], document["latencies"]).startswith("8 requests were in flight")
+    assert held_back(8, None, document["start_times"], document["latencies"]).startswith("8 requests in flight at its peak, the cap")
     assert held_back(32, None, document["start_times"], document["latencies"]) is None
     calibration = tmp_path / "arrivals.toml"
     fit = sdplan("fit", str(folder), "-o", str(calibration))
@@ -195,3 +195,16 @@ def test_real_runs_with_other_arrivals_or_a_binding_client_cap_are_left_out(sdpl
     kept = sorted(run["source"].split("/")[-1] for run in report["runs"])
     assert kept == ["nosd_c16.json", "nosd_r11_b1_1.json", "nosd_r11_b1_2.json", "nosd_r8_cap32.json"]
     assert len(report["runs_skipped"]) == 5 and report["summary"]["mape_pct"] < 10
+
+
+def test_validate_table_names_a_shared_folder_once_and_fits_80_columns(sdplan, tmp_path, monkeypatch) -> None:
+    """A path does not wrap; the folder every run shares goes in the title, so the table fits 80 columns."""
+    folder = Path(__file__).parent / "data" / "served-arrivals-cpu"
+    calibration = tmp_path / "arrivals.toml"
+    assert sdplan("fit", str(folder), "-o", str(calibration)).exit_code == 0
+    monkeypatch.setenv("COLUMNS", "80")
+    table = sdplan("validate", "-c", str(calibration), str(folder)).stdout
+    assert "runs in served-arrivals-cpu/" in table and "\n│ nosd_c16.json " in table
+    assert max(len(line) for line in table.splitlines()) <= 80
+    mixed = sdplan("validate", "-c", str(calibration), str(folder / "nosd_c16.json"), str(folder)).stdout
+    assert "runs in" not in mixed and "│ nosd_c16.json " in mixed and "served-arrivals-cpu/nosd_r8_cap32.json" in mixed

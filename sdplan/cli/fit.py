@@ -37,9 +37,10 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
     (per-request times when the file has them; N-1 for a closed loop of N
     clients; lambda*L at the arrival rate otherwise), and TTFT under load,
     pooled over every (k, acceptance, lengths); prints per-coefficient
-    standard errors and what the data do not identify; screens runs not at
-    steady state and says why. Writes a method = "fit" calibration with the
-    sources' hashes and the covariance, only after the report succeeded.
+    standard errors and what the data do not identify; leaves out runs not
+    at steady state or not under Poisson arrivals and says why. Writes a
+    method = "fit" calibration with the sources' hashes and the covariance,
+    only after the report succeeded.
 
     A file that does not record its SD settings (GuideLLM, CSV without them)
     takes them per file as FILE:k=4,alpha=0.8 (or len=2.8, rate=62%), or from
@@ -90,7 +91,7 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
         "engine": "vllm", "engine_version": engine_version, "date": datetime.date.today(),
         "created_by": f"sdplan fit (sdplan {__version__})",
         "sources": [f"{Path(path).name} {file_digest(Path(path))}" for path in paths],
-        "notes": f"{len(kept)} runs fitted, {len(dropped)} left out by the steady-state screen"
+        "notes": f"{len(kept)} runs fitted, {len(dropped)} left out by the screen (sdplan-fit(1))"
                  + (f", {len(held)} held out ({holdout_by})" if held else ""),
     }
     document = fitted_document(pooled, kept, name=name or (out.stem if not to_stdout else "fitted"),

@@ -39,7 +39,8 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     For every run: measured and predicted mean end-to-end latency at the
     achieved rate and the error. Summary: MAPE, signed bias, R2, worst run,
     quality grade, and whether the fastest draft length per rate agrees.
-    Runs not at steady state are skipped with the reason.
+    Runs not at steady state or not under Poisson arrivals are skipped with
+    the reason.
 
     \b
     Exit status: 0 (and within --max-error), 1 error above --max-error,

@@ -231,6 +231,12 @@ VALIDATE_COLUMNS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+def _shared_folder(sources: list[str]) -> str:
+    """The folder prefix (ending in ``/``) that every source shares, or ``""``."""
+    folders = {source.rpartition("/")[0] for source in sources}
+    return f"{folders.pop()}/" if len(folders) == 1 and "" not in folders else ""
+
+
 def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
     if fmt is OutputFormat.JSON:
         return to_json(document)
@@ -257,11 +263,14 @@ def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, t
         table = Table(box=table_box(style))
         for header, justify, _ in VALIDATE_COLUMNS:
             table.add_column(header, justify=justify)
+        # a folder shared by every run goes in the title once: a path does not wrap, and the cells stay narrow
+        folder = _shared_folder([run["source"] for run in document["runs"]])
         for run in document["runs"]:
-            table.add_row(*[cell(run) for *_, cell in VALIDATE_COLUMNS])
+            table.add_row(*[cell({**run, "source": run["source"][len(folder):]}) for *_, cell in VALIDATE_COLUMNS])
         console.print()
         print_table(console, table,
-                    title=f"Measured vs predicted mean E2E latency ({document['calibration']['name']})",
+                    title=f"Measured vs predicted mean E2E latency ({document['calibration']['name']})"
+                          + (f", runs in {folder}" if folder else ""),
                     caption="alpha (a) as each run recorded it, or as given on the command line.")
         for run in document["runs_skipped"]:
             console.print(f"skipped {run['source']}: {run['reason']}", markup=False)
