@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 PARAMETERS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s", "c1d_s", "c2d_s")
 #: Coefficients that only SD runs determine.
 SPECULATIVE_PARAMETERS = ("c1v_s", "c2v_s", "c1d_s", "c2d_s")
+#: Fewest runs a pooled fit takes.
+MIN_FIT_RUNS = 3
 #: Huber constant (in robust standard deviations) of the reweighting.
 HUBER_K = 1.345
 #: Relative standard error above which a fitted coefficient is reported as weakly determined.
@@ -433,9 +435,9 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     import numpy as np
     from scipy.optimize import least_squares
 
-    if len(runs) < 3:
-        raise InfeasibleError(f"only {len(runs)} usable runs; a fit needs at least 3 (several loads per "
-                              "configuration)")
+    if len(runs) < MIN_FIT_RUNS:
+        raise InfeasibleError(f"only {len(runs)} usable runs; a fit needs at least {MIN_FIT_RUNS} (several loads "
+                              "per configuration)")
     if not any(run.draft_length == 0 for run in runs):
         raise InfeasibleError("no run without SD: the no-SD baseline cannot be fitted; include baseline runs")
     runs = sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s))

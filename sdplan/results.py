@@ -785,8 +785,9 @@ def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | N
 
     ``vllm bench serve --request-rate R --max-concurrency N`` draws Poisson
     arrivals but sends a request only when fewer than ``N`` are in flight; a
-    request that arrives at a full client waits there (``queue_times``,
-    vLLM 0.11+), and its latency is timed from when it was sent. Where more than
+    request that arrives at a full client waits there (``queue_times``, which
+    vLLM 0.32 writes with or without ``--save-detailed``), and its latency is
+    timed from when it was sent. Where more than
     :data:`MAX_HELD_BACK_FRACTION` of the requests waited, the server saw
     neither Poisson arrivals at ``R`` nor a closed loop of ``N``: the load the
     model would be fitted or judged at (``lambda L``) is not the load it ran

@@ -66,6 +66,15 @@ def test_guidellm_constant_rate_runs_are_left_out(tmp_path) -> None:
     assert "GuideLLM --rate-type poisson" in reasons[0][0]
 
 
+def test_fit_of_a_constant_rate_guidellm_sweep_says_how_many_were_left_out(sdplan, tmp_path) -> None:
+    path = write_guidellm(tmp_path / "sweep.json", 0, None, strategy="constant")
+    result = sdplan("fit", str(path), "-o", str(tmp_path / "x.toml"))
+    assert result.exit_code == ExitStatus.INFEASIBLE, result.output
+    assert result.stderr.count("constant-rate arrivals") == 6
+    assert "only 0 of 6 runs usable, the other 6 left out (reasons above)" in result.stderr
+    assert not (tmp_path / "x.toml").exists()
+
+
 def test_screen_reasons(tmp_path) -> None:
     runs, _ = read_results(write_guidellm(tmp_path / "g.json", 0, None, little_off=True, throughput_run=True))
     reasons = [screen(run) for run in runs]

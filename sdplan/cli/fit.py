@@ -61,7 +61,8 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
     from sdplan import __version__
     from sdplan.calibration import parse_calibration
     from sdplan.fileio import atomic_write_text, dumps_toml
-    from sdplan.fit import fit_configurations, fit_pooled, fitted_document, holdout_split, validate
+    from sdplan.errors import InfeasibleError
+    from sdplan.fit import MIN_FIT_RUNS, fit_configurations, fit_pooled, fitted_document, holdout_split, validate
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.fit import fit_document, render_fit
     from sdplan.results import file_digest, load_runs, screen, split_file_facts
@@ -80,6 +81,10 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
         kept, held = holdout_split(kept, holdout_by, holdout or 0.0, seed)
         if not held:
             raise click.UsageError("--holdout-by highest-load needs configurations with 3 or more runs")
+    if len(kept) < MIN_FIT_RUNS and dropped:
+        raise InfeasibleError(f"only {len(kept)} of {len(runs)} runs usable, the other {len(dropped)} left out "
+                              f"(reasons above); a fit needs at least {MIN_FIT_RUNS} (several loads per "
+                              "configuration)")
     pooled = fit_pooled(kept)
     configurations = fit_configurations(kept)
     holdout_result = validate(pooled.coefficients_at, held) if held else None

@@ -173,7 +173,7 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
             for run in document["runs_dropped"]:
                 dropped.add_row(run["source"], run["reason"])
             console.print()
-            print_table(console, dropped, title="Runs left out (see the reasons)")
+            print_table(console, dropped, title="Runs left out, and why")
         if holdout:
             console.print(f"held-out runs: {holdout['runs']}, MAPE {holdout['mape_pct']:.2f}%, R2 {holdout['r2']:.4f} "
                           f"({holdout['quality']})")
