@@ -233,14 +233,24 @@ def others_in_flight(starts: list[float], latencies: list[float], spans: list[fl
     start, length, window = start[keep], length[keep], window[keep]
     if start.size == 0:
         return math.nan
-    times = np.concatenate([start, start + length])
-    steps = np.concatenate([np.ones_like(start), -np.ones_like(start)])
-    order = np.argsort(times, kind="stable")
-    times, steps = times[order], steps[order]
-    in_flight = np.cumsum(steps)  # N just after each event
+    times, in_flight = _in_flight_timeline(start, length)
     area = np.concatenate([[0.0], np.cumsum(in_flight[:-1] * np.diff(times))])
     covered = np.interp(start + window, times, area) - np.interp(start, times, area)
     return float(np.mean(covered / window - 1.0))
+
+
+def _in_flight_timeline(start: Any, length: Any) -> tuple[Any, Any]:
+    """Event times (starts and ends, sorted) and the number of requests in flight just after each.
+
+    At one instant an end counts before a start, so a request sent the moment another finished is
+    never counted together with it.
+    """
+    import numpy as np
+
+    times = np.concatenate([start, start + length])
+    steps = np.concatenate([np.ones_like(start), -np.ones_like(start)])
+    order = np.lexsort((steps, times))
+    return times[order], np.cumsum(steps[order])
 
 
 def _percentiles(values: list[float], name: str) -> list[tuple[str, float]]:
@@ -800,14 +810,12 @@ def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | N
             return None
         return (f"{len(waited)} of {len(queue_times)} requests waited in the client for a slot, "
                 f"{sum(waited) / len(waited):.3g} s on average")
-    if starts is None or latencies is None or len(starts) != len(latencies):
+    if starts is None or latencies is None or len(starts) != len(latencies) or not starts:
         return None
-    events = sorted([(start, 1) for start in starts] + [(start + latency, -1)
-                                                       for start, latency in zip(starts, latencies)])
-    in_flight = peak = 0
-    for _, step in events:  # an end at the same instant as a start counts first: -1 sorts before +1
-        in_flight += step
-        peak = max(peak, in_flight)
+    import numpy as np
+
+    peak = int(_in_flight_timeline(np.asarray(starts, dtype=np.float64),
+                                   np.asarray(latencies, dtype=np.float64))[1].max())
     return (f"{peak} requests in flight at its peak, the cap; the file has no queue_times to tell how many "
             "waited" if peak >= cap else None)
 
@@ -873,7 +881,7 @@ def screen(run: BenchmarkRun) -> list[str]:
         reasons.append(f"the server fell behind its arrivals (kept up with {run.kept_up:.0%} of "
                        f"{run.requested_rate_rps:.3g} req/s, < {MIN_KEPT_UP_FRACTION:.0%}): past what it "
                        "sustains, not a steady state; its mean latency depends on how long the run was")
-    if run.burstiness is not None and run.burstiness != 1.0 and not run.open_loop_unbounded:
+    if run.burstiness is not None and run.burstiness != 1.0:  # recorded for open loops at a finite rate only
         shape, effect = ((f"arrivals burstier than Poisson (--burstiness {run.burstiness:g})", "raises")
                          if run.burstiness < 1 else
                          ("constant-rate arrivals", "lowers") if math.isinf(run.burstiness) else

@@ -76,15 +76,15 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
         (dropped.append((run, "; ".join(reasons))) if reasons else kept.append(run))
     for run, why in dropped:
         click.echo(f"left out {run.source}: {why}", err=True)
+    if len(kept) < MIN_FIT_RUNS and dropped:  # before any hold-out: the counts are the screen's
+        raise InfeasibleError(f"only {len(kept)} of {len(runs)} runs usable, the other {len(dropped)} left out "
+                              f"(reasons above); a fit needs at least {MIN_FIT_RUNS} (several loads per "
+                              "configuration)")
     held = []
     if holdout or holdout_by == "highest-load":
         kept, held = holdout_split(kept, holdout_by, holdout or 0.0, seed)
         if not held:
             raise click.UsageError("--holdout-by highest-load needs configurations with 3 or more runs")
-    if len(kept) < MIN_FIT_RUNS and dropped:
-        raise InfeasibleError(f"only {len(kept)} of {len(runs)} runs usable, the other {len(dropped)} left out "
-                              f"(reasons above); a fit needs at least {MIN_FIT_RUNS} (several loads per "
-                              "configuration)")
     pooled = fit_pooled(kept)
     configurations = fit_configurations(kept)
     holdout_result = validate(pooled.coefficients_at, held) if held else None
