@@ -18,7 +18,11 @@ vLLM 0.32's ``vllm/benchmarks/serve.py`` and ``sweep/serve.py``):
   ``metrics.<name>.successful.mean``; ``request_latency`` in **seconds**,
   ``*_ms`` in ms; ``inter_token_latency_ms`` (the match for vLLM's TPOT);
   ``request_concurrency``; ``synchronous``/``concurrent`` strategies are closed
-  loops.
+  loops; errored requests are failures, ``incomplete`` ones (cancelled when a
+  time or count limit ended the run) are not. Where ``requests.successful[]``
+  lists every request with its ``info.timings`` (GuideLLM 0.8), the means and
+  the load each request saw come from them, as from vLLM's lists (checked
+  against real GuideLLM 0.8.1 reports, tests/data/guidellm-cpu).
 * CSV: ``request_rate_rps, draft_length, acceptance, prompt_tokens,
   output_tokens, mean_e2e_latency_s[, mean_concurrency, mean_ttft_s,
   max_concurrency]``; ``acceptance`` is the per-token alpha.
@@ -126,6 +130,13 @@ class BenchmarkRun:
     client_cap: int | None = None
     #: How the client cap held arrivals back (None: it did not, or the file cannot tell; see :func:`held_back`).
     held_back_by_cap: str | None = None
+    #: Share of an open loop's consecutive gaps between *scheduled* sends that repeat the gap before exactly
+    #: (GuideLLM records the schedule; see :func:`sdplan.guidellm.repeated_gap_share`); None where the file has no schedule.
+    repeated_gaps: float | None = None
+    #: Client worker processes that drew the schedule (GuideLLM ``strategy.worker_count``), if recorded.
+    client_workers: int | None = None
+    #: How far an open loop's client fell behind its own schedule with no cap reached (GuideLLM), if it did.
+    sent_late: str | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -201,7 +212,8 @@ def _count(value: Any, path: str, key: str) -> int:
 # ----------------------------------------------------------------------------- load seen by requests
 
 
-def others_in_flight(starts: list[float], latencies: list[float], spans: list[float] | None = None) -> float:
+def others_in_flight(starts: list[float], latencies: list[float], spans: list[float] | None = None,
+                     background: tuple[list[float], list[float]] | None = None) -> float:
     """Mean number of *other* requests in flight during each request, averaged over requests.
 
     Parameters
@@ -211,6 +223,9 @@ def others_in_flight(starts: list[float], latencies: list[float], spans: list[fl
     spans : list of float, optional
         The window measured from each start (default: the whole latency; give
         the TTFTs for the load seen before the first token).
+    background : (starts, lengths), optional
+        Requests that were in flight but are not averaged over: those a
+        time-limited run cut off unfinished (GuideLLM ``incomplete``).
 
     Returns
     -------
@@ -233,7 +248,13 @@ def others_in_flight(starts: list[float], latencies: list[float], spans: list[fl
     start, length, window = start[keep], length[keep], window[keep]
     if start.size == 0:
         return math.nan
-    times, in_flight = _in_flight_timeline(start, length)
+    all_start, all_length = start, length
+    if background is not None and len(background[0]):
+        extra_start, extra_length = (np.asarray(values, dtype=np.float64) for values in background)
+        fine = np.isfinite(extra_start) & np.isfinite(extra_length) & (extra_length > 0)
+        all_start = np.concatenate([start, extra_start[fine]])
+        all_length = np.concatenate([length, extra_length[fine]])
+    times, in_flight = _in_flight_timeline(all_start, all_length)
     area = np.concatenate([[0.0], np.cumsum(in_flight[:-1] * np.diff(times))])
     covered = np.interp(start + window, times, area) - np.interp(start, times, area)
     return float(np.mean(covered / window - 1.0))
@@ -347,8 +368,9 @@ def read_results(path: Path, input_format: str = "auto") -> tuple[list[Benchmark
         flagged = overloaded_files(path)  # a folder sdplan calibrate wrote
         runs, warnings = [], []
         for member in members:
-            found, notes = read_results(member, "vllm" if input_format == "auto" else input_format)
-            runs += [replace(run, source=f"{path.name}/{member.relative_to(path).as_posix()}",
+            found, notes = read_results(member, input_format)
+            runs += [replace(run, source=f"{path.name}/{member.relative_to(path).as_posix()}"
+                                         + (run.source[run.source.index("#"):] if "#" in run.source else ""),
                              overloaded=member.parent == path and member.name in flagged) for run in found]
             warnings += notes
         return runs, warnings
@@ -373,7 +395,9 @@ def read_results(path: Path, input_format: str = "auto") -> tuple[list[Benchmark
             if not isinstance(document.get("benchmarks"), list):
                 raise InputFileError(where, "benchmarks", "missing or not a list; not a GuideLLM report? "
                                                           "try --input-format vllm or auto")
-            found, notes = _read_guidellm(where, document)
+            from sdplan.guidellm import read_guidellm
+
+            found, notes = read_guidellm(where, document)
             runs += found
             warnings += notes
     return runs, warnings
@@ -581,70 +605,6 @@ def _mean(metrics: dict[str, Any], name: str, path: str, where: str, required: b
     return _number(value, path, f"{where}.metrics.{name}.successful.mean", allow_none=not required)
 
 
-def _read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
-    warnings = []
-    metadata = document.get("metadata")
-    version = metadata.get("version") if isinstance(metadata, dict) else None
-    if version != 2:
-        warnings.append(f"{path}: GuideLLM report without metadata.version 2 (older than v0.7?): schema unverified")
-    runs = []
-    for index, bench in enumerate(document["benchmarks"]):
-        where = f"benchmarks[{index}]"
-        if not isinstance(bench, dict) or not isinstance(bench.get("metrics"), dict):
-            raise InputFileError(path, f"{where}.metrics", "missing or not an object")
-        metrics = bench["metrics"]
-        config = bench.get("config") if isinstance(bench.get("config"), dict) else {}
-        strategy = config.get("strategy") if isinstance(config.get("strategy"), dict) else {}
-        kind = str(strategy.get("type_", "unknown"))
-        requested = None
-        if kind in ("constant", "poisson") and strategy.get("rate") is not None:
-            requested = _number(strategy["rate"], path, f"{where}.config.strategy.rate")
-        concurrency = None
-        if kind == "synchronous":
-            concurrency = 1
-        elif kind == "concurrent" and strategy.get("streams") is not None:
-            concurrency = _count(strategy["streams"], path, f"{where}.config.strategy.streams") or None
-        totals = metrics.get("request_totals", {})
-        if not isinstance(totals, dict):
-            raise InputFileError(path, f"{where}.metrics.request_totals", "expected an object of counts")
-        successful = _count(totals.get("successful", 0) or 0, path, f"{where}.metrics.request_totals.successful")
-        failed = sum(_count(totals.get(key, 0) or 0, path, f"{where}.metrics.request_totals.{key}")
-                     for key in ("errored", "incomplete"))
-        ttft = _mean(metrics, "time_to_first_token_ms", path, where, required=False)
-        itl = _mean(metrics, "inter_token_latency_ms", path, where, required=False)
-        achieved = _mean(metrics, "requests_per_second", path, where)
-        latency = _mean(metrics, "request_latency", path, where)
-        prompt = _mean(metrics, "prompt_token_count", path, where)
-        output = _mean(metrics, "output_token_count", path, where)
-        for key, value in (("requests_per_second", achieved), ("request_latency", latency),
-                           ("prompt_token_count", prompt), ("output_token_count", output)):
-            if value is None or value <= 0:
-                raise InputFileError(path, f"{where}.metrics.{key}.successful.mean", "must be > 0")
-        assert achieved is not None and latency is not None and prompt is not None and output is not None
-        mean_concurrency = _mean(metrics, "request_concurrency", path, where, required=False)
-        runs.append(BenchmarkRun(
-            source=f"{Path(path.split('#')[0]).name}#{where}",
-            requested_rate_rps=requested,
-            achieved_rate_rps=achieved,
-            concurrency=concurrency,
-            draft_length=0,
-            alpha=None,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            mean_e2e_latency_s=latency,
-            mean_ttft_s=ttft / 1e3 if ttft is not None else None,
-            mean_tpot_s=itl / 1e3 if itl is not None else None,
-            mean_concurrency=mean_concurrency,
-            completed=successful or None,
-            failed=failed,
-            open_loop_unbounded=kind == "throughput",
-            burstiness={"constant": math.inf, "poisson": 1.0}.get(kind) if requested is not None else None,
-        ))
-    if not runs:
-        raise InputFileError(path, "benchmarks", "empty; nothing to fit")
-    return runs, warnings
-
-
 def _read_csv(path: str, text: str) -> list[BenchmarkRun]:
     reader = csv.DictReader(text.splitlines())
     columns = reader.fieldnames or []
@@ -787,10 +747,12 @@ def fell_behind(kept_up: float | None) -> bool:
 MAX_HELD_BACK_FRACTION = 0.05
 #: A wait in the client longer than this (s) means the request waited for a slot under the cap.
 HELD_BACK_WAIT_S = 1e-3
+#: An open loop whose scheduled gaps repeat the one before more often than this is not Poisson.
+MAX_REPEATED_GAP_SHARE = 0.2
 
 
 def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | None,
-              latencies: list[float] | None) -> str | None:
+              latencies: list[float] | None, wait_s: float = HELD_BACK_WAIT_S) -> str | None:
     """How a client-side cap held an open loop's arrivals back; None if it did not (or cannot tell).
 
     ``vllm bench serve --request-rate R --max-concurrency N`` draws Poisson
@@ -802,22 +764,29 @@ def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | N
     neither Poisson arrivals at ``R`` nor a closed loop of ``N``: the load the
     model would be fitted or judged at (``lambda L``) is not the load it ran
     at. Without ``queue_times``, reaching ``N`` in flight (from the start times
-    and latencies) is the evidence.
+    and latencies) is the evidence. GuideLLM's equivalent of ``queue_times`` is
+    each request's start minus its scheduled start, judged with a longer
+    ``wait_s`` (:data:`sdplan.guidellm.LATE_S`): its dispatch across worker processes
+    takes a few milliseconds even without a cap.
     """
     if queue_times is not None:
-        waited = [wait for wait in queue_times if wait > HELD_BACK_WAIT_S]
+        waited = [wait for wait in queue_times if wait > wait_s]
         if len(waited) <= MAX_HELD_BACK_FRACTION * len(queue_times):
             return None
         return (f"{len(waited)} of {len(queue_times)} requests waited in the client for a slot, "
                 f"{sum(waited) / len(waited):.3g} s on average")
     if starts is None or latencies is None or len(starts) != len(latencies) or not starts:
         return None
-    import numpy as np
-
-    peak = int(_in_flight_timeline(np.asarray(starts, dtype=np.float64),
-                                   np.asarray(latencies, dtype=np.float64))[1].max())
+    peak = _peak_in_flight(starts, latencies)
     return (f"{peak} requests in flight at its peak, the cap; the file has no queue_times to tell how many "
             "waited" if peak >= cap else None)
+
+
+def _peak_in_flight(starts: list[float], latencies: list[float]) -> int:
+    import numpy as np
+
+    return int(_in_flight_timeline(np.asarray(starts, dtype=np.float64),
+                                   np.asarray(latencies, dtype=np.float64))[1].max())
 
 
 def kept_up_fraction(starts: list[float], latencies: list[float], duration_s: float,
@@ -887,11 +856,21 @@ def screen(run: BenchmarkRun) -> list[str]:
                          ("constant-rate arrivals", "lowers") if math.isinf(run.burstiness) else
                          (f"arrivals more regular than Poisson (--burstiness {run.burstiness:g})", "lowers"))
         reasons.append(f"{shape}, which {effect} mean latency at the same rate; the model is for Poisson "
-                       "arrivals: measure with vllm bench serve --burstiness 1 (its default) or GuideLLM "
-                       "--rate-type poisson")
+                       "arrivals: measure with vllm bench serve --burstiness 1 (its default) or GuideLLM's "
+                       "poisson profile")
+    if run.repeated_gaps is not None and run.repeated_gaps > MAX_REPEATED_GAP_SHARE and run.burstiness == 1.0:
+        workers = f", {run.client_workers} here" if run.client_workers else ""
+        reasons.append(f"its Poisson schedule repeats gaps ({run.repeated_gaps:.0%} of the gaps between scheduled "
+                       f"sends equal the one before): GuideLLM 0.8 draws each gap once per worker process{workers}, "
+                       "from one seed, so requests come in runs at one rate, not as Poisson arrivals; rerun "
+                       "GuideLLM with GUIDELLM__MAX_WORKER_PROCESSES=1")
+    if run.sent_late is not None:
+        reasons.append(f"the client fell behind its own schedule ({run.sent_late}, after their scheduled times) "
+                       "with no cap reached: the server saw fewer arrivals than scheduled; give "
+                       "the client more CPU or run it on another machine")
     if run.held_back_by_cap is not None:
-        reasons.append(f"the client's --max-concurrency {run.client_cap} capped an open loop "
-                       f"({run.held_back_by_cap}): the server saw neither Poisson arrivals at "
+        reasons.append(f"the client's cap of {run.client_cap} requests in flight (vllm bench serve --max-concurrency, "
+                       f"GuideLLM max_concurrency) held an open loop back ({run.held_back_by_cap}): the server saw neither Poisson arrivals at "
                        f"{run.requested_rate_rps:.3g} req/s nor a closed loop of {run.client_cap}; rerun without "
                        "the cap or with one above the peak in flight")
     if run.overloaded:

@@ -63,7 +63,7 @@ def test_guidellm_constant_rate_runs_are_left_out(tmp_path) -> None:
     assert all(math.isinf(run.burstiness) for run in constant)
     reasons = [screen(run) for run in constant]
     assert all(len(r) == 1 and r[0].startswith("constant-rate arrivals, which lowers mean latency") for r in reasons)
-    assert "GuideLLM --rate-type poisson" in reasons[0][0]
+    assert "GuideLLM's poisson profile" in reasons[0][0]
 
 
 def test_fit_of_a_constant_rate_guidellm_sweep_says_how_many_were_left_out(sdplan, tmp_path) -> None:

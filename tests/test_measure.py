@@ -65,6 +65,30 @@ def test_others_in_flight_exact_cases() -> None:
     assert others_in_flight(starts, [1.0] * 40) == pytest.approx(3.0)
     # over the first-token window only
     assert others_in_flight([0.0, 1.0], [4.0, 4.0], [1.0, 1.0]) == pytest.approx(0.5)
+    # a request cut off unfinished (background) loads the others but is not averaged over
+    assert others_in_flight([0.0], [2.0], background=([1.0], [5.0])) == pytest.approx(0.5)
+    assert others_in_flight([0.0], [2.0], background=([], [])) == pytest.approx(0.0)
+
+
+def test_repeated_gap_share_tells_independent_draws_from_repeated_ones() -> None:
+    import random
+
+    from sdplan.guidellm import repeated_gap_share
+
+    draw = random.Random(3)
+    clock, poisson, repeated = 0.0, [], []
+    for _ in range(300):
+        clock += draw.expovariate(11.0)
+        poisson.append(1.8e9 + clock)  # epoch seconds, as GuideLLM records them
+    clock = 0.0
+    for _ in range(30):  # one draw added by each of 10 workers (GuideLLM 0.8.1's poisson)
+        gap = draw.expovariate(11.0)
+        for _ in range(10):
+            clock += gap
+            repeated.append(1.8e9 + clock)
+    assert repeated_gap_share(poisson) == 0.0
+    assert repeated_gap_share(repeated) == pytest.approx(270 / 298, abs=0.01)
+    assert repeated_gap_share([0.0, 1.0, 2.0]) is None
 
 
 def test_closed_loop_relation_against_a_step_simulation() -> None:

@@ -179,7 +179,8 @@ def test_real_runs_with_other_arrivals_or_a_binding_client_cap_are_left_out(sdpl
     assert capped.held_back_by_cap.startswith("152 of 160 requests waited in the client for a slot, 3.89 s")
     # fitted as Poisson at 40 req/s it would have seen lambda L = 24 others; it never had more than 7
     assert capped.arrival_rate_rps * capped.mean_e2e_latency_s > 20 and capped.others_in_flight < 7
-    assert "--max-concurrency 8 capped an open loop (152 of 160" in screen(capped)[0]
+    assert "cap of 8 requests in flight (vllm bench serve --max-concurrency" in screen(capped)[0]
+    assert "held an open loop back (152 of 160" in screen(capped)[0]
     document = json.loads((folder / "nosd_r40_cap8.json").read_text())
     # without queue_times (older vLLM), reaching the cap in flight is the evidence
     assert held_back(8, None, document["start_times"], document["latencies"]).startswith("8 requests in flight at its peak, the cap")
@@ -208,3 +209,92 @@ def test_validate_table_names_a_shared_folder_once_and_fits_80_columns(sdplan, t
     assert max(len(line) for line in table.splitlines()) <= 80
     mixed = sdplan("validate", "-c", str(calibration), str(folder / "nosd_c16.json"), str(folder)).stdout
     assert "runs in" not in mixed and "│ nosd_c16.json " in mixed and "served-arrivals-cpu/nosd_r8_cap32.json" in mixed
+
+
+def test_real_guidellm_reports_are_read_per_request_and_screened(sdplan, tmp_path) -> None:
+    """Real GuideLLM 0.8.1 reports (tests/data/guidellm-cpu): per-request times give the load each request
+    saw; a poisson run whose worker processes repeated each gap, and one a max_concurrency held back, are
+    left out; requests a time limit cut off are not failures; one-worker poisson runs agree with vLLM's."""
+    from sdplan.results import screen
+
+    folder = Path(__file__).parent / "data" / "guidellm-cpu"
+    runs = {run.source.split("/")[-1]: run for run in read_results(folder)[0]}  # a folder of both formats
+    assert len(runs) == 13
+    one_worker = [runs[f"gl1-poisson11-{p}.json#benchmarks[0]"] for p in "ab"]
+    vllm_runs = [runs[f"vb-poisson11-{p}.json"] for p in "ab"]
+    for run in one_worker + vllm_runs:
+        assert screen(run) == [] and run.requested_rate_rps == 11
+        assert 2.0 < run.others_in_flight < 3.0 and run.kept_up > 0.95  # measured per request: 2.4-2.6
+    for run in one_worker:
+        assert run.repeated_gaps == 0.0 and run.held_back_by_cap is None and run.client_workers == 1
+        assert abs(run.mean_e2e_latency_s / vllm_runs[0].mean_e2e_latency_s - 1) < 0.3  # 0.21-0.22 vs 0.18 s
+    repeated = runs["gl-poisson11-a.json#benchmarks[0]"]
+    assert repeated.repeated_gaps > 0.85 and repeated.client_workers == 10 and repeated.held_back_by_cap is None
+    assert repeated.mean_e2e_latency_s > 3 * vllm_runs[0].mean_e2e_latency_s  # what repeated gaps did: 0.73 s
+    assert screen(repeated)[0].startswith("its Poisson schedule repeats gaps (90% of the gaps")
+    assert "GUIDELLM__MAX_WORKER_PROCESSES=1" in screen(repeated)[0]
+    capped = runs["gl-poisson40-cap8.json#benchmarks[0]"]
+    assert capped.client_cap == 8 and capped.held_back_by_cap.startswith("192 of 200 requests waited")
+    assert any("held an open loop back" in reason for reason in screen(capped))
+    closed = runs["gl-concurrent8.json#benchmarks[0]"]
+    assert closed.concurrency == 8 and screen(closed) == [] and 6.5 < closed.others_in_flight < 7.0
+    sweep = [runs[f"gl-sweep.json#benchmarks[{i}]"] for i in range(6)]
+    assert sweep[0].concurrency == 1 and screen(sweep[0]) == [] and sweep[0].failed == 0
+    assert sweep[1].open_loop_unbounded and sweep[1].failed == 0 and "510 requests cut off" in sweep[1].notes[0]
+    for run in sweep[2:]:  # constant rates: left out as not Poisson, never as failed
+        assert [reason.split(",")[0] for reason in screen(run)] == ["constant-rate arrivals"]
+        # the requests cancelled at the end count as in flight: B agrees with lambda L within 10%
+        little = run.achieved_rate_rps * run.mean_e2e_latency_s
+        assert abs(run.others_in_flight + 1 - little) < 0.1 * little + 1
+    calibration = tmp_path / "guidellm.toml"
+    fit = sdplan("fit", str(folder), "-o", str(calibration))
+    assert fit.exit_code == 0, fit.output
+    assert "left out guidellm-cpu/gl-sweep.json#benchmarks[2]: constant-rate" in fit.stderr
+    result = sdplan("validate", "-c", str(calibration), str(folder), "-f", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert len(report["runs"]) == 6 and len(report["runs_skipped"]) == 7
+    assert report["summary"]["mape_pct"] < 15
+
+
+def test_guidellm_per_request_edge_cases(tmp_path) -> None:
+    """A client late on its own schedule (no cap reached), a sampled request list, a request without
+    times, a warm-up cut out: each is read, falling back to the summary metrics with a note where the
+    per-request times cannot be trusted."""
+    from sdplan.results import screen
+
+    source = Path(__file__).parent / "data" / "guidellm-cpu" / "gl1-poisson11-a.json"
+
+    def variant(name: str, change) -> object:
+        document = json.loads(source.read_text())
+        change(document["benchmarks"][0])
+        path = tmp_path / name
+        path.write_text(json.dumps(document))
+        return read_results(path)[0][0]
+
+    def late(bench) -> None:
+        for entry in bench["requests"]["successful"][::5]:  # every fifth request sent 0.2 s behind schedule
+            timings = entry["info"]["timings"]
+            for key in ("request_start", "first_token_iteration", "request_end"):
+                timings[key] += 0.2
+    run = variant("late.json", late)
+    # 60 moved, and 2 the real run already started more than 50 ms late (its slowest: 72 ms)
+    assert run.held_back_by_cap is None and run.sent_late.startswith("62 of 300 requests started late")
+    assert any(reason.startswith("the client fell behind its own schedule (62 of 300") for reason in screen(run))
+
+    def sampled(bench) -> None:
+        bench["requests"]["successful"] = bench["requests"]["successful"][:20]
+    run = variant("sampled.json", sampled)
+    assert run.others_in_flight is None and run.mean_e2e_latency_s == pytest.approx(0.2182, abs=1e-4)
+    assert run.notes == ("20 of 300 requests listed (sampled): read from the summary metrics",)
+
+    def broken(bench) -> None:
+        bench["requests"]["successful"][7]["info"]["timings"]["request_end"] = "soon"
+    run = variant("broken.json", broken)
+    assert run.others_in_flight is None and "without a finite request_start < request_end" in run.notes[0]
+
+    def warmed(bench) -> None:
+        bench["warmup_duration"] = 5.0
+    run = variant("warmed.json", warmed)
+    assert run.others_in_flight is None and run.notes[0].startswith("warm-up/cool-down requests are not listed")
+    assert screen(run) == []  # still a Poisson run, judged by its summary

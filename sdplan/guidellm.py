@@ -1,0 +1,223 @@
+"""GuideLLM reports (``guidellm benchmark``/``guidellm run`` JSON) as :class:`~sdplan.results.BenchmarkRun` records.
+
+Schema v2 (``metadata.version == 2``; GuideLLM 0.7-0.8): ``benchmarks[]`` with
+``config.strategy`` (``type_``, ``rate``, ``streams``, ``max_concurrency``,
+``worker_count``), ``metrics.<name>.successful.mean`` and, in 0.8, every request
+in ``requests.successful[]`` / ``requests.incomplete[]`` with its
+``info.timings`` (epoch seconds). Checked against real GuideLLM 0.8.1 reports
+(tests/data/guidellm-cpu).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from sdplan.errors import InputFileError
+from sdplan.results import (BenchmarkRun, _count, _mean, _number, _peak_in_flight, held_back, kept_up_fraction,
+                            others_in_flight)
+
+#: GuideLLM: a request started this much (s) after its scheduled time waited in the client. Its
+#: dispatch takes 3-6 ms (median) with a p95 of 6-12 ms when nothing holds it back (real GuideLLM 0.8.1
+#: runs, tests/data/guidellm-cpu); under a binding cap the waits were seconds.
+LATE_S = 0.05
+
+
+def repeated_gap_share(scheduled: list[float]) -> float | None:
+    """Share of consecutive gaps between scheduled sends that equal the gap before (within 1 us).
+
+    Independent draws from a continuous distribution (Poisson: exponential
+    gaps) repeat with probability zero. GuideLLM 0.8.1's ``poisson`` strategy
+    draws each gap in every worker process from one seed (``random_seed``, 42),
+    and all of them add their draw to one shared clock: each gap comes
+    ``worker_count`` times in a row (10 by default). Its real runs here: 77-90%
+    repeated; constant rates repeat by design (they are screened as not
+    Poisson anyway). None with fewer than 4 sends.
+    """
+    if len(scheduled) < 4:
+        return None
+    ordered = sorted(scheduled)
+    gaps = [later - earlier for earlier, later in zip(ordered, ordered[1:])]
+    repeats = sum(1 for before, gap in zip(gaps, gaps[1:]) if abs(gap - before) < 1e-6)
+    return repeats / (len(gaps) - 1)
+
+
+def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
+    """One run per benchmark of a GuideLLM report, and warnings about the report.
+
+    ``synchronous``/``concurrent`` are closed loops of 1/``streams`` clients;
+    ``poisson``/``constant`` open loops at ``rate`` (constant recorded as
+    burstiness ``inf``); ``throughput`` a max-load run. With a complete request
+    list (:func:`_requests`) the means, the load each request saw, the
+    kept-up score, repeated gaps and late starts come from per-request times.
+    """
+    warnings = []
+    metadata = document.get("metadata")
+    version = metadata.get("version") if isinstance(metadata, dict) else None
+    if version != 2:
+        warnings.append(f"{path}: GuideLLM report without metadata.version 2 (older than v0.7?): schema unverified")
+    runs = []
+    for index, bench in enumerate(document["benchmarks"]):
+        where = f"benchmarks[{index}]"
+        if not isinstance(bench, dict) or not isinstance(bench.get("metrics"), dict):
+            raise InputFileError(path, f"{where}.metrics", "missing or not an object")
+        metrics = bench["metrics"]
+        config = bench.get("config") if isinstance(bench.get("config"), dict) else {}
+        strategy = config.get("strategy") if isinstance(config.get("strategy"), dict) else {}
+        kind = str(strategy.get("type_", "unknown"))
+        requested = None
+        if kind in ("constant", "poisson") and strategy.get("rate") is not None:
+            requested = _number(strategy["rate"], path, f"{where}.config.strategy.rate")
+        concurrency = None
+        if kind == "synchronous":
+            concurrency = 1
+        elif kind == "concurrent" and strategy.get("streams") is not None:
+            concurrency = _count(strategy["streams"], path, f"{where}.config.strategy.streams") or None
+        totals = metrics.get("request_totals", {})
+        if not isinstance(totals, dict):
+            raise InputFileError(path, f"{where}.metrics.request_totals", "expected an object of counts")
+        successful = _count(totals.get("successful", 0) or 0, path, f"{where}.metrics.request_totals.successful")
+        failed = _count(totals.get("errored", 0) or 0, path, f"{where}.metrics.request_totals.errored")
+        # incomplete: cancelled unfinished when a time or count limit ended the run, not failures
+        incomplete = _count(totals.get("incomplete", 0) or 0, path, f"{where}.metrics.request_totals.incomplete")
+        ttft = _mean(metrics, "time_to_first_token_ms", path, where, required=False)
+        itl = _mean(metrics, "inter_token_latency_ms", path, where, required=False)
+        achieved = _mean(metrics, "requests_per_second", path, where)
+        latency = _mean(metrics, "request_latency", path, where)
+        prompt = _mean(metrics, "prompt_token_count", path, where)
+        output = _mean(metrics, "output_token_count", path, where)
+        for key, value in (("requests_per_second", achieved), ("request_latency", latency),
+                           ("prompt_token_count", prompt), ("output_token_count", output)):
+            if value is None or value <= 0:
+                raise InputFileError(path, f"{where}.metrics.{key}.successful.mean", "must be > 0")
+        assert achieved is not None and latency is not None and prompt is not None and output is not None
+        mean_concurrency = _mean(metrics, "request_concurrency", path, where, required=False)
+        notes: list[str] = []
+        if incomplete:
+            notes.append(f"{incomplete} requests cut off unfinished when the run ended (GuideLLM incomplete): the "
+                         "means are over finished requests")
+        timed = _requests(bench, successful, notes)
+        others = others_ttft = kept_up = held = repeated = sent_late = None
+        cap = workers = None
+        if timed is not None:
+            starts, latencies, ttfts, scheduled, cut_off = timed
+            latency = sum(latencies) / len(latencies)
+            if ttfts is not None:
+                ttft = 1e3 * sum(ttfts) / len(ttfts)
+            others = others_in_flight(starts, latencies, background=cut_off)
+            others_ttft = (others_in_flight(starts, latencies, ttfts, background=cut_off)
+                           if ttfts is not None else None)
+            if others is not None and not math.isfinite(others):
+                others = others_ttft = None
+            if requested is not None:
+                duration = max(s + l for s, l in zip(starts, latencies)) - min(starts)
+                kept_up = kept_up_fraction(starts, latencies, duration, requested)
+                if scheduled is not None:
+                    repeated = repeated_gap_share(scheduled)
+                    cap = _positive_int(strategy.get("max_concurrency"))
+                    late = [start - due for start, due in zip(starts, scheduled)]
+                    held = held_back(cap or 0, late, None, None, wait_s=LATE_S)
+                    if held is not None and (cap is None or _peak_in_flight(starts, latencies) < cap):
+                        sent_late, held = held.replace("waited in the client for a slot", "started late"), None
+            workers = _positive_int(strategy.get("worker_count"))
+        runs.append(BenchmarkRun(
+            source=f"{Path(path.split('#')[0]).name}#{where}",
+            requested_rate_rps=requested,
+            achieved_rate_rps=achieved,
+            concurrency=concurrency,
+            draft_length=0,
+            alpha=None,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            mean_e2e_latency_s=latency,
+            mean_ttft_s=ttft / 1e3 if ttft is not None else None,
+            mean_tpot_s=itl / 1e3 if itl is not None else None,
+            mean_concurrency=mean_concurrency,
+            others_in_flight=others,
+            others_at_first_token=others_ttft,
+            completed=successful or None,
+            failed=failed,
+            open_loop_unbounded=kind == "throughput",
+            burstiness={"constant": math.inf, "poisson": 1.0}.get(kind) if requested is not None else None,
+            kept_up=kept_up,
+            client_cap=cap,
+            held_back_by_cap=held,
+            repeated_gaps=repeated,
+            client_workers=workers,
+            sent_late=sent_late,
+            notes=tuple(notes),
+        ))
+    if not runs:
+        raise InputFileError(path, "benchmarks", "empty; nothing to fit")
+    return runs, warnings
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _requests(bench: dict[str, Any], successful: int, notes: list[str]
+                       ) -> tuple[list[float], list[float], list[float] | None, list[float] | None,
+                                  tuple[list[float], list[float]]] | None:
+    """Per-request send times, latencies, TTFTs, scheduled sends of a GuideLLM benchmark (s), and the cut-off ones.
+
+    GuideLLM 0.8 keeps every request in ``requests.successful[]`` with its
+    ``info.timings`` (epoch seconds): ``request_start``/``request_end`` (their
+    difference is its ``request_latency``), ``first_token_iteration`` and
+    ``targeted_start``, the time its schedule meant the request to start.
+    Requests cancelled unfinished at the end (``requests.incomplete[]``, with a
+    ``request_start`` and no ``request_end``) count as in flight from their
+    start until they were resolved (``resolve_end``, else the last end). Used
+    only when the list holds every successful request and no warm-up or
+    cool-down was cut out of the measurement (else the requests in flight
+    would be undercounted); None otherwise, and the run is read from its
+    summary metrics.
+    """
+    requests = bench.get("requests")
+    listed = requests.get("successful") if isinstance(requests, dict) else None
+    if not isinstance(listed, list) or not listed:
+        return None
+    if len(listed) != successful:
+        notes.append(f"{len(listed)} of {successful} requests listed (sampled): read from the summary metrics")
+        return None
+    if any(isinstance(bench.get(key), (int, float)) and bench[key] > 0
+           for key in ("warmup_duration", "cooldown_duration")):
+        notes.append("warm-up/cool-down requests are not listed: the load each request saw is taken from the "
+                     "summary metrics")
+        return None
+    starts, latencies, ttfts, scheduled = [], [], [], []
+    for entry in listed:
+        info = entry.get("info") if isinstance(entry, dict) else None
+        timings = info.get("timings") if isinstance(info, dict) else None
+        if not isinstance(timings, dict):
+            notes.append("requests without info.timings: read from the summary metrics")
+            return None
+        values = [timings.get(key) for key in ("request_start", "request_end", "first_token_iteration",
+                                               "targeted_start")]
+        numeric = [isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values]
+        if not (numeric[0] and numeric[1]) or values[1] <= values[0]:
+            notes.append("a request without a finite request_start < request_end: read from the summary metrics")
+            return None
+        starts.append(float(values[0]))
+        latencies.append(float(values[1] - values[0]))
+        ttfts.append(float(values[2] - values[0]) if numeric[2] and values[2] >= values[0] else math.nan)
+        scheduled.append(float(values[3]) if numeric[3] else math.nan)
+    origin = min(starts)
+    last_end = max(start + latency for start, latency in zip(starts, latencies))
+    cut_starts, cut_lengths = [], []
+    unfinished = requests.get("incomplete") if isinstance(requests, dict) else None
+    for entry in unfinished if isinstance(unfinished, list) else []:
+        info = entry.get("info") if isinstance(entry, dict) else None
+        timings = info.get("timings") if isinstance(info, dict) else None
+        begin = timings.get("request_start") if isinstance(timings, dict) else None
+        if not isinstance(begin, (int, float)) or isinstance(begin, bool) or not math.isfinite(begin):
+            continue  # never sent: it loaded nothing
+        end = timings.get("resolve_end")
+        end = end if isinstance(end, (int, float)) and not isinstance(end, bool) and end > begin else last_end
+        cut_starts.append(float(begin) - origin)
+        cut_lengths.append(float(end) - float(begin))
+    starts = [start - origin for start in starts]
+    return (starts, latencies, None if any(math.isnan(t) for t in ttfts) else ttfts,
+            None if any(math.isnan(t) for t in scheduled) else [t - origin for t in scheduled],
+            (cut_starts, cut_lengths))
