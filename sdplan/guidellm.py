@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.results import (BenchmarkRun, _count, _mean, _number, _peak_in_flight, held_back, kept_up_fraction,
-                            others_in_flight)
+from sdplan.results import (BenchmarkRun, _count, _mean, _number, _peak_in_flight, held_back, is_finite_number,
+                            kept_up_fraction, others_in_flight)
 
 #: GuideLLM: a request started this much (s) after its scheduled time waited in the client. Its
 #: dispatch takes 3-6 ms (median) with a p95 of 6-12 ms when nothing holds it back (real GuideLLM 0.8.1
@@ -117,9 +117,10 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
                     repeated = repeated_gap_share(scheduled)
                     cap = _positive_int(strategy.get("max_concurrency"))
                     late = [start - due for start, due in zip(starts, scheduled)]
-                    held = held_back(cap or 0, late, None, None, wait_s=LATE_S)
-                    if held is not None and (cap is None or _peak_in_flight(starts, latencies) < cap):
-                        sent_late, held = held.replace("waited in the client for a slot", "started late"), None
+                    if cap is not None and _peak_in_flight(starts, latencies) >= cap:
+                        held = held_back(cap, late, None, None, wait_s=LATE_S)
+                    else:  # late with no cap reached: the client itself fell behind its schedule
+                        sent_late = held_back(cap or 0, late, None, None, wait_s=LATE_S, waited_as="started late")
             workers = _positive_int(strategy.get("worker_count"))
         runs.append(BenchmarkRun(
             source=f"{Path(path.split('#')[0]).name}#{where}",
@@ -158,8 +159,8 @@ def _positive_int(value: Any) -> int | None:
 
 
 def _requests(bench: dict[str, Any], successful: int, notes: list[str]
-                       ) -> tuple[list[float], list[float], list[float] | None, list[float] | None,
-                                  tuple[list[float], list[float]]] | None:
+              ) -> tuple[list[float], list[float], list[float] | None, list[float] | None,
+                 tuple[list[float], list[float]]] | None:
     """Per-request send times, latencies, TTFTs, scheduled sends of a GuideLLM benchmark (s), and the cut-off ones.
 
     GuideLLM 0.8 keeps every request in ``requests.successful[]`` with its
@@ -195,7 +196,7 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
             return None
         values = [timings.get(key) for key in ("request_start", "request_end", "first_token_iteration",
                                                "targeted_start")]
-        numeric = [isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values]
+        numeric = [is_finite_number(v) for v in values]
         if not (numeric[0] and numeric[1]) or values[1] <= values[0]:
             notes.append("a request without a finite request_start < request_end: read from the summary metrics")
             return None
@@ -211,10 +212,10 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
         info = entry.get("info") if isinstance(entry, dict) else None
         timings = info.get("timings") if isinstance(info, dict) else None
         begin = timings.get("request_start") if isinstance(timings, dict) else None
-        if not isinstance(begin, (int, float)) or isinstance(begin, bool) or not math.isfinite(begin):
+        if not is_finite_number(begin):
             continue  # never sent: it loaded nothing
         end = timings.get("resolve_end")
-        end = end if isinstance(end, (int, float)) and not isinstance(end, bool) and end > begin else last_end
+        end = end if is_finite_number(end) and end > begin else last_end
         cut_starts.append(float(begin) - origin)
         cut_lengths.append(float(end) - float(begin))
     starts = [start - origin for start in starts]

@@ -185,6 +185,11 @@ def file_digest(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def is_finite_number(value: Any) -> bool:
+    """Whether a decoded JSON value is a finite real number (``true``/``false`` are not numbers)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _number(value: Any, path: str, key: str, *, allow_none: bool = False, allow_inf: bool = False) -> float | None:
     if value is None and allow_none:
         return None
@@ -447,7 +452,7 @@ def draft_coverage(document: dict[str, Any], completed: int) -> float | None:
     """
     values = [document.get(key) for key in ("total_output_tokens", "spec_decode_num_drafts",
                                              "spec_decode_accepted_tokens")]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    if not all(is_finite_number(v) and v >= 0
                for v in values) or completed < 1:
         return None
     total, drafts, accepted = (float(v) for v in values)  # type: ignore[arg-type]
@@ -463,7 +468,7 @@ def _list(document: dict[str, Any], key: str, count: int, notes: list[str] | Non
     values = document.get(key)
     if not isinstance(values, list) or len(values) != count or not values:
         return None
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+    if not all(is_finite_number(v) for v in values):
         if notes is not None:
             notes.append(f"{key}: not all finite numbers; read without this per-request list")
         return None
@@ -558,7 +563,7 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         for metric in ("e2el", "ttft", "tpot"):
             for q in (50, 90, 99):
                 value = document.get(f"p{q}_{metric}_ms") if q != 50 else document.get(f"median_{metric}_ms")
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                if is_finite_number(value):
                     label = "e2e" if metric == "e2el" else metric
                     percentiles.append((f"{label}_p{q}_s", float(value) / 1e3))
     if latency is None:
@@ -752,7 +757,8 @@ MAX_REPEATED_GAP_SHARE = 0.2
 
 
 def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | None,
-              latencies: list[float] | None, wait_s: float = HELD_BACK_WAIT_S) -> str | None:
+              latencies: list[float] | None, wait_s: float = HELD_BACK_WAIT_S,
+              waited_as: str = "waited in the client for a slot") -> str | None:
     """How a client-side cap held an open loop's arrivals back; None if it did not (or cannot tell).
 
     ``vllm bench serve --request-rate R --max-concurrency N`` draws Poisson
@@ -773,7 +779,7 @@ def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | N
         waited = [wait for wait in queue_times if wait > wait_s]
         if len(waited) <= MAX_HELD_BACK_FRACTION * len(queue_times):
             return None
-        return (f"{len(waited)} of {len(queue_times)} requests waited in the client for a slot, "
+        return (f"{len(waited)} of {len(queue_times)} requests {waited_as}, "
                 f"{sum(waited) / len(waited):.3g} s on average")
     if starts is None or latencies is None or len(starts) != len(latencies) or not starts:
         return None
