@@ -298,3 +298,18 @@ def test_guidellm_per_request_edge_cases(tmp_path) -> None:
     run = variant("warmed.json", warmed)
     assert run.others_in_flight is None and run.notes[0].startswith("warm-up/cool-down requests are not listed")
     assert screen(run) == []  # still a Poisson run, judged by its summary
+
+
+def test_guidellm_tables_fit_80_columns(sdplan, tmp_path, monkeypatch) -> None:
+    """GuideLLM runs are named file.json#benchmarks[i], and a reason may hold a long word
+    (GUIDELLM__MAX_WORKER_PROCESSES=1): the shared folder goes in the titles and the name wraps before '#'."""
+    folder = Path(__file__).parent / "data" / "guidellm-cpu"
+    monkeypatch.setenv("COLUMNS", "80")
+    calibration = tmp_path / "guidellm.toml"
+    fit = sdplan("fit", str(folder), "-o", str(calibration))
+    assert "Runs left out, and why (runs in guidellm-cpu/)" in fit.stdout
+    assert "│ gl-poisson11-a.json " in fit.stdout and "│ #benchmarks[0] " in fit.stdout
+    table = sdplan("validate", "-c", str(calibration), str(folder)).stdout
+    assert "runs in guidellm-cpu/" in table and "│ gl-sweep.json #benchmarks[0] " in table
+    for output in (fit.stdout, table):
+        assert max(len(line) for line in output.splitlines()) <= 80

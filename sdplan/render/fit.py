@@ -170,10 +170,11 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
             dropped = Table(box=table_box(style))
             dropped.add_column("run")
             dropped.add_column("reason")
+            folder = _shared_folder([run["source"] for run in document["runs_dropped"]])
             for run in document["runs_dropped"]:
-                dropped.add_row(run["source"], run["reason"])
+                dropped.add_row(_run_cell(run["source"], folder), run["reason"])
             console.print()
-            print_table(console, dropped, title="Runs left out, and why")
+            print_table(console, dropped, title="Runs left out, and why" + (f" (runs in {folder})" if folder else ""))
         if holdout:
             console.print(f"held-out runs: {holdout['runs']}, MAPE {holdout['mape_pct']:.2f}%, R2 {holdout['r2']:.4f} "
                           f"({holdout['quality']})")
@@ -237,6 +238,13 @@ def _shared_folder(sources: list[str]) -> str:
     return f"{folders.pop()}/" if len(folders) == 1 and "" not in folders else ""
 
 
+def _run_cell(source: str, folder: str) -> str:
+    """A run's name in a table: without the folder every run shares (it goes in the title), and with a
+    space before a position in its file (``report.json #benchmarks[2]``), where the cell may wrap: a
+    name does not wrap anywhere else."""
+    return source[len(folder):].replace("#", " #", 1)
+
+
 def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
     if fmt is OutputFormat.JSON:
         return to_json(document)
@@ -266,7 +274,7 @@ def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, t
         # a folder shared by every run goes in the title once: a path does not wrap, and the cells stay narrow
         folder = _shared_folder([run["source"] for run in document["runs"]])
         for run in document["runs"]:
-            table.add_row(*[cell({**run, "source": run["source"][len(folder):]}) for *_, cell in VALIDATE_COLUMNS])
+            table.add_row(*[cell({**run, "source": _run_cell(run["source"], folder)}) for *_, cell in VALIDATE_COLUMNS])
         console.print()
         print_table(console, table,
                     title=f"Measured vs predicted mean E2E latency ({document['calibration']['name']})"
