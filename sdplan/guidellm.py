@@ -43,6 +43,21 @@ def repeated_gap_share(scheduled: list[float]) -> float | None:
     return repeats / (len(gaps) - 1)
 
 
+def schedule_rate(scheduled: list[float]) -> float | None:
+    """Arrival rate (req/s) a recorded schedule realised: ``(n - 1)/(t_n - t_1)`` over its scheduled sends.
+
+    The rate the model's ``B = lambda L`` needs (Little's law over the run).
+    GuideLLM draws its Poisson gaps without rescaling them to the requested
+    rate, so 300 requests at 11 req/s with its default seed were scheduled at
+    10.49 req/s: predicted at 11 instead, a run at 55% load comes out about
+    5% slow. None with fewer than 2 sends or a schedule of no length.
+    """
+    if len(scheduled) < 2:
+        return None
+    span = max(scheduled) - min(scheduled)
+    return (len(scheduled) - 1) / span if span > 0 else None
+
+
 def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
     """One run per benchmark of a GuideLLM report, and warnings about the report.
 
@@ -98,7 +113,7 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
             notes.append(f"{incomplete} requests cut off unfinished when the run ended (GuideLLM incomplete): the "
                          "means are over finished requests")
         timed = _requests(bench, successful, notes)
-        others = others_ttft = kept_up = held = repeated = sent_late = None
+        others = others_ttft = kept_up = held = repeated = sent_late = scheduled_rate = None
         cap = workers = None
         if timed is not None:
             starts, latencies, ttfts, scheduled, cut_off = timed
@@ -114,6 +129,7 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
                 duration = max(s + l for s, l in zip(starts, latencies)) - min(starts)
                 kept_up = kept_up_fraction(starts, latencies, duration, requested)
                 if scheduled is not None:
+                    scheduled_rate = schedule_rate(scheduled)
                     repeated = repeated_gap_share(scheduled)
                     cap = _positive_int(strategy.get("max_concurrency"))
                     late = [start - due for start, due in zip(starts, scheduled)]
@@ -147,6 +163,7 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
             repeated_gaps=repeated,
             client_workers=workers,
             sent_late=sent_late,
+            scheduled_rate_rps=scheduled_rate,
             notes=tuple(notes),
         ))
     if not runs:

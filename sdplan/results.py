@@ -137,6 +137,9 @@ class BenchmarkRun:
     client_workers: int | None = None
     #: How far an open loop's client fell behind its own schedule with no cap reached (GuideLLM), if it did.
     sent_late: str | None = None
+    #: The arrival rate an open loop's recorded schedule realised, ``(n - 1)/span`` of its scheduled sends
+    #: (req/s; GuideLLM does not rescale its random gaps to the requested rate, vLLM does); None: not recorded.
+    scheduled_rate_rps: float | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -160,8 +163,7 @@ class BenchmarkRun:
             return float(max(self.concurrency - 1, 0))
         if self.mean_concurrency is not None:
             return self.mean_concurrency
-        rate = self.requested_rate_rps if self.requested_rate_rps is not None else self.achieved_rate_rps
-        return rate * self.mean_e2e_latency_s
+        return self.arrival_rate_rps * self.mean_e2e_latency_s
 
     @property
     def mean_others_at_first_token(self) -> float:
@@ -169,7 +171,15 @@ class BenchmarkRun:
 
     @property
     def arrival_rate_rps(self) -> float:
-        """The rate to predict an open-loop run at: the arrival rate when known (B12)."""
+        """The rate to predict an open-loop run at: the arrival rate when known (B12).
+
+        The rate its recorded schedule realised when the file has one (a GuideLLM
+        ``poisson`` run of 300 requests at 11 req/s scheduled 10.49 req/s), else
+        the requested rate (vLLM scales its gaps so that ``n`` requests span
+        ``n/lambda``), else the achieved rate.
+        """
+        if self.scheduled_rate_rps is not None:
+            return self.scheduled_rate_rps
         return self.requested_rate_rps if self.requested_rate_rps is not None else self.achieved_rate_rps
 
 

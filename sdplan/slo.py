@@ -234,7 +234,6 @@ def max_rate_under(
     t0 = np.asarray(ttft_s, dtype=np.float64)
     per_other = np.asarray(ttft_per_other_s, dtype=np.float64)
     c1, c2, t0, per_other = np.broadcast_arrays(c1, c2, t0, per_other)
-    none = np.full(c1.shape, -1.0)
     everything = np.full(c1.shape, np.inf)
     zero = np.zeros(c1.shape)
 

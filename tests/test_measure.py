@@ -91,6 +91,23 @@ def test_repeated_gap_share_tells_independent_draws_from_repeated_ones() -> None
     assert repeated_gap_share([0.0, 1.0, 2.0]) is None
 
 
+def test_schedule_rate_is_the_rate_a_recorded_schedule_realised() -> None:
+    import random
+
+    from sdplan.guidellm import schedule_rate
+
+    draw = random.Random(5)
+    clock, sends = 0.0, []
+    for _ in range(2000):
+        clock += draw.expovariate(11.0)
+        sends.append(1.8e9 + clock)
+    assert schedule_rate(sends) == pytest.approx(1999 / (sends[-1] - sends[0]))
+    assert schedule_rate(sends) == pytest.approx(11.0, rel=0.1)  # 2000 draws: within 3 sd
+    assert schedule_rate(list(reversed(sends))) == schedule_rate(sends)
+    assert schedule_rate([0.0, 0.5, 1.0]) == pytest.approx(2.0)
+    assert schedule_rate([3.0]) is None and schedule_rate([2.0, 2.0]) is None
+
+
 def test_closed_loop_relation_against_a_step_simulation() -> None:
     """In a closed loop of N clients L = C1 + (N-1) C2 with the per-step costs (no Little's law)."""
     engine = FakeEngine(prefill_s=0.0, overhead_ttft_s=0.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 

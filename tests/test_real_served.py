@@ -228,6 +228,11 @@ def test_real_guidellm_reports_are_read_per_request_and_screened(sdplan, tmp_pat
     for run in one_worker:
         assert run.repeated_gaps == 0.0 and run.held_back_by_cap is None and run.client_workers == 1
         assert abs(run.mean_e2e_latency_s / vllm_runs[0].mean_e2e_latency_s - 1) < 0.3  # 0.21-0.22 vs 0.18 s
+        # GuideLLM does not rescale its gaps: seed 42 scheduled 300 requests at 10.49 req/s, and they are
+        # predicted and fitted at that rate; vLLM scales its gaps to the requested rate
+        assert run.scheduled_rate_rps == pytest.approx(10.49, abs=0.01) == run.arrival_rate_rps
+    for run in vllm_runs:
+        assert run.scheduled_rate_rps is None and run.arrival_rate_rps == 11
     repeated = runs["gl-poisson11-a.json#benchmarks[0]"]
     assert repeated.repeated_gaps > 0.85 and repeated.client_workers == 10 and repeated.held_back_by_cap is None
     assert repeated.mean_e2e_latency_s > 3 * vllm_runs[0].mean_e2e_latency_s  # what repeated gaps did: 0.73 s
@@ -254,6 +259,8 @@ def test_real_guidellm_reports_are_read_per_request_and_screened(sdplan, tmp_pat
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert len(report["runs"]) == 6 and len(report["runs_skipped"]) == 7
+    by_source = {row["source"].split("/")[-1]: row for row in report["runs"]}
+    assert by_source["gl1-poisson11-a.json#benchmarks[0]"]["scheduled_rate_rps"] == pytest.approx(10.49, abs=0.01)
     assert report["summary"]["mape_pct"] < 15
 
 

@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from sdplan import model
-from sdplan.calibration import load_calibration, parse_calibration
+from sdplan.calibration import parse_calibration
 from sdplan.errors import ExitStatus
 from sdplan.fit import fit_pooled, fitted_document
 from sdplan.results import read_results

@@ -33,9 +33,10 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
 
     Reads vLLM bench serve JSON (one run, --append-result JSON Lines, or a
     vllm bench sweep output folder), GuideLLM reports or CSV. Fits
-    L = C1 + B*C2 with B the measured mean number of other requests in flight
-    (per-request times when the file has them; N-1 for a closed loop of N
-    clients; lambda*L at the arrival rate otherwise), and TTFT under load,
+    L = C1 + B*C2 with B the mean number of other requests in flight (an open
+    loop: lambda*L at its arrival rate, the planner's relation; a closed loop
+    of N clients: measured from per-request times when the file has them,
+    else N-1), and TTFT under load,
     pooled over every (k, acceptance, lengths); prints per-coefficient
     standard errors and what the data do not identify; leaves out runs not
     at steady state or not under Poisson arrivals and says why. Writes a

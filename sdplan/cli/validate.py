@@ -37,7 +37,7 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     """Compare the model's predictions with measured mean latencies.
 
     For every run: measured and predicted mean end-to-end latency at the
-    achieved rate and the error. Summary: MAPE, signed bias, R2, worst run,
+    arrival rate (closed loops: at their N) and the error. Summary: MAPE, signed bias, R2, worst run,
     quality grade, and whether the fastest draft length per rate agrees.
     Runs not at steady state or not under Poisson arrivals are skipped with
     the reason.

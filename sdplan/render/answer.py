@@ -207,7 +207,7 @@ def capacity_answer(document: dict[str, Any]) -> list[str]:
             if best_sd:
                 sd = options[best_sd]
                 head += (f"; the best SD option ({best_sd}) only {_g(sd['max_rate_under_slo_rps'])}"
-                         if sd["feasible"] else f"; no SD option meets the SLOs")
+                         if sd["feasible"] else "; no SD option meets the SLOs")
         else:
             method = document.get("speculative_method")
             head = (f"Answer: SD on with {best}" + (f" ({method})" if method else "")

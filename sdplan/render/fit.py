@@ -18,6 +18,7 @@ def _run(run: BenchmarkRun) -> dict[str, Any]:
         "source": run.source,
         "request_rate_rps": run.requested_rate_rps,
         "achieved_rate_rps": run.achieved_rate_rps,
+        "scheduled_rate_rps": run.scheduled_rate_rps,
         "draft_length_tokens": run.draft_length,
         "per_token_alpha": run.alpha,
         "prompt_tokens": run.prompt_tokens,
