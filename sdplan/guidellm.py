@@ -6,6 +6,16 @@ Schema v2 (``metadata.version == 2``; GuideLLM 0.7-0.8): ``benchmarks[]`` with
 in ``requests.successful[]`` / ``requests.incomplete[]`` with its
 ``info.timings`` (epoch seconds). Checked against real GuideLLM 0.8.1 reports
 (tests/data/guidellm-cpu).
+
+GuideLLM 0.2-0.3 reports (no ``metadata``) keep the strategy in
+``args.strategy``, the request counts in ``request_totals`` beside ``metrics``,
+warm-up/cool-down in ``args`` and each request's times as ``start_time``,
+``end_time``, ``first_token_time`` and ``scheduler_info.targeted_start_time``.
+Checked against real GuideLLM 0.3.1 reports (tests/data/guidellm-0.3-cpu).
+
+A benchmark whose strategy is missing or of a kind not listed here is read and
+left out of fits (:attr:`~sdplan.results.BenchmarkRun.unknown_load`): without
+an arrival rate or a number of clients, the load it measured is unknown.
 """
 
 from __future__ import annotations
@@ -70,7 +80,9 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
     warnings = []
     metadata = document.get("metadata")
     version = metadata.get("version") if isinstance(metadata, dict) else None
-    if version != 2:
+    legacy = metadata is None and any(isinstance(bench, dict) and isinstance(bench.get("args"), dict)
+                                      for bench in document["benchmarks"])
+    if version != 2 and not legacy:
         warnings.append(f"{path}: GuideLLM report without metadata.version 2 (older than v0.7?): schema unverified")
     runs = []
     for index, bench in enumerate(document["benchmarks"]):
@@ -78,24 +90,28 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
         if not isinstance(bench, dict) or not isinstance(bench.get("metrics"), dict):
             raise InputFileError(path, f"{where}.metrics", "missing or not an object")
         metrics = bench["metrics"]
-        config = bench.get("config") if isinstance(bench.get("config"), dict) else {}
-        strategy = config.get("strategy") if isinstance(config.get("strategy"), dict) else {}
+        strategy, at = _strategy(bench)
         kind = str(strategy.get("type_", "unknown"))
         requested = None
         if kind in ("constant", "poisson") and strategy.get("rate") is not None:
-            requested = _number(strategy["rate"], path, f"{where}.config.strategy.rate")
+            requested = _number(strategy["rate"], path, f"{where}.{at}.rate")
         concurrency = None
         if kind == "synchronous":
             concurrency = 1
         elif kind == "concurrent" and strategy.get("streams") is not None:
-            concurrency = _count(strategy["streams"], path, f"{where}.config.strategy.streams") or None
-        totals = metrics.get("request_totals", {})
+            concurrency = _count(strategy["streams"], path, f"{where}.{at}.streams") or None
+        unknown_load = None
+        if requested is None and concurrency is None and kind != "throughput":
+            unknown_load = (f"GuideLLM strategy {kind!r} without a rate or streams" if strategy
+                            else "no GuideLLM strategy (config.strategy or args.strategy)")
+        totals_at = "metrics.request_totals" if "request_totals" in metrics else "request_totals"
+        totals = metrics.get("request_totals", bench.get("request_totals", {}))
         if not isinstance(totals, dict):
-            raise InputFileError(path, f"{where}.metrics.request_totals", "expected an object of counts")
-        successful = _count(totals.get("successful", 0) or 0, path, f"{where}.metrics.request_totals.successful")
-        failed = _count(totals.get("errored", 0) or 0, path, f"{where}.metrics.request_totals.errored")
+            raise InputFileError(path, f"{where}.{totals_at}", "expected an object of counts")
+        successful = _count(totals.get("successful", 0) or 0, path, f"{where}.{totals_at}.successful")
+        failed = _count(totals.get("errored", 0) or 0, path, f"{where}.{totals_at}.errored")
         # incomplete: cancelled unfinished when a time or count limit ended the run, not failures
-        incomplete = _count(totals.get("incomplete", 0) or 0, path, f"{where}.metrics.request_totals.incomplete")
+        incomplete = _count(totals.get("incomplete", 0) or 0, path, f"{where}.{totals_at}.incomplete")
         ttft = _mean(metrics, "time_to_first_token_ms", path, where, required=False)
         itl = _mean(metrics, "inter_token_latency_ms", path, where, required=False)
         achieved = _mean(metrics, "requests_per_second", path, where)
@@ -164,11 +180,22 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
             client_workers=workers,
             sent_late=sent_late,
             scheduled_rate_rps=scheduled_rate,
+            unknown_load=unknown_load,
             notes=tuple(notes),
         ))
     if not runs:
         raise InputFileError(path, "benchmarks", "empty; nothing to fit")
     return runs, warnings
+
+
+def _strategy(bench: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A benchmark's scheduling strategy and where it was: ``config.strategy`` (GuideLLM 0.4+) or
+    ``args.strategy`` (0.2-0.3); an empty dict when neither is an object."""
+    for holder in ("config", "args"):
+        section = bench.get(holder)
+        if isinstance(section, dict) and isinstance(section.get("strategy"), dict):
+            return section["strategy"], f"{holder}.strategy"
+    return {}, "config.strategy"
 
 
 def _positive_int(value: Any) -> int | None:
@@ -186,7 +213,8 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
     ``targeted_start``, the time its schedule meant the request to start.
     Requests cancelled unfinished at the end (``requests.incomplete[]``, with a
     ``request_start`` and no ``request_end``) count as in flight from their
-    start until they were resolved (``resolve_end``, else the last end). Used
+    start until they were resolved (``resolve_end``, else the last end).
+    GuideLLM 0.2-0.3 entries give the same times as :func:`_times` reads them. Used
     only when the list holds every successful request and no warm-up or
     cool-down was cut out of the measurement (else the requests in flight
     would be undercounted); None otherwise, and the run is read from its
@@ -199,23 +227,23 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
     if len(listed) != successful:
         notes.append(f"{len(listed)} of {successful} requests listed (sampled): read from the summary metrics")
         return None
-    if any(isinstance(bench.get(key), (int, float)) and bench[key] > 0
-           for key in ("warmup_duration", "cooldown_duration")):
+    args = bench.get("args") if isinstance(bench.get("args"), dict) else {}
+    if any(isinstance(holder.get(key), (int, float)) and holder[key] > 0
+           for holder in (bench, args)
+           for key in ("warmup_duration", "cooldown_duration", "warmup_number", "cooldown_number")):
         notes.append("warm-up/cool-down requests are not listed: the load each request saw is taken from the "
                      "summary metrics")
         return None
     starts, latencies, ttfts, scheduled = [], [], [], []
     for entry in listed:
-        info = entry.get("info") if isinstance(entry, dict) else None
-        timings = info.get("timings") if isinstance(info, dict) else None
-        if not isinstance(timings, dict):
-            notes.append("requests without info.timings: read from the summary metrics")
+        values = _times(entry)
+        if values is None:
+            notes.append("requests without their times (info.timings, or start_time/end_time): read from the "
+                         "summary metrics")
             return None
-        values = [timings.get(key) for key in ("request_start", "request_end", "first_token_iteration",
-                                               "targeted_start")]
         numeric = [is_finite_number(v) for v in values]
         if not (numeric[0] and numeric[1]) or values[1] <= values[0]:
-            notes.append("a request without a finite request_start < request_end: read from the summary metrics")
+            notes.append("a request without finite start and end times, start before end: read from the summary metrics")
             return None
         starts.append(float(values[0]))
         latencies.append(float(values[1] - values[0]))
@@ -226,12 +254,11 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
     cut_starts, cut_lengths = [], []
     unfinished = requests.get("incomplete") if isinstance(requests, dict) else None
     for entry in unfinished if isinstance(unfinished, list) else []:
-        info = entry.get("info") if isinstance(entry, dict) else None
-        timings = info.get("timings") if isinstance(info, dict) else None
-        begin = timings.get("request_start") if isinstance(timings, dict) else None
+        values = _times(entry)
+        begin = values[0] if values is not None else None
         if not is_finite_number(begin):
             continue  # never sent: it loaded nothing
-        end = timings.get("resolve_end")
+        end = values[4]
         end = end if is_finite_number(end) and end > begin else last_end
         cut_starts.append(float(begin) - origin)
         cut_lengths.append(float(end) - float(begin))
@@ -239,3 +266,27 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
     return (starts, latencies, None if any(math.isnan(t) for t in ttfts) else ttfts,
             None if any(math.isnan(t) for t in scheduled) else [t - origin for t in scheduled],
             (cut_starts, cut_lengths))
+
+
+def _times(entry: Any) -> tuple[Any, Any, Any, Any, Any] | None:
+    """One request's recorded times (epoch s, unchecked): start, end, first token, scheduled start, resolved.
+
+    GuideLLM 0.8: ``info.timings`` ``request_start``, ``request_end``,
+    ``first_token_iteration``, ``targeted_start``, ``resolve_end``. GuideLLM
+    0.2-0.3: ``start_time``, ``end_time``, ``first_token_time`` and
+    ``scheduler_info.targeted_start_time`` (-1 when unset; an unfinished request:
+    ``scheduler_info.worker_end``). None when the entry has neither.
+    """
+    if not isinstance(entry, dict):
+        return None
+    info = entry.get("info")
+    timings = info.get("timings") if isinstance(info, dict) else None
+    if isinstance(timings, dict):
+        return (timings.get("request_start"), timings.get("request_end"), timings.get("first_token_iteration"),
+                timings.get("targeted_start"), timings.get("resolve_end"))
+    if "start_time" in entry or "end_time" in entry:
+        scheduler = entry.get("scheduler_info") if isinstance(entry.get("scheduler_info"), dict) else {}
+        due = scheduler.get("targeted_start_time")
+        return (entry.get("start_time"), entry.get("end_time"), entry.get("first_token_time"),
+                due if is_finite_number(due) and due > 0 else None, scheduler.get("worker_end"))
+    return None

@@ -140,6 +140,9 @@ class BenchmarkRun:
     #: The arrival rate an open loop's recorded schedule realised, ``(n - 1)/span`` of its scheduled sends
     #: (req/s; GuideLLM does not rescale its random gaps to the requested rate, vLLM does); None: not recorded.
     scheduled_rate_rps: float | None = None
+    #: What the file leaves unknown about the run's load (a GuideLLM benchmark without a strategy, or of a kind
+    #: sdplan does not know): neither an arrival rate nor a number of clients, so it is left out of fits.
+    unknown_load: str | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -830,7 +833,8 @@ def kept_up_fraction(starts: list[float], latencies: list[float], duration_s: fl
 def screen(run: BenchmarkRun) -> list[str]:
     """Reasons to leave a run out of a fit (empty: keep it).
 
-    Checks: failed requests (> 1%); a max-load run (not at steady state); for
+    Checks: failed requests (> 1%); a max-load run (not at steady state); a run
+    whose load the file does not record (:attr:`BenchmarkRun.unknown_load`); for
     open loops without per-request times, achieved below 90% of the arrival
     rate (saturated: with per-request times, ``B`` is measured and the drain
     does not matter); Little's law where a mean concurrency is reported; SD
@@ -849,6 +853,9 @@ def screen(run: BenchmarkRun) -> list[str]:
         reasons.append(f"{run.failed} of {total} requests failed")
     if run.open_loop_unbounded:
         reasons.append("max-load run (request rate inf without --max-concurrency): not at steady state")
+    if run.unknown_load is not None:
+        reasons.append(f"its load is not recorded ({run.unknown_load}): neither an arrival rate nor a number of "
+                       "clients, so the load its requests saw is unknown")
     if (run.requested_rate_rps and run.others_in_flight is None
             and run.achieved_rate_rps < MIN_ACHIEVED_FRACTION * run.requested_rate_rps):
         reasons.append(f"achieved {run.achieved_rate_rps:.3g} of {run.requested_rate_rps:.3g} req/s requested: "

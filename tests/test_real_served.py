@@ -298,13 +298,66 @@ def test_guidellm_per_request_edge_cases(tmp_path) -> None:
     def broken(bench) -> None:
         bench["requests"]["successful"][7]["info"]["timings"]["request_end"] = "soon"
     run = variant("broken.json", broken)
-    assert run.others_in_flight is None and "without a finite request_start < request_end" in run.notes[0]
+    assert run.others_in_flight is None and "without finite start and end times, start before end" in run.notes[0]
 
     def warmed(bench) -> None:
         bench["warmup_duration"] = 5.0
     run = variant("warmed.json", warmed)
     assert run.others_in_flight is None and run.notes[0].startswith("warm-up/cool-down requests are not listed")
     assert screen(run) == []  # still a Poisson run, judged by its summary
+
+
+def test_real_guidellm_0_3_reports_are_read_per_request(sdplan, tmp_path) -> None:
+    """Real GuideLLM 0.3.1 reports (tests/data/guidellm-0.3-cpu; strategy in args, request totals beside the
+    metrics, each request's own start/end times): closed loops kept with the load measured per request, the
+    Poisson runs whose client fell behind its schedule left out, no 'schema unverified' warning."""
+    from sdplan.results import screen
+
+    folder = Path(__file__).parent / "data" / "guidellm-0.3-cpu"
+    runs, warnings = read_results(folder)
+    assert warnings == []
+    by_name = {run.source.split("/")[-1].split("#")[0]: run for run in runs}
+    synchronous, closed = by_name["gl03-synchronous.json"], by_name["gl03-concurrent8.json"]
+    assert synchronous.concurrency == 1 and synchronous.others_in_flight == pytest.approx(0.0, abs=1e-9)
+    assert synchronous.mean_e2e_latency_s == pytest.approx(0.376, abs=0.001) and synchronous.completed == 40
+    assert closed.concurrency == 8 and 6.0 < closed.others_in_flight < 7.0  # 6.55: the loop refills late
+    assert screen(synchronous) == [] and screen(closed) == []
+    for name, late in (("gl03-poisson11-w1.json", "78 of 300"), ("gl03-poisson11.json", "163 of 300")):
+        run = by_name[name]
+        assert run.requested_rate_rps == 11 and run.burstiness == 1.0
+        assert run.scheduled_rate_rps == pytest.approx(10.73, abs=0.01)  # its own schedule, initial burst included
+        assert run.repeated_gaps < 0.05 and run.sent_late.startswith(f"{late} requests started late")
+        assert any(reason.startswith("the client fell behind its own schedule") for reason in screen(run))
+    result = sdplan("fit", str(folder), "-o", str(tmp_path / "old.toml"))
+    assert result.exit_code == 4 and "only 2 of 4 runs usable" in result.stderr
+    assert not (tmp_path / "old.toml").exists()
+
+
+def test_guidellm_benchmark_without_a_known_strategy_is_left_out(tmp_path) -> None:
+    """No strategy, or one of a kind sdplan does not know, tells neither a rate nor a number of clients: the
+    run is read and left out, never fitted as an open loop at its throughput."""
+    from sdplan.results import screen
+
+    source = Path(__file__).parent / "data" / "guidellm-0.3-cpu" / "gl03-concurrent8.json"
+    for name, change in (("none", lambda args: args.pop("strategy")),
+                         ("trace", lambda args: args.update(strategy={"type_": "trace"}))):
+        document = json.loads(source.read_text())
+        change(document["benchmarks"][0]["args"])
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(document))
+        run = read_results(path)[0][0]
+        assert run.concurrency is None and run.requested_rate_rps is None and not run.open_loop_unbounded
+        assert run.unknown_load == ("no GuideLLM strategy (config.strategy or args.strategy)" if name == "none"
+                                    else "GuideLLM strategy 'trace' without a rate or streams")
+        assert screen(run)[0].startswith("its load is not recorded (")
+
+    def warmed(document) -> None:
+        document["benchmarks"][0]["args"]["warmup_number"] = 10
+    document = json.loads(source.read_text())
+    warmed(document)
+    (tmp_path / "warmed.json").write_text(json.dumps(document))
+    run = read_results(tmp_path / "warmed.json")[0][0]
+    assert run.others_in_flight is None and run.notes[0].startswith("warm-up/cool-down requests are not listed")
 
 
 def test_guidellm_tables_fit_80_columns(sdplan, tmp_path, monkeypatch) -> None:
