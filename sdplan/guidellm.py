@@ -243,7 +243,8 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
             return None
         numeric = [is_finite_number(v) for v in values]
         if not (numeric[0] and numeric[1]) or values[1] <= values[0]:
-            notes.append("a request without finite start and end times, start before end: read from the summary metrics")
+            notes.append("a request without finite start and end times, start before end: read from the summary "
+                         "metrics")
             return None
         starts.append(float(values[0]))
         latencies.append(float(values[1] - values[0]))
