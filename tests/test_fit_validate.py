@@ -51,7 +51,7 @@ def test_guidellm_reader_units(tmp_path) -> None:
     assert 0.03 < runs[0].mean_ttft_s < 0.2  # ms -> s
     assert runs[0].mean_concurrency == pytest.approx(runs[0].achieved_rate_rps * runs[0].mean_e2e_latency_s)
     old = write_guidellm(tmp_path / "old.json", 0, None, version=None)
-    assert "schema unverified" in read_results(old)[1][0]
+    assert "of an unchecked schema (metadata.version None" in read_results(old)[1][0]
 
 
 def test_guidellm_constant_rate_runs_are_left_out(tmp_path) -> None:

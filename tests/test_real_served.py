@@ -310,7 +310,7 @@ def test_guidellm_per_request_edge_cases(tmp_path) -> None:
 def test_real_guidellm_0_3_reports_are_read_per_request(sdplan, tmp_path) -> None:
     """Real GuideLLM 0.3.1 reports (tests/data/guidellm-0.3-cpu; strategy in args, request totals beside the
     metrics, each request's own start/end times): closed loops kept with the load measured per request, the
-    Poisson runs whose client fell behind its schedule left out, no 'schema unverified' warning."""
+    Poisson runs whose client fell behind its schedule left out, no 'unchecked schema' warning."""
     from sdplan.results import screen
 
     folder = Path(__file__).parent / "data" / "guidellm-0.3-cpu"
@@ -331,6 +331,24 @@ def test_real_guidellm_0_3_reports_are_read_per_request(sdplan, tmp_path) -> Non
     result = sdplan("fit", str(folder), "-o", str(tmp_path / "old.toml"))
     assert result.exit_code == 4 and "only 2 of 4 runs usable" in result.stderr
     assert not (tmp_path / "old.toml").exists()
+
+
+def test_real_guidellm_0_5_reports_are_read_per_request() -> None:
+    """Real GuideLLM 0.5.4 reports (tests/data/guidellm-0.5-cpu; metadata.version 1, the per-request
+    info.timings of 0.8): read without a warning, at the rate their schedule realised, a client that fell
+    behind its schedule left out."""
+    from sdplan.results import screen
+
+    runs, warnings = read_results(Path(__file__).parent / "data" / "guidellm-0.5-cpu")
+    assert warnings == []
+    by_name = {run.source.split("/")[-1].split("#")[0]: run for run in runs}
+    closed, poisson = by_name["gl05-concurrent8.json"], by_name["gl05-poisson11-w1.json"]
+    assert closed.concurrency == 8 and 6.0 < closed.others_in_flight < 7.0 and screen(closed) == []
+    assert closed.mean_e2e_latency_s == pytest.approx(0.727, abs=0.001)
+    assert poisson.client_workers == 1 and poisson.repeated_gaps == 0.0
+    assert poisson.scheduled_rate_rps == pytest.approx(10.49, abs=0.01)  # seed 42, as in 0.8.1
+    assert poisson.sent_late.startswith("43 of 300 requests started late")
+    assert any(reason.startswith("the client fell behind its own schedule") for reason in screen(poisson))
 
 
 def test_guidellm_benchmark_without_a_known_strategy_is_left_out(tmp_path) -> None:
