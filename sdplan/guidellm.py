@@ -2,7 +2,7 @@
 
 Schema v1-v2 (``metadata.version`` 1: GuideLLM 0.5; 2: 0.7-0.8): ``benchmarks[]`` with
 ``config.strategy`` (``type_``, ``rate``, ``streams``, ``max_concurrency``,
-``worker_count``), ``metrics.<name>.successful.mean`` and, in 0.8, every request
+``worker_count``), ``metrics.<name>.successful.mean`` and, in 0.5-0.8, every request
 in ``requests.successful[]`` / ``requests.incomplete[]`` with its
 ``info.timings`` (epoch seconds). Checked against real GuideLLM 0.8.1 and
 0.5.4 reports (tests/data/guidellm-cpu, tests/data/guidellm-0.5-cpu).
@@ -208,7 +208,7 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
                  tuple[list[float], list[float]]] | None:
     """Per-request send times, latencies, TTFTs, scheduled sends of a GuideLLM benchmark (s), and the cut-off ones.
 
-    GuideLLM 0.8 keeps every request in ``requests.successful[]`` with its
+    GuideLLM 0.5-0.8 keep every request in ``requests.successful[]`` with its
     ``info.timings`` (epoch seconds): ``request_start``/``request_end`` (their
     difference is its ``request_latency``), ``first_token_iteration`` and
     ``targeted_start``, the time its schedule meant the request to start.
@@ -273,7 +273,7 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
 def _times(entry: Any) -> tuple[Any, Any, Any, Any, Any] | None:
     """One request's recorded times (epoch s, unchecked): start, end, first token, scheduled start, resolved.
 
-    GuideLLM 0.8: ``info.timings`` ``request_start``, ``request_end``,
+    GuideLLM 0.5-0.8: ``info.timings`` ``request_start``, ``request_end``,
     ``first_token_iteration``, ``targeted_start``, ``resolve_end``. GuideLLM
     0.2-0.3: ``start_time``, ``end_time``, ``first_token_time`` and
     ``scheduler_info.targeted_start_time`` (-1 when unset; an unfinished request:
