@@ -43,6 +43,8 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--grid", default="quick")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="sdplan calibrate --repeats: rounds of fresh servers per point (default: the grid's).")
     parser.add_argument("--draft-lengths", default="2,4")
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--loads", default="0.25,0.55,0.8", help="Poisson loads as fractions of the measured saturation.")
@@ -86,7 +88,8 @@ def main() -> int:
     out = work / "served.toml"
     command = [sys.executable, "-m", "sdplan", "calibrate", "--target", str(pair["target"]), "--draft",
                str(pair["draft"]), "--draft-lengths", args.draft_lengths, "--prompt-tokens", str(p),
-               "--output-tokens", str(g), "--grid", args.grid, "-o", str(out), "--accept-poor-fit", "--",
+               "--output-tokens", str(g), "--grid", args.grid,
+               *(["--repeats", str(args.repeats)] if args.repeats else []), "-o", str(out), "--accept-poor-fit", "--",
                *serve_flags]
     print("$ " + " ".join(command), flush=True)
     begin = time.monotonic()

@@ -46,6 +46,9 @@ class FakeEngine:
     #: Every step of an open-loop (Poisson) run costs this many times more: a server that sustains less under
     #: open-loop arrivals than its short closed loops suggest (a real one's API server falling behind).
     open_loop_slowdown: float = 1.0
+    #: The n-th server started runs every step this many times slower (cycled): a machine whose speed moves
+    #: from one server start to the next, over minutes.
+    server_slowdowns: tuple[float, ...] = ()
 
     def step(self, k: int) -> tuple[float, float, float]:
         """(tau1, tau2, tokens per step) of an option."""
@@ -56,7 +59,8 @@ class FakeEngine:
 
 
 def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int, clients: int | None,
-             rate: float | None, seed: int, spread: float = 0.0, max_running: int | None = None) -> dict[str, Any]:
+             rate: float | None, seed: int, spread: float = 0.0, max_running: int | None = None,
+             server_slowdown: float = 1.0) -> dict[str, Any]:
     """Simulate one benchmark run; returns a vLLM bench serve result document.
 
     Output lengths are uniform within +-``spread`` of ``output`` (vLLM's --random-range-ratio). At most
@@ -66,7 +70,7 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
     low, high = max(2, round(output * (1 - spread))), max(2, round(output * (1 + spread)))
     lengths = [rng.randint(low, high) for _ in range(requests + (clients or 0))]
     tau1, tau2, per_step = engine.step(k)
-    slowdown = math.exp(rng.gauss(0.0, engine.run_noise))  # a whole run slower or faster (a noisy machine)
+    slowdown = math.exp(rng.gauss(0.0, engine.run_noise)) * server_slowdown  # a whole run slower or faster
     if clients is None:
         slowdown *= engine.open_loop_slowdown
     tau1, tau2 = tau1 * slowdown, tau2 * slowdown
@@ -101,7 +105,7 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
             t = max(t, pending[0])
             continue
         new = sum(1 for r in running if r["first"] < 0)
-        prefill = engine.prefill_s * (1.0 if clients else engine.open_loop_slowdown)
+        prefill = engine.prefill_s * (1.0 if clients else engine.open_loop_slowdown) * server_slowdown
         cost = tau1 + (len(running) - 1) * tau2 + new * prefill
         t += cost * (1.0 + rng.gauss(0.0, engine.noise))
         finished = []
@@ -170,6 +174,8 @@ class FakeServer:
     started: list[str] = field(default_factory=list)
     live: bool = False
     instances: Any = None
+    #: This server's place among the servers started (0: the first), None: never started.
+    start_order: int | None = None
 
     def __post_init__(self) -> None:
         FakeServer.registry.append(self)
@@ -194,6 +200,7 @@ class FakeServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text("INFO reserved_cpus=[1]\n")
         self.live = True
+        self.start_order = sum(1 for s in FakeServer.registry if s.start_order is not None)
         FakeServer.current = self
 
     def stop(self) -> None:
@@ -245,7 +252,10 @@ class FakeClient:
         cap = int(server.arguments[server.arguments.index("--max-num-seqs") + 1]) \
             if "--max-num-seqs" in server.arguments else None
         document = run_load(self.engine, server.draft_length, prompt, output, int(values["--num-prompts"]), clients,
-                            rate, int(values["--seed"]) + self.calls, spread, max_running=cap)
+                            rate, int(values["--seed"]), spread, max_running=cap,
+                            server_slowdown=self.engine.server_slowdowns[server.start_order
+                                                                        % len(self.engine.server_slowdowns)]
+                            if self.engine.server_slowdowns and server.start_order is not None else 1.0)
         path = Path(values["--result-dir"]) / values["--result-filename"]
         path.write_text(json.dumps(document))
 

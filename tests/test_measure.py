@@ -261,6 +261,80 @@ def test_interrupted_calibration_keeps_points_and_resumes(sdplan, tmp_path, fake
     assert result.exit_code == ExitStatus.BAD_INPUT and "other options" in result.stderr
 
 
+def _started_servers() -> list[str]:
+    """The log names of the fake servers started, in order (e.g. server-k2-round2)."""
+    started = sorted((s for s in FakeServer.registry if s.start_order is not None), key=lambda s: s.start_order)
+    return [s.log_path.stem for s in started]
+
+
+def test_repeats_run_in_rounds_of_fresh_servers_in_alternating_order(sdplan, tmp_path, fake_served) -> None:
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--repeats", "2")
+    assert result.exit_code == 0, result.output
+    assert _started_servers() == ["server-nosd", "server-k2", "server-k2-round2", "server-nosd-round2"]
+    assert all(not server.live for server in FakeServer.registry)
+    folder = tmp_path / "cal.runs"
+    for configuration in ("nosd", "k2"):
+        first = sorted(p.name.replace("_r0", "") for p in folder.glob(f"{configuration}_*_r0.json"))
+        again = sorted(p.name.replace("_r1", "") for p in folder.glob(f"{configuration}_*_r1.json"))
+        assert first == again and len(first) == 5  # N 1, 4, 8 and two Poisson points, each in both rounds
+        for name in ("p40", "p75"):  # the second round offers the first round's rates: its repeats compare
+            rates = {json.loads((folder / f"{configuration}_{name}_r{r}.json").read_text())["request_rate"]
+                     for r in (0, 1)}
+            assert len(rates) == 1
+    measurement = load_calibration(tmp_path / "cal.toml").document["measurement"]
+    assert measurement["points"] == 20 and measurement["repeat_spread_max_pct"] < 10  # a steady machine
+    assert "remeasure" not in result.stderr
+
+
+def test_a_machine_that_drifts_between_rounds_is_seen_and_averaged(sdplan, tmp_path, fake_served) -> None:
+    """Round 1's servers run at full speed, round 2's 40% slower, the re-measure round's 20% slower."""
+    fake_served.engine = FakeEngine(server_slowdowns=(1.0, 1.0, 1.4, 1.4, 1.2, 1.2))
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--repeats", "2")
+    assert _started_servers() == ["server-nosd", "server-k2", "server-k2-round2", "server-nosd-round2",
+                                  "server-nosd-remeasure", "server-k2-remeasure"]
+    assert "repeats on fresh servers differ by" in result.stderr and "measuring once more" in result.stderr
+    # the repeats 20% from their point's median are flagged: the calibration is written, and poor
+    assert result.exit_code == ExitStatus.POOR_CALIBRATION, result.output
+    assert "or their repeats disagree" in result.stderr
+    cal = load_calibration(tmp_path / "cal.toml")
+    measurement = cal.document["measurement"]
+    # at 40% slower, round 2's p75 points ran past the server's capacity: flagged, left out, not re-measured
+    assert len(measurement["overloaded_points"]) == 2 and all("_p75_r1" in p for p in measurement["overloaded_points"])
+    # 8 points measured 3 times (each round 2 and re-measure round one apart), 2 Poisson points twice
+    assert measurement["points"] == 28 and measurement["disturbed_points"] == 16
+    assert 25 < measurement["repeat_spread_median_pct"] < 45
+    assert "this machine's speed moved" in cal.document["provenance"]["notes"]
+    # the fit averages the rounds: its saturation lies between the fast and the slow servers'
+    engine = fake_served.engine
+    tau1, tau2, per_step = engine.step(0)
+    fast = 1.0 / (64 / per_step * tau2 + engine.prefill_s)  # requests of 64 tokens at full speed
+    from sdplan.model import baseline_demand
+
+    _, c2 = baseline_demand(cal.coefficients_at(prompt_tokens=128, output_tokens=64))
+    assert fast / 1.4 < 1.0 / c2 < fast, (fast, 1.0 / c2)
+
+
+def test_an_interrupted_round_resumes_on_fresh_servers_of_the_configurations_left(sdplan, tmp_path,
+                                                                                    fake_served) -> None:
+    fake_served.interrupt_after = 14  # round 1: 2 x (warm-up + 5 points); round 2: k2's warm-up and one point
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--repeats", "2")
+    assert result.exit_code == ExitStatus.INTERRUPTED, result.output
+    assert all(not server.live for server in FakeServer.registry)
+    assert len(list((tmp_path / "cal.runs").glob("*_r1.json"))) == 1
+    FakeServer.registry = []
+    fake_served.interrupt_after = None
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--repeats", "2",
+                        "--resume")
+    assert result.exit_code == 0, result.output
+    assert _started_servers() == ["server-k2-round2", "server-nosd-round2"]  # round 1 is read back
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == 20
+
+
+def test_repeats_is_refused_for_the_engine_method(sdplan, tmp_path, fake_served) -> None:
+    result = _calibrate(sdplan, tmp_path, "--method", "engine", "--repeats", "2")
+    assert result.exit_code == 2 and "--repeats is for served calibrations" in result.stderr
+
+
 def test_disturbed_points_are_measured_again_and_flagged(sdplan, tmp_path, fake_served, monkeypatch) -> None:
     import sdplan.measure.quiet as quiet
 

@@ -89,6 +89,10 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--grid", type=click.Choice(GRID_NAMES), default="quick", show_default=True,
               help="served: quick = N 1,4,16,64, 1 repeat, 2 Poisson points; standard = N 1..64, 2 repeats, 3 Poisson "
               "points; thorough = N 1..128, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
+@click.option("--repeats", type=click.IntRange(1, 10), default=None, metavar="N",
+              help="served: measure every point N times, each in its own round of fresh servers (the order of "
+              "the configurations reversed every other round), so that a machine whose speed moves over minutes "
+              "shows it and the fit averages it. Default: the grid's (quick 1, standard 2, thorough 3).")
 @click.option("--poisson-seconds", type=click.FloatRange(min=1, max=3600), default=None,
               metavar="SECONDS", help="served: target length of each Poisson point (default: quick 8, standard and "
               "thorough 15; at least 2x the grid's smallest point in requests and 20 mean latencies of the N=1 "
@@ -131,8 +135,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 def calibrate(target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
               name: str | None,
               measure_method: str, spec_method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int,
-              output_tokens: int, dataset: str | None, grid: str, poisson_seconds: float | None,
-              serve_args: tuple[str, ...], max_num_seqs: int | None,
+              output_tokens: int, dataset: str | None, grid: str, repeats: int | None,
+              poisson_seconds: float | None, serve_args: tuple[str, ...], max_num_seqs: int | None,
               max_num_batched_tokens: int | None, dtype: str | None, tensor_parallel_size: int | None,
               max_model_len: int | None, load_format: str | None, temperature: float, results_dir: str | None,
               server_timeout: float, accept_poor_fit: bool, enforce_eager: bool | None,
@@ -179,6 +183,8 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
         if dataset is not None:
             raise click.UsageError("--dataset is for served calibrations; --method engine measures acceptance on "
                                    "--acceptance-prompts")
+        if repeats is not None:
+            raise click.UsageError("--repeats is for served calibrations; --method engine repeats as its --grid says")
         _calibrate_engine(target, draft, output, name, grid, dtype or "auto", tensor_parallel_size or 1,
                           max_model_len, load_format or "auto", enforce_eager, acceptance_prompts,
                           acceptance_output_tokens, temperature, synthetic_acceptance, measurements_out, resume, seed)
@@ -209,7 +215,8 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     _calibrate_served(target=target, draft=draft, endpoint=endpoint, label=label, output=output, name=name,
                       method=spec_method,
                       draft_lengths=draft_lengths, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                      dataset=dataset, grid=grid, poisson_seconds=poisson_seconds, serve_args=tuple(passthrough),
+                      dataset=dataset, grid=grid, repeats=repeats, poisson_seconds=poisson_seconds,
+                      serve_args=tuple(passthrough),
                       temperature=temperature, results_dir=results_dir,
                       server_timeout=server_timeout, accept_poor_fit=accept_poor_fit, resume=resume, seed=seed)
 
@@ -217,7 +224,8 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
 def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
                       name: str | None,
                       method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int, output_tokens: int,
-                      dataset: str | None, grid: str, poisson_seconds: float | None, serve_args: tuple[str, ...],
+                      dataset: str | None, grid: str, repeats: int | None, poisson_seconds: float | None,
+                      serve_args: tuple[str, ...],
                       temperature: float, results_dir: str | None,
                       server_timeout: float, accept_poor_fit: bool, resume: bool, seed: int) -> None:
     from sdplan import __version__
@@ -243,11 +251,11 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, grid_name=grid, serve_arguments=serve_args,
         results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
         seed=seed, resume=resume, server_timeout_s=server_timeout, label=label,
-        dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds)
+        dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds, repeats=repeats)
     check_options(options)
     configurations = 1 if endpoint else 1 + len(draft_lengths)
     levels = concurrency_levels(chosen, options.max_clients())
-    planned = configurations * (len(levels) + len(chosen.poisson_fractions)) * chosen.repeats
+    planned = configurations * (len(levels) + len(chosen.poisson_fractions)) * (repeats or chosen.repeats)
     with interruptible(), progress_bar("measuring", planned) as advance:
         count = [0]
 

@@ -62,6 +62,8 @@ class ServedOptions:
     dataset: Path | None = None
     #: Target length of each Poisson point (None: the grid's).
     poisson_seconds: float | None = None
+    #: Measurements of every point, each in its own round of fresh servers (None: the grid's).
+    repeats: int | None = None
     python: str = sys.executable
 
     @property
@@ -95,7 +97,8 @@ class ServedOptions:
                 "output_tokens": self.output_tokens, "grid": self.grid_name,
                 "serve_arguments": list(self.serve_arguments), "temperature": self.temperature, "seed": self.seed,
                 **({"dataset": str(self.dataset)} if self.dataset is not None else {}),
-                **({"poisson_seconds": self.poisson_seconds} if self.poisson_seconds is not None else {})}
+                **({"poisson_seconds": self.poisson_seconds} if self.poisson_seconds is not None else {}),
+                **({"repeats": self.repeats} if self.repeats is not None else {})}
 
     def workload_text(self) -> str:
         """The requests, as the provenance states them."""
@@ -233,6 +236,8 @@ class ServedMeasurement:
     notes: list[str] = field(default_factory=list)
     #: Percent of prompt tokens served from vLLM's prefix cache, per configuration measured in this invocation.
     prefix_cache_hit_pct: dict[str, float] = field(default_factory=dict)
+    #: Per point measured more than once ("k4 p75"), (max - min) / mean of its repeats' mean latencies.
+    repeat_spreads: dict[str, float] = field(default_factory=dict)
 
     def result_files(self, overloaded: bool = False) -> list[Path]:
         """Result files of the points to fit (``overloaded=True``: of the points the server did not keep up with)."""
@@ -257,8 +262,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
         If a server or the benchmark client fails (their logs are kept in the results folder).
     """
     from sdplan.measure.client import BenchClient
-    from sdplan.measure.server import ServedEngine
-    from sdplan.measure.sweep import latest_records, summarise_binding
+    from sdplan.measure.sweep import latest_records
 
     events = events or SweepEvents()
     started = time.monotonic()
@@ -277,49 +281,88 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                   temperature=options.temperature, model=model, events=events,
                   dataset=str(options.dataset) if options.dataset is not None else None,
                   poisson_seconds=options.poisson_seconds or options.grid.poisson_seconds,
-                  batch_cap=options.batch_cap(),
+                  batch_cap=options.batch_cap(), repeats=options.repeats,
                   bench_extra=_client_arguments(options))
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
             if options.endpoint is not None:
-                from sdplan.measure import server as server_module
-
-                endpoint = _Endpoint(options.endpoint.rstrip("/"))
-                sweep.model = server_module.served_model_name(options.endpoint)
-                sweep.warm_up(Configuration("endpoint", -1, None), endpoint, client)
-                k = server_module.probe_draft_length(options.endpoint)
-                name = options.label or (f"ep-k{k}" if k else "ep-nosd")
-                sweep.run_configuration(Configuration(name, k, None), endpoint, client, warm_up=False)
-                _note_prefix_cache(options, measurement, name, endpoint.base_url, events)
-                measurement.server_commands.append(f"(a server the user runs, at {options.endpoint}: "
-                                                   f"{'SD, k=' + str(k) if k else 'no SD'}, labelled {name})")
+                _measure_endpoint(options, sweep, client, measurement, events)
             else:
-                for configuration in plans:
-                    arguments = [*options.serve_arguments, *configuration.serve_arguments()]
-                    server = ServedEngine(model=model, arguments=arguments, python=options.python,
-                                          log_path=options.results_dir / f"server-{configuration.name}.log",
-                                          startup_timeout_s=options.server_timeout_s)
-                    measurement.server_commands.append(server.display_command())
-                    if all(key in done for key in _keys(sweep, configuration)):
-                        sweep.run_configuration(configuration, _Endpoint(""), _ReadBack())  # read back only
-                        continue
-                    events.on_point(f"{configuration.name}: starting vllm serve")
-                    try:
-                        server.start()
-                        if not measurement.binding:
-                            measurement.binding = summarise_binding(
-                                server.log_path.read_text(encoding="utf-8", errors="replace"))
-                        sweep.run_configuration(configuration, server, client)
-                        _note_prefix_cache(options, measurement, configuration.name, server.base_url, events)
-                    finally:
-                        server.stop()
+                _measure_rounds(options, sweep, plans, client, measurement, events)
     finally:
         wall = time.monotonic() - started
         store.record_invocation(wall)
     measurement.records = latest_records(store.load())
     measurement.wall_s = earlier_s + wall
     measurement.invocations = earlier_count + 1
+    measurement.repeat_spreads = sweep.spreads()
     return measurement
+
+
+def _measure_endpoint(options: ServedOptions, sweep: Sweep, client: Any, measurement: ServedMeasurement,
+                      events: SweepEvents) -> None:
+    """The rounds of one configuration on a server the user runs: back to back, as it cannot be restarted."""
+    from sdplan.measure import server as server_module
+
+    assert options.endpoint is not None
+    endpoint = _Endpoint(options.endpoint.rstrip("/"))
+    sweep.fresh_servers = False
+    sweep.model = server_module.served_model_name(options.endpoint)
+    sweep.warm_up(Configuration("endpoint", -1, None), endpoint, client)
+    k = server_module.probe_draft_length(options.endpoint)
+    name = options.label or (f"ep-k{k}" if k else "ep-nosd")
+    configuration = Configuration(name, k, None)
+    sweep.run_configuration(configuration, endpoint, client, warm_up=False)
+    for repeat in range(1, sweep.rounds):
+        sweep.repeat_configuration(configuration, endpoint, client, repeat, warm_up=False)
+    sweep.remeasure_configuration(configuration, endpoint, client, warm_up=False)
+    _note_prefix_cache(options, measurement, name, endpoint.base_url, events)
+    measurement.server_commands.append(f"(a server the user runs, at {options.endpoint}: "
+                                       f"{'SD, k=' + str(k) if k else 'no SD'}, labelled {name})")
+
+
+def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configuration], client: Any,
+                    measurement: ServedMeasurement, events: SweepEvents) -> None:
+    """Round 1 over every configuration (each on a server of its own), later rounds in alternating order on
+    fresh servers, then a re-measure round for the points whose repeats disagree (see :mod:`sdplan.measure.sweep`)."""
+    from sdplan.measure.server import ServedEngine
+    from sdplan.measure.sweep import summarise_binding
+
+    def serve(configuration: Configuration, keys: list[str], work: Any, suffix: str) -> None:
+        arguments = [*options.serve_arguments, *configuration.serve_arguments()]
+        server = ServedEngine(model=sweep.model, arguments=arguments, python=options.python,
+                              log_path=options.results_dir / f"server-{configuration.name}{suffix}.log",
+                              startup_timeout_s=options.server_timeout_s)
+        if not suffix:
+            measurement.server_commands.append(server.display_command())
+        if all(key in sweep.done for key in keys):
+            work(_Endpoint(""), _ReadBack())  # every point measured: read back only
+            return
+        events.on_point(f"{configuration.name}: starting vllm serve" + (f" ({suffix[1:]})" if suffix else ""))
+        try:
+            server.start()
+            if not measurement.binding:
+                measurement.binding = summarise_binding(server.log_path.read_text(encoding="utf-8", errors="replace"))
+            work(server, client)
+            if not suffix:
+                _note_prefix_cache(options, measurement, configuration.name, server.base_url, events)
+        finally:
+            server.stop()
+
+    for configuration in plans:
+        serve(configuration, _keys(sweep, configuration),
+              lambda server, bench, c=configuration: sweep.run_configuration(c, server, bench), "")
+    for repeat in range(1, sweep.rounds):
+        for configuration in (plans[::-1] if repeat % 2 else plans):
+            serve(configuration, sweep.round_keys(configuration, repeat),
+                  lambda server, bench, c=configuration, r=repeat: sweep.repeat_configuration(c, server, bench, r),
+                  f"-round{repeat + 1}")
+    for configuration in plans:
+        keys = sweep.remeasure_keys(configuration)
+        if keys:
+            serve(configuration, keys,
+                  lambda server, bench, c=configuration: sweep.remeasure_configuration(c, server, bench),
+                  "-remeasure")
 
 
 #: Share of prompt tokens served from the prefix cache above which random-prompt points are flattered.
@@ -356,15 +399,15 @@ def _client_arguments(options: ServedOptions) -> tuple[str, ...]:
 
 
 def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
-    """Keys of every point of a configuration (closed-loop levels, then Poisson points, and the lower-rate
+    """Keys of the first round of a configuration (closed-loop levels, then Poisson points, and the lower-rate
     point measured after each Poisson point the server did not keep up with)."""
     from sdplan.measure.sweep import LOWER_RATE_SUFFIX, point_key
 
     labels = [f"c{n}" for n in sweep.levels()] + [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
     labels += [record.label + LOWER_RATE_SUFFIX for record in sweep.done.values()
                if record.configuration == configuration.name and record.overloaded
-               and not record.label.endswith(LOWER_RATE_SUFFIX)]
-    return [point_key(configuration.name, label, r) for label in labels for r in range(sweep.grid.repeats)]
+               and not record.label.endswith(LOWER_RATE_SUFFIX) and record.repeat == 0]
+    return [point_key(configuration.name, label, 0) for label in labels]
 
 
 @contextlib.contextmanager
@@ -451,7 +494,9 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     if fit.r2 < POOR_R2:
         poor.append(f"R2 {fit.r2:.3f} < {POOR_R2:g}")
     if disturbed and len(disturbed) * 4 > len(measurement.records):
-        poor.append(f"{len(disturbed)} of {len(measurement.records)} points disturbed by other processes")
+        poor.append(f"{len(disturbed)} of {len(measurement.records)} points disturbed (other processes used CPU, "
+                    "or their repeats disagree)")
+    spread_fields, spread_note = _spread_summary(measurement.repeat_spreads)
     from sdplan.fit import fitted_document
 
     lengths = sorted({r.draft_length for r in kept if r.draft_length > 0})
@@ -469,7 +514,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "notes": (f"served: vllm serve loaded by vllm bench serve ({options.workload_text()}, temperature "
                   f"{options.temperature:g}); closed-loop clients "
                   f"{levels}, grid '{options.grid_name}'; draft lengths {lengths or 'none'}. "
-                  + " ".join([*fit.notes, *measurement.notes])),
+                  + " ".join([*fit.notes, *measurement.notes, *spread_note])),
     }
     measurement_table = {
         "method": "served",
@@ -481,6 +526,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "invocations": measurement.invocations,
         "points": len(measurement.records),
         "disturbed_points": len(disturbed),
+        **spread_fields,
         **({"overloaded_points": overloaded} if overloaded else {}),
         "results_dir": str(measurement.folder),
         "point_labels": [f"{r.load_level} k={r.draft_length} ({r.source})" for r in fit.residuals],
@@ -496,3 +542,25 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         extra={"measurement": measurement_table}, acceptance=acceptance_document(
             kept, "random-token prompts" if options.dataset is None else f"the prompts of {options.dataset.name}"))
     return ServedCalibration(document=document, fit=fit, poor_reasons=poor)
+
+
+def _spread_summary(spreads: dict[str, float]) -> tuple[dict[str, Any], list[str]]:
+    """The measurement table's fields on how far the repeats of a point lay apart, and a note when they
+    disagree: the repeats ran on fresh servers over the whole calibration, so their spread is how far the
+    machine's speed moved while it was measured."""
+    if not spreads:
+        return {}, []
+    import statistics
+
+    median = statistics.median(spreads.values())
+    worst = max(spreads, key=spreads.__getitem__)
+    fields = {"repeat_spread_median_pct": round(100 * median, 2), "repeat_spread_max_pct": round(100 * spreads[worst], 2),
+              "repeat_spread_max_point": worst}
+    note = []
+    from sdplan.measure.sweep import REPEAT_DISAGREEMENT
+
+    if median > REPEAT_DISAGREEMENT:
+        note.append(f"The repeats of a point, each on a fresh server, lay a median {median:.0%} apart (up to "
+                    f"{spreads[worst]:.0%}, {worst}): this machine's speed moved while it was measured, and the "
+                    "fit averages it; predictions carry an error of that order.")
+    return fields, note

@@ -15,9 +15,22 @@ regime the planner predicts, which fixes the closed-loop factor of the fit
 (``--random-range-ratio``), so closed-loop clients do not finish in lockstep
 and prefill together as they would with identical requests.
 
-Disturbed points (another process used CPU during the point, or repeats that
-disagree by more than 10%) are measured again, up to ``remeasure`` times; what
-stays disturbed is kept, flagged, and down-weighted by the robust fit.
+**Repeats are measured in rounds, each on fresh servers.** Round 1 decides
+the plan of a configuration (its levels, where the sweep stopped, its Poisson
+rates); every later round starts each configuration's server again and repeats
+that plan, in the reverse order of configurations (no SD, k=2, k=4, then k=4,
+k=2, no SD). On these machines the speed drifts over minutes and from one
+server start to the next (benchmarks/RESULTS-accuracy-served-2026-11.md: 4-40%
+between a calibration and servers started minutes later), and two repeats run
+back to back measure the same window: they agree, and the drift goes into the
+calibration unseen. Spread over the calibration, repeats that disagree show the
+drift, and the fit averages it.
+
+Points whose repeats disagree by more than 10% (relative mean latency) are
+measured once more in a re-measure round on fresh servers; a point a process
+outside the measurement disturbed (CPU used during the point) is measured again
+at once, up to ``remeasure`` times. What stays apart is kept, flagged, and
+down-weighted by the robust fit; the spread of the repeats is reported.
 
 A Poisson point the server did not keep up with (its :func:`sdplan.results.kept_up_fraction`
 below :data:`MIN_KEPT_UP_FRACTION`, or more requests in flight on average than
@@ -73,7 +86,8 @@ class ServedGrid:
     requests_per_client : int
         Requests per point = ``max(min_requests, requests_per_client * N)``.
     repeats : int
-        Measurements of each point (disagreeing repeats are re-measured).
+        Measurements of each point, one per round of fresh servers (disagreeing repeats are measured again
+        in one more round).
     poisson_fractions : tuple of float
         Open-loop points at these fractions of the configuration's peak throughput.
     poisson_seconds : float
@@ -203,13 +217,19 @@ class Sweep:
     batch_cap: int | None = None
     events: SweepEvents = field(default_factory=SweepEvents)
     outcomes: list[PointOutcome] = field(default_factory=list)
+    #: Rounds of fresh servers (``--repeats``); None: the grid's ``repeats``.
+    repeats: int | None = None
+    #: Per configuration, the points its first round measured, in order: what later rounds repeat.
+    plans: dict[str, list[LoadPoint]] = field(default_factory=dict)
+    #: Every round runs on servers started for it (False: --endpoint, one server throughout).
+    fresh_servers: bool = True
+
+    @property
+    def rounds(self) -> int:
+        return self.grid.repeats if self.repeats is None else self.repeats
 
     def levels(self) -> list[int]:
         return concurrency_levels(self.grid, self.max_clients)
-
-    def points_planned(self, count_configurations: int) -> int:
-        per = len(self.levels()) * self.grid.repeats + len(self.grid.poisson_fractions) * self.grid.repeats
-        return per * count_configurations
 
     def warm_up(self, configuration: Configuration, server: Server, client: Client) -> None:
         """One unrecorded closed-loop run at the largest level: compiles and caches every batch shape
@@ -228,14 +248,17 @@ class Sweep:
 
     def run_configuration(self, configuration: Configuration, server: Server, client: Client,
                           warm_up: bool = True) -> list[PointOutcome]:
-        """Measure every point of one configuration (points already done are read back)."""
+        """Measure the first round of one configuration, which decides its plan (points already done are
+        read back)."""
         results: list[PointOutcome] = []
+        plan = self.plans[configuration.name] = []
         if warm_up and not isinstance(client, _ReadBack):
             self.warm_up(configuration, server, client)
         previous_throughput = 0.0
         for clients in self.levels():
             point = self._load(self.grid.requests(clients), concurrency=clients)
-            outcomes = self._measure_repeats(configuration, point, server, client)
+            plan.append(point)
+            outcomes = [self._measure(configuration, point, 0, server, client)]
             results += outcomes
             throughput = max(o.throughput_rps for o in outcomes)
             if clients >= 4 and previous_throughput > 0 and throughput < MIN_THROUGHPUT_GAIN * previous_throughput:
@@ -249,9 +272,9 @@ class Sweep:
             name = f"p{round(fraction * 100)}"
             outcomes = self._poisson(configuration, name, fraction * peak, server, client, seconds)
             sustained = self._overloaded(configuration, outcomes)
-            lower = [point_key(configuration.name, name + LOWER_RATE_SUFFIX, r) for r in range(self.grid.repeats)]
+            lower = point_key(configuration.name, name + LOWER_RATE_SUFFIX, 0)
             # reading back a folder measured before points were judged: flagged now, but there is no server
-            reading_back = isinstance(client, _ReadBack) and not all(key in self.done for key in lower)
+            reading_back = isinstance(client, _ReadBack) and lower not in self.done
             if sustained is not None and not reading_back:  # once more at the same fraction of what it sustained
                 peak = min(peak, sustained)
                 again = self._poisson(configuration, name + LOWER_RATE_SUFFIX, fraction * peak, server, client,
@@ -262,6 +285,91 @@ class Sweep:
             results += outcomes
         self.outcomes += results
         return results
+
+    def round_keys(self, configuration: Configuration, repeat: int) -> list[str]:
+        """Keys of a later round (``repeat`` >= 1) of a configuration whose first round has run."""
+        return [point_key(configuration.name, point.label, repeat) for point in self.plans[configuration.name]]
+
+    def repeat_configuration(self, configuration: Configuration, server: Server, client: Client, repeat: int,
+                             warm_up: bool = True) -> list[PointOutcome]:
+        """Round ``repeat`` + 1 of a configuration: its first round's points again, on the server given.
+
+        A Poisson point the server does not keep up with this time is flagged and left out of the fit, as in
+        the first round, but not measured again at a lower rate: the rates stay those of the first round, so
+        that the repeats of a point compare.
+        """
+        if warm_up and not isinstance(client, _ReadBack):
+            self.warm_up(configuration, server, client)
+        results = []
+        for point in self.plans[configuration.name]:
+            outcome = self._measure(configuration, point, repeat, server, client)
+            if point.rate_rps is not None:
+                self._overloaded(configuration, [outcome], again=False)
+            results.append(outcome)
+        self.outcomes += results
+        return results
+
+    def disagreeing(self, configuration: Configuration, below_repeat: int) -> list[LoadPoint]:
+        """The points of a configuration whose repeats numbered below ``below_repeat`` differ by more than
+        :data:`REPEAT_DISAGREEMENT` (relative mean latency)."""
+        found = []
+        for point in self.plans.get(configuration.name, []):
+            outcomes = self._repeats_of(configuration, point.label, below_repeat)
+            if len(outcomes) >= 2 and _disagree(outcomes):
+                found.append(point)
+        return found
+
+    def remeasure_keys(self, configuration: Configuration) -> list[str]:
+        """Keys of the re-measure round of a configuration (after every round has run)."""
+        return [point_key(configuration.name, point.label, self.rounds)
+                for point in self.disagreeing(configuration, self.rounds)]
+
+    def remeasure_configuration(self, configuration: Configuration, server: Server, client: Client,
+                                warm_up: bool = True) -> list[PointOutcome]:
+        """Measure once more, on the server given, the points whose repeats disagree; then flag the repeats
+        that stay more than :data:`REPEAT_DISAGREEMENT` away from their point's median."""
+        points = self.disagreeing(configuration, self.rounds)
+        if not points:
+            return []
+        if warm_up and not isinstance(client, _ReadBack):
+            self.warm_up(configuration, server, client)
+        results = []
+        for point in points:
+            spread = repeat_spread([o.mean_latency_s for o in self._repeats_of(configuration, point.label,
+                                                                                self.rounds)])
+            self.events.on_note(f"{configuration.name} {point.label}: repeats on fresh servers differ by "
+                                f"{spread:.0%} (> {REPEAT_DISAGREEMENT:.0%}); measuring once more")
+            outcome = self._measure(configuration, point, self.rounds, server, client)
+            if point.rate_rps is not None:
+                self._overloaded(configuration, [outcome], again=False)
+            results.append(outcome)
+        self.outcomes += results
+        for point in points:
+            outcomes = self._repeats_of(configuration, point.label, self.rounds + 1)
+            if len(outcomes) >= 3 and _disagree(outcomes):
+                median = sorted(o.mean_latency_s for o in outcomes)[len(outcomes) // 2]
+                for o in outcomes:
+                    if abs(o.mean_latency_s - median) > REPEAT_DISAGREEMENT * median and not o.record.disturbed:
+                        o.record = _flag(o.record)
+                        self.store.append(o.record)
+                        self.done[o.record.key] = o.record
+        return results
+
+    def spreads(self) -> dict[str, float]:
+        """Per point measured more than once (``configuration label``), the spread of its repeats' mean
+        latencies, (max - min) / mean, over every repeat kept (overloaded ones left out)."""
+        found = {}
+        for configuration, plan in self.plans.items():
+            for point in plan:
+                values = [o.mean_latency_s for o in self.outcomes if o.record.configuration == configuration
+                          and o.record.label == point.label and not o.record.overloaded]
+                if len(values) >= 2:
+                    found[f"{configuration} {point.label}"] = repeat_spread(values)
+        return found
+
+    def _repeats_of(self, configuration: Configuration, label: str, below_repeat: int) -> list[PointOutcome]:
+        return [o for o in self.outcomes if o.record.configuration == configuration.name and o.record.label == label
+                and o.record.repeat < below_repeat and not o.record.overloaded]
 
     def poisson_length_s(self, unloaded_s: float) -> float:
         """How long the Poisson points of a configuration send for (s): ``--poisson-seconds`` (or the grid's),
@@ -274,9 +382,11 @@ class Sweep:
         rate = float(f"{rate_rps:.3g}")
         requests = max(self.grid.min_requests * 2, int(rate * seconds))
         point = self._load(min(requests, 2000), rate_rps=rate, name=name)
-        return self._measure_repeats(configuration, point, server, client)
+        self.plans[configuration.name].append(point)
+        return [self._measure(configuration, point, 0, server, client)]
 
-    def _overloaded(self, configuration: Configuration, outcomes: list[PointOutcome]) -> float | None:
+    def _overloaded(self, configuration: Configuration, outcomes: list[PointOutcome],
+                    again: bool = True) -> float | None:
         """Flag the repeats of a Poisson point that did not keep up; the rate they sustained, or None.
 
         A point did not keep up when its :func:`sdplan.results.kept_up_fraction` is below :data:`MIN_KEPT_UP_FRACTION`,
@@ -305,28 +415,18 @@ class Sweep:
         self.events.on_note(
             f"{configuration.name} {worst.record.label}: the server did not keep up with {worst.offered_rps or 0:.3g} "
             f"req/s (completed {worst.throughput_rps:.3g} req/s, {why}: past what it sustains); left out of the fit"
-            + ("" if worst.record.label.endswith(LOWER_RATE_SUFFIX) else ", measuring again at a lower rate"))
+            + ("" if worst.record.label.endswith(LOWER_RATE_SUFFIX) or not again
+               else ", measuring again at a lower rate"))
         return max(o.throughput_rps for o in behind)
 
     def _load(self, requests: int, **how: Any) -> LoadPoint:
         return LoadPoint(self.prompt_tokens, self.output_tokens, requests, dataset=self.dataset, **how)
 
-    def _measure_repeats(self, configuration: Configuration, point: LoadPoint, server: Server,
-                         client: Client) -> list[PointOutcome]:
-        outcomes = [self._measure(configuration, point, repeat, server, client) for repeat in range(self.grid.repeats)]
-        extra = 0
-        while len(outcomes) >= 2 and _disagree(outcomes) and extra < self.remeasure:
-            extra += 1
-            self.events.on_note(f"{configuration.name} {point.label}: repeats disagree by more than "
-                                f"{REPEAT_DISAGREEMENT:.0%}; measuring again")
-            outcomes.append(self._measure(configuration, point, self.grid.repeats + extra - 1, server, client))
-        if len(outcomes) >= 2 and _disagree(outcomes):
-            median = sorted(o.mean_latency_s for o in outcomes)[len(outcomes) // 2]
-            for o in outcomes:
-                if abs(o.mean_latency_s - median) > REPEAT_DISAGREEMENT * median and not o.record.disturbed:
-                    o.record = _flag(o.record)
-                    self.store.append(o.record)
-        return outcomes
+    def _seed_key(self, configuration: Configuration, point: LoadPoint, key: str) -> str:
+        """The key a point's prompts and arrivals are drawn from: on fresh servers, every repeat of a point
+        sends the first round's requests at the first round's times, so that repeats differ by the machine
+        alone; on a server the user runs (no restart between rounds), each repeat draws its own."""
+        return point_key(configuration.name, point.label, 0) if self.fresh_servers else key
 
     def _point_seed(self, key: str, attempt: int) -> int:
         """Every point (and re-measure) draws its own prompts: with vLLM's prefix caching on (its default),
@@ -346,12 +446,13 @@ class Sweep:
         attempts = 0
         while True:
             self.events.on_point(f"{configuration.name} {point.label}"
-                                 + (f" (repeat {repeat + 1})" if self.grid.repeats > 1 or repeat else ""))
+                                 + (f" (repeat {repeat + 1})" if self.rounds > 1 or repeat else ""))
             monitor = ForeignCpu(server.process_groups() | client.process_groups())
             begin = time.monotonic()
             monitor.start()
             client.run(bench_arguments(point, base_url=server.base_url, model=self.model, result=path,
-                                       seed=self._point_seed(key, attempts), temperature=self.temperature,
+                                       seed=self._point_seed(self._seed_key(configuration, point, key), attempts),
+                                       temperature=self.temperature,
                                        extra=self.bench_extra),
                        self.point_timeout_s)
             foreign = monitor.stop()
@@ -403,6 +504,13 @@ def _flag(record: PointRecord) -> PointRecord:
 def _disagree(outcomes: list[PointOutcome]) -> bool:
     values = [o.mean_latency_s for o in outcomes]
     return max(values) > (1.0 + REPEAT_DISAGREEMENT) * min(values)
+
+
+def repeat_spread(values: list[float]) -> float:
+    """(max - min) / mean of a point's repeated mean latencies (0 for fewer than two)."""
+    if len(values) < 2:
+        return 0.0
+    return (max(values) - min(values)) / (sum(values) / len(values))
 
 
 def _outcome(record: PointRecord, path: Path) -> PointOutcome:
