@@ -180,6 +180,14 @@ def test_bad_options_exit_2_before_anything_starts(sdplan, tmp_path, fake_served
     assert FakeServer.registry == [] and not (tmp_path / "cal.runs").exists() and not (tmp_path / "cal.toml").exists()
 
 
+def test_a_socket_folder_that_does_not_exist_is_refused_before_anything_starts(sdplan, tmp_path, fake_served,
+                                                                               monkeypatch) -> None:
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path / "nowhere"))
+    result = _calibrate(sdplan, tmp_path)
+    assert result.exit_code == 2 and "VLLM_RPC_BASE_PATH" in result.stderr and "create it" in result.stderr
+    assert FakeServer.registry == []
+
+
 def test_missing_model_folder_and_missing_draft(sdplan, tmp_path, fake_served) -> None:
     result = sdplan("calibrate", "--target", str(tmp_path / "nowhere/"), "-o", str(tmp_path / "c.toml"))
     assert result.exit_code == ExitStatus.USAGE and "no such folder" in result.stderr

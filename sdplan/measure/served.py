@@ -198,6 +198,13 @@ def check_options(options: ServedOptions) -> None:
             "--no-enable-chunked-prefill" in options.serve_arguments:
         raise InvalidValueError(f"--max-num-batched-tokens {batched} < --prompt-tokens {options.prompt_tokens} "
                                 "without chunked prefill: no request could be scheduled")
+    import os
+
+    sockets = os.environ.get("VLLM_RPC_BASE_PATH")
+    if options.endpoint is None and sockets is not None and not Path(sockets).is_dir():
+        raise InvalidValueError(f"VLLM_RPC_BASE_PATH={sockets}: no such folder, and vllm serve puts its IPC sockets "
+                                "there; create it, or unset the variable (sdplan then gives each server a folder "
+                                "of its own)")
     parent = options.results_dir.parent
     if not parent.exists():
         raise InvalidValueError(f"{parent}: no such folder for the results; create it or change --results-dir")
@@ -514,7 +521,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "notes": (f"served: vllm serve loaded by vllm bench serve ({options.workload_text()}, temperature "
                   f"{options.temperature:g}); closed-loop clients "
                   f"{levels}, grid '{options.grid_name}'; draft lengths {lengths or 'none'}. "
-                  + " ".join([*fit.notes, *measurement.notes, *spread_note])),
+                  + " ".join(note.rstrip(".") + "." for note in [*fit.notes, *measurement.notes, *spread_note])),
     }
     measurement_table = {
         "method": "served",

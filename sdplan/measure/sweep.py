@@ -337,8 +337,9 @@ class Sweep:
         for point in points:
             spread = repeat_spread([o.mean_latency_s for o in self._repeats_of(configuration, point.label,
                                                                                 self.rounds)])
-            self.events.on_note(f"{configuration.name} {point.label}: repeats on fresh servers differ by "
-                                f"{spread:.0%} (> {REPEAT_DISAGREEMENT:.0%}); measuring once more")
+            if point_key(configuration.name, point.label, self.rounds) not in self.done:
+                self.events.on_note(f"{configuration.name} {point.label}: repeats on fresh servers differ by "
+                                    f"{spread:.0%} (> {REPEAT_DISAGREEMENT:.0%}); measuring once more")
             outcome = self._measure(configuration, point, self.rounds, server, client)
             if point.rate_rps is not None:
                 self._overloaded(configuration, [outcome], again=False)
