@@ -26,8 +26,9 @@ back to back measure the same window: they agree, and the drift goes into the
 calibration unseen. Spread over the calibration, repeats that disagree show the
 drift, and the fit averages it.
 
-Points whose repeats disagree by more than 10% (relative mean latency) are
-measured once more in a re-measure round on fresh servers; a point a process
+A configuration some of whose points' repeats disagree by more than 10%
+(relative mean latency) is measured once more, whole, in a re-measure round on
+fresh servers; a point a process
 outside the measurement disturbed (CPU used during the point) is measured again
 at once, up to ``remeasure`` times. What stays apart is kept, flagged, and
 down-weighted by the robust fit; the spread of the repeats is reported.
@@ -86,8 +87,8 @@ class ServedGrid:
     requests_per_client : int
         Requests per point = ``max(min_requests, requests_per_client * N)``.
     repeats : int
-        Measurements of each point, one per round of fresh servers (disagreeing repeats are measured again
-        in one more round).
+        Measurements of each point, one per round of fresh servers (a configuration with disagreeing
+        repeats is measured again in one more round).
     poisson_fractions : tuple of float
         Open-loop points at these fractions of the configuration's peak throughput.
     poisson_seconds : float
@@ -320,32 +321,30 @@ class Sweep:
         return found
 
     def remeasure_keys(self, configuration: Configuration) -> list[str]:
-        """Keys of the re-measure round of a configuration (after every round has run)."""
-        return [point_key(configuration.name, point.label, self.rounds)
-                for point in self.disagreeing(configuration, self.rounds)]
+        """Keys of the re-measure round of a configuration (after every round has run): its whole plan when
+        any of its points' repeats disagree, else none."""
+        if not self.disagreeing(configuration, self.rounds):
+            return []
+        return self.round_keys(configuration, self.rounds)
 
     def remeasure_configuration(self, configuration: Configuration, server: Server, client: Client,
                                 warm_up: bool = True) -> list[PointOutcome]:
-        """Measure once more, on the server given, the points whose repeats disagree; then flag the repeats
-        that stay more than :data:`REPEAT_DISAGREEMENT` away from their point's median."""
+        """When some points' repeats disagree, measure the configuration's whole plan once more on the server
+        given, then flag the repeats that stay more than :data:`REPEAT_DISAGREEMENT` from their point's median.
+
+        The whole plan, in its order, not the disagreeing points alone: a point measured right after the
+        warm-up meets a server in another state than the same point after the ones before it (real runs: a
+        Poisson point at 75% load measured alone that way took 1.5-2.5x as long in 3 of 5 cases).
+        """
         points = self.disagreeing(configuration, self.rounds)
         if not points:
             return []
-        if warm_up and not isinstance(client, _ReadBack):
-            self.warm_up(configuration, server, client)
-        results = []
-        for point in points:
-            spread = repeat_spread([o.mean_latency_s for o in self._repeats_of(configuration, point.label,
-                                                                                self.rounds)])
-            if point_key(configuration.name, point.label, self.rounds) not in self.done:
-                self.events.on_note(f"{configuration.name} {point.label}: repeats on fresh servers differ by "
-                                    f"{spread:.0%} (> {REPEAT_DISAGREEMENT:.0%}); measuring once more")
-            outcome = self._measure(configuration, point, self.rounds, server, client)
-            if point.rate_rps is not None:
-                self._overloaded(configuration, [outcome], again=False)
-            results.append(outcome)
-        self.outcomes += results
-        for point in points:
+        if any(key not in self.done for key in self.remeasure_keys(configuration)):
+            spreads = ", ".join(f"{point.label} {self._spread(configuration, point.label):.0%}" for point in points)
+            self.events.on_note(f"{configuration.name}: repeats on fresh servers differ by more than "
+                                f"{REPEAT_DISAGREEMENT:.0%} ({spreads}); measuring the configuration once more")
+        results = self.repeat_configuration(configuration, server, client, self.rounds, warm_up=warm_up)
+        for point in self.plans[configuration.name]:
             outcomes = self._repeats_of(configuration, point.label, self.rounds + 1)
             if len(outcomes) >= 3 and _disagree(outcomes):
                 median = sorted(o.mean_latency_s for o in outcomes)[len(outcomes) // 2]
@@ -367,6 +366,9 @@ class Sweep:
                 if len(values) >= 2:
                     found[f"{configuration} {point.label}"] = repeat_spread(values)
         return found
+
+    def _spread(self, configuration: Configuration, label: str) -> float:
+        return repeat_spread([o.mean_latency_s for o in self._repeats_of(configuration, label, self.rounds)])
 
     def _repeats_of(self, configuration: Configuration, label: str, below_repeat: int) -> list[PointOutcome]:
         return [o for o in self.outcomes if o.record.configuration == configuration.name and o.record.label == label
