@@ -601,6 +601,31 @@ def test_endpoint_label_names_the_configuration(sdplan, tmp_path, fake_served, m
     assert bad.exit_code == ExitStatus.USAGE and "--label" in bad.stderr
 
 
+def test_endpoint_rounds_run_back_to_back_with_requests_of_their_own(sdplan, tmp_path, fake_served,
+                                                                     monkeypatch) -> None:
+    """One server throughout: the same prompts again would hit its prefix cache, so each round draws its own."""
+    import sdplan.measure.server as server_module
+
+    monkeypatch.setattr(server_module, "served_model_name", lambda url: "their-model")
+    monkeypatch.setattr(server_module, "probe_draft_length", lambda url: 0)
+    seeds: dict[str, str] = {}
+    run = FakeClient.run
+
+    def spy(self, arguments, timeout_s):
+        run(self, arguments, timeout_s)
+        seeds[arguments[arguments.index("--result-filename") + 1]] = arguments[arguments.index("--seed") + 1]
+
+    monkeypatch.setattr(FakeClient, "run", spy)
+    FakeServer(model="their-model", arguments=[], log_path=tmp_path / "theirs.log").start()
+    result = sdplan("calibrate", "--endpoint", "http://127.0.0.1:8000", "-o", str(tmp_path / "t.toml"),
+                    "--prompt-tokens", "128", "--output-tokens", "64", "--repeats", "2", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    assert len(FakeServer.registry) == 1  # sdplan started no server
+    for label in ("c1", "c4", "p40"):
+        assert seeds[f"ep-nosd_{label}_r0.json"] != seeds[f"ep-nosd_{label}_r1.json"]
+    assert load_calibration(tmp_path / "t.toml").document["measurement"]["repeat_spread_max_pct"] >= 0
+
+
 # ----------------------------------------------------------------------------- --dataset: the user's prompts
 
 

@@ -331,7 +331,8 @@ def _measure_endpoint(options: ServedOptions, sweep: Sweep, client: Any, measure
 def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configuration], client: Any,
                     measurement: ServedMeasurement, events: SweepEvents) -> None:
     """Round 1 over every configuration (each on a server of its own), later rounds in alternating order on
-    fresh servers, then a re-measure round for the points whose repeats disagree (see :mod:`sdplan.measure.sweep`)."""
+    fresh servers, then a re-measure round of the configurations with points whose repeats disagree (see
+    :mod:`sdplan.measure.sweep`)."""
     from sdplan.measure.server import ServedEngine
     from sdplan.measure.sweep import summarise_binding
 
@@ -553,21 +554,22 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
 
 def _spread_summary(spreads: dict[str, float]) -> tuple[dict[str, Any], list[str]]:
     """The measurement table's fields on how far the repeats of a point lay apart, and a note when they
-    disagree: the repeats ran on fresh servers over the whole calibration, so their spread is how far the
-    machine's speed moved while it was measured."""
+    disagree: the repeats ran in rounds spread over the whole calibration (on fresh servers, unless an
+    --endpoint), so their spread is how far the machine's speed moved while it was measured."""
     if not spreads:
         return {}, []
     import statistics
 
     median = statistics.median(spreads.values())
     worst = max(spreads, key=spreads.__getitem__)
-    fields = {"repeat_spread_median_pct": round(100 * median, 2), "repeat_spread_max_pct": round(100 * spreads[worst], 2),
+    fields = {"repeat_spread_median_pct": round(100 * median, 2),
+              "repeat_spread_max_pct": round(100 * spreads[worst], 2),
               "repeat_spread_max_point": worst}
     note = []
     from sdplan.measure.sweep import REPEAT_DISAGREEMENT
 
     if median > REPEAT_DISAGREEMENT:
-        note.append(f"The repeats of a point, each on a fresh server, lay a median {median:.0%} apart (up to "
-                    f"{spreads[worst]:.0%}, {worst}): this machine's speed moved while it was measured, and the "
-                    "fit averages it; predictions carry an error of that order.")
+        note.append(f"The repeats of a point, each in its own round, lay a median {median:.0%} apart (up to "
+                    f"{spreads[worst]:.0%}, {worst}): this machine's speed moved while it was measured; the fit "
+                    "averages it, and predictions carry an error of that order.")
     return fields, note
