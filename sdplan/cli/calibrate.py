@@ -255,7 +255,7 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
     check_options(options)
     configurations = 1 if endpoint else 1 + len(draft_lengths)
     levels = concurrency_levels(chosen, options.max_clients())
-    planned = configurations * (len(levels) + len(chosen.poisson_fractions)) * (repeats or chosen.repeats)
+    planned = configurations * (len(levels) + len(chosen.poisson_fractions)) * options.rounds
     with interruptible(), progress_bar("measuring", planned) as advance:
         count = [0]
 

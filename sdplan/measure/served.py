@@ -70,6 +70,11 @@ class ServedOptions:
     def grid(self) -> ServedGrid:
         return SERVED_GRIDS[self.grid_name]
 
+    @property
+    def rounds(self) -> int:
+        """Measurements of every point, one per round: ``--repeats``, else the grid's."""
+        return self.grid.repeats if self.repeats is None else self.repeats
+
     def serve_value(self, flag: str) -> str | None:
         """The value of a ``vllm serve`` flag among the user's arguments (``--flag V`` or ``--flag=V``)."""
         args = list(self.serve_arguments)
@@ -288,7 +293,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                   temperature=options.temperature, model=model, events=events,
                   dataset=str(options.dataset) if options.dataset is not None else None,
                   poisson_seconds=options.poisson_seconds or options.grid.poisson_seconds,
-                  batch_cap=options.batch_cap(), repeats=options.repeats,
+                  batch_cap=options.batch_cap(), rounds=options.rounds,
                   bench_extra=_client_arguments(options))
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:

@@ -218,16 +218,12 @@ class Sweep:
     batch_cap: int | None = None
     events: SweepEvents = field(default_factory=SweepEvents)
     outcomes: list[PointOutcome] = field(default_factory=list)
-    #: Rounds of fresh servers (``--repeats``); None: the grid's ``repeats``.
-    repeats: int | None = None
+    #: Rounds of fresh servers: measurements of every point (:attr:`sdplan.measure.served.ServedOptions.rounds`).
+    rounds: int = 1
     #: Per configuration, the points its first round measured, in order: what later rounds repeat.
     plans: dict[str, list[LoadPoint]] = field(default_factory=dict)
     #: Every round runs on servers started for it (False: --endpoint, one server throughout).
     fresh_servers: bool = True
-
-    @property
-    def rounds(self) -> int:
-        return self.grid.repeats if self.repeats is None else self.repeats
 
     def levels(self) -> list[int]:
         return concurrency_levels(self.grid, self.max_clients)
