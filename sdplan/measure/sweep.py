@@ -336,9 +336,10 @@ class Sweep:
         if not points:
             return []
         if any(key not in self.done for key in self.remeasure_keys(configuration)):
-            spreads = ", ".join(f"{point.label} {self._spread(configuration, point.label):.0%}" for point in points)
+            gaps = ", ".join(f"{point.label} +{self._gap(configuration, point.label):.0%}" for point in points)
             self.events.on_note(f"{configuration.name}: repeats on fresh servers differ by more than "
-                                f"{REPEAT_DISAGREEMENT:.0%} ({spreads}); measuring the configuration once more")
+                                f"{REPEAT_DISAGREEMENT:.0%} (slowest over fastest: {gaps}); "
+                                "measuring the configuration once more")
         results = self.repeat_configuration(configuration, server, client, self.rounds, warm_up=warm_up)
         for point in self.plans[configuration.name]:
             outcomes = self._repeats_of(configuration, point.label, self.rounds + 1)
@@ -363,8 +364,8 @@ class Sweep:
                     found[f"{configuration} {point.label}"] = repeat_spread(values)
         return found
 
-    def _spread(self, configuration: Configuration, label: str) -> float:
-        return repeat_spread([o.mean_latency_s for o in self._repeats_of(configuration, label, self.rounds)])
+    def _gap(self, configuration: Configuration, label: str) -> float:
+        return _slowest_over_fastest([o.mean_latency_s for o in self._repeats_of(configuration, label, self.rounds)])
 
     def _repeats_of(self, configuration: Configuration, label: str, below_repeat: int) -> list[PointOutcome]:
         return [o for o in self.outcomes if o.record.configuration == configuration.name and o.record.label == label
@@ -500,9 +501,13 @@ def _flag(record: PointRecord) -> PointRecord:
     return replace(record, disturbed=True)
 
 
+def _slowest_over_fastest(values: list[float]) -> float:
+    """max / min - 1 of a point's repeated mean latencies: the measure :data:`REPEAT_DISAGREEMENT` bounds."""
+    return max(values) / min(values) - 1.0
+
+
 def _disagree(outcomes: list[PointOutcome]) -> bool:
-    values = [o.mean_latency_s for o in outcomes]
-    return max(values) > (1.0 + REPEAT_DISAGREEMENT) * min(values)
+    return _slowest_over_fastest([o.mean_latency_s for o in outcomes]) > REPEAT_DISAGREEMENT
 
 
 def repeat_spread(values: list[float]) -> float:
