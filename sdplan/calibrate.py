@@ -215,7 +215,8 @@ def measure(
     """Take every task not already ``done``, saving each result as it comes.
 
     Step times are summarised by their median after dropping the first
-    decode step (warm-up); the mean context of a decode run of ``n`` steps
+    decode step (warm-up; the runner also warms each fresh engine with an
+    unrecorded decode); the mean context of a decode run of ``n`` steps
     from a prompt of ``p`` tokens is ``p + n/2``.
     """
     todo = list(tasks)
