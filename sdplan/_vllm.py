@@ -277,10 +277,14 @@ class VllmRunner:
         the same shape before its first timed one.
         """
         engine = self._engine_for(kind, draft_length)
+
+        def decode() -> list[float]:
+            return self._timed_decode(engine, batch, prompt_tokens, steps, draft_length + 1)
+
         if not self._warm:
-            self._guard(lambda: self._timed_decode(engine, batch, prompt_tokens, steps, draft_length + 1))
+            self._guard(decode)
             self._warm = True
-        return self._guard(lambda: self._timed_decode(engine, batch, prompt_tokens, steps, draft_length + 1))
+        return self._guard(decode)
 
     def target_steps(self, batch: int, draft_length: int, prompt_tokens: int, steps: int) -> list[float]:
         return self._decode("verify" if draft_length > 0 else "target", batch, draft_length, prompt_tokens, steps)

@@ -26,10 +26,9 @@ back to back measure the same window: they agree, and the drift goes into the
 calibration unseen. Spread over the calibration, repeats that disagree show the
 drift, and the fit averages it.
 
-A configuration some of whose points' repeats disagree by more than 10%
-(relative mean latency) is measured once more, whole, in a re-measure round on
-fresh servers; a point a process
-outside the measurement disturbed (CPU used during the point) is measured again
+A configuration with a point whose slowest repeat's mean latency is more than
+10% above its fastest's is measured once more, whole, in a re-measure round on
+fresh servers; a point a process outside the measurement disturbed (CPU used during the point) is measured again
 at once, up to ``remeasure`` times. What stays apart is kept, flagged, and
 down-weighted by the robust fit; the spread of the repeats is reported.
 
@@ -57,7 +56,7 @@ from sdplan.measure.quiet import DISTURBED_FOREIGN_CORES
 from sdplan.measure.store import PointRecord, ResultStore
 from sdplan.results import MIN_KEPT_UP_FRACTION, fell_behind
 
-#: Repeats of one point that differ by more than this (relative mean latency) disagree.
+#: Repeats of one point disagree when the slowest's mean latency is more than this above the fastest's.
 REPEAT_DISAGREEMENT = 0.10
 #: Target length of a Poisson point in the standard and thorough grids (requests = rate x this;
 #: ``--poisson-seconds`` overrides every grid's).
@@ -307,8 +306,8 @@ class Sweep:
         return results
 
     def disagreeing(self, configuration: Configuration, below_repeat: int) -> list[LoadPoint]:
-        """The points of a configuration whose repeats numbered below ``below_repeat`` differ by more than
-        :data:`REPEAT_DISAGREEMENT` (relative mean latency)."""
+        """The points of a configuration whose repeats numbered below ``below_repeat`` disagree: the slowest
+        more than :data:`REPEAT_DISAGREEMENT` above the fastest."""
         found = []
         for point in self.plans.get(configuration.name, []):
             outcomes = self._repeats_of(configuration, point.label, below_repeat)
@@ -335,7 +334,7 @@ class Sweep:
         points = self.disagreeing(configuration, self.rounds)
         if not points:
             return []
-        if any(key not in self.done for key in self.remeasure_keys(configuration)):
+        if any(key not in self.done for key in self.round_keys(configuration, self.rounds)):
             gaps = ", ".join(f"{point.label} +{self._gap(configuration, point.label):.0%}" for point in points)
             self.events.on_note(f"{configuration.name}: repeats on fresh servers differ by more than "
                                 f"{REPEAT_DISAGREEMENT:.0%} (slowest over fastest: {gaps}); "
