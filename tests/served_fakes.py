@@ -210,6 +210,8 @@ class FakeServer:
         return set()
 
     current: Any = None
+    #: Requests run at once without --max-num-seqs (vLLM's default on a CPU; None: a user's --endpoint).
+    default_max_num_seqs: Any = 128
 
 
 @dataclass
@@ -250,7 +252,7 @@ class FakeClient:
             prompt, output = int(values["--random-input-len"]), int(values["--random-output-len"])
             spread = float(values.get("--random-range-ratio", 0))
         cap = int(server.arguments[server.arguments.index("--max-num-seqs") + 1]) \
-            if "--max-num-seqs" in server.arguments else None
+            if "--max-num-seqs" in server.arguments else FakeServer.default_max_num_seqs
         document = run_load(self.engine, server.draft_length, prompt, output, int(values["--num-prompts"]), clients,
                             rate, int(values["--seed"]), spread, max_running=cap,
                             server_slowdown=self.engine.server_slowdowns[server.start_order

@@ -43,6 +43,8 @@ def fake_served(monkeypatch, tmp_path):
     monkeypatch.setattr(sdplan.measure.client, "BenchClient", client)
     monkeypatch.setattr(sdplan.measure.quiet, "machine_busy_s", lambda: None)
     monkeypatch.setattr(sdplan.measure.served, "dataset_reader_installed", lambda: True)
+    # a CPU, where vLLM runs up to 128 requests at once unless --max-num-seqs says otherwise (as the fake does)
+    monkeypatch.setattr(sdplan.measure.served, "hardware_description", lambda: "Fake CPU (CPU, 2 cores)")
     for name in ("target", "draft"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text("{}")
@@ -494,6 +496,72 @@ def test_throughput_plateau_stops_the_sweep(sdplan, tmp_path, fake_served) -> No
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "0")
     assert "throughput stopped rising" in result.stderr
     assert not (tmp_path / "cal.runs" / "nosd_c8_r0.json").exists()
+
+
+def test_sweep_goes_past_the_grid_up_to_max_num_seqs_while_throughput_rises(sdplan, tmp_path, fake_served) -> None:
+    # a GPU-like step: batching is nearly free, so throughput still doubles past the quick grid's N = 64
+    fake_served.engine = FakeEngine(step_fixed_s=0.01, step_per_request_s=0.00002, prefill_s=0.0)
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "0", "--max-num-seqs", "300", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    runs = tmp_path / "cal.runs"
+    levels = sorted(int(p.stem.split("_")[1][1:]) for p in runs.glob("nosd_c*_r0.json"))
+    assert levels == [1, 4, 16, 64, 128, 256, 300]  # doubling on past the grid, up to the cap and no further
+    assert "throughput still rose" in result.stderr and "measuring N=128" in result.stderr
+    peak = max(read_results(p)[0][0].achieved_rate_rps for p in runs.glob("nosd_c*_r0.json"))
+    c64 = read_results(runs / "nosd_c64_r0.json")[0][0].achieved_rate_rps
+    assert peak > 3 * c64  # the plateau the grid alone would have extrapolated
+    assert load_calibration(tmp_path / "cal.toml").document["validity"]["batch_size"][1] >= 256
+
+
+def test_sweep_stops_at_vllms_default_max_num_seqs(sdplan, tmp_path, fake_served) -> None:
+    # no --max-num-seqs: vLLM runs at most 128 requests at once on a CPU, and the sweep goes no further
+    fake_served.engine = FakeEngine(step_fixed_s=0.01, step_per_request_s=0.00002, prefill_s=0.0)
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "0", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    names = {p.name for p in (tmp_path / "cal.runs").glob("nosd_c*_r0.json")}
+    assert names == {f"nosd_c{n}_r0.json" for n in (1, 4, 16, 64, 128)}, names
+
+
+def test_endpoint_sweep_says_when_saturation_is_extrapolated(sdplan, tmp_path, fake_served, monkeypatch) -> None:
+    import sdplan.measure.server as server_module
+
+    monkeypatch.setattr(server_module, "served_model_name", lambda url: "their-model")
+    monkeypatch.setattr(server_module, "probe_draft_length", lambda url: 0)
+    fake_served.engine = FakeEngine(step_fixed_s=0.01, step_per_request_s=0.00002, prefill_s=0.0)
+    FakeServer(model="their-model", arguments=[], log_path=tmp_path / "theirs.log").start()
+    result = sdplan("calibrate", "--endpoint", "http://127.0.0.1:8000", "-o", str(tmp_path / "theirs.toml"),
+                    "--prompt-tokens", "128", "--output-tokens", "64", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    assert "max_num_seqs is not known (--endpoint): saturation is extrapolated past N=64" in result.stderr
+    assert not list((tmp_path / "theirs.runs").glob("*_c128_*.json"))
+
+
+@pytest.mark.parametrize(("hardware", "flags", "cap"), [
+    ("AMD EPYC 7B13 (CPU, 2 cores)", (), 128),
+    ("NVIDIA H100 80GB HBM3", (), 1024),
+    ("NVIDIA A100-SXM4-80GB", (), 256),
+    ("NVIDIA L40S", ("--max-num-seqs", "48"), 48),
+    ("NVIDIA L40S", ("--max-num-batched-tokens", "100"), 100),
+    ("AMD EPYC 7B13 (CPU, 2 cores)", ("--performance-mode", "throughput"), 256),
+])
+def test_batch_cap_is_vllms_max_num_seqs(monkeypatch, tmp_path, hardware, flags, cap) -> None:
+    import sdplan.measure.served as served
+
+    monkeypatch.setattr(served, "hardware_description", lambda: hardware)
+    options = served.ServedOptions(target="t", draft=None, endpoint=None, method="ngram", draft_lengths=(),
+                                   prompt_tokens=128, output_tokens=64, grid_name="quick", serve_arguments=flags,
+                                   results_dir=tmp_path / "runs")
+    assert options.batch_cap() == cap
+    assert served.ServedOptions(**{**{f: getattr(options, f) for f in options.__slots__}, "endpoint": "http://x",
+                                   "serve_arguments": ()}).batch_cap() is None
+
+
+def test_throughput_gain_per_doubling() -> None:
+    from sdplan.measure.sweep import throughput_gain_per_doubling
+
+    assert throughput_gain_per_doubling(16, 100.0, 64, 125.0) == pytest.approx(1.25 ** 0.5)
+    assert throughput_gain_per_doubling(64, 100.0, 128, 104.0) == pytest.approx(1.04)
+    assert throughput_gain_per_doubling(64, 100.0, 64, 200.0) == 1.0
 
 
 def test_store_refuses_a_foreign_manifest(tmp_path) -> None:

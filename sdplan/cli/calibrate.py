@@ -101,7 +101,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
               help="A vllm serve flag passed through unchanged, repeatable (e.g. --serve-arg=--enforce-eager); "
               "or put the flags after --.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), metavar="N",
-              help="vLLM max_num_seqs (passed to vllm serve); caps the closed-loop clients.")
+              help="vLLM max_num_seqs (passed to vllm serve); caps the closed-loop clients. Default: vLLM's for "
+                   "the machine (128 on a CPU), up to which the sweep goes while throughput still rises.")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), metavar="TOKENS",
               help="vLLM max_num_batched_tokens (passed to vllm serve).")
 @click.option("--dtype", default=None, metavar="DTYPE", help="Model dtype passed to vLLM (auto, bfloat16, float32).")
@@ -147,9 +148,10 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     By default (--method served) it starts `vllm serve` itself on 127.0.0.1
     and a free port, once per configuration (no SD, then SD at each draft
     length), loads it with vLLM's own `vllm bench serve` in a closed-loop
-    concurrency sweep (N = 1, 2, 4, ... until throughput stops rising), and
-    fits L = C1 + B*C2 and TTFT = c1p + w1*tau1 + B*w2*tau2 to the measured
-    points with the same machinery as `sdplan fit`. Every point is an
+    concurrency sweep (N = 1, 4, 16, 64, ... up to max_num_seqs or until
+    throughput stops rising), and fits L = C1 + B*C2 and TTFT = c1p +
+    w1*tau1 + B*w2*tau2 to the measured points with the same machinery as
+    `sdplan fit`. Every point is an
     ordinary vLLM result file kept in --results-dir; servers are always
     stopped (also on Ctrl-C and failure); --resume continues. Points during
     which other processes used CPU are measured again. A calibration whose
@@ -255,22 +257,24 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
     check_options(options)
     configurations = 1 if endpoint else 1 + len(draft_lengths)
     levels = concurrency_levels(chosen, options.max_clients())
-    planned = configurations * (len(levels) + len(chosen.poisson_fractions)) * options.rounds
-    with interruptible(), progress_bar("measuring", planned) as advance:
+    planned = [configurations * (len(levels) + len(chosen.poisson_fractions)) * options.rounds]
+    with interruptible(), progress_bar("measuring", planned[0]) as advance:
         count = [0]
 
         def on_point(description: str) -> None:
-            advance(count[0], planned, description)
+            planned[0] = max(planned[0], count[0] + 1)  # levels past the grid's, re-measures: more points
+            advance(count[0], planned[0], description)
 
         def on_done(record: object) -> None:
             count[0] += 1
-            advance(min(count[0], planned), planned, "")
+            planned[0] = max(planned[0], count[0])
+            advance(count[0], planned[0], "")
 
         def on_note(note: str) -> None:
             click.echo(f"note: {note}", err=True)
 
         measurement = measure_served(options, SweepEvents(on_point=on_point, on_done=on_done, on_note=on_note))
-        advance(planned, planned, "done")
+        advance(planned[0], planned[0], "done")
     result = served_calibration(options, measurement, name=name or out.stem, version=__version__)
     from sdplan.errors import InputFileError
 

@@ -11,6 +11,7 @@ written even when its fit is poor, and the caller decides the exit status from
 from __future__ import annotations
 
 import contextlib
+import functools
 import datetime
 import platform
 import shutil
@@ -86,12 +87,26 @@ class ServedOptions:
         return None
 
     def max_clients(self) -> int:
+        """The most closed-loop clients the sweep may run: the server's batch cap, else the grid's largest N."""
         return self.batch_cap() or max(self.grid.concurrency)
 
     def batch_cap(self) -> int | None:
-        """The server's ``--max-num-seqs`` where the serving flags set it."""
+        """The most requests the server runs at once (vLLM ``max_num_seqs``): ``--max-num-seqs`` where the
+        serving flags set it, else vLLM's default for this machine (:func:`sdplan.schedule.engine_max_num_seqs`,
+        128 on a CPU), lowered to ``--max-num-batched-tokens`` as vLLM lowers its default. None with
+        ``--endpoint``: the server is the user's, its flags unknown."""
         value = self.serve_value("--max-num-seqs")
-        return int(value) if value and value.isdigit() else None
+        if value and value.isdigit():
+            return int(value)
+        if self.endpoint is not None:
+            return None
+        from sdplan.schedule import engine_max_num_seqs
+
+        cap = engine_max_num_seqs(hardware_description())
+        if self.serve_value("--performance-mode") == "throughput":
+            cap *= 2  # vLLM doubles its default max_num_seqs in throughput mode
+        batched = self.serve_value("--max-num-batched-tokens")
+        return min(cap, int(batched)) if batched and batched.isdigit() and int(batched) > 0 else cap
 
     def manifest_options(self) -> dict[str, Any]:
         """The options a resumed invocation must repeat exactly."""
@@ -215,6 +230,7 @@ def check_options(options: ServedOptions) -> None:
         raise InvalidValueError(f"{parent}: no such folder for the results; create it or change --results-dir")
 
 
+@functools.lru_cache(maxsize=1)
 def hardware_description() -> str:
     """Accelerator (nvidia-smi) or CPU model, with the core count."""
     if shutil.which("nvidia-smi"):

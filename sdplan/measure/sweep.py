@@ -6,9 +6,13 @@ its next request as soon as the last one finishes (``vllm bench serve
 --max-concurrency N --request-rate inf``). A closed loop is the fast, stable
 core of a calibration: its load is set exactly (``N - 1`` others per request,
 ``L = C1 + (N - 1) C2``, see :mod:`sdplan.fit`), it cannot overload the server,
-and it reaches steady state at once. ``N`` doubles from 1 up to the grid's
-largest level or the server's ``max_num_seqs``, and stops early once throughput
-stops rising (less than 5% more for twice the clients: saturated). Then
+and it reaches steady state at once. ``N`` steps through the grid's levels
+(quick: 1, 4, 16, 64) up to the server's ``max_num_seqs``, and stops early once
+throughput stops rising (less than 5% more for the next level: saturated).
+Where throughput still gains 5% per doubling at the grid's largest level, ``N``
+doubles on up to ``max_num_seqs`` (the user's, else vLLM's default for the
+hardware: 128 on a CPU, 256 or 1024 on a GPU), so the plateau is measured, not
+extrapolated. Then
 Poisson points at fractions of the measured peak throughput: the open-loop
 regime the planner predicts, which fixes the closed-loop factor of the fit
 (:mod:`sdplan.fit`). Lengths vary by +-25% around the requested means
@@ -46,6 +50,7 @@ sustain, which also becomes the peak of the later points.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,7 +218,7 @@ class Sweep:
     #: A JSON Lines prompt file (vLLM's custom dataset) instead of random prompts.
     dataset: str | None = None
     poisson_seconds: float = POISSON_SECONDS
-    #: The server's max_num_seqs where the user set it (None: unknown, vLLM's default).
+    #: The server's max_num_seqs: the user's, else vLLM's default for the hardware (None: unknown, --endpoint).
     batch_cap: int | None = None
     events: SweepEvents = field(default_factory=SweepEvents)
     outcomes: list[PointOutcome] = field(default_factory=list)
@@ -251,7 +256,10 @@ class Sweep:
         if warm_up and not isinstance(client, _ReadBack):
             self.warm_up(configuration, server, client)
         previous_throughput = 0.0
-        for clients in self.levels():
+        pending = self.levels()
+        measured: list[tuple[int, float]] = []
+        while pending:
+            clients = pending.pop(0)
             point = self._load(self.grid.requests(clients), concurrency=clients)
             plan.append(point)
             outcomes = [self._measure(configuration, point, 0, server, client)]
@@ -262,6 +270,9 @@ class Sweep:
                                     f"({throughput:.3g} vs {previous_throughput:.3g} req/s); no larger N")
                 break
             previous_throughput = max(previous_throughput, throughput)
+            measured.append((clients, throughput))
+            if not pending:
+                pending += self._further_level(configuration, measured)
         peak = max(o.throughput_rps for o in results)
         seconds = self.poisson_length_s(results[0].mean_latency_s)  # levels ascend: results[0] is the smallest N
         for fraction in self.grid.poisson_fractions:
@@ -281,6 +292,30 @@ class Sweep:
             results += outcomes
         self.outcomes += results
         return results
+
+    def _further_level(self, configuration: Configuration, measured: list[tuple[int, float]]) -> list[int]:
+        """Past the grid's largest N, the next level while throughput still rises: twice the clients, up to
+        the server's batch cap, while the last step gained at least :data:`MIN_THROUGHPUT_GAIN` per doubling
+        (a GPU's throughput often still doubles from 64 to 256 clients; a plateau extrapolated from N <= 64
+        would be far too high). With no cap known (``--endpoint``), the sweep stops and says so."""
+        if len(measured) < 2:
+            return []
+        (before, before_rps), (last, last_rps) = measured[-2], measured[-1]
+        gain = throughput_gain_per_doubling(before, before_rps, last, last_rps)
+        if gain < MIN_THROUGHPUT_GAIN:
+            return []
+        if self.batch_cap is None:
+            self.events.on_note(f"{configuration.name}: throughput still rose {gain - 1:.0%} per doubling of the "
+                                f"clients at N={last}, and the server's max_num_seqs is not known (--endpoint): "
+                                f"saturation is extrapolated past N={last}")
+            return []
+        if last >= self.batch_cap:
+            return []
+        further = min(2 * last, self.batch_cap)
+        self.events.on_note(f"{configuration.name}: throughput still rose {gain - 1:.0%} per doubling of the "
+                            f"clients at N={last}; measuring N={further} (the server runs up to "
+                            f"{self.batch_cap} requests at once)")
+        return [further]
 
     def round_keys(self, configuration: Configuration, repeat: int) -> list[str]:
         """Keys of a later round (``repeat`` >= 1) of a configuration whose first round has run."""
@@ -481,6 +516,15 @@ class _ReadBack:
 
     def process_groups(self) -> set[int]:
         return set()
+
+
+def throughput_gain_per_doubling(clients_before: int, throughput_before: float, clients: int,
+                                 throughput: float) -> float:
+    """Throughput's growth factor per doubling of the closed-loop clients between two levels,
+    ``(X_b / X_a) ** (1 / log2(N_b / N_a))``: 1.12 for +25% from N = 16 to 64."""
+    if clients <= clients_before or throughput_before <= 0:
+        return 1.0
+    return (throughput / throughput_before) ** (1.0 / math.log2(clients / clients_before))
 
 
 def point_key(configuration: str, label: str, repeat: int) -> str:
