@@ -513,6 +513,21 @@ def test_sweep_goes_past_the_grid_up_to_max_num_seqs_while_throughput_rises(sdpl
     assert load_calibration(tmp_path / "cal.toml").document["validity"]["batch_size"][1] >= 256
 
 
+def test_a_sweep_interrupted_before_its_levels_past_the_grid_resumes_them(sdplan, tmp_path, fake_served) -> None:
+    fake_served.engine = FakeEngine(step_fixed_s=0.01, step_per_request_s=0.00002, prefill_s=0.0)
+    fake_served.interrupt_after = 5  # the warm-up and N = 1, 4, 16, 64: every level of the grid, none past it
+    common = ("--draft-lengths", "0", "--max-num-seqs", "256", "--accept-poor-fit")
+    assert _calibrate(sdplan, tmp_path, *common).exit_code == ExitStatus.INTERRUPTED
+    fake_served.interrupt_after = None
+    result = _calibrate(sdplan, tmp_path, *common, "--resume")
+    assert result.exit_code == 0, result.output
+    assert _started_servers() == ["server-nosd", "server-nosd"]  # the levels past the grid need a server
+    assert (tmp_path / "cal.runs" / "nosd_c256_r0.json").exists()
+    result = _calibrate(sdplan, tmp_path, *common, "--resume")  # every point stored: read back, no server
+    assert result.exit_code == 0, result.output
+    assert _started_servers() == ["server-nosd", "server-nosd"]
+
+
 def test_sweep_stops_at_vllms_default_max_num_seqs(sdplan, tmp_path, fake_served) -> None:
     # no --max-num-seqs: vLLM runs at most 128 requests at once on a CPU, and the sweep goes no further
     fake_served.engine = FakeEngine(step_fixed_s=0.01, step_per_request_s=0.00002, prefill_s=0.0)
@@ -554,6 +569,27 @@ def test_batch_cap_is_vllms_max_num_seqs(monkeypatch, tmp_path, hardware, flags,
     assert options.batch_cap() == cap
     assert served.ServedOptions(**{**{f: getattr(options, f) for f in options.__slots__}, "endpoint": "http://x",
                                    "serve_arguments": ()}).batch_cap() is None
+
+
+@pytest.mark.parametrize(("cap", "measured", "expected"), [
+    (256, [], 1),
+    (256, [(1, 10.0), (4, 38.0)], 16),
+    (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0)], 128),  # +89% per doubling: on past the grid
+    (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0), (128, 900.0)], 256),
+    (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0), (128, 900.0), (256, 1500.0)], None),  # the cap
+    (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 150.5)], None),  # +3.7% per doubling: a plateau
+    (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 120.0)], None),  # throughput fell: saturated
+    (256, [(1, 10.0), (4, 38.0), (16, 39.0)], None),  # stopped rising inside the grid
+    (100, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0)], 100),  # twice 64 is past the cap: the cap
+    (1, [], 1), (1, [(1, 10.0)], None),  # max_num_seqs 1: one level
+    (None, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0)], None),  # --endpoint: cap unknown
+])
+def test_next_level_of_the_sweep(cap, measured, expected) -> None:
+    from sdplan.measure.sweep import SERVED_GRIDS, Sweep
+
+    sweep = Sweep(grid=SERVED_GRIDS["quick"], store=None, done={}, prompt_tokens=128, output_tokens=64,
+                  max_clients=cap or 64, seed=0, temperature=0.0, model="m", batch_cap=cap)
+    assert sweep.next_level(measured) == expected
 
 
 def test_throughput_gain_per_doubling() -> None:

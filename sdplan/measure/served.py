@@ -432,7 +432,8 @@ def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
     point measured after each Poisson point the server did not keep up with)."""
     from sdplan.measure.sweep import LOWER_RATE_SUFFIX, point_key
 
-    labels = [f"c{n}" for n in sweep.levels()] + [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
+    labels = [f"c{n}" for n in sweep.stored_levels(configuration)]
+    labels += [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
     labels += [record.label + LOWER_RATE_SUFFIX for record in sweep.done.values()
                if record.configuration == configuration.name and record.overloaded
                and not record.label.endswith(LOWER_RATE_SUFFIX) and record.repeat == 0]

@@ -255,24 +255,13 @@ class Sweep:
         plan = self.plans[configuration.name] = []
         if warm_up and not isinstance(client, _ReadBack):
             self.warm_up(configuration, server, client)
-        previous_throughput = 0.0
-        pending = self.levels()
         measured: list[tuple[int, float]] = []
-        while pending:
-            clients = pending.pop(0)
+        while (clients := self.next_level(measured, configuration.name)) is not None:
             point = self._load(self.grid.requests(clients), concurrency=clients)
             plan.append(point)
             outcomes = [self._measure(configuration, point, 0, server, client)]
             results += outcomes
-            throughput = max(o.throughput_rps for o in outcomes)
-            if clients >= 4 and previous_throughput > 0 and throughput < MIN_THROUGHPUT_GAIN * previous_throughput:
-                self.events.on_note(f"{configuration.name}: throughput stopped rising at N={clients} "
-                                    f"({throughput:.3g} vs {previous_throughput:.3g} req/s); no larger N")
-                break
-            previous_throughput = max(previous_throughput, throughput)
-            measured.append((clients, throughput))
-            if not pending:
-                pending += self._further_level(configuration, measured)
+            measured.append((clients, max(o.throughput_rps for o in outcomes)))
         peak = max(o.throughput_rps for o in results)
         seconds = self.poisson_length_s(results[0].mean_latency_s)  # levels ascend: results[0] is the smallest N
         for fraction in self.grid.poisson_fractions:
@@ -293,29 +282,53 @@ class Sweep:
         self.outcomes += results
         return results
 
-    def _further_level(self, configuration: Configuration, measured: list[tuple[int, float]]) -> list[int]:
-        """Past the grid's largest N, the next level while throughput still rises: twice the clients, up to
-        the server's batch cap, while the last step gained at least :data:`MIN_THROUGHPUT_GAIN` per doubling
-        (a GPU's throughput often still doubles from 64 to 256 clients; a plateau extrapolated from N <= 64
-        would be far too high). With no cap known (``--endpoint``), the sweep stops and says so."""
-        if len(measured) < 2:
-            return []
+    def next_level(self, measured: list[tuple[int, float]], say: str | None = None) -> int | None:
+        """The closed-loop client count round 1 measures after the levels ``measured`` (``(N, throughput)``,
+        in order), or None when the sweep is over; ``say`` names the configuration in the notes.
+
+        The grid's levels (up to the batch cap), stopping once a level gains less than
+        :data:`MIN_THROUGHPUT_GAIN` over the best before it. Past the grid's largest N, twice the clients,
+        up to the server's batch cap, while the last step gained at least :data:`MIN_THROUGHPUT_GAIN` per
+        doubling: a GPU's throughput often still doubles from 64 to 256 clients, and a plateau extrapolated
+        from N <= 64 would be far too high. With no cap known (``--endpoint``) the sweep stops there.
+        """
+        note = self.events.on_note if say is not None else (lambda text: None)
+        if len(measured) >= 2:
+            last, throughput = measured[-1]
+            best_before = max(rps for _, rps in measured[:-1])
+            if last >= 4 and throughput < MIN_THROUGHPUT_GAIN * best_before:
+                note(f"{say}: throughput stopped rising at N={last} ({throughput:.3g} vs {best_before:.3g} req/s); "
+                     "no larger N")
+                return None
+        grid = self.levels()
+        if len(measured) < len(grid):
+            return grid[len(measured)]
+        if len(measured) < 2 or (self.batch_cap is not None and measured[-1][0] >= self.batch_cap):
+            return None
         (before, before_rps), (last, last_rps) = measured[-2], measured[-1]
         gain = throughput_gain_per_doubling(before, before_rps, last, last_rps)
         if gain < MIN_THROUGHPUT_GAIN:
-            return []
+            return None
         if self.batch_cap is None:
-            self.events.on_note(f"{configuration.name}: throughput still rose {gain - 1:.0%} per doubling of the "
-                                f"clients at N={last}, and the server's max_num_seqs is not known (--endpoint): "
-                                f"saturation is extrapolated past N={last}")
-            return []
-        if last >= self.batch_cap:
-            return []
+            note(f"{say}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}, and the "
+                 f"server's max_num_seqs is not known (--endpoint): saturation is extrapolated past N={last}")
+            return None
         further = min(2 * last, self.batch_cap)
-        self.events.on_note(f"{configuration.name}: throughput still rose {gain - 1:.0%} per doubling of the "
-                            f"clients at N={last}; measuring N={further} (the server runs up to "
-                            f"{self.batch_cap} requests at once)")
-        return [further]
+        note(f"{say}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}; measuring "
+             f"N={further} (the server runs up to {self.batch_cap} requests at once)")
+        return further
+
+    def stored_levels(self, configuration: Configuration) -> list[int]:
+        """The closed-loop levels round 1 measures, as far as the points already stored decide them: the
+        first level not yet stored ends the list (reading back needs every one; a missing one needs a server)."""
+        measured: list[tuple[int, float]] = []
+        while (clients := self.next_level(measured)) is not None:
+            key = point_key(configuration.name, f"c{clients}", 0)
+            record = self.done.get(key)
+            if record is None or not self.store.result_path(key).exists():
+                return [n for n, _ in measured] + [clients]
+            measured.append((clients, _outcome(record, self.store.result_path(key)).throughput_rps))
+        return [n for n, _ in measured]
 
     def round_keys(self, configuration: Configuration, repeat: int) -> list[str]:
         """Keys of a later round (``repeat`` >= 1) of a configuration whose first round has run."""
