@@ -1,11 +1,12 @@
 """GuideLLM reports (``guidellm benchmark``/``guidellm run`` JSON) as :class:`~sdplan.results.BenchmarkRun` records.
 
-Schema v1-v2 (``metadata.version`` 1: GuideLLM 0.5; 2: 0.7-0.8): ``benchmarks[]`` with
-``config.strategy`` (``type_``, ``rate``, ``streams``, ``max_concurrency``,
-``worker_count``), ``metrics.<name>.successful.mean`` and, in 0.5-0.8, every request
-in ``requests.successful[]`` / ``requests.incomplete[]`` with its
-``info.timings`` (epoch seconds). Checked against real GuideLLM 0.8.1 and
-0.5.4 reports (tests/data/guidellm-cpu, tests/data/guidellm-0.5-cpu).
+Schema v1-v2 (``metadata.version`` 1: GuideLLM 0.5-0.6; 2: 0.7-0.8; no ``metadata``:
+0.4): ``benchmarks[]`` with ``config.strategy`` (``type_``, ``rate``, ``streams``,
+``max_concurrency``, ``worker_count``), ``metrics.<name>.successful.mean`` and, in
+0.4-0.8, every request in ``requests.successful[]`` / ``requests.incomplete[]`` with
+its ``info.timings`` (epoch seconds). Checked against real GuideLLM 0.8.1, 0.6.1,
+0.5.4 and 0.4.0 reports (tests/data/guidellm-cpu, tests/data/guidellm-0.5-cpu,
+tests/data/guidellm-0.4-0.6-cpu).
 
 GuideLLM 0.2-0.3 reports (no ``metadata``) keep the strategy in
 ``args.strategy``, the request counts in ``request_totals`` beside ``metrics``,
@@ -82,9 +83,13 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
     version = metadata.get("version") if isinstance(metadata, dict) else None
     legacy = metadata is None and any(isinstance(bench, dict) and isinstance(bench.get("args"), dict)
                                       for bench in document["benchmarks"])
-    if version not in (1, 2) and not legacy:
+    # GuideLLM 0.4 writes no metadata, with 0.5's benchmarks (config.strategy, per-request info.timings)
+    unversioned = metadata is None and not legacy and all(
+        isinstance(bench, dict) and isinstance(bench.get("config"), dict)
+        and isinstance(bench["config"].get("strategy"), dict) for bench in document["benchmarks"])
+    if version not in (1, 2) and not legacy and not unversioned:
         warnings.append(f"{path}: GuideLLM report of an unchecked schema (metadata.version {version}; sdplan reads "
-                        "GuideLLM 0.2-0.3 and metadata.version 1-2, 0.5-0.8): read as version 2")
+                        "GuideLLM 0.2-0.3, 0.4 (no metadata) and metadata.version 1-2, 0.5-0.8): read as version 2")
     runs = []
     for index, bench in enumerate(document["benchmarks"]):
         where = f"benchmarks[{index}]"

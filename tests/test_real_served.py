@@ -351,6 +351,28 @@ def test_real_guidellm_0_5_reports_are_read_per_request() -> None:
     assert any(reason.startswith("the client fell behind its own schedule") for reason in screen(poisson))
 
 
+@pytest.mark.parametrize(("version", "e2e_s", "others", "late"), [
+    ("04", 0.778, 6.74, "77 of 300 requests started late, 0.415 s on average"),
+    ("06", 0.682, 6.93, "61 of 300 requests started late, 0.336 s on average"),
+])
+def test_real_guidellm_0_4_and_0_6_reports_are_read_per_request(version, e2e_s, others, late) -> None:
+    """Real GuideLLM 0.4.0 (no metadata) and 0.6.1 (metadata.version 1) reports
+    (tests/data/guidellm-0.4-0.6-cpu): read without a warning, per request, a client that fell behind its
+    schedule left out."""
+    from sdplan.results import screen
+
+    folder = Path(__file__).parent / "data" / "guidellm-0.4-0.6-cpu"
+    (closed,), warnings = read_results(folder / f"gl{version}-concurrent8.json")
+    assert warnings == []
+    assert closed.concurrency == 8 and closed.others_in_flight == pytest.approx(others, abs=0.01)
+    assert closed.mean_e2e_latency_s == pytest.approx(e2e_s, abs=0.001) and screen(closed) == []
+    (poisson,), warnings = read_results(folder / f"gl{version}-poisson11-w1.json")
+    assert warnings == [] and poisson.client_workers == 1 and poisson.repeated_gaps == 0.0
+    assert poisson.scheduled_rate_rps == pytest.approx(10.49, abs=0.01)  # seed 42, as in 0.5.4 and 0.8.1
+    assert poisson.sent_late == late
+    assert any(reason.startswith("the client fell behind its own schedule") for reason in screen(poisson))
+
+
 def test_guidellm_benchmark_without_a_known_strategy_is_left_out(tmp_path) -> None:
     """No strategy, or one of a kind sdplan does not know, tells neither a rate nor a number of clients: the
     run is read and left out, never fitted as an open loop at its throughput."""

@@ -11,8 +11,8 @@ written even when its fit is poor, and the caller decides the exit status from
 from __future__ import annotations
 
 import contextlib
-import functools
 import datetime
+import functools
 import platform
 import shutil
 import subprocess
