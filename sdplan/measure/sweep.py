@@ -12,10 +12,9 @@ throughput stops rising (less than 5% more for the next level: saturated).
 Where throughput still gains 5% per doubling at the grid's largest level, ``N``
 doubles on up to ``max_num_seqs`` (the user's, else vLLM's default for the
 hardware: 128 on a CPU, 256 or 1024 on a GPU), so the plateau is measured, not
-extrapolated. Then
-Poisson points at fractions of the measured peak throughput: the open-loop
-regime the planner predicts, which fixes the closed-loop factor of the fit
-(:mod:`sdplan.fit`). Lengths vary by +-25% around the requested means
+extrapolated. Then Poisson points at fractions of the measured peak throughput:
+the open-loop regime the planner predicts, which fixes the closed-loop factor of
+the fit (:mod:`sdplan.fit`). Lengths vary by +-25% around the requested means
 (``--random-range-ratio``), so closed-loop clients do not finish in lockstep
 and prefill together as they would with identical requests.
 
