@@ -322,11 +322,10 @@ class Sweep:
         first level not yet stored ends the list (reading back needs every one; a missing one needs a server)."""
         measured: list[tuple[int, float]] = []
         while (clients := self.next_level(measured)) is not None:
-            key = point_key(configuration.name, f"c{clients}", 0)
-            record = self.done.get(key)
-            if record is None or not self.store.result_path(key).exists():
+            stored = self._stored(point_key(configuration.name, f"c{clients}", 0))
+            if stored is None:
                 return [n for n, _ in measured] + [clients]
-            measured.append((clients, _outcome(record, self.store.result_path(key)).throughput_rps))
+            measured.append((clients, stored.throughput_rps))
         return [n for n, _ in measured]
 
     def round_keys(self, configuration: Configuration, repeat: int) -> list[str]:
@@ -479,16 +478,22 @@ class Sweep:
         prompts repeated from an earlier point would skip their prefill and flatter the later points."""
         return (self.seed * 1_000_003 + _stable_hash(key) + 7919 * attempt) % (2**31)
 
+    def _stored(self, key: str) -> PointOutcome | None:
+        """The outcome of a point already measured (recorded, its result file present), else None."""
+        record = self.done.get(key)
+        path = self.store.result_path(key)
+        return _outcome(record, path) if record is not None and path.exists() else None
+
     def _measure(self, configuration: Configuration, point: LoadPoint, repeat: int, server: Server,
                  client: Client) -> PointOutcome:
         from sdplan.measure.client import bench_arguments
         from sdplan.measure.quiet import ForeignCpu
 
         key = point_key(configuration.name, point.label, repeat)
-        record = self.done.get(key)
+        stored = self._stored(key)
+        if stored is not None:
+            return stored
         path = self.store.result_path(key)
-        if record is not None and path.exists():
-            return _outcome(record, path)
         attempts = 0
         while True:
             self.events.on_point(f"{configuration.name} {point.label}"
