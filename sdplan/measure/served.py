@@ -266,6 +266,8 @@ class ServedMeasurement:
     prefix_cache_hit_pct: dict[str, float] = field(default_factory=dict)
     #: Per point measured more than once ("k4 p75"), (max - min) / mean of its repeats' mean latencies.
     repeat_spreads: dict[str, float] = field(default_factory=dict)
+    #: Per configuration, the tokens its server's KV cache holds (vLLM's ``cache_config_info``).
+    kv_cache_tokens: dict[str, int] = field(default_factory=dict)
 
     def result_files(self, overloaded: bool = False) -> list[Path]:
         """Result files of the points to fit (``overloaded=True``: of the points the server did not keep up with)."""
@@ -310,7 +312,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                   dataset=str(options.dataset) if options.dataset is not None else None,
                   poisson_seconds=options.poisson_seconds or options.grid.poisson_seconds,
                   batch_cap=options.batch_cap(), rounds=options.rounds,
-                  bench_extra=_client_arguments(options))
+                  bench_extra=_client_arguments(options), kv_cache_tokens=store.kv_cache_tokens())
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
             if options.endpoint is not None:
@@ -324,6 +326,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     measurement.wall_s = earlier_s + wall
     measurement.invocations = earlier_count + 1
     measurement.repeat_spreads = sweep.spreads()
+    measurement.kv_cache_tokens = {name: tokens for name, tokens in sweep.kv_cache_tokens.items() if name != "endpoint"}
     return measurement
 
 
@@ -336,9 +339,13 @@ def _measure_endpoint(options: ServedOptions, sweep: Sweep, client: Any, measure
     endpoint = _Endpoint(options.endpoint.rstrip("/"))
     sweep.fresh_servers = False
     sweep.model = server_module.served_model_name(options.endpoint)
+    tokens = server_module.kv_cache_tokens(options.endpoint)
+    if tokens is not None:
+        sweep.kv_cache_tokens["endpoint"] = tokens
     sweep.warm_up(Configuration("endpoint", -1, None), endpoint, client)
     k = server_module.probe_draft_length(options.endpoint)
     name = options.label or (f"ep-k{k}" if k else "ep-nosd")
+    _record_kv_cache(sweep, name, tokens)
     configuration = Configuration(name, k, None)
     sweep.run_configuration(configuration, endpoint, client, warm_up=False)
     for repeat in range(1, sweep.rounds):
@@ -354,7 +361,7 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
     """Round 1 over every configuration (each on a server of its own), later rounds in alternating order on
     fresh servers, then a re-measure round of the configurations with points whose repeats disagree (see
     :mod:`sdplan.measure.sweep`)."""
-    from sdplan.measure.server import ServedEngine
+    from sdplan.measure.server import ServedEngine, kv_cache_tokens
     from sdplan.measure.sweep import summarise_binding
 
     def serve(configuration: Configuration, keys: list[str], work: Any, suffix: str) -> None:
@@ -370,6 +377,7 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
         events.on_point(f"{configuration.name}: starting vllm serve" + (f" ({suffix[1:]})" if suffix else ""))
         try:
             server.start()
+            _record_kv_cache(sweep, configuration.name, kv_cache_tokens(server.base_url))
             if not measurement.binding:
                 measurement.binding = summarise_binding(server.log_path.read_text(encoding="utf-8", errors="replace"))
             work(server, client)
@@ -392,6 +400,14 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
             serve(configuration, keys,
                   lambda server, bench, c=configuration: sweep.remeasure_configuration(c, server, bench),
                   "-remeasure")
+
+
+def _record_kv_cache(sweep: Sweep, configuration: str, tokens: int | None) -> None:
+    """Keep the KV cache size of a configuration's first server (in the manifest too, for ``--resume``): it
+    bounds the clients the sweep runs (:meth:`sdplan.measure.sweep.Sweep.kv_bound`)."""
+    if tokens is not None and configuration not in sweep.kv_cache_tokens:
+        sweep.kv_cache_tokens[configuration] = tokens
+        sweep.store.record_kv_cache(configuration, tokens)
 
 
 #: Share of prompt tokens served from the prefix cache above which random-prompt points are flattered.
@@ -565,6 +581,8 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
                                   for r in fit.residuals],
         **({"prefix_cache": ", ".join(f"{name} {pct:g}%" for name, pct in measurement.prefix_cache_hit_pct.items())
             + " of prompt tokens served from vLLM's prefix cache"} if measurement.prefix_cache_hit_pct else {}),
+        **({"kv_cache_configurations": list(measurement.kv_cache_tokens),
+            "kv_cache_tokens": list(measurement.kv_cache_tokens.values())} if measurement.kv_cache_tokens else {}),
     }
     document = fitted_document(
         fit, kept, name=name, provenance=provenance,

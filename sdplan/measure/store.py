@@ -4,8 +4,9 @@ A results folder holds the ordinary ``vllm bench serve`` JSON file of every
 load point, the server and client logs, and ``manifest.jsonl``: a header with
 the options that must not change between resumed invocations, then one line
 per finished point (its file, configuration, foreign CPU load, whether it was
-disturbed) and one line per invocation (its wall time). Every line is flushed
-and fsynced as it is written.
+disturbed), one line per configuration with the size of its server's KV cache,
+and one line per invocation (its wall time). Every line is flushed and fsynced
+as it is written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from sdplan.errors import InputFileError
 
@@ -112,17 +113,31 @@ class ResultStore:
 
     def invocation_seconds(self) -> tuple[float, int]:
         """Total wall time of earlier invocations and their count."""
-        total, count = 0.0, 0
-        if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines()[1:]:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if "invocation_wall_s" in entry:
-                    total += float(entry["invocation_wall_s"])
-                    count += 1
-        return total, count
+        walls = [float(entry["invocation_wall_s"]) for entry in self._entries() if "invocation_wall_s" in entry]
+        return sum(walls), len(walls)
+
+    def kv_cache_tokens(self) -> dict[str, int]:
+        """The KV cache size (tokens) the first server of each configuration reported."""
+        sizes: dict[str, int] = {}
+        for entry in self._entries():
+            if "kv_cache_tokens" in entry:
+                sizes.setdefault(str(entry.get("server")), int(entry["kv_cache_tokens"]))
+        return sizes
+
+    def record_kv_cache(self, configuration: str, tokens: int) -> None:
+        self._write({"server": configuration, "kv_cache_tokens": tokens})
+
+    def _entries(self) -> Iterator[dict[str, Any]]:
+        """The manifest's lines after the header that parse (a line cut short by a crash is skipped)."""
+        if not self.path.exists():
+            return
+        for line in self.path.read_text(encoding="utf-8").splitlines()[1:]:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                yield entry
 
     def append(self, record: PointRecord) -> None:
         self._write(asdict(record))

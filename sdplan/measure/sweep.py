@@ -9,7 +9,7 @@ core of a calibration: its load is set exactly (``N - 1`` others per request,
 and it reaches steady state at once. ``N`` steps through the grid's levels
 (quick: 1, 4, 16, 64) up to the server's ``max_num_seqs``, and stops early once
 throughput stops rising (less than 5% more for the next level: saturated).
-Where throughput still gains 5% per doubling at the grid's largest level, ``N``
+Where throughput still gains 10% per doubling at the grid's largest level, ``N``
 doubles on up to ``max_num_seqs`` (the user's, else vLLM's default for the
 hardware: 128 on a CPU, 256 or 1024 on a GPU), so the plateau is measured, not
 extrapolated. Then Poisson points at fractions of the measured peak throughput:
@@ -77,6 +77,13 @@ POISSON_MAX_SECONDS = 600.0
 LOWER_RATE_SUFFIX = "-lower"
 #: Doubling the clients must raise throughput by at least this much to go on.
 MIN_THROUGHPUT_GAIN = 1.05
+#: Past the grid's largest N the sweep doubles on only while the last step gained at least this much per
+#: doubling. Under ``L = C1 + (N - 1) C2`` a gain ``g`` per doubling at ``N`` means the throughput at ``N`` is
+#: ``1 - g`` of the plateau ``1 / C2`` (``X(N) / X(N/2) = 2 - X(N) C2``, with ``C1 - C2`` for ``C1``), so
+#: below 10% the grid already measured 90% of the plateau and what is extrapolated is inside the +-10% that
+#: saturation is judged by. A CPU's tail gains 5-15% (a 512/128-token N = 128 point took 71 s for no gain);
+#: a GPU's throughput often still gains 50-90% per doubling at 64 clients.
+EXTEND_THROUGHPUT_GAIN = 1.10
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,20 +230,41 @@ class Sweep:
     outcomes: list[PointOutcome] = field(default_factory=list)
     #: Rounds of fresh servers: measurements of every point (:attr:`sdplan.measure.served.ServedOptions.rounds`).
     rounds: int = 1
+    #: Per configuration, the tokens its (first) server's KV cache holds, as vLLM reports them.
+    kv_cache_tokens: dict[str, int] = field(default_factory=dict)
     #: Per configuration, the points its first round measured, in order: what later rounds repeat.
     plans: dict[str, list[LoadPoint]] = field(default_factory=dict)
     #: Every round runs on servers started for it (False: --endpoint, one server throughout).
     fresh_servers: bool = True
 
-    def levels(self) -> list[int]:
-        return concurrency_levels(self.grid, self.max_clients)
+    def levels(self, configuration: str | None = None) -> list[int]:
+        """The grid's levels for a configuration, up to its server's batch cap and KV cache (:meth:`kv_bound`)."""
+        bound = self.kv_bound(configuration)
+        return concurrency_levels(self.grid, self.max_clients if bound is None else min(self.max_clients, bound))
+
+    def kv_bound(self, configuration: str | None) -> int | None:
+        """The most requests of the workload whose prompt and output fit the configuration's KV cache together,
+        ``floor(kv_cache_tokens / (prompt_tokens + output_tokens))`` (vLLM's own "maximum concurrency"), or
+        None when unknown (server not started yet, not vLLM, or ``--dataset``, whose lengths vary).
+
+        Past it vLLM preempts running requests to admit new ones and computes them again: a closed loop of
+        more clients measures that recomputation and a queue, not ``L = C1 + (N - 1) C2``, and would pull
+        the fit's ``C2`` up. A served model with long requests on a small cache (a CPU's
+        ``VLLM_CPU_KVCACHE_SPACE=1``: 87,296 tokens for the tiny test model, 37 requests of 2048 + 256
+        tokens) reaches it inside the grid.
+        """
+        tokens = self.kv_cache_tokens.get(configuration) if configuration is not None else None
+        per_request = self.prompt_tokens + self.output_tokens
+        if tokens is None or self.dataset is not None or per_request <= 0:
+            return None
+        return max(1, tokens // per_request)
 
     def warm_up(self, configuration: Configuration, server: Server, client: Client) -> None:
         """One unrecorded closed-loop run at the largest level: compiles and caches every batch shape
         the points will use, so the first point does not pay for them."""
         from sdplan.measure.client import bench_arguments
 
-        clients = max(self.levels())
+        clients = max(self.levels(configuration.name))
         # the lengths vary like the points' (+-25%): every prefill and batch shape is compiled here, not in a point
         point = self._load(max(clients, 32), concurrency=clients)
         self.events.on_point(f"{configuration.name}: warm-up")
@@ -255,7 +283,13 @@ class Sweep:
         if warm_up and not isinstance(client, _ReadBack):
             self.warm_up(configuration, server, client)
         measured: list[tuple[int, float]] = []
-        while (clients := self.next_level(measured, configuration.name)) is not None:
+        bound = self.kv_bound(configuration.name)
+        if bound is not None and bound < self.max_clients and not isinstance(client, _ReadBack):
+            self.events.on_note(
+                f"{configuration.name}: the server's KV cache holds {self.kv_cache_tokens[configuration.name]} "
+                f"tokens, {bound} requests of {self.prompt_tokens} + {self.output_tokens}: the sweep goes no "
+                f"further than N={bound} (past it vLLM preempts requests), nor does a server you deploy so")
+        while (clients := self.next_level(measured, configuration.name, say=True)) is not None:
             point = self._load(self.grid.requests(clients), concurrency=clients)
             plan.append(point)
             outcomes = [self._measure(configuration, point, 0, server, client)]
@@ -281,47 +315,52 @@ class Sweep:
         self.outcomes += results
         return results
 
-    def next_level(self, measured: list[tuple[int, float]], say: str | None = None) -> int | None:
+    def next_level(self, measured: list[tuple[int, float]], configuration: str | None = None,
+                   say: bool = False) -> int | None:
         """The closed-loop client count round 1 measures after the levels ``measured`` (``(N, throughput)``,
-        in order), or None when the sweep is over; ``say`` names the configuration in the notes.
+        in order) of a configuration, or None when the sweep is over; ``say``: tell why in notes.
 
-        The grid's levels (up to the batch cap), stopping once a level gains less than
-        :data:`MIN_THROUGHPUT_GAIN` over the best before it. Past the grid's largest N, twice the clients,
-        up to the server's batch cap, while the last step gained at least :data:`MIN_THROUGHPUT_GAIN` per
+        The grid's levels (up to the batch cap and the KV cache's :meth:`kv_bound`), stopping once a level
+        gains less than :data:`MIN_THROUGHPUT_GAIN` over the best before it. Past the grid's largest N, twice
+        the clients, up to the server's batch cap and KV cache, while the last step gained at least :data:`EXTEND_THROUGHPUT_GAIN` per
         doubling: a GPU's throughput often still doubles from 64 to 256 clients, and a plateau extrapolated
         from N <= 64 would be far too high. With no cap known (``--endpoint``) the sweep stops there.
         """
-        note = self.events.on_note if say is not None else (lambda text: None)
+        note = self.events.on_note if say else (lambda text: None)
+        name = configuration
         if len(measured) >= 2:
             last, throughput = measured[-1]
             best_before = max(rps for _, rps in measured[:-1])
             if last >= 4 and throughput < MIN_THROUGHPUT_GAIN * best_before:
-                note(f"{say}: throughput stopped rising at N={last} ({throughput:.3g} vs {best_before:.3g} req/s); "
+                note(f"{name}: throughput stopped rising at N={last} ({throughput:.3g} vs {best_before:.3g} req/s); "
                      "no larger N")
                 return None
-        grid = self.levels()
+        grid = self.levels(configuration)
         if len(measured) < len(grid):
             return grid[len(measured)]
-        if len(measured) < 2 or (self.batch_cap is not None and measured[-1][0] >= self.batch_cap):
+        bound = self.kv_bound(configuration)
+        cap = self.batch_cap if bound is None or self.batch_cap is None else min(self.batch_cap, bound)
+        if len(measured) < 2 or (cap is not None and measured[-1][0] >= cap):
             return None
         (before, before_rps), (last, last_rps) = measured[-2], measured[-1]
         gain = throughput_gain_per_doubling(before, before_rps, last, last_rps)
-        if gain < MIN_THROUGHPUT_GAIN:
+        if gain < EXTEND_THROUGHPUT_GAIN:
             return None
         if self.batch_cap is None:
-            note(f"{say}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}, and the "
+            note(f"{name}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}, and the "
                  f"server's max_num_seqs is not known (--endpoint): saturation is extrapolated past N={last}")
             return None
-        further = min(2 * last, self.batch_cap)
-        note(f"{say}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}; measuring "
-             f"N={further} (the server runs up to {self.batch_cap} requests at once)")
+        further = min(2 * last, cap)
+        held = "" if cap == self.batch_cap else f"; its KV cache holds {cap}"
+        note(f"{name}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}; measuring "
+             f"N={further} (the server runs up to {self.batch_cap} requests at once{held})")
         return further
 
     def stored_levels(self, configuration: Configuration) -> list[int]:
         """The closed-loop levels round 1 measures, as far as the points already stored decide them: the
         first level not yet stored ends the list (reading back needs every one; a missing one needs a server)."""
         measured: list[tuple[int, float]] = []
-        while (clients := self.next_level(measured)) is not None:
+        while (clients := self.next_level(measured, configuration.name)) is not None:
             stored = self._stored(point_key(configuration.name, f"c{clients}", 0))
             if stored is None:
                 return [n for n, _ in measured] + [clients]
