@@ -485,9 +485,14 @@ def test_poisson_point_with_more_in_flight_than_max_num_seqs_is_overloaded(tmp_p
     assert sweep._overloaded(nosd, [outcome(0.35)]) is None  # 7 in flight: every request runs
     queued = outcome(0.5)  # 10 in flight on average, 8 run: requests wait for a batch slot
     assert sweep._overloaded(nosd, [queued]) == 19.5 and queued.record.overloaded
-    assert "10 requests in flight on average > max_num_seqs 8" in notes[-1]
+    assert "10 requests in flight on average > the 8 it runs at once" in notes[-1]
     assert sweep.done["nosd_p75_r0"].overloaded  # and the manifest says so, for --resume
     assert store.load_records(check=False)[-1].overloaded
+    # a KV cache that holds 6 requests of 128 + 64 tokens: 7 in flight wait for room in it
+    sweep.kv_cache_tokens["nosd"] = 6 * 192
+    assert sweep.requests_at_once("nosd") == 6 and sweep.requests_at_once("k2") == 8
+    assert sweep._overloaded(nosd, [outcome(0.35)]) == 19.5
+    assert "7 requests in flight on average > the 6 it runs at once" in notes[-1]
 
 
 def test_throughput_plateau_stops_the_sweep(sdplan, tmp_path, fake_served) -> None:
@@ -641,6 +646,20 @@ def test_next_level_of_the_sweep(cap, measured, expected) -> None:
     sweep = Sweep(grid=SERVED_GRIDS["quick"], store=None, done={}, prompt_tokens=128, output_tokens=64,
                   max_clients=cap or 64, seed=0, temperature=0.0, model="m", batch_cap=cap)
     assert sweep.next_level(measured) == expected
+
+
+def test_a_sweep_that_stops_short_of_max_num_seqs_says_why() -> None:
+    from sdplan.measure.sweep import SERVED_GRIDS, Sweep
+
+    sweep = Sweep(grid=SERVED_GRIDS["quick"], store=None, done={}, prompt_tokens=128, output_tokens=64,
+                  max_clients=128, seed=0, temperature=0.0, model="m", batch_cap=128)
+    notes: list[str] = []
+    sweep.events.on_note = notes.append
+    assert sweep.next_level([(1, 10.0), (4, 38.0), (16, 140.0), (64, 160.0)], "k4", say=True) is None
+    assert notes == ["k4: throughput rose 7% per doubling of the clients at N=64, so N=64 ran at about 93% of "
+                     "the plateau; no larger N (the rest is extrapolated)"]
+    assert sweep.next_level([(1, 10.0), (4, 38.0), (16, 140.0), (64, 160.0)], "k4") is None  # quiet: no note
+    assert len(notes) == 1
 
 
 @pytest.mark.parametrize(("requests_held", "measured", "expected"), [

@@ -124,6 +124,10 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     assert cal.document["ttft"]["source"].startswith("fitted")
     # the prefix cache's share of the prompts, read from the server's /metrics (the resumed invocation's)
     assert "of prompt tokens served from vLLM's prefix cache" in measurement["prefix_cache"]
+    # and each configuration's KV cache (the draft's layers share it: the SD server holds fewer tokens)
+    sizes = dict(zip(measurement["kv_cache_configurations"], measurement["kv_cache_tokens"]))
+    assert set(sizes) == {"nosd", "k2"} and 0 < sizes["k2"] < sizes["nosd"], sizes
+    assert str(int(sizes["nosd"])) in (tmp_path / "cpu.runs" / "manifest.jsonl").read_text()
     # the raw results are ordinary vLLM files: fit and validate read the folder as it is
     from click.testing import CliRunner
 

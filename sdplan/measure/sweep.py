@@ -259,6 +259,12 @@ class Sweep:
             return None
         return max(1, tokens // per_request)
 
+    def requests_at_once(self, configuration: str | None) -> int | None:
+        """The most requests a configuration's server runs at once: its ``max_num_seqs`` (:attr:`batch_cap`),
+        or fewer where its KV cache holds fewer (:meth:`kv_bound`); None when neither is known."""
+        known = [cap for cap in (self.batch_cap, self.kv_bound(configuration)) if cap is not None]
+        return min(known) if known else None
+
     def warm_up(self, configuration: Configuration, server: Server, client: Client) -> None:
         """One unrecorded closed-loop run at the largest level: compiles and caches every batch shape
         the points will use, so the first point does not pay for them."""
@@ -338,15 +344,17 @@ class Sweep:
         grid = self.levels(configuration)
         if len(measured) < len(grid):
             return grid[len(measured)]
-        bound = self.kv_bound(configuration)
-        cap = self.batch_cap if bound is None or self.batch_cap is None else min(self.batch_cap, bound)
+        cap = self.requests_at_once(configuration)
         if len(measured) < 2 or (cap is not None and measured[-1][0] >= cap):
             return None
         (before, before_rps), (last, last_rps) = measured[-2], measured[-1]
         gain = throughput_gain_per_doubling(before, before_rps, last, last_rps)
         if gain < EXTEND_THROUGHPUT_GAIN:
+            if gain >= MIN_THROUGHPUT_GAIN:
+                note(f"{name}: throughput rose {gain - 1:.0%} per doubling of the clients at N={last}, so N={last} "
+                     f"ran at about {2 - gain:.0%} of the plateau; no larger N (the rest is extrapolated)")
             return None
-        if self.batch_cap is None:
+        if self.batch_cap is None or cap is None:
             note(f"{name}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}, and the "
                  f"server's max_num_seqs is not known (--endpoint): saturation is extrapolated past N={last}")
             return None
@@ -474,15 +482,17 @@ class Sweep:
         """Flag the repeats of a Poisson point that did not keep up; the rate they sustained, or None.
 
         A point did not keep up when its :func:`sdplan.results.kept_up_fraction` is below :data:`MIN_KEPT_UP_FRACTION`,
-        or when, with the server's ``max_num_seqs`` known, more requests were in flight on average
-        (``lambda L``, Little's law) than the server runs at once: they waited for a batch slot, a queue the
-        fitted relation ``L = C1 + B C2`` leaves out (the planner caps the rate there instead).
+        or when, with the server's ``max_num_seqs`` or KV cache known (:meth:`requests_at_once`), more
+        requests were in flight on average (``lambda L``, Little's law) than the server runs at once: they
+        waited for a batch slot, a queue the fitted relation ``L = C1 + B C2`` leaves out (the planner caps
+        the rate there instead).
         """
         def in_flight(o: PointOutcome) -> float:
             return (o.offered_rps or 0.0) * o.mean_latency_s
 
+        cap = self.requests_at_once(configuration.name)
         behind = [o for o in outcomes if fell_behind(o.kept_up)
-                  or (o.offered_rps and self.batch_cap and in_flight(o) > self.batch_cap)]
+                  or (o.offered_rps and cap and in_flight(o) > cap)]
         if not behind:
             return None
         for o in behind:
@@ -495,7 +505,7 @@ class Sweep:
         worst = min(behind, key=lambda o: o.kept_up if o.kept_up is not None else 1.0)
         why = (f"kept up {worst.kept_up:.0%} < {MIN_KEPT_UP_FRACTION:.0%}"
                if fell_behind(worst.kept_up)
-               else f"{in_flight(worst):.3g} requests in flight on average > max_num_seqs {self.batch_cap}")
+               else f"{in_flight(worst):.3g} requests in flight on average > the {cap} it runs at once")
         self.events.on_note(
             f"{configuration.name} {worst.record.label}: the server did not keep up with {worst.offered_rps or 0:.3g} "
             f"req/s (completed {worst.throughput_rps:.3g} req/s, {why}: past what it sustains); left out of the fit"
