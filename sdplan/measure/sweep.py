@@ -290,7 +290,8 @@ class Sweep:
             self.warm_up(configuration, server, client)
         measured: list[tuple[int, float]] = []
         bound = self.kv_bound(configuration.name)
-        if bound is not None and bound < self.max_clients and not isinstance(client, _ReadBack):
+        if bound is not None and bound < min(self.max_clients, max(self.grid.concurrency)) \
+                and not isinstance(client, _ReadBack):  # past the grid, the note on going further says so
             self.events.on_note(
                 f"{configuration.name}: the server's KV cache holds {self.kv_cache_tokens[configuration.name]} "
                 f"tokens, {bound} requests of {self.prompt_tokens} + {self.output_tokens}: the sweep goes no "
@@ -328,18 +329,18 @@ class Sweep:
 
         The grid's levels (up to the batch cap and the KV cache's :meth:`kv_bound`), stopping once a level
         gains less than :data:`MIN_THROUGHPUT_GAIN` over the best before it. Past the grid's largest N, twice
-        the clients, up to the server's batch cap and KV cache, while the last step gained at least :data:`EXTEND_THROUGHPUT_GAIN` per
-        doubling: a GPU's throughput often still doubles from 64 to 256 clients, and a plateau extrapolated
-        from N <= 64 would be far too high. With no cap known (``--endpoint``) the sweep stops there.
+        the clients, up to the server's batch cap and KV cache, while the last step gained at least
+        :data:`EXTEND_THROUGHPUT_GAIN` per doubling: a GPU's throughput often still doubles from 64 to 256
+        clients, and a plateau extrapolated from N <= 64 would be far too high. With no ``max_num_seqs``
+        known (``--endpoint``) the sweep stops there.
         """
         note = self.events.on_note if say else (lambda text: None)
-        name = configuration
         if len(measured) >= 2:
             last, throughput = measured[-1]
             best_before = max(rps for _, rps in measured[:-1])
             if last >= 4 and throughput < MIN_THROUGHPUT_GAIN * best_before:
-                note(f"{name}: throughput stopped rising at N={last} ({throughput:.3g} vs {best_before:.3g} req/s); "
-                     "no larger N")
+                note(f"{configuration}: throughput stopped rising at N={last} ({throughput:.3g} vs "
+                     f"{best_before:.3g} req/s); no larger N")
                 return None
         grid = self.levels(configuration)
         if len(measured) < len(grid):
@@ -351,17 +352,17 @@ class Sweep:
         gain = throughput_gain_per_doubling(before, before_rps, last, last_rps)
         if gain < EXTEND_THROUGHPUT_GAIN:
             if gain >= MIN_THROUGHPUT_GAIN:
-                note(f"{name}: throughput rose {gain - 1:.0%} per doubling of the clients at N={last}, so N={last} "
-                     f"ran at about {2 - gain:.0%} of the plateau; no larger N (the rest is extrapolated)")
+                note(f"{configuration}: throughput rose {gain - 1:.0%} per doubling of the clients at N={last}, so "
+                     f"N={last} ran at about {2 - gain:.0%} of the plateau; no larger N (the rest is extrapolated)")
             return None
-        if self.batch_cap is None or cap is None:
-            note(f"{name}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}, and the "
-                 f"server's max_num_seqs is not known (--endpoint): saturation is extrapolated past N={last}")
+        if self.batch_cap is None or cap is None:  # (cap is None only without a batch cap)
+            note(f"{configuration}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}, "
+                 f"and the server's max_num_seqs is not known (--endpoint): saturation is extrapolated past N={last}")
             return None
         further = min(2 * last, cap)
         held = "" if cap == self.batch_cap else f"; its KV cache holds {cap}"
-        note(f"{name}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}; measuring "
-             f"N={further} (the server runs up to {self.batch_cap} requests at once{held})")
+        note(f"{configuration}: throughput still rose {gain - 1:.0%} per doubling of the clients at N={last}; "
+             f"measuring N={further} (the server runs up to {self.batch_cap} requests at once{held})")
         return further
 
     def stored_levels(self, configuration: Configuration) -> list[int]:
