@@ -102,7 +102,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
               "or put the flags after --.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), metavar="N",
               help="vLLM max_num_seqs (passed to vllm serve); caps the closed-loop clients. Default: vLLM's for "
-                   "the machine (128 on a CPU), up to which the sweep goes while throughput still rises.")
+                   "the machine (128 on a CPU), up to which the sweep goes while throughput still gains 10% per "
+                   "doubling.")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), metavar="TOKENS",
               help="vLLM max_num_batched_tokens (passed to vllm serve).")
 @click.option("--dtype", default=None, metavar="DTYPE", help="Model dtype passed to vLLM (auto, bfloat16, float32).")
@@ -148,8 +149,8 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     By default (--method served) it starts `vllm serve` itself on 127.0.0.1
     and a free port, once per configuration (no SD, then SD at each draft
     length), loads it with vLLM's own `vllm bench serve` in a closed-loop
-    concurrency sweep (N = 1, 4, 16, 64, ... up to max_num_seqs or until
-    throughput stops rising), and fits L = C1 + B*C2 and TTFT = c1p +
+    concurrency sweep (N = 1, 4, 16, 64, ... up to max_num_seqs, the
+    requests its KV cache holds, or until throughput stops rising), and fits L = C1 + B*C2 and TTFT = c1p +
     w1*tau1 + B*w2*tau2 to the measured points with the same machinery as
     `sdplan fit`. Every point is an
     ordinary vLLM result file kept in --results-dir; servers are always
