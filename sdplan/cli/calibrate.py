@@ -150,9 +150,9 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     and a free port, once per configuration (no SD, then SD at each draft
     length), loads it with vLLM's own `vllm bench serve` in a closed-loop
     concurrency sweep (N = 1, 4, 16, 64, ... up to max_num_seqs, the
-    requests its KV cache holds, or until throughput stops rising), and fits L = C1 + B*C2 and TTFT = c1p +
-    w1*tau1 + B*w2*tau2 to the measured points with the same machinery as
-    `sdplan fit`. Every point is an
+    requests its KV cache holds, or until throughput stops rising), and
+    fits L = C1 + B*C2 and TTFT = c1p + w1*tau1 + B*w2*tau2 to the measured
+    points with the same machinery as `sdplan fit`. Every point is an
     ordinary vLLM result file kept in --results-dir; servers are always
     stopped (also on Ctrl-C and failure); --resume continues. Points during
     which other processes used CPU are measured again. A calibration whose

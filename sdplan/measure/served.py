@@ -326,7 +326,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     measurement.wall_s = earlier_s + wall
     measurement.invocations = earlier_count + 1
     measurement.repeat_spreads = sweep.spreads()
-    measurement.kv_cache_tokens = {name: tokens for name, tokens in sweep.kv_cache_tokens.items() if name != "endpoint"}
+    measurement.kv_cache_tokens = dict(sweep.kv_cache_tokens)
     return measurement
 
 
@@ -340,12 +340,13 @@ def _measure_endpoint(options: ServedOptions, sweep: Sweep, client: Any, measure
     sweep.fresh_servers = False
     sweep.model = server_module.served_model_name(options.endpoint)
     tokens = server_module.kv_cache_tokens(options.endpoint)
-    if tokens is not None:
+    if tokens is not None:  # for the warm-up's level, before the configuration has its name
         sweep.kv_cache_tokens["endpoint"] = tokens
     sweep.warm_up(Configuration("endpoint", -1, None), endpoint, client)
+    sweep.kv_cache_tokens.pop("endpoint", None)
     k = server_module.probe_draft_length(options.endpoint)
     name = options.label or (f"ep-k{k}" if k else "ep-nosd")
-    _record_kv_cache(sweep, name, tokens)
+    sweep.record_kv_cache(name, tokens)
     configuration = Configuration(name, k, None)
     sweep.run_configuration(configuration, endpoint, client, warm_up=False)
     for repeat in range(1, sweep.rounds):
@@ -377,7 +378,7 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
         events.on_point(f"{configuration.name}: starting vllm serve" + (f" ({suffix[1:]})" if suffix else ""))
         try:
             server.start()
-            _record_kv_cache(sweep, configuration.name, kv_cache_tokens(server.base_url))
+            sweep.record_kv_cache(configuration.name, kv_cache_tokens(server.base_url))
             if not measurement.binding:
                 measurement.binding = summarise_binding(server.log_path.read_text(encoding="utf-8", errors="replace"))
             work(server, client)
@@ -400,14 +401,6 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
             serve(configuration, keys,
                   lambda server, bench, c=configuration: sweep.remeasure_configuration(c, server, bench),
                   "-remeasure")
-
-
-def _record_kv_cache(sweep: Sweep, configuration: str, tokens: int | None) -> None:
-    """Keep the KV cache size of a configuration's first server (in the manifest too, for ``--resume``): it
-    bounds the clients the sweep runs (:meth:`sdplan.measure.sweep.Sweep.kv_bound`)."""
-    if tokens is not None and configuration not in sweep.kv_cache_tokens:
-        sweep.kv_cache_tokens[configuration] = tokens
-        sweep.store.record_kv_cache(configuration, tokens)
 
 
 #: Share of prompt tokens served from the prefix cache above which random-prompt points are flattered.

@@ -238,9 +238,17 @@ class Sweep:
     fresh_servers: bool = True
 
     def levels(self, configuration: str | None = None) -> list[int]:
-        """The grid's levels for a configuration, up to its server's batch cap and KV cache (:meth:`kv_bound`)."""
-        bound = self.kv_bound(configuration)
-        return concurrency_levels(self.grid, self.max_clients if bound is None else min(self.max_clients, bound))
+        """The grid's levels for a configuration, up to the requests its server runs at once
+        (:meth:`requests_at_once`)."""
+        return concurrency_levels(self.grid, min(self.max_clients, self.requests_at_once(configuration) or
+                                                 self.max_clients))
+
+    def record_kv_cache(self, configuration: str, tokens: int | None) -> None:
+        """Keep the KV cache size of a configuration's first server, in the manifest too (``--resume`` reads
+        it back without a server): it bounds the clients the sweep runs (:meth:`kv_bound`)."""
+        if tokens is not None and configuration not in self.kv_cache_tokens:
+            self.kv_cache_tokens[configuration] = tokens
+            self.store.record_kv_cache(configuration, tokens)
 
     def kv_bound(self, configuration: str | None) -> int | None:
         """The most requests of the workload whose prompt and output fit the configuration's KV cache together,
