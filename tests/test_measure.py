@@ -978,3 +978,15 @@ def test_vllm_subprocesses_use_a_compile_cache_that_loads_on_a_cpu(monkeypatch, 
     env = sdplan._vllm.subprocess_environment(dict(given, PATH="/usr/bin"))
     assert env.get("VLLM_USE_AOT_COMPILE") == expected
     assert env["PATH"] == "/usr/bin"
+
+
+@pytest.mark.parametrize("line", ['{"invocation_wall_s": "12 s"}', '{"server": "nosd", "kv_cache_tokens": null}'])
+def test_a_damaged_manifest_line_is_a_one_line_error_on_resume(sdplan, tmp_path, fake_served, line) -> None:
+    common = ("--draft-lengths", "0", "--max-num-seqs", "8", "--accept-poor-fit")
+    assert _calibrate(sdplan, tmp_path, *common).exit_code == 0
+    manifest = tmp_path / "cal.runs" / "manifest.jsonl"
+    manifest.write_text(manifest.read_text() + line + "\n")
+    result = _calibrate(sdplan, tmp_path, *common, "--resume")
+    assert result.exit_code == ExitStatus.BAD_INPUT, result.output
+    key = "invocation_wall_s" if "wall" in line else "kv_cache_tokens"
+    assert f"manifest.jsonl: {key}" in result.stderr and "Traceback" not in result.output

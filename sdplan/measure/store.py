@@ -113,7 +113,7 @@ class ResultStore:
 
     def invocation_seconds(self) -> tuple[float, int]:
         """Total wall time of earlier invocations and their count."""
-        walls = [float(entry["invocation_wall_s"]) for entry in self._entries() if "invocation_wall_s" in entry]
+        walls = [self._number(entry, "invocation_wall_s") for entry in self._entries() if "invocation_wall_s" in entry]
         return sum(walls), len(walls)
 
     def kv_cache_tokens(self) -> dict[str, int]:
@@ -121,8 +121,16 @@ class ResultStore:
         sizes: dict[str, int] = {}
         for entry in self._entries():
             if "kv_cache_tokens" in entry:
-                sizes.setdefault(str(entry.get("server")), int(entry["kv_cache_tokens"]))
+                sizes.setdefault(str(entry.get("server")), int(self._number(entry, "kv_cache_tokens")))
         return sizes
+
+    def _number(self, entry: dict[str, Any], key: str) -> float:
+        """A non-negative number of a manifest line; anything else means the manifest was edited or damaged."""
+        value = entry[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise InputFileError(str(self.path), key, f"{value!r} is not a non-negative number; remove the folder "
+                                                      "or choose another --results-dir")
+        return float(value)
 
     def record_kv_cache(self, configuration: str, tokens: int) -> None:
         self._write({"server": configuration, "kv_cache_tokens": tokens})
