@@ -71,6 +71,7 @@ def main() -> int:
     from sdplan.measure.quiet import ForeignCpu
     from sdplan.measure.server import ServedEngine
     from sdplan.results import read_results
+    from sdplan.workload import resolve_workload
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="sdplan-accuracy-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -104,6 +105,8 @@ def main() -> int:
         return 1
     cal = load_calibration(out)
     coefficients = cal.coefficients_at(p, g)
+    # what `sdplan plan -c served.toml` uses when the user gives no acceptance: the calibration's own
+    planned_acceptance = resolve_workload(cal).acceptance
     alpha = cal.acceptance.per_token_alpha if cal.acceptance else 0.0
     print(f"calibrate: {calibrate_s:.0f} s wall, fit MAPE {cal.document['fit_quality']['mape_pct']:.2f}%, "
           f"closed-loop factor {coefficients.closed_loop_factor:.3f}, "
@@ -166,7 +169,13 @@ def main() -> int:
                         tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(run_alpha, k))
                         ttft = float(model.time_to_first_token(coefficients, k, rate * latency, tokens))
                         tpot = float(model.time_per_output_token(latency, ttft, g))
-                        rows.append((k, load, rate, measured, latency, ttft, tpot, foreign, attempt))
+                        if k:
+                            planned = model.demand_from_tokens(
+                                coefficients, float(planned_acceptance.tokens_per_cycle([k])[0, 0]), k)
+                        else:
+                            planned = model.baseline_demand(coefficients)
+                        as_planned = float(model.mean_latency(*planned, rate))
+                        rows.append((k, load, rate, measured, latency, ttft, tpot, foreign, as_planned, attempt))
                 finally:
                     server.stop()
 
@@ -178,7 +187,7 @@ def main() -> int:
     print(f"{'option':>6} {'load':>5} {'rate':>7} {'E2E meas':>9} {'pred':>8} {'err':>7} {'TTFT meas':>9} "
           f"{'pred':>8} {'err':>7} {'TPOT meas':>9} {'pred':>8} {'err':>7} {'foreign':>7}")
     errors: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
-    for k, load, rate, measured, latency, ttft, tpot, foreign, attempt in rows:
+    for k, load, rate, measured, latency, ttft, tpot, foreign, _, attempt in rows:
         e, t, o = (pct(latency, measured.mean_e2e_latency_s), pct(ttft, measured.mean_ttft_s),
                    pct(tpot, measured.mean_tpot_s))
         errors["e2e"].append(abs(e))
@@ -198,6 +207,13 @@ def main() -> int:
     print(f"MAPE mean E2E {sum(errors['e2e']) / len(rows):.1f}%  TTFT {sum(errors['ttft']) / len(rows):.1f}%  "
           f"TPOT {sum(errors['tpot']) / len(rows):.1f}%  over {len(rows)} Poisson runs; saturation errors "
           + ", ".join(f"{pct(pr, pk):+.1f}%" for _, pk, pr, *_ in saturation_rows))
+    # the same runs as a user's `sdplan plan` predicts them: the calibration's acceptance for every k, not each
+    # run's own (a run past the model's saturation counts as unstable, outside the MAPE)
+    planned_errors = [abs(pct(row[8], row[3].mean_e2e_latency_s)) for row in rows]
+    finite = [error for error in planned_errors if math.isfinite(error)]
+    print(f"as sdplan plan predicts them (the calibration's acceptance, {planned_acceptance.metric.value}): MAPE "
+          f"mean E2E {sum(finite) / max(len(finite), 1):.1f}% over {len(finite)} runs"
+          + (f"; {len(planned_errors) - len(finite)} predicted unstable" if len(finite) < len(planned_errors) else ""))
     if args.passes > 1:  # the noise floor: one independent measurement as the prediction of another
         first = {(k, load): m for k, load, _, m, *_, attempt in rows if attempt == 0}
         floor: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}

@@ -89,6 +89,9 @@ class BenchmarkRun:
         vLLM's mean acceptance length (tokens per cycle, bonus included), if recorded.
     draft_coverage : float or None
         Fraction of decode steps that carried a draft (:func:`draft_coverage`), if recorded.
+    position_rates : tuple of float or None
+        vLLM's per-position acceptance rates ``r_1..r_k`` (the fraction of drafts whose
+        first ``i`` tokens were all accepted, non-increasing), if recorded.
     open_loop_unbounded : bool
         True for a max-load run (vLLM ``request_rate = inf`` without a concurrency
         cap, GuideLLM ``throughput``): not at steady state.
@@ -111,6 +114,7 @@ class BenchmarkRun:
     percentiles_s: tuple[tuple[str, float], ...] = ()
     mean_acceptance_length: float | None = None
     draft_coverage: float | None = None
+    position_rates: tuple[float, ...] | None = None
     completed: int | None = None
     failed: int | None = None
     open_loop_unbounded: bool = False
@@ -452,6 +456,26 @@ def _acceptance_from_vllm(document: dict[str, Any], path: str) -> tuple[int, flo
     return k, float(alpha_from_mean_length(tau, k)), tau, []
 
 
+def _position_rates(document: dict[str, Any], path: str, k: int) -> tuple[float, ...] | None:
+    """vLLM's ``spec_decode_per_position_acceptance_rates`` (fractions, non-increasing), if the run has k of them.
+
+    Rounding can leave a later rate a hair above an earlier one; the running minimum keeps them
+    a valid sequence (position ``i`` is accepted only where ``i - 1`` was).
+    """
+    rates = document.get("spec_decode_per_position_acceptance_rates")
+    if not k or not isinstance(rates, list) or len(rates) != k:
+        return None
+    values: list[float] = []
+    for index, rate in enumerate(rates):
+        value = _number(rate, path, f"spec_decode_per_position_acceptance_rates[{index}]")
+        assert value is not None
+        if not 0.0 <= value <= 1.0:
+            raise InputFileError(path, f"spec_decode_per_position_acceptance_rates[{index}]",
+                                 f"is {value}; vLLM writes fractions in [0, 1]")
+        values.append(min(value, values[-1]) if values else value)
+    return tuple(values)
+
+
 def draft_coverage(document: dict[str, Any], completed: int) -> float | None:
     """The fraction of decode steps that carried a draft, from a vLLM result's counters.
 
@@ -605,6 +629,7 @@ def _read_vllm(path: str, document: dict[str, Any]) -> BenchmarkRun:
         concurrency=concurrency if closed else None, others_in_flight=others, others_at_first_token=others_ttft,
         draft_length=k, alpha=alpha, mean_acceptance_length=tau, prompt_tokens=prompt, output_tokens=output,
         draft_coverage=draft_coverage(document, completed) if k else None,
+        position_rates=_position_rates(document, path, k),
         mean_e2e_latency_s=latency, mean_ttft_s=ttft_s, mean_tpot_s=tpot_s, percentiles_s=tuple(percentiles),
         completed=completed, failed=failed, open_loop_unbounded=unbounded_rate and not closed and ramp_up is None,
         kept_up=kept_up, ramp_up=ramp_up, burstiness=burstiness, client_cap=client_cap, held_back_by_cap=held,
@@ -683,9 +708,9 @@ class RunFacts:
         if self.draft_length is not None:
             run = replace(run, draft_length=self.draft_length, records_draft_length=True)
         if self.alpha is not None and run.draft_length > 0:
-            run = replace(run, alpha=self.alpha, records_acceptance=True)
+            run = replace(run, alpha=self.alpha, position_rates=None, records_acceptance=True)
         if run.draft_length == 0:
-            run = replace(run, alpha=None, mean_acceptance_length=None)
+            run = replace(run, alpha=None, mean_acceptance_length=None, position_rates=None)
         return run
 
     def fill(self, run: BenchmarkRun) -> BenchmarkRun:
@@ -695,7 +720,7 @@ class RunFacts:
         if self.alpha is not None and run.draft_length > 0 and not run.records_acceptance:
             run = replace(run, alpha=self.alpha)
         if run.draft_length == 0:
-            run = replace(run, alpha=None, mean_acceptance_length=None)
+            run = replace(run, alpha=None, mean_acceptance_length=None, position_rates=None)
         return run
 
 

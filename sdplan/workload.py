@@ -76,13 +76,59 @@ def resolve_acceptance(
     if measured is not None:
         from dataclasses import replace
 
-        spec = make_acceptance(
-            AcceptanceMetric.PER_TOKEN, (measured.per_token_alpha,), None, f"from the calibration: {measured.source}"
-        )
+        source = f"from the calibration: {measured.source}"
+        if measured.per_position_rates:
+            spec = make_acceptance(AcceptanceMetric.PER_POSITION, position_rates_from_conditional(
+                measured.per_position_rates), None, source)
+        else:
+            spec = make_acceptance(AcceptanceMetric.PER_TOKEN, (measured.per_token_alpha,), None, source)
         return replace(spec, coverage=measured.draft_coverage)
     return make_acceptance(
         AcceptanceMetric.PER_TOKEN, (DEFAULT_ALPHA,), None, "default assumption; set --acceptance for your workload"
     )
+
+
+def position_rates_from_conditional(conditional: Sequence[float]) -> tuple[float, ...]:
+    """vLLM's per-position rates ``r_i = a_1 ... a_i`` from a calibration's conditional ``a_i``.
+
+    A calibration stores ``[acceptance] per_position_rates`` conditionally (``a_i``: position
+    ``i`` accepted given ``1..i-1`` were); ``--position-acceptance`` and vLLM's
+    ``spec_decode_per_position_acceptance_rates`` are the running products.
+    """
+    rates: list[float] = []
+    for rate in conditional:
+        rates.append(float(rate) * (rates[-1] if rates else 1.0))
+    return tuple(rates)
+
+
+def measured_draft_lengths(acceptance: AcceptanceSpec, draft_lengths: Sequence[int], *,
+                           given: bool) -> tuple[list[int], str | None]:
+    """The draft lengths the acceptance covers, and a note on those left out.
+
+    Per-position acceptance gives ``E(k)`` only up to the draft length it was measured at
+    (``K``). Draft lengths the user gave past ``K`` are an error; of the default candidates,
+    those past ``K`` are left out with a note when the rates came from the calibration.
+
+    Raises
+    ------
+    InvalidValueError
+        If a given draft length exceeds ``K``, or none of the candidates is within it.
+    """
+    rates = acceptance.position_rates
+    if rates is None or max(draft_lengths, default=0) <= len(rates):
+        return list(draft_lengths), None
+    longest = len(rates)
+    kept = [k for k in draft_lengths if k <= longest]
+    calibrated = acceptance.source.startswith("from the calibration")
+    if given or not calibrated or not any(k > 0 for k in kept):
+        where = ("the calibration measured it" if calibrated else "--position-acceptance gives it")
+        raise InvalidValueError(
+            f"per-position acceptance covers draft lengths 1..{longest} ({where} up to k={longest}); give "
+            f"--draft-lengths within 1-{longest}, or --acceptance ALPHA to extrapolate an i.i.d. alpha past it")
+    dropped = [k for k in draft_lengths if k > longest]
+    span = f"{dropped[0]}-{dropped[-1]}" if len(dropped) > 1 else str(dropped[0])
+    return kept, (f"draft lengths {span} left out: the calibration measured acceptance per draft position up to "
+                  f"k={longest}; give --acceptance ALPHA to extrapolate an i.i.d. alpha past it")
 
 
 def resolve_workload(

@@ -28,6 +28,24 @@ def test_vllm_reader_normalises_units_and_acceptance(tmp_path) -> None:
     spec = next(r for r in runs if r.draft_length == 4 and r.alpha is not None and r.alpha > 0.8)
     assert spec.alpha == pytest.approx(0.85, abs=2e-3)  # from spec_decode_acceptance_length at k = 4
     assert spec.mean_e2e_latency_s > 1.0  # ms converted to s
+    assert spec.position_rates == pytest.approx([0.85 ** (i + 1) for i in range(4)], abs=1e-3)
+
+
+def test_vllm_per_position_rates_are_kept_monotone_and_checked(tmp_path, sdplan) -> None:
+    path = write_vllm(tmp_path / "runs")[0]
+    document = json.loads(path.read_text())
+    for key in [key for key in document if key.startswith("spec_decode")]:
+        del document[key]
+    document.update({"spec_decode_acceptance_length": 2.0, "spec_decode_num_drafts": 10,
+                     "spec_decode_draft_tokens": 20, "spec_decode_per_position_acceptance_rates": [0.6, 0.6000001]})
+    path.write_text(json.dumps(document))
+    run = read_results(path, "vllm")[0][0]
+    assert run.draft_length == 2 and run.position_rates == (0.6, 0.6)  # rounding never makes a later one larger
+    document["spec_decode_per_position_acceptance_rates"] = [60.0, 40.0]  # percent, not vLLM's fractions
+    path.write_text(json.dumps(document))
+    result = sdplan("validate", str(path))
+    assert result.exit_code == ExitStatus.BAD_INPUT
+    assert "spec_decode_per_position_acceptance_rates[0]" in result.stderr and "[0, 1]" in result.stderr
 
 
 def test_vllm_reader_old_versions_and_missing_e2el(tmp_path) -> None:

@@ -928,6 +928,8 @@ def test_a_method_calibration_records_its_method_server_command_and_acceptance(s
     assert cal.provenance["draft_model"] == (str(tmp_path / draft) if draft else method)
     assert f'"method":"{method}"' in cal.document["measurement"]["server_commands"][1]
     assert cal.acceptance is not None and cal.acceptance.measured_at_k == k
+    # vLLM's per-position rates (alpha**i from the fake server) stored as conditional rates: alpha each
+    assert cal.acceptance.per_position_rates == pytest.approx([cal.acceptance.per_token_alpha] * k, abs=0.02)
 
 
 def test_a_servers_ipc_sockets_go_to_a_folder_removed_when_it_stops(tmp_path, monkeypatch) -> None:

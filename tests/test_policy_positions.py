@@ -164,3 +164,71 @@ def test_goodput_solver_walks_past_a_segment_with_no_fixed_point() -> None:
     expected = numpy.min(c1[0][rho < 1] / (1 - rho[rho < 1]))
     assert result.latency_s[0, 0] == pytest.approx(expected, rel=1e-12)
     assert result.iterations <= 3
+
+
+# --------------------------------------------------------------- a calibration's measured per-position rates
+
+#: Conditional rates as ``sdplan calibrate`` stores them, from the benchmark's tiny draft (acc27): it accepts
+#: its first two tokens about 98% of the time and its third about 1%, far from i.i.d.
+MEASURED_CONDITIONAL = [0.985045, 0.983697, 0.012221, 0.0]
+
+
+def _with_positions(document: dict) -> dict:
+    document["acceptance"] = {"per_token_alpha": 0.735304, "measured_at_k": 4,
+                              "per_position_rates": MEASURED_CONDITIONAL, "source": "served runs at k=4"}
+    return document
+
+
+def test_a_calibrations_position_rates_give_each_shorter_draft_its_own_tokens_per_cycle(write_calibration,
+                                                                                         direct_document) -> None:
+    from sdplan.calibration import load_calibration
+    from sdplan.workload import position_rates_from_conditional, resolve_workload
+
+    spec = resolve_workload(load_calibration(write_calibration(_with_positions(direct_document), "pos"))).acceptance
+    assert spec.metric is AcceptanceMetric.PER_POSITION and spec.source.startswith("from the calibration")
+    cumulative = position_rates_from_conditional(MEASURED_CONDITIONAL)
+    assert cumulative[1] == pytest.approx(0.985045 * 0.983697)
+    tokens = spec.tokens_per_cycle(numpy.arange(1, 5))[0]
+    assert_allclose(tokens, 1 + numpy.cumsum(cumulative), rtol=1e-12)
+    # the i.i.d. alpha measured at k=4 would put k=2 at 2.28 tokens per cycle; the positions say 2.955
+    assert float(expected_tokens_per_cycle(0.735304, 2)) == pytest.approx(2.28, abs=0.01)
+    assert tokens[1] == pytest.approx(2.954, abs=0.001)
+
+
+def test_plan_leaves_out_default_draft_lengths_the_calibration_did_not_measure(sdplan, write_calibration,
+                                                                               direct_document) -> None:
+    path = str(write_calibration(_with_positions(direct_document), "pos"))
+    result = sdplan("plan", "-c", path, "-f", "json", "--rates", "1,2")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert [k["draft_length_tokens"] for k in document["results"][0]["draft_lengths"]] == [1, 2, 3, 4]
+    assert any("left out" in warning for warning in document["warnings"])
+    assert document["workload"]["acceptance"]["metric_given"] == "per-position"
+    assert "draft lengths 5-8 left out" in result.stderr and "up to k=4" in result.stderr
+    table = sdplan("plan", "-c", path, "--rates", "1,2")
+    assert "acceptance per draft position 0.985" in table.stdout and "per-token alpha 0.735" not in table.stdout
+    # draft lengths the user asks for past the measured ones: a usage error naming both ways out
+    asked = sdplan("plan", "-c", path, "--draft-lengths", "1-8")
+    assert asked.exit_code == ExitStatus.USAGE
+    assert "--draft-lengths within 1-4" in asked.stderr and "--acceptance ALPHA" in asked.stderr
+    # an alpha of the user's own extrapolates as before
+    iid = sdplan("plan", "-c", path, "--acceptance", "0.7", "-f", "json", "--rates", "1")
+    assert iid.exit_code == 0 and len(json.loads(iid.stdout)["results"][0]["draft_lengths"]) == 8
+
+
+def test_check_capacity_and_simulate_use_the_calibrations_position_rates(sdplan, write_calibration,
+                                                                          direct_document) -> None:
+    path = str(write_calibration(_with_positions(direct_document), "pos"))
+    check = sdplan("check", "-c", path, "--rate", "1", "--slo", "e2e:mean<=60s", "-f", "json")
+    assert check.exit_code == 0, check.output
+    assert json.loads(check.stdout)["speculation"]["candidates_tokens"] == [1, 2, 3, 4]
+    assert "left out" in check.stderr
+    capacity = sdplan("capacity", "-c", path, "--slo", "e2e:mean<=60s")
+    assert capacity.exit_code == 0, capacity.output
+    assert "acceptance per draft position" in capacity.stdout
+    fixed = sdplan("check", "-c", path, "--rate", "1", "--slo", "e2e:mean<=60s", "--draft-lengths", "2-6")
+    assert fixed.exit_code == ExitStatus.USAGE and "1-4" in fixed.stderr
+    simulated = sdplan("simulate", "-c", path, "--rates", "0.5", "--requests", "200", "--seeds", "1", "-f", "json")
+    assert simulated.exit_code == 0, simulated.output
+    workload = json.loads(simulated.stdout)["workload"]
+    assert workload["position_acceptance_rates"][0] == pytest.approx(0.985045)

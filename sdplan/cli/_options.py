@@ -287,3 +287,11 @@ def usage_error(message: str) -> click.UsageError:
     error = click.UsageError(message)
     error.exit_code = int(ExitStatus.USAGE)
     return error
+
+
+def option_given(name: str) -> bool:
+    """Whether the running command's option ``name`` came from the user (command line or environment)."""
+    from click.core import ParameterSource
+
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)

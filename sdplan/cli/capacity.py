@@ -7,6 +7,7 @@ import click
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
 from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
 from sdplan.cli._simulation import simulation_options
+from sdplan.workload import measured_draft_lengths
 
 
 @click.command()
@@ -91,7 +92,9 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                             acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
     file = inputs.file
     method = resolve_method(spec_method, inputs.calibration)
-    candidates = candidate_lengths(draft_lengths, file)
+    candidates, lengths_note = measured_draft_lengths(
+        inputs.workload.acceptance, candidate_lengths(draft_lengths, file),
+        given=draft_lengths is not None or (file is not None and file.draft_lengths is not None))
     alpha = inputs.workload.acceptance.alphas[0]
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     # one batch cap, vLLM's max_num_seqs: the simulator's and the k schedule's (--max-batch-size: old alias)
@@ -145,6 +148,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     if any(binding == batch_cap_label(batch_cap) for binding in cap.binding_slo):
         warnings.append(f"capacity is limited by the batch cap of {batch_cap:g} sequences ({cap_source}) for some "
                         "options: the mean model is outside its regime beyond it (check with --simulate)")
+    warnings += [lengths_note] if lengths_note else []
     echo_warnings(warnings)
     target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
     gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \

@@ -9,6 +9,7 @@ import click
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
 from sdplan.cli._options import calibration_option, draft_choice_callback, output_options, workload_options
 from sdplan.cli._simulation import simulation_options
+from sdplan.workload import measured_draft_lengths
 
 
 @click.command()
@@ -82,7 +83,9 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
         draft_length = {"best": "best", "off": "off", "fixed": str(file.draft_length)}[file.mode]
     choice = draft_length or "best"
     mode = choice if choice in ("best", "off") else "fixed"
-    candidates = candidate_lengths(draft_lengths, file)
+    candidates, lengths_note = measured_draft_lengths(
+        inputs.workload.acceptance, candidate_lengths(draft_lengths, file),
+        given=draft_lengths is not None or (file is not None and file.draft_lengths is not None))
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     fixed = int(choice) if mode == "fixed" else None
     tokens = inputs.workload.acceptance.tokens_per_cycle([fixed] if fixed else candidates)
@@ -142,6 +145,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     if report.simulated is not None and not report.steady:
         warnings.append("the simulation did not reach a steady state at this rate (the queue keeps growing): "
                         "every SLO fails")
+    warnings += [lengths_note] if lengths_note else []
     echo_warnings(warnings)
     context = inputs.context()
     context["warnings"] = warnings

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sdplan.cli._options import calibration_option, grid_options, output_options, plot_options, workload_options
+from sdplan.cli._options import (calibration_option, grid_options, option_given, output_options, plot_options,
+                                 workload_options)
 
 
 def check_speculation_identified(cal: object) -> None:
@@ -82,7 +83,7 @@ def plan(
     from sdplan.limits import check_grid, check_table
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.plan import render_plan
-    from sdplan.workload import resolve_workload
+    from sdplan.workload import measured_draft_lengths, resolve_workload
 
     check_plot_request(plot, plot_file, fmt)
     cal = resolve_calibration(calibration)
@@ -99,6 +100,8 @@ def plan(
         measured_at_k=acceptance_k,
         position_rates=position_acceptance,
     )
+    draft_lengths, lengths_note = measured_draft_lengths(workload.acceptance, draft_lengths,
+                                                         given=option_given("draft_lengths"))
     coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
     alphas = list(workload.acceptance.alphas)
     tokens = workload.acceptance.tokens_per_cycle(draft_lengths)
@@ -132,7 +135,7 @@ def plan(
         output_tokens=workload.output_tokens,
         warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
                                              planner.largest_batch(result)) + planner.domain_warnings(result)
-                     + identification_warnings(cal)),
+                     + identification_warnings(cal) + ([lengths_note] if lengths_note else [])),
         intervals=intervals,
     )
     for warning in inputs.warnings:

@@ -54,13 +54,14 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
 
     from sdplan import planner
     from sdplan.calibration import resolve_calibration
-    from sdplan.cli._options import check_plot_request, parse_int_list, parse_number_list, terminal_plot_settings
+    from sdplan.cli._options import (check_plot_request, option_given, parse_int_list, parse_number_list,
+                                     terminal_plot_settings)
     from sdplan.cli._simulation import build_config, histogram_means, read_lengths
     from sdplan.errors import InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, progress_bar, stdout_is_terminal
     from sdplan.render.simulate import render_simulate, simulate_document
     from sdplan.simulate import replicate
-    from sdplan.workload import resolve_workload
+    from sdplan.workload import measured_draft_lengths, resolve_workload
 
     check_plot_request(plot, plot_file, fmt)
     lengths = read_lengths(lengths_file) if lengths_file else None
@@ -78,6 +79,8 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     candidates = sorted({k for k in parse_int_list(draft_lengths, "draft lengths") if k > 0}) or [1]
     if draft_length not in ("best", "off", "goodput"):
         candidates = [int(draft_length)]
+    candidates, lengths_note = measured_draft_lengths(
+        workload.acceptance, candidates, given=option_given("draft_lengths") or len(candidates) == 1)
     tokens = workload.acceptance.tokens_per_cycle(candidates)
     if rates is None:
         from sdplan import model
@@ -145,11 +148,14 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
         warnings.append(f"not at steady state at {', '.join(unsteady)} req/s: the queue kept growing during the "
                         "run (past saturation), so those statistics grow with --requests and are no steady-state "
                         "values")
+    warnings += [lengths_note] if lengths_note else []
     echo_warnings(warnings)
     context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method},
                "workload": {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
                             "acceptance": workload.acceptance.describe(), "lengths_file": lengths_file,
                             "per_token_alpha": workload.acceptance.alphas[0],
+                            "position_acceptance_rates": (list(workload.acceptance.position_rates)
+                                                          if workload.acceptance.position_rates else None),
                             "acceptance_source": workload.acceptance.source},
                "warnings": warnings}
     settings = {"replications": seeds, "requests": requests, "seed": seed, "arrival_cv": arrival_cv,
@@ -161,7 +167,8 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     series = [(f"{s.rate_rps:g} req/s", np.sort(s.e2e_samples_s)) for s in summaries]
     from sdplan.render.answer import alpha_phrase
 
-    assumption = alpha_phrase(workload.acceptance.alphas[0], workload.acceptance.source)
+    assumption = alpha_phrase(workload.acceptance.alphas[0], workload.acceptance.source,
+                              workload.acceptance.position_rates)
     if plot:
         from sdplan.render.plots import terminal_cdf
 

@@ -41,9 +41,21 @@ def acceptance_origin(source: str) -> str:
     return "given"
 
 
-def alpha_phrase(alpha: float, source: str) -> str:
-    """``per-token alpha 0.700 (assumed)``: the acceptance with where it came from, for every table."""
+def alpha_phrase(alpha: float, source: str, positions: "list[float] | tuple[float, ...] | None" = None) -> str:
+    """``per-token alpha 0.700 (assumed)``: the acceptance with where it came from, for every table.
+
+    With per-position rates (vLLM's ``r_1..r_K``) those are what the model used, not the alpha.
+    """
+    if positions:
+        return (f"acceptance per draft position {', '.join(f'{r:.3g}' for r in positions)} "
+                f"({acceptance_origin(source)})")
     return f"per-token alpha {alpha:.3f} ({acceptance_origin(source)})"
+
+
+def document_positions(acceptance: dict[str, object]) -> list[float] | None:
+    """The per-position rates of a JSON ``acceptance`` document (``AcceptanceSpec.document``), if it has them."""
+    values = acceptance.get("values_given")
+    return list(values) if acceptance.get("metric_given") == "per-position" and isinstance(values, list) else None
 
 
 def caveats(method: str, acceptance_source: str, alpha: float, warnings: list[str] | tuple[str, ...] = (),

@@ -100,10 +100,12 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
         from rich.text import Text
 
         from sdplan.render import print_paragraph, print_table
-        from sdplan.render.answer import alpha_phrase, check_answer
+        from sdplan.render.answer import alpha_phrase, check_answer, document_positions
 
         calibration = context["calibration"]
-        source = str(context.get("workload", {}).get("acceptance", {}).get("source", ""))
+        acceptance = context.get("workload", {}).get("acceptance", {})
+        source = str(acceptance.get("source", ""))
+        positions = document_positions(acceptance)
         failed = [f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in report.verdicts if not v.passed]
         where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
         for line in check_answer(report.passed, sum(v.passed for v in report.verdicts), len(report.verdicts), where,
@@ -112,7 +114,7 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
         console.print(f"calibration {calibration['name']} ({METHOD_LABELS.get(calibration['method'], '')})")
         best_of = f" (best of k={','.join(map(str, report.candidates))})" if report.mode == "best" else ""
         console.print(f"operating point: {report.rate_rps:g} req/s, {_option(report.draft_length)}{best_of}, "
-                      f"{alpha_phrase(report.alpha, source)}: regime {report.regime.replace('_', ' ')}, "
+                      f"{alpha_phrase(report.alpha, source, positions)}: regime {report.regime.replace('_', ' ')}, "
                       f"utilisation {report.point.utilisation:.2f}, B = {report.batch:.3g} requests in flight")
         how = report.simulated or "model means"
         table = Table(box=table_box(style))
@@ -128,7 +130,7 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
                 Text("pass", style="green") if verdict.passed else Text("FAIL", style="bold red"),
             )
         print_table(console, table, title=f"SLO verdicts at {report.rate_rps:g} req/s, {_option(report.draft_length)}, "
-                    f"{alpha_phrase(report.alpha, source)} ({how})")
+                    f"{alpha_phrase(report.alpha, source, positions)} ({how})")
         if report.simulated:
             console.print("Simulated values are means over replications of each statistic (sdplan-simulate(1)).")
         else:
@@ -215,12 +217,13 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
         from rich.text import Text
 
         from sdplan.render import print_paragraph, print_table
-        from sdplan.render.answer import alpha_phrase, capacity_answer
+        from sdplan.render.answer import alpha_phrase, capacity_answer, document_positions
 
         for line in capacity_answer(document):
             print_paragraph(console, line)
-        source = str(document.get("workload", {}).get("acceptance", {}).get("source", ""))
-        assumption = alpha_phrase(document["per_token_alpha"], source)
+        acceptance = document.get("workload", {}).get("acceptance", {})
+        source = str(acceptance.get("source", ""))
+        assumption = alpha_phrase(document["per_token_alpha"], source, document_positions(acceptance))
         console.print(f"calibration {document['calibration']['name']} "
                       f"({METHOD_LABELS.get(document['calibration']['method'], '')}); SD method "
                       f"{method_phrase(document.get('speculative_method'))}")

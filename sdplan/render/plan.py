@@ -380,7 +380,7 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
     console.print(f"no SD: saturates at {_num(plan.baseline_saturation_rate_rps)} req/s; zero-load latency "
                   f"{_num(plan.baseline_c1_s)} s; TTFT {_num(plan.ttft_s * 1e3)} ms at zero load, growing with B")
     for ia, alpha in enumerate(plan.alphas):
-        assumption = alpha_phrase(float(alpha), source)
+        assumption = alpha_phrase(float(alpha), source, inputs.acceptance.position_rates)
         console.print()
         table = _rate_table(plan, ia, style, wide)
         print_table(console, table, title=f"Mean end-to-end latency by request rate, {assumption}",

@@ -93,7 +93,8 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
         workload = document.get("workload", {})
         alpha = workload.get("per_token_alpha")
         source = str(workload.get("acceptance_source", ""))
-        assumption = alpha_phrase(alpha, source) if alpha is not None else "acceptance as given"
+        assumption = (alpha_phrase(alpha, source, workload.get("position_acceptance_rates"))
+                      if alpha is not None else "acceptance as given")
         console.print(f"calibration {document['calibration']['name']}; {workload.get('prompt_tokens')} prompt / "
                       f"{workload.get('output_tokens')} output tokens; {assumption}")
         console.print(f"{settings['replications']} replications x {settings['requests']} requests per rate (first "
