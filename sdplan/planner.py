@@ -368,8 +368,11 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
     return even, crossings
 
 
-def domain_warnings(result: Plan) -> list[str]:
-    """Warnings where the closed form is outside the domain it was checked on (see :mod:`sdplan.model`)."""
+def domain_warnings(result: Plan, batch_cap: tuple[int, str] | None = None) -> list[str]:
+    """Warnings where the closed form is outside the domain it was checked on (see :mod:`sdplan.model`).
+
+    ``batch_cap`` is the engine's ``max_num_seqs`` and what it is (default: vLLM's default, 256).
+    """
     import numpy as np
 
     c2p = result.coefficients.c2p_s
@@ -380,7 +383,8 @@ def domain_warnings(result: Plan) -> list[str]:
     warnings = []
     largest = largest_batch(result)
     if largest is not None:
-        capped = model.batch_cap_warning(largest, DEFAULT_MAX_NUM_SEQS, "vLLM's default max_num_seqs")
+        cap, what = batch_cap or (DEFAULT_MAX_NUM_SEQS, "vLLM's default max_num_seqs")
+        capped = model.batch_cap_warning(largest, cap, what)
         if capped is not None:
             warnings.append(capped.replace("(use --simulate)", "(see sdplan simulate --max-num-seqs)"))
     warning = model.prefill_interference_warning(c2p, c2[stable], rho[stable])

@@ -3,9 +3,10 @@
 A fitted or served calibration stores the covariance of its eight direct-form
 coefficients (``[uncertainty]``, :mod:`sdplan.fit`). The intervals here are
 parametric-bootstrap intervals: draw coefficient vectors from the normal
-distribution with that mean and covariance (negative draws clipped to 0, the
-estimator's own bound), push every draw through the same vectorised model the
-planner uses, and take the 2.5th and 97.5th percentiles of each prediction.
+distribution with that mean and covariance, keep the draws whose demands are
+physical (:func:`physical_draws`), push every draw through the same vectorised
+model the planner uses, and take the 2.5th and 97.5th percentiles of each
+prediction.
 Unlike a delta-method interval this follows the model's non-linearity near
 saturation, where a draw may be unstable: unstable draws count as ``inf``, so
 an upper bound past saturation reads "unstable", which is the answer.
@@ -31,11 +32,20 @@ if TYPE_CHECKING:
 #: Draws per interval; the 2.5th/97.5th percentiles of 400 draws move by about 1% of the interval's width.
 DRAWS = 400
 LEVEL = 0.95
+#: Rounds of DRAWS draws at most, to find DRAWS with physical demands (:func:`physical`).
+MAX_DRAW_ROUNDS = 10
 
 
 def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tokens: float,
-                      draws: int = DRAWS, seed: int = 0) -> list[Coefficients] | None:
-    """Coefficients at a workload for ``draws`` samples of the fitted coefficients; None without a covariance."""
+                      options: tuple[Any, Any] | None = None, draws: int = DRAWS,
+                      seed: int = 0) -> list[Coefficients] | None:
+    """Coefficients at a workload for ``draws`` samples of the fitted coefficients; None without a covariance.
+
+    ``options`` is ``(draft_lengths, tokens_per_cycle)`` of the SD options the caller evaluates
+    (broadcastable arrays); only draws with physical demands there are kept (:func:`physical`),
+    drawing more (up to :data:`MAX_DRAW_ROUNDS` rounds) until ``draws`` are. None also when fewer
+    than a quarter of that are physical: the covariance says little about those options then.
+    """
     import numpy as np
 
     table = calibration.document.get("uncertainty")
@@ -55,7 +65,6 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     values, vectors = np.linalg.eigh(covariance)
     root = vectors * np.sqrt(np.clip(values, 0.0, None))  # a PSD square root, robust to round-off
     rng = np.random.default_rng(seed)
-    samples = np.clip(mean + rng.standard_normal((draws, len(names))) @ root.T, 0.0, None)
     from dataclasses import fields, replace
 
     from sdplan.fit import coefficients_from_vector
@@ -71,8 +80,54 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
         unit[j] = 1.0
         scaled = coefficients_from_vector(unit, reference, prompt_tokens, output_tokens)
         basis[:, j] = [getattr(scaled, name) for name in costs]
-    values = samples[:, order] @ basis.T
-    return [replace(template, **dict(zip(costs, (float(v) for v in row)))) for row in values]
+    ks, tokens = (np.ravel(a).astype(np.float64) for a in np.broadcast_arrays(*options)) if options else ([], [])
+    kept = np.empty((0, len(costs)))
+    for _ in range(MAX_DRAW_ROUNDS):
+        samples = mean + rng.standard_normal((draws, len(names))) @ root.T
+        drawn = samples[:, order] @ basis.T
+        keep = physical({name: drawn[:, i] for i, name in enumerate(costs)}, template.output_tokens, ks, tokens)
+        kept = np.vstack([kept, drawn[keep]])
+        if len(kept) >= draws:
+            break
+    if len(kept) < draws // 4:
+        return None
+    return [replace(template, **dict(zip(costs, (float(v) for v in row)))) for row in kept[:draws]]
+
+
+def physical(costs: dict[str, Any], output_tokens: float, draft_lengths: Any, tokens_per_cycle: Any) -> Any:
+    """Which draws have physical demands: ``C1 > 0`` and ``C2 >= 0`` without SD and at every SD option.
+
+    Parameters
+    ----------
+    costs : dict of str to ndarray, shape (draws,)
+        The drawn cost coefficients (``c1p_s``, ``baseline_c1_step_s``, ``c1v_s``, ...).
+    output_tokens : float
+        ``g``, tokens per request.
+    draft_lengths, tokens_per_cycle : ndarray, shape (options,)
+        Each SD option's ``k`` and ``E``.
+
+    Notes
+    -----
+    The draws are not clipped coefficient by coefficient. One workload cannot split the prefill
+    ``c1p`` from the per-step costs, so the fit's covariance is wide and correlated along that
+    direction while the sums the model uses, ``C1 = c1p + (g/E)(c1v + k c1d)`` (``C1_D = c1p +
+    (g-1) c1_step``; ``C2`` alike), stay well determined. A clip at 0 (the fit's own bound) breaks
+    the correlation and biases every draw upward: on a served calibration with ``c1p`` at its bound
+    it put a capacity's whole 95% interval (0.53-19.5 req/s) below the estimate (20.3). Keeping
+    the draws whose sums are physical is the normal truncated to where the model is defined.
+    """
+    import numpy as np
+
+    from sdplan import model
+
+    steps = model.baseline_steps(output_tokens)
+    ok = (costs["c1p_s"] + steps * costs["baseline_c1_step_s"] > 0) \
+        & (costs["c2p_s"] + steps * costs["baseline_c2_step_s"] >= 0)
+    for k, tokens in zip(np.atleast_1d(draft_lengths), np.atleast_1d(tokens_per_cycle)):
+        cycles = output_tokens / tokens
+        ok &= costs["c1p_s"] + cycles * (costs["c1v_s"] + k * costs["c1d_s"]) > 0
+        ok &= costs["c2p_s"] + cycles * (costs["c2v_s"] + k * costs["c2d_s"]) >= 0
+    return ok
 
 
 def interval(samples: FloatArray, level: float = LEVEL) -> FloatArray:

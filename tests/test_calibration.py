@@ -197,3 +197,25 @@ def test_validity_warnings(direct_document) -> None:
     cal = parse_calibration(document, "x.toml")
     assert cal.validity_warnings(1000, 500) == []
     assert "outside the calibrated range" in cal.validity_warnings(4096, 500)[0]
+
+
+def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_calibration, direct_document,
+                                                                        sdplan) -> None:
+    from sdplan.calibration import load_calibration
+
+    assert load_calibration(write_calibration(copy.deepcopy(direct_document), "plain")).served_batch_cap() is None
+    served = copy.deepcopy(direct_document)
+    served["provenance"]["hardware"] = "AMD EPYC (CPU, 2 cores)"
+    served["measurement"] = {"method": "served", "server_commands": [
+        "vllm serve /m --dtype float32 --max-num-seqs 96",
+        "vllm serve /m --max-num-seqs=48 --speculative-config '{\"method\":\"draft_model\"}'"]}
+    cal = load_calibration(write_calibration(served, "served"))
+    assert cal.served_batch_cap() == (48, "the calibrated server's max_num_seqs")
+    served["measurement"]["server_commands"] = ["vllm serve /m --dtype float32"]
+    cap, what = load_calibration(write_calibration(served, "default")).served_batch_cap()
+    assert cap == 128 and "default" in what  # vLLM's default on a CPU, which that server ran with
+    # plan's caveat names that cap, not vLLM's GPU default of 256
+    result = sdplan("plan", "-c", str(write_calibration(served, "default")), "--acceptance", "0.7")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "batch cap of 128 sequences" in text and "256" not in text

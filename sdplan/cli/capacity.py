@@ -171,7 +171,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     if not use_simulator:
         from sdplan.uncertainty import capacity_intervals, coefficient_draws
 
-        draws = coefficient_draws(inputs.calibration, p, g)
+        draws = coefficient_draws(inputs.calibration, p, g, options=(candidates, tokens))
         if draws is not None:
             bounds = capacity_intervals(draws, lambda c: solve_capacity(c, candidates, alpha, parsed,
                                                                         tokens_per_cycle=tokens,

@@ -100,12 +100,18 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
         if use_simulator:
             raise click.UsageError("--pessimistic and --simulate do not combine: intervals come from the analytic "
                                    "model over the calibration's covariance")
-        draws = coefficient_draws(inputs.calibration, inputs.workload.prompt_tokens, inputs.workload.output_tokens)
-        if draws is None:
+        if "uncertainty" not in inputs.calibration.document:
             raise InvalidValueError(f"--pessimistic needs a calibration with a covariance ([uncertainty]); "
                                     f"{inputs.calibration.name} has none: fit one (sdplan fit, sdplan calibrate)")
         chosen = report.draft_length
         option_tokens = inputs.workload.acceptance.tokens_per_cycle([chosen] if chosen else candidates)
+        draws = coefficient_draws(inputs.calibration, inputs.workload.prompt_tokens, inputs.workload.output_tokens,
+                                  options=([chosen] if chosen else candidates, option_tokens))
+        if draws is None:
+            option = f"SD k={chosen}" if chosen else "the candidate draft lengths"
+            raise InvalidValueError(f"--pessimistic: {inputs.calibration.name}'s covariance gives positive demands "
+                                    f"in under a quarter of its draws at {option}, so the fit does not determine "
+                                    "it; measure that draft length (sdplan calibrate --draft-lengths)")
 
         def check_draw(drawn):  # type: ignore[no-untyped-def]
             return run_check(drawn, rate, inputs.workload.acceptance.alphas[0], "fixed" if chosen else "off",

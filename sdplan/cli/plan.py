@@ -121,7 +121,8 @@ def plan(
     if moe_spec is None and policy != "goodput":
         from sdplan.uncertainty import coefficient_draws, plan_intervals
 
-        draws = coefficient_draws(cal, workload.prompt_tokens, workload.output_tokens)
+        draws = coefficient_draws(cal, workload.prompt_tokens, workload.output_tokens,
+                                  options=(draft_lengths, tokens))
         if draws is not None:
             intervals = plan_intervals(draws, result.alphas, result.rates_rps, result.draft_lengths, tokens)
     inputs = planner.PlanInputs(
@@ -134,7 +135,7 @@ def plan(
         prompt_tokens=workload.prompt_tokens,
         output_tokens=workload.output_tokens,
         warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
-                                             planner.largest_batch(result)) + planner.domain_warnings(result)
+                                             planner.largest_batch(result)) + planner.domain_warnings(result, cal.served_batch_cap())
                      + identification_warnings(cal) + ([lengths_note] if lengths_note else [])),
         intervals=intervals,
     )
