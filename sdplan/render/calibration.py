@@ -119,6 +119,10 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         acceptance = cal.document.get("acceptance")
         if acceptance:
             prov.add_row("acceptance", f"per-token alpha {acceptance['per_token_alpha']:.4f} ({acceptance['source']})")
+            if acceptance.get("per_position_rates"):
+                prov.add_row("acceptance per position", "conditional a_i " + ", ".join(
+                    f"{rate:.3g}" for rate in acceptance["per_position_rates"]) + " (the planner's E(k) up to "
+                    f"k={len(acceptance['per_position_rates'])})")
         print_table(console, prov, title="Provenance")
 
         coeffs = Table(box=table_box(style))
