@@ -207,6 +207,8 @@ def test_plan_leaves_out_default_draft_lengths_the_calibration_did_not_measure(s
     assert "draft lengths 5-8 left out" in result.stderr and "up to k=4" in result.stderr
     table = sdplan("plan", "-c", path, "--rates", "1,2")
     assert "acceptance per draft position 0.985" in table.stdout and "per-token alpha 0.735" not in table.stdout
+    shown = sdplan("show", "-c", path)
+    assert shown.exit_code == 0 and "conditional a_i 0.985, 0.984, 0.0122, 0" in " ".join(shown.stdout.split())
     # draft lengths the user asks for past the measured ones: a usage error naming both ways out
     asked = sdplan("plan", "-c", path, "--draft-lengths", "1-8")
     assert asked.exit_code == ExitStatus.USAGE
