@@ -7,7 +7,9 @@
    (``vllm bench serve --request-rate``) at about 25%, 55% and 80% of that.
 4. Prints measured against predicted mean E2E, TTFT and TPOT per run, their MAPEs, the
    saturation error of every configuration (predicted where the served system stops keeping up:
-   1/C2, or earlier where lambda L reaches the server's max_num_seqs), and the wall times.
+   1/C2, or earlier where lambda L reaches the server's max_num_seqs), and the wall times. Runs are
+   predicted at the acceptance each measured; the E2E MAPE is also printed as ``sdplan plan -c
+   served.toml`` predicts it, with the calibration's acceptance (vLLM's per-position rates) for every k.
    ``--passes 2`` measures everything twice on fresh servers at the same rates and prints how
    well one measurement predicts the other: the machine's own noise floor. It also prints the
    prediction's error against the mean of the passes, where each pass's own noise averages out.

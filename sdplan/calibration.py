@@ -358,7 +358,7 @@ class Calibration:
             except ValueError:
                 continue
             for index, word in enumerate(words):
-                match = re.fullmatch(r"--max-num-seqs(?:=(\d+))?", word)
+                match = re.fullmatch(r"--max[-_]num[-_]seqs(?:=(\d+))?", word)  # vLLM takes either spelling
                 if match and (match.group(1) or (index + 1 < len(words) and words[index + 1].isdigit())):
                     found.append(int(match.group(1) or words[index + 1]))
         if found:

@@ -4,7 +4,7 @@ A fitted or served calibration stores the covariance of its eight direct-form
 coefficients (``[uncertainty]``, :mod:`sdplan.fit`). The intervals here are
 parametric-bootstrap intervals: draw coefficient vectors from the normal
 distribution with that mean and covariance, keep the draws whose demands are
-physical (:func:`physical_draws`), push every draw through the same vectorised
+physical (:func:`physical`), push every draw through the same vectorised
 model the planner uses, and take the 2.5th and 97.5th percentiles of each
 prediction.
 Unlike a delta-method interval this follows the model's non-linearity near

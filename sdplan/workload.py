@@ -121,12 +121,13 @@ def measured_draft_lengths(acceptance: AcceptanceSpec, draft_lengths: Sequence[i
     kept = [k for k in draft_lengths if k <= longest]
     calibrated = acceptance.source.startswith("from the calibration")
     if given or not calibrated or not any(k > 0 for k in kept):
-        where = ("the calibration measured it" if calibrated else "--position-acceptance gives it")
         raise InvalidValueError(
-            f"per-position acceptance covers draft lengths 1..{longest} ({where} up to k={longest}); give "
-            f"--draft-lengths within 1-{longest}, or --acceptance ALPHA to extrapolate an i.i.d. alpha past it")
-    dropped = [k for k in draft_lengths if k > longest]
-    span = f"{dropped[0]}-{dropped[-1]}" if len(dropped) > 1 else str(dropped[0])
+            f"per-position acceptance covers draft lengths 1..{longest} ({'measured' if calibrated else 'given'} "
+            f"up to k={longest}); use draft lengths within 1-{longest}, or give --acceptance ALPHA to extrapolate "
+            "an i.i.d. alpha past it")
+    dropped = sorted(k for k in draft_lengths if k > longest)
+    contiguous = len(dropped) > 1 and dropped == list(range(dropped[0], dropped[-1] + 1))
+    span = f"{dropped[0]}-{dropped[-1]}" if contiguous else ", ".join(map(str, dropped))
     return kept, (f"draft lengths {span} left out: the calibration measured acceptance per draft position up to "
                   f"k={longest}; give --acceptance ALPHA to extrapolate an i.i.d. alpha past it")
 

@@ -208,7 +208,8 @@ def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_cal
     served["provenance"]["hardware"] = "AMD EPYC (CPU, 2 cores)"
     served["measurement"] = {"method": "served", "server_commands": [
         "vllm serve /m --dtype float32 --max-num-seqs 96",
-        "vllm serve /m --max-num-seqs=48 --speculative-config '{\"method\":\"draft_model\"}'"]}
+        "vllm serve /m --max-num-seqs=48 --speculative-config '{\"method\":\"draft_model\"}'",
+        "vllm serve /m --max_num_seqs 64"]}
     cal = load_calibration(write_calibration(served, "served"))
     assert cal.served_batch_cap() == (48, "the calibrated server's max_num_seqs")
     served["measurement"]["server_commands"] = ["vllm serve /m --dtype float32"]

@@ -212,7 +212,7 @@ def test_plan_leaves_out_default_draft_lengths_the_calibration_did_not_measure(s
     # draft lengths the user asks for past the measured ones: a usage error naming both ways out
     asked = sdplan("plan", "-c", path, "--draft-lengths", "1-8")
     assert asked.exit_code == ExitStatus.USAGE
-    assert "--draft-lengths within 1-4" in asked.stderr and "--acceptance ALPHA" in asked.stderr
+    assert "draft lengths within 1-4" in asked.stderr and "--acceptance ALPHA" in asked.stderr
     # an alpha of the user's own extrapolates as before
     iid = sdplan("plan", "-c", path, "--acceptance", "0.7", "-f", "json", "--rates", "1")
     assert iid.exit_code == 0 and len(json.loads(iid.stdout)["results"][0]["draft_lengths"]) == 8
@@ -228,8 +228,10 @@ def test_check_capacity_and_simulate_use_the_calibrations_position_rates(sdplan,
     capacity = sdplan("capacity", "-c", path, "--slo", "e2e:mean<=60s")
     assert capacity.exit_code == 0, capacity.output
     assert "acceptance per draft position" in capacity.stdout
-    fixed = sdplan("check", "-c", path, "--rate", "1", "--slo", "e2e:mean<=60s", "--draft-lengths", "2-6")
-    assert fixed.exit_code == ExitStatus.USAGE and "1-4" in fixed.stderr
+    asked = sdplan("check", "-c", path, "--rate", "1", "--slo", "e2e:mean<=60s", "--draft-lengths", "2-6")
+    assert asked.exit_code == ExitStatus.USAGE and "1-4" in asked.stderr
+    fixed = sdplan("check", "-c", path, "--rate", "1", "--slo", "e2e:mean<=60s", "--draft-length", "6")
+    assert fixed.exit_code == ExitStatus.USAGE and "--acceptance ALPHA" in fixed.stderr
     simulated = sdplan("simulate", "-c", path, "--rates", "0.5", "--requests", "200", "--seeds", "1", "-f", "json")
     assert simulated.exit_code == 0, simulated.output
     workload = json.loads(simulated.stdout)["workload"]

@@ -88,6 +88,8 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
         given=draft_lengths is not None or (file is not None and file.draft_lengths is not None))
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     fixed = int(choice) if mode == "fixed" else None
+    if fixed:
+        measured_draft_lengths(inputs.workload.acceptance, [fixed], given=True)  # past the measured k: an error
     tokens = inputs.workload.acceptance.tokens_per_cycle([fixed] if fixed else candidates)
     parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
     moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)

@@ -135,8 +135,9 @@ def plan(
         prompt_tokens=workload.prompt_tokens,
         output_tokens=workload.output_tokens,
         warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
-                                             planner.largest_batch(result)) + planner.domain_warnings(result, cal.served_batch_cap())
-                     + identification_warnings(cal) + ([lengths_note] if lengths_note else [])),
+                                             planner.largest_batch(result))
+                       + planner.domain_warnings(result, cal.served_batch_cap())
+                       + identification_warnings(cal) + ([lengths_note] if lengths_note else [])),
         intervals=intervals,
     )
     for warning in inputs.warnings:
