@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -220,3 +221,18 @@ def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_cal
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "batch cap of 128 sequences" in text and "256" not in text
+    # simulate, check and capacity default to it too; --max-num-seqs still wins
+    path = str(write_calibration(served, "default"))
+    simulated = sdplan("simulate", "-c", path, "--acceptance", "0.7", "--rates", "1", "--requests", "100",
+                       "--seeds", "1", "-f", "json")
+    assert simulated.exit_code == 0, simulated.output
+    assert json.loads(simulated.stdout)["settings"]["max_num_seqs"] == 128
+    given = sdplan("simulate", "-c", path, "--acceptance", "0.7", "--rates", "1", "--requests", "100", "--seeds", "1",
+                   "--max-num-seqs", "32", "-f", "json")
+    assert json.loads(given.stdout)["settings"]["max_num_seqs"] == 32
+    capacity = sdplan("capacity", "-c", path, "--acceptance", "0.7", "--slo", "e2e:mean<=60s", "-f", "json")
+    assert capacity.exit_code == 0, capacity.output
+    assert json.loads(capacity.stdout)["batch_cap_sequences"] == 128
+    exported = sdplan("capacity", "-c", path, "--acceptance", "0.7", "-f", "vllm-config")
+    assert exported.exit_code == 0, exported.output
+    assert json.loads(exported.stdout)["num_speculative_tokens_per_batch_size"][-1][1] == 128  # the served cap

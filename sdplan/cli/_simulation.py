@@ -21,7 +21,8 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
         click.option("--arrival-cv", type=click.FloatRange(0.05, 10), default=1.0, show_default=True,
                      help="Coefficient of variation of inter-arrival times: 1 Poisson, > 1 bursty (gamma)."),
         click.option("--max-num-seqs", type=click.IntRange(1, MAX_BATCH_SIZE), default=256, show_default=True,
-                     help="Batch cap (vLLM max_num_seqs)."),
+                     help="Batch cap (vLLM max_num_seqs). A served calibration's default: the max_num_seqs its "
+                     "servers ran with."),
         click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
                      help="Token budget per step (decode tokens first, then prefill chunks)."),
         click.option("--kv-cache-tokens", type=click.FloatRange(min=1), metavar="TOKENS",
@@ -50,6 +51,14 @@ def histogram_means(lengths: tuple[list[float], list[float], list[float]] | None
     if output_tokens is None:
         output_tokens = round(sum(g * w for g, w in zip(lengths[1], lengths[2])) / total)
     return prompt_tokens, output_tokens
+
+
+def calibrated_max_num_seqs(max_num_seqs: int, calibration: object) -> int:
+    """``--max-num-seqs`` as given, else the served calibration's (its servers' command lines), else the default."""
+    from sdplan.cli._options import option_given
+
+    served = getattr(calibration, "served_batch_cap", lambda: None)()
+    return max_num_seqs if option_given("max_num_seqs") or served is None else int(served[0])
 
 
 def engine_batch_cap(max_num_seqs: int, kv_cache_tokens: float | None, prompt_tokens: float,

@@ -61,8 +61,9 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     batch size as a vLLM --speculative-config; --format sglang an SGLang
     --speculative-adaptive-config; --format trtllm a TensorRT-LLM
     speculative_config with draft_len_schedule. Engine formats cover the
-    engine's max_num_seqs (vLLM's default for the calibration's hardware
-    unless --max-num-seqs) and merge narrow tiers so k does not flap.
+    engine's max_num_seqs (--max-num-seqs, else the one a served
+    calibration's servers ran with, else vLLM's default for the
+    calibration's hardware) and merge narrow tiers so k does not flap.
 
     \b
     Examples:
@@ -101,10 +102,12 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     from click.core import ParameterSource
 
     given = click.get_current_context().get_parameter_source("max_num_seqs") is not ParameterSource.DEFAULT
+    served = inputs.calibration.served_batch_cap()  # the max_num_seqs a served calibration's servers ran with
     max_batch = (max_batch_size or (max_num_seqs if given else None)
-                 or (file.max_batch_size if file and file.max_batch_size else None) or max_num_seqs)
+                 or (file.max_batch_size if file and file.max_batch_size else None)
+                 or (served[0] if served else None) or max_num_seqs)
     # the k schedule covers the engine's own max_num_seqs unless one is given (vLLM 0.33: 1024 on H100/H200/B200)
-    schedule_cap = ((max_batch if (max_batch_size or given or (file and file.max_batch_size)) else None)
+    schedule_cap = ((max_batch if (max_batch_size or given or (file and file.max_batch_size) or served) else None)
                     or engine_max_num_seqs(str(inputs.calibration.provenance.get("hardware", ""))))
     max_num_seqs = max_batch
     tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]

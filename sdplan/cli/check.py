@@ -8,7 +8,7 @@ import click
 
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
 from sdplan.cli._options import calibration_option, draft_choice_callback, output_options, workload_options
-from sdplan.cli._simulation import simulation_options
+from sdplan.cli._simulation import calibrated_max_num_seqs, simulation_options
 from sdplan.workload import measured_draft_lengths
 
 
@@ -83,6 +83,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
         draft_length = {"best": "best", "off": "off", "fixed": str(file.draft_length)}[file.mode]
     choice = draft_length or "best"
     mode = choice if choice in ("best", "off") else "fixed"
+    max_num_seqs = calibrated_max_num_seqs(max_num_seqs, inputs.calibration)
     candidates, lengths_note = measured_draft_lengths(
         inputs.workload.acceptance, candidate_lengths(draft_lengths, file),
         given=draft_lengths is not None or (file is not None and file.draft_lengths is not None))

@@ -56,7 +56,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     from sdplan.calibration import resolve_calibration
     from sdplan.cli._options import (check_plot_request, option_given, parse_int_list, parse_number_list,
                                      terminal_plot_settings)
-    from sdplan.cli._simulation import build_config, histogram_means, read_lengths
+    from sdplan.cli._simulation import build_config, calibrated_max_num_seqs, histogram_means, read_lengths
     from sdplan.errors import InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, progress_bar, stdout_is_terminal
     from sdplan.render.simulate import render_simulate, simulate_document
@@ -76,6 +76,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     if cal.moe_at(workload.prompt_tokens, workload.output_tokens) is not None:
         raise InvalidValueError("simulate does not model MoE expert coverage yet; use plan for MoE calibrations")
     coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
+    max_num_seqs = calibrated_max_num_seqs(max_num_seqs, cal)
     candidates = sorted({k for k in parse_int_list(draft_lengths, "draft lengths") if k > 0}) or [1]
     if draft_length not in ("best", "off", "goodput"):
         candidates = [int(draft_length)]
