@@ -341,32 +341,28 @@ class Calibration:
         """The ``max_num_seqs`` the calibrated servers ran with, and where that comes from; None if not served.
 
         A served calibration records its ``vllm serve`` command lines (``[measurement]
-        server_commands``): their ``--max-num-seqs`` (the smallest, if they differ), else vLLM's
-        default for the calibration's hardware, which is what those servers ran with.
+        server_commands``); each ran with :func:`sdplan.schedule.served_max_num_seqs` of its flags on
+        the calibration's hardware, the rule calibrate's sweep used (the smallest, if they differ).
         """
-        import re
         import shlex
+
+        from sdplan.schedule import serve_flag, served_max_num_seqs
 
         measurement = self.document.get("measurement") or {}
         commands = measurement.get("server_commands")
         if measurement.get("method") != "served" or not isinstance(commands, list) or not commands:
             return None
-        found = []
+        hardware = str(self.provenance.get("hardware", ""))
+        caps, given = [], False
         for command in commands:
             try:
                 words = shlex.split(str(command))
             except ValueError:
                 continue
-            for index, word in enumerate(words):
-                match = re.fullmatch(r"--max[-_]num[-_]seqs(?:=(\d+))?", word)  # vLLM takes either spelling
-                if match and (match.group(1) or (index + 1 < len(words) and words[index + 1].isdigit())):
-                    found.append(int(match.group(1) or words[index + 1]))
-        if found:
-            return min(found), "the calibrated server's max_num_seqs"
-        from sdplan.schedule import engine_max_num_seqs
-
-        return engine_max_num_seqs(str(self.provenance.get("hardware", ""))), \
-            "vLLM's default max_num_seqs, which the calibrated server ran with"
+            caps.append(served_max_num_seqs(words, hardware))
+            given = given or (serve_flag(words, "--max-num-seqs") or "").isdigit()
+        return min(caps or [served_max_num_seqs([], hardware)]), ("the calibrated server's max_num_seqs" if given
+                           else "vLLM's default max_num_seqs, which the calibrated server ran with")
 
     def moe_at(self, prompt_tokens: float, output_tokens: float) -> MoESpec | None:
         """The MoE routing and coverage increments at a workload; None for a dense target.

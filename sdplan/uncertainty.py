@@ -85,7 +85,7 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     for _ in range(MAX_DRAW_ROUNDS):
         samples = mean + rng.standard_normal((draws, len(names))) @ root.T
         drawn = samples[:, order] @ basis.T
-        keep = physical({name: drawn[:, i] for i, name in enumerate(costs)}, template.output_tokens, ks, tokens)
+        keep = physical(replace(template, **{name: drawn[:, i] for i, name in enumerate(costs)}), ks, tokens)
         kept = np.vstack([kept, drawn[keep]])
         if len(kept) >= draws:
             break
@@ -94,15 +94,13 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     return [replace(template, **dict(zip(costs, (float(v) for v in row)))) for row in kept[:draws]]
 
 
-def physical(costs: dict[str, Any], output_tokens: float, draft_lengths: Any, tokens_per_cycle: Any) -> Any:
+def physical(drawn: Coefficients, draft_lengths: Any, tokens_per_cycle: Any) -> Any:
     """Which draws have physical demands: ``C1 > 0`` and ``C2 >= 0`` without SD and at every SD option.
 
     Parameters
     ----------
-    costs : dict of str to ndarray, shape (draws,)
-        The drawn cost coefficients (``c1p_s``, ``baseline_c1_step_s``, ``c1v_s``, ...).
-    output_tokens : float
-        ``g``, tokens per request.
+    drawn : Coefficients
+        The draws, each cost field an array of shape (draws,) (the model's functions broadcast).
     draft_lengths, tokens_per_cycle : ndarray, shape (options,)
         Each SD option's ``k`` and ``E``.
 
@@ -120,13 +118,11 @@ def physical(costs: dict[str, Any], output_tokens: float, draft_lengths: Any, to
 
     from sdplan import model
 
-    steps = model.baseline_steps(output_tokens)
-    ok = (costs["c1p_s"] + steps * costs["baseline_c1_step_s"] > 0) \
-        & (costs["c2p_s"] + steps * costs["baseline_c2_step_s"] >= 0)
+    c1, c2 = model.baseline_demand(drawn)
+    ok = (c1 > 0) & (c2 >= 0)
     for k, tokens in zip(np.atleast_1d(draft_lengths), np.atleast_1d(tokens_per_cycle)):
-        cycles = output_tokens / tokens
-        ok &= costs["c1p_s"] + cycles * (costs["c1v_s"] + k * costs["c1d_s"]) > 0
-        ok &= costs["c2p_s"] + cycles * (costs["c2v_s"] + k * costs["c2d_s"]) >= 0
+        c1, c2 = model.demand_from_tokens(drawn, tokens, k)
+        ok &= (c1 > 0) & (c2 >= 0)
     return ok
 
 

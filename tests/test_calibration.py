@@ -236,3 +236,16 @@ def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_cal
     exported = sdplan("capacity", "-c", path, "--acceptance", "0.7", "-f", "vllm-config")
     assert exported.exit_code == 0, exported.output
     assert json.loads(exported.stdout)["num_speculative_tokens_per_batch_size"][-1][1] == 128  # the served cap
+
+
+def test_one_rule_for_the_max_num_seqs_a_vllm_serve_runs_with() -> None:
+    """calibrate's sweep and a served calibration's planner read a server's batch cap alike."""
+    from sdplan.schedule import serve_flag, served_max_num_seqs
+
+    assert serve_flag(["--dtype", "float32", "--max_num_seqs", "96"], "--max-num-seqs") == "96"
+    assert serve_flag(["--max-num-seqs=48"], "--max-num-seqs") == "48"
+    assert serve_flag(["--max-model-len", "512"], "--max-num-seqs") is None
+    assert served_max_num_seqs(["--max-num-seqs", "96"], "AMD EPYC (CPU, 2 cores)") == 96
+    assert served_max_num_seqs([], "AMD EPYC (CPU, 2 cores)") == 128
+    assert served_max_num_seqs(["--performance-mode", "throughput"], "1x NVIDIA H100 SXM") == 2048
+    assert served_max_num_seqs(["--max-num-batched-tokens", "64"], "AMD EPYC (CPU, 2 cores)") == 64

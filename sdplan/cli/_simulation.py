@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sdplan.cli._options import _apply
 from sdplan.limits import MAX_BATCH_SIZE, MAX_REPLICATIONS, MAX_REQUESTS
+
+if TYPE_CHECKING:
+    from sdplan.calibration import Calibration
 
 
 def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
@@ -53,12 +56,12 @@ def histogram_means(lengths: tuple[list[float], list[float], list[float]] | None
     return prompt_tokens, output_tokens
 
 
-def calibrated_max_num_seqs(max_num_seqs: int, calibration: object) -> int:
+def calibrated_max_num_seqs(max_num_seqs: int, calibration: Calibration) -> int:
     """``--max-num-seqs`` as given, else the served calibration's (its servers' command lines), else the default."""
     from sdplan.cli._options import option_given
 
-    served = getattr(calibration, "served_batch_cap", lambda: None)()
-    return max_num_seqs if option_given("max_num_seqs") or served is None else int(served[0])
+    served = calibration.served_batch_cap()
+    return max_num_seqs if option_given("max_num_seqs") or served is None else served[0]
 
 
 def engine_batch_cap(max_num_seqs: int, kv_cache_tokens: float | None, prompt_tokens: float,

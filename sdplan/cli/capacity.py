@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
-from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
+from sdplan.cli._options import calibration_option, option_given, output_options, plot_options, workload_options
 from sdplan.cli._simulation import simulation_options
 from sdplan.workload import measured_draft_lengths
 
@@ -99,9 +99,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     alpha = inputs.workload.acceptance.alphas[0]
     coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     # one batch cap, vLLM's max_num_seqs: the simulator's and the k schedule's (--max-batch-size: old alias)
-    from click.core import ParameterSource
-
-    given = click.get_current_context().get_parameter_source("max_num_seqs") is not ParameterSource.DEFAULT
+    given = option_given("max_num_seqs")
     served = inputs.calibration.served_batch_cap()  # the max_num_seqs a served calibration's servers ran with
     max_batch = (max_batch_size or (max_num_seqs if given else None)
                  or (file.max_batch_size if file and file.max_batch_size else None)

@@ -77,14 +77,10 @@ class ServedOptions:
         return self.grid.repeats if self.repeats is None else self.repeats
 
     def serve_value(self, flag: str) -> str | None:
-        """The value of a ``vllm serve`` flag among the user's arguments (``--flag V`` or ``--flag=V``)."""
-        args = list(self.serve_arguments)
-        for index, arg in enumerate(args):
-            if arg == flag and index + 1 < len(args):
-                return args[index + 1]
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1]
-        return None
+        """The value of a ``vllm serve`` flag among the user's arguments (:func:`sdplan.schedule.serve_flag`)."""
+        from sdplan.schedule import serve_flag
+
+        return serve_flag(self.serve_arguments, flag)
 
     def max_clients(self) -> int:
         """The most closed-loop clients the sweep may run: the server's batch cap, else the grid's largest N."""
@@ -100,13 +96,9 @@ class ServedOptions:
             return int(value)
         if self.endpoint is not None:
             return None
-        from sdplan.schedule import engine_max_num_seqs
+        from sdplan.schedule import served_max_num_seqs
 
-        cap = engine_max_num_seqs(hardware_description())
-        if self.serve_value("--performance-mode") == "throughput":
-            cap *= 2  # vLLM doubles its default max_num_seqs in throughput mode
-        batched = self.serve_value("--max-num-batched-tokens")
-        return min(cap, int(batched)) if batched and batched.isdigit() and int(batched) > 0 else cap
+        return served_max_num_seqs(self.serve_arguments, hardware_description())
 
     def manifest_options(self) -> dict[str, Any]:
         """The options a resumed invocation must repeat exactly."""
