@@ -215,7 +215,8 @@ def alpha_from_mean_length(tau: FloatArray | float, k: int) -> FloatArray:
         too_small = expected_tokens_per_cycle(mid, k) < tau_arr
         low = np.where(too_small, mid, low)
         high = np.where(too_small, high, mid)
-    return 0.5 * (low + high)
+    # the ends exactly: E(0, k) = 1 and E(1, k) = k + 1 (bisection's midpoint stops an ulp short of them)
+    return np.where(tau_arr >= k + 1.0, 1.0, np.where(tau_arr <= 1.0, 0.0, 0.5 * (low + high)))
 
 
 def alpha_from_draft_rate(rate: FloatArray | float, k: int) -> FloatArray:

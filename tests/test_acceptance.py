@@ -71,6 +71,16 @@ def test_draft_rate_round_trip(alpha: float, k: int) -> None:
     assert abs(float(alpha_from_draft_rate(rate, k)) - alpha) < 1e-6
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8, 16])
+def test_full_and_no_acceptance_convert_exactly(k: int) -> None:
+    """Every draft token accepted is alpha = 1 exactly (bisection alone stopped an ulp short: 0.9999999999999998
+    on served EAGLE runs at k=2), and nothing accepted is alpha = 0."""
+    assert float(alpha_from_mean_length(k + 1.0, k)) == 1.0
+    assert float(alpha_from_draft_rate(1.0, k)) == 1.0
+    assert float(alpha_from_mean_length(1.0, k)) == 0.0
+    assert_allclose(alpha_from_mean_length(numpy.array([1.0, k + 1.0]), k), [0.0, 1.0], rtol=0, atol=0)
+
+
 def test_known_conversion_values() -> None:
     # vllm.md §5.4: successor draft m3 at k=3 gives mean length 3.00 and draft rate 2/3.
     alpha = float(alpha_from_mean_length(3.0, 3))
