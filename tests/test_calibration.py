@@ -249,3 +249,45 @@ def test_one_rule_for_the_max_num_seqs_a_vllm_serve_runs_with() -> None:
     assert served_max_num_seqs([], "AMD EPYC (CPU, 2 cores)") == 128
     assert served_max_num_seqs(["--performance-mode", "throughput"], "1x NVIDIA H100 SXM") == 2048
     assert served_max_num_seqs(["--max-num-batched-tokens", "64"], "AMD EPYC (CPU, 2 cores)") == 64
+
+
+def test_a_served_calibration_knows_the_kv_cache_of_each_server(write_calibration, direct_document, sdplan) -> None:
+    """check, simulate and capacity default --kv-cache-tokens to the KV cache the calibrated server of the draft
+    length reported (the draft's KV shares the memory, so SD servers hold fewer tokens); the option still wins."""
+    from sdplan.calibration import load_calibration
+
+    served = copy.deepcopy(direct_document)
+    served["measurement"] = {"method": "served", "server_commands": ["vllm serve /m --max-num-seqs 64"],
+                             "kv_cache_configurations": ["nosd", "k2", "ep-k4"],
+                             "kv_cache_tokens": [2000.0, 1000.0, 1200.0]}
+    cal = load_calibration(write_calibration(served, "served-kv"))
+    assert cal.served_kv_cache_tokens(0) == (2000.0, "nosd")
+    assert cal.served_kv_cache_tokens(2) == (1000.0, "k2")
+    assert cal.served_kv_cache_tokens(4) == (1200.0, "ep-k4")
+    assert cal.served_kv_cache_tokens(3) == (1000.0, "k2")  # no server of its own: the smallest SD cache
+    assert load_calibration(write_calibration(direct_document, "plain")).served_kv_cache_tokens(2) is None
+    path = str(write_calibration(served, "served-kv"))
+    workload = ["-c", path, "--acceptance", "0.7", "--prompt-tokens", "100", "--output-tokens", "100"]
+
+    def simulated(*extra: str) -> list[Any]:
+        result = sdplan("simulate", *workload, "--rates", "0.5", "--requests", "100", "--seeds", "1", "-f", "json",
+                        *extra)
+        assert result.exit_code == 0, result.output
+        return [row["kv_cache_tokens"] for row in json.loads(result.stdout)["rates"]]
+
+    assert simulated("--draft-length", "off") == [2000.0]
+    assert simulated("--draft-length", "2") == [1000.0]
+    assert simulated("--draft-length", "2", "--kv-cache-tokens", "5000") == [5000.0]
+    # capacity: the smallest cache of the servers its options run on, 1000 tokens = 5 requests of 200
+    capacity = sdplan("capacity", *workload, "--slo", "e2e:mean<=600s", "-f", "json")
+    assert capacity.exit_code == 0, capacity.output
+    assert json.loads(capacity.stdout)["batch_cap_sequences"] == 5
+    given = sdplan("capacity", *workload, "--slo", "e2e:mean<=600s", "-f", "json", "--kv-cache-tokens", "1e6")
+    assert json.loads(given.stdout)["batch_cap_sequences"] == 64
+    # check names where its batch cap comes from
+    checked = sdplan("check", *workload, "--rate", "20", "--draft-length", "off", "--slo", "e2e:mean<=600s")
+    assert "KV cache of 2,000 tokens the calibrated nosd server reported" in " ".join(checked.output.split())
+    served["measurement"]["kv_cache_tokens"] = [2000.0]
+    broken = sdplan("check", "-c", str(write_calibration(served, "broken-kv")), "--acceptance", "0.7",
+                    "--rate", "1", "--slo", "e2e:mean<=600s")
+    assert broken.exit_code == ExitStatus.BAD_INPUT and "measurement.kv_cache_tokens" in broken.output

@@ -30,7 +30,8 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
                      help="Token budget per step (decode tokens first, then prefill chunks)."),
         click.option("--kv-cache-tokens", type=click.FloatRange(min=1), metavar="TOKENS",
                      help="KV cache capacity in tokens (prompt + output reserved per running request). "
-                     "Default: unlimited."),
+                     "Default: the KV cache a served calibration's server of that draft length reported, "
+                     "else unlimited."),
         click.option("--lengths-file", metavar="CSV",
                      help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight; requests "
                      "draw from it (the model uses its means)."),
@@ -64,9 +65,24 @@ def calibrated_max_num_seqs(max_num_seqs: int, calibration: Calibration) -> int:
     return max_num_seqs if option_given("max_num_seqs") or served is None else served[0]
 
 
+def calibrated_kv_cache_tokens(kv_cache_tokens: float | None, calibration: Calibration,
+                               draft_length: int) -> tuple[float | None, str]:
+    """``--kv-cache-tokens`` as given, else the KV cache the served calibration's server of ``draft_length``
+    reported (:meth:`~sdplan.calibration.Calibration.served_kv_cache_tokens`), else None (unlimited); with
+    what it is, for warnings."""
+    if kv_cache_tokens is not None:
+        return kv_cache_tokens, ""
+    served = calibration.served_kv_cache_tokens(draft_length)
+    if served is None:
+        return None, ""
+    return served[0], f"KV cache of {served[0]:,.0f} tokens the calibrated {served[1]} server reported"
+
+
 def engine_batch_cap(max_num_seqs: int, kv_cache_tokens: float | None, prompt_tokens: float,
-                     output_tokens: float) -> tuple[float, str]:
+                     output_tokens: float, kv_source: str = "") -> tuple[float, str]:
     """The batch the engine can hold: ``max_num_seqs``, or fewer when the KV budget reserves ``p + g`` each.
+
+    ``kv_source`` says what the budget is (default: ``KV budget of N tokens``).
 
     Raises
     ------
@@ -79,11 +95,12 @@ def engine_batch_cap(max_num_seqs: int, kv_cache_tokens: float | None, prompt_to
 
     if kv_cache_tokens is not None and math.isfinite(kv_cache_tokens):
         by_kv = math.floor(kv_cache_tokens / (prompt_tokens + output_tokens))
+        what = kv_source or f"KV budget of {kv_cache_tokens:g} tokens"
         if by_kv < 1:
             raise InvalidValueError(f"a request of {prompt_tokens + output_tokens:g} tokens (prompt + output) does "
-                                    f"not fit the KV budget of {kv_cache_tokens:g} tokens; raise --kv-cache-tokens")
+                                    f"not fit the {what}; raise --kv-cache-tokens")
         if by_kv < max_num_seqs:
-            return float(max(by_kv, 0)), f"KV budget of {kv_cache_tokens:g} tokens"
+            return float(max(by_kv, 0)), what
     return float(max_num_seqs), "max_num_seqs"
 
 

@@ -8,7 +8,7 @@ import click
 
 from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
 from sdplan.cli._options import calibration_option, draft_choice_callback, output_options, workload_options
-from sdplan.cli._simulation import calibrated_max_num_seqs, simulation_options
+from sdplan.cli._simulation import calibrated_kv_cache_tokens, calibrated_max_num_seqs, simulation_options
 from sdplan.workload import measured_draft_lengths
 
 
@@ -121,6 +121,8 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
                              chosen or None, candidates, parsed, tokens_per_cycle=option_tokens, moe=moe)
 
         report, intervals = pessimistic_verdicts(report, parsed, draws, check_draw)
+    # the KV cache of the calibrated server that runs the chosen draft length, unless --kv-cache-tokens is given
+    kv_cache_tokens, kv_source = calibrated_kv_cache_tokens(kv_cache_tokens, inputs.calibration, report.draft_length)
     if use_simulator:
         from sdplan.check import simulated_verdicts
         from sdplan.cli._simulation import build_config
@@ -142,7 +144,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
 
     p, g = inputs.workload.prompt_tokens, inputs.workload.output_tokens
     warnings = inputs.calibration.validity_warnings(p, g, report.batch)
-    batch_cap, cap_source = engine_batch_cap(max_num_seqs, kv_cache_tokens, p, g)
+    batch_cap, cap_source = engine_batch_cap(max_num_seqs, kv_cache_tokens, p, g, kv_source)
     over = model.batch_cap_warning(report.batch, batch_cap, cap_source)
     if over is not None and not use_simulator:
         warnings.append(over)

@@ -56,7 +56,8 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     from sdplan.calibration import resolve_calibration
     from sdplan.cli._options import (check_plot_request, option_given, parse_int_list, parse_number_list,
                                      terminal_plot_settings)
-    from sdplan.cli._simulation import build_config, calibrated_max_num_seqs, histogram_means, read_lengths
+    from sdplan.cli._simulation import (build_config, calibrated_kv_cache_tokens, calibrated_max_num_seqs,
+                                       histogram_means, read_lengths)
     from sdplan.errors import InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, progress_bar, stdout_is_terminal
     from sdplan.render.simulate import render_simulate, simulate_document
@@ -98,7 +99,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     if fmt == "table":
         check_table(1, len(rate_list), "give fewer --rates")
     result = planner.plan(coefficients, rate_list, candidates, workload.acceptance.alphas, tokens_per_cycle=tokens)
-    summaries = []
+    summaries, kv_used = [], []
     with progress_bar("simulating", len(rate_list) * seeds * requests) as advance:
         done = 0
         for ir, rate in enumerate(rate_list):
@@ -110,17 +111,20 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
             else:
                 k = int(draft_length)
             analytic = float(result.baseline_latency_s[ir] if k == 0 else result.latency_s[0, ir, candidates.index(k)])
+            # the KV cache of the calibrated server that runs this draft length (the longest, for goodput)
+            kv = calibrated_kv_cache_tokens(kv_cache_tokens, cal, max(candidates) if draft_length == "goodput"
+                                            else k)
             config = build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens,
-                                  requests, arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens,
-                                  lengths, seed)
+                                  requests, arrival_cv, max_num_seqs, max_num_batched_tokens, kv[0], lengths, seed)
             if draft_length == "goodput":
                 from dataclasses import replace
 
                 longest = max(candidates)
                 config = replace(build_config(rate, longest, workload.acceptance, workload.prompt_tokens,
                                               workload.output_tokens, requests, arrival_cv, max_num_seqs,
-                                              max_num_batched_tokens, kv_cache_tokens, lengths, seed),
+                                              max_num_batched_tokens, kv[0], lengths, seed),
                                  adaptive_draft_lengths=(0, *candidates))
+            kv_used.append(kv)
 
             def progress(completed: int, total: int, base: int = done) -> None:
                 advance(base + completed, len(rate_list) * seeds * requests, f"{rate:g} req/s")
@@ -137,13 +141,15 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     analytic_batch = [float(summary.rate_rps * summary.analytic_e2e_s) for summary in summaries]
     finite = [b for b in analytic_batch if np.isfinite(b)]
     warnings = cal.validity_warnings(workload.prompt_tokens, workload.output_tokens, max(finite) if finite else None)
-    batch_cap, cap_source = engine_batch_cap(max_num_seqs, kv_cache_tokens, workload.prompt_tokens,
-                                             workload.output_tokens)
-    over = [f"{s.rate_rps:g}" for s, b in zip(summaries, analytic_batch) if not np.isfinite(b) or b >= batch_cap]
-    if over:
-        warnings.append(f"at {', '.join(over)} req/s the mean model's batch reaches the batch cap of {batch_cap:g} "
-                        f"sequences ({cap_source}) or saturates: requests queue for a slot, and the analytic mean "
-                        "beside the simulation is outside its regime")
+    caps = [engine_batch_cap(max_num_seqs, kv[0], workload.prompt_tokens, workload.output_tokens, kv[1])
+            for kv in kv_used]
+    over = [(f"{s.rate_rps:g}", cap) for s, b, cap in zip(summaries, analytic_batch, caps)
+            if not np.isfinite(b) or b >= cap[0]]
+    for cap in dict.fromkeys(cap for _, cap in over):
+        at = ", ".join(rate for rate, its in over if its == cap)
+        warnings.append(f"at {at} req/s the mean model's batch reaches the batch cap of {cap[0]:g} sequences "
+                        f"({cap[1]}) or saturates: requests queue for a slot, and the analytic mean beside the "
+                        "simulation is outside its regime")
     unsteady = [f"{s.rate_rps:g}" for s in summaries if not s.steady]
     if unsteady:
         warnings.append(f"not at steady state at {', '.join(unsteady)} req/s: the queue kept growing during the "
@@ -163,6 +169,8 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
                 "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                 "kv_cache_tokens": kv_cache_tokens, "warmup_fraction": 0.1}
     document = simulate_document(summaries, context, settings)
+    for row, kv in zip(document["rates"], kv_used):  # the KV cache each rate was simulated with (None: unlimited)
+        row["kv_cache_tokens"] = kv[0]
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_simulate(summaries, document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
     series = [(f"{s.rate_rps:g} req/s", np.sort(s.e2e_samples_s)) for s in summaries]
