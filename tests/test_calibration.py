@@ -287,6 +287,11 @@ def test_a_served_calibration_knows_the_kv_cache_of_each_server(write_calibratio
     # check names where its batch cap comes from
     checked = sdplan("check", *workload, "--rate", "20", "--draft-length", "off", "--slo", "e2e:mean<=600s")
     assert "KV cache of 2,000 tokens the calibrated nosd server reported" in " ".join(checked.output.split())
+    # plan's batch-cap caveat: the smallest cache of the servers behind its options, 1000 tokens = 5 requests
+    planned = sdplan("plan", *workload, "--rates", "1,20")
+    assert planned.exit_code == 0, planned.output
+    text = " ".join(planned.output.split())
+    assert "batch cap of 5 sequences (KV cache of 1,000 tokens the calibrated k2 server reported)" in text
     served["measurement"]["kv_cache_tokens"] = [2000.0]
     broken = sdplan("check", "-c", str(write_calibration(served, "broken-kv")), "--acceptance", "0.7",
                     "--rate", "1", "--slo", "e2e:mean<=600s")

@@ -78,6 +78,24 @@ def calibrated_kv_cache_tokens(kv_cache_tokens: float | None, calibration: Calib
     return served[0], f"KV cache of {served[0]:,.0f} tokens the calibrated {served[1]} server reported"
 
 
+def served_engine_cap(calibration: Calibration, draft_lengths: list[int], prompt_tokens: float,
+                      output_tokens: float) -> tuple[int, str] | None:
+    """The batch a served calibration's servers could hold: their ``max_num_seqs``, or fewer requests of the
+    workload where the smallest KV cache of the servers the options run on (no SD, SD) holds fewer; None if
+    the calibration was not served."""
+    served = calibration.served_batch_cap()
+    if served is None:
+        return None
+    caches = [cache for cache in (calibration.served_kv_cache_tokens(k) for k in (0, max(draft_lengths, default=0)))
+              if cache is not None]
+    if caches:
+        tokens, name = min(caches)
+        held = int(tokens // (prompt_tokens + output_tokens))
+        if 1 <= held < served[0]:
+            return held, f"KV cache of {tokens:,.0f} tokens the calibrated {name} server reported"
+    return served
+
+
 def engine_batch_cap(max_num_seqs: int, kv_cache_tokens: float | None, prompt_tokens: float,
                      output_tokens: float, kv_source: str = "") -> tuple[float, str]:
     """The batch the engine can hold: ``max_num_seqs``, or fewer when the KV budget reserves ``p + g`` each.

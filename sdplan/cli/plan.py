@@ -6,6 +6,7 @@ import click
 
 from sdplan.cli._options import (calibration_option, grid_options, option_given, output_options, plot_options,
                                  workload_options)
+from sdplan.cli._simulation import served_engine_cap
 
 
 def check_speculation_identified(cal: object) -> None:
@@ -136,7 +137,9 @@ def plan(
         output_tokens=workload.output_tokens,
         warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
                                              planner.largest_batch(result))
-                       + planner.domain_warnings(result, cal.served_batch_cap())
+                       + planner.domain_warnings(result, served_engine_cap(cal, draft_lengths,
+                                                                           workload.prompt_tokens,
+                                                                           workload.output_tokens))
                        + identification_warnings(cal) + ([lengths_note] if lengths_note else [])),
         intervals=intervals,
     )
