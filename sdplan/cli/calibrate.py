@@ -102,8 +102,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
               "or put the flags after --.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), metavar="N",
               help="vLLM max_num_seqs (passed to vllm serve); caps the closed-loop clients. Default: vLLM's for "
-                   "the machine (128 on a CPU), up to which the sweep goes while throughput still gains 10% per "
-                   "doubling.")
+                   "the machine (128 on a CPU), up to which the sweep goes while the next doubling of the clients "
+                   "is forecast to gain 10%.")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), metavar="TOKENS",
               help="vLLM max_num_batched_tokens (passed to vllm serve).")
 @click.option("--dtype", default=None, metavar="DTYPE", help="Model dtype passed to vLLM (auto, bfloat16, float32).")
