@@ -137,14 +137,13 @@ def main() -> int:
                         return read_results(path, "vllm")[0][0], monitor.stop()
 
                     run(LoadPoint(p, g, 32, concurrency=8), "warmup", 99)
-                    peak, previous = 0.0, 0.0
-                    clients = 8
-                    while clients <= args.max_num_seqs:  # the plateau of closed-loop throughput
+                    # the plateau of closed-loop throughput: the best of every doubling from 8 clients up to
+                    # max_num_seqs. Not stopping at the first level that gains under 5%: one noisy level stopped
+                    # it at N = 32, 12-25% under the plateaus the other passes measured (acc30 k=2, acc31 k=4)
+                    peak, clients = 0.0, 8
+                    while clients <= args.max_num_seqs:
                         measured, _ = run(LoadPoint(p, g, 6 * clients, concurrency=clients), f"peak-c{clients}", 7)
                         peak = max(peak, measured.achieved_rate_rps)
-                        if measured.achieved_rate_rps < 1.05 * previous:
-                            break
-                        previous = measured.achieved_rate_rps
                         clients *= 2
                     # acceptance is an input of the model, not a prediction: each run is predicted at the
                     # per-token alpha it measured (vLLM's spec-decode counters), as sdplan validate does
