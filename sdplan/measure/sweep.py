@@ -340,9 +340,10 @@ class Sweep:
 
         The grid's levels (up to the batch cap and the KV cache's :meth:`kv_bound`), stopping once a level
         gains less than :data:`MIN_THROUGHPUT_GAIN` over the best before it. Past the grid's largest N, twice
-        the clients, up to the server's batch cap and KV cache, while the last step gained at least
-        :data:`EXTEND_THROUGHPUT_GAIN` per doubling: a GPU's throughput often still doubles from 64 to 256
-        clients, and a plateau extrapolated from N <= 64 would be far too high. With no ``max_num_seqs``
+        the clients, up to the server's batch cap and KV cache, while the line through the last two levels
+        forecasts at least :data:`EXTEND_THROUGHPUT_GAIN` for the next doubling (:func:`forecast_gain_per_doubling`):
+        a GPU's throughput often still doubles from 64 to 256 clients, and a plateau extrapolated from N <= 64
+        would be far too high. With no ``max_num_seqs``
         known (``--endpoint``) the sweep stops there.
         """
         note = self.events.on_note if say else (lambda text: None)
