@@ -371,7 +371,8 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
 def domain_warnings(result: Plan, batch_cap: tuple[int, str] | None = None) -> list[str]:
     """Warnings where the closed form is outside the domain it was checked on (see :mod:`sdplan.model`).
 
-    ``batch_cap`` is the engine's ``max_num_seqs`` and what it is (default: vLLM's default, 256).
+    ``batch_cap`` is the engine's ``max_num_seqs`` and what it is (default: vLLM's default, 256); a cap of 0 (not
+    one request of the workload fits the served KV cache) is a warning of its own.
     """
     import numpy as np
 
@@ -382,8 +383,11 @@ def domain_warnings(result: Plan, batch_cap: tuple[int, str] | None = None) -> l
     stable = rho < 1.0
     warnings = []
     largest = largest_batch(result)
-    if largest is not None:
-        cap, what = batch_cap or (DEFAULT_MAX_NUM_SEQS, "vLLM's default max_num_seqs")
+    cap, what = batch_cap or (DEFAULT_MAX_NUM_SEQS, "vLLM's default max_num_seqs")
+    if cap < 1:
+        warnings.append(f"not one request of the workload fits the {what}: that server cannot run it (vLLM "
+                        "refuses a max_model_len over its KV cache); the plan assumes memory it does not have")
+    elif largest is not None:
         capped = model.batch_cap_warning(largest, cap, what)
         if capped is not None:
             warnings.append(capped.replace("(use --simulate)", "(see sdplan simulate --max-num-seqs)"))

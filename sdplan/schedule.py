@@ -263,6 +263,17 @@ def served_max_num_seqs(arguments: Sequence[str], hardware: str) -> int:
     return min(cap, int(batched)) if batched and batched.isdigit() and int(batched) > 0 else cap
 
 
+def kv_cache_requests(kv_cache_tokens: float, prompt_tokens: float, output_tokens: float) -> int:
+    """How many requests of the workload a KV cache holds at once: ``floor(tokens / (p + g))``.
+
+    vLLM's own "maximum concurrency" line at start-up; each running request reserves its prompt and its
+    output. 0 where not one fits (vLLM refuses to start a ``max_model_len`` over the cache).
+    """
+    import math
+
+    return max(0, math.floor(kv_cache_tokens / (prompt_tokens + output_tokens)))
+
+
 def engine_max_num_seqs(hardware: str) -> int:
     """vLLM's default ``max_num_seqs`` for ``vllm serve`` on this hardware.
 

@@ -251,6 +251,17 @@ def test_one_rule_for_the_max_num_seqs_a_vllm_serve_runs_with() -> None:
     assert served_max_num_seqs(["--max-num-batched-tokens", "64"], "AMD EPYC (CPU, 2 cores)") == 64
 
 
+def test_one_rule_for_the_requests_a_kv_cache_holds() -> None:
+    """vLLM's "maximum concurrency": each running request reserves its prompt and output (the sweep's bound,
+    check/simulate's batch cap and plan's caveat all read it)."""
+    from sdplan.schedule import kv_cache_requests
+
+    assert kv_cache_requests(74_880, 512, 128) == 117
+    assert kv_cache_requests(87_296, 2048, 256) == 37
+    assert kv_cache_requests(1000, 900, 200) == 0
+    assert kv_cache_requests(1100, 900, 200) == 1
+
+
 def test_a_served_calibration_knows_the_kv_cache_of_each_server(write_calibration, direct_document, sdplan) -> None:
     """check, simulate and capacity default --kv-cache-tokens to the KV cache the calibrated server of the draft
     length reported (the draft's KV shares the memory, so SD servers hold fewer tokens); the option still wins."""
@@ -292,6 +303,12 @@ def test_a_served_calibration_knows_the_kv_cache_of_each_server(write_calibratio
     assert planned.exit_code == 0, planned.output
     text = " ".join(planned.output.split())
     assert "batch cap of 5 sequences (KV cache of 1,000 tokens the calibrated k2 server reported)" in text
+    # a workload that does not fit even once: plan answers, and says the server could not run it
+    too_long = sdplan("plan", "-c", path, "--acceptance", "0.7", "--prompt-tokens", "900", "--output-tokens", "200",
+                      "--rates", "0.1")
+    assert too_long.exit_code == 0, too_long.output
+    assert ("not one request of the workload fits the KV cache of 1,000 tokens the calibrated k2 server reported"
+            in " ".join(too_long.output.split()))
     served["measurement"]["kv_cache_tokens"] = [2000.0]
     broken = sdplan("check", "-c", str(write_calibration(served, "broken-kv")), "--acceptance", "0.7",
                     "--rate", "1", "--slo", "e2e:mean<=600s")

@@ -82,7 +82,9 @@ def served_engine_cap(calibration: Calibration, draft_lengths: list[int], prompt
                       output_tokens: float) -> tuple[int, str] | None:
     """The batch a served calibration's servers could hold: their ``max_num_seqs``, or fewer requests of the
     workload where the smallest KV cache of the servers the options run on (no SD, SD) holds fewer; None if
-    the calibration was not served."""
+    the calibration was not served. A cache that holds not even one request gives a cap of 0."""
+    from sdplan.schedule import kv_cache_requests
+
     served = calibration.served_batch_cap()
     if served is None:
         return None
@@ -90,8 +92,8 @@ def served_engine_cap(calibration: Calibration, draft_lengths: list[int], prompt
               if cache is not None]
     if caches:
         tokens, name = min(caches)
-        held = int(tokens // (prompt_tokens + output_tokens))
-        if 1 <= held < served[0]:
+        held = kv_cache_requests(tokens, prompt_tokens, output_tokens)
+        if held < served[0]:
             return held, f"KV cache of {tokens:,.0f} tokens the calibrated {name} server reported"
     return served
 
@@ -110,15 +112,16 @@ def engine_batch_cap(max_num_seqs: int, kv_cache_tokens: float | None, prompt_to
     import math
 
     from sdplan.errors import InvalidValueError
+    from sdplan.schedule import kv_cache_requests
 
     if kv_cache_tokens is not None and math.isfinite(kv_cache_tokens):
-        by_kv = math.floor(kv_cache_tokens / (prompt_tokens + output_tokens))
+        by_kv = kv_cache_requests(kv_cache_tokens, prompt_tokens, output_tokens)
         what = kv_source or f"KV budget of {kv_cache_tokens:g} tokens"
         if by_kv < 1:
             raise InvalidValueError(f"a request of {prompt_tokens + output_tokens:g} tokens (prompt + output) does "
                                     f"not fit the {what}; raise --kv-cache-tokens")
         if by_kv < max_num_seqs:
-            return float(max(by_kv, 0)), what
+            return float(by_kv), what
     return float(max_num_seqs), "max_num_seqs"
 
 

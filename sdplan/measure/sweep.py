@@ -254,8 +254,8 @@ class Sweep:
             self.store.record_kv_cache(configuration, tokens)
 
     def kv_bound(self, configuration: str | None) -> int | None:
-        """The most requests of the workload whose prompt and output fit the configuration's KV cache together,
-        ``floor(kv_cache_tokens / (prompt_tokens + output_tokens))`` (vLLM's own "maximum concurrency"), or
+        """The most requests of the workload whose prompt and output fit the configuration's KV cache together
+        (:func:`sdplan.schedule.kv_cache_requests`, at least 1: the server started, so one fits), or
         None when unknown (server not started yet, not vLLM, or ``--dataset``, whose lengths vary).
 
         Past it vLLM preempts running requests to admit new ones and computes them again: a closed loop of
@@ -268,7 +268,9 @@ class Sweep:
         per_request = self.prompt_tokens + self.output_tokens
         if tokens is None or self.dataset is not None or per_request <= 0:
             return None
-        return max(1, tokens // per_request)
+        from sdplan.schedule import kv_cache_requests
+
+        return max(1, kv_cache_requests(tokens, self.prompt_tokens, self.output_tokens))
 
     def requests_at_once(self, configuration: str | None) -> int | None:
         """The most requests a configuration's server runs at once: its ``max_num_seqs`` (:attr:`batch_cap`),
