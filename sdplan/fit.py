@@ -46,12 +46,11 @@ PARAMETERS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v
 SPECULATIVE_PARAMETERS = ("c1v_s", "c2v_s", "c1d_s", "c2d_s")
 #: Fewest runs a pooled fit takes.
 MIN_FIT_RUNS = 3
-#: Huber constant (in robust standard deviations) of the reweighting: a run further than three from the fit is
-#: an outlier (a disturbed run is slowed 10-50x). The textbook 1.345 (95% efficiency under Gaussian noise)
-#: down-weighted 1 to 6 of the 18-21 points of each served calibration on a quiet machine, whose residuals were
-#: the spread between its servers, and those fits predicted independent served runs worse (refits of three
-#: calibrations, E2E MAPE 14.1/14.9/30.7% against 13.4/14.6/27.8%: benchmarks/RESULTS-accuracy-served-2026-11.md).
-HUBER_K = 3.0
+#: Huber constant (in robust standard deviations) of the reweighting: 1.345, 95% efficiency under Gaussian
+#: noise. 3 was tried (fewer down-weighted points on a quiet machine) and predicted independent served runs no
+#: better: refits of four served calibrations, E2E MAPE 14.1/14.9/30.7/34.1% with 1.345 against
+#: 13.4/14.6/27.8/38.7% with 3 (benchmarks/RESULTS-accuracy-served-2026-11.md, twelfth session).
+HUBER_K = 1.345
 #: Relative standard error above which a fitted coefficient is reported as weakly determined.
 WEAK_RELATIVE_STDERR = 0.5
 #: Largest TTFT weight (in steps) a fit may return; the defaults are 0.5 and 1.5.
