@@ -48,8 +48,8 @@ SPECULATIVE_PARAMETERS = ("c1v_s", "c2v_s", "c1d_s", "c2d_s")
 MIN_FIT_RUNS = 3
 #: Huber constant (in robust standard deviations) of the reweighting: 1.345, 95% efficiency under Gaussian
 #: noise. 3 was tried (fewer down-weighted points on a quiet machine) and predicted independent served runs no
-#: better: refits of four served calibrations, E2E MAPE 14.1/14.9/30.7/34.1% with 1.345 against
-#: 13.4/14.6/27.8/38.7% with 3 (benchmarks/RESULTS-accuracy-served-2026-11.md, twelfth session).
+#: better: refits of five served calibrations, E2E MAPE 14.1/14.9/30.7/34.1/15.3% with 1.345 against
+#: 13.4/14.6/27.8/38.7/15.4% with 3 (benchmarks/RESULTS-accuracy-served-2026-11.md, twelfth session).
 HUBER_K = 1.345
 #: Relative standard error above which a fitted coefficient is reported as weakly determined.
 WEAK_RELATIVE_STDERR = 0.5
