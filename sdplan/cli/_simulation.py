@@ -65,6 +65,13 @@ def calibrated_max_num_seqs(max_num_seqs: int, calibration: Calibration) -> int:
     return max_num_seqs if option_given("max_num_seqs") or served is None else served[0]
 
 
+def _served_kv_cache(served: tuple[float, str] | None) -> tuple[float | None, str]:
+    """A served server's KV cache (tokens, configuration) as (tokens, what it is, for warnings)."""
+    if served is None:
+        return None, ""
+    return served[0], f"KV cache of {served[0]:,.0f} tokens the calibrated {served[1]} server reported"
+
+
 def calibrated_kv_cache_tokens(kv_cache_tokens: float | None, calibration: Calibration,
                                draft_length: int) -> tuple[float | None, str]:
     """``--kv-cache-tokens`` as given, else the KV cache the served calibration's server of ``draft_length``
@@ -72,29 +79,37 @@ def calibrated_kv_cache_tokens(kv_cache_tokens: float | None, calibration: Calib
     what it is, for warnings."""
     if kv_cache_tokens is not None:
         return kv_cache_tokens, ""
-    served = calibration.served_kv_cache_tokens(draft_length)
-    if served is None:
-        return None, ""
-    return served[0], f"KV cache of {served[0]:,.0f} tokens the calibrated {served[1]} server reported"
+    return _served_kv_cache(calibration.served_kv_cache_tokens(draft_length))
+
+
+def smallest_served_kv_cache(kv_cache_tokens: float | None, calibration: Calibration,
+                             draft_lengths: list[int]) -> tuple[float | None, str]:
+    """``--kv-cache-tokens`` as given, else the smallest KV cache of the served calibration's servers that the
+    options run on (no SD and the longest draft length: the shorter ones share the SD servers' smallest),
+    else None (unlimited); with what it is, for warnings."""
+    if kv_cache_tokens is not None:
+        return kv_cache_tokens, ""
+    caches = [cache for cache in (calibration.served_kv_cache_tokens(k) for k in (0, max(draft_lengths, default=0)))
+              if cache is not None]
+    return _served_kv_cache(min(caches, default=None))
 
 
 def served_engine_cap(calibration: Calibration, draft_lengths: list[int], prompt_tokens: float,
                       output_tokens: float) -> tuple[int, str] | None:
     """The batch a served calibration's servers could hold: their ``max_num_seqs``, or fewer requests of the
-    workload where the smallest KV cache of the servers the options run on (no SD, SD) holds fewer; None if
-    the calibration was not served. A cache that holds not even one request gives a cap of 0."""
+    workload where the smallest KV cache of the servers the options run on (:func:`smallest_served_kv_cache`)
+    holds fewer; None if the calibration was not served. A cache that holds not even one request gives a cap
+    of 0."""
     from sdplan.schedule import kv_cache_requests
 
     served = calibration.served_batch_cap()
     if served is None:
         return None
-    caches = [cache for cache in (calibration.served_kv_cache_tokens(k) for k in (0, max(draft_lengths, default=0)))
-              if cache is not None]
-    if caches:
-        tokens, name = min(caches)
+    tokens, what = smallest_served_kv_cache(None, calibration, draft_lengths)
+    if tokens is not None:
         held = kv_cache_requests(tokens, prompt_tokens, output_tokens)
         if held < served[0]:
-            return held, f"KV cache of {tokens:,.0f} tokens the calibrated {name} server reported"
+            return held, what
     return served
 
 

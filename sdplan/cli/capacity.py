@@ -84,8 +84,8 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
 
-    from sdplan.cli._simulation import (calibrated_kv_cache_tokens, echo_warnings, engine_batch_cap, histogram_means,
-                                       read_lengths)
+    from sdplan.cli._simulation import (echo_warnings, engine_batch_cap, histogram_means, read_lengths,
+                                       smallest_served_kv_cache)
 
     check_plot_request(plot, plot_file, fmt)
     lengths = read_lengths(lengths_file) if lengths_file else None
@@ -130,10 +130,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     if not parsed:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
     p, g = inputs.workload.prompt_tokens, inputs.workload.output_tokens
-    # unless --kv-cache-tokens is given, the smallest KV cache of the calibrated servers the options run on
-    served_caches = [calibrated_kv_cache_tokens(kv_cache_tokens, inputs.calibration, k) for k in (0, max(candidates))]
-    kv_cache_tokens, kv_source = min((cache for cache in served_caches if cache[0] is not None),
-                                     default=(kv_cache_tokens, ""))
+    kv_cache_tokens, kv_source = smallest_served_kv_cache(kv_cache_tokens, inputs.calibration, candidates)
     batch_cap, cap_source = engine_batch_cap(min(max_num_seqs, max_batch), kv_cache_tokens, p, g, kv_source)
     cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens, max_batch=batch_cap)
     if use_simulator:
