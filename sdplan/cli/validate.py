@@ -38,7 +38,8 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
 
     For every run: measured and predicted mean end-to-end latency at the
     arrival rate (closed loops: at their N) and the error. Summary: MAPE, signed bias, R2, worst run,
-    quality grade, and whether the fastest draft length per rate agrees.
+    quality grade, whether the fastest draft length per rate agrees, and, where runs repeat a load
+    level, the MAPE an exact model would score against them (their own spread).
     Runs not at steady state or not under Poisson arrivals are skipped with
     the reason.
 
@@ -76,6 +77,11 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     result = run_validation(cal.coefficients_at, runs)
+    spread = result.repeat_spread
+    if max_error is not None and spread is not None and max_error < spread.exact_model_mape_pct:
+        click.echo(f"warning: --max-error {max_error:g}% is below the {spread.exact_model_mape_pct:.1f}% an exact "
+                   f"model would score on these runs (the spread of their {spread.runs} repeats): the gate fails on "
+                   "noise; measure longer or more runs, or raise the limit", err=True)
     context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method}}
     document = validate_document(result, context, max_error)
     terminal = output in (None, "-") and stdout_is_terminal()

@@ -95,6 +95,9 @@ def validation_summary(result: Validation) -> dict[str, Any]:
                     "measured_best_k": c.measured_best, "predicted_best_k": c.predicted_best,
                     "draft_lengths_compared": list(c.options), "agrees": c.agrees} for c in result.best_k],
         "ttft_mape_pct": finite_or_none(result.ttft_mape_pct) if result.ttft_mape_pct is not None else None,
+        "repeat_spread": None if result.repeat_spread is None else {
+            "exact_model_mape_pct": round(result.repeat_spread.exact_model_mape_pct, 3),
+            "repeated_levels": result.repeat_spread.repeated_levels, "runs": result.repeat_spread.runs},
     }
 
 
@@ -265,6 +268,10 @@ def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, t
             f"best k agrees at {agree['agree']} of {agree['compared']} load levels"
             + (f"; TTFT MAPE {s['ttft_mape_pct']:.1f}%" if s.get("ttft_mape_pct") is not None else "")
             if s["mape_pct"] is not None else "MAPE: infinite (some measured runs are predicted unstable)")
+        spread = s.get("repeat_spread")
+        if spread is not None:
+            summary += (f"; an exact model would score about {spread['exact_model_mape_pct']:.1f}% "
+                        f"(the spread of {spread['runs']} runs repeating {spread['repeated_levels']} load levels)")
         verdict = ""
         if document["max_error_pct"] is not None:
             verdict = ("PASS" if document["passed"] else "FAIL") + f" (MAPE limit {document['max_error_pct']:g}%): "
