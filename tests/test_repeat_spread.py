@@ -75,6 +75,22 @@ def test_only_runs_of_one_level_repeat_each_other() -> None:
     assert repeat_spread(longer).runs == 6
 
 
+def test_passes_in_folders_of_their_own_repeat_each_other(tmp_path, sdplan) -> None:
+    """The benchmark's layout: validation/, validation-2/, ... with the same file names in each."""
+    import shutil
+
+    files = []
+    for path in sorted(PASSES.glob("pass*.json")):
+        folder = tmp_path / path.stem.split("-", 1)[0]
+        folder.mkdir(exist_ok=True)
+        files.append(str(shutil.copy(path, folder / path.name.split("-", 1)[1])))
+    result = sdplan("validate", "-c", str(PASSES / "served.toml"), *files, "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    spread = json.loads(result.stdout)["summary"]["repeat_spread"]
+    assert spread is not None and spread["repeated_levels"] == 3 and spread["runs"] == 9
+    assert spread["exact_model_mape_pct"] == pytest.approx(repeat_spread(real_runs()).exact_model_mape_pct, abs=1e-3)
+
+
 def test_validate_reports_it_and_warns_of_a_gate_below_it(sdplan) -> None:
     files = [str(path) for path in sorted(PASSES.glob("pass*.json"))]
     calibration = str(PASSES / "served.toml")
