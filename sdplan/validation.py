@@ -158,25 +158,6 @@ def exact_model_error_pct(repeats: list[list[float]]) -> float | None:
     return 100.0 * sum(estimates) / len(estimates) if estimates else None
 
 
-def _workload_of(runs: list[BenchmarkRun]) -> Callable[[BenchmarkRun], tuple[float, float]]:
-    """Map each run to its workload: mean lengths within 10% are one (random datasets vary run to run)."""
-    from sdplan.fit import LENGTH_GROUP_TOLERANCE
-
-    workloads: list[tuple[float, float]] = []
-    for run in sorted(runs, key=lambda r: (r.prompt_tokens, r.output_tokens)):
-        p, g = run.prompt_tokens, run.output_tokens
-        if not any(p <= w[0] * LENGTH_GROUP_TOLERANCE and w[1] / LENGTH_GROUP_TOLERANCE <= g
-                   <= w[1] * LENGTH_GROUP_TOLERANCE for w in workloads):
-            workloads.append((p, g))
-
-    def workload(run: BenchmarkRun) -> tuple[float, float]:
-        p, g = run.prompt_tokens, run.output_tokens
-        return next(w for w in workloads if p <= w[0] * LENGTH_GROUP_TOLERANCE
-                    and w[1] / LENGTH_GROUP_TOLERANCE <= g <= w[1] * LENGTH_GROUP_TOLERANCE)
-
-    return workload
-
-
 def _same_measurement(a: BenchmarkRun, b: BenchmarkRun) -> bool:
     """One run read twice (the same file given twice): equal means to the last bit. Names do not tell,
     since passes in folders of their own often share file names."""
@@ -187,25 +168,22 @@ def _same_measurement(a: BenchmarkRun, b: BenchmarkRun) -> bool:
 def repeat_spread(runs: list[BenchmarkRun]) -> RepeatSpread | None:
     """:func:`exact_model_error_pct` of the runs' mean E2E latency, over the levels measured more than once.
 
-    Runs repeat one another when they share the workload (mean lengths within
-    10%), the draft length, the acceptance (per-token alpha within
-    :data:`~sdplan.fit.ALPHA_GROUP_TOLERANCE`) and the controlled load (``N``
-    clients, or the requested rate), as :func:`compare_best_k` groups them.
-    None when no level was measured twice.
+    Runs repeat one another when they are of one configuration
+    (:func:`sdplan.fit.configuration_groups`: draft length, mean lengths
+    within 10%, per-token alpha within
+    :data:`~sdplan.fit.ALPHA_GROUP_TOLERANCE`) and share the controlled load
+    (``N`` clients, or the requested rate). None when no level was measured twice.
     """
-    from sdplan.fit import ALPHA_GROUP_TOLERANCE
+    from sdplan.fit import configuration_groups
 
-    workload = _workload_of(runs)
-    by_level: dict[tuple[Any, ...], list[list[BenchmarkRun]]] = defaultdict(list)
-    for run in sorted(runs, key=lambda r: (r.alpha or 0.0, r.source)):
-        groups = by_level[(workload(run), run.draft_length, run.load_level)]
-        if any(_same_measurement(run, other) for group in groups for other in group):
-            continue  # the same run given twice is no repeat
-        if groups and abs((run.alpha or 0.0) - (groups[-1][0].alpha or 0.0)) <= ALPHA_GROUP_TOLERANCE:
-            groups[-1].append(run)
-        else:
-            groups.append([run])
-    repeated = [group for groups in by_level.values() for group in groups if len(group) > 1]
+    repeated: list[list[BenchmarkRun]] = []
+    for members in configuration_groups(runs):
+        by_level: dict[str, list[BenchmarkRun]] = defaultdict(list)
+        for run in members:
+            level = by_level[run.load_level]
+            if not any(_same_measurement(run, other) for other in level):  # the same run given twice is no repeat
+                level.append(run)
+        repeated += [level for level in by_level.values() if len(level) > 1]
     estimate = exact_model_error_pct([[r.mean_e2e_latency_s for r in group] for group in repeated])
     if estimate is None:
         return None
@@ -222,12 +200,18 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
     :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
     baseline at the same level.
     """
-    from sdplan.fit import ALPHA_GROUP_TOLERANCE
+    from sdplan.fit import ALPHA_GROUP_TOLERANCE, LENGTH_GROUP_TOLERANCE
 
-    workload = _workload_of([e.run for e in errors])
+    # workloads: mean lengths within 10% are one (random datasets vary a little from run to run)
+    workloads: list[tuple[float, float]] = []
     by_level: dict[tuple[Any, ...], list[RunError]] = defaultdict(list)
     for e in sorted(errors, key=lambda e: (e.run.prompt_tokens, e.run.output_tokens)):
-        match = workload(e.run)
+        p, g = e.run.prompt_tokens, e.run.output_tokens
+        match = next((w for w in workloads if p <= w[0] * LENGTH_GROUP_TOLERANCE
+                      and w[1] / LENGTH_GROUP_TOLERANCE <= g <= w[1] * LENGTH_GROUP_TOLERANCE), None)
+        if match is None:
+            match = (p, g)
+            workloads.append(match)
         by_level[(round(match[0]), round(match[1]), e.run.load_level)].append(e)
     comparisons = []
     for (p, g, level), members in sorted(by_level.items(), key=lambda item: str(item[0])):
