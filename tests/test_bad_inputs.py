@@ -7,6 +7,7 @@ all commands is ``tests/test_fuzz_cli.py``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import subprocess
@@ -232,9 +233,14 @@ def test_calibrations_that_describe_no_hardware_are_refused(sdplan: Run, write_c
 @pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
 def test_toml_with_a_byte_order_mark_is_read(sdplan: Run, tmp_path: Path, direct_document: dict,
                                              encoding: str) -> None:
+    direct_document["description"] = "caf\u00e9 \u2014 \u03b1 measured"  # non-ASCII: the encoding must be honoured
     path = tmp_path / "cal.toml"
     path.write_bytes(dumps_toml(direct_document).encode(encoding))
-    assert sdplan("show", "-c", str(path)).exit_code == 0
+    result = sdplan("show", "-c", str(path), "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["valid"] is True
+    assert shown["document"] == direct_document  # every key and value survives the mark and the encoding
 
 
 def test_latin1_toml_is_refused_clearly(sdplan: Run, tmp_path: Path, direct_document: dict) -> None:
@@ -252,8 +258,13 @@ def test_latin1_toml_is_refused_clearly(sdplan: Run, tmp_path: Path, direct_docu
 def test_lengths_file_in_any_utf_with_a_mark(sdplan: Run, tmp_path: Path, encoding: str) -> None:
     path = tmp_path / "lengths.csv"
     path.write_bytes("prompt_tokens,output_tokens,weight\n512,128,3\n2048,256,1\n".encode(encoding))
-    result = sdplan("simulate", "--lengths-file", str(path), "--requests", "100", "--seeds", "1", "-r", "2")
+    result = sdplan("simulate", "--lengths-file", str(path), "--requests", "100", "--seeds", "1", "-r", "2",
+                    "-f", "json")
     assert result.exit_code == 0, result.stderr
+    workload = json.loads(result.stdout)["workload"]
+    # the weighted means of the two rows (3:1): the file was read, not replaced by the defaults
+    assert workload["prompt_tokens"] == pytest.approx((3 * 512 + 2048) / 4)
+    assert workload["output_tokens"] == pytest.approx((3 * 128 + 256) / 4)
 
 
 @pytest.mark.parametrize("content, message", [
@@ -272,8 +283,17 @@ def test_bad_lengths_files(sdplan: Run, tmp_path: Path, content: bytes, message:
 def test_huge_weights_do_not_overflow(sdplan: Run, tmp_path: Path) -> None:
     path = tmp_path / "lengths.csv"
     path.write_text("prompt_tokens,output_tokens,weight\n100,50,1e308\n300,60,1e308\n")
-    result = sdplan("simulate", "--lengths-file", str(path), "--requests", "50", "--seeds", "1", "-r", "1")
+    result = sdplan("simulate", "--lengths-file", str(path), "--requests", "50", "--seeds", "1", "-r", "1",
+                    "-f", "json")
     assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    # equal huge weights are an even mix: the normalisation did not overflow to inf/inf = nan
+    assert document["workload"]["prompt_tokens"] == pytest.approx(200)
+    assert document["workload"]["output_tokens"] == pytest.approx(55)
+    (row,) = document["rates"]
+    values = [entry["value"] for entry in row["statistics"].values()] + [row["output_throughput_tok_s"]["value"]]
+    assert all(value is not None and math.isfinite(value) and value >= 0 for value in values), values
+    assert row["statistics"]["e2e_mean_s"]["value"] > 0
 
 
 # ----------------------------------------------------------------------------- messages

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy
@@ -98,7 +99,10 @@ def test_plan_output_to_missing_folder_is_bad_input(sdplan, tmp_path: Path) -> N
 def test_plan_ascii_has_no_box_drawing(sdplan) -> None:
     result = sdplan("plan", "--ascii", "--rates", "1,2")
     assert result.exit_code == 0
-    assert "+---" in result.stdout or "|" in result.stdout
+    lines = result.stdout.splitlines()
+    assert any(re.fullmatch(r"\+-+\+", line) for line in lines), "no ASCII table border"
+    for rate in ("1", "2"):  # one ASCII row per requested rate
+        assert any(re.match(rf"\|\s+{rate} \|", line) for line in lines), f"no ASCII row for rate {rate}"
     assert not any(ch in result.stdout for ch in "╭─│╰")
     assert "\x1b[" not in result.stdout
 

@@ -29,7 +29,12 @@ def command(name: str) -> click.Command:
 def test_every_command_has_help_and_a_man_page(name: str) -> None:
     assert command(name).help, f"sdplan {name} has no help"
     assert (MAN / "man1" / f"sdplan-{name}.1").exists()
-    assert f"sdplan-{name} (1)" in page_text(MAN / "man1" / "sdplan.1") or name in page_text(MAN / "man1" / "sdplan.1")
+    text = page_text(MAN / "man1" / "sdplan.1")
+    commands = text.split(".SH COMMANDS", 1)[1].split(".SH ", 1)[0]
+    see_also = text.split(".SH SEE ALSO", 1)[1].split(".SH ", 1)[0]
+    assert re.search(rf"^\.B {name}$", commands, re.M), f"sdplan.1 COMMANDS has no entry for {name}"
+    assert f"sdplan-{name} (1)" in commands, f"the {name} entry in sdplan.1 COMMANDS does not cite sdplan-{name}(1)"
+    assert f"sdplan-{name} (1)" in see_also, f"sdplan.1 SEE ALSO lacks sdplan-{name}(1)"
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

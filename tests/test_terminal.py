@@ -181,7 +181,9 @@ def test_completion_offers_shipped_calibrations_and_files(tmp_path, monkeypatch)
     assert "file" in kinds  # paths complete too (the shell lists mine.toml)
     env = dict(os.environ, _SDPLAN_COMPLETE="bash_source")
     script = subprocess.run([sys.executable, "-m", "sdplan"], capture_output=True, text=True, env=env)
-    assert "_SDPLAN_COMPLETE" in script.stdout or "complete" in script.stdout
+    assert script.returncode == 0, script.stderr
+    assert "_SDPLAN_COMPLETE=bash_complete" in script.stdout  # the script calls back into sdplan
+    assert re.search(r"^\s*complete .*-F _sdplan_completion sdplan$", script.stdout, re.M)  # and registers itself
 
 
 def test_capacity_has_one_batch_cap(sdplan) -> None:
