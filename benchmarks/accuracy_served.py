@@ -22,7 +22,7 @@ Python:
 
     VLLM_CPU_KVCACHE_SPACE=1 python benchmarks/accuracy_served.py [--workdir DIR]
 
-Goal (issue 11): mean E2E MAPE <= 10%, TTFT <= 20%, saturation within +-10%.
+Goal: mean E2E MAPE <= 10%, TTFT <= 20%, saturation within +-10%.
 """
 
 from __future__ import annotations
@@ -140,8 +140,8 @@ def main() -> int:
 
                     run(LoadPoint(p, g, 32, concurrency=8), "warmup", 99)
                     # the plateau of closed-loop throughput: the best of every doubling from 8 clients up to
-                    # max_num_seqs. Not stopping at the first level that gains under 5%: one noisy level stopped
-                    # it at N = 32, 12-25% under the plateaus the other passes measured (acc30 k=2, acc31 k=4)
+                    # max_num_seqs, not stopping at the first level that gains under 5%, since one noisy level
+                    # can stop it well under the plateau (benchmarks/RESULTS-accuracy-runs-2026-11.md)
                     peak, clients = 0.0, 8
                     while clients <= args.max_num_seqs:
                         measured, _ = run(LoadPoint(p, g, 6 * clients, concurrency=clients), f"peak-c{clients}", 7)

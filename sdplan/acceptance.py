@@ -1,7 +1,7 @@
 """Acceptance metrics of speculative decoding and the conversions between them.
 
 Three metrics are in use and tools mix their names up, so sdplan names each
-one explicitly (``model.md`` §4.2):
+one explicitly (``docs/model.md#acceptance-metrics``):
 
 * **per-token acceptance** ``alpha``: probability that a drafted token is
   accepted given that every earlier token of the draft was; modelled i.i.d.
@@ -136,7 +136,8 @@ def tokens_from_position_rates(position_rates: tuple[float, ...], draft_lengths:
     numpy.ndarray
         ``E(k) = 1 + sum_{i<=k} r_i``. With conditional rates ``a_j`` this is
         ``1 + sum_i prod_{j<=i} a_j`` since ``r_i = prod_{j<=i} a_j``
-        (model.md §4.2); equal ``a_j = alpha`` gives ``E(alpha, k)``.
+        (``docs/model.md#per-position-acceptance``); equal ``a_j = alpha`` gives
+        ``E(alpha, k)``.
     """
     import numpy as np
 
@@ -196,7 +197,8 @@ def alpha_from_mean_length(tau: FloatArray | float, k: int) -> FloatArray:
     Notes
     -----
     ``E(alpha, k)`` is strictly increasing in ``alpha`` on [0, 1] for k >= 1,
-    so a vectorised bisection converges to the unique root (``model.md`` §4.2).
+    so a vectorised bisection converges to the unique root
+    (``docs/model.md#acceptance-metrics``).
     """
     import numpy as np
 

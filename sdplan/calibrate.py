@@ -11,7 +11,8 @@ fits the per-step form of ``sdplan-calibration(5)``:
       T_t(B, q, s) = fixed + B (per_sequence + q per_query_token + s per_context_token)
 
 * the draft's real share, from full SD steps minus the target's verify step
-  (standalone draft timings overestimate it, ``vllm.md`` §4.4)::
+  (standalone draft timings overestimate it,
+  ``docs/engines.md#measuring-steps-in-process``)::
 
       T_sd(B, k, s) - T_t(B, k+1, s) = o_fixed + B o_seq + k D.fixed + B k (D.seq + s D.ctx)
 

@@ -10,7 +10,7 @@ per file), both documented in ``sdplan-calibration(5)``:
     (:func:`_scale_direct`).
 ``[step_model]`` (per-step form)
     Linear step-time models of the target, the draft and prefill
-    (``model.md`` §1.3, §6.2), from which the coefficients follow at any
+    (``docs/model.md#per-step-form``), from which the coefficients follow at any
     prompt/output length (:func:`_coefficients_from_steps`).
 """
 
@@ -459,7 +459,7 @@ def _scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens:
     Notes
     -----
     With ``scaling = "proportional"`` (the default), following the reported
-    scalings (``model.md`` §1.3, validation point V5) and the step model
+    scalings (``docs/model.md#length-scaling``) and the step model
     (:func:`_coefficients_from_steps`), with ``s = p + g/2`` the mean context:
 
     * prefill: ``c1p``, ``c2p`` scale with ``p/p_ref``;
@@ -473,7 +473,7 @@ def _scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens:
       it is the marginal cost of one drafted token, its verification
       compute plus a small draft step (``T.tok + D.seq + D.tok + s D.ctx``),
       mostly independent of the context. Scaling ``c2d`` with ``s``
-      overstated saturation 2.1x at p = g = 128 (review B6);
+      overstated saturation 2.1x at p = g = 128;
     * ``c1v``, ``c1d``, ``c1_step`` (the batch-1 step costs) hold one
       sequence's own context cost (step model: ``c1v = T.fixed + overhead +
       c2v``), so with a slope they move by ``(s - s_ref) * slope`` as their
@@ -524,7 +524,7 @@ def _coefficients_from_steps(steps: dict[str, Any], prompt_tokens: float, output
     and ``k`` draft steps with ``q = 1``; a plain decode step is one target
     step with ``q = 1``. ``C1`` is the batch-size-1 (synchronous) latency, so
     it carries the request's own per-sequence cost, and ``B C2`` with
-    ``B = lambda L`` counts the others (``model.md`` §1.2-1.3, §6.2). With
+    ``B = lambda L`` counts the others (``docs/model.md#per-step-form``). With
     ``s = p + g/2``, per cycle ``tau(B) = (c1v + k c1d) + (B - 1)(c2v + k c2d)``::
 
         c2v = T.seq + T.tok + s T.ctx + overhead_seq

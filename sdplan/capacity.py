@@ -277,7 +277,7 @@ def simulated_capacity(cap: Capacity, coefficients: Coefficients, slos: list[SLO
     capacity corrected by the simulated-to-analytic ratio of the option
     before. Lower-bound SLOs (``throughput>=``) hold only *above* some rate,
     so they are checked at that rate: if one fails there, no rate meets
-    every SLO (review B3). A point whose queue keeps growing
+    every SLO. A point whose queue keeps growing
     (:attr:`sdplan.simulate.SimulationResult.steady` false) is unstable.
 
     Every evaluation uses common random numbers: each replication's arrival

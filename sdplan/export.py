@@ -10,7 +10,7 @@ SD", with no speculative config at all (the caller says so).
 Sources of the formats (read in the engines' code, cited per builder):
 
 * vLLM 0.33 ``--speculative-config`` JSON with
-  ``num_speculative_tokens_per_batch_size`` (anchors-2026-11 §1);
+  ``num_speculative_tokens_per_batch_size`` (``docs/engines.md#vllm-per-batch-size-schedule``);
 * SGLang ``--speculative-adaptive-config`` JSON, batch-size-keyed tiers
   (sgl-project/sglang#24055; ``python/sglang/srt/speculative/adaptive_spec_params.py``);
 * TensorRT-LLM ``speculative_config.draft_len_schedule``

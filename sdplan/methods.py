@@ -9,7 +9,7 @@ A calibration's costs belong to one way of drafting: a separate draft LM
 Model Runner V1 (``config/vllm.py:1088-1108``). A schedule or an engine
 config is only as right as the costs behind it, so an export for another
 method than the calibration's is refused rather than written with the wrong
-costs (anchors-2026-11 §1.5, mismatches 2 and 3).
+costs (``docs/engines.md#vllm-per-batch-size-schedule``).
 """
 
 from __future__ import annotations

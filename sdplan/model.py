@@ -4,16 +4,16 @@ Everything here is pure numpy on arrays that broadcast against each other:
 arrays in, arrays out, SI units (seconds, requests per second, tokens). No I/O.
 
 The model (Kong et al., "An Interpretable Latency Model for Speculative
-Decoding in LLM Serving", arXiv:2605.15051; reconstruction in ``model.md``
-§1): mean end-to-end latency is a load-independent demand plus a demand per
-concurrent request, ``L = C1 + B*C2``, and the effective batch follows
-Little's law ``B = lambda*L``, so
+Decoding in LLM Serving", arXiv:2605.15051; derived in
+``docs/model.md#latency-law``): mean end-to-end latency is a load-independent
+demand plus a demand per concurrent request, ``L = C1 + B*C2``, and the
+effective batch follows Little's law ``B = lambda*L``, so
 
     L(lambda) = C1 / (1 - lambda*C2),    stable while lambda*C2 < 1.
 
 Speculative decoding with draft length ``k`` and per-token acceptance
 ``alpha`` commits ``E(alpha, k)`` tokens per cycle, so a request of ``g``
-output tokens needs ``g/E`` cycles (eq. 3):
+output tokens needs ``g/E`` cycles (eq. 3; ``docs/model.md#demand-decomposition``):
 
     C1 = c1p + (g/E)*(c1v + k*c1d),    C2 = c2p + (g/E)*(c2v + k*c2d).
 
@@ -23,8 +23,8 @@ token (vLLM; ``calibrate`` times prefill with ``max_tokens=1`` and the
 simulator runs ``g - 1`` steps after it). With SD the ``g/E`` cycles are
 kept: the cycles that produce the remaining ``g - 1`` tokens overshoot by
 about one token on average (renewal overshoot), so their mean is close to
-``g/E`` (simulated 4.91 cycles at g=16, alpha=0.8, k=4 against g/E = 4.76 and
-(g-1)/E = 4.46; review B14).
+``g/E`` (``docs/model.md#cycles``; simulated 4.91 cycles at g=16, alpha=0.8,
+k=4 against g/E = 4.76 and (g-1)/E = 4.46).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ class Coefficients:
         Time to first token under load, in units of the running option's
         step costs (:func:`time_to_first_token`): the fixed part of the step
         an arrival waits for, and the per-other-request part. Defaults 0.5 and
-        1.5 (wait for half a step, then one mixed step; ``model.md`` §1.3).
+        1.5 (wait for half a step, then one mixed step;
+        ``docs/model.md#ttft-and-tpot``).
     ttft_offset_s : float
         What TTFT adds to ``c1p`` at zero load beyond the wait (s; fitted from
         measured TTFT: the serving stack's own first-token cost, or minus what
@@ -150,7 +151,7 @@ def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
     """Demand ``(C1_D, C2_D)`` without speculation: ``g - 1`` one-token decode steps after the prefill.
 
     ``C1_D = c1p + (g-1) c1_step`` and ``C2_D = c2p + (g-1) c2_step``
-    (``model.md`` §1.3 with the first token emitted by the prefill; review B14).
+    (``docs/model.md#demand-decomposition``; the prefill emits the first token).
     """
     steps = baseline_steps(coeffs.output_tokens)
     return (
@@ -434,7 +435,8 @@ def break_even(c1_d: float, c2_d: float, c1_sd: FloatArray, c2_sd: FloatArray) -
     Notes
     -----
     With ``C1_R = C1_SD/C1_D``, ``C2_R = C2_SD/C2_D`` and ``r = lambda*C2_D``
-    the speedup equals 1 at (Kong et al., App. A.3; ``model.md`` §1.5)::
+    the speedup equals 1 at (Kong et al., App. A.3;
+    ``docs/model.md#speedup-and-break-even``)::
 
         r* = (C1_R - 1) / (C1_R - C2_R),   lambda* = r* / C2_D,
 

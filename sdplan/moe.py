@@ -2,14 +2,14 @@
 
 Each routed token picks ``m`` of ``M`` experts per MoE layer. Under uniform
 routing the expected fraction of experts a forward pass touches is
-(``model.md`` §2.1; Kong et al. §MoE)::
+(Kong et al. eq. 4; ``docs/model.md#mixture-of-experts``)::
 
     phi(T) = 1 - (1 - m/M)**T,
 
 with ``T`` the tokens routed in that forward: ``B`` for a plain decode step,
 ``B (k + 1)`` for a verification step, ``p`` for a prefill, where ``B`` is
 the number of sequences in the step. With ``B = lambda L`` counting the
-*other* requests in flight (``model.md`` §1.2-1.3; the request's own cost is
+*other* requests in flight (``docs/model.md#per-step-form``; the request's own cost is
 in ``C1``), a tagged request's step holds ``1 + lambda L`` sequences, so a
 step routes ``t (1 + lambda L)`` tokens (``t = 1`` for plain decode, ``k + 1``
 for verification); at zero load that is the request's own ``t``. Each target
@@ -22,7 +22,7 @@ coefficients) and a coverage increment (``[moe.coverage]``) weighted by
 and since ``B = lambda L`` the mean latency solves
 ``L = F(L) = C1(lambda L) / (1 - lambda C2(lambda L))``. ``F`` increases
 with ``L``, so iterating from ``L = 0`` rises monotonically to the smallest
-fixed point, the stable operating point (``model.md`` §2.3); a denominator
+fixed point, the stable operating point (``docs/model.md#mixture-of-experts``); a denominator
 reaching zero, or no convergence within the iteration budget, is reported as
 unstable. The draft model is taken as dense (no coverage split).
 

@@ -1,8 +1,9 @@
 """The goodput-adaptive draft-length policy (SmartSpec-style) under the load model.
 
-SmartSpec (Liu et al., arXiv:2406.14066; ``model.md`` §3) picks, at every
-engine step, the draft length ``k`` (0 = SD off) that maximises goodput, the
-tokens committed per second of the batch::
+SmartSpec (Liu et al., arXiv:2406.14066;
+``docs/model.md#goodput-adaptive-draft-length``) picks, at every engine step,
+the draft length ``k`` (0 = SD off) that maximises goodput, the tokens
+committed per second of the batch::
 
     goodput(k; B) = B * E(k) / tau(B, k),   tau(B, k) = (c1v + k c1d) + B (c2v + k c2d)
 

@@ -216,7 +216,7 @@ def max_rate_under(
     Notes
     -----
     Closed forms from ``L = C1/(1 - lambda C2)`` and ``B = lambda L``
-    (``model.md`` §1.2), with ``t0 = ttft_s``:
+    (``docs/model.md#slo-capacity``), with ``t0 = ttft_s``:
 
     * ``e2e:mean <= T``: ``lambda <= (1 - C1/T)/C2``, none if ``C1 > T``;
     * ``ttft:mean <= T``: ``B <= B* = (T - t0)/a``, i.e. ``lambda C1/(1 - lambda C2) <= B*``,

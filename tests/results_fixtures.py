@@ -1,7 +1,7 @@
 """Benchmark result files in the real formats, written by the tests from known coefficients.
 
-Field names follow the documented lists (anchors.md §3.1 for vLLM ``bench serve``, §3.2 for
-GuideLLM v2 reports); values come from the model with seeded multiplicative noise, so a fit
+Field names follow the documented lists (``docs/engines.md#benchmark-result-fields``: vLLM
+``bench serve`` and GuideLLM v2 reports); values come from the model with seeded multiplicative noise, so a fit
 of these files must recover the coefficients that made them.
 """
 

@@ -20,7 +20,7 @@ from sdplan.acceptance import (
 )
 from sdplan.errors import InvalidValueError
 
-# model.md §4.2: E(alpha, k) for k = 1..10, printed to 3-4 significant digits.
+# E(alpha, k) for k = 1..10 (docs/model.md#cycles), printed to 3-4 significant digits.
 E_TABLE = {
     0.5: [1.5, 1.75, 1.875, 1.938, 1.969, 1.984, 1.992, 1.996, 1.998, 1.999],
     0.6: [1.6, 1.96, 2.176, 2.306, 2.383, 2.430, 2.458, 2.475, 2.485, 2.491],
@@ -82,7 +82,7 @@ def test_full_and_no_acceptance_convert_exactly(k: int) -> None:
 
 
 def test_known_conversion_values() -> None:
-    # vllm.md §5.4: successor draft m3 at k=3 gives mean length 3.00 and draft rate 2/3.
+    # docs/engines.md#successor-test-models: draft m3 at k=3 gives mean length 3.00 and draft rate 2/3.
     alpha = float(alpha_from_mean_length(3.0, 3))
     assert_allclose(float(draft_rate_from_alpha(alpha, 3)), 2 / 3, rtol=1e-9)
     assert_allclose(float(alpha_from_draft_rate(2 / 3, 3)), alpha, rtol=1e-9)

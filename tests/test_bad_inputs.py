@@ -1,7 +1,7 @@
-"""Every class of bad input from issue 14 gets its documented exit status and a one-line message.
+"""Every class of bad input gets its documented exit status and a one-line message.
 
-Each test names the reproducer it guards (issue 14, "Reproducers"). The property-based sweep over
-all commands is ``tests/test_fuzz_cli.py``.
+Each test names the bad input it guards against. The property-based sweep over all commands is
+``tests/test_fuzz_cli.py``.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_long_file_names(sdplan: Run, tmp_path: Path) -> None:
     assert result.exit_code == ExitStatus.BAD_INPUT and "File name too long" in error_line(result)
     longest = tmp_path / ("b" * 250 + ".txt")  # legal, though the temporary file's name would not be
     assert sdplan("plan", "-o", str(longest)).exit_code == 0
-    assert longest.read_text().startswith("Answer:")  # the decision first (issue 16)
+    assert longest.read_text().startswith("Answer:")  # the decision first
 
 
 def test_failed_write_keeps_the_previous_file(sdplan: Run, tmp_path: Path) -> None:

@@ -133,7 +133,7 @@ def test_grids_are_ordered_by_size() -> None:
 
 
 def test_acceptance_counts() -> None:
-    # vllm.md §5.4, successor draft "m3", k=3: 21 drafts, 63 draft tokens, 42 accepted, per position [21, 21, 0]
+    # docs/engines.md#successor-test-models, draft "m3", k=3: 21 drafts, 63 draft tokens, 42 accepted, per position [21, 21, 0]
     counts = AcceptanceCounts(num_drafts=21, num_draft_tokens=63, num_accepted_tokens=42, accepted_per_position=(21, 21, 0))
     assert counts.draft_acceptance_rate == pytest.approx(2 / 3)
     assert counts.mean_acceptance_length == pytest.approx(3.0)
@@ -145,7 +145,10 @@ def test_acceptance_counts() -> None:
 
 
 def test_reference_acceptance_simulator_matches_published_counts() -> None:
-    """The reference used by the real-engine tests reproduces vllm.md §5.4 (k=3, 64 tokens)."""
+    """The reference used by the real-engine tests reproduces the counts vLLM measured (k=3, 64 tokens).
+
+    The counts are in docs/engines.md#successor-test-models.
+    """
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))

@@ -63,7 +63,7 @@ def test_direct_form_scales_proportionally(direct_document: dict[str, Any]) -> N
     c = cal.coefficients_at(2000, 1000)  # prompt x2, mean context (p + g/2) x2
     assert c.c1p_s == pytest.approx(0.10) and c.c2p_s == pytest.approx(0.02)
     assert c.c2v_s == pytest.approx(0.0002)
-    assert c.c2d_s == pytest.approx(0.00005)  # one drafted token's compute: not scaled with the context (B6)
+    assert c.c2d_s == pytest.approx(0.00005)  # one drafted token's compute: not scaled with the context (docs/model.md#length-scaling)
     assert c.baseline_c2_step_s == pytest.approx(0.0002)
     assert c.c1v_s == 0.009 and c.c1d_s == 0.001  # fixed costs do not scale
     direct_document["coefficients"]["scaling"] = "none"

@@ -1,4 +1,4 @@
-"""Man pages and help cannot drift from the CLI."""
+"""Man pages, help and docs/ cannot drift from the CLI, and every reference resolves inside the repository."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 from sdplan.cli import COMMANDS, cli
 from sdplan.errors import ExitStatus
 
-MAN = Path(__file__).resolve().parent.parent / "man"
+ROOT = Path(__file__).resolve().parent.parent
+MAN = ROOT / "man"
+DOCS = ROOT / "docs"
 
 
 def page_text(path: Path) -> str:
@@ -61,3 +63,101 @@ def test_main_page_lists_every_exit_status() -> None:
     section = text.split(".SH EXIT STATUS", 1)[1].split(".SH ", 1)[0]
     for status in ExitStatus:
         assert re.search(rf"^\.B {status.value}$", section, re.M), f"exit status {status.value} undocumented"
+
+
+# ----------------------------------------------------------------------------- docs/ and references
+
+#: Citations of documents or trackers that are not in the repository: the old notes' section numbers
+#: (``model.md §1.2``, ``anchors-2026-11 §1.5``), notes that never shipped (``anchors.md``, ``vllm.md``),
+#: review items (``review B10``, ``(B12)``) and issue numbers. Link into ``docs/`` instead.
+OUTSIDE_REFERENCE = re.compile("|".join((
+    r"\b(?:model|vllm|anchors(?:-\d{4}-\d{2})?)(?:\.md)?`{0,2}\s*\u00a7",
+    r"\banchors(?:-\d{4}-\d{2})?\.md\b",
+    r"\bvllm\.md\b",
+    r"shared/reference",
+    r"\b[Rr]eview [A-Z]\d+",
+    r"\([BDT]\d{1,2}\)",
+    r"\b[Ii]ssue \d+",
+)))
+#: ``docs/PAGE.md#anchor`` as docstrings and comments write it.
+DOCS_LINK = re.compile(r"\bdocs/([\w-]+\.md)(?:#([\w-]+))?")
+#: A relative Markdown link ``[text](target)``.
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+#: Files still citing outside documents until the lead applies REFMAP.txt (they were being rewritten on
+#: other branches). Strict xfail: once a file is clean its entry must go.
+PENDING_REFERENCES = {"sdplan/fit.py", "sdplan/planner.py", "sdplan/results.py", "sdplan/validation.py"}
+
+
+def slug(title: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found, fenced = set(), False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (heading := re.match(r"#{1,6} (.+)", line)):
+            found.add(slug(heading.group(1)))
+    return found
+
+
+def source_files() -> list[Path]:
+    """Every file whose text may cite a document: code, tests, benchmarks, scripts, man pages, docs.
+
+    This file is left out: its patterns and their examples would match themselves.
+    """
+    files = [*ROOT.glob("sdplan/**/*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("benchmarks/*.py"),
+             *ROOT.glob("benchmarks/*.md"), *ROOT.glob("scripts/*.py"), *MAN.glob("man*/*"), *DOCS.glob("*.md"),
+             ROOT / "README.md"]
+    return sorted(path for path in files if path.is_file() and path != Path(__file__).resolve())
+
+
+def test_slug_follows_github() -> None:
+    assert slug("TTFT and TPOT") == "ttft-and-tpot"
+    assert slug("Speedup and break-even") == "speedup-and-break-even"
+    assert slug("What sdplan relies on in vLLM (0.33)") == "what-sdplan-relies-on-in-vllm-033"
+
+
+def test_docs_index_lists_every_page() -> None:
+    index = (DOCS / "README.md").read_text()
+    pages = sorted(path.name for path in DOCS.glob("*.md") if path.name != "README.md")
+    assert pages, "docs/ holds no pages"
+    for name in pages:
+        assert f"]({name})" in index, f"docs/README.md does not link {name}"
+
+
+@pytest.mark.parametrize("path", source_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_references_resolve(path: Path) -> None:
+    """Every ``docs/PAGE.md#anchor`` names a page of docs/ and a heading on it."""
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        for match in DOCS_LINK.finditer(line):
+            page, anchor = DOCS / match.group(1), match.group(2)
+            assert page.is_file(), f"{path.relative_to(ROOT)}:{number}: no page {page.relative_to(ROOT)}"
+            assert anchor is None or anchor in anchors(page), \
+                f"{path.relative_to(ROOT)}:{number}: no heading #{anchor} in {page.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *sorted(DOCS.glob("*.md"))], ids=lambda p: p.name)
+def test_markdown_links_resolve(path: Path) -> None:
+    """Relative links in the README and docs/ point at files that exist, and at headings that exist."""
+    for target in MARKDOWN_LINK.findall(path.read_text()):
+        if re.match(r"[a-z]+:", target):  # http(s), mailto: outside the repository by design
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        assert linked.exists(), f"{path.relative_to(ROOT)} links {target}: no such file"
+        if anchor:
+            assert anchor in anchors(linked), f"{path.relative_to(ROOT)} links {target}: no such heading"
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(path, marks=pytest.mark.xfail(strict=True, reason="the lead applies REFMAP.txt after merging"))
+    if str(path.relative_to(ROOT)) in PENDING_REFERENCES else path
+    for path in source_files()], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_reference_points_outside_the_repository(path: Path) -> None:
+    hits = [f"{number}: {match.group(0)}" for number, line in enumerate(path.read_text().splitlines(), 1)
+            for match in OUTSIDE_REFERENCE.finditer(line)]
+    assert not hits, f"{path.relative_to(ROOT)} cites documents outside the repository: {hits}"

@@ -1,9 +1,9 @@
-"""Engine exports of the k schedule (issue 15): vLLM, SGLang, TensorRT-LLM, checked against each engine's rules.
+"""Engine exports of the k schedule : vLLM, SGLang, TensorRT-LLM, checked against each engine's rules.
 
 The engines' rules are re-stated here from their source, independently of sdplan's code:
 
 * vLLM 0.33 ``vllm/v1/spec_decode/dynamic/utils.py`` (``validate_and_normalize_dynamic_sd_schedule``,
-  ``build_dynamic_sd_schedule_lookup``), byte-identical in 0.24-0.33 (anchors-2026-11 §1.1-1.2); with
+  ``build_dynamic_sd_schedule_lookup``), byte-identical in 0.24-0.33 (docs/engines.md#vllm-per-batch-size-schedule); with
   vLLM installed, ``-m vllm`` runs the real functions;
 * SGLang ``python/sglang/srt/speculative/adaptive_spec_params.py`` (``_load_adaptive_config``) and
   ``adaptive_step_router.py`` (``batch_size_key_for_batch``), sgl-project/sglang@015c8726 / #24055;
@@ -408,7 +408,7 @@ def test_trtllm_cuts_longer_drafts_to_the_batch_1_length(sdplan) -> None:
 
 
 def test_bare_model_name_and_draft_tp_are_explicit(sdplan) -> None:
-    """anchors-2026-11 §1.5 #10: a bare local name is flagged; a TP>1 draft's TP is written, not left to vLLM."""
+    """A bare local name is flagged; a TP>1 draft's TP is written, not left to vLLM."""
     cpu = sdplan("capacity", "-c", "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured", "--acceptance",
                  "0.8", "--prompt-tokens", "256", "--output-tokens", "64", "-f", "vllm-config")
     assert cpu.exit_code == 0, cpu.output

@@ -1,4 +1,4 @@
-"""Property: no input makes sdplan crash, hang or leave a half-written file (issue 14).
+"""Property: no input makes sdplan crash, hang or leave a half-written file.
 
 Derandomised hypothesis runs of a few thousand command lines across every command, in-process with
 click's CliRunner, each bounded in time (see ``tests/fuzz_cli.py`` for the strategies and the property;

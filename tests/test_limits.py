@@ -1,4 +1,4 @@
-"""Limits of the analytic model: calibrated batch range and the engine's batch cap (review B7)."""
+"""Limits of the analytic model: calibrated batch range and the engine's batch cap (docs/model.md#saturation-and-batch-cap)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_closed_form_departs_from_the_simulator_only_where_flagged() -> None:
     from sdplan.calibration import resolve_calibration
     from sdplan.simulate import SimulationConfig, simulate
 
-    for p, g, expect_flag in ((1024, 512, False), (8192, 64, True)):  # the default calibration (review D6)
+    for p, g, expect_flag in ((1024, 512, False), (8192, 64, True)):  # the default calibration
         c = resolve_calibration(None).coefficients_at(p, g)
         c1, c2 = (float(x) for x in model.baseline_demand(c))
         lam = 0.7 / c2

@@ -223,7 +223,7 @@ def test_served_calibration_end_to_end_predicts_open_loop(sdplan, tmp_path, fake
     for k in (0, 2, 4):
         tau1, tau2, per_step = engine.step(k)
         saturation = 1.0 / (64 / per_step * tau2 + engine.prefill_s)
-        for fraction in (0.25, 0.55):  # past ~0.6 this fake's lumpy prefills leave the mean-value regime (D6)
+        for fraction in (0.25, 0.55):  # past ~0.6 this fake's lumpy prefills leave the mean-value regime
             document = run_load(engine, k, 128, 64, 400, None, fraction * saturation, seed=7)
             open_runs.append(read_results_from(document))
     check = validate(cal.coefficients_at, open_runs)

@@ -44,7 +44,7 @@ def test_demand_matches_equation_3_by_hand() -> None:
     assert float(c1) == pytest.approx(0.05 + 500 / e * (0.009 + 3 * 0.001), rel=1e-12)
     assert float(c2) == pytest.approx(0.01 + 500 / e * (1e-4 + 3 * 5e-5), rel=1e-12)
     c1_d, c2_d = model.baseline_demand(c)
-    # no SD: the prefill emits token 1, then g - 1 = 499 decode steps (review B14)
+    # no SD: the prefill emits token 1, then g - 1 = 499 decode steps (docs/model.md#cycles)
     assert c1_d == pytest.approx(0.05 + 499 * 0.008)
     assert c2_d == pytest.approx(0.01 + 499 * 1e-4)
 

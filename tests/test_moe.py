@@ -30,7 +30,7 @@ def with_coverage(c: Coefficients, phi: float) -> Coefficients:
 
 
 def test_coverage_values_match_published_table() -> None:
-    spec = MoESpec(8, 128, {})  # Qwen3-30B-A3B: model.md §2.1
+    spec = MoESpec(8, 128, {})  # Qwen3-30B-A3B: docs/model.md#mixture-of-experts
     assert numpy.allclose(spec.phi([1, 2, 4, 8, 16, 32, 64]), [0.062, 0.121, 0.228, 0.403, 0.644, 0.873, 0.984],
                           atol=1e-3)
     assert float(MoESpec(4, 32, {}).phi(1)) == pytest.approx(0.125)
@@ -64,7 +64,7 @@ def _smallest_root(a1: float, b1: float, a2: float, b2: float, t: float, lam: fl
     """Independent solution: scan f(L) = F(L) - L from 0 for its first sign change, then brentq.
 
     ``F(L) = (a1 + b1 phi) / (1 - lam (a2 + b2 phi))`` with ``phi = phi(t (1 + lam L))``: the tagged request's
-    step holds itself plus the ``lam L`` others (model.md §1.2). Returns inf when no root exists below 1e6 s.
+    step holds itself plus the ``lam L`` others (docs/model.md#per-step-form). Returns inf when no root exists below 1e6 s.
     """
     from scipy.optimize import brentq
 
@@ -86,7 +86,7 @@ def _smallest_root(a1: float, b1: float, a2: float, b2: float, t: float, lam: fl
 @given(st.integers(1, 16), st.integers(16, 256), st.floats(0.5, 5.0), st.floats(0.0, 0.95), st.integers(1, 6))
 def test_fixed_point_matches_an_independent_root_finder(m: int, experts: int, b1: float, load: float,
                                                          k: int) -> None:
-    # Replaces a residual test that held by construction (review T1): the solver's latency must equal the
+    # Not a residual test, which would hold by construction: the solver's latency must equal the
     # smallest root of L = F(L) found by a scan and brentq, with phi at t (1 + lambda L) routed tokens.
     spec = MoESpec(min(m, experts), experts, {})
     a1, a2, b2 = 2.0, 0.05, 0.02
@@ -100,7 +100,7 @@ def test_fixed_point_matches_an_independent_root_finder(m: int, experts: int, b1
 
 
 def test_routed_tokens_count_the_request_itself() -> None:
-    # Review B9: at B = lambda L = 1 other request, a verification step of k = 3 routes 4 (1 + 1) = 8 tokens,
+    # At B = lambda L = 1 other request, a verification step of k = 3 routes 4 (1 + 1) = 8 tokens,
     # not 4 max(1, 1) = 4. Choose lambda so the fixed point is known: with b2 = 0, L = (a1 + b1 phi) / (1 - lam a2).
     spec = MoESpec(8, 128, {})
     a1, b1, a2 = 1.0, 1.0, 0.0
@@ -112,7 +112,7 @@ def test_routed_tokens_count_the_request_itself() -> None:
 
 
 def test_moe_zero_load_fields_equal_the_solved_latency_near_zero_load() -> None:
-    # Review B2: zero-load latency/speedup and the baseline header include the coverage of the request's own step.
+    # Zero-load latency/speedup and the baseline header include the coverage of the request's own step.
     spec = MoESpec(8, 128, COVERAGE)
     result = planner.plan(BASE, [1e-7], [1, 2, 4], [0.8], moe=spec)
     numpy.testing.assert_allclose(result.c1_s[0], result.latency_s[0, 0], rtol=1e-5)
@@ -191,7 +191,7 @@ def test_cli_plan_moe(sdplan) -> None:
 
 
 def test_moe_schedule_counts_expert_streaming_per_step() -> None:
-    # Review B1: the vllm-config schedule of an MoE target must include the experts each step streams.
+    # The vllm-config schedule of an MoE target must include the experts each step streams.
     # Independent brute force: per batch size n and option, tau = c1 + phi(n t) cov_c1 + (n - 1)(c2 + phi cov_c2).
     from sdplan.acceptance import expected_tokens_per_cycle
     from sdplan.schedule import batch_size_schedule

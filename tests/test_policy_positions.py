@@ -94,7 +94,7 @@ def test_goodput_solver_is_independent_of_the_closed_form() -> None:
     assert numpy.isinf(result.latency_s[0, -1])
 
 
-# Hand-built step costs with known switch points (review T2/B8): a step with n sequences costs
+# Hand-built step costs with known switch points: a step with n sequences costs
 # tau(n) = c1 + (n - 1) c2, so no SD: 1 + 0.1 m, k=1: 1.1 + 0.3 m, k=2: 1.2 + 0.45 m with m = n - 1.
 HAND = Coefficients(c1p_s=0.05, c2p_s=0.01, c1v_s=1.0, c2v_s=0.15, c1d_s=0.1, c2d_s=0.15,
                     baseline_c1_step_s=1.0, baseline_c2_step_s=0.1, prompt_tokens=100.0, output_tokens=50.0)

@@ -1,4 +1,4 @@
-"""Direct-form scaling between workloads against the structural step model (review B6)."""
+"""Direct-form scaling between workloads against the structural step model (docs/model.md#length-scaling)."""
 
 from __future__ import annotations
 

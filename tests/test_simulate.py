@@ -177,7 +177,7 @@ def test_cli_simulate_goodput(sdplan) -> None:
 
 
 def test_baseline_counts_g_minus_one_decode_steps_like_an_idle_engine() -> None:
-    # Review B14: alone in the engine a request pays its prefill (which emits token 1) and g - 1 decode steps.
+    # Alone in the engine a request pays its prefill (which emits token 1) and g - 1 decode steps.
     g = 16
     c = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
                      baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=128.0, output_tokens=g)
@@ -242,7 +242,7 @@ def test_search_root_never_overstates_and_brackets_from_a_far_guess() -> None:
 
 
 def test_capacity_simulate_with_a_lower_bound_slo(sdplan) -> None:
-    # Review B3: throughput>= holds only above some rate; it must not drive the search to 0.
+    # throughput>= holds only above some rate; it must not drive the search to 0.
     base = ["capacity", "--slo", "e2e:mean<=20s", "--acceptance", "0.8", "-k", "3", "--simulate", "--requests",
             "1500", "--seeds", "1", "-f", "json"]
     result = sdplan(*base, "--slo", "throughput>=3584tok/s")
@@ -256,7 +256,7 @@ def test_capacity_simulate_with_a_lower_bound_slo(sdplan) -> None:
 
 
 def test_check_and_capacity_simulate_use_the_lengths_file_workload(sdplan, tmp_path) -> None:
-    # Review B4: coefficients, the stability gate and the analytic comparison come from the histogram's means.
+    # Coefficients, the stability gate and the analytic comparison come from the histogram's means.
     short = tmp_path / "short.csv"
     short.write_text("prompt_tokens,output_tokens,weight\n128,64,1\n")
     args = ["--rate", "20", "--draft-length", "3", "--acceptance", "0.8", "--requests", "3000", "--seeds", "2",

@@ -2,7 +2,7 @@
 
 * :func:`dummy_config`: a folder with only ``config.json``, for ``--load-format dummy`` timing.
 * :func:`successor_models`: hand-built "successor" models with exactly known greedy behaviour
-  (``vllm.md`` §5.4): the target's next token is ``t + 1``; draft ``mX`` instead predicts
+  (``docs/engines.md#successor-test-models``): the target's next token is ``t + 1``; draft ``mX`` instead predicts
   ``t + 2`` after every token with ``t % X == X - 1``, so acceptance is known exactly.
 
 Needs torch and transformers (installed with vLLM), imported lazily.

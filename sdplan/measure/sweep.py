@@ -81,11 +81,8 @@ MIN_THROUGHPUT_GAIN = 1.05
 #: (``L = N / X`` by Little's law) gives ``X(2N) / X(N) = 2 L(N) / L(2N) = 2 / (1 + X(N) C2)``
 #: (:func:`forecast_gain_per_doubling`). Below 10% the last level ran at 82% or more of that line's plateau
 #: ``1 / C2``, which the fit extrapolates from the slope it measured. The step's own gain over-states the
-#: next one (throughput is concave in N), the more so across the quick grid's fourfold steps: on a 2-core CPU
-#: (acc30, 128/64 tokens) the gain from N = 16 to 64 was 11-16% per doubling, the forecast 4-6%, and N = 128
-#: then ran -8% to +7% (two of three below N = 64) for 65 s of the 365 s calibration; left out of the fit,
-#: the E2E MAPE over 27 validation runs falls from 14.1% to 11.2%. A GPU's throughput often still gains
-#: 50-90% per doubling at 64 clients, and the forecast says so.
+#: next one (throughput is concave in N), the more so across the quick grid's fourfold steps, so the step's
+#: gain would extend sweeps that no longer gain (figures: benchmarks/RESULTS-accuracy-runs-2026-11.md).
 EXTEND_THROUGHPUT_GAIN = 1.10
 
 
