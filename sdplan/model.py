@@ -188,7 +188,8 @@ def mean_latency(c1: FloatArray | float, c2: FloatArray | float, rate_rps: Float
     Notes
     -----
     From ``L = C1 + B*C2`` and Little's law ``B = lambda*L`` (Kong et al.
-    eq. 1). At ``lambda = 0`` this is ``C1``, the synchronous latency.
+    eq. 1; ``docs/model.md#latency-law``). At ``lambda = 0`` this is ``C1``,
+    the synchronous latency.
 
     Examples
     --------
@@ -220,7 +221,8 @@ def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: fl
     From ``lambda C1 / (1 - lambda C2) = N``: ``lambda_N = N / (C1 + N C2)``
     (requests/s). Beyond it the engine's batch cap (vLLM ``max_num_seqs``) or
     its KV budget holds requests back, which the mean model does not
-    represent: its latency is then a lower bound.
+    represent: its latency is then a lower bound
+    (``docs/model.md#saturation-and-batch-cap``).
     """
     import numpy as np
 
@@ -347,7 +349,7 @@ def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: F
     ``ttft_wait_steps`` and ``ttft_load_steps``. Served calibrations fit both
     weights to measured TTFT (``sdplan fit``, ``sdplan calibrate``). Queueing
     for admission beyond the batch cap is not included (the analytic model
-    excludes that regime).
+    excludes that regime). Derivation: ``docs/model.md#ttft-and-tpot``.
     """
     import numpy as np
 
@@ -387,7 +389,8 @@ def speedup(
     Notes
     -----
     Equivalent to Kong et al. eq. (2):
-    ``S = (C1_D/C1_SD) * (1 - lambda*C2_SD) / (1 - lambda*C2_D)``.
+    ``S = (C1_D/C1_SD) * (1 - lambda*C2_SD) / (1 - lambda*C2_D)``
+    (``docs/model.md#speedup-and-break-even``).
     """
     import numpy as np
 

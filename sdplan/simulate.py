@@ -25,7 +25,8 @@ Model of one replica (vLLM-like, iteration level):
 * a step with ``B`` running requests lasts
   ``tau(B) = (c1v + k c1d) + (B - 1)(c2v + k c2d)`` (``c1_step + (B - 1) c2_step``
   without SD) plus its prefill chunks: the per-step form behind eq. 3, where
-  ``C1`` is the batch-1 latency and ``C2`` the cost of each other request.
+  ``C1`` is the batch-1 latency and ``C2`` the cost of each other request
+  (``docs/model.md#per-step-form``).
 
 Because ``k`` is fixed within a run, the cycles each request needs to emit
 its ``g - 1`` tokens after the prefill are drawn when it arrives (from their

@@ -12,7 +12,8 @@ saturation, where a draw may be unstable: unstable draws count as ``inf``, so
 an upper bound past saturation reads "unstable", which is the answer.
 
 The intervals cover the uncertainty of the fit (finite, noisy benchmark
-points), not a model-form error or a different machine.
+points), not a model-form error or a different machine
+(``docs/model.md#uncertainty``).
 """
 
 from __future__ import annotations
