@@ -34,7 +34,7 @@ def test_every_command_has_help_and_a_man_page(name: str) -> None:
     text = page_text(MAN / "man1" / "sdplan.1")
     commands = text.split(".SH COMMANDS", 1)[1].split(".SH ", 1)[0]
     see_also = text.split(".SH SEE ALSO", 1)[1].split(".SH ", 1)[0]
-    assert re.search(rf"^\.B {name}$", commands, re.M), f"sdplan.1 COMMANDS has no entry for {name}"
+    assert re.search(rf"^\.B {name}$", commands, re.MULTILINE), f"sdplan.1 COMMANDS has no entry for {name}"
     assert f"sdplan-{name} (1)" in commands, f"the {name} entry in sdplan.1 COMMANDS does not cite sdplan-{name}(1)"
     assert f"sdplan-{name} (1)" in see_also, f"sdplan.1 SEE ALSO lacks sdplan-{name}(1)"
 
@@ -70,7 +70,7 @@ def test_main_page_lists_every_exit_status() -> None:
 #: Citations of documents or trackers that are not in the repository: the old notes' section numbers
 #: (``model.md §1.2``, ``anchors-2026-11 §1.5``), notes that never shipped (``anchors.md``, ``vllm.md``),
 #: review items (``review B10``, ``(B12)``) and issue numbers. Link into ``docs/`` instead.
-OUTSIDE_REFERENCE = re.compile("|".join((
+OUTSIDE_PATTERNS = (
     r"\b(?:model|vllm|anchors(?:-\d{4}-\d{2})?)(?:\.md)?`{0,2}\s*\u00a7",
     r"\banchors(?:-\d{4}-\d{2})?\.md\b",
     r"\bvllm\.md\b",
@@ -78,7 +78,8 @@ OUTSIDE_REFERENCE = re.compile("|".join((
     r"\b[Rr]eview [A-Z]\d+",
     r"\([BDT]\d{1,2}\)",
     r"\b[Ii]ssue \d+",
-)))
+)
+OUTSIDE_REFERENCE = re.compile("|".join(OUTSIDE_PATTERNS))
 #: ``docs/PAGE.md#anchor`` as docstrings and comments write it.
 DOCS_LINK = re.compile(r"\bdocs/([\w-]+\.md)(?:#([\w-]+))?")
 #: A relative Markdown link ``[text](target)``.
