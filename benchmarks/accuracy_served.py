@@ -74,7 +74,7 @@ def main() -> int:
     from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
     from sdplan.measure.quiet import ForeignCpu
     from sdplan.measure.server import ServedEngine
-    from sdplan.results import read_results
+    from sdplan.runs import read_results
     from sdplan.workload import resolve_workload
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="sdplan-accuracy-"))

@@ -316,7 +316,7 @@ def with_coverage(tokens: FloatArray, coverage: FloatArray | float) -> FloatArra
     context repeats the current suffix; a step without a proposal emits one
     token, as without SD. vLLM's acceptance counters count drafted steps only
     (``Scheduler.make_spec_decoding_stats``), so ``c`` is measured apart from
-    the acceptance: :func:`sdplan.results.draft_coverage`.
+    the acceptance: :func:`sdplan.runs.vllm_bench.draft_coverage`.
     """
     import numpy as np
 

@@ -7,7 +7,7 @@ per file), both documented in ``sdplan-calibration(5)``:
 ``[coefficients]`` (direct form)
     Kong et al.'s six coefficients plus the baseline decode step, valid at
     ``[reference_workload]``; scaled to other lengths by proportional rules
-    (:func:`_scale_direct`).
+    (:func:`scale_direct`).
 ``[step_model]`` (per-step form)
     Linear step-time models of the target, the draft and prefill
     (``docs/model.md#per-step-form``), from which the coefficients follow at any
@@ -318,7 +318,7 @@ class Calibration:
         from dataclasses import replace
 
         if self.form == "direct":
-            coefficients = _scale_direct(self.document, prompt_tokens, output_tokens)
+            coefficients = scale_direct(self.document, prompt_tokens, output_tokens)
         else:
             coefficients = _coefficients_from_steps(self.document["step_model"], prompt_tokens, output_tokens)
         ttft = self.document.get("ttft")
@@ -453,7 +453,7 @@ def _mean_context(prompt_tokens: float, output_tokens: float) -> float:
     return prompt_tokens + output_tokens / 2.0
 
 
-def _scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens: float) -> Coefficients:
+def scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens: float) -> Coefficients:
     """Direct-form coefficients scaled from the reference workload.
 
     Notes

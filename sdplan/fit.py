@@ -2,7 +2,7 @@
 
 The relation fitted is the model's own, ``L = C1 + B C2`` (Kong et al. eq. 1;
 ``model.md`` §1.2), with ``B`` the mean number of *other* requests in flight
-during a request, measured per run (:attr:`sdplan.results.BenchmarkRun.mean_others`).
+during a request, measured per run (:attr:`sdplan.runs.record.BenchmarkRun.mean_others`).
 That one relation covers both kinds of runs:
 
 * open loop (Poisson arrivals at ``lambda``): ``B = lambda L`` by Little's law,
@@ -36,14 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InfeasibleError
 from sdplan.model import Coefficients
+from sdplan.runmodel import (PARAMETERS, SPECULATIVE_PARAMETERS, DesignRows, coefficients_from_vector,
+                             coefficients_table, configuration_groups, design_rows, r2)
 
 if TYPE_CHECKING:
-    from sdplan.results import BenchmarkRun
+    from sdplan.runs import BenchmarkRun
 
-#: Direct-form coefficients fitted by the pooled fit, in order.
-PARAMETERS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s", "c1d_s", "c2d_s")
-#: Coefficients that only SD runs determine.
-SPECULATIVE_PARAMETERS = ("c1v_s", "c2v_s", "c1d_s", "c2d_s")
 #: Fewest runs a pooled fit takes.
 MIN_FIT_RUNS = 3
 #: Huber constant (in robust standard deviations) of the reweighting: 1.345, 95% efficiency under Gaussian
@@ -66,151 +64,9 @@ RIDGE = 1e-9
 #: instance at low N, and it inflates the open-loop saturation 1/C2 by as much (measured on a served calibration:
 #: benchmarks/RESULTS-accuracy-served-2026-11.md).
 CLOSED_LOOP_FACTOR_BOUNDS = (0.5, 1.0)
-#: Acceptance values closer than this (per-token alpha) are one configuration.
-ALPHA_GROUP_TOLERANCE = 0.03
 
 
 # ----------------------------------------------------------------------------- the linear structure
-
-
-#: Where each fitted coefficient lives in a calibration's ``[coefficients]`` table.
-COEFFICIENT_PATHS = {"c1p_s": ("c1p_s",), "c2p_s": ("c2p_s",), "baseline_c1_step_s": ("baseline", "c1_step_s"),
-                     "baseline_c2_step_s": ("baseline", "c2_step_s"), "c1v_s": ("speculative", "c1v_s"),
-                     "c2v_s": ("speculative", "c2v_s"), "c1d_s": ("speculative", "c1d_s"),
-                     "c2d_s": ("speculative", "c2d_s")}
-
-
-def coefficients_table(values: dict[str, float]) -> dict[str, Any]:
-    """The ``[coefficients]`` table (direct form, proportional scaling) of named coefficient values."""
-    table: dict[str, Any] = {"scaling": "proportional"}
-    for name, path in COEFFICIENT_PATHS.items():
-        node = table
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = float(values[name])
-    return table
-
-
-def values_from_table(table: dict[str, Any]) -> dict[str, float]:
-    """Named coefficient values of a ``[coefficients]`` table (the inverse of :func:`coefficients_table`)."""
-    values = {}
-    for name, path in COEFFICIENT_PATHS.items():
-        node: Any = table
-        for key in path:
-            node = node[key]
-        values[name] = float(node)
-    return values
-
-
-def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_tokens: float, output_tokens: float,
-                             ttft: tuple[float, float] = (0.5, 1.5)) -> Coefficients:
-    """Direct-form coefficients ``theta`` (at ``reference``) scaled to a workload.
-
-    Scaling is the calibration file's own (``sdplan.calibration``), so a fitted
-    calibration predicts exactly what the fit assumed.
-    """
-    from dataclasses import replace as _replace
-
-    from sdplan.calibration import _scale_direct
-
-    document = {
-        "reference_workload": {"prompt_tokens": reference[0], "output_tokens": reference[1]},
-        "coefficients": coefficients_table(dict(zip(PARAMETERS, theta))),
-    }
-    coefficients = _scale_direct(document, prompt_tokens, output_tokens)
-    return _replace(coefficients, ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1])
-
-
-def _demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float]:
-    from sdplan import model
-
-    if run.draft_length == 0:
-        c1, c2 = model.baseline_demand(coefficients)
-    else:
-        c1, c2 = model.demand_from_tokens(coefficients, _run_tokens_per_cycle(run), run.draft_length)
-    return float(c1), float(c2)
-
-
-def _run_tokens_per_cycle(run: BenchmarkRun) -> float:
-    """Tokens per decode step of a run: ``E(alpha, k)``, with its measured draft coverage applied."""
-    from sdplan.acceptance import expected_tokens_per_cycle, with_coverage
-
-    if run.draft_length == 0:
-        return 1.0
-    tokens = expected_tokens_per_cycle(run.alpha if run.alpha is not None else 0.0, run.draft_length)
-    return float(with_coverage(tokens, run.draft_coverage if run.draft_coverage is not None else 1.0))
-
-
-def _ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float, float]:
-    """(c1p, tau1, C2/steps) of a run: TTFT = c1p + w_wait tau1 + w_load B (C2/steps)."""
-    from sdplan import model
-
-    tau1, _ = model.step_costs(coefficients, run.draft_length)
-    per_other = model.ttft_load_cost(coefficients, run.draft_length, _run_tokens_per_cycle(run))
-    return coefficients.c1p_s, float(tau1), float(per_other)
-
-
-def fitted_load(run: BenchmarkRun) -> float:
-    """The ``B`` a run is fitted with: ``lambda L`` at the arrival rate for open loops (the planner's
-    own relation, Kong et al. eq. 1), the measured others in flight for closed loops (``N - 1``)."""
-    if run.concurrency is None:
-        return run.arrival_rate_rps * run.mean_e2e_latency_s
-    return run.mean_others
-
-
-def fitted_first_token_load(run: BenchmarkRun) -> float:
-    if run.concurrency is None:
-        return run.arrival_rate_rps * run.mean_e2e_latency_s
-    return run.mean_others_at_first_token
-
-
-@dataclass(frozen=True, slots=True)
-class DesignRows:
-    """The fit's linear structure, per run and unit coefficient (rows x 8).
-
-    ``L = (c1 + f B c2) @ theta`` and ``TTFT = (c1p + w_wait tau1 + w_load f B_t tau2) @ theta``
-    with ``f`` the closed-loop load factor on closed-loop rows and 1 on open-loop rows.
-    """
-
-    c1: Any
-    c2: Any
-    load: Any
-    closed: Any
-    c1p: Any
-    tau1: Any
-    tau2: Any
-    load_first: Any
-
-    def factor(self, closed_loop_factor: float) -> Any:
-        import numpy as np
-
-        return np.where(self.closed, closed_loop_factor, 1.0)
-
-    def e2e(self, closed_loop_factor: float = 1.0) -> Any:
-        return self.c1 + (self.factor(closed_loop_factor) * self.load)[:, None] * self.c2
-
-
-def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignRows:
-    """The rows of ``L`` and of TTFT, linear in the eight coefficients.
-
-    Built by evaluating the model on unit coefficient vectors, so the rows are
-    the model's own equations whatever its details (eq. 3, the baseline's
-    decode steps, the length scaling): ``C1(theta) = sum_j theta_j C1(e_j)``.
-    """
-    import numpy as np
-
-    shape = (len(runs), len(PARAMETERS))
-    c1, c2, c1p, tau1, tau2 = (np.zeros(shape) for _ in range(5))
-    for j in range(len(PARAMETERS)):
-        unit = np.zeros(len(PARAMETERS))
-        unit[j] = 1.0
-        for i, run in enumerate(runs):
-            coefficients = coefficients_from_vector(unit, reference, run.prompt_tokens, run.output_tokens)
-            c1[i, j], c2[i, j] = _demand(coefficients, run)
-            c1p[i, j], tau1[i, j], tau2[i, j] = _ttft_parts(coefficients, run)
-    return DesignRows(c1=c1, c2=c2, load=np.array([fitted_load(r) for r in runs]),
-                      closed=np.array([r.concurrency is not None for r in runs]), c1p=c1p, tau1=tau1, tau2=tau2,
-                      load_first=np.array([fitted_first_token_load(r) for r in runs]))
 
 
 def identified_parameters(design: Any, tolerance: float = 1e-7) -> list[bool]:
@@ -344,12 +200,6 @@ class PooledFit:
             "method": "weighted least squares on relative errors, Huber-reweighted; HC1 sandwich covariance",
         }
 
-
-def _r2(measured: list[float], predicted: list[float]) -> float:
-    mean = sum(measured) / len(measured)
-    total = sum((m - mean) ** 2 for m in measured)
-    residual = sum((m - p) ** 2 for m, p in zip(measured, predicted))
-    return 1.0 - residual / total if total > 0 else (1.0 if residual == 0 else 0.0)
 
 
 def _robust_weights(relative: Any) -> Any:
@@ -544,7 +394,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         covariance=[[float(v) for v in row] for row in covariance],
         identified=dict(zip(PARAMETERS, identified)),
         reference_prompt_tokens=int(reference[0]), reference_output_tokens=int(reference[1]),
-        r2=float(_r2(list(latency), list(predicted))),
+        r2=float(r2(list(latency), list(predicted))),
         rmse_s=float(np.sqrt(np.mean((predicted - latency) ** 2))),
         mape_pct=mape, points=len(runs), ttft_wait_steps=ttft.wait_steps, ttft_load_steps=ttft.load_steps,
         ttft_offset_s=ttft.offset_s, ttft_fitted=ttft.fitted, ttft_mape_pct=ttft.mape_pct,
@@ -642,51 +492,6 @@ class ConfigurationFit:
     points: int
 
 
-#: Mean lengths within this factor of each other are one workload (random datasets vary run to run).
-LENGTH_GROUP_TOLERANCE = 1.1
-
-
-def length_groups(runs: list[BenchmarkRun]) -> list[list[BenchmarkRun]]:
-    """Runs grouped by draft length and mean lengths within :data:`LENGTH_GROUP_TOLERANCE`.
-
-    ``vllm bench serve`` draws random lengths per request, so two runs of one
-    workload differ in their mean lengths by a token or two: they are one workload.
-    """
-    ordered = sorted(runs, key=lambda r: (r.draft_length, r.prompt_tokens, r.output_tokens, r.source))
-    groups: list[list[BenchmarkRun]] = []
-    for run in ordered:
-        if groups:
-            first = groups[-1][0]
-            if (run.draft_length == first.draft_length
-                    and run.prompt_tokens <= first.prompt_tokens * LENGTH_GROUP_TOLERANCE
-                    and first.output_tokens / LENGTH_GROUP_TOLERANCE <= run.output_tokens
-                    <= first.output_tokens * LENGTH_GROUP_TOLERANCE):
-                groups[-1].append(run)
-                continue
-        groups.append([run])
-    return groups
-
-
-def configuration_groups(runs: list[BenchmarkRun]) -> list[list[BenchmarkRun]]:
-    """Runs grouped by (draft length, lengths within 10%, acceptance within :data:`ALPHA_GROUP_TOLERANCE`).
-
-    Measured acceptance varies from run to run (0.740-0.758 for one
-    configuration is typical); values are clustered, not compared exactly.
-    """
-    groups = []
-    for bucket in length_groups(runs):
-        members = sorted(bucket, key=lambda r: r.alpha if r.alpha is not None else -1.0)
-        current: list[BenchmarkRun] = []
-        for run in members:
-            if current and run.alpha is not None and current[0].alpha is not None \
-                    and run.alpha - current[0].alpha > ALPHA_GROUP_TOLERANCE:
-                groups.append(current)
-                current = []
-            current.append(run)
-        if current:
-            groups.append(current)
-    return groups
-
 
 def fit_configurations(runs: list[BenchmarkRun]) -> list[ConfigurationFit]:
     """Per-configuration fits of ``L = C1 + B C2`` (configurations with at least two load levels)."""
@@ -712,7 +517,7 @@ def fit_configurations(runs: list[BenchmarkRun]) -> list[ConfigurationFit]:
             c1_s=float(theta[0]), c2_s=float(theta[1]),
             c1_stderr_s=float(math.sqrt(max(covariance[0, 0], 0.0))),
             c2_stderr_s=float(math.sqrt(max(covariance[1, 1], 0.0))),
-            r2=float(_r2(list(latency), list(predicted))), points=len(members)))
+            r2=float(r2(list(latency), list(predicted))), points=len(members)))
     return fits
 
 
@@ -781,12 +586,3 @@ def fitted_document(fit: PooledFit, runs: list[BenchmarkRun], *, name: str, prov
     document["uncertainty"] = fit.uncertainty_document()
     document.update(extra or {})
     return document
-
-
-# The validation API, re-exported for callers of sdplan.fit.
-from sdplan.validation import (  # noqa: E402  (after the definitions validation imports)
-    BestKComparison, RunError, Validation, compare_best_k, predict_latency, predict_ttft, validate)
-
-__all__ = ["BestKComparison", "ConfigurationFit", "PARAMETERS", "PooledFit", "RunError", "Validation",
-           "compare_best_k", "fit_configurations", "fit_pooled", "fitted_document", "holdout_split",
-           "predict_latency", "predict_ttft", "validate"]

@@ -52,13 +52,13 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     table = calibration.document.get("uncertainty")
     if table is None or calibration.form != "direct":
         return None
-    from sdplan.fit import PARAMETERS
+    from sdplan.runmodel import PARAMETERS
 
     names = list(table["parameters"])
     if sorted(names) != sorted(PARAMETERS):
         return None
     covariance = np.asarray(table["covariance_s2"], dtype=np.float64)
-    from sdplan.fit import values_from_table
+    from sdplan.runmodel import values_from_table
 
     fitted = values_from_table(calibration.document["coefficients"])
     mean = np.array([fitted[name] for name in names])
@@ -68,7 +68,7 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     rng = np.random.default_rng(seed)
     from dataclasses import fields, replace
 
-    from sdplan.fit import coefficients_from_vector
+    from sdplan.runmodel import coefficients_from_vector
 
     reference = (calibration.reference_prompt_tokens, calibration.reference_output_tokens)
     template = calibration.coefficients_at(prompt_tokens, output_tokens)  # TTFT weights, closed-loop factor

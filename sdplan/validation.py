@@ -19,7 +19,7 @@ from sdplan.errors import InfeasibleError
 from sdplan.model import Coefficients
 
 if TYPE_CHECKING:
-    from sdplan.results import BenchmarkRun
+    from sdplan.runs import BenchmarkRun
 
 
 def predict_latency(coefficients: Coefficients, run: BenchmarkRun) -> float:
@@ -30,9 +30,9 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun) -> float:
     rate).
     """
     from sdplan import model
-    from sdplan.fit import _demand
+    from sdplan.runmodel import run_demand
 
-    c1, c2 = _demand(coefficients, run)
+    c1, c2 = run_demand(coefficients, run)
     if run.concurrency is not None:
         return c1 + coefficients.closed_loop_factor * max(run.concurrency - 1, 0) * c2
     return float(model.mean_latency(c1, c2, run.arrival_rate_rps))
@@ -46,9 +46,9 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
         return math.inf
     others = (coefficients.closed_loop_factor * max(run.concurrency - 1, 0) if run.concurrency is not None
               else run.arrival_rate_rps * latency_s)
-    from sdplan.fit import _run_tokens_per_cycle
+    from sdplan.runmodel import run_tokens_per_cycle
 
-    return float(model.time_to_first_token(coefficients, run.draft_length, others, _run_tokens_per_cycle(run)))
+    return float(model.time_to_first_token(coefficients, run.draft_length, others, run_tokens_per_cycle(run)))
 
 
 
@@ -169,12 +169,12 @@ def repeat_spread(runs: list[BenchmarkRun]) -> RepeatSpread | None:
     """:func:`exact_model_error_pct` of the runs' mean E2E latency, over the levels measured more than once.
 
     Runs repeat one another when they are of one configuration
-    (:func:`sdplan.fit.configuration_groups`: draft length, mean lengths
+    (:func:`sdplan.runmodel.configuration_groups`: draft length, mean lengths
     within 10%, per-token alpha within
-    :data:`~sdplan.fit.ALPHA_GROUP_TOLERANCE`) and share the controlled load
+    :data:`~sdplan.runmodel.ALPHA_GROUP_TOLERANCE`) and share the controlled load
     (``N`` clients, or the requested rate). None when no level was measured twice.
     """
-    from sdplan.fit import configuration_groups
+    from sdplan.runmodel import configuration_groups
 
     repeated: list[list[BenchmarkRun]] = []
     for members in configuration_groups(runs):
@@ -200,7 +200,7 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
     :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
     baseline at the same level.
     """
-    from sdplan.fit import ALPHA_GROUP_TOLERANCE, LENGTH_GROUP_TOLERANCE
+    from sdplan.runmodel import ALPHA_GROUP_TOLERANCE, LENGTH_GROUP_TOLERANCE
 
     # workloads: mean lengths within 10% are one (random datasets vary a little from run to run)
     workloads: list[tuple[float, float]] = []
@@ -245,8 +245,8 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
     Runs the screen rejects are skipped with their reason; an unstable
     prediction for a measured run counts as an infinite error and is the worst.
     """
-    from sdplan.fit import _r2
-    from sdplan.results import screen
+    from sdplan.runmodel import r2
+    from sdplan.runs import screen
 
     errors, skipped = [], []
     for run in sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s)):
@@ -272,7 +272,7 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
     measured = [e.run.mean_e2e_latency_s for e in errors]
     predicted = [e.predicted_s if math.isfinite(e.predicted_s) else 10 * e.run.mean_e2e_latency_s for e in errors]
     ttft_errors = [abs(e.ttft_error_pct) for e in errors if e.ttft_error_pct is not None]
-    return Validation(errors=errors, skipped=skipped, mape_pct=mape, bias_pct=bias, r2=float(_r2(measured, predicted)),
+    return Validation(errors=errors, skipped=skipped, mape_pct=mape, bias_pct=bias, r2=float(r2(measured, predicted)),
                       worst=worst, best_k=compare_best_k(errors),
                       ttft_mape_pct=sum(ttft_errors) / len(ttft_errors) if ttft_errors else None,
                       repeat_spread=repeat_spread([e.run for e in errors]))

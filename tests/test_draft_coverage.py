@@ -1,7 +1,7 @@
 """Draft coverage: prompt-lookup proposers (vLLM ngram, suffix) draft only on some decode steps.
 
 vLLM's acceptance counters count drafted steps only, so a run's acceptance says nothing about the
-steps without a proposal; the coverage is measured apart (:func:`sdplan.results.draft_coverage`)
+steps without a proposal; the coverage is measured apart (:func:`sdplan.runs.vllm_bench.draft_coverage`)
 and enters the model as ``E_eff = c E + (1 - c)``.
 """
 
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sdplan.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, with_coverage
-from sdplan.results import draft_coverage, read_results
+from sdplan.runs import draft_coverage, read_results
 
 
 def test_coverage_from_counters_of_real_vllm_runs() -> None:

@@ -11,8 +11,9 @@ import pytest
 
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InfeasibleError
-from sdplan.fit import fit_configurations, fit_pooled, validate
-from sdplan.results import load_runs, read_results, screen
+from sdplan.fit import fit_configurations, fit_pooled
+from sdplan.runs import load_runs, read_results, screen
+from sdplan.validation import validate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results_fixtures import TRUE, write_csv, write_guidellm, write_vllm  # noqa: E402
@@ -306,3 +307,14 @@ def test_per_request_list_that_is_not_numbers_is_noted_not_dropped_silently(tmp_
 def test_missing_results_file(sdplan, tmp_path) -> None:
     result = sdplan("validate", str(tmp_path / "none.json"))
     assert result.exit_code == ExitStatus.BAD_INPUT and "no such file" in result.stderr
+
+
+def test_input_format_choices_are_the_reader_registry() -> None:
+    """``--input-format`` lists every registered reader (kept literal so ``--help`` imports no reader)."""
+    from sdplan.cli.fit import fit
+    from sdplan.cli.validate import validate as validate_command
+    from sdplan.runs import FORMATS
+
+    for command in (fit, validate_command):
+        option = next(param for param in command.params if param.name == "input_format")
+        assert tuple(option.type.choices) == FORMATS

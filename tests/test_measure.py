@@ -11,7 +11,7 @@ import pytest
 
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InputFileError
-from sdplan.results import others_in_flight, read_results
+from sdplan.runs import others_in_flight, read_results
 
 sys.path.insert(0, str(Path(__file__).parent))
 from served_fakes import FakeClient, FakeEngine, FakeServer, run_load  # noqa: E402
@@ -75,7 +75,7 @@ def test_others_in_flight_exact_cases() -> None:
 def test_repeated_gap_share_tells_independent_draws_from_repeated_ones() -> None:
     import random
 
-    from sdplan.guidellm import repeated_gap_share
+    from sdplan.runs.guidellm import repeated_gap_share
 
     draw = random.Random(3)
     clock, poisson, repeated = 0.0, [], []
@@ -96,7 +96,7 @@ def test_repeated_gap_share_tells_independent_draws_from_repeated_ones() -> None
 def test_schedule_rate_is_the_rate_a_recorded_schedule_realised() -> None:
     import random
 
-    from sdplan.guidellm import schedule_rate
+    from sdplan.runs.guidellm import schedule_rate
 
     draw = random.Random(5)
     clock, sends = 0.0, []
@@ -129,7 +129,8 @@ def test_ttft_load_weight_of_open_loops_is_fitted_apart_from_closed_loops(monkey
     of one. Fitted together with one load weight, closed loops over-price open-loop TTFT under load; with
     a weight of their own, the open-loop TTFT of independent runs is predicted closely."""
     import sdplan.fit
-    from sdplan.fit import fit_pooled, validate
+    from sdplan.fit import fit_pooled
+    from sdplan.validation import validate
 
     engine = FakeEngine(prefill_s=0.004, overhead_ttft_s=0.01, closed_loop_lag_steps=1)
 
@@ -216,7 +217,7 @@ def test_served_calibration_end_to_end_predicts_open_loop(sdplan, tmp_path, fake
     runs = [read_results(path)[0][0] for path in sorted((tmp_path / "cal.runs").glob("k*_c*_r0.json"))]
     assert {r.draft_length for r in runs} == {2, 4} and all(r.concurrency for r in runs)
     # calibrated on closed loops, it predicts open-loop (Poisson) runs of the same fake engine
-    from sdplan.fit import validate
+    from sdplan.validation import validate
 
     engine = fake_served.engine
     open_runs = []
@@ -445,7 +446,7 @@ def test_resume_of_a_folder_measured_before_points_were_judged(sdplan, tmp_path,
 
 
 def test_kept_up_fraction_tells_a_backlog_from_long_requests() -> None:
-    from sdplan.results import MIN_KEPT_UP_FRACTION, kept_up_fraction
+    from sdplan.runs import MIN_KEPT_UP_FRACTION, kept_up_fraction
 
     starts = [i / 10 for i in range(100)]  # 100 requests sent in exactly 100/10 s, as vllm bench serve does
     # requests of 3 s each in a 10-s run: the server keeps up, though completions/duration is only 78% of 10 req/s

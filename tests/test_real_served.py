@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sdplan.fit import fit_pooled, holdout_split, validate
-from sdplan.results import load_runs, read_results
+from sdplan.fit import fit_pooled, holdout_split
+from sdplan.runs import load_runs, read_results
+from sdplan.validation import validate
 
 DATA = Path(__file__).parent / "data" / "served-cpu"
 
@@ -130,7 +131,7 @@ def test_real_runs_past_capacity_or_ramped_up_are_left_out_of_fit_and_validate(s
     """Real runs (tests/data/served-behind-cpu): Poisson at about twice the sustained rate, whose backlog grew
     all run, and two --ramp-up-strategy runs; none is at one steady load; fit and validate say so, leave them
     out and keep the rest."""
-    from sdplan.results import MIN_KEPT_UP_FRACTION, screen
+    from sdplan.runs import MIN_KEPT_UP_FRACTION, screen
 
     folder = Path(__file__).parent / "data" / "served-behind-cpu"
     runs = {path.name: read_results(path)[0][0] for path in sorted(folder.glob("*.json"))}
@@ -161,7 +162,7 @@ def test_real_runs_with_other_arrivals_or_a_binding_client_cap_are_left_out(sdpl
     of burstiness 0.25 and 4 at the same rate, and two open loops with --max-concurrency, one that held its
     arrivals back. The model and its fitted load lambda L are for Poisson arrivals; the others are left out of
     fit and validate with the reason, and the rest is fitted."""
-    from sdplan.results import held_back, screen
+    from sdplan.runs import held_back, screen
 
     folder = Path(__file__).parent / "data" / "served-arrivals-cpu"
     runs = {path.name: read_results(path)[0][0] for path in sorted(folder.glob("*.json"))}
@@ -215,7 +216,7 @@ def test_real_guidellm_reports_are_read_per_request_and_screened(sdplan, tmp_pat
     """Real GuideLLM 0.8.1 reports (tests/data/guidellm-cpu): per-request times give the load each request
     saw; a poisson run whose worker processes repeated each gap, and one a max_concurrency held back, are
     left out; requests a time limit cut off are not failures; one-worker poisson runs agree with vLLM's."""
-    from sdplan.results import screen
+    from sdplan.runs import screen
 
     folder = Path(__file__).parent / "data" / "guidellm-cpu"
     runs = {run.source.split("/")[-1]: run for run in read_results(folder)[0]}  # a folder of both formats
@@ -268,7 +269,7 @@ def test_guidellm_per_request_edge_cases(tmp_path) -> None:
     """A client late on its own schedule (no cap reached), a sampled request list, a request without
     times, a warm-up cut out: each is read, falling back to the summary metrics with a note where the
     per-request times cannot be trusted."""
-    from sdplan.results import screen
+    from sdplan.runs import screen
 
     source = Path(__file__).parent / "data" / "guidellm-cpu" / "gl1-poisson11-a.json"
 
@@ -311,7 +312,7 @@ def test_real_guidellm_0_3_reports_are_read_per_request(sdplan, tmp_path) -> Non
     """Real GuideLLM 0.3.1 reports (tests/data/guidellm-0.3-cpu; strategy in args, request totals beside the
     metrics, each request's own start/end times): closed loops kept with the load measured per request, the
     Poisson runs whose client fell behind its schedule left out, no 'unchecked schema' warning."""
-    from sdplan.results import screen
+    from sdplan.runs import screen
 
     folder = Path(__file__).parent / "data" / "guidellm-0.3-cpu"
     runs, warnings = read_results(folder)
@@ -337,7 +338,7 @@ def test_real_guidellm_0_5_reports_are_read_per_request() -> None:
     """Real GuideLLM 0.5.4 reports (tests/data/guidellm-0.5-cpu; metadata.version 1, the per-request
     info.timings of 0.8): read without a warning, at the rate their schedule realised, a client that fell
     behind its schedule left out."""
-    from sdplan.results import screen
+    from sdplan.runs import screen
 
     runs, warnings = read_results(Path(__file__).parent / "data" / "guidellm-0.5-cpu")
     assert warnings == []
@@ -359,7 +360,7 @@ def test_real_guidellm_0_4_and_0_6_reports_are_read_per_request(version, e2e_s, 
     """Real GuideLLM 0.4.0 (no metadata) and 0.6.1 (metadata.version 1) reports
     (tests/data/guidellm-0.4-0.6-cpu): read without a warning, per request, a client that fell behind its
     schedule left out."""
-    from sdplan.results import screen
+    from sdplan.runs import screen
 
     folder = Path(__file__).parent / "data" / "guidellm-0.4-0.6-cpu"
     (closed,), warnings = read_results(folder / f"gl{version}-concurrent8.json")
@@ -376,7 +377,7 @@ def test_real_guidellm_0_4_and_0_6_reports_are_read_per_request(version, e2e_s, 
 def test_guidellm_benchmark_without_a_known_strategy_is_left_out(tmp_path) -> None:
     """No strategy, or one of a kind sdplan does not know, tells neither a rate nor a number of clients: the
     run is read and left out, never fitted as an open loop at its throughput."""
-    from sdplan.results import screen
+    from sdplan.runs import screen
 
     source = Path(__file__).parent / "data" / "guidellm-0.3-cpu" / "gl03-concurrent8.json"
     for name, change in (("none", lambda args: args.pop("strategy")),

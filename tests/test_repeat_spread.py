@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sdplan.results import read_results
+from sdplan.runs import read_results
 from sdplan.validation import exact_model_error_pct, repeat_spread
 
 #: Real served runs: k=2 at 25/55/80% load, three passes on fresh servers (acc35), and the calibration.
@@ -108,12 +108,3 @@ def test_validate_reports_it_and_warns_of_a_gate_below_it(sdplan) -> None:
     assert above.exit_code == 0 and "fails on noise" not in above.stderr
     single = sdplan("validate", "-c", calibration, files[0], "-f", "json")
     assert json.loads(single.stdout)["summary"]["repeat_spread"] is None
-
-
-def test_the_validation_module_imports_on_its_own() -> None:
-    """It used to import sdplan.fit at load, which imports it back: importing it first failed."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", "import sdplan.validation"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr

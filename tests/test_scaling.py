@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from sdplan import model
-from sdplan.calibration import _scale_direct, resolve_calibration
+from sdplan.calibration import scale_direct, resolve_calibration
 
 WORKLOADS = [(128, 128), (4096, 256), (8192, 64), (64, 1024), (1024, 512)]
 
@@ -32,7 +32,7 @@ def direct_document(name: str, slopes: bool) -> tuple[object, dict]:
 @pytest.mark.parametrize(("p", "g"), WORKLOADS)
 def test_direct_form_with_slopes_equals_the_step_model(p: int, g: int) -> None:
     cal, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", slopes=True)
-    truth, scaled = cal.coefficients_at(p, g), _scale_direct(document, p, g)
+    truth, scaled = cal.coefficients_at(p, g), scale_direct(document, p, g)
     for field in dataclasses.fields(truth):
         if field.name == "c1p_s":  # the prefill intercept (P.fixed) is not in the direct form: c1p scales with p
             continue
@@ -42,7 +42,7 @@ def test_direct_form_with_slopes_equals_the_step_model(p: int, g: int) -> None:
 @pytest.mark.parametrize(("p", "g"), WORKLOADS)
 def test_drafted_token_cost_does_not_scale_with_context_without_slopes(p: int, g: int) -> None:
     cal, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", slopes=False)
-    scaled = _scale_direct(document, p, g)
+    scaled = scale_direct(document, p, g)
     assert scaled.c2d_s == pytest.approx(document["coefficients"]["speculative"]["c2d_s"], rel=1e-12)
     # SD's saturation stays within 10% of the step model's (it was 2.1x too high at p = g = 128 with c2d scaled)
     _, c2_true = model.speculative_demand(cal.coefficients_at(p, g), 0.8, 4)
@@ -54,6 +54,6 @@ def test_scaling_none_keeps_the_reference_values() -> None:
     _, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", slopes=True)
     fixed = copy.deepcopy(document)
     fixed["coefficients"]["scaling"] = "none"
-    at_ref, elsewhere = _scale_direct(fixed, 1024, 512), _scale_direct(fixed, 128, 128)
+    at_ref, elsewhere = scale_direct(fixed, 1024, 512), scale_direct(fixed, 128, 128)
     assert (at_ref.c2v_s, at_ref.c2d_s, at_ref.baseline_c2_step_s, at_ref.c1p_s) == \
         (elsewhere.c2v_s, elsewhere.c2d_s, elsewhere.baseline_c2_step_s, elsewhere.c1p_s)

@@ -12,7 +12,7 @@ from sdplan import model
 from sdplan.calibration import parse_calibration
 from sdplan.errors import ExitStatus
 from sdplan.fit import fit_pooled, fitted_document
-from sdplan.results import read_results
+from sdplan.runs import read_results
 from sdplan.uncertainty import coefficient_draws, plan_intervals
 
 sys.path.insert(0, str(Path(__file__).parent))

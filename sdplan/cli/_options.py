@@ -16,7 +16,7 @@ MAX_LIST_VALUES = 100_000
 FuncT = Callable[..., Any]
 
 
-def _apply(fn: FuncT, decorators: list[Callable[[FuncT], FuncT]]) -> FuncT:
+def apply_options(fn: FuncT, decorators: list[Callable[[FuncT], FuncT]]) -> FuncT:
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
@@ -126,7 +126,7 @@ def draft_choice_callback(ctx: click.Context, param: click.Parameter, value: str
     return "off" if k == 0 else str(k)
 
 
-def _positive_tokens(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+def positive_tokens(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value < 1:
         raise click.BadParameter(f"must be >= 1 token, got {value}")
     if value is not None and value > MAX_TOKENS:
@@ -184,7 +184,7 @@ def acceptance_options(fn: FuncT, for_results: bool = False) -> FuncT:
                   "Per-token acceptance probability alpha in [0, 1]; a list or range gives one "
                   "table each (e.g. 0.6,0.8 or 0.5:0.9:0.1). Default: the calibration's measured "
                   "acceptance, else 0.7 (an assumption, flagged in the output).")
-    return _apply(
+    return apply_options(
         fn,
         [
             click.option("--acceptance", "acceptance_alpha", callback=_fraction_list, metavar="ALPHAS",
@@ -207,12 +207,12 @@ def acceptance_options(fn: FuncT, for_results: bool = False) -> FuncT:
 
 def workload_options(fn: FuncT) -> FuncT:
     """Prompt/output lengths and acceptance in any of the three metrics."""
-    return _apply(
+    return apply_options(
         fn,
         [
-            click.option("--prompt-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+            click.option("--prompt-tokens", type=int, callback=positive_tokens, metavar="TOKENS",
                          help="Prompt length p in tokens. Default: the calibration's reference workload."),
-            click.option("--output-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+            click.option("--output-tokens", type=int, callback=positive_tokens, metavar="TOKENS",
                          help="Output length g in tokens. Default: the calibration's reference workload."),
             acceptance_options,
         ],
@@ -221,7 +221,7 @@ def workload_options(fn: FuncT) -> FuncT:
 
 def grid_options(fn: FuncT) -> FuncT:
     """Request rates and draft lengths to evaluate."""
-    return _apply(
+    return apply_options(
         fn,
         [
             click.option("-r", "--rates", callback=_rates_callback, metavar="RATES",
@@ -247,14 +247,14 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), to_file:
         if to_file:
             options.insert(1, click.option("-o", "--output", metavar="PATH", shell_complete=complete_file,
                                            help="Write the result to PATH (atomically) instead of stdout; '-' is stdout."))
-        return _apply(fn, options)
+        return apply_options(fn, options)
 
     return decorate
 
 
 def plot_options(fn: FuncT) -> FuncT:
     """``--plot`` (terminal) and ``--plot-file`` (PNG/SVG through matplotlib)."""
-    return _apply(fn, [
+    return apply_options(fn, [
         click.option("--plot", is_flag=True, help="Also draw the plots in the terminal (with --format table)."),
         click.option("--plot-file", metavar="PATH", shell_complete=complete_file, help="Write the figure to PATH (.png or .svg); needs the "
                      "'plot' extra (pip install matplotlib, or pip install -e '.[plot]' in a checkout)."),

@@ -6,11 +6,11 @@ from typing import Any
 
 import click
 
-from sdplan.cli._options import _apply, acceptance_options
+from sdplan.cli._options import apply_options, acceptance_options
 
 
 def results_options(fn: Any) -> Any:
-    return _apply(fn, [
+    return apply_options(fn, [
         click.argument("results", nargs=-1, required=True, metavar="RESULTS..."),
         click.option("--input-format", type=click.Choice(("auto", "vllm", "guidellm", "csv")), default="auto",
                      show_default=True, help="Format of RESULTS: vLLM bench serve JSON, GuideLLM report, or CSV "

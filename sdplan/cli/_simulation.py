@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan.cli._options import _apply
+from sdplan.cli._options import apply_options
 from sdplan.limits import MAX_BATCH_SIZE, MAX_REPLICATIONS, MAX_REQUESTS
 
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
-    return _apply(fn, [
+    return apply_options(fn, [
         click.option("--requests", type=click.IntRange(10, MAX_REQUESTS), default=requests, show_default=True,
                      help="Requests per replication (the first 10% are discarded as warm-up)."),
         click.option("--seeds", type=click.IntRange(1, MAX_REPLICATIONS), default=seeds, show_default=True,

@@ -12,7 +12,7 @@ from sdplan.cli._simulation import served_engine_cap
 def check_speculation_identified(cal: object) -> None:
     """Planning SD from a calibration fitted without SD runs is an error, not an extrapolation."""
     from sdplan.errors import InputFileError
-    from sdplan.fit import SPECULATIVE_PARAMETERS
+    from sdplan.runmodel import SPECULATIVE_PARAMETERS
 
     missing = set(getattr(cal, "not_identified", ()))
     if missing >= set(SPECULATIVE_PARAMETERS):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from sdplan.cli._options import _positive_tokens, calibration_option, output_options
+from sdplan.cli._options import positive_tokens, calibration_option, output_options
 
 
 @click.command()
 @calibration_option
-@click.option("--prompt-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+@click.option("--prompt-tokens", type=int, callback=positive_tokens, metavar="TOKENS",
               help="Show coefficients at this prompt length. Default: the reference workload.")
-@click.option("--output-tokens", type=int, callback=_positive_tokens, metavar="TOKENS",
+@click.option("--output-tokens", type=int, callback=positive_tokens, metavar="TOKENS",
               help="Show coefficients at this output length. Default: the reference workload.")
 @output_options(formats=("table", "json"))
 def show(calibration: str | None, prompt_tokens: int | None, output_tokens: int | None,

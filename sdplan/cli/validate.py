@@ -54,10 +54,10 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     """
     from sdplan.calibration import resolve_calibration
     from sdplan.errors import ExitStatus
-    from sdplan.fit import validate as run_validation
+    from sdplan.validation import validate as run_validation
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.fit import render_validate, validate_document
-    from sdplan.results import load_runs
+    from sdplan.runs import load_runs
 
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
 

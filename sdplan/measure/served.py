@@ -25,7 +25,7 @@ from typing import Any, Iterator
 from sdplan.errors import InfeasibleError, InvalidValueError, MissingDependencyError
 from sdplan.measure.store import PointRecord, ResultStore
 from sdplan.measure.sweep import (SERVED_GRIDS, Configuration, ServedGrid, Sweep, SweepEvents,
-                                  _ReadBack, configurations)
+                                  ReadBack, configurations)
 
 #: A calibration whose own points are predicted worse than this is poor (mean absolute % error of mean E2E).
 POOR_MAPE_PCT = 10.0
@@ -365,7 +365,7 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
         if not suffix:
             measurement.server_commands.append(server.display_command())
         if all(key in sweep.done for key in keys):
-            work(_Endpoint(""), _ReadBack())  # every point measured: read back only
+            work(_Endpoint(""), ReadBack())  # every point measured: read back only
             return
         events.on_point(f"{configuration.name}: starting vllm serve" + (f" ({suffix[1:]})" if suffix else ""))
         try:
@@ -512,7 +512,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         When too few points were measured to fit.
     """
     from sdplan.fit import fit_pooled
-    from sdplan.results import read_results, screen
+    from sdplan.runs import read_results, screen
 
     runs = []
     for path in measurement.result_files():

@@ -13,45 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
 from sdplan.errors import InputFileError
-
-MANIFEST = "manifest.jsonl"
-FORMAT = "sdplan-served-measurements"
-VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class PointRecord:
-    """One finished load point."""
-
-    key: str
-    file: str
-    configuration: str
-    draft_length: int
-    label: str
-    repeat: int
-    foreign_cpu_cores: float | None
-    disturbed: bool
-    wall_s: float
-    #: A Poisson point the server did not keep up with (see :data:`sdplan.results.MIN_KEPT_UP_FRACTION`).
-    overloaded: bool = False
-
-
-def overloaded_files(folder: Path) -> set[str]:
-    """Names of the result files in ``folder`` that ``sdplan calibrate`` flagged overloaded (a Poisson point
-    the server did not keep up with), from its manifest; empty for any other folder or an unreadable manifest."""
-    if not (folder / MANIFEST).is_file():
-        return set()
-    try:
-        records = ResultStore(folder, {}).load_records(check=False)
-    except InputFileError:
-        return set()
-    latest = {record.key: record for record in records}  # a point flagged later appears twice
-    return {record.file for record in latest.values() if record.overloaded}
+from sdplan.runs.manifest import FORMAT, MANIFEST, VERSION, PointRecord, read_manifest
 
 
 class ResultStore:
@@ -88,28 +55,8 @@ class ResultStore:
         return {record.key: record for record in self.load_records(check=True)}
 
     def load_records(self, check: bool) -> list[PointRecord]:
-        try:
-            lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            header = json.loads(lines[0]) if lines else {}
-            if header.get("format") != FORMAT:
-                raise ValueError("not a manifest")
-            if check and header.get("options") != self.options:
-                changed = sorted(key for key in set(header.get("options", {})) | set(self.options)
-                                 if header.get("options", {}).get(key) != self.options.get(key))
-                raise InputFileError(str(self.path), "options", "was measured with other options ("
-                                     + ", ".join(changed[:6]) + "); use the same options with --resume, or another "
-                                     "--results-dir")
-            records = []
-            for line in lines[1:]:
-                entry = json.loads(line)
-                if "key" in entry:
-                    records.append(PointRecord(**entry))
-            return records
-        except InputFileError:
-            raise
-        except (ValueError, TypeError, KeyError, IndexError, OSError) as error:
-            raise InputFileError(str(self.path), None, f"not a measurement manifest ({error}); remove the folder or "
-                                                       "choose another --results-dir") from None
+        """The manifest's point records; with ``check``, it must have been measured with these options."""
+        return read_manifest(self.path, self.options if check else None)
 
     def invocation_seconds(self) -> tuple[float, int]:
         """Total wall time of earlier invocations and their count."""

@@ -35,7 +35,7 @@ fresh servers; a point a process outside the measurement disturbed (CPU used dur
 at once, up to ``remeasure`` times. What stays apart is kept, flagged, and
 down-weighted by the robust fit; the spread of the repeats is reported.
 
-A Poisson point the server did not keep up with (its :func:`sdplan.results.kept_up_fraction`
+A Poisson point the server did not keep up with (its :func:`sdplan.runs.screen.kept_up_fraction`
 below :data:`MIN_KEPT_UP_FRACTION`, or more requests in flight on average than
 the server's ``--max-num-seqs``) ran past the sustained capacity: a queue built
 up that the fitted relation leaves out, so its mean latency measures the run's
@@ -57,7 +57,7 @@ from typing import Any, Callable, Protocol
 from sdplan.measure.client import LoadPoint
 from sdplan.measure.quiet import DISTURBED_FOREIGN_CORES
 from sdplan.measure.store import PointRecord, ResultStore
-from sdplan.results import MIN_KEPT_UP_FRACTION, fell_behind
+from sdplan.runs import MIN_KEPT_UP_FRACTION, fell_behind
 
 #: Repeats of one point disagree when the slowest's mean latency is more than this above the fastest's.
 REPEAT_DISAGREEMENT = 0.10
@@ -201,7 +201,7 @@ class PointOutcome:
     throughput_rps: float
     #: The Poisson rate asked for (None: a closed loop).
     offered_rps: float | None = None
-    #: :func:`sdplan.results.kept_up_fraction` of a Poisson point (None: a closed loop, or no per-request times).
+    #: :func:`sdplan.runs.screen.kept_up_fraction` of a Poisson point (None: a closed loop, or no per-request times).
     kept_up: float | None = None
 
 
@@ -296,12 +296,12 @@ class Sweep:
         read back)."""
         results: list[PointOutcome] = []
         plan = self.plans[configuration.name] = []
-        if warm_up and not isinstance(client, _ReadBack):
+        if warm_up and not isinstance(client, ReadBack):
             self.warm_up(configuration, server, client)
         measured: list[tuple[int, float]] = []
         bound = self.kv_bound(configuration.name)
         if bound is not None and bound < min(self.max_clients, max(self.grid.concurrency)) \
-                and not isinstance(client, _ReadBack):  # past the grid, the note on going further says so
+                and not isinstance(client, ReadBack):  # past the grid, the note on going further says so
             self.events.on_note(
                 f"{configuration.name}: the server's KV cache holds {self.kv_cache_tokens[configuration.name]} "
                 f"tokens, {bound} requests of {self.prompt_tokens} + {self.output_tokens}: the sweep goes no "
@@ -320,7 +320,7 @@ class Sweep:
             sustained = self._overloaded(configuration, outcomes)
             lower = point_key(configuration.name, name + LOWER_RATE_SUFFIX, 0)
             # reading back a folder measured before points were judged: flagged now, but there is no server
-            reading_back = isinstance(client, _ReadBack) and lower not in self.done
+            reading_back = isinstance(client, ReadBack) and lower not in self.done
             if sustained is not None and not reading_back:  # once more at the same fraction of what it sustained
                 peak = min(peak, sustained)
                 again = self._poisson(configuration, name + LOWER_RATE_SUFFIX, fraction * peak, server, client,
@@ -399,7 +399,7 @@ class Sweep:
         the first round, but not measured again at a lower rate: the rates stay those of the first round, so
         that the repeats of a point compare.
         """
-        if warm_up and not isinstance(client, _ReadBack):
+        if warm_up and not isinstance(client, ReadBack):
             self.warm_up(configuration, server, client)
         results = []
         for point in self.plans[configuration.name]:
@@ -493,7 +493,7 @@ class Sweep:
                     again: bool = True) -> float | None:
         """Flag the repeats of a Poisson point that did not keep up; the rate they sustained, or None.
 
-        A point did not keep up when its :func:`sdplan.results.kept_up_fraction` is below :data:`MIN_KEPT_UP_FRACTION`,
+        A point did not keep up when its :func:`sdplan.runs.screen.kept_up_fraction` is below :data:`MIN_KEPT_UP_FRACTION`,
         or when, with the server's ``max_num_seqs`` or KV cache known (:meth:`requests_at_once`), more
         requests were in flight on average (``lambda L``, Little's law) than the server runs at once: they
         waited for a batch slot, a queue the fitted relation ``L = C1 + B C2`` leaves out (the planner caps
@@ -586,7 +586,7 @@ class Sweep:
             return _outcome(record, path)
 
 
-class _ReadBack:
+class ReadBack:
     """A client for configurations whose points are all measured: reading them back needs no load."""
 
     def run(self, arguments: list[str], timeout_s: float) -> None:
@@ -648,7 +648,7 @@ def repeat_spread(values: list[float]) -> float:
 
 
 def _outcome(record: PointRecord, path: Path) -> PointOutcome:
-    from sdplan.results import read_results
+    from sdplan.runs import read_results
 
     run = read_results(path, "vllm")[0][0]
     return PointOutcome(record=record, mean_latency_s=run.mean_e2e_latency_s, throughput_rps=run.achieved_rate_rps,

@@ -9,8 +9,9 @@ from sdplan import __version__
 from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
 
 if TYPE_CHECKING:
-    from sdplan.fit import ConfigurationFit, PooledFit, Validation
-    from sdplan.results import BenchmarkRun
+    from sdplan.fit import ConfigurationFit, PooledFit
+    from sdplan.validation import Validation
+    from sdplan.runs import BenchmarkRun
 
 
 def _run(run: BenchmarkRun) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""GuideLLM reports (``guidellm benchmark``/``guidellm run`` JSON) as :class:`~sdplan.results.BenchmarkRun` records.
+"""GuideLLM reports (``guidellm benchmark``/``guidellm run`` JSON) as :class:`~sdplan.runs.record.BenchmarkRun` records.
 
 Schema v1-v2 (``metadata.version`` 1: GuideLLM 0.5-0.6; 2: 0.7-0.8; no ``metadata``:
 0.4): ``benchmarks[]`` with ``config.strategy`` (``type_``, ``rate``, ``streams``,
@@ -15,7 +15,7 @@ warm-up/cool-down in ``args`` and each request's times as ``start_time``,
 Checked against real GuideLLM 0.3.1 reports (tests/data/guidellm-0.3-cpu).
 
 A benchmark whose strategy is missing or of a kind not listed here is read and
-left out of fits (:attr:`~sdplan.results.BenchmarkRun.unknown_load`): without
+left out of fits (:attr:`~sdplan.runs.record.BenchmarkRun.unknown_load`): without
 an arrival rate or a number of clients, the load it measured is unknown.
 """
 
@@ -26,8 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.results import (BenchmarkRun, _count, _mean, _number, _peak_in_flight, held_back, is_finite_number,
-                            kept_up_fraction, others_in_flight)
+from sdplan.runs.record import (BenchmarkRun, count, is_finite_number, number, optional_number, others_in_flight,
+                                peak_in_flight)
+from sdplan.runs.screen import held_back, kept_up_fraction
+
+#: How :mod:`sdplan.runs.read` names this format (``--input-format guidellm``) and describes it in errors.
+NAME = "guidellm"
+DESCRIPTION = "a GuideLLM report"
 
 #: GuideLLM: a request started this much (s) after its scheduled time waited in the client. Its
 #: dispatch takes 3-6 ms (median) with a p95 of 6-12 ms when nothing holds it back (real GuideLLM 0.8.1
@@ -69,6 +74,19 @@ def schedule_rate(scheduled: list[float]) -> float | None:
     return (len(scheduled) - 1) / span if span > 0 else None
 
 
+def detects(path: Path, document: Any) -> bool:
+    """Whether a decoded JSON document is a GuideLLM report (a ``benchmarks`` list)."""
+    return isinstance(document, dict) and isinstance(document.get("benchmarks"), list)
+
+
+def read(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
+    """The runs of one GuideLLM report (:func:`read_guidellm`), after checking it is one."""
+    if not isinstance(document.get("benchmarks"), list):
+        raise InputFileError(path, "benchmarks", "missing or not a list; not a GuideLLM report? "
+                                                 "try --input-format vllm or auto")
+    return read_guidellm(path, document)
+
+
 def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
     """One run per benchmark of a GuideLLM report, and warnings about the report.
 
@@ -100,12 +118,12 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
         kind = str(strategy.get("type_", "unknown"))
         requested = None
         if kind in ("constant", "poisson") and strategy.get("rate") is not None:
-            requested = _number(strategy["rate"], path, f"{where}.{at}.rate")
+            requested = number(strategy["rate"], path, f"{where}.{at}.rate")
         concurrency = None
         if kind == "synchronous":
             concurrency = 1
         elif kind == "concurrent" and strategy.get("streams") is not None:
-            concurrency = _count(strategy["streams"], path, f"{where}.{at}.streams") or None
+            concurrency = count(strategy["streams"], path, f"{where}.{at}.streams") or None
         unknown_load = None
         if requested is None and concurrency is None and kind != "throughput":
             unknown_load = (f"GuideLLM strategy {kind!r} without a rate or streams" if strategy
@@ -114,10 +132,10 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
         totals = metrics.get("request_totals", bench.get("request_totals", {}))
         if not isinstance(totals, dict):
             raise InputFileError(path, f"{where}.{totals_at}", "expected an object of counts")
-        successful = _count(totals.get("successful", 0) or 0, path, f"{where}.{totals_at}.successful")
-        failed = _count(totals.get("errored", 0) or 0, path, f"{where}.{totals_at}.errored")
+        successful = count(totals.get("successful", 0) or 0, path, f"{where}.{totals_at}.successful")
+        failed = count(totals.get("errored", 0) or 0, path, f"{where}.{totals_at}.errored")
         # incomplete: cancelled unfinished when a time or count limit ended the run, not failures
-        incomplete = _count(totals.get("incomplete", 0) or 0, path, f"{where}.{totals_at}.incomplete")
+        incomplete = count(totals.get("incomplete", 0) or 0, path, f"{where}.{totals_at}.incomplete")
         ttft = _mean(metrics, "time_to_first_token_ms", path, where, required=False)
         itl = _mean(metrics, "inter_token_latency_ms", path, where, required=False)
         achieved = _mean(metrics, "requests_per_second", path, where)
@@ -155,7 +173,7 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
                     repeated = repeated_gap_share(scheduled)
                     cap = _positive_int(strategy.get("max_concurrency"))
                     late = [start - due for start, due in zip(starts, scheduled)]
-                    if cap is not None and _peak_in_flight(starts, latencies) >= cap:
+                    if cap is not None and peak_in_flight(starts, latencies) >= cap:
                         held = held_back(cap, late, None, None, wait_s=LATE_S)
                     else:  # late with no cap reached: the client itself fell behind its schedule
                         sent_late = held_back(cap or 0, late, None, None, wait_s=LATE_S, waited_as="started late")
@@ -297,3 +315,16 @@ def _times(entry: Any) -> tuple[Any, Any, Any, Any, Any] | None:
         return (entry.get("start_time"), entry.get("end_time"), entry.get("first_token_time"),
                 due if is_finite_number(due) and due > 0 else None, scheduler.get("worker_end"))
     return None
+
+
+def _mean(metrics: dict[str, Any], name: str, path: str, where: str, required: bool = True) -> float | None:
+    """``metrics.<name>.successful.mean`` of a benchmark (None where an optional one is absent)."""
+    entry = metrics.get(name)
+    try:
+        value = entry["successful"]["mean"]  # type: ignore[index]
+    except (KeyError, TypeError):
+        if required:
+            raise InputFileError(path, f"{where}.metrics.{name}.successful.mean", "missing") from None
+        return None
+    key = f"{where}.metrics.{name}.successful.mean"
+    return number(value, path, key) if required else optional_number(value, path, key)

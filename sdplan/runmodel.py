@@ -1,0 +1,220 @@
+"""The model of one measured run, shared by the fit and the validation.
+
+A run is predicted with the model's own relation, ``L = C1 + B C2`` (Kong et
+al. eq. 1), at its configuration (draft length, acceptance and its measured
+draft coverage) and workload (prompt and output lengths), with ``B`` the load
+it was fitted at (:func:`fitted_load`). ``C1`` and ``C2`` are linear in the
+eight direct-form coefficients of :data:`PARAMETERS`, so the rows of a fit's
+design are the model evaluated on unit coefficient vectors
+(:func:`design_rows`). Runs of one configuration are grouped by
+:func:`configuration_groups`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sdplan.model import Coefficients
+    from sdplan.runs import BenchmarkRun
+
+#: Direct-form coefficients fitted by the pooled fit, in order.
+PARAMETERS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s", "c1d_s", "c2d_s")
+#: Coefficients that only SD runs determine.
+SPECULATIVE_PARAMETERS = ("c1v_s", "c2v_s", "c1d_s", "c2d_s")
+#: Acceptance values closer than this (per-token alpha) are one configuration.
+ALPHA_GROUP_TOLERANCE = 0.03
+#: Mean lengths within this factor of each other are one workload (random datasets vary run to run).
+LENGTH_GROUP_TOLERANCE = 1.1
+
+
+#: Where each fitted coefficient lives in a calibration's ``[coefficients]`` table.
+COEFFICIENT_PATHS = {"c1p_s": ("c1p_s",), "c2p_s": ("c2p_s",), "baseline_c1_step_s": ("baseline", "c1_step_s"),
+                     "baseline_c2_step_s": ("baseline", "c2_step_s"), "c1v_s": ("speculative", "c1v_s"),
+                     "c2v_s": ("speculative", "c2v_s"), "c1d_s": ("speculative", "c1d_s"),
+                     "c2d_s": ("speculative", "c2d_s")}
+
+
+def coefficients_table(values: dict[str, float]) -> dict[str, Any]:
+    """The ``[coefficients]`` table (direct form, proportional scaling) of named coefficient values."""
+    table: dict[str, Any] = {"scaling": "proportional"}
+    for name, path in COEFFICIENT_PATHS.items():
+        node = table
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = float(values[name])
+    return table
+
+
+def values_from_table(table: dict[str, Any]) -> dict[str, float]:
+    """Named coefficient values of a ``[coefficients]`` table (the inverse of :func:`coefficients_table`)."""
+    values = {}
+    for name, path in COEFFICIENT_PATHS.items():
+        node: Any = table
+        for key in path:
+            node = node[key]
+        values[name] = float(node)
+    return values
+
+
+def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_tokens: float, output_tokens: float,
+                             ttft: tuple[float, float] = (0.5, 1.5)) -> Coefficients:
+    """Direct-form coefficients ``theta`` (at ``reference``) scaled to a workload.
+
+    Scaling is the calibration file's own (``sdplan.calibration``), so a fitted
+    calibration predicts exactly what the fit assumed.
+    """
+    from dataclasses import replace as _replace
+
+    from sdplan.calibration import scale_direct
+
+    document = {
+        "reference_workload": {"prompt_tokens": reference[0], "output_tokens": reference[1]},
+        "coefficients": coefficients_table(dict(zip(PARAMETERS, theta))),
+    }
+    coefficients = scale_direct(document, prompt_tokens, output_tokens)
+    return _replace(coefficients, ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1])
+
+
+def run_demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float]:
+    """``(C1, C2)`` of a run's configuration: the baseline's without SD, else at the run's tokens per cycle."""
+    from sdplan import model
+
+    if run.draft_length == 0:
+        c1, c2 = model.baseline_demand(coefficients)
+    else:
+        c1, c2 = model.demand_from_tokens(coefficients, run_tokens_per_cycle(run), run.draft_length)
+    return float(c1), float(c2)
+
+
+def run_tokens_per_cycle(run: BenchmarkRun) -> float:
+    """Tokens per decode step of a run: ``E(alpha, k)``, with its measured draft coverage applied."""
+    from sdplan.acceptance import expected_tokens_per_cycle, with_coverage
+
+    if run.draft_length == 0:
+        return 1.0
+    tokens = expected_tokens_per_cycle(run.alpha if run.alpha is not None else 0.0, run.draft_length)
+    return float(with_coverage(tokens, run.draft_coverage if run.draft_coverage is not None else 1.0))
+
+
+def ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float, float]:
+    """(c1p, tau1, C2/steps) of a run: TTFT = c1p + w_wait tau1 + w_load B (C2/steps)."""
+    from sdplan import model
+
+    tau1, _ = model.step_costs(coefficients, run.draft_length)
+    per_other = model.ttft_load_cost(coefficients, run.draft_length, run_tokens_per_cycle(run))
+    return coefficients.c1p_s, float(tau1), float(per_other)
+
+
+def fitted_load(run: BenchmarkRun) -> float:
+    """The ``B`` a run is fitted with: ``lambda L`` at the arrival rate for open loops (the planner's
+    own relation, Kong et al. eq. 1), the measured others in flight for closed loops (``N - 1``)."""
+    if run.concurrency is None:
+        return run.arrival_rate_rps * run.mean_e2e_latency_s
+    return run.mean_others
+
+
+def fitted_first_token_load(run: BenchmarkRun) -> float:
+    if run.concurrency is None:
+        return run.arrival_rate_rps * run.mean_e2e_latency_s
+    return run.mean_others_at_first_token
+
+
+@dataclass(frozen=True, slots=True)
+class DesignRows:
+    """The fit's linear structure, per run and unit coefficient (rows x 8).
+
+    ``L = (c1 + f B c2) @ theta`` and ``TTFT = (c1p + w_wait tau1 + w_load f B_t tau2) @ theta``
+    with ``f`` the closed-loop load factor on closed-loop rows and 1 on open-loop rows.
+    """
+
+    c1: Any
+    c2: Any
+    load: Any
+    closed: Any
+    c1p: Any
+    tau1: Any
+    tau2: Any
+    load_first: Any
+
+    def factor(self, closed_loop_factor: float) -> Any:
+        import numpy as np
+
+        return np.where(self.closed, closed_loop_factor, 1.0)
+
+    def e2e(self, closed_loop_factor: float = 1.0) -> Any:
+        return self.c1 + (self.factor(closed_loop_factor) * self.load)[:, None] * self.c2
+
+
+def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignRows:
+    """The rows of ``L`` and of TTFT, linear in the eight coefficients.
+
+    Built by evaluating the model on unit coefficient vectors, so the rows are
+    the model's own equations whatever its details (eq. 3, the baseline's
+    decode steps, the length scaling): ``C1(theta) = sum_j theta_j C1(e_j)``.
+    """
+    import numpy as np
+
+    shape = (len(runs), len(PARAMETERS))
+    c1, c2, c1p, tau1, tau2 = (np.zeros(shape) for _ in range(5))
+    for j in range(len(PARAMETERS)):
+        unit = np.zeros(len(PARAMETERS))
+        unit[j] = 1.0
+        for i, run in enumerate(runs):
+            coefficients = coefficients_from_vector(unit, reference, run.prompt_tokens, run.output_tokens)
+            c1[i, j], c2[i, j] = run_demand(coefficients, run)
+            c1p[i, j], tau1[i, j], tau2[i, j] = ttft_parts(coefficients, run)
+    return DesignRows(c1=c1, c2=c2, load=np.array([fitted_load(r) for r in runs]),
+                      closed=np.array([r.concurrency is not None for r in runs]), c1p=c1p, tau1=tau1, tau2=tau2,
+                      load_first=np.array([fitted_first_token_load(r) for r in runs]))
+
+
+def r2(measured: list[float], predicted: list[float]) -> float:
+    """Coefficient of determination, ``1 - sum (m - p)^2 / sum (m - mean m)^2`` (1 or 0 when ``m`` is constant)."""
+    mean = sum(measured) / len(measured)
+    total = sum((m - mean) ** 2 for m in measured)
+    residual = sum((m - p) ** 2 for m, p in zip(measured, predicted))
+    return 1.0 - residual / total if total > 0 else (1.0 if residual == 0 else 0.0)
+
+
+def length_groups(runs: list[BenchmarkRun]) -> list[list[BenchmarkRun]]:
+    """Runs grouped by draft length and mean lengths within :data:`LENGTH_GROUP_TOLERANCE`.
+
+    ``vllm bench serve`` draws random lengths per request, so two runs of one
+    workload differ in their mean lengths by a token or two: they are one workload.
+    """
+    ordered = sorted(runs, key=lambda r: (r.draft_length, r.prompt_tokens, r.output_tokens, r.source))
+    groups: list[list[BenchmarkRun]] = []
+    for run in ordered:
+        if groups:
+            first = groups[-1][0]
+            if (run.draft_length == first.draft_length
+                    and run.prompt_tokens <= first.prompt_tokens * LENGTH_GROUP_TOLERANCE
+                    and first.output_tokens / LENGTH_GROUP_TOLERANCE <= run.output_tokens
+                    <= first.output_tokens * LENGTH_GROUP_TOLERANCE):
+                groups[-1].append(run)
+                continue
+        groups.append([run])
+    return groups
+
+
+def configuration_groups(runs: list[BenchmarkRun]) -> list[list[BenchmarkRun]]:
+    """Runs grouped by (draft length, lengths within 10%, acceptance within :data:`ALPHA_GROUP_TOLERANCE`).
+
+    Measured acceptance varies from run to run (0.740-0.758 for one
+    configuration is typical); values are clustered, not compared exactly.
+    """
+    groups = []
+    for bucket in length_groups(runs):
+        members = sorted(bucket, key=lambda r: r.alpha if r.alpha is not None else -1.0)
+        current: list[BenchmarkRun] = []
+        for run in members:
+            if current and run.alpha is not None and current[0].alpha is not None \
+                    and run.alpha - current[0].alpha > ALPHA_GROUP_TOLERANCE:
+                groups.append(current)
+                current = []
+            current.append(run)
+        if current:
+            groups.append(current)
+    return groups

@@ -1,0 +1,86 @@
+"""The manifest of a results folder that ``sdplan calibrate`` wrote (``manifest.jsonl``).
+
+A header line with the format name, its version and the options of the
+measurement, then one line per finished point (:class:`PointRecord`), per
+server (its KV cache size) and per invocation (its wall time). The writer is
+:class:`sdplan.measure.store.ResultStore`; reading lives here so that a result
+reader (:func:`sdplan.runs.read.read_results`) can see which points the sweep
+flagged overloaded (:func:`overloaded_files`) without importing the measurement
+layer above it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdplan.errors import InputFileError
+
+MANIFEST = "manifest.jsonl"
+FORMAT = "sdplan-served-measurements"
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PointRecord:
+    """One finished load point."""
+
+    key: str
+    file: str
+    configuration: str
+    draft_length: int
+    label: str
+    repeat: int
+    foreign_cpu_cores: float | None
+    disturbed: bool
+    wall_s: float
+    #: A Poisson point the server did not keep up with (see :data:`sdplan.runs.screen.MIN_KEPT_UP_FRACTION`).
+    overloaded: bool = False
+
+
+def read_manifest(path: Path, options: dict[str, Any] | None = None) -> list[PointRecord]:
+    """The point records of a manifest, checking its options against ``options`` when given.
+
+    Raises
+    ------
+    InputFileError
+        If the file is not a measurement manifest, or (with ``options``) it was
+        measured with other options.
+    """
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        header = json.loads(lines[0]) if lines else {}
+        if header.get("format") != FORMAT:
+            raise ValueError("not a manifest")
+        if options is not None and header.get("options") != options:
+            changed = sorted(key for key in set(header.get("options", {})) | set(options)
+                             if header.get("options", {}).get(key) != options.get(key))
+            raise InputFileError(str(path), "options", "was measured with other options ("
+                                 + ", ".join(changed[:6]) + "); use the same options with --resume, or another "
+                                 "--results-dir")
+        records = []
+        for line in lines[1:]:
+            entry = json.loads(line)
+            if "key" in entry:
+                records.append(PointRecord(**entry))
+        return records
+    except InputFileError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, OSError) as error:
+        raise InputFileError(str(path), None, f"not a measurement manifest ({error}); remove the folder or "
+                                              "choose another --results-dir") from None
+
+
+def overloaded_files(folder: Path) -> set[str]:
+    """Names of the result files in ``folder`` that ``sdplan calibrate`` flagged overloaded (a Poisson point
+    the server did not keep up with), from its manifest; empty for any other folder or an unreadable manifest."""
+    if not (folder / MANIFEST).is_file():
+        return set()
+    try:
+        records = read_manifest(folder / MANIFEST)
+    except InputFileError:
+        return set()
+    latest = {record.key: record for record in records}  # a point flagged later appears twice
+    return {record.file for record in latest.values() if record.overloaded}

@@ -1,0 +1,181 @@
+"""Finding the runs in files and folders: format registry, detection and dispatch.
+
+Each input format is one module of :mod:`sdplan.runs` with a ``NAME`` (its
+``--input-format`` value), a ``DESCRIPTION`` (for the error on an unknown
+file), ``detects(path, content) -> bool`` and ``read(where, content) ->
+(runs, warnings)``, and one :class:`Reader` entry in :data:`READERS`. A
+``"text"`` reader gets a file's whole text (CSV); a ``"json"`` reader gets
+each decoded JSON object (a file of JSON Lines is one object per line). In
+``auto`` mode the text readers are asked first, by name and text, then each
+JSON object goes to the first JSON reader that claims it, in registry order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from sdplan.errors import InputFileError, InvalidValueError
+from sdplan.runs import csv, guidellm, vllm_bench
+from sdplan.runs.facts import RunFacts, split_file_facts
+from sdplan.runs.manifest import overloaded_files
+from sdplan.runs.record import BenchmarkRun, sweep_files
+
+#: Largest result file read (bytes); a larger one is refused rather than loaded.
+MAX_RESULT_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """One input format: how to recognise it and how to read it (see the module notes)."""
+
+    name: str
+    description: str
+    #: ``"text"``: ``read`` gets the file's text; ``"json"``: each decoded JSON object.
+    content: str
+    detects: Callable[[Path, Any], bool]
+    read: Callable[[str, Any], tuple[list[BenchmarkRun], list[str]]]
+
+
+def _reader(module: Any, content: str) -> Reader:
+    return Reader(module.NAME, module.DESCRIPTION, content, module.detects, module.read)
+
+
+#: Every input format, in the order ``auto`` tries them.
+READERS = (
+    _reader(vllm_bench, "json"),
+    _reader(guidellm, "json"),
+    _reader(csv, "text"),
+)
+#: ``--input-format`` values.
+FORMATS = ("auto",) + tuple(reader.name for reader in READERS)
+_BY_NAME = {reader.name: reader for reader in READERS}
+
+
+def detect_format(path: Path, document: Any) -> str:
+    """The format of a decoded JSON object of ``path`` (the first JSON reader that claims it).
+
+    Raises
+    ------
+    InputFileError
+        If no reader recognises it.
+    """
+    for reader in READERS:
+        if reader.content == "json" and reader.detects(path, document):
+            return reader.name
+    names = [reader.description for reader in READERS]
+    listed = ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+    raise InputFileError(str(path), None, f"unrecognised result format (not {listed}); force one with "
+                                          "--input-format")
+
+
+def _read_text(path: Path) -> str:
+    name = str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULT_BYTES:
+            raise InputFileError(name, None, f"{size / 2**20:.0f} MiB is larger than the {MAX_RESULT_BYTES // 2**20} "
+                                             "MiB read limit; split the file")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputFileError(name, None, "no such file; check the path") from None
+    except IsADirectoryError:
+        raise InputFileError(name, None, "is a folder without result files") from None
+    except OSError as error:
+        raise InputFileError(name, None, f"cannot read ({error.strerror}); check the path and permissions") from None
+    for encoding in ("utf-8-sig", "utf-16"):
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        if encoding == "utf-16" and not data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            break
+        return text
+    raise InputFileError(name, None, "not UTF-8 text; save the file as UTF-8")
+def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]:
+    """One JSON document, or JSON Lines (``--append-result``): ``[(suffix, document)]``."""
+    try:
+        return [("", json.loads(text))]
+    except json.JSONDecodeError as whole:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) > 1:
+            documents = []
+            for number, line in enumerate(lines, start=1):
+                try:
+                    documents.append((f"#{number}", json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise InputFileError(name, f"line {number}", f"invalid JSON ({error.msg}); fix or remove the "
+                                                                 "line") from None
+            return documents
+        hint = "fix the file" if forced else "for CSV use a .csv name or --input-format csv"
+        raise InputFileError(name, None, f"invalid JSON ({whole.msg} at line {whole.lineno}); {hint}") from None
+
+
+def read_results(path: Path, input_format: str = "auto") -> tuple[list[BenchmarkRun], list[str]]:
+    """Runs of one file or sweep folder, and warnings about it.
+
+    Raises
+    ------
+    InputFileError
+        If the file cannot be read, has an unknown format, or a required field
+        is missing or malformed (the message names the file and the field).
+    """
+    name = str(path)
+    if input_format != "auto" and input_format not in _BY_NAME:
+        raise InvalidValueError(f"unknown input format {input_format}; one of {', '.join(FORMATS)}")
+    if path.is_dir():
+        members = sweep_files(path)
+        if not members:
+            raise InputFileError(name, None, "folder holds no result files (*.json); give files or a vllm bench "
+                                             "sweep output folder")
+        flagged = overloaded_files(path)  # a folder sdplan calibrate wrote
+        runs, warnings = [], []
+        for member in members:
+            found, notes = read_results(member, input_format)
+            runs += [replace(run, source=f"{path.name}/{member.relative_to(path).as_posix()}"
+                                         + (run.source[run.source.index("#"):] if "#" in run.source else ""),
+                             overloaded=member.parent == path and member.name in flagged) for run in found]
+            warnings += notes
+        return runs, warnings
+    text = _read_text(path)
+    forced = _BY_NAME.get(input_format)
+    text_reader = forced if forced is not None and forced.content == "text" else next(
+        (reader for reader in READERS if forced is None and reader.content == "text" and reader.detects(path, text)),
+        None)
+    if text_reader is not None:
+        return text_reader.read(name, text)
+    runs, warnings = [], []
+    for suffix, document in _json_documents(text, name, forced=forced is not None):
+        where = name + suffix
+        reader = forced if forced is not None else _BY_NAME[detect_format(path, document)]
+        if not isinstance(document, dict):
+            raise InputFileError(where, None, f"expected a JSON object for a {reader.name} result, got "
+                                              f"{type(document).__name__}")
+        found, notes = reader.read(where, document)
+        runs += found
+        warnings += notes
+    return runs, warnings
+
+
+def load_runs(paths: list[str], input_format: str, draft_length: int | None,
+              alpha: float | None) -> tuple[list[BenchmarkRun], list[str]]:
+    """Read every file or folder; flags and per-file facts fill in only what files do not record.
+
+    Each argument may carry per-file facts, ``FILE:k=4,len=2.8`` (see
+    :func:`split_file_facts`); they win over the flags for that file.
+    """
+    if input_format not in FORMATS:
+        raise InvalidValueError(f"unknown input format {input_format}; one of {', '.join(FORMATS)}")
+    flags = RunFacts(draft_length=draft_length, alpha=alpha)
+    runs, warnings = [], []
+    for argument in paths:
+        name, facts = split_file_facts(argument)
+        found, notes = read_results(Path(name), input_format)
+        for run in found:
+            if facts is not None:
+                run = facts.force(run)
+            runs.append(flags.fill(run))
+        warnings.extend(notes)
+    return runs, warnings

@@ -1,0 +1,254 @@
+"""``vllm bench serve`` results as :class:`~sdplan.runs.record.BenchmarkRun` records.
+
+What is read (checked against vLLM 0.32's ``vllm/benchmarks/serve.py`` and
+``sweep/serve.py``): ``bench serve --save-result`` files, one JSON object per
+file; ``--append-result`` files (JSON Lines, one object per run); and
+``vllm bench sweep serve`` output folders (``run=N.json`` files; ``summary``,
+``warmup`` and ``*.failure.json`` are skipped). Fields: ``request_rate``
+(number or ``"inf"``), ``max_concurrency`` (a closed loop when the rate is
+``inf``), ``completed``, ``failed``, ``duration``, token totals, ``mean_*_ms``
+and ``p*_ms`` metrics, the ``spec_decode_*`` fields (acceptance rate in
+**percent**), and with ``--save-detailed`` the per-request lists
+``start_times``, ``latencies``, ``ttfts``, ``output_lens``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from sdplan.errors import InputFileError
+from sdplan.runs.record import (BenchmarkRun, count, is_finite_number, number, optional_number, others_in_flight,
+                                percentile_fields)
+from sdplan.runs.screen import held_back, kept_up_fraction
+
+#: How :mod:`sdplan.runs.read` names this format (``--input-format vllm``) and describes it in errors.
+NAME = "vllm"
+DESCRIPTION = "vLLM bench serve JSON"
+
+
+def detects(path: Path, document: Any) -> bool:
+    """Whether a decoded JSON document is a ``vllm bench serve`` result (and not a GuideLLM report)."""
+    return (isinstance(document, dict) and not isinstance(document.get("benchmarks"), list)
+            and ("request_throughput" in document or "completed" in document))
+
+
+def read(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
+    """The run of one result object, and no warnings (the run carries its notes)."""
+    if "benchmarks" in document and "completed" not in document:
+        raise InputFileError(path, None, "this is a GuideLLM report; use --input-format guidellm or auto")
+    return [read_run(path, document)], []
+
+
+def _acceptance_from_vllm(document: dict[str, Any], path: str) -> tuple[int, float | None, float | None, list[str]]:
+    """(draft length, per-token alpha, mean acceptance length, notes) from vLLM's spec_decode fields."""
+    from sdplan.acceptance import alpha_from_mean_length
+
+    per_position = document.get("spec_decode_per_position_acceptance_rates")
+    drafts = document.get("spec_decode_num_drafts")
+    draft_tokens = document.get("spec_decode_draft_tokens")
+    k = None
+    if isinstance(per_position, list) and per_position:
+        k = len(per_position)
+    elif drafts and draft_tokens:
+        k = round(number(draft_tokens, path, "spec_decode_draft_tokens")
+                  / number(drafts, path, "spec_decode_num_drafts"))
+    for key in ("num_speculative_tokens", "draft_length"):
+        if k is None and document.get(key) is not None:
+            k = count(document[key], path, key)
+    if not k:
+        return 0, None, None, []
+    length = document.get("spec_decode_acceptance_length")
+    rate = document.get("spec_decode_acceptance_rate")
+    if length is not None:
+        tau = number(length, path, "spec_decode_acceptance_length")
+    elif rate is not None:
+        tau = 1.0 + k * number(rate, path, "spec_decode_acceptance_rate") / 100.0  # percent
+    else:
+        return k, None, None, ["SD run without acceptance fields"]
+    assert tau is not None
+    tau = min(max(tau, 1.0), k + 1.0)
+    return k, float(alpha_from_mean_length(tau, k)), tau, []
+
+
+def _position_rates(document: dict[str, Any], path: str, k: int) -> tuple[float, ...] | None:
+    """vLLM's ``spec_decode_per_position_acceptance_rates`` (fractions, non-increasing), if the run has k of them.
+
+    Rounding can leave a later rate a hair above an earlier one; the running minimum keeps them
+    a valid sequence (position ``i`` is accepted only where ``i - 1`` was).
+    """
+    rates = document.get("spec_decode_per_position_acceptance_rates")
+    if not k or not isinstance(rates, list) or len(rates) != k:
+        return None
+    values: list[float] = []
+    for index, rate in enumerate(rates):
+        value = number(rate, path, f"spec_decode_per_position_acceptance_rates[{index}]")
+        assert value is not None
+        if not 0.0 <= value <= 1.0:
+            raise InputFileError(path, f"spec_decode_per_position_acceptance_rates[{index}]",
+                                 f"is {value}; vLLM writes fractions in [0, 1]")
+        values.append(min(value, values[-1]) if values else value)
+    return tuple(values)
+
+
+def draft_coverage(document: dict[str, Any], completed: int) -> float | None:
+    """The fraction of decode steps that carried a draft, from a vLLM result's counters.
+
+    vLLM counts a draft only when a step verified draft tokens; each such step
+    emits its accepted tokens plus one. The other decode steps emitted one token
+    each, so with ``T`` output tokens over ``n`` requests (one from each prefill),
+    ``d`` drafts and ``a`` accepted tokens there were ``max(0, T - n - d - a)``
+    steps without a draft. Draft models draft on every step (1, up to the last
+    step's overshoot); prompt lookup (``ngram``, ``suffix``) only where the
+    context repeats.
+    """
+    values = [document.get(key) for key in ("total_output_tokens", "spec_decode_num_drafts",
+                                             "spec_decode_accepted_tokens")]
+    if not all(is_finite_number(v) and v >= 0
+               for v in values) or completed < 1:
+        return None
+    total, drafts, accepted = (float(v) for v in values)  # type: ignore[arg-type]
+    if drafts <= 0:
+        return 0.0 if total > completed else None
+    undrafted = max(0.0, total - completed - drafts - accepted)
+    return drafts / (drafts + undrafted)
+
+
+def _list(document: dict[str, Any], key: str, count: int, notes: list[str] | None = None) -> list[float] | None:
+    """A per-request list of ``count`` finite numbers, else None (and, for a list of the right length
+    with other entries, a note in ``notes`` that the run is read without it)."""
+    values = document.get(key)
+    if not isinstance(values, list) or len(values) != count or not values:
+        return None
+    if not all(is_finite_number(v) for v in values):
+        if notes is not None:
+            notes.append(f"{key}: not all finite numbers; read without this per-request list")
+        return None
+    return [float(v) for v in values]
+
+
+def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
+    """One ``vllm bench serve`` result object (``path`` names it in errors and in the run's source)."""
+    if document.get("completed") is None:
+        raise InputFileError(path, "completed", "missing; not a vLLM bench serve result?")
+    completed = count(document["completed"], path, "completed")
+    if completed <= 0:
+        raise InputFileError(path, "completed", "no completed requests; nothing to fit")
+    failed = count(document.get("failed", 0) or 0, path, "failed")
+    duration = number(document["duration"], path, "duration") if document.get("duration") is not None else None
+    if duration is not None and duration <= 0:
+        raise InputFileError(path, "duration", f"must be > 0 s, got {duration:g}")
+    if document.get("request_throughput") is not None:
+        achieved = number(document["request_throughput"], path, "request_throughput")
+    elif duration:
+        achieved = completed / duration
+    else:
+        raise InputFileError(path, "request_throughput", "missing (and no duration to derive it)")
+    assert achieved is not None
+    if achieved <= 0:
+        raise InputFileError(path, "request_throughput", "must be > 0")
+    requested = optional_number(document.get("request_rate"), path, "request_rate", allow_inf=True)
+    if requested is not None and requested <= 0:
+        raise InputFileError(path, "request_rate", f"must be > 0 req/s (or \"inf\"), got {requested:g}")
+    unbounded_rate = requested is None or math.isinf(requested)
+    max_concurrency = document.get("max_concurrency")
+    concurrency = count(max_concurrency, path, "max_concurrency") if max_concurrency is not None else None
+    if concurrency == 0:
+        concurrency = None
+    # --ramp-up-strategy raises the arrival rate during the run (request_rate is then "inf";
+    # vllm/benchmarks/serve.py writes ramp_up_strategy/_start_rps/_end_rps): no one load, not a closed loop
+    ramp_up = None
+    if document.get("ramp_up_strategy"):
+        ends = [document.get("ramp_up_start_rps"), document.get("ramp_up_end_rps")]
+        ramp_up = f"{document['ramp_up_strategy']} from {ends[0]} to {ends[1]} req/s"
+    closed = unbounded_rate and concurrency is not None and ramp_up is None
+    burstiness = client_cap = None
+    if not unbounded_rate:  # an open loop at a finite rate: how its requests arrived
+        burstiness = optional_number(document.get("burstiness"), path, "burstiness", allow_inf=True)
+        if burstiness is not None and burstiness <= 0:
+            raise InputFileError(path, "burstiness", f"must be > 0 (1 for Poisson arrivals), got {burstiness:g}")
+        client_cap = concurrency
+    for key in ("total_input_tokens", "total_output_tokens"):
+        if document.get(key) is None:
+            raise InputFileError(path, key, "missing; needed for the prompt/output lengths")
+    prompt = number(document["total_input_tokens"], path, "total_input_tokens") / completed
+    output = number(document["total_output_tokens"], path, "total_output_tokens") / completed
+    if prompt <= 0 or output <= 0:
+        raise InputFileError(path, "total_output_tokens", "prompt and output lengths must be > 0")
+    notes: list[str] = []
+
+    def metric_ms(key: str) -> float | None:
+        value = document.get(key)
+        return number(value, path, key) / 1e3 if value is not None else None
+
+    ttft_s, tpot_s = metric_ms("mean_ttft_ms"), metric_ms("mean_tpot_ms")
+    latency = metric_ms("mean_e2el_ms")
+    percentiles: list[tuple[str, float]] = []
+    others = others_ttft = kept_up = None
+    # Per-request lists (--save-detailed): exact means and the load each request saw.
+    latencies = _list(document, "latencies", completed, notes)
+    ttfts = _list(document, "ttfts", completed, notes)
+    starts = _list(document, "start_times", completed, notes)
+    errors = document.get("errors")
+    if latencies is not None and isinstance(errors, list) and any(errors):
+        latencies = None  # with failures the lists mix failed and successful requests; use the summary
+    if latencies is not None:
+        latency = sum(latencies) / len(latencies)
+        percentiles += percentile_fields(latencies, "e2e")
+        if ttfts is not None:
+            ttft_s = sum(ttfts) / len(ttfts)
+            percentiles += percentile_fields(ttfts, "ttft")
+            outputs = _list(document, "output_lens", completed, notes)
+            if outputs is not None:
+                tpots = [(l - t) / (o - 1) for l, t, o in zip(latencies, ttfts, outputs) if o > 1]
+                if tpots:
+                    tpot_s = sum(tpots) / len(tpots)
+                    percentiles += percentile_fields(tpots, "tpot")
+        if starts is not None:
+            if requested is not None and not unbounded_rate and duration:
+                kept_up = kept_up_fraction(starts, latencies, duration, requested)
+            others = others_in_flight(starts, latencies)
+            if ttfts is not None:
+                others_ttft = others_in_flight(starts, latencies, ttfts)
+            if others is not None and not math.isfinite(others):
+                others = others_ttft = None
+    else:
+        for metric in ("e2el", "ttft", "tpot"):
+            for q in (50, 90, 99):
+                value = document.get(f"p{q}_{metric}_ms") if q != 50 else document.get(f"median_{metric}_ms")
+                if is_finite_number(value):
+                    label = "e2e" if metric == "e2el" else metric
+                    percentiles.append((f"{label}_p{q}_s", float(value) / 1e3))
+    if latency is None:
+        if ttft_s is not None and tpot_s is not None:
+            latency = ttft_s + tpot_s * max(output - 1.0, 0.0)
+            notes.append("mean E2E latency derived as TTFT + TPOT x (output - 1): e2el was not among "
+                         "--percentile-metrics")
+        else:
+            raise InputFileError(path, "mean_e2el_ms", "missing, and no mean_ttft_ms/mean_tpot_ms to derive it; "
+                                                       "rerun vllm bench serve with --percentile-metrics "
+                                                       "ttft,tpot,itl,e2el")
+    if latency <= 0:
+        raise InputFileError(path, "mean_e2el_ms", "must be > 0")
+    held = None
+    if client_cap is not None:
+        queued = _list(document, "queue_times", completed, notes)
+        held = held_back(client_cap, queued, starts, latencies)
+        if held is None and queued is None and (starts is None or latencies is None):
+            notes.append(f"open loop capped at {client_cap} requests in flight (--max-concurrency): without "
+                         "per-request times (--save-detailed) sdplan cannot tell whether the cap held arrivals back")
+    k, alpha, tau, more = _acceptance_from_vllm(document, path)
+    records_k = True  # bench serve writes spec_decode_* whenever the server speculates: absent means no SD
+    return BenchmarkRun(
+        source=Path(path.split("#")[0]).name + ("#" + path.split("#")[1] if "#" in path else ""),
+        requested_rate_rps=None if unbounded_rate else requested, achieved_rate_rps=float(achieved),
+        concurrency=concurrency if closed else None, others_in_flight=others, others_at_first_token=others_ttft,
+        draft_length=k, alpha=alpha, mean_acceptance_length=tau, prompt_tokens=prompt, output_tokens=output,
+        draft_coverage=draft_coverage(document, completed) if k else None,
+        position_rates=_position_rates(document, path, k),
+        mean_e2e_latency_s=latency, mean_ttft_s=ttft_s, mean_tpot_s=tpot_s, percentiles_s=tuple(percentiles),
+        completed=completed, failed=failed, open_loop_unbounded=unbounded_rate and not closed and ramp_up is None,
+        kept_up=kept_up, ramp_up=ramp_up, burstiness=burstiness, client_cap=client_cap, held_back_by_cap=held,
+        records_draft_length=records_k, records_acceptance=alpha is not None, notes=tuple(notes + more),
+    )
