@@ -355,9 +355,9 @@ class Pricer:
 
     def interference(self, prompt: int, batch: int, context: int) -> float:
         """Seconds a prompt's prefill adds to a decode step of ``batch`` sequences (chunked prefill)."""
-        def delta(handle: Any) -> float:
+        def delta(handle: Any) -> float:  # its decode rows sit at isl + osl/2: the decode step's context
             mixed = float(handle.mixed_step_latency(int(prompt), int(batch), int(prompt),
-                                                    max(int(context) - prompt, 2)))
+                                                    max(2 * (int(context) - int(prompt)), 2)))
             return max(mixed * MS - self.decode(handle, batch, context), 0.0)
 
         return delta(self.target) + (delta(self.draft) if self.draft is not None else 0.0)
