@@ -198,11 +198,25 @@ class Models:
         self.root = Path(self._folder.name)
 
     def path(self, name: str, config: dict[str, Any] | None = None) -> str:
-        """The model path AIConfigurator reads for ``name`` (its own, an alias, or a folder written here)."""
+        """The model path AIConfigurator reads for ``name`` (its own, an alias, or a folder written here).
+
+        Raises
+        ------
+        InvalidValueError
+            For a name AIConfigurator ships no config for and that is no folder with a config.json: it would
+            download the config from Hugging Face, and sdplan derive works offline.
+        """
+        from aiconfigurator_core.sdk.common import DefaultHFModels
+
         if config is None and name in ARCHITECTURES:
             config = ARCHITECTURES[name]
         if config is None:
-            return MODEL_ALIASES.get(name, name)
+            known = MODEL_ALIASES.get(name, name)
+            if known not in DefaultHFModels and not (Path(name) / "config.json").is_file():
+                raise InvalidValueError(
+                    f"{name}: AIConfigurator {aic_version()} ships no config.json for it and it is not a folder "
+                    "with one; give the folder of the model's config.json (sdplan derive works offline)")
+            return known
         folder = self.root / name.replace("/", "--")
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config, sort_keys=True))

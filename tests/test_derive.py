@@ -146,3 +146,12 @@ def test_every_method_reports_its_origin(direct_document) -> None:
     assert fit["assumed"] == ["acceptance is not part of this file: given per workload"]
     roofline = resolve_calibration("a100-sxm-80gb_llama-3.1-8b_llama-3.2-1b_roofline")
     assert roofline.origin()["measured"] == "nothing" and "cannot build" in roofline.provenance["notes"]
+
+
+def test_a_model_aiconfigurator_lacks_is_refused_offline(sdplan, tmp_path: Path) -> None:
+    """A name without a shipped config would make AIConfigurator download it; derive refuses instead."""
+    _aic()
+    result = sdplan("derive", "--target-model", "example-org/not-a-model", "--system", "h100_sxm", "--method",
+                    "ngram", "-o", str(tmp_path / "x.toml"))
+    assert result.exit_code == ExitStatus.USAGE
+    assert "ships no config.json" in result.stderr and "HuggingFace" not in result.stderr
