@@ -54,7 +54,7 @@ def moe_throughput(repeats: int) -> tuple[int, float, int]:
     from sdplan import planner
     from sdplan.calibration import resolve_calibration
 
-    cal = resolve_calibration("h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline")
+    cal = resolve_calibration("h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived")
     coefficients = cal.coefficients_at(1024, 512)
     moe = cal.moe_at(1024, 512)
     rates = numpy.linspace(0.0, 25.0, 500)

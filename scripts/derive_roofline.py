@@ -5,6 +5,11 @@ Usage::
 
     python scripts/derive_roofline.py            # rewrite calibrations/*_roofline.toml
     python scripts/derive_roofline.py --out DIR  # write elsewhere (the tests do this)
+    python scripts/derive_roofline.py --retired --out DIR  # the pairs now shipped as *_derived.toml
+
+Only pairs ``sdplan derive`` (AIConfigurator) cannot build ship as rooflines
+(``SHIPPED``, each with why); the others are in ``RETIRED``, kept for
+comparison with the derived files.
 
 Nothing here is measured. Each step of a forward pass is costed as
 memory time plus compute time (additive, a linear upper bound of the roofline
@@ -219,23 +224,25 @@ NGRAM = Proposer("ngram", "ngram", "ngram", 0.0, 0.0, 0.0, 0.0, BYTES_PER_PARAM,
                  "vLLM vllm/v1/spec_decode/ngram_proposer.py: prompt lookup on the host (numba), no weights",
                  "n-gram prompt lookup")
 
-#: (accelerator, GPUs per replica, target, proposer) for the methods beside draft models
-PROPOSERS = [
+#: Pairs derived from AIConfigurator instead (scripts/derive_shipped.py, calibrations/*_derived.toml); the
+#: script still writes them with --out, for comparison with the derived files.
+RETIRED = [
     (H100, 1, LLAMA_8B, EAGLE3_8B),
     (H100, 4, LLAMA_3_3_70B, EAGLE3_70B),
     (H200, 8, DEEPSEEK_V3, V3_MTP),
     (H100, 1, LLAMA_8B, NGRAM),
-]
-
-#: (accelerator, GPUs per replica, target, draft)
-PAIRS = [
     (H100, 1, LLAMA_8B, LLAMA_1B),
-    (A100, 1, LLAMA_8B, LLAMA_1B),
     (H100, 4, LLAMA_70B, LLAMA_8B),
     (H100, 1, QWEN3_14B, QWEN3_1_7B),
     (L40S, 1, QWEN3_8B, QWEN3_0_6B),
     (H100, 1, QWEN3_30B_A3B, QWEN3_0_6B),
 ]
+
+#: (accelerator, GPUs per replica, target, draft) shipped as rooflines, with why sdplan derive cannot build them
+SHIPPED = {
+    (A100, 1, LLAMA_8B, LLAMA_1B): "Kept as a roofline: AIConfigurator 0.12.0's A100 vLLM 0.14.0 database has no "
+    "decode attention for Llama-3.2-1B's head size 64, so 'sdplan derive' cannot build this pair.",
+}
 
 
 def step_model(gpu: Accelerator, tp: int, model: ModelConfig, overhead_s: float) -> dict[str, float]:
@@ -397,10 +404,17 @@ def _round(value: object) -> object:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "calibrations", help="output folder")
+    parser.add_argument("--retired", action="store_true",
+                        help="write the retired pairs instead (for comparison; never into calibrations/)")
     args = parser.parse_args(argv)
+    if args.retired and args.out.resolve() == (REPO / "calibrations").resolve():
+        parser.error("--retired needs --out elsewhere: those pairs ship as *_derived.toml")
     args.out.mkdir(parents=True, exist_ok=True)
-    for gpu, tp, target, draft in PAIRS + PROPOSERS:
+    for gpu, tp, target, draft in (RETIRED if args.retired else list(SHIPPED)):
         name, document = calibration(gpu, tp, target, draft)
+        why = SHIPPED.get((gpu, tp, target, draft))
+        if why:
+            document["provenance"]["notes"] = f"{why} {document['provenance']['notes']}"
         header = "Derived, not measured: see provenance.assumptions.\nRegenerate with: python scripts/derive_roofline.py"
         atomic_write_text(args.out / f"{name}.toml", dumps_toml(_round(document), header=header))
         print(args.out / f"{name}.toml")

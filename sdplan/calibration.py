@@ -27,9 +27,9 @@ from sdplan.moe import MoESpec
 from sdplan.schema import Field, Table, read_toml, validate
 
 SCHEMA_VERSION = 1
-METHODS = ("measured", "fit", "roofline")
+METHODS = ("measured", "fit", "roofline", "derived")
 #: Shipped calibration used when none is given.
-DEFAULT_CALIBRATION = "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline"
+DEFAULT_CALIBRATION = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"
 
 _SECONDS = dict(kind="float", minimum=0.0)
 
@@ -220,6 +220,46 @@ CALIBRATION_SCHEMA = Table(
             },
             required=False,
         ),
+        "derivation": Table(
+            {
+                "source": Field("str", "the estimator and its package, version and licence"),
+                "package": Field("str", "Python distribution that priced the steps"),
+                "package_version": Field("str", "its version"),
+                "licence": Field("str", "its licence"),
+                "system": Field("str", "the estimator's system (GPU) name"),
+                "backend": Field("str", "serving engine whose op database priced the steps"),
+                "database_version": Field("str", "version of that engine's op database"),
+                "precision": Field("str", "weights precision priced"),
+                "target_priced_as": Field("str", "model (architecture) the target was priced as"),
+                "draft_priced_as": Field("str", "model (architecture) the proposer was priced as"),
+                "draft_lengths": Field("float_list", "draft lengths priced", minimum=1.0),
+                "max_num_seqs": Field("int", "largest batch the engine runs", minimum=1),
+                "batch_sizes": Field("float_list", "batch sizes priced", minimum=1.0),
+                "context_tokens": Field("float_list", "mean contexts priced, tokens", minimum=1.0),
+                "prompt_tokens": Field("float_list", "prompt lengths priced, tokens", minimum=1.0),
+                "points": Field("int", "target steps priced", minimum=0),
+                "kv_cache_tokens": Field("int", "tokens the estimator's memory model gives the KV cache",
+                                         required=False, minimum=1),
+                "measured": Field("str", "what was measured end to end (the anchor's rows), or nothing"),
+                **{f"{component}_{stat}_error_pct": Field(
+                    "float", f"{stat} relative error of the fitted {component} step form over the priced grid, percent",
+                    required=component != "draft", minimum=0.0)
+                   for component in ("target", "draft", "prefill", "interference") for stat in ("mean", "max")},
+                "anchor": Field("str", "how the no-SD part was anchored to measured rows, or why not"),
+                "anchor_rows": Field("int", "measured rows anchored to", required=False, minimum=0),
+                "anchor_decode_scale": Field("float", "factor on every step cost", required=False, minimum=0.0),
+                "anchor_prefill_scale": Field("float", "factor on every prefill cost", required=False, minimum=0.0),
+                "anchor_gap_mape_pct": Field("float", "measured-vs-derived TPOT gap before anchoring, MAPE %",
+                                             required=False, minimum=0.0),
+                "anchor_gap_bias_pct": Field("float", "its signed mean, % (negative: derived too fast)",
+                                             required=False, minimum=-100.0),
+                "anchor_anchored_mape_pct": Field("float", "TPOT MAPE after anchoring, on the same rows, %",
+                                                  required=False, minimum=0.0),
+                "anchor_anchored_max_error_pct": Field("float", "largest TPOT error after anchoring, %",
+                                                       required=False, minimum=0.0),
+            },
+            required=False,
+        ),
         "step_model": Table(
             {
                 "target": _STEP,
@@ -285,6 +325,50 @@ class Calibration:
     @property
     def method(self) -> str:
         return str(self.document["provenance"]["method"])
+
+    def origin(self) -> dict[str, Any]:
+        """What in this file was measured, what was derived and what was assumed, with versions.
+
+        One home for the answer ``sdplan calibrations`` and ``sdplan show`` give per file:
+        ``measured`` and ``derived`` are sentences, ``assumed`` a list, ``versions`` the engine and
+        the tools (and for a derived file the estimator's package and database) that produced it.
+        """
+        provenance = self.document["provenance"]
+        method = str(provenance["method"])
+        derivation = self.document.get("derivation") or {}
+        measurement = self.document.get("measurement") or {}
+        quality = self.document.get("fit_quality") or {}
+        assumed = [str(item) for item in provenance.get("assumptions", [])]
+        if "acceptance" not in self.document:
+            assumed = assumed if any("acceptance" in item for item in assumed) else [
+                *assumed, "acceptance is not part of this file: given per workload"]
+        versions = [f"{provenance['engine']} {provenance['engine_version']}"]
+        if provenance.get("created_by"):
+            versions.append(str(provenance["created_by"]))
+        if method == "derived":
+            measured = str(derivation.get("measured", "nothing end to end"))
+            errors = [float(derivation.get(f"target_{stat}_error_pct", 0.0)) for stat in ("mean", "max")]
+            derived = (f"every step cost, priced by {derivation.get('source')} from its {derivation.get('backend')} "
+                       f"{derivation.get('database_version')} op database on {derivation.get('system')} and fitted "
+                       f"to the step model (target mean/max error {errors[0]:.1f}/{errors[1]:.1f}%)")
+            versions.append(f"{derivation.get('package')} {derivation.get('package_version')} "
+                            f"({derivation.get('licence')}), {derivation.get('backend')} database "
+                            f"{derivation.get('database_version')}")
+        elif method == "roofline":
+            measured = "nothing"
+            derived = "every cost, from datasheet bandwidth and FLOP/s and the models' shapes (a roofline)"
+        elif method == "measured":
+            how = measurement.get("method", "engine")
+            measured = (f"{measurement.get('points', quality.get('points', '?'))} load points timed on the hardware "
+                        f"({'vllm serve under vllm bench serve' if how == 'served' else 'in-process engine steps'})")
+            derived = f"the coefficients, fitted to those points (R2 {quality.get('r2', '?')})"
+        else:
+            sources = len(provenance.get("sources", []))
+            measured = f"{quality.get('points', '?')} benchmark runs ({sources} source files)"
+            derived = f"the coefficients, fitted to those runs (R2 {quality.get('r2', '?')})"
+        if "acceptance" in self.document:
+            measured += f"; acceptance: {self.document['acceptance']['source']}"
+        return {"measured": measured, "derived": derived, "assumed": assumed, "versions": versions}
 
     @property
     def form(self) -> str:
@@ -583,10 +667,13 @@ def parse_calibration(document: dict[str, Any], path: str) -> Calibration:
     if isinstance(moe, dict) and isinstance(moe.get("experts"), int) and isinstance(moe.get("experts_per_token"), int) \
             and moe["experts_per_token"] > moe["experts"]:
         raise InputFileError(path, "moe.experts_per_token", "cannot exceed moe.experts (m <= M)")
-    if provenance["method"] == "roofline" and not provenance.get("assumptions"):
+    if provenance["method"] in ("roofline", "derived") and not provenance.get("assumptions"):
         raise InputFileError(
-            path, "provenance.assumptions", "a roofline calibration must list its assumptions; add them"
+            path, "provenance.assumptions", f"a {provenance['method']} calibration must list its assumptions; add them"
         )
+    if provenance["method"] == "derived" and "derivation" not in document:
+        raise InputFileError(path, "derivation", "a derived calibration must say how it was derived; add [derivation] "
+                             "(sdplan derive writes it)")
     if provenance["method"] in ("measured", "fit") and "fit_quality" not in document:
         raise InputFileError(
             path, "fit_quality", f"a '{provenance['method']}' calibration must report its fit quality; add [fit_quality]"

@@ -104,7 +104,7 @@ def _shipped(name: str) -> dict[str, Any]:
 
 
 BASE_CALIBRATIONS = [
-    _shipped("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline"),
+    _shipped("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"),
     _shipped("cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured"),
     {
         "schema_version": 1, "name": "fuzz-direct",
@@ -118,7 +118,7 @@ BASE_CALIBRATIONS = [
     },
 ]
 BASE_WORKLOAD: dict[str, Any] = {
-    "schema_version": 1, "name": "chat", "calibration": "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline",
+    "schema_version": 1, "name": "chat", "calibration": "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived",
     "slos": ["e2e:mean<=5s", "tpot:mean<=40ms"],
     "traffic": {"request_rate_rps": 4.0, "target_rate_rps": 50.0, "prompt_tokens": 512, "output_tokens": 256},
     "acceptance": {"per_token_alpha": 0.75},
@@ -256,7 +256,7 @@ OUTPUTS = st.sampled_from([
     "a" * 300, "b" * 250 + ".txt", "full", "null", "locked/x.json", "existing.json", "out\nname.json",
 ])
 CALIBRATION_REFS = st.sampled_from([
-    "cal.toml", "cal.toml", "cal.toml", "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", "nonexistent.toml",
+    "cal.toml", "cal.toml", "cal.toml", "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived", "nonexistent.toml",
     "nope", "adir", "locked/cal.toml", "c" * 300 + ".toml", "", "null", "cal.toml\n",
 ])
 

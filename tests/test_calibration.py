@@ -39,7 +39,7 @@ def test_shipped_calibrations_are_valid_and_include_the_default() -> None:
 
 
 def test_roofline_calibrations_are_reproducible(tmp_path: Path) -> None:
-    """The shipped roofline files are exactly what the derivation script writes."""
+    """The shipped roofline files are exactly what the derivation script writes, and each says why it stays."""
     subprocess.run([sys.executable, str(REPO / "scripts" / "derive_roofline.py"), "--out", str(tmp_path)],
                    check=True, capture_output=True)
     generated = sorted(tmp_path.glob("*.toml"))
@@ -49,6 +49,8 @@ def test_roofline_calibrations_are_reproducible(tmp_path: Path) -> None:
         assert shipped.read_text() == path.read_text(), f"{path.name} drifted: rerun scripts/derive_roofline.py"
     shipped_rooflines = {path.name for path in (REPO / "calibrations").glob("*_roofline.toml")}
     assert shipped_rooflines == {path.name for path in generated}, "a shipped roofline file has no derivation"
+    for path in generated:  # a roofline stays only where sdplan derive cannot build the pair, and says so
+        assert "cannot build" in load_calibration(path).provenance["notes"]
 
 
 def test_direct_form_at_reference_is_verbatim(direct_document: dict[str, Any]) -> None:

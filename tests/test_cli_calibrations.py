@@ -27,7 +27,9 @@ def test_calibrations_json(sdplan, tmp_path: Path) -> None:
     assert len(items) == len(shipped_calibrations())
     assert all(item["valid"] for item in items)
     assert sum(item["default"] for item in items) == 1
-    assert all(item["provenance"]["method"] in ("measured", "fit", "roofline") for item in items)
+    assert all(item["provenance"]["method"] in ("measured", "fit", "roofline", "derived") for item in items)
+    for item in items:  # each file says what was measured, derived and assumed, with versions
+        assert set(item["origin"]) == {"measured", "derived", "assumed", "versions"} and item["origin"]["versions"]
 
 
 def test_show_valid_calibration(sdplan) -> None:
@@ -41,7 +43,7 @@ def test_show_json_at_another_workload(sdplan) -> None:
     longer = json.loads(sdplan("show", "-f", "json", "--prompt-tokens", "4096", "--output-tokens", "1024").stdout)
     assert longer["coefficients_at_workload"]["prompt_tokens"] == 4096
     assert longer["coefficients_at_workload"]["c2v_s"] > base["coefficients_at_workload"]["c2v_s"]
-    assert base["document"]["provenance"]["date"] == "2026-11-22"
+    assert base["document"]["provenance"]["date"] == "2026-11-25"
 
 
 def test_show_invalid_file_exits_3_naming_the_key(sdplan, write_calibration, direct_document) -> None:

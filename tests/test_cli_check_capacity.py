@@ -10,7 +10,7 @@ import pytest
 from sdplan.errors import ExitStatus
 from sdplan.fileio import dumps_toml
 
-PASSING = ["--rate", "4", "--slo", "e2e:mean<=5s", "--slo", "tpot:mean<=15ms", "--acceptance", "0.8"]
+PASSING = ["--rate", "4", "--slo", "e2e:mean<=4s", "--slo", "tpot:mean<=10ms", "--acceptance", "0.8"]
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_check_pass_exits_0_with_summary_on_stderr(sdplan) -> None:
 
 
 def test_check_violation_exits_1(sdplan) -> None:
-    result = sdplan("check", "--rate", "11", "--slo", "e2e:mean<=5s", "--slo", "ttft:mean<=300ms", "--acceptance", "0.8")
+    result = sdplan("check", "--rate", "14", "--slo", "e2e:mean<=5s", "--slo", "ttft:mean<=300ms", "--acceptance", "0.8")
     assert result.exit_code == ExitStatus.SLO_VIOLATED, result.output
     assert "FAIL" in result.stdout
     assert "FAIL: 1/2 SLOs met" in result.stderr and "e2e:mean<=5s predicted" in result.stderr
@@ -90,7 +90,7 @@ def test_check_fixed_and_off(sdplan) -> None:
 
 def test_check_github_annotations(sdplan, monkeypatch) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    result = sdplan("check", "--rate", "11", "--slo", "e2e:mean<=5s", "--acceptance", "0.8")
+    result = sdplan("check", "--rate", "14", "--slo", "e2e:mean<=5s", "--acceptance", "0.8")
     assert result.exit_code == ExitStatus.SLO_VIOLATED
     assert result.stderr.startswith("::error title=sdplan check: SLO violated::e2e:mean<=5s predicted")
 

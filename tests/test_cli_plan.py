@@ -28,7 +28,7 @@ def test_bare_plan_prints_a_table_naming_its_calibration(sdplan) -> None:
     assert result.exit_code == ExitStatus.OK, result.output
     out = result.stdout
     assert DEFAULT_CALIBRATION in out
-    assert "NOT measured" in out  # a roofline calibration is never presented as measured
+    assert "priced by AIConfigurator" in out  # a derived calibration is never presented as measured
     assert "default assumption" in out
     assert "rate (req/s)" in out and "no SD (s)" in out and "best k" in out and "SD faster (req/s)" in out
     assert "*" in out  # the best option per row is marked
@@ -36,14 +36,14 @@ def test_bare_plan_prints_a_table_naming_its_calibration(sdplan) -> None:
 
 
 def test_plan_json_schema_and_values(sdplan) -> None:
-    result = sdplan("plan", "--format", "json", "--rates", "1,5,20", "--draft-lengths", "1-3", "--acceptance", "0.8")
+    result = sdplan("plan", "--format", "json", "--rates", "1,5,40", "--draft-lengths", "1-3", "--acceptance", "0.8")
     assert result.exit_code == 0, result.output
     doc = strict_json(result.stdout)
     assert doc["schema_version"] == 1 and doc["command"] == "plan"
     assert set(doc) == {"schema_version", "sdplan_version", "command", "calibration", "workload", "definitions",
                         "moe", "coefficients", "baseline", "warnings", "results"}
     assert doc["moe"] is None
-    assert doc["calibration"]["method"] == "roofline"
+    assert doc["calibration"]["method"] == "derived"
     assert doc["workload"]["acceptance"]["metric_given"] == "per-token"
     (block,) = doc["results"]
     assert block["per_token_alpha"] == 0.8
@@ -52,7 +52,7 @@ def test_plan_json_schema_and_values(sdplan) -> None:
         "draft_length_tokens", "tokens_per_cycle", "c1_s", "c2_s", "zero_load_latency_s", "zero_load_speedup",
         "saturation_rate_rps", "max_output_throughput_tok_s", "break_even_rate_rps", "sd_faster"}
     rows = block["rates"]
-    assert [row["request_rate_rps"] for row in rows] == [1, 5, 20]
+    assert [row["request_rate_rps"] for row in rows] == [1, 5, 40]
     assert set(rows[0]["baseline"]) == {"mean_e2e_latency_s", "effective_batch_size", "utilisation", "mean_ttft_s",
                                         "mean_tpot_s", "output_throughput_tok_s", "regime"}
     # the value agrees with the model computed independently

@@ -58,7 +58,7 @@ def test_calibration_coverage_lowers_the_planned_speedup(sdplan, tmp_path) -> No
     """A calibration whose acceptance says drafts happen on 40% of steps plans less SD gain than one at 100%."""
     import tomllib
 
-    shipped = Path(__file__).parent.parent / "calibrations" / "h100-sxm_llama-3.1-8b_ngram_roofline.toml"
+    shipped = Path(__file__).parent.parent / "calibrations" / "h100-sxm_llama-3.1-8b_ngram_derived.toml"
     document = tomllib.loads(shipped.read_text())
     document["acceptance"] = {"per_token_alpha": 0.9, "measured_at_k": 4, "source": "test"}
     from sdplan.fileio import dumps_toml

@@ -28,7 +28,7 @@ from sdplan.errors import ExitStatus
 from sdplan.schedule import engine_max_num_seqs, engine_schedule, goodput_per_size, vllm_lookup
 from sdplan.schema import read_toml
 
-DEFAULT = "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline"
+DEFAULT = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"
 
 
 # ----------------------------------------------------------------------------- the engines' rules, restated
@@ -360,10 +360,10 @@ def test_vllm_accepts_the_schedule(sdplan) -> None:
 # ----------------------------------------------------------------------------- shipped calibrations per method
 
 METHOD_CALIBRATIONS = {
-    "h100-sxm_llama-3.1-8b_eagle3_roofline": ("eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
-    "4xh100-sxm_llama-3.3-70b_eagle3_roofline": ("eagle3", "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"),
-    "8xh200_deepseek-v3_mtp_roofline": ("mtp", None),
-    "h100-sxm_llama-3.1-8b_ngram_roofline": ("ngram", None),
+    "h100-sxm_llama-3.1-8b_eagle3_derived": ("eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
+    "4xh100-sxm_llama-3.3-70b_eagle3_derived": ("eagle3", "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"),
+    "8xh200_deepseek-v3_mtp_derived": ("mtp", None),
+    "h100-sxm_llama-3.1-8b_ngram_derived": ("ngram", None),
 }
 
 
@@ -380,10 +380,11 @@ def test_shipped_method_calibrations_export_their_method(sdplan, name) -> None:
 def test_method_costs_have_their_shapes() -> None:
     """A one-layer head drafts far cheaper than a 1B LM; n-gram drafts for the price of verification only."""
     draft = resolve_calibration(DEFAULT).coefficients_at(1024, 512)
-    eagle = resolve_calibration("h100-sxm_llama-3.1-8b_eagle3_roofline").coefficients_at(1024, 512)
-    ngram_cal = resolve_calibration("h100-sxm_llama-3.1-8b_ngram_roofline")
+    eagle = resolve_calibration("h100-sxm_llama-3.1-8b_eagle3_derived").coefficients_at(1024, 512)
+    ngram_cal = resolve_calibration("h100-sxm_llama-3.1-8b_ngram_derived")
     ngram = ngram_cal.coefficients_at(1024, 512)
-    assert eagle.baseline_c1_step_s == draft.baseline_c1_step_s  # same target, same verification
+    # same target, priced over the batches each server's KV cache holds (the draft LM's weights take some)
+    assert eagle.baseline_c1_step_s == pytest.approx(draft.baseline_c1_step_s, rel=0.02)
     assert eagle.c1d_s < 0.5 * draft.c1d_s and eagle.c2d_s < draft.c2d_s
     target = ngram_cal.document["step_model"]["target"]
     assert ngram.c1d_s == ngram.c2d_s == pytest.approx(target["per_query_token_s"])  # verify the extra token only
@@ -393,7 +394,7 @@ def test_method_costs_have_their_shapes() -> None:
 def test_trtllm_cuts_longer_drafts_to_the_batch_1_length(sdplan) -> None:
     """DeepSeek-V3's roofline schedule drafts more at mid batch sizes than at 1 (expert coverage saturates);
     TensorRT-LLM needs the batch-1 length to be the longest, so later tiers are cut and equal ones merged."""
-    name = "8xh200_deepseek-v3_mtp_roofline"
+    name = "8xh200_deepseek-v3_mtp_derived"
     vllm = json.loads(sdplan("capacity", "-c", name, "--acceptance", "0.8", "-f", "vllm-config").stdout)
     schedule = vllm["num_speculative_tokens_per_batch_size"]
     assert max(k for _, _, k in schedule) > schedule[0][2]
@@ -414,6 +415,6 @@ def test_bare_model_name_and_draft_tp_are_explicit(sdplan) -> None:
     assert cpu.exit_code == 0, cpu.output
     assert "bare name" in cpu.stderr and json.loads(cpu.stdout)["model"] == "tiny-llama-h128-l1"
     assert json.loads(cpu.stdout)["num_speculative_tokens_per_batch_size"][-1][1] == 128  # vLLM's CPU default
-    tp4 = json.loads(sdplan("capacity", "-c", "4xh100-sxm_llama-3.1-70b_llama-3.1-8b_roofline", "--acceptance", "0.8",
+    tp4 = json.loads(sdplan("capacity", "-c", "4xh100-sxm_llama-3.1-70b_llama-3.1-8b_derived", "--acceptance", "0.8",
                             "-f", "vllm-config").stdout)
     assert tp4["draft_tensor_parallel_size"] == 4

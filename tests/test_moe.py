@@ -174,7 +174,7 @@ def test_moe_schema(direct_document) -> None:
 
 
 def test_cli_plan_moe(sdplan) -> None:
-    name = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline"
+    name = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived"
     result = sdplan("plan", "-c", name, "--acceptance", "0.8", "--rates", "2,8", "-k", "1-4", "-f", "json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -221,7 +221,7 @@ def test_moe_schedule_counts_expert_streaming_per_step() -> None:
 
 
 def test_cli_capacity_vllm_config_for_moe_uses_coverage(sdplan) -> None:
-    name = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_roofline"
+    name = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived"
     result = sdplan("capacity", "-c", name, "--acceptance", "0.8", "-k", "1-6", "--slo", "e2e:mean<=10s",
                     "--max-batch-size", "64", "-f", "vllm-config")
     assert result.exit_code == 0, result.output

@@ -35,7 +35,7 @@ def test_plan_plot_files(sdplan, tmp_path: Path) -> None:
     text = svg.read_text()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
     for label in ("request rate (req/s)", "mean E2E latency (s)", "speedup over no SD (x)", "best draft length k",
-                  "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", "break-even (1x)", "no SD", "k=3"):
+                  "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived", "break-even (1x)", "no SD", "k=3"):
         assert label in text, label
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # written atomically
 

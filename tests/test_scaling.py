@@ -31,7 +31,7 @@ def direct_document(name: str, slopes: bool) -> tuple[object, dict]:
 
 @pytest.mark.parametrize(("p", "g"), WORKLOADS)
 def test_direct_form_with_slopes_equals_the_step_model(p: int, g: int) -> None:
-    cal, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", slopes=True)
+    cal, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived", slopes=True)
     truth, scaled = cal.coefficients_at(p, g), scale_direct(document, p, g)
     for field in dataclasses.fields(truth):
         if field.name == "c1p_s":  # the prefill intercept (P.fixed) is not in the direct form: c1p scales with p
@@ -41,7 +41,7 @@ def test_direct_form_with_slopes_equals_the_step_model(p: int, g: int) -> None:
 
 @pytest.mark.parametrize(("p", "g"), WORKLOADS)
 def test_drafted_token_cost_does_not_scale_with_context_without_slopes(p: int, g: int) -> None:
-    cal, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", slopes=False)
+    cal, document = direct_document("a100-sxm-80gb_llama-3.1-8b_llama-3.2-1b_roofline", slopes=False)
     scaled = scale_direct(document, p, g)
     assert scaled.c2d_s == pytest.approx(document["coefficients"]["speculative"]["c2d_s"], rel=1e-12)
     # SD's saturation stays within 10% of the step model's (it was 2.1x too high at p = g = 128 with c2d scaled)
@@ -51,7 +51,7 @@ def test_drafted_token_cost_does_not_scale_with_context_without_slopes(p: int, g
 
 
 def test_scaling_none_keeps_the_reference_values() -> None:
-    _, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", slopes=True)
+    _, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived", slopes=True)
     fixed = copy.deepcopy(document)
     fixed["coefficients"]["scaling"] = "none"
     at_ref, elsewhere = scale_direct(fixed, 1024, 512), scale_direct(fixed, 128, 128)

@@ -17,7 +17,7 @@ try:
     cli.main(args=sys.argv[1:], prog_name="sdplan")
 except SystemExit:
     pass
-heavy = [m for m in ("numpy", "scipy", "rich", "vllm", "torch") if m in sys.modules]
+heavy = [m for m in ("numpy", "scipy", "rich", "vllm", "torch", "aiconfigurator_core") if m in sys.modules]
 print("\\nHEAVY=" + json.dumps(heavy))
 """
 

@@ -30,6 +30,7 @@ COMMANDS = {
     "check": "sdplan.cli.check:check",
     "capacity": "sdplan.cli.capacity:capacity",
     "calibrate": "sdplan.cli.calibrate:calibrate",
+    "derive": "sdplan.cli.derive:derive",
     "fit": "sdplan.cli.fit:fit",
     "validate": "sdplan.cli.validate:validate",
     "simulate": "sdplan.cli.simulate:simulate",

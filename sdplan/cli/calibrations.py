@@ -13,8 +13,10 @@ def calibrations(fmt: str, output: str | None, ascii_only: bool) -> None:
     """List the calibrations shipped with sdplan.
 
     Each row gives the (hardware, target, draft) pair, how the numbers were
-    obtained (measured, fit, or roofline = derived from datasheets, not
-    measured), the date and the fit quality. Any name listed works with -c.
+    obtained (measured, fit, derived = priced by AIConfigurator's silicon op
+    database, or roofline = derived from datasheets, not measured), what was
+    measured, derived and assumed with versions, the date and the fit
+    quality. Any name listed works with -c.
 
     \b
     Examples:

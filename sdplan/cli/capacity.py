@@ -70,7 +70,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
       sdplan capacity --slo 'e2e:mean<=4s' --acceptance 0.8
       sdplan capacity -w chat.toml --target-rate 120 --gpu-hour-cost 2.5
       sdplan capacity --slo 'tpot:mean<=20ms' --format vllm-config
-      sdplan capacity -c h100-sxm_llama-3.1-8b_eagle3_roofline --acceptance 0.7 \\
+      sdplan capacity -c h100-sxm_llama-3.1-8b_eagle3_derived --acceptance 0.7 \\
                       -f sglang -o spec.json
     """
     from sdplan.capacity import capacity as solve_capacity

@@ -23,7 +23,7 @@ def show(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
 
     \b
     Examples:
-      sdplan show -c calibrations/h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline.toml
+      sdplan show -c calibrations/h100-sxm_llama-3.1-8b_llama-3.2-1b_derived.toml
       sdplan show -c mybox.toml --prompt-tokens 4096 --format json
     """
     from sdplan import model

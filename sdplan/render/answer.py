@@ -68,6 +68,9 @@ def caveats(method: str, acceptance_source: str, alpha: float, warnings: list[st
     if method == "roofline":
         items.append("the calibration is a roofline estimate from datasheets, NOT measured; "
                      "fit one to your benchmarks (sdplan fit) or measure one (sdplan calibrate)")
+    if method == "derived":
+        items.append("the calibration is priced by AIConfigurator's op database (sdplan show: what was measured, "
+                     "derived and assumed); check it against your benchmarks (sdplan validate)")
     if batch_note:
         items.append(batch_note)
     items.extend(warnings)

@@ -42,6 +42,7 @@ def render_listing(entries: list[tuple[str, Calibration | None, str | None]], fm
                     reference_workload=_plain(cal.document["reference_workload"]),
                     provenance=_plain(cal.provenance),
                     fit_quality=_plain(cal.document.get("fit_quality")),
+                    origin=cal.origin(),
                 )
             else:
                 item["error"] = error
@@ -63,14 +64,19 @@ def render_listing(entries: list[tuple[str, Calibration | None, str | None]], fm
                 continue
             prov = cal.provenance
             quality = cal.document.get("fit_quality", {}).get("r2")
+            origin = cal.origin()
             table.add_row(
                 cal.name + ("*" if cal.name == default_name else "")
-                + f"\n  {prov['hardware']}: {prov['target_model']} + {prov['draft_model']}",
+                + f"\n  {prov['hardware']}: {prov['target_model']} + {prov['draft_model']}"
+                + f"\n  measured: {origin['measured']}\n  derived: {origin['derived']}"
+                + f"\n  assumed: {len(origin['assumed'])} assumptions (sdplan show)"
+                + f"\n  versions: {'; '.join(origin['versions'])}",
                 f"{cal.method}\n{_plain(prov['date'])}" + ("" if quality is None else f"\nR2 {quality:.4f}"),
             )
         print_table(console, table, title="Shipped calibrations",
                     caption="* default (used when -c is not given). Method 'roofline' = derived from datasheets, "
-                    "not measured. Details: sdplan show NAME.")
+                    "not measured; 'derived' = priced by AIConfigurator's silicon op database. Details: sdplan show "
+                    "NAME.")
 
     return render_rich(draw, style, terminal)
 
@@ -89,6 +95,7 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
             "valid": True,
             "form": cal.form,
             "document": _plain(cal.document),
+            "origin": cal.origin(),
             "coefficients_at_workload": derived,
             "baseline": {"c1_s": c1_d, "c2_s": c2_d,
                          "saturation_rate_rps": finite_or_none(1.0 / c2_d if c2_d > 0 else float("inf"))},
@@ -124,6 +131,7 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
                     f"{rate:.3g}" for rate in acceptance["per_position_rates"]) + " (the planner's E(k) up to "
                     f"k={len(acceptance['per_position_rates'])})")
         print_table(console, prov, title="Provenance")
+        print_table(console, origin_table(cal, style), title="Measured, derived, assumed")
 
         coeffs = Table(box=table_box(style))
         for header in ("coefficient", "value", "meaning"):
@@ -146,5 +154,52 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         print_table(console, coeffs,
                     title=f"Coefficients at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "
                     "output tokens")
+
+    return render_rich(draw, style, terminal)
+
+
+def origin_table(cal: Calibration, style: Style) -> Any:
+    """What the file measured, derived and assumed, with versions (:meth:`Calibration.origin`)."""
+    from rich.table import Table
+
+    origin = cal.origin()
+    table = Table(box=table_box(style), show_header=False)
+    table.add_column("what")
+    table.add_column("detail")
+    table.add_row("measured", origin["measured"])
+    table.add_row("derived", origin["derived"])
+    table.add_row("assumed", "\n".join(f"- {item}" for item in origin["assumed"]) or "nothing")
+    table.add_row("versions", "\n".join(origin["versions"]))
+    derivation = cal.document.get("derivation")
+    if derivation:
+        for component in ("target", "draft", "prefill", "interference"):
+            if f"{component}_mean_error_pct" in derivation:
+                table.add_row(f"{component} step form",
+                              f"mean {derivation[f'{component}_mean_error_pct']:.1f}%, max "
+                              f"{derivation[f'{component}_max_error_pct']:.1f}% from the priced curve")
+        table.add_row("anchor", str(derivation["anchor"]))
+        if "anchor_rows" in derivation:
+            table.add_row("measured vs derived",
+                          f"TPOT gap before anchoring: MAPE {derivation['anchor_gap_mape_pct']:.1f}%, bias "
+                          f"{derivation['anchor_gap_bias_pct']:+.1f}% over {derivation['anchor_rows']} rows; after: "
+                          f"MAPE {derivation['anchor_anchored_mape_pct']:.1f}% (decode x"
+                          f"{derivation['anchor_decode_scale']:.3f}, prefill "
+                          f"x{derivation['anchor_prefill_scale']:.3f})")
+    return table
+
+
+def render_derivation(cal: Calibration, fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """The report of ``sdplan derive``: the file written and what in it was measured, derived and assumed."""
+    if fmt is OutputFormat.JSON:
+        return to_json({"schema_version": JSON_SCHEMA_VERSION, "sdplan_version": __version__, "command": "derive",
+                        "path": cal.path, "name": cal.name, "origin": cal.origin(),
+                        "derivation": _plain(cal.document["derivation"]),
+                        "step_model": _plain(cal.document["step_model"])})
+
+    def draw(console: Any) -> None:
+        from sdplan.render import print_table
+
+        console.print(f"[bold]{cal.name}[/bold] -> {cal.path}")
+        print_table(console, origin_table(cal, style), title="Measured, derived, assumed")
 
     return render_rich(draw, style, terminal)

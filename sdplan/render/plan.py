@@ -17,6 +17,7 @@ METHOD_LABELS = {
     "measured": "measured with sdplan calibrate",
     "fit": "fitted from benchmark results",
     "roofline": "derived from datasheets, NOT measured",
+    "derived": "priced by AIConfigurator's silicon op database",
 }
 TTFT_NOTE = ("c1p + w_wait x step + B x w_load x per-request step cost: the own prefill, the wait for the running "
              "step and the mixed step with B others (weights fitted where TTFT was measured); queueing beyond the "

@@ -1,0 +1,106 @@
+"""``sdplan derive``: a calibration priced by NVIDIA AIConfigurator's silicon op database."""
+
+from __future__ import annotations
+
+import click
+
+from sdplan.cli._options import output_options, parse_int_list
+
+
+def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    return tuple(sorted(set(parse_int_list(value, "draft lengths"))))
+
+
+@click.command()
+@click.option("--target-model", required=True, metavar="NAME",
+              help="Target model: a Hugging Face name AIConfigurator knows (e.g. Qwen/Qwen3-32B, "
+              "meta-llama/Llama-3.1-8B-Instruct) or a folder with its config.json.")
+@click.option("--system", required=True, metavar="GPU",
+              help="AIConfigurator system: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s or gb200.")
+@click.option("--method", "speculative_method", required=True,
+              type=click.Choice(("draft_model", "eagle", "eagle3", "mtp", "ngram")),
+              help="SD method (vLLM's names).")
+@click.option("--draft-model", metavar="NAME",
+              help="draft_model: the draft LM (a name or a config.json folder); eagle/eagle3: the head's name.")
+@click.option("--backend", default="vllm", show_default=True, type=click.Choice(("vllm", "sglang", "trtllm")),
+              help="Serving engine whose op database prices the steps.")
+@click.option("--backend-version", metavar="VERSION",
+              help="Version of that database. Default: AIConfigurator's current one for the system.")
+@click.option("--tensor-parallel-size", "--tp", "tensor_parallel_size", type=click.IntRange(1, 64), default=1,
+              show_default=True, help="GPUs per replica.")
+@click.option("--precision", default="bf16", show_default=True, type=click.Choice(("bf16", "fp8", "fp8_block")),
+              help="Weights precision (fp8_block: DeepSeek's blockwise FP8).")
+@click.option("--draft-lengths", default="1-5", show_default=True, callback=_draft_lengths, metavar="LIST",
+              help="Draft lengths k to price verification at (k+1 tokens per sequence).")
+@click.option("--max-num-seqs", type=click.IntRange(1, 4096), default=256, show_default=True,
+              help="The engine's largest batch; the priced batch sizes stop there or where the KV cache is full.")
+@click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=1024, show_default=True,
+              help="Reference prompt length of the file.")
+@click.option("--output-tokens", type=click.IntRange(1, 1_000_000), default=512, show_default=True,
+              help="Reference output length of the file.")
+@click.option("--no-anchor", is_flag=True,
+              help="Do not anchor to AIConfigurator's measured rows (silicon_sample.csv) even where they exist.")
+@click.option("--date", "date_text", metavar="YYYY-MM-DD",
+              help="Date written into the file. Default: today (fix it for byte-reproducible files).")
+@click.option("--name", metavar="NAME", help="Calibration name. Default: the output file's stem.")
+@click.option("-o", "--output", "calibration_out", required=True, metavar="FILE",
+              help="Calibration TOML to write (atomically); - for stdout.")
+@output_options(formats=("table", "json"), to_file=False)
+def derive(target_model: str, system: str, speculative_method: str, draft_model: str | None, backend: str,
+           backend_version: str | None, tensor_parallel_size: int, precision: str, draft_lengths: tuple[int, ...],
+           max_num_seqs: int, prompt_tokens: int, output_tokens: int, no_anchor: bool, date_text: str | None,
+           name: str | None, calibration_out: str, fmt: str, ascii_only: bool) -> None:
+    """Derive a calibration from NVIDIA AIConfigurator's silicon-measured op database.
+
+    Prices target decode and verification steps (k+1 tokens per sequence),
+    prefill and its interference with decode, and the draft's own steps with
+    AIConfigurator's step estimator, over batch sizes up to --max-num-seqs and
+    the KV cache its memory model allows; fits sdplan's per-step form and
+    records how well it represents the priced curve, the provenance and the
+    assumptions. Where AIConfigurator's measured rows (silicon_sample.csv)
+    cover the target, GPU, TP and precision, the no-SD part is anchored to
+    them and the measured-vs-derived gap recorded. Needs the optional extra:
+    pip install aiconfigurator-core==0.12.0, or pip install -e '.[derive]' in
+    a checkout (exit 5 without it).
+
+    \b
+    Examples:
+      sdplan derive --target-model Qwen/Qwen3-32B --system h100_sxm --tp 2 \\
+                    --method eagle3 --draft-model RedHatAI/Qwen3-32B-speculator.eagle3 -o q32.toml
+      sdplan derive --target-model meta-llama/Llama-3.1-8B-Instruct --system h100_sxm \\
+                    --method ngram -o ngram.toml --format json
+    """
+    import datetime
+    import sys
+    from pathlib import Path
+
+    from sdplan.calibration import parse_calibration
+    from sdplan.derive import DeriveRequest
+    from sdplan.derive import derive as run_derive
+    from sdplan.fileio import atomic_write_text, dumps_toml
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render.calibration import render_derivation
+
+    try:
+        date = datetime.date.fromisoformat(date_text) if date_text else datetime.date.today()
+    except ValueError:
+        raise click.BadParameter(f"'{date_text}' is not a date; write YYYY-MM-DD", param_hint="--date") from None
+    to_stdout = calibration_out == "-"
+    out = Path("derived.toml" if to_stdout else calibration_out)
+    request = DeriveRequest(
+        target_model=target_model, system=system, method=speculative_method, draft_model=draft_model,
+        backend=backend, backend_version=backend_version, tensor_parallel_size=tensor_parallel_size,
+        precision=precision, draft_lengths=draft_lengths, max_num_seqs=max_num_seqs, prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens, name=name or (None if to_stdout else out.stem), date=date, anchor=not no_anchor)
+    result = run_derive(request, progress=lambda text: click.echo(text, err=True))
+    calibration = parse_calibration(result.document, str(out))
+    text = dumps_toml(result.document, header="Derived with 'sdplan derive' from NVIDIA AIConfigurator's op database: "
+                      "see [derivation] and provenance.assumptions.")
+    rendered = render_derivation(calibration, OutputFormat(fmt), Style(ascii=ascii_only),
+                                 stdout_is_terminal() and not to_stdout)
+    if to_stdout:
+        sys.stdout.write(text)
+        click.echo(rendered, err=True, nl=False)
+        return
+    atomic_write_text(out, text)
+    emit(rendered, None)
