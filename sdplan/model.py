@@ -29,6 +29,7 @@ about one token on average (renewal overshoot), so their mean is close to
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -139,6 +140,51 @@ def demand_from_tokens(
     c1 = coeffs.c1p_s + cycles * (coeffs.c1v_s + k * coeffs.c1d_s)
     c2 = coeffs.c2p_s + cycles * (coeffs.c2v_s + k * coeffs.c2d_s)
     return c1, c2
+
+
+@dataclass(frozen=True, slots=True)
+class OptionDemands:
+    """The options a replica can run: "off" (no SD) in column 0, ``draft_lengths[i-1]`` in column i.
+
+    ``draft_lengths`` (n+1,) is 0 then the draft lengths; ``tokens_per_cycle`` (..., n+1) is 1 for "off" and
+    ``E`` for SD; ``c1_s, c2_s`` (..., n+1) are :func:`baseline_demand` for "off", else
+    :func:`demand_from_tokens`.
+    """
+
+    draft_lengths: npt.NDArray[np.int64]
+    tokens_per_cycle: FloatArray
+    c1_s: FloatArray
+    c2_s: FloatArray
+
+
+def option_lengths(draft_lengths: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``[0, *draft_lengths]``: the draft length of every option, "off" (0) first."""
+    import numpy as np
+
+    return np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64).reshape(-1)]).astype(np.int64)
+
+
+def option_demands(coeffs: Coefficients, draft_lengths: Sequence[int] | npt.NDArray[np.int64],
+                   tokens_per_cycle: FloatArray) -> OptionDemands:
+    """Demand of no SD and of each draft length, "off" in column 0 (:class:`OptionDemands`).
+
+    ``tokens_per_cycle`` is ``E`` per draft length, shape ``(..., n)``; "off" is broadcast along the leading
+    axes (e.g. one row per acceptance). Eq. (3) of Kong et al. for SD, ``C1 = c1p + (g/E)(c1v + k c1d)``,
+    and ``g - 1`` one-token steps for "off".
+    """
+    import numpy as np
+
+    ks = option_lengths(draft_lengths)
+    tokens = np.atleast_1d(np.asarray(tokens_per_cycle, dtype=np.float64))
+    lead = tokens.shape[:-1]
+    c1_sd, c2_sd = demand_from_tokens(coeffs, tokens, ks[1:].astype(np.float64))
+    c1_d, c2_d = baseline_demand(coeffs)
+
+    def with_off(off: float, columns: FloatArray) -> FloatArray:
+        return np.concatenate([np.full(lead + (1,), off), np.broadcast_to(columns, lead + (ks.size - 1,))], axis=-1)
+
+    return OptionDemands(draft_lengths=ks, tokens_per_cycle=with_off(1.0, tokens), c1_s=with_off(c1_d, c1_sd),
+                         c2_s=with_off(c2_d, c2_sd))
 
 
 def baseline_steps(output_tokens: float) -> float:

@@ -247,7 +247,7 @@ def plan(
     )
     best_column = np.argmin(candidates, axis=2)
     best_latency = np.take_along_axis(candidates, best_column[..., None], axis=2)[..., 0]
-    k_with_off = np.concatenate([[SD_OFF], ks])
+    k_with_off = model.option_lengths(ks)
     best_k = np.where(np.isfinite(best_latency), k_with_off[best_column], NONE_STABLE)
     best_speedup = model.speedup(np.broadcast_to(base_latency[None, :], best_latency.shape), best_latency)
 
@@ -261,8 +261,8 @@ def plan(
     if goodput_policy:
         from sdplan.policy import goodput_latency
 
-        c1_all = np.concatenate([np.full((alpha.size, 1), c1_d), c1], axis=1)
-        c2_all = np.concatenate([np.full((alpha.size, 1), c2_d), c2], axis=1)
+        options = model.option_demands(coefficients, ks, tokens)
+        c1_all, c2_all = options.c1_s, options.c2_s
         adaptive = goodput_latency(c1_all, c2_all, rates)
         zero_load = np.argmin(c1_all, axis=1)  # the option tuned at batch size 1, kept at every load
         static = np.take_along_axis(candidates, np.broadcast_to(zero_load[:, None, None], (alpha.size, rates.size, 1)),

@@ -42,17 +42,18 @@ def step_times(coefficients: Coefficients, draft_lengths: list[int], sizes: Floa
     """Step time ``tau_k(n)`` in seconds, shape ``(n, 1 + len(draft_lengths))``; column 0 is no SD."""
     import numpy as np
 
-    c = coefficients
-    ks = np.asarray(draft_lengths, dtype=np.float64)
+    from sdplan.model import option_lengths, step_costs
+
+    ks = option_lengths(draft_lengths).astype(np.float64)  # "off" (0) first
     n = np.asarray(sizes, dtype=np.float64)[:, None]
-    fixed = np.concatenate([[c.baseline_c1_step_s], c.c1v_s + ks * c.c1d_s])[None, :]
-    per_other = np.concatenate([[c.baseline_c2_step_s], c.c2v_s + ks * c.c2d_s])[None, :]
-    tau = fixed + (n - 1.0) * per_other
+    fixed, per_other = step_costs(coefficients, ks)
+    tau = fixed[None, :] + (n - 1.0) * per_other[None, :]
     if moe is not None:
         cover = moe.coverage
-        phi = moe.phi(n * np.concatenate([[1.0], ks + 1.0])[None, :])
-        cover_fixed = np.array([cover.get("baseline_c1_step_s", 0.0)] + [cover.get("c1v_s", 0.0)] * ks.size)
-        cover_other = np.array([cover.get("baseline_c2_step_s", 0.0)] + [cover.get("c2v_s", 0.0)] * ks.size)
+        phi = moe.phi(n * (ks + 1.0)[None, :])
+        sd = ks > 0
+        cover_fixed = np.where(sd, cover.get("c1v_s", 0.0), cover.get("baseline_c1_step_s", 0.0))
+        cover_other = np.where(sd, cover.get("c2v_s", 0.0), cover.get("baseline_c2_step_s", 0.0))
         tau = tau + phi * (cover_fixed[None, :] + (n - 1.0) * cover_other[None, :])
     return tau
 
@@ -85,9 +86,10 @@ def batch_size_schedule(
     """
     import numpy as np
 
+    from sdplan.model import option_lengths
+
     goodput = goodput_per_size(coefficients, draft_lengths, alpha, max_batch_size, tokens_per_cycle, moe)
-    k_with_off = np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64)])
-    return _ranges(k_with_off[np.argmax(goodput, axis=1)])
+    return _ranges(option_lengths(draft_lengths)[np.argmax(goodput, axis=1)])
 
 
 def goodput_per_size(coefficients: Coefficients, draft_lengths: list[int], alpha: float, max_batch_size: int,
@@ -99,11 +101,13 @@ def goodput_per_size(coefficients: Coefficients, draft_lengths: list[int], alpha
     import numpy as np
 
     from sdplan.acceptance import expected_tokens_per_cycle
+    from sdplan.model import option_demands
 
     ks = np.asarray(draft_lengths, dtype=np.float64)
     tokens = expected_tokens_per_cycle(alpha, ks) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
+    options = option_demands(coefficients, draft_lengths, np.atleast_1d(tokens))
     sizes = np.arange(1, max_batch_size + 1, dtype=np.float64)
-    return np.concatenate([[1.0], np.atleast_1d(tokens)])[None, :] / step_times(coefficients, draft_lengths, sizes, moe)
+    return options.tokens_per_cycle[None, :] / step_times(coefficients, draft_lengths, sizes, moe)
 
 
 def _ranges(per_size: object) -> list[tuple[int, int, int]]:
@@ -190,7 +194,9 @@ def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_widt
     """
     import numpy as np
 
-    k_with_off = np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64)])
+    from sdplan.model import option_lengths
+
+    k_with_off = option_lengths(draft_lengths)
     allowed = k_with_off >= min_k
     if not allowed.any():
         raise ValueError(f"no candidate draft length is >= {min_k}")
