@@ -274,17 +274,6 @@ def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: fl
     return max_batch / (c1_arr + max_batch * c2_arr)
 
 
-def batch_cap_warning(batch: float, max_batch: float, what: str = "max_num_seqs") -> str | None:
-    """A warning when an effective batch reaches the engine's batch cap, else None."""
-    import math
-
-    if not math.isfinite(batch) or batch < max_batch:
-        return None
-    return (f"effective batch {batch:.4g} requests reaches the batch cap of {max_batch:g} sequences ({what}): "
-            "requests queue for a batch slot, which the mean model does not represent; its latency is a lower "
-            "bound there (use --simulate)")
-
-
 #: Prefill share of C2 (c2p/C2) and utilisation from which the mean model departs from the simulator.
 PREFILL_DOMINATED_SHARE = 0.5
 PREFILL_DOMINATED_UTILISATION = 0.5

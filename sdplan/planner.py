@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from sdplan.model import Coefficients
     from sdplan.moe import MoESpec
+    from sdplan.serving import EngineLimits
 
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 SD_OFF = 0
 #: ``best_k`` value meaning "nothing is stable at this rate".
 NONE_STABLE = -1
-#: vLLM's default batch cap (``max_num_seqs``), against which plan's effective batches are checked.
-DEFAULT_MAX_NUM_SEQS = 256
 #: Speedup differences below this are the MoE fixed-point solver's round-off, reported as 0.
 SPEEDUP_RESOLUTION = 1e-6
 #: Rates per option on which the MoE break-even is bracketed before bisection.
@@ -368,13 +367,16 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
     return even, crossings
 
 
-def domain_warnings(result: Plan, batch_cap: tuple[int, str] | None = None) -> list[str]:
+def domain_warnings(result: Plan, limits: EngineLimits) -> list[str]:
     """Warnings where the closed form is outside the domain it was checked on (see :mod:`sdplan.model`).
 
-    ``batch_cap`` is the engine's ``max_num_seqs`` and what it is (default: vLLM's default, 256); a cap of 0 (not
-    one request of the workload fits the served KV cache) is a warning of its own.
+    ``limits`` are the engine's (:func:`sdplan.serving.resolve_limits`): where the plan's effective batch reaches
+    their batch cap, or not one request of the workload fits (a cap of 0), :func:`sdplan.serving.batch_cap_warning`
+    says so.
     """
     import numpy as np
+
+    from sdplan.serving import batch_cap_warning
 
     c2p = result.coefficients.c2p_s
     rho = np.concatenate([np.ravel(result.baseline_utilisation), np.ravel(result.utilisation)])
@@ -383,14 +385,9 @@ def domain_warnings(result: Plan, batch_cap: tuple[int, str] | None = None) -> l
     stable = rho < 1.0
     warnings = []
     largest = largest_batch(result)
-    cap, what = batch_cap or (DEFAULT_MAX_NUM_SEQS, "vLLM's default max_num_seqs")
-    if cap < 1:
-        warnings.append(f"not one request of the workload fits the {what}: that server cannot run it (vLLM "
-                        "refuses a max_model_len over its KV cache); the plan assumes memory it does not have")
-    elif largest is not None:
-        capped = model.batch_cap_warning(largest, cap, what)
-        if capped is not None:
-            warnings.append(capped.replace("(use --simulate)", "(see sdplan simulate --max-num-seqs)"))
+    if limits.batch_cap < 1 or (largest is not None and limits.reached(largest)):
+        warnings.append(batch_cap_warning(limits, f"at the highest rates (effective batch up to {largest or 0:.4g} "
+                                          "requests)"))
     warning = model.prefill_interference_warning(c2p, c2[stable], rho[stable])
     return warnings + ([warning] if warning else [])
 
