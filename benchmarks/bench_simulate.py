@@ -59,22 +59,20 @@ def command_time(arguments: list[str], repeats: int) -> float:
 
 def capacity_search() -> int:
     """Evaluations of the default capacity --simulate search."""
-    from sdplan.calibration import resolve_calibration
     from sdplan.capacity import capacity, simulated_capacity
-    from sdplan.cli._simulation import build_config
+    from sdplan.scenario import (AcceptanceGiven, ScenarioOptions, SimulationSettings, resolve_scenario,
+                                 simulation_config)
     from sdplan.slo import parse_slo
-    from sdplan.workload import resolve_workload
 
-    cal = resolve_calibration(None)
-    workload = resolve_workload(cal, alpha=[0.8])
-    coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
+    scenario = resolve_scenario(ScenarioOptions(acceptance=AcceptanceGiven(alpha=[0.8])))
+    coefficients = scenario.coefficients
     slos = [parse_slo("e2e:p99<=6s", True)]
-    ks = list(range(1, 9))
-    cap = capacity(coefficients, ks, 0.8, slos, tokens_per_cycle=workload.acceptance.tokens_per_cycle(ks)[0])
+    ks = scenario.draft_lengths
+    cap = capacity(coefficients, ks, 0.8, slos, tokens_per_cycle=scenario.tokens_per_cycle[0])
+    settings = SimulationSettings(requests=4000, seeds=2, seed=0, arrival_cv=1.0)
 
     def configure(rate: float, k: int) -> object:
-        return build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens, 4000, 1.0,
-                            256, 8192, None, None, 0)
+        return simulation_config(scenario, rate, k, scenario.limits, settings)
 
     return simulated_capacity(cap, coefficients, slos, configure, 2, 0)[1]
 

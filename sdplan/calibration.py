@@ -421,68 +421,6 @@ class Calibration:
         table = self.document.get("uncertainty") or {}
         return tuple(table.get("not_identified", ()))
 
-    def served_batch_cap(self) -> tuple[int, str] | None:
-        """The ``max_num_seqs`` the calibrated servers ran with, and where that comes from; None if not served.
-
-        A served calibration records its ``vllm serve`` command lines (``[measurement]
-        server_commands``); each ran with :func:`sdplan.schedule.served_max_num_seqs` of its flags on
-        the calibration's hardware, the rule calibrate's sweep used (the smallest, if they differ).
-        """
-        import shlex
-
-        from sdplan.schedule import serve_flag, served_max_num_seqs
-
-        measurement = self.document.get("measurement") or {}
-        commands = measurement.get("server_commands")
-        if measurement.get("method") != "served" or not isinstance(commands, list) or not commands:
-            return None
-        hardware = str(self.provenance.get("hardware", ""))
-        caps, given = [], False
-        for command in commands:
-            try:
-                words = shlex.split(str(command))
-            except ValueError:
-                continue
-            caps.append(served_max_num_seqs(words, hardware))
-            given = given or (serve_flag(words, "--max-num-seqs") or "").isdigit()
-        return min(caps or [served_max_num_seqs([], hardware)]), ("the calibrated server's max_num_seqs" if given
-                           else "vLLM's default max_num_seqs, which the calibrated server ran with")
-
-    def served_kv_cache_tokens(self, draft_length: int) -> tuple[float, str] | None:
-        """The KV cache (tokens) the calibrated server of a draft length reported, and its configuration.
-
-        A served calibration records each server's KV cache (``[measurement] kv_cache_configurations``,
-        ``kv_cache_tokens``: vLLM's ``num_gpu_blocks x block_size``). Configurations are named ``nosd``
-        and ``k<N>`` (``ep-nosd``/``ep-k<N>`` for ``--endpoint``); a draft length without a server of its
-        own takes the smallest cache of the SD servers (the draft model's KV shares the memory whatever k
-        is). None for no SD without a ``nosd`` server, or a calibration that recorded none.
-
-        Raises
-        ------
-        InputFileError
-            If the two lists differ in length.
-        """
-        import re
-
-        measurement = self.document.get("measurement") or {}
-        names, sizes = measurement.get("kv_cache_configurations"), measurement.get("kv_cache_tokens")
-        if not names or not sizes:
-            return None
-        if len(names) != len(sizes):
-            raise InputFileError(self.path, "measurement.kv_cache_tokens",
-                                 f"has length {len(sizes)} but kv_cache_configurations {len(names)}; give one size "
-                                 "per configuration, in the same order")
-        by_length: dict[int, tuple[float, str]] = {}
-        for name, size in zip(names, sizes):
-            match = re.search(r"(?:^|-)(?:k(\d+)|(nosd))$", str(name))
-            if match:
-                length = int(match.group(1)) if match.group(1) else 0
-                by_length.setdefault(length, (float(size), str(name)))
-        if draft_length in by_length:
-            return by_length[draft_length]
-        speculative = [found for length, found in by_length.items() if length > 0]
-        return min(speculative) if draft_length > 0 and speculative else None
-
     def moe_at(self, prompt_tokens: float, output_tokens: float) -> MoESpec | None:
         """The MoE routing and coverage increments at a workload; None for a dense target.
 

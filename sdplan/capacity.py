@@ -98,21 +98,14 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
             "capacity needs an SLO that bounds the request rate: e2e:mean<=..., ttft:mean<=..., tpot:mean<=... or "
             "utilisation<=..."
         )
-    c1_d, c2_d = model.baseline_demand(coefficients)
     ks = np.asarray(draft_lengths, dtype=np.float64)
-    if tokens_per_cycle is None:
-        c1_sd, c2_sd = model.speculative_demand(coefficients, alpha, ks)
-    else:
-        c1_sd, c2_sd = model.demand_from_tokens(coefficients, np.asarray(tokens_per_cycle, dtype=np.float64), ks)
-    c1 = np.concatenate([[c1_d], np.atleast_1d(c1_sd)])
-    c2 = np.concatenate([[c2_d], np.atleast_1d(c2_sd)])
-    options = np.concatenate([[0.0], ks])
     if tokens_per_cycle is None:
         from sdplan.acceptance import expected_tokens_per_cycle
 
-        option_tokens = np.concatenate([[1.0], np.atleast_1d(expected_tokens_per_cycle(alpha, ks))])
-    else:
-        option_tokens = np.concatenate([[1.0], np.atleast_1d(np.asarray(tokens_per_cycle, dtype=np.float64))])
+        tokens_per_cycle = expected_tokens_per_cycle(alpha, ks)
+    demands = model.option_demands(coefficients, draft_lengths, np.atleast_1d(tokens_per_cycle))
+    c1, c2 = demands.c1_s, demands.c2_s
+    options, option_tokens = demands.draft_lengths.astype(np.float64), demands.tokens_per_cycle
     ttft = model.time_to_first_token(coefficients, options, 0.0, option_tokens)  # zero-load TTFT per option
     # TTFT = ttft + B * ttft_per_other
     ttft_per_other = coefficients.ttft_load_steps * model.ttft_load_cost(coefficients, options, option_tokens)
@@ -140,7 +133,7 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)
     latency = np.where(feasible, model.mean_latency(c1, c2, max_rate), np.nan)
-    even = model.break_even(c1_d, c2_d, np.atleast_1d(c1_sd), np.atleast_1d(c2_sd))
+    even = model.break_even(float(c1[0]), float(c2[0]), c1[1:], c2[1:])
     ranked = np.where(feasible, max_rate, -1.0)
     best = int(np.argmax(ranked)) if np.any(feasible) else -1
     return Capacity(

@@ -29,6 +29,7 @@ k=4 against g/E = 4.76 and (g-1)/E = 4.46).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -142,6 +143,51 @@ def demand_from_tokens(
     return c1, c2
 
 
+@dataclass(frozen=True, slots=True)
+class OptionDemands:
+    """The options a replica can run: "off" (no SD) in column 0, ``draft_lengths[i-1]`` in column i.
+
+    ``draft_lengths`` (n+1,) is 0 then the draft lengths; ``tokens_per_cycle`` (..., n+1) is 1 for "off" and
+    ``E`` for SD; ``c1_s, c2_s`` (..., n+1) are :func:`baseline_demand` for "off", else
+    :func:`demand_from_tokens`.
+    """
+
+    draft_lengths: npt.NDArray[np.int64]
+    tokens_per_cycle: FloatArray
+    c1_s: FloatArray
+    c2_s: FloatArray
+
+
+def option_lengths(draft_lengths: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``[0, *draft_lengths]``: the draft length of every option, "off" (0) first."""
+    import numpy as np
+
+    return np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64).reshape(-1)]).astype(np.int64)
+
+
+def option_demands(coeffs: Coefficients, draft_lengths: Sequence[int] | npt.NDArray[np.int64],
+                   tokens_per_cycle: FloatArray) -> OptionDemands:
+    """Demand of no SD and of each draft length, "off" in column 0 (:class:`OptionDemands`).
+
+    ``tokens_per_cycle`` is ``E`` per draft length, shape ``(..., n)``; "off" is broadcast along the leading
+    axes (e.g. one row per acceptance). Eq. (3) of Kong et al. for SD, ``C1 = c1p + (g/E)(c1v + k c1d)``,
+    and ``g - 1`` one-token steps for "off".
+    """
+    import numpy as np
+
+    ks = option_lengths(draft_lengths)
+    tokens = np.atleast_1d(np.asarray(tokens_per_cycle, dtype=np.float64))
+    lead = tokens.shape[:-1]
+    c1_sd, c2_sd = demand_from_tokens(coeffs, tokens, ks[1:].astype(np.float64))
+    c1_d, c2_d = baseline_demand(coeffs)
+
+    def with_off(off: float, columns: FloatArray) -> FloatArray:
+        return np.concatenate([np.full(lead + (1,), off), np.broadcast_to(columns, lead + (ks.size - 1,))], axis=-1)
+
+    return OptionDemands(draft_lengths=ks, tokens_per_cycle=with_off(1.0, tokens), c1_s=with_off(c1_d, c1_sd),
+                         c2_s=with_off(c2_d, c2_sd))
+
+
 def baseline_steps(output_tokens: float) -> float:
     """Decode steps of a request without SD, ``g - 1``: the prefill step emits the first token."""
     return max(float(output_tokens) - 1.0, 0.0)
@@ -229,17 +275,6 @@ def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: fl
     c1_arr = np.asarray(c1, dtype=np.float64)
     c2_arr = np.asarray(c2, dtype=np.float64)
     return max_batch / (c1_arr + max_batch * c2_arr)
-
-
-def batch_cap_warning(batch: float, max_batch: float, what: str = "max_num_seqs") -> str | None:
-    """A warning when an effective batch reaches the engine's batch cap, else None."""
-    import math
-
-    if not math.isfinite(batch) or batch < max_batch:
-        return None
-    return (f"effective batch {batch:.4g} requests reaches the batch cap of {max_batch:g} sequences ({what}): "
-            "requests queue for a batch slot, which the mean model does not represent; its latency is a lower "
-            "bound there (use --simulate)")
 
 
 #: Prefill share of C2 (c2p/C2) and utilisation from which the mean model departs from the simulator.

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from sdplan.model import Coefficients
     from sdplan.moe import MoESpec
+    from sdplan.serving import EngineLimits
 
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 SD_OFF = 0
 #: ``best_k`` value meaning "nothing is stable at this rate".
 NONE_STABLE = -1
-#: vLLM's default batch cap (``max_num_seqs``), against which plan's effective batches are checked.
-DEFAULT_MAX_NUM_SEQS = 256
 #: Speedup differences below this are the MoE fixed-point solver's round-off, reported as 0.
 SPEEDUP_RESOLUTION = 1e-6
 #: Rates per option on which the MoE break-even is bracketed before bisection.
@@ -167,6 +166,24 @@ def plan(
     """
     import numpy as np
 
+    rates, ks, alpha = _axes(rates_rps, draft_lengths, alphas)
+    if goodput_policy and moe is not None:
+        raise InvalidValueError("--policy goodput is not available for MoE calibrations yet (coverage makes C1, C2 "
+                                "depend on the batch); use best-static")
+    if tokens_per_cycle is None:
+        tokens = expected_tokens_per_cycle(alpha[:, None], ks[None, :].astype(np.float64))  # (a, k)
+    else:
+        tokens = np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size))
+    solved = _dense_grid(coefficients, rates, ks, tokens) if moe is None else \
+        _moe_grid(coefficients, rates, ks, tokens, moe)
+    return _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy)
+
+
+def _axes(rates_rps: FloatArray | list[float], draft_lengths: IntArray | list[int],
+          alphas: FloatArray | list[float]) -> tuple[FloatArray, IntArray, FloatArray]:
+    """The grid axes as flat arrays, each checked against its domain."""
+    import numpy as np
+
     rates = np.asarray(rates_rps, dtype=np.float64).reshape(-1)
     ks = np.asarray(draft_lengths, dtype=np.int64).reshape(-1)
     alpha = np.asarray(alphas, dtype=np.float64).reshape(-1)
@@ -178,132 +195,175 @@ def plan(
         raise InvalidValueError("draft lengths must be >= 1 token (no SD is always included)")
     if np.any(~np.isfinite(alpha)) or np.any((alpha < 0) | (alpha > 1)):
         raise InvalidValueError("per-token acceptance must lie in [0, 1]")
+    return rates, ks, alpha
 
+
+@dataclass(frozen=True, slots=True)
+class _MoEResult:
+    """What only a mixture-of-experts grid has (see the :class:`Plan` fields of the same names)."""
+
+    speedup_lost: FloatArray
+    max_residual: float
+    break_even_rates_rps: FloatArray
+
+
+@dataclass(frozen=True, slots=True)
+class _Solved:
+    """The model on the grid: no SD per rate ``(r,)``, SD per option ``(a, k)`` and point ``(a, r, k)``."""
+
+    c1_d: float
+    c2_d: float
+    base_latency: FloatArray
+    base_batch: FloatArray
+    base_utilisation: FloatArray
+    c1: FloatArray
+    c2: FloatArray
+    latency: FloatArray
+    batch: FloatArray
+    rho: FloatArray
+    even: model.BreakEven
+    moe: _MoEResult | None = None
+
+
+def _dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> _Solved:
+    """``L = C1/(1 - lambda C2)`` per point of a dense target, with the closed-form break-even rates."""
     c1_d, c2_d = model.baseline_demand(coefficients)
-    ttft = model.time_to_first_token(coefficients)
-    g = coefficients.output_tokens
-    base_latency = model.mean_latency(c1_d, c2_d, rates)
-    base_batch = model.effective_batch(rates, base_latency)
-
-    k_ak = ks[None, :].astype(np.float64)
-    if tokens_per_cycle is None:
-        tokens = expected_tokens_per_cycle(alpha[:, None], k_ak)  # (a, k)
-    else:
-        tokens = np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size))
-    c1, c2 = model.demand_from_tokens(coefficients, tokens, k_ak)  # (a, k)
+    c1, c2 = model.demand_from_tokens(coefficients, tokens, ks[None, :].astype(float))  # (a, k)
     lam = rates[None, :, None]  # (1, r, 1)
-    moe_fields: dict[str, object] = {}
-    base_utilisation = model.utilisation(c2_d, rates)
-    if moe is None:
-        latency = model.mean_latency(c1[:, None, :], c2[:, None, :], lam)  # (a, r, k)
-        batch = model.effective_batch(lam, latency)
-        rho = model.utilisation(c2[:, None, :], lam)
-    else:
-        from sdplan import moe as moe_model
+    base_latency = model.mean_latency(c1_d, c2_d, rates)
+    latency = model.mean_latency(c1[:, None, :], c2[:, None, :], lam)  # (a, r, k)
+    return _Solved(c1_d=float(c1_d), c2_d=float(c2_d), base_latency=base_latency,
+                   base_batch=model.effective_batch(rates, base_latency),
+                   base_utilisation=model.utilisation(c2_d, rates), c1=c1, c2=c2, latency=latency,
+                   batch=model.effective_batch(lam, latency), rho=model.utilisation(c2[:, None, :], lam),
+                   even=model.break_even(c1_d, c2_d, c1, c2))
 
-        cover = moe.coverage
-        prefill_phi = float(moe.phi(coefficients.prompt_tokens))
-        a1_pre = coefficients.c1p_s + prefill_phi * cover.get("c1p_s", 0.0)
-        a2_pre = coefficients.c2p_s + prefill_phi * cover.get("c2p_s", 0.0)
-        g = coefficients.output_tokens
-        steps = model.baseline_steps(g)  # the prefill emits the first token
-        base_args = (a1_pre + steps * coefficients.baseline_c1_step_s, steps * cover.get("baseline_c1_step_s", 0.0),
-                     a2_pre + steps * coefficients.baseline_c2_step_s, steps * cover.get("baseline_c2_step_s", 0.0))
-        base = moe_model.solve(*base_args, 1.0, rates, moe)
-        base_latency, base_batch, base_utilisation = base.latency_s, base.batch, base.utilisation
-        cycles = g / tokens
-        a1 = a1_pre + cycles * (coefficients.c1v_s + k_ak * coefficients.c1d_s)
-        a2 = a2_pre + cycles * (coefficients.c2v_s + k_ak * coefficients.c2d_s)
-        b1, b2 = cycles * cover.get("c1v_s", 0.0), cycles * cover.get("c2v_s", 0.0)
-        args = (a1[:, None, :], b1[:, None, :], a2[:, None, :], b2[:, None, :])
-        solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe)
-        frozen = moe_model.solve(*args, 1.0, lam, moe)  # as if verification routed only B tokens
-        latency, batch, rho = solved.latency_s, solved.batch, solved.utilisation
-        # Zero-load values from the solved curves (coverage of the request's own step included),
-        # load-dependent demand at full coverage.
-        c1 = a1 + b1 * moe.phi(k_ak + 1.0)
-        c2 = a2 + b2
-        c1_d = float(base_args[0] + base_args[1] * moe.phi(1.0))
-        c2_d = float(base_args[2] + base_args[3])
-        frozen_speedup = model.speedup(base_latency[None, :, None], frozen.latency_s)
-        moe_speedup = model.speedup(base_latency[None, :, None], latency)
-        comparable = np.isfinite(frozen_speedup) & np.isfinite(moe_speedup)
-        lost = np.where(comparable, frozen_speedup, 0.0) - np.where(comparable, moe_speedup, 0.0)
-        # Below the solver's resolution the difference is round-off (values like 4e-13), not a loss.
-        lost = np.where(np.abs(lost) < SPEEDUP_RESOLUTION, 0.0, lost)
-        moe_fields = {
-            "moe_speedup_lost": np.where(comparable, lost, np.nan),
-            "moe_max_residual": max(solved.max_residual, base.max_residual),
-        }
-        moe_even, crossings = _moe_break_even(base_args, (a1, b1, a2, b2), k_ak + 1.0, moe)
-        moe_fields["moe_break_even_rates_rps"] = crossings
-    speed = model.speedup(base_latency[None, :, None], latency)
-    base_ttft = model.time_to_first_token(coefficients, 0, base_batch)
-    load_ttft = model.time_to_first_token(coefficients, k_ak[:, None, :], batch, tokens[:, None, :])
 
+def _moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray,
+              moe: MoESpec) -> _Solved:
+    """The MoE fixed point per point (:func:`sdplan.moe.solve`), break-even rates found on the solved curves.
+
+    ``C1`` is the zero-load latency with the coverage of the request's own step, ``C2`` the load-dependent
+    demand at full coverage. The speedup lost is against verification that routed only ``B`` tokens.
+    """
+    import numpy as np
+
+    from sdplan import moe as moe_model
+
+    c, cover = coefficients, moe.coverage
+    k_ak = ks[None, :].astype(np.float64)
+    lam = rates[None, :, None]
+    prefill_phi = float(moe.phi(c.prompt_tokens))
+    a1_pre = c.c1p_s + prefill_phi * cover.get("c1p_s", 0.0)
+    a2_pre = c.c2p_s + prefill_phi * cover.get("c2p_s", 0.0)
+    steps = model.baseline_steps(c.output_tokens)  # the prefill emits the first token
+    base_args = (a1_pre + steps * c.baseline_c1_step_s, steps * cover.get("baseline_c1_step_s", 0.0),
+                 a2_pre + steps * c.baseline_c2_step_s, steps * cover.get("baseline_c2_step_s", 0.0))
+    base = moe_model.solve(*base_args, 1.0, rates, moe)
+    cycles = c.output_tokens / tokens
+    a1 = a1_pre + cycles * (c.c1v_s + k_ak * c.c1d_s)
+    a2 = a2_pre + cycles * (c.c2v_s + k_ak * c.c2d_s)
+    b1, b2 = cycles * cover.get("c1v_s", 0.0), cycles * cover.get("c2v_s", 0.0)
+    args = (a1[:, None, :], b1[:, None, :], a2[:, None, :], b2[:, None, :])
+    solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe)
+    frozen = moe_model.solve(*args, 1.0, lam, moe)  # as if verification routed only B tokens
+    frozen_speedup = model.speedup(base.latency_s[None, :, None], frozen.latency_s)
+    moe_speedup = model.speedup(base.latency_s[None, :, None], solved.latency_s)
+    comparable = np.isfinite(frozen_speedup) & np.isfinite(moe_speedup)
+    lost = np.where(comparable, frozen_speedup, 0.0) - np.where(comparable, moe_speedup, 0.0)
+    # Below the solver's resolution the difference is round-off (values like 4e-13), not a loss.
+    lost = np.where(np.abs(lost) < SPEEDUP_RESOLUTION, 0.0, lost)
+    even, crossings = _moe_break_even(base_args, (a1, b1, a2, b2), k_ak + 1.0, moe)
+    return _Solved(c1_d=float(base_args[0] + base_args[1] * moe.phi(1.0)), c2_d=float(base_args[2] + base_args[3]),
+                   base_latency=base.latency_s, base_batch=base.batch, base_utilisation=base.utilisation,
+                   c1=a1 + b1 * moe.phi(k_ak + 1.0), c2=a2 + b2, latency=solved.latency_s, batch=solved.batch,
+                   rho=solved.utilisation, even=even,
+                   moe=_MoEResult(speedup_lost=np.where(comparable, lost, np.nan),
+                                  max_residual=max(solved.max_residual, base.max_residual),
+                                  break_even_rates_rps=crossings))
+
+
+@dataclass(frozen=True, slots=True)
+class _Goodput:
+    """The goodput-adaptive policy beside the single k tuned at zero load (see the :class:`Plan` fields)."""
+
+    latency_s: FloatArray
+    k: IntArray
+    zero_load_k: IntArray
+    zero_load_k_latency_s: FloatArray
+
+
+def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates: FloatArray,
+             option_latency: FloatArray) -> _Goodput:
+    """The goodput policy (:func:`sdplan.policy.goodput_latency`) and the zero-load-tuned option at every rate.
+
+    ``option_latency`` is the static latency per option, shape ``(a, r, 1 + k)`` with "off" in column 0.
+    """
+    import numpy as np
+
+    from sdplan.policy import goodput_latency
+
+    options = model.option_demands(coefficients, ks, tokens)
+    adaptive = goodput_latency(options.c1_s, options.c2_s, rates)
+    zero_load = np.argmin(options.c1_s, axis=1)  # the option tuned at batch size 1, kept at every load
+    static = np.take_along_axis(option_latency, np.broadcast_to(zero_load[:, None, None],
+                                                                option_latency.shape[:2] + (1,)), axis=2)[..., 0]
+    return _Goodput(latency_s=adaptive.latency_s,
+                    k=np.where(np.isfinite(adaptive.latency_s), options.draft_lengths[adaptive.option], NONE_STABLE),
+                    zero_load_k=options.draft_lengths[zero_load], zero_load_k_latency_s=static)
+
+
+def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, ks: IntArray, tokens: FloatArray,
+              solved: _Solved, goodput_policy: bool) -> Plan:
+    """The :class:`Plan` of a solved grid: speedups, TTFT/TPOT, the best draft length per point, the policy."""
+    import numpy as np
+
+    s, g = solved, coefficients.output_tokens
+    base_ttft = model.time_to_first_token(coefficients, 0, s.base_batch)
+    k_ak = ks[None, :].astype(np.float64)
+    load_ttft = model.time_to_first_token(coefficients, k_ak[:, None, :], s.batch, tokens[:, None, :])
     # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
-    candidates = np.concatenate(
-        [np.broadcast_to(base_latency[None, :, None], (alpha.size, rates.size, 1)), latency], axis=2
-    )
-    best_column = np.argmin(candidates, axis=2)
-    best_latency = np.take_along_axis(candidates, best_column[..., None], axis=2)[..., 0]
-    k_with_off = np.concatenate([[SD_OFF], ks])
-    best_k = np.where(np.isfinite(best_latency), k_with_off[best_column], NONE_STABLE)
-    best_speedup = model.speedup(np.broadcast_to(base_latency[None, :], best_latency.shape), best_latency)
-
-    even = model.break_even(c1_d, c2_d, c1, c2)
-    if moe is not None:  # the closed form assumes load-independent C1, C2: found on the solved curves
-        even = moe_even
-    policy_fields: dict[str, object] = {}
-    if goodput_policy and moe is not None:
-        raise InvalidValueError("--policy goodput is not available for MoE calibrations yet (coverage makes C1, C2 "
-                                "depend on the batch); use best-static")
-    if goodput_policy:
-        from sdplan.policy import goodput_latency
-
-        c1_all = np.concatenate([np.full((alpha.size, 1), c1_d), c1], axis=1)
-        c2_all = np.concatenate([np.full((alpha.size, 1), c2_d), c2], axis=1)
-        adaptive = goodput_latency(c1_all, c2_all, rates)
-        zero_load = np.argmin(c1_all, axis=1)  # the option tuned at batch size 1, kept at every load
-        static = np.take_along_axis(candidates, np.broadcast_to(zero_load[:, None, None], (alpha.size, rates.size, 1)),
-                                    axis=2)[..., 0]
-        policy_fields = {
-            "goodput_latency_s": adaptive.latency_s,
-            "goodput_k": np.where(np.isfinite(adaptive.latency_s), k_with_off[adaptive.option], NONE_STABLE),
-            "zero_load_k": k_with_off[zero_load],
-            "zero_load_k_latency_s": static,
-        }
+    option_latency = np.concatenate(
+        [np.broadcast_to(s.base_latency[None, :, None], (alpha.size, rates.size, 1)), s.latency], axis=2)
+    best_column = np.argmin(option_latency, axis=2)
+    best_latency = np.take_along_axis(option_latency, best_column[..., None], axis=2)[..., 0]
+    policy = _goodput(coefficients, ks, tokens, rates, option_latency) if goodput_policy else None
     return Plan(
         coefficients=coefficients,
         alphas=alpha,
         rates_rps=rates,
         draft_lengths=ks,
-        baseline_c1_s=float(c1_d),
-        baseline_c2_s=float(c2_d),
-        baseline_latency_s=base_latency,
-        baseline_batch=base_batch,
-        baseline_utilisation=base_utilisation,
-        baseline_tpot_s=model.time_per_output_token(base_latency, base_ttft, g),
-        baseline_saturation_rate_rps=float(model.saturation_rate(c2_d)),
+        baseline_c1_s=s.c1_d,
+        baseline_c2_s=s.c2_d,
+        baseline_latency_s=s.base_latency,
+        baseline_batch=s.base_batch,
+        baseline_utilisation=s.base_utilisation,
+        baseline_tpot_s=model.time_per_output_token(s.base_latency, base_ttft, g),
+        baseline_saturation_rate_rps=float(model.saturation_rate(s.c2_d)),
         tokens_per_cycle=tokens,
-        c1_s=c1,
-        c2_s=c2,
-        latency_s=latency,
-        batch=batch,
-        utilisation=rho,
-        tpot_s=model.time_per_output_token(latency, load_ttft, g),
-        speedup=speed,
-        ttft_s=float(ttft),
+        c1_s=s.c1,
+        c2_s=s.c2,
+        latency_s=s.latency,
+        batch=s.batch,
+        utilisation=s.rho,
+        tpot_s=model.time_per_output_token(s.latency, load_ttft, g),
+        speedup=model.speedup(s.base_latency[None, :, None], s.latency),
+        ttft_s=float(model.time_to_first_token(coefficients)),
         baseline_ttft_load_s=base_ttft,
         ttft_load_s=load_ttft,
-        best_k=best_k,
+        best_k=np.where(np.isfinite(best_latency), model.option_lengths(ks)[best_column], NONE_STABLE),
         best_latency_s=best_latency,
-        best_speedup=best_speedup,
-        saturation_rate_rps=model.saturation_rate(c2),
-        break_even_rate_rps=even.rate_rps,
-        sd_faster_below_break_even=even.sd_faster_below,
-        **policy_fields,  # type: ignore[arg-type]
-        **moe_fields,  # type: ignore[arg-type]
+        best_speedup=model.speedup(np.broadcast_to(s.base_latency[None, :], best_latency.shape), best_latency),
+        saturation_rate_rps=model.saturation_rate(s.c2),
+        break_even_rate_rps=s.even.rate_rps,
+        sd_faster_below_break_even=s.even.sd_faster_below,
+        goodput_latency_s=policy.latency_s if policy else None,
+        goodput_k=policy.k if policy else None,
+        zero_load_k=policy.zero_load_k if policy else None,
+        zero_load_k_latency_s=policy.zero_load_k_latency_s if policy else None,
+        moe_speedup_lost=s.moe.speedup_lost if s.moe else None,
+        moe_max_residual=s.moe.max_residual if s.moe else None,
+        moe_break_even_rates_rps=s.moe.break_even_rates_rps if s.moe else None,
     )
 
 
@@ -368,13 +428,16 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
     return even, crossings
 
 
-def domain_warnings(result: Plan, batch_cap: tuple[int, str] | None = None) -> list[str]:
+def domain_warnings(result: Plan, limits: EngineLimits) -> list[str]:
     """Warnings where the closed form is outside the domain it was checked on (see :mod:`sdplan.model`).
 
-    ``batch_cap`` is the engine's ``max_num_seqs`` and what it is (default: vLLM's default, 256); a cap of 0 (not
-    one request of the workload fits the served KV cache) is a warning of its own.
+    ``limits`` are the engine's (:func:`sdplan.serving.resolve_limits`): where the plan's effective batch reaches
+    their batch cap, or not one request of the workload fits (a cap of 0), :func:`sdplan.serving.batch_cap_warning`
+    says so.
     """
     import numpy as np
+
+    from sdplan.serving import batch_cap_warning
 
     c2p = result.coefficients.c2p_s
     rho = np.concatenate([np.ravel(result.baseline_utilisation), np.ravel(result.utilisation)])
@@ -383,14 +446,9 @@ def domain_warnings(result: Plan, batch_cap: tuple[int, str] | None = None) -> l
     stable = rho < 1.0
     warnings = []
     largest = largest_batch(result)
-    cap, what = batch_cap or (DEFAULT_MAX_NUM_SEQS, "vLLM's default max_num_seqs")
-    if cap < 1:
-        warnings.append(f"not one request of the workload fits the {what}: that server cannot run it (vLLM "
-                        "refuses a max_model_len over its KV cache); the plan assumes memory it does not have")
-    elif largest is not None:
-        capped = model.batch_cap_warning(largest, cap, what)
-        if capped is not None:
-            warnings.append(capped.replace("(use --simulate)", "(see sdplan simulate --max-num-seqs)"))
+    if limits.batch_cap < 1 or (largest is not None and limits.reached(largest)):
+        warnings.append(batch_cap_warning(limits, f"at the highest rates (effective batch up to {largest or 0:.4g} "
+                                          "requests)"))
     warning = model.prefill_interference_warning(c2p, c2[stable], rho[stable])
     return warnings + ([warning] if warning else [])
 

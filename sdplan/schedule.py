@@ -25,7 +25,7 @@ others, so this schedule is also the latency-optimal ``k`` per rate
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,17 +42,18 @@ def step_times(coefficients: Coefficients, draft_lengths: list[int], sizes: Floa
     """Step time ``tau_k(n)`` in seconds, shape ``(n, 1 + len(draft_lengths))``; column 0 is no SD."""
     import numpy as np
 
-    c = coefficients
-    ks = np.asarray(draft_lengths, dtype=np.float64)
+    from sdplan.model import option_lengths, step_costs
+
+    ks = option_lengths(draft_lengths).astype(np.float64)  # "off" (0) first
     n = np.asarray(sizes, dtype=np.float64)[:, None]
-    fixed = np.concatenate([[c.baseline_c1_step_s], c.c1v_s + ks * c.c1d_s])[None, :]
-    per_other = np.concatenate([[c.baseline_c2_step_s], c.c2v_s + ks * c.c2d_s])[None, :]
-    tau = fixed + (n - 1.0) * per_other
+    fixed, per_other = step_costs(coefficients, ks)
+    tau = fixed[None, :] + (n - 1.0) * per_other[None, :]
     if moe is not None:
         cover = moe.coverage
-        phi = moe.phi(n * np.concatenate([[1.0], ks + 1.0])[None, :])
-        cover_fixed = np.array([cover.get("baseline_c1_step_s", 0.0)] + [cover.get("c1v_s", 0.0)] * ks.size)
-        cover_other = np.array([cover.get("baseline_c2_step_s", 0.0)] + [cover.get("c2v_s", 0.0)] * ks.size)
+        phi = moe.phi(n * (ks + 1.0)[None, :])
+        sd = ks > 0
+        cover_fixed = np.where(sd, cover.get("c1v_s", 0.0), cover.get("baseline_c1_step_s", 0.0))
+        cover_other = np.where(sd, cover.get("c2v_s", 0.0), cover.get("baseline_c2_step_s", 0.0))
         tau = tau + phi * (cover_fixed[None, :] + (n - 1.0) * cover_other[None, :])
     return tau
 
@@ -85,9 +86,10 @@ def batch_size_schedule(
     """
     import numpy as np
 
+    from sdplan.model import option_lengths
+
     goodput = goodput_per_size(coefficients, draft_lengths, alpha, max_batch_size, tokens_per_cycle, moe)
-    k_with_off = np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64)])
-    return _ranges(k_with_off[np.argmax(goodput, axis=1)])
+    return _ranges(option_lengths(draft_lengths)[np.argmax(goodput, axis=1)])
 
 
 def goodput_per_size(coefficients: Coefficients, draft_lengths: list[int], alpha: float, max_batch_size: int,
@@ -99,11 +101,13 @@ def goodput_per_size(coefficients: Coefficients, draft_lengths: list[int], alpha
     import numpy as np
 
     from sdplan.acceptance import expected_tokens_per_cycle
+    from sdplan.model import option_demands
 
     ks = np.asarray(draft_lengths, dtype=np.float64)
     tokens = expected_tokens_per_cycle(alpha, ks) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
+    options = option_demands(coefficients, draft_lengths, np.atleast_1d(tokens))
     sizes = np.arange(1, max_batch_size + 1, dtype=np.float64)
-    return np.concatenate([[1.0], np.atleast_1d(tokens)])[None, :] / step_times(coefficients, draft_lengths, sizes, moe)
+    return options.tokens_per_cycle[None, :] / step_times(coefficients, draft_lengths, sizes, moe)
 
 
 def _ranges(per_size: object) -> list[tuple[int, int, int]]:
@@ -190,7 +194,9 @@ def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_widt
     """
     import numpy as np
 
-    k_with_off = np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64)])
+    from sdplan.model import option_lengths
+
+    k_with_off = option_lengths(draft_lengths)
     allowed = k_with_off >= min_k
     if not allowed.any():
         raise ValueError(f"no candidate draft length is >= {min_k}")
@@ -229,64 +235,6 @@ def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_widt
     kept = goodput[np.arange(goodput.shape[0]), chosen]
     return EngineSchedule(tiers=[(a, b, k) for a, b, k in tiers], optimal=optimal, max_num_seqs=goodput.shape[0],
                           goodput_loss_pct=float(np.max(1.0 - kept / best) * 100.0), merged=merged)
-
-
-def serve_flag(arguments: Sequence[str], flag: str) -> str | None:
-    """The value of a ``vllm serve`` flag among ``arguments`` (``--flag V`` or ``--flag=V``), None if absent.
-
-    vLLM's argument parser reads ``--max_num_seqs`` as ``--max-num-seqs``, so the name matches either way.
-    """
-    for index, argument in enumerate(arguments):
-        name, equals, value = argument.partition("=")
-        if not name.startswith("--") or name.replace("_", "-") != flag:
-            continue
-        if equals:
-            return value
-        if index + 1 < len(arguments):
-            return arguments[index + 1]
-    return None
-
-
-def served_max_num_seqs(arguments: Sequence[str], hardware: str) -> int:
-    """The ``max_num_seqs`` a ``vllm serve`` with these arguments runs with on this hardware.
-
-    ``--max-num-seqs`` where given, else :func:`engine_max_num_seqs` (doubled with
-    ``--performance-mode throughput``), lowered to ``--max-num-batched-tokens`` as vLLM lowers its default.
-    """
-    value = serve_flag(arguments, "--max-num-seqs")
-    if value and value.isdigit():
-        return int(value)
-    cap = engine_max_num_seqs(hardware)
-    if serve_flag(arguments, "--performance-mode") == "throughput":
-        cap *= 2  # vLLM doubles its default max_num_seqs in throughput mode
-    batched = serve_flag(arguments, "--max-num-batched-tokens")
-    return min(cap, int(batched)) if batched and batched.isdigit() and int(batched) > 0 else cap
-
-
-def kv_cache_requests(kv_cache_tokens: float, prompt_tokens: float, output_tokens: float) -> int:
-    """How many requests of the workload a KV cache holds at once: ``floor(tokens / (p + g))``.
-
-    vLLM's own "maximum concurrency" line at start-up; each running request reserves its prompt and its
-    output. 0 where not one fits (vLLM refuses to start a ``max_model_len`` over the cache).
-    """
-    import math
-
-    return max(0, math.floor(kv_cache_tokens / (prompt_tokens + output_tokens)))
-
-
-def engine_max_num_seqs(hardware: str) -> int:
-    """vLLM's default ``max_num_seqs`` for ``vllm serve`` on this hardware.
-
-    1024 on GPUs of at least 70 GiB other than A100 (H100, H200, B200), 256
-    elsewhere (A100, L40S), 128 per CPU socket
-    (``vllm==0.33.0:vllm/engine/arg_utils.py:2973-3005``; the same table in 0.32).
-    """
-    text = hardware.lower()
-    if "cpu" in text:
-        return 128
-    if any(name in text for name in ("h100", "h200", "h20", "b200", "b300", "gb200", "gb300")):
-        return 1024
-    return 256
 
 
 def check_vllm_schedule(schedule: list[tuple[int, int, int]]) -> None:

@@ -205,8 +205,9 @@ def test_validity_warnings(direct_document) -> None:
 def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_calibration, direct_document,
                                                                         sdplan) -> None:
     from sdplan.calibration import load_calibration
+    from sdplan.serving import served_batch_cap
 
-    assert load_calibration(write_calibration(copy.deepcopy(direct_document), "plain")).served_batch_cap() is None
+    assert served_batch_cap(load_calibration(write_calibration(copy.deepcopy(direct_document), "plain"))) is None
     served = copy.deepcopy(direct_document)
     served["provenance"]["hardware"] = "AMD EPYC (CPU, 2 cores)"
     served["measurement"] = {"method": "served", "server_commands": [
@@ -214,9 +215,9 @@ def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_cal
         "vllm serve /m --max-num-seqs=48 --speculative-config '{\"method\":\"draft_model\"}'",
         "vllm serve /m --max_num_seqs 64"]}
     cal = load_calibration(write_calibration(served, "served"))
-    assert cal.served_batch_cap() == (48, "the calibrated server's max_num_seqs")
+    assert served_batch_cap(cal) == (48, "the calibrated server's max_num_seqs")
     served["measurement"]["server_commands"] = ["vllm serve /m --dtype float32"]
-    cap, what = load_calibration(write_calibration(served, "default")).served_batch_cap()
+    cap, what = served_batch_cap(load_calibration(write_calibration(served, "default")))
     assert cap == 128 and "default" in what  # vLLM's default on a CPU, which that server ran with
     # plan's caveat names that cap, not vLLM's GPU default of 256
     result = sdplan("plan", "-c", str(write_calibration(served, "default")), "--acceptance", "0.7")
@@ -242,7 +243,7 @@ def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_cal
 
 def test_one_rule_for_the_max_num_seqs_a_vllm_serve_runs_with() -> None:
     """calibrate's sweep and a served calibration's planner read a server's batch cap alike."""
-    from sdplan.schedule import serve_flag, served_max_num_seqs
+    from sdplan.serving import serve_flag, served_max_num_seqs
 
     assert serve_flag(["--dtype", "float32", "--max_num_seqs", "96"], "--max-num-seqs") == "96"
     assert serve_flag(["--max-num-seqs=48"], "--max-num-seqs") == "48"
@@ -256,7 +257,7 @@ def test_one_rule_for_the_max_num_seqs_a_vllm_serve_runs_with() -> None:
 def test_one_rule_for_the_requests_a_kv_cache_holds() -> None:
     """vLLM's "maximum concurrency": each running request reserves its prompt and output (the sweep's bound,
     check/simulate's batch cap and plan's caveat all read it)."""
-    from sdplan.schedule import kv_cache_requests
+    from sdplan.serving import kv_cache_requests
 
     assert kv_cache_requests(74_880, 512, 128) == 117
     assert kv_cache_requests(87_296, 2048, 256) == 37
@@ -268,17 +269,18 @@ def test_a_served_calibration_knows_the_kv_cache_of_each_server(write_calibratio
     """check, simulate and capacity default --kv-cache-tokens to the KV cache the calibrated server of the draft
     length reported (the draft's KV shares the memory, so SD servers hold fewer tokens); the option still wins."""
     from sdplan.calibration import load_calibration
+    from sdplan.serving import served_kv_cache_tokens
 
     served = copy.deepcopy(direct_document)
     served["measurement"] = {"method": "served", "server_commands": ["vllm serve /m --max-num-seqs 64"],
                              "kv_cache_configurations": ["nosd", "k2", "ep-k4"],
                              "kv_cache_tokens": [2000.0, 1000.0, 1200.0]}
     cal = load_calibration(write_calibration(served, "served-kv"))
-    assert cal.served_kv_cache_tokens(0) == (2000.0, "nosd")
-    assert cal.served_kv_cache_tokens(2) == (1000.0, "k2")
-    assert cal.served_kv_cache_tokens(4) == (1200.0, "ep-k4")
-    assert cal.served_kv_cache_tokens(3) == (1000.0, "k2")  # no server of its own: the smallest SD cache
-    assert load_calibration(write_calibration(direct_document, "plain")).served_kv_cache_tokens(2) is None
+    assert served_kv_cache_tokens(cal, 0) == (2000.0, "nosd")
+    assert served_kv_cache_tokens(cal, 2) == (1000.0, "k2")
+    assert served_kv_cache_tokens(cal, 4) == (1200.0, "ep-k4")
+    assert served_kv_cache_tokens(cal, 3) == (1000.0, "k2")  # no server of its own: the smallest SD cache
+    assert served_kv_cache_tokens(load_calibration(write_calibration(direct_document, "plain")), 2) is None
     path = str(write_calibration(served, "served-kv"))
     workload = ["-c", path, "--acceptance", "0.7", "--prompt-tokens", "100", "--output-tokens", "100"]
 

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from sdplan.calibration import resolve_calibration, shipped_directory
 from sdplan.errors import ExitStatus
-from sdplan.schedule import engine_max_num_seqs, engine_schedule, goodput_per_size, vllm_lookup
+from sdplan.schedule import engine_schedule, goodput_per_size, vllm_lookup
+from sdplan.serving import engine_max_num_seqs
 from sdplan.schema import read_toml
 
 DEFAULT = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"

@@ -32,7 +32,12 @@ def test_batch_cap_rate_inverts_littles_law() -> None:
     c1, c2 = 2.0, 0.05
     rate = float(model.batch_cap_rate(c1, c2, 10.0))
     assert rate * float(model.mean_latency(c1, c2, rate)) == pytest.approx(10.0)
-    assert model.batch_cap_warning(9.99, 10.0) is None and "batch cap" in model.batch_cap_warning(10.0, 10.0)
+    from sdplan.calibration import resolve_calibration
+    from sdplan.serving import LimitOptions, batch_cap_warning, resolve_limits
+
+    limits = resolve_limits(resolve_calibration(None), None, LimitOptions(max_num_seqs=10), [0], 512, 128)
+    assert not limits.reached(9.99) and limits.reached(10.0) and limits.reached(float("inf"))
+    assert "batch cap of 10 sequences (the max_num_seqs given)" in batch_cap_warning(limits, "at 1 req/s")
 
 
 def test_every_command_warns_outside_the_calibrated_batch_range(sdplan) -> None:

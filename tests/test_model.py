@@ -222,3 +222,22 @@ def test_default_rates_reach_saturation() -> None:
     assert len(rates) == 12 and rates == sorted(rates) and rates[0] > 0
     _, c2_d = model.baseline_demand(c)
     assert rates[-1] >= 0.99 / c2_d
+
+
+def test_option_demands_put_off_in_column_0_and_keep_the_acceptance_rows() -> None:
+    c = coefficients()
+    ks = [1, 3, 5]
+    tokens = expected_tokens_per_cycle(numpy.array([[0.6], [0.9]]), numpy.array([ks], dtype=float))  # (2, 3)
+    options = model.option_demands(c, ks, tokens)
+    assert options.draft_lengths.tolist() == [0, 1, 3, 5]
+    assert options.c1_s.shape == options.c2_s.shape == options.tokens_per_cycle.shape == (2, 4)
+    c1_d, c2_d = model.baseline_demand(c)
+    assert_allclose(options.c1_s[:, 0], c1_d)
+    assert_allclose(options.c2_s[:, 0], c2_d)
+    assert_allclose(options.tokens_per_cycle[:, 0], 1.0)
+    c1_sd, c2_sd = model.speculative_demand(c, numpy.array([[0.6], [0.9]]), numpy.array([ks], dtype=float))
+    assert_allclose(options.c1_s[:, 1:], c1_sd)
+    assert_allclose(options.c2_s[:, 1:], c2_sd)
+    one_row = model.option_demands(c, ks, tokens[1])
+    assert one_row.c1_s.shape == (4,)
+    assert_allclose(one_row.c1_s, options.c1_s[1])

@@ -97,7 +97,9 @@ def _rates_callback(ctx: click.Context, param: click.Parameter, value: str | Non
     return sorted(set(rates))
 
 
-def _draft_lengths_callback(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+def _draft_lengths_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
     lengths = parse_int_list(value, "draft lengths in tokens")
     if any(k < 0 for k in lengths):
         raise click.BadParameter("draft lengths must be >= 0 tokens (0 means SD off, always included)")
@@ -227,9 +229,9 @@ def grid_options(fn: FuncT) -> FuncT:
             click.option("-r", "--rates", callback=_rates_callback, metavar="RATES",
                          help="Request rates in req/s: a list (1,2,4) or inclusive START:STOP:STEP "
                          "(0.5:16:0.5), mixable. Default: 12 rates up to the highest saturation rate."),
-            click.option("-k", "--draft-lengths", default="1-8", show_default=True, callback=_draft_lengths_callback,
-                         metavar="KS", help="Draft lengths in tokens: a list (1,2,4) or range (1-8). "
-                         "0 (SD off) is always included."),
+            click.option("-k", "--draft-lengths", callback=_draft_lengths_callback, metavar="KS",
+                         help="Draft lengths in tokens: a list (1,2,4) or range (1-8). 0 (SD off) is always "
+                         "included. Default: 1-8."),
         ],
     )
 
@@ -287,11 +289,3 @@ def usage_error(message: str) -> click.UsageError:
     error = click.UsageError(message)
     error.exit_code = int(ExitStatus.USAGE)
     return error
-
-
-def option_given(name: str) -> bool:
-    """Whether the running command's option ``name`` came from the user (command line or environment)."""
-    from click.core import ParameterSource
-
-    source = click.get_current_context().get_parameter_source(name)
-    return source not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
-from sdplan.cli._options import calibration_option, option_given, output_options, plot_options, workload_options
-from sdplan.cli._simulation import simulation_options
-from sdplan.workload import measured_draft_lengths
+from sdplan.cli._inputs import workload_file_option
+from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
+from sdplan.cli._simulation import echo_warnings, simulation_options
+
+if TYPE_CHECKING:
+    from sdplan.calibration import Calibration
+    from sdplan.capacity import Capacity
+    from sdplan.scenario import Scenario
+    from sdplan.schedule import EngineSchedule
+    from sdplan.simulate import SimulationConfig
+    from sdplan.slo import SLO
 
 
 @click.command()
@@ -48,8 +57,8 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
              data_parallel_size: int, prompt_tokens: int | None, output_tokens: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
-             use_simulator: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int,
-             max_num_batched_tokens: int, kv_cache_tokens: float | None, lengths_file: str | None,
+             use_simulator: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int | None,
+             max_num_batched_tokens: int | None, kv_cache_tokens: float | None, lengths_file: str | None,
              fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Highest request rate per replica that meets the SLOs, for no SD and each k.
 
@@ -61,9 +70,10 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     batch size as a vLLM --speculative-config; --format sglang an SGLang
     --speculative-adaptive-config; --format trtllm a TensorRT-LLM
     speculative_config with draft_len_schedule. Engine formats cover the
-    engine's max_num_seqs (--max-num-seqs, else the one a served
-    calibration's servers ran with, else vLLM's default for the
-    calibration's hardware) and merge narrow tiers so k does not flap.
+    engine's max_num_seqs (--max-num-seqs, else the workload file's
+    max_batch_size, else the one a served calibration's servers ran with,
+    else vLLM's default for the calibration's hardware) and merge narrow
+    tiers so k does not flap.
 
     \b
     Examples:
@@ -74,146 +84,162 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                       -f sglang -o spec.json
     """
     from sdplan.capacity import capacity as solve_capacity
-    from sdplan.capacity import batch_cap_label, fleet
+    from sdplan.cli._inputs import command_scenario, draft_lengths_given
+    from sdplan.cli._options import check_plot_request
     from sdplan.errors import InfeasibleError, InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
-    from sdplan.methods import resolve_method
     from sdplan.render.check import capacity_document, render_capacity
-    from sdplan.schedule import engine_max_num_seqs, engine_schedule, goodput_per_size
     from sdplan.workload import resolve_slos
 
-    from sdplan.cli._options import check_plot_request, terminal_plot_settings
-
-    from sdplan.cli._simulation import (echo_warnings, engine_batch_cap, histogram_means, read_lengths,
-                                       smallest_served_kv_cache)
-
     check_plot_request(plot, plot_file, fmt)
-    lengths = read_lengths(lengths_file) if lengths_file else None
-    prompt_tokens, output_tokens = histogram_means(lengths, prompt_tokens, output_tokens)
-    inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
-                            acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
-    file = inputs.file
-    method = resolve_method(spec_method, inputs.calibration)
-    candidates, lengths_note = measured_draft_lengths(
-        inputs.workload.acceptance, candidate_lengths(draft_lengths, file),
-        given=draft_lengths is not None or (file is not None and file.draft_lengths is not None))
-    alpha = inputs.workload.acceptance.alphas[0]
-    coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
-    # one batch cap, vLLM's max_num_seqs: the simulator's and the k schedule's (--max-batch-size: old alias)
-    given = option_given("max_num_seqs")
-    served = inputs.calibration.served_batch_cap()  # the max_num_seqs a served calibration's servers ran with
-    max_batch = (max_batch_size or (max_num_seqs if given else None)
-                 or (file.max_batch_size if file and file.max_batch_size else None)
-                 or (served[0] if served else None) or max_num_seqs)
-    # the k schedule covers the engine's own max_num_seqs unless one is given (vLLM 0.33: 1024 on H100/H200/B200)
-    schedule_cap = ((max_batch if (max_batch_size or given or (file and file.max_batch_size) or served) else None)
-                    or engine_max_num_seqs(str(inputs.calibration.provenance.get("hardware", ""))))
-    max_num_seqs = max_batch
-    tokens = inputs.workload.acceptance.tokens_per_cycle(candidates)[0]
-    from sdplan.limits import check_grid
-
-    check_grid(schedule_cap * len(candidates), f"{schedule_cap} batch sizes x {len(candidates)} draft lengths",
-               "lower --max-num-seqs or give fewer --draft-lengths")
-    if min_k > max(candidates):
-        raise InvalidValueError(f"--min-k {min_k} exceeds every draft length ({max(candidates)} at most)")
-    moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
-    goodput = goodput_per_size(coefficients, candidates, alpha, schedule_cap, tokens_per_cycle=tokens, moe=moe)
-    plan = engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k)
+    # --max-batch-size: the old alias of --max-num-seqs
+    scenario = command_scenario(draft_lengths_given(draft_lengths), max_num_seqs=max_batch_size)
+    candidates, limits, file = scenario.draft_lengths, scenario.limits, scenario.file
+    schedule = _schedule(scenario, min_k, min_tier_width)
     if fmt in ("vllm-config", "sglang", "trtllm"):
-        _export(fmt, plan, method, inputs.calibration, data_parallel_size, output)
+        _export(fmt, schedule, scenario.method, scenario.calibration, data_parallel_size, output)
         return
-    schedule = plan.tiers
-    if moe is not None:
+    if scenario.moe is not None:
         raise InvalidValueError("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 "
                                 "depend on the load, so the closed-form inverse does not hold; use plan or check")
     parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
     if not parsed:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
-    p, g = inputs.workload.prompt_tokens, inputs.workload.output_tokens
-    kv_cache_tokens, kv_source = smallest_served_kv_cache(kv_cache_tokens, inputs.calibration, candidates)
-    batch_cap, cap_source = engine_batch_cap(min(max_num_seqs, max_batch), kv_cache_tokens, p, g, kv_source)
-    cap = solve_capacity(coefficients, candidates, alpha, parsed, tokens_per_cycle=tokens, max_batch=batch_cap)
+    limits.require_fit(scenario.request_tokens)
+    tokens = scenario.tokens_per_cycle[0]
+    cap = solve_capacity(scenario.coefficients, candidates, scenario.alpha, parsed, tokens_per_cycle=tokens,
+                         max_batch=limits.batch_cap)
     if use_simulator:
-        cap = _simulated_capacity(cap, coefficients, candidates, inputs.workload, parsed, requests, seeds, seed,
-                                  arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths)
-    import numpy as np
-
-    from sdplan import model
-
-    at_capacity = cap.max_rate_rps * model.mean_latency(cap.c1_s, cap.c2_s, cap.max_rate_rps)
-    finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
-    warnings = inputs.calibration.validity_warnings(p, g, float(finite.max()) if finite.size else None)
-    if not use_simulator:
-        interference = model.prefill_interference_warning(coefficients.c2p_s, cap.c2_s[cap.feasible],
-                                                          (cap.max_rate_rps * cap.c2_s)[cap.feasible])
-        if interference is not None:
-            warnings.append(interference)
-    if any(binding == batch_cap_label(batch_cap) for binding in cap.binding_slo):
-        warnings.append(f"capacity is limited by the batch cap of {batch_cap:g} sequences ({cap_source}) for some "
-                        "options: the mean model is outside its regime beyond it (check with --simulate)")
-    warnings += [lengths_note] if lengths_note else []
+        cap = _simulated_capacity(scenario, cap, parsed)
+    warnings = _warnings(scenario, cap, use_simulator)
     echo_warnings(warnings)
-    target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
-    gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
-        inputs.calibration.provenance.get("tensor_parallel_size")
-    cost = gpu_hour_cost if gpu_hour_cost is not None else (file.gpu_hour_cost_usd if file else None)
-    fleets = None
-    if target is not None:
-        g = coefficients.output_tokens
-        no_sd = fleet("off", float(cap.max_rate_rps[0]), target, g, gpus, cost)
-        best_sd = cap.best_speculative
-        with_sd = (fleet(cap.label(best_sd), float(cap.max_rate_rps[best_sd]), target, g, gpus, cost)
-                   if best_sd > 0 else None)
-        fleets = (no_sd, with_sd)
-    context = inputs.context()
-    context["speculative_method"] = method
+    context = scenario.context()
+    context["speculative_method"] = scenario.method
     context["warnings"] = warnings
-    context["batch_cap_sequences"] = batch_cap
+    context["batch_cap_sequences"] = float(limits.batch_cap)
     context["evaluated_by"] = (f"simulated: bisection on rate, {seeds} x {requests} requests per point"
                                if use_simulator else "analytic model (means), closed-form inverse")
     if not use_simulator:
-        from sdplan.uncertainty import capacity_intervals, coefficient_draws
-
-        draws = coefficient_draws(inputs.calibration, p, g, options=(candidates, tokens))
-        if draws is not None:
-            bounds = capacity_intervals(draws, lambda c: solve_capacity(c, candidates, alpha, parsed,
-                                                                        tokens_per_cycle=tokens,
-                                                                        max_batch=batch_cap))
-            context["max_rate_under_slo_ci95_rps"] = {
-                cap.label(i): [float(bounds[0, i]), float(bounds[1, i])] for i in range(bounds.shape[1])}
-            context["uncertainty"] = ("95% intervals of each option's capacity from the calibration's covariance "
-                                      f"({len(draws)} draws); size with the low end to be safe")
-            best = cap.best
-            if best >= 0:
-                click.echo(f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
-                           f"95% interval {float(bounds[0, best]):.4g}-{float(bounds[1, best]):.4g} (fit uncertainty)",
-                           err=True)
-    document = capacity_document(cap, parsed, context, target, fleets, schedule)
+        context.update(_intervals(scenario, cap, parsed))
+    target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
+    document = capacity_document(cap, parsed, context, target, _fleets(scenario, cap, target, gpus_per_replica,
+                                                                      gpu_hour_cost), schedule.tiers)
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
-    labels = [option["option"] for option in document["options"]]
-    values = [option["max_rate_under_slo_rps"] for option in document["options"]]
+    emit(text + _plots(scenario, document, plot, plot_file, ascii_only), output)
+    if cap.best < 0:
+        raise InfeasibleError("no option meets the SLOs at any request rate (see the binding SLO per option)")
+
+
+def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSchedule:
+    """The goodput-optimal k per batch size 1..max_num_seqs, merged so k does not flap."""
+    from sdplan.errors import InvalidValueError
+    from sdplan.limits import check_grid
+    from sdplan.schedule import engine_schedule, goodput_per_size
+
+    candidates, cap = scenario.draft_lengths, scenario.limits.max_num_seqs
+    check_grid(cap * len(candidates), f"{cap} batch sizes x {len(candidates)} draft lengths",
+               "lower --max-num-seqs or give fewer --draft-lengths")
+    if min_k > max(candidates):
+        raise InvalidValueError(f"--min-k {min_k} exceeds every draft length ({max(candidates)} at most)")
+    goodput = goodput_per_size(scenario.coefficients, candidates, scenario.alpha, cap,
+                               tokens_per_cycle=scenario.tokens_per_cycle[0], moe=scenario.moe)
+    return engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k)
+
+
+def _warnings(scenario: Scenario, cap: Capacity, use_simulator: bool) -> list[str]:
+    """Calibrated range, prefill interference at capacity, and options whose capacity the batch cap sets."""
+    import numpy as np
+
+    from sdplan import model
+    from sdplan.capacity import batch_cap_label
+    from sdplan.serving import batch_cap_warning
+
+    at_capacity = cap.max_rate_rps * model.mean_latency(cap.c1_s, cap.c2_s, cap.max_rate_rps)
+    finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
+    warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
+                                                      scenario.workload.output_tokens,
+                                                      float(finite.max()) if finite.size else None)
+    if not use_simulator:
+        interference = model.prefill_interference_warning(scenario.coefficients.c2p_s, cap.c2_s[cap.feasible],
+                                                          (cap.max_rate_rps * cap.c2_s)[cap.feasible])
+        if interference is not None:
+            warnings.append(interference)
+    label = batch_cap_label(scenario.limits.batch_cap)
+    capped = [cap.label(index) for index, binding in enumerate(cap.binding_slo) if binding == label]
+    if capped:  # the batch reaches the cap at those options' capacity
+        warnings.append(batch_cap_warning(scenario.limits, f"at the capacity of {', '.join(capped)}"))
+    return warnings + scenario.notes()
+
+
+def _intervals(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> dict[str, Any]:
+    """95% intervals of each option's capacity from the calibration's covariance (none without one)."""
+    from sdplan.capacity import capacity as solve_capacity
+    from sdplan.uncertainty import capacity_intervals, coefficient_draws
+
+    workload, candidates, tokens = scenario.workload, scenario.draft_lengths, scenario.tokens_per_cycle[0]
+    draws = coefficient_draws(scenario.calibration, workload.prompt_tokens, workload.output_tokens,
+                              options=(candidates, tokens))
+    if draws is None:
+        return {}
+    bounds = capacity_intervals(draws, lambda c: solve_capacity(c, candidates, scenario.alpha, slos,
+                                                                tokens_per_cycle=tokens,
+                                                                max_batch=scenario.limits.batch_cap))
+    best = cap.best
+    if best >= 0:
+        click.echo(f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
+                   f"95% interval {float(bounds[0, best]):.4g}-{float(bounds[1, best]):.4g} (fit uncertainty)",
+                   err=True)
+    return {"max_rate_under_slo_ci95_rps": {cap.label(i): [float(bounds[0, i]), float(bounds[1, i])]
+                                            for i in range(bounds.shape[1])},
+            "uncertainty": ("95% intervals of each option's capacity from the calibration's covariance "
+                            f"({len(draws)} draws); size with the low end to be safe")}
+
+
+def _fleets(scenario: Scenario, cap: Capacity, target: float | None, gpus_per_replica: int | None,
+            gpu_hour_cost: float | None) -> tuple[Any, Any] | None:
+    """Replicas (GPUs, cost) for ``target`` req/s without SD and with the best SD option; None without a target."""
+    from sdplan.capacity import fleet
+
+    if target is None:
+        return None
+    file = scenario.file
+    gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
+        scenario.calibration.provenance.get("tensor_parallel_size")
+    cost = gpu_hour_cost if gpu_hour_cost is not None else (file.gpu_hour_cost_usd if file else None)
+    g = scenario.coefficients.output_tokens
+    no_sd = fleet("off", float(cap.max_rate_rps[0]), target, g, gpus, cost)
+    best_sd = cap.best_speculative
+    with_sd = (fleet(cap.label(best_sd), float(cap.max_rate_rps[best_sd]), target, g, gpus, cost)
+               if best_sd > 0 else None)
+    return no_sd, with_sd
+
+
+def _plots(scenario: Scenario, document: dict[str, Any], plot: bool, plot_file: str | None, ascii_only: bool) -> str:
+    """Each option's capacity as bars: drawn for the terminal (returned) and/or written to ``plot_file``."""
+    from sdplan.cli._options import terminal_plot_settings
     from sdplan.render.answer import alpha_phrase
 
+    labels = [option["option"] for option in document["options"]]
+    values = [option["max_rate_under_slo_rps"] for option in document["options"]]
     title = (f"Highest request rate under {', '.join(document['slos'])} per replica, "
-             f"{alpha_phrase(alpha, inputs.workload.acceptance.source)}")
+             f"{alpha_phrase(scenario.alpha, scenario.workload.acceptance.source)}")
+    text = ""
     if plot:
         from sdplan.render.plots import terminal_bars
 
-        text += "\n" + terminal_bars(labels, values, title, "request rate (req/s)", *terminal_plot_settings(ascii_only))
+        text = "\n" + terminal_bars(labels, values, title, "request rate (req/s)", *terminal_plot_settings(ascii_only))
     if plot_file is not None:
         from pathlib import Path
 
         from sdplan.render.plots import file_bars
 
-        file_bars(labels, values, title + f"\n{inputs.calibration.name}", "max request rate under SLO (req/s)",
+        file_bars(labels, values, title + f"\n{scenario.calibration.name}", "max request rate under SLO (req/s)",
                   Path(plot_file), highlight=document["best"])
-    emit(text, output)
-    if cap.best < 0:
-        raise InfeasibleError("no option meets the SLOs at any request rate (see the binding SLO per option)")
+    return text
 
 
-def _export(fmt: str, plan, method: str, calibration, data_parallel_size: int,  # type: ignore[no-untyped-def]
+def _export(fmt: str, plan: EngineSchedule, method: str, calibration: Calibration, data_parallel_size: int,
             output: str | None) -> None:
     """Write the engine config of ``plan`` (or say "SD off" and write nothing)."""
     from sdplan import export
@@ -247,24 +273,25 @@ def _export(fmt: str, plan, method: str, calibration, data_parallel_size: int,  
                + ", ".join(f"{a}-{b}: {k}" for a, b, k in plan.tiers) + f"\nuse: {config.usage}", err=True)
 
 
-def _simulated_capacity(cap, coefficients, candidates, workload, slos, requests, seeds, seed, arrival_cv,
-                        max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths):  # type: ignore[no-untyped-def]
+def _simulated_capacity(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> Capacity:
     """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.simulated_capacity)."""
     from sdplan.capacity import simulated_capacity
-    from sdplan.cli._simulation import build_config
-    from sdplan.render import progress_bar
-
-    def configure(rate: float, k: int):  # type: ignore[no-untyped-def]
-        return build_config(rate, k, workload.acceptance, workload.prompt_tokens, workload.output_tokens, requests,
-                            arrival_cv, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, lengths, seed)
-
-    options = len(candidates) + 1
+    from sdplan.cli._simulation import simulation_settings
     from sdplan.limits import check_simulation
+    from sdplan.render import progress_bar
+    from sdplan.scenario import simulation_config
 
-    check_simulation(requests, seeds, options * 12, "search steps (about 12 per option)")
+    settings = simulation_settings(click.get_current_context().params)
+
+    def configure(rate: float, k: int) -> SimulationConfig:
+        return simulation_config(scenario, rate, k, scenario.limits, settings)
+
+    options = len(scenario.draft_lengths) + 1
+    check_simulation(settings.requests, settings.seeds, options * 12, "search steps (about 12 per option)")
     with progress_bar("simulating capacity", options) as advance:
         def progress(index: int, rate: float) -> None:
             advance(index, options, f"{cap.label(index)} at {rate:.3g} req/s")
 
-        result, _ = simulated_capacity(cap, coefficients, slos, configure, seeds, seed, on_evaluation=progress)
+        result, _ = simulated_capacity(cap, scenario.coefficients, slos, configure, settings.seeds, settings.seed,
+                                       on_evaluation=progress)
     return result

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan.cli._inputs import candidate_lengths, resolve_inputs, workload_file_option
+from sdplan.cli._inputs import workload_file_option
 from sdplan.cli._options import calibration_option, draft_choice_callback, output_options, workload_options
-from sdplan.cli._simulation import calibrated_kv_cache_tokens, calibrated_max_num_seqs, simulation_options
-from sdplan.workload import measured_draft_lengths
+from sdplan.cli._simulation import echo_warnings, simulation_options
+
+if TYPE_CHECKING:
+    from sdplan.check import CheckReport
+    from sdplan.model import Coefficients
+    from sdplan.scenario import Scenario
+    from sdplan.serving import EngineLimits
+    from sdplan.slo import SLO
 
 
 @click.command()
@@ -38,9 +45,9 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
           draft_length: str | None, draft_lengths: str | None, prompt_tokens: int | None, output_tokens: int | None,
           acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
           draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
-          use_simulator: bool, pessimistic: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int,
-          max_num_batched_tokens: int, kv_cache_tokens: float | None, lengths_file: str | None,
-          fmt: str, output: str | None, ascii_only: bool) -> None:
+          use_simulator: bool, pessimistic: bool, requests: int, seeds: int, seed: int, arrival_cv: float,
+          max_num_seqs: int | None, max_num_batched_tokens: int | None, kv_cache_tokens: float | None,
+          lengths_file: str | None, fmt: str, output: str | None, ascii_only: bool) -> None:
     """Check SLOs at one request rate; exit 1 if any is missed.
 
     Predicts the mean end-to-end latency, TTFT, TPOT, throughput and
@@ -61,18 +68,14 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
       sdplan check -w deploy/chat.toml --format json
     """
     from sdplan.check import run_check
+    from sdplan.cli._inputs import command_scenario, draft_lengths_given
     from sdplan.errors import InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.check import check_summary, github_annotations, render_check
-    from sdplan.workload import resolve_slos
+    from sdplan.workload import measured_draft_lengths, resolve_slos
 
-    from sdplan.cli._simulation import echo_warnings, engine_batch_cap, histogram_means, read_lengths
-
-    lengths = read_lengths(lengths_file) if lengths_file else None
-    prompt_tokens, output_tokens = histogram_means(lengths, prompt_tokens, output_tokens)
-    inputs = resolve_inputs(workload_path, calibration, prompt_tokens, output_tokens, acceptance_alpha,
-                            acceptance_length, draft_acceptance_rate, acceptance_k, position_acceptance)
-    file = inputs.file
+    scenario = command_scenario(draft_lengths_given(draft_lengths))
+    file = scenario.file
     if rate is None:
         rate = file.request_rate_rps if file is not None else None
     if rate is None:
@@ -83,82 +86,26 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
         draft_length = {"best": "best", "off": "off", "fixed": str(file.draft_length)}[file.mode]
     choice = draft_length or "best"
     mode = choice if choice in ("best", "off") else "fixed"
-    max_num_seqs = calibrated_max_num_seqs(max_num_seqs, inputs.calibration)
-    candidates, lengths_note = measured_draft_lengths(
-        inputs.workload.acceptance, candidate_lengths(draft_lengths, file),
-        given=draft_lengths is not None or (file is not None and file.draft_lengths is not None))
-    coefficients = inputs.calibration.coefficients_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
     fixed = int(choice) if mode == "fixed" else None
     if fixed:
-        measured_draft_lengths(inputs.workload.acceptance, [fixed], given=True)  # past the measured k: an error
-    tokens = inputs.workload.acceptance.tokens_per_cycle([fixed] if fixed else candidates)
+        measured_draft_lengths(scenario.workload.acceptance, [fixed], given=True)  # past the measured k: an error
+    tokens = scenario.workload.acceptance.tokens_per_cycle([fixed] if fixed else scenario.draft_lengths)
     parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
-    moe = inputs.calibration.moe_at(inputs.workload.prompt_tokens, inputs.workload.output_tokens)
-    report = run_check(coefficients, rate, inputs.workload.acceptance.alphas[0], mode, fixed, candidates,
-                       parsed, tokens_per_cycle=tokens, moe=moe)
+    report = run_check(scenario.coefficients, rate, scenario.alpha, mode, fixed, scenario.draft_lengths, parsed,
+                       tokens_per_cycle=tokens, moe=scenario.moe)
     intervals = None
     if pessimistic:
-        from sdplan.uncertainty import coefficient_draws, pessimistic_verdicts
-
         if use_simulator:
             raise click.UsageError("--pessimistic and --simulate do not combine: intervals come from the analytic "
                                    "model over the calibration's covariance")
-        if "uncertainty" not in inputs.calibration.document:
-            raise InvalidValueError(f"--pessimistic needs a calibration with a covariance ([uncertainty]); "
-                                    f"{inputs.calibration.name} has none: fit one (sdplan fit, sdplan calibrate)")
-        chosen = report.draft_length
-        option_tokens = inputs.workload.acceptance.tokens_per_cycle([chosen] if chosen else candidates)
-        draws = coefficient_draws(inputs.calibration, inputs.workload.prompt_tokens, inputs.workload.output_tokens,
-                                  options=([chosen] if chosen else candidates, option_tokens))
-        if draws is None:
-            option = f"SD k={chosen}" if chosen else "the candidate draft lengths"
-            raise InvalidValueError(f"--pessimistic: {inputs.calibration.name}'s covariance gives positive demands "
-                                    f"in under a quarter of its draws at {option}, so the fit does not determine "
-                                    "it; measure that draft length (sdplan calibrate --draft-lengths)")
-
-        def check_draw(drawn):  # type: ignore[no-untyped-def]
-            return run_check(drawn, rate, inputs.workload.acceptance.alphas[0], "fixed" if chosen else "off",
-                             chosen or None, candidates, parsed, tokens_per_cycle=option_tokens, moe=moe)
-
-        report, intervals = pessimistic_verdicts(report, parsed, draws, check_draw)
-    # the KV cache of the calibrated server that runs the chosen draft length, unless --kv-cache-tokens is given
-    kv_cache_tokens, kv_source = calibrated_kv_cache_tokens(kv_cache_tokens, inputs.calibration, report.draft_length)
+        report, intervals = _pessimistic(scenario, report, parsed)
+    limits = scenario.limits_for([report.draft_length])  # the server that runs the chosen option
+    limits.require_fit(scenario.request_tokens)
     if use_simulator:
-        from sdplan.check import simulated_verdicts
-        from sdplan.cli._simulation import build_config
-        from sdplan.simulate import replicate
-
-        if moe is not None:
-            raise InvalidValueError("--simulate does not model MoE expert coverage yet")
-        if rate <= 0:
-            raise click.BadParameter("--simulate needs a rate > 0 req/s", param_hint="'--rate'")
-        from sdplan.limits import check_simulation
-
-        check_simulation(requests, seeds, 1, "rate")
-        config = build_config(rate, report.draft_length, inputs.workload.acceptance, inputs.workload.prompt_tokens,
-                              inputs.workload.output_tokens, requests, arrival_cv, max_num_seqs,
-                              max_num_batched_tokens, kv_cache_tokens, lengths, seed)
-        summary = replicate(coefficients, config, seeds, seed, report.point.e2e_s)
-        report = simulated_verdicts(report, parsed, summary)
-    from sdplan import model
-
-    p, g = inputs.workload.prompt_tokens, inputs.workload.output_tokens
-    warnings = inputs.calibration.validity_warnings(p, g, report.batch)
-    batch_cap, cap_source = engine_batch_cap(max_num_seqs, kv_cache_tokens, p, g, kv_source)
-    over = model.batch_cap_warning(report.batch, batch_cap, cap_source)
-    if over is not None and not use_simulator:
-        warnings.append(over)
-    if not use_simulator and report.point.utilisation < 1.0:
-        c2 = report.point.utilisation / rate if rate > 0 else 0.0
-        interference = model.prefill_interference_warning(coefficients.c2p_s, c2, report.point.utilisation)
-        if interference is not None:
-            warnings.append(interference)
-    if report.simulated is not None and not report.steady:
-        warnings.append("the simulation did not reach a steady state at this rate (the queue keeps growing): "
-                        "every SLO fails")
-    warnings += [lengths_note] if lengths_note else []
+        report = _simulated(scenario, report, parsed, limits)
+    warnings = _warnings(scenario, report, limits)
     echo_warnings(warnings)
-    context = inputs.context()
+    context = scenario.context()
     context["warnings"] = warnings
     if intervals is not None:
         context["pessimistic"] = {"level": 0.95, "rule": "each SLO checked at the pessimistic end of its 95% "
@@ -174,3 +121,76 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
             click.echo(line, err=True)
     click.echo(check_summary(report), err=True)
     raise SystemExit(int(report.exit_status))
+
+
+def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tuple[CheckReport, dict[str, Any]]:
+    """The report re-checked at the pessimistic end of each prediction's 95% interval, and the intervals."""
+    from sdplan.check import run_check
+    from sdplan.errors import InvalidValueError
+    from sdplan.uncertainty import coefficient_draws, pessimistic_verdicts
+
+    calibration, workload, candidates = scenario.calibration, scenario.workload, scenario.draft_lengths
+    if "uncertainty" not in calibration.document:
+        raise InvalidValueError(f"--pessimistic needs a calibration with a covariance ([uncertainty]); "
+                                f"{calibration.name} has none: fit one (sdplan fit, sdplan calibrate)")
+    chosen = report.draft_length
+    option_tokens = workload.acceptance.tokens_per_cycle([chosen] if chosen else candidates)
+    draws = coefficient_draws(calibration, workload.prompt_tokens, workload.output_tokens,
+                              options=([chosen] if chosen else candidates, option_tokens))
+    if draws is None:
+        option = f"SD k={chosen}" if chosen else "the candidate draft lengths"
+        raise InvalidValueError(f"--pessimistic: {calibration.name}'s covariance gives positive demands "
+                                f"in under a quarter of its draws at {option}, so the fit does not determine "
+                                "it; measure that draft length (sdplan calibrate --draft-lengths)")
+
+    def check_draw(drawn: Coefficients) -> CheckReport:
+        return run_check(drawn, report.rate_rps, scenario.alpha, "fixed" if chosen else "off", chosen or None,
+                         candidates, slos, tokens_per_cycle=option_tokens, moe=scenario.moe)
+
+    return pessimistic_verdicts(report, slos, draws, check_draw)
+
+
+def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits: EngineLimits) -> CheckReport:
+    """The report with every latency verdict from the simulator's statistics."""
+    from sdplan.check import simulated_verdicts
+    from sdplan.cli._simulation import simulation_settings
+    from sdplan.errors import InvalidValueError
+    from sdplan.limits import check_simulation
+    from sdplan.scenario import simulation_config
+    from sdplan.simulate import replicate
+
+    if scenario.moe is not None:
+        raise InvalidValueError("--simulate does not model MoE expert coverage yet")
+    if report.rate_rps <= 0:
+        raise click.BadParameter("--simulate needs a rate > 0 req/s", param_hint="'--rate'")
+    settings = simulation_settings(click.get_current_context().params)
+    check_simulation(settings.requests, settings.seeds, 1, "rate")
+    config = simulation_config(scenario, report.rate_rps, report.draft_length, limits, settings)
+    summary = replicate(scenario.coefficients, config, settings.seeds, settings.seed, report.point.e2e_s)
+    return simulated_verdicts(report, slos, summary)
+
+
+def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> list[str]:
+    """Where the answer is outside the model's domain: calibrated range, batch cap, prefill load, no steady state."""
+    import math
+
+    from sdplan import model
+    from sdplan.serving import batch_cap_warning
+
+    rate = report.rate_rps
+    warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
+                                                      scenario.workload.output_tokens, report.batch)
+    if report.simulated is None:
+        if math.isfinite(report.batch) and limits.reached(report.batch):  # unstable: every SLO fails anyway
+            warnings.append(batch_cap_warning(limits, f"at {rate:g} req/s (effective batch {report.batch:.4g} "
+                                              "requests)"))
+        if report.point.utilisation < 1.0:
+            c2 = report.point.utilisation / rate if rate > 0 else 0.0
+            interference = model.prefill_interference_warning(scenario.coefficients.c2p_s, c2,
+                                                              report.point.utilisation)
+            if interference is not None:
+                warnings.append(interference)
+    if report.simulated is not None and not report.steady:
+        warnings.append("the simulation did not reach a steady state at this rate (the queue keeps growing): "
+                        "every SLO fails")
+    return warnings + scenario.notes()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from sdplan.cli._options import (calibration_option, grid_options, option_given, output_options, plot_options,
-                                 workload_options)
-from sdplan.cli._simulation import served_engine_cap
+from sdplan.cli._options import calibration_option, grid_options, output_options, plot_options, workload_options
+
+if TYPE_CHECKING:
+    from sdplan.planner import Plan
+    from sdplan.scenario import Scenario
 
 
 def check_speculation_identified(cal: object) -> None:
@@ -43,26 +47,11 @@ def identification_warnings(cal: object) -> list[str]:
               "Default: the calibration's.")
 @output_options()
 @plot_options
-def plan(
-    calibration: str | None,
-    prompt_tokens: int | None,
-    output_tokens: int | None,
-    acceptance_alpha: list[float] | None,
-    acceptance_length: list[float] | None,
-    draft_acceptance_rate: list[float] | None,
-    acceptance_k: int | None,
-    position_acceptance: list[float] | None,
-    rates: list[float] | None,
-    draft_lengths: list[int],
-    policy: str,
-    wide: bool,
-    spec_method: str | None,
-    fmt: str,
-    output: str | None,
-    ascii_only: bool,
-    plot: bool,
-    plot_file: str | None,
-) -> None:
+def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int | None,
+         acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
+         draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
+         rates: list[float] | None, draft_lengths: list[int] | None, policy: str, wide: bool, spec_method: str | None,
+         fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Predict latency with and without SD at each request rate.
 
     For every request rate and draft length k: mean end-to-end latency,
@@ -79,53 +68,27 @@ def plan(
                   -o plan.json
     """
     from sdplan import planner
-    from sdplan.calibration import resolve_calibration
+    from sdplan.cli._inputs import command_scenario
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
     from sdplan.limits import check_grid, check_table
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.plan import render_plan
-    from sdplan.workload import measured_draft_lengths, resolve_workload
 
     check_plot_request(plot, plot_file, fmt)
-    cal = resolve_calibration(calibration)
-    from sdplan.methods import resolve_method
-
-    resolve_method(spec_method, cal)
-    workload = resolve_workload(
-        cal,
-        prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens,
-        alpha=acceptance_alpha,
-        mean_length=acceptance_length,
-        draft_rate=draft_acceptance_rate,
-        measured_at_k=acceptance_k,
-        position_rates=position_acceptance,
-    )
-    draft_lengths, lengths_note = measured_draft_lengths(workload.acceptance, draft_lengths,
-                                                         given=option_given("draft_lengths"))
-    coefficients = cal.coefficients_at(workload.prompt_tokens, workload.output_tokens)
+    scenario = command_scenario(draft_lengths, single_acceptance=False)
+    cal, workload, draft_lengths = scenario.calibration, scenario.workload, scenario.draft_lengths
     alphas = list(workload.acceptance.alphas)
-    tokens = workload.acceptance.tokens_per_cycle(draft_lengths)
+    tokens = scenario.tokens_per_cycle
     if rates is None:
-        rates = planner.default_rates(coefficients, draft_lengths, alphas, tokens_per_cycle=tokens)
+        rates = planner.default_rates(scenario.coefficients, draft_lengths, alphas, tokens_per_cycle=tokens)
     check_grid(len(rates) * (len(draft_lengths) + 1) * len(alphas),
                f"{len(rates)} rates x {len(draft_lengths) + 1} draft lengths x {len(alphas)} acceptances",
                "give fewer --rates (a larger STEP), --draft-lengths or --acceptance values")
     if fmt == "table":
         check_table(len(alphas), len(alphas) * len(rates), "give fewer --rates or --acceptance values")
-    result = planner.plan(coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
-                          goodput_policy=policy == "goodput",
-                          moe=cal.moe_at(workload.prompt_tokens, workload.output_tokens))
-    moe_spec = cal.moe_at(workload.prompt_tokens, workload.output_tokens)
+    result = planner.plan(scenario.coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
+                          goodput_policy=policy == "goodput", moe=scenario.moe)
     check_speculation_identified(cal)
-    intervals = None
-    if moe_spec is None and policy != "goodput":
-        from sdplan.uncertainty import coefficient_draws, plan_intervals
-
-        draws = coefficient_draws(cal, workload.prompt_tokens, workload.output_tokens,
-                                  options=(draft_lengths, tokens))
-        if draws is not None:
-            intervals = plan_intervals(draws, result.alphas, result.rates_rps, result.draft_lengths, tokens)
     inputs = planner.PlanInputs(
         calibration_name=cal.name,
         calibration_path=cal.path,
@@ -137,11 +100,9 @@ def plan(
         output_tokens=workload.output_tokens,
         warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
                                              planner.largest_batch(result))
-                       + planner.domain_warnings(result, served_engine_cap(cal, draft_lengths,
-                                                                           workload.prompt_tokens,
-                                                                           workload.output_tokens))
-                       + identification_warnings(cal) + ([lengths_note] if lengths_note else [])),
-        intervals=intervals,
+                       + planner.domain_warnings(result, scenario.limits)
+                       + identification_warnings(cal) + scenario.notes()),
+        intervals=_intervals(scenario, result) if scenario.moe is None and policy != "goodput" else None,
     )
     for warning in inputs.warnings:
         if fmt != "table":
@@ -161,3 +122,15 @@ def plan(
 
         file_plan(result, inputs, Path(plot_file))
     emit(text, output)
+
+
+def _intervals(scenario: Scenario, result: Plan) -> object | None:
+    """95% intervals of the plan from the calibration's covariance; None without one."""
+    from sdplan.uncertainty import coefficient_draws, plan_intervals
+
+    workload = scenario.workload
+    draws = coefficient_draws(scenario.calibration, workload.prompt_tokens, workload.output_tokens,
+                              options=(scenario.draft_lengths, scenario.tokens_per_cycle))
+    if draws is None:
+        return None
+    return plan_intervals(draws, result.alphas, result.rates_rps, result.draft_lengths, scenario.tokens_per_cycle)

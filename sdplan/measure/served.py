@@ -77,8 +77,8 @@ class ServedOptions:
         return self.grid.repeats if self.repeats is None else self.repeats
 
     def serve_value(self, flag: str) -> str | None:
-        """The value of a ``vllm serve`` flag among the user's arguments (:func:`sdplan.schedule.serve_flag`)."""
-        from sdplan.schedule import serve_flag
+        """The value of a ``vllm serve`` flag among the user's arguments (:func:`sdplan.serving.serve_flag`)."""
+        from sdplan.serving import serve_flag
 
         return serve_flag(self.serve_arguments, flag)
 
@@ -88,7 +88,7 @@ class ServedOptions:
 
     def batch_cap(self) -> int | None:
         """The most requests the server runs at once (vLLM ``max_num_seqs``): ``--max-num-seqs`` where the
-        serving flags set it, else vLLM's default for this machine (:func:`sdplan.schedule.engine_max_num_seqs`,
+        serving flags set it, else vLLM's default for this machine (:func:`sdplan.serving.engine_max_num_seqs`,
         128 on a CPU), lowered to ``--max-num-batched-tokens`` as vLLM lowers its default. None with
         ``--endpoint``: the server is the user's, its flags unknown."""
         value = self.serve_value("--max-num-seqs")
@@ -96,7 +96,7 @@ class ServedOptions:
             return int(value)
         if self.endpoint is not None:
             return None
-        from sdplan.schedule import served_max_num_seqs
+        from sdplan.serving import served_max_num_seqs
 
         return served_max_num_seqs(self.serve_arguments, hardware_description())
 

