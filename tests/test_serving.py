@@ -62,7 +62,7 @@ def test_the_flag_wins_over_the_workload_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "expected"), [
-    ("h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline", 1024),
+    ("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived", 1024),
     ("a100-sxm-80gb_llama-3.1-8b_llama-3.2-1b_roofline", 256),
     ("cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured", 128),
 ])
@@ -96,7 +96,7 @@ def test_check_and_capacity_follow_the_workload_files_batch_cap(sdplan, tmp_path
     """check -w FILE and capacity -w FILE use the file's deployment.max_batch_size alike (they once differed)."""
     workload = tmp_path / "chat.toml"
     workload.write_text(dumps_toml({
-        "schema_version": 1, "calibration": "h100-sxm_llama-3.1-8b_llama-3.2-1b_roofline",
+        "schema_version": 1, "calibration": "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived",
         "slos": ["e2e:mean<=60s"], "traffic": {"prompt_tokens": 1024, "output_tokens": 512},
         "acceptance": {"per_token_alpha": 0.8}, "deployment": {"max_batch_size": 24}}))
     capacity = sdplan("capacity", "-w", str(workload), "-f", "json")

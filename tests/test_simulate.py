@@ -275,12 +275,17 @@ def test_check_and_capacity_simulate_use_the_lengths_file_workload(sdplan, tmp_p
 
 
 def test_cli_simulate_flags_runs_past_saturation(sdplan) -> None:
-    result = sdplan("simulate", "--acceptance", "0.8", "--rates", "4,16", "--draft-length", "off", "--requests", "3000",
-                    "--seeds", "1", "-f", "json")
+    from sdplan.calibration import resolve_calibration
+
+    # 30% above the default calibration's no-SD saturation rate, so the queue grows without bound
+    saturation = 1.0 / model.baseline_demand(resolve_calibration(None).coefficients_at(1024, 512))[1]
+    past = round(1.3 * saturation)
+    result = sdplan("simulate", "--acceptance", "0.8", "--rates", f"4,{past}", "--draft-length", "off",
+                    "--requests", "3000", "--seeds", "1", "-f", "json")
     assert result.exit_code == 0, result.output
     rates = json.loads(result.stdout)["rates"]
     assert [r["steady_state"] for r in rates] == [True, False]
-    assert "not at steady state at 16 req/s" in result.stderr
+    assert f"not at steady state at {past} req/s" in result.stderr
     too_big = sdplan("simulate", "--rates", "2", "--kv-cache-tokens", "1", "--requests", "100")
     assert too_big.exit_code == ExitStatus.USAGE and "does not fit the KV budget" in too_big.stderr
 
