@@ -1,7 +1,7 @@
 """Calibrations from served benchmark results, and the model's error against them.
 
 The relation fitted is the model's own, ``L = C1 + B C2`` (Kong et al. eq. 1;
-``model.md`` §1.2), with ``B`` the mean number of *other* requests in flight
+``docs/model.md#open-and-closed-loops``), with ``B`` the mean number of *other* requests in flight
 during a request, measured per run (:attr:`sdplan.runs.record.BenchmarkRun.mean_others`).
 That one relation covers both kinds of runs:
 
@@ -18,7 +18,8 @@ coefficients (eq. 3 and the length scaling of ``sdplan-calibration(5)``), so
 the pooled fit is a non-negative weighted linear least squares on relative
 errors, made robust to disturbed points by Huber reweighting. The standard
 errors follow from the same estimator (a sandwich covariance of the weighted
-relative residuals, checked against Monte Carlo; this fixes review B10). Coefficients the data cannot determine (e.g. the draft's share
+relative residuals, checked against Monte Carlo; ``docs/model.md#fitting``).
+Coefficients the data cannot determine (e.g. the draft's share
 with a single draft length) are reported as not identified.
 
 Time to first token has its own load term (:func:`sdplan.model.time_to_first_token`,
@@ -45,9 +46,8 @@ if TYPE_CHECKING:
 #: Fewest runs a pooled fit takes.
 MIN_FIT_RUNS = 3
 #: Huber constant (in robust standard deviations) of the reweighting: 1.345, 95% efficiency under Gaussian
-#: noise. 3 was tried (fewer down-weighted points on a quiet machine) and predicted independent served runs no
-#: better: refits of five served calibrations, E2E MAPE 14.1/14.9/30.7/34.1/15.3% with 1.345 against
-#: 13.4/14.6/27.8/38.7/15.4% with 3 (benchmarks/RESULTS-accuracy-served-2026-11.md, twelfth session).
+#: noise; 3 predicted independent served runs no better (benchmarks/RESULTS-accuracy-runs-2026-11.md,
+#: docs/model.md#huber-reweighting).
 HUBER_K = 1.345
 #: Relative standard error above which a fitted coefficient is reported as weakly determined.
 WEAK_RELATIVE_STDERR = 0.5

@@ -161,7 +161,7 @@ def plan(
     -----
     Per point: ``L = C1/(1 - lambda C2)``, ``B = lambda L`` (Kong et al. eq. 1),
     ``C1, C2`` from eq. 3; the best draft length minimises ``L`` over the
-    draft lengths and "off" (``model.md`` §1.5, §7); ties go to "off", then to
+    draft lengths and "off" (``docs/model.md#best-draft-length``); ties go to "off", then to
     the shorter draft.
     """
     import numpy as np

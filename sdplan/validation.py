@@ -196,7 +196,7 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
 
     Runs are grouped by what the experimenter set (concurrency ``N`` or the
     requested rate), not by the achieved rate, so noise in throughput does not
-    split the comparison (review B13); SD runs of one acceptance (within
+    split the comparison (``docs/model.md#validation``); SD runs of one acceptance (within
     :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
     baseline at the same level.
     """

@@ -85,11 +85,6 @@ DOCS_LINK = re.compile(r"\bdocs/([\w-]+\.md)(?:#([\w-]+))?")
 #: A relative Markdown link ``[text](target)``.
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
-#: Files still citing outside documents until the lead applies REFMAP.txt (they were being rewritten on
-#: other branches). Strict xfail: once a file is clean its entry must go.
-PENDING_REFERENCES = {"sdplan/fit.py", "sdplan/planner.py", "sdplan/runs/record.py", "sdplan/validation.py"}
-
-
 def slug(title: str) -> str:
     """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
     return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
@@ -154,10 +149,7 @@ def test_markdown_links_resolve(path: Path) -> None:
             assert anchor in anchors(linked), f"{path.relative_to(ROOT)} links {target}: no such heading"
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(path, marks=pytest.mark.xfail(strict=True, reason="the lead applies REFMAP.txt after merging"))
-    if str(path.relative_to(ROOT)) in PENDING_REFERENCES else path
-    for path in source_files()], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", source_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_reference_points_outside_the_repository(path: Path) -> None:
     hits = [f"{number}: {match.group(0)}" for number, line in enumerate(path.read_text().splitlines(), 1)
             for match in OUTSIDE_REFERENCE.finditer(line)]

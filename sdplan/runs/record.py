@@ -9,7 +9,7 @@ raise an :class:`~sdplan.errors.InputFileError` naming the file and field.
 The load a request sees
 -----------------------
 The model's ``B`` is the mean number of *other* requests in flight during a
-request (``L = C1 + B C2``, ``model.md`` §1.2). With per-request start times and
+request (``L = C1 + B C2``, ``docs/model.md#open-and-closed-loops``). With per-request start times and
 latencies it is measured exactly: the integral of the number in flight over
 each request's sojourn, divided by its length, minus itself
 (:func:`others_in_flight`). It needs no Little's law and no arrival rate, holds
@@ -151,7 +151,7 @@ class BenchmarkRun:
 
     @property
     def arrival_rate_rps(self) -> float:
-        """The rate to predict an open-loop run at: the arrival rate when known (B12).
+        """The rate to predict an open-loop run at: the arrival rate when known.
 
         The rate its recorded schedule realised when the file has one (a GuideLLM
         ``poisson`` run of 300 requests at 11 req/s scheduled 10.49 req/s), else
