@@ -11,10 +11,12 @@ from sdplan.cli._simulation import served_engine_cap
 
 def check_speculation_identified(cal: object) -> None:
     """Planning SD from a calibration fitted without SD runs is an error, not an extrapolation."""
+    missing = set(getattr(cal, "not_identified", ()))
+    if not missing:
+        return
     from sdplan.errors import InputFileError
     from sdplan.runmodel import SPECULATIVE_PARAMETERS
 
-    missing = set(getattr(cal, "not_identified", ()))
     if missing >= set(SPECULATIVE_PARAMETERS):
         raise InputFileError(getattr(cal, "path", "calibration"), "uncertainty.not_identified",
                              "was fitted from runs without SD, so SD cannot be planned with it; fit SD runs at two "
@@ -119,7 +121,7 @@ def plan(
     moe_spec = cal.moe_at(workload.prompt_tokens, workload.output_tokens)
     check_speculation_identified(cal)
     intervals = None
-    if moe_spec is None and policy != "goodput":
+    if moe_spec is None and policy != "goodput" and "uncertainty" in cal.document:  # only a fit has draws
         from sdplan.uncertainty import coefficient_draws, plan_intervals
 
         draws = coefficient_draws(cal, workload.prompt_tokens, workload.output_tokens,
