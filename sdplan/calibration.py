@@ -19,12 +19,14 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InputFileError
 from sdplan.model import Coefficients
-from sdplan.moe import MoESpec
 from sdplan.schema import Field, Table, read_toml, validate
+
+if TYPE_CHECKING:
+    from sdplan.moe import MoESpec
 
 SCHEMA_VERSION = 1
 METHODS = ("measured", "fit", "roofline", "derived")
@@ -428,11 +430,11 @@ class Calibration:
         (prefill terms with ``p``, per-concurrent-request step terms with the
         mean context), relative to the reference workload.
         """
-        from sdplan.moe import MoESpec
-
         table = self.document.get("moe")
         if table is None:
             return None
+        from sdplan.moe import MoESpec
+
         reference = self.document["reference_workload"]
         prefill = prompt_tokens / reference["prompt_tokens"]
         context = _mean_context(prompt_tokens, output_tokens) / _mean_context(

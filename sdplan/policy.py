@@ -31,12 +31,39 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
     import numpy.typing as npt
 
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
 
+
+def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[float, float]],
+                 largest_batch: int) -> list[int]:
+    """The goodput policy's option index for every batch size ``n = 0 .. largest_batch``.
+
+    At a step with ``n`` sequences the policy picks the option with the
+    highest goodput (Liu et al., SmartSpec, arXiv:2406.14066)::
+
+        goodput(k; n) = E(k) / (f_k + (n - 1) s_k)
+
+    where ``E(k)`` is the expected tokens per cycle and ``(f_k, s_k)`` the
+    step's fixed and per-sequence seconds at draft length ``k``; ties go to
+    the lower index. ``n = 0`` is scored as ``n = 1`` (an engine step always
+    runs at least one sequence). The choice depends only on ``n`` and the
+    fixed coefficients, so a simulator can look it up instead of scoring
+    every option at every step; the expression is evaluated exactly as a
+    per-step evaluation would, so the decisions are the same.
+    """
+    choices = []
+    for batch in range(largest_batch + 1):
+        scheduled = max(batch, 1)
+        goodput = [e / (fixed + (scheduled - 1) * per_sequence)
+                   for e, (fixed, per_sequence) in zip(expected_tokens, step_costs_s)]
+        choices.append(goodput.index(max(goodput)))
+    return choices
 
 
 def goodput_choice(c1: FloatArray, c2: FloatArray, batch: FloatArray) -> IntArray:

@@ -10,7 +10,6 @@ what is expected, so every message reads
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +120,8 @@ def validate(document: Mapping[str, Any], spec: Table, path: str, prefix: str = 
     """Check ``document`` against ``spec``; raise on the first problem."""
     for key in document:
         if key not in spec.fields:
+            import difflib
+
             dotted = f"{prefix}{key}"
             close = difflib.get_close_matches(key, list(spec.fields), n=1)
             hint = f"did you mean '{prefix}{close[0]}'?" if close else _allowed(spec, prefix)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from sdplan.errors import InvalidValueError
+from sdplan.policy import step_choices
 
 if TYPE_CHECKING:
     import numpy as np
@@ -199,52 +200,96 @@ def _cycles_sampled(remaining: npt.NDArray[np.int64], rates: FloatArray, rng: np
     return cycles
 
 
-class _AdaptiveDecode:
-    """Running sequences under the goodput policy: tokens left per sequence, sampled per cycle at the step's k."""
+#: Uniforms the goodput policy's decode draws per block ahead of use (a larger leap draws what it needs).
+UNIFORM_BLOCK = 1 << 16
 
-    def __init__(self, rates: FloatArray, rng: np.random.Generator) -> None:
+
+class _AdaptiveDecode:
+    """Running sequences under the goodput policy: tokens left per sequence, sampled per cycle at the step's k.
+
+    A leap of up to ``steps`` cycles at draft length ``k`` uses the next
+    ``sequences x steps`` uniforms of the generator, row ``i`` (the ``i``-th
+    running sequence, in admission order) taking ``steps`` consecutive ones,
+    and a cycle whose uniform is ``U`` commits ``1 + #{j <= k : U < r_j}``
+    tokens. The uniforms are drawn in blocks ahead of use and turned into
+    tokens per cycle once per block and draft length, so a leap costs a few
+    array operations on its own cycles; the stream is consumed in the same
+    order as drawing each leap's block on its own (the generator ends up
+    further along than that, by the unused rest of the last block).
+    """
+
+    def __init__(self, rates: FloatArray, rng: np.random.Generator, capacity: int) -> None:
         import numpy as np
 
         self.rates, self.rng = rates, rng
-        self.negated = -rates
-        self.descending = bool(np.all(np.diff(rates) <= 0))
-        self.ids = np.empty(0, dtype=np.int64)
-        self.left = np.empty(0, dtype=np.float64)
-
-    @property
-    def size(self) -> int:
-        return int(self.ids.size)
+        self.ids = np.empty(max(capacity, 1), dtype=np.int64)
+        self.left = np.empty(max(capacity, 1), dtype=np.float64)
+        self.size = 0
+        self.uniforms = np.empty(0)
+        self.position = 0
+        self.tokens: dict[int, FloatArray] = {}  # draft length -> tokens per cycle of each uniform in the block
 
     def add(self, request: int, tokens_left: float) -> None:
         import numpy as np
 
-        self.ids = np.append(self.ids, request)
-        self.left = np.append(self.left, tokens_left)
+        if self.size == self.ids.size:
+            self.ids = np.concatenate([self.ids, np.empty_like(self.ids)])
+            self.left = np.concatenate([self.left, np.empty_like(self.left)])
+        self.ids[self.size] = request
+        self.left[self.size] = tokens_left
+        self.size += 1
 
-    def horizon(self) -> int:
-        return max(1, int(math.ceil(float(self.left.max()))))
-
-    def leap(self, steps: int, draft: int) -> tuple[int, list[int]]:
-        """Advance up to ``steps`` cycles at draft length ``draft``, stopping at the first completion."""
+    def _cycle_tokens(self, draft: int, count: int) -> FloatArray:
+        """Tokens per cycle at ``draft`` for the next ``count`` uniforms of the stream."""
         import numpy as np
 
-        steps = max(1, min(steps, self.horizon()))
-        if draft == 0:
-            produced = np.broadcast_to(np.arange(1, steps + 1, dtype=np.float64), (self.size, steps))
+        if self.position + count > self.uniforms.size:
+            self.uniforms = np.concatenate([self.uniforms[self.position:], self.rng.random(max(UNIFORM_BLOCK, count))])
+            self.position = 0
+            self.tokens = {}
+        tokens = self.tokens.get(draft)
+        if tokens is None:  # 1 + #{j <= k : U < r_j}, one pass per position
+            tokens = np.ones(self.uniforms.size)
+            for rate in self.rates[:draft].tolist():
+                tokens += self.uniforms < rate
+            self.tokens[draft] = tokens
+        start = self.position
+        self.position += count
+        return tokens[start:self.position]
+
+    def leap(self, steps: int, draft: int) -> tuple[int, list[int]]:
+        """Advance up to ``steps`` cycles at draft length ``draft``, stopping at the first completion.
+
+        ``steps`` is capped at the cycles the longest sequence can still
+        need (its tokens left, at one token per cycle).
+        """
+        import numpy as np
+
+        size = self.size
+        left = self.left[:size]
+        if steps > 1:
+            steps = max(1, min(steps, math.ceil(float(np.maximum.reduce(left)))))
         else:
-            draws = self.rng.random((self.size, steps))
-            if self.descending:  # #{j <= k : U < r_j} for non-increasing r_j
-                accepted = np.searchsorted(self.negated[:draft], -draws, side="left")
-            else:
-                accepted = (draws[..., None] < self.rates[:draft]).sum(axis=-1)
-            produced = np.cumsum(1.0 + accepted, axis=1)
-        reached = produced >= self.left[:, None]
-        first = np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1, steps)
-        taken = int(min(int(first.min()), steps))
-        self.left = self.left - produced[:, taken - 1]
-        done = self.left <= 0
-        finished = self.ids[done].tolist()
-        self.ids, self.left = self.ids[~done], self.left[~done]
+            steps = 1
+        if draft == 0:  # one token per cycle: the first completion is at the fewest tokens left
+            taken = min(max(1, math.ceil(float(np.minimum.reduce(left)))), steps)
+            left -= float(taken)
+        elif steps == 1:
+            taken = 1
+            left -= self._cycle_tokens(draft, size)
+        else:
+            produced = np.cumsum(self._cycle_tokens(draft, size * steps).reshape(size, steps), axis=1)
+            reached = np.flatnonzero(np.logical_or.reduce(produced >= left[:, None], axis=0))
+            taken = int(reached[0]) + 1 if reached.size else steps  # the first cycle at which a sequence finishes
+            left -= produced[:, taken - 1]
+        if np.minimum.reduce(left) > 0:
+            return taken, []
+        done = left <= 0
+        finished = self.ids[:size][done].tolist()
+        kept = size - len(finished)
+        self.ids[:kept] = self.ids[:size][~done]
+        self.left[:kept] = left[~done]
+        self.size = kept
         return taken, finished
 
 
@@ -306,8 +351,9 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             raise InvalidValueError("acceptance must cover every candidate draft length")
         costs = [step_costs(o) for o in options]
         expected_by_option = [1.0 + float(rates_all[:o].sum()) for o in options]
+        choice_by_batch: list[int] = []  # option index by sequences in the step, grown on demand
         expected = math.nan
-        decode = _AdaptiveDecode(rates_all, rng)
+        decode = _AdaptiveDecode(rates_all, rng, min(int(config.max_num_seqs), n))
     else:
         cycles, expected = cycles_needed(output - 1, config.position_rates if k else (), rng)
     fixed, per_sequence = step_costs(k)
@@ -360,9 +406,10 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             t = arrival_list[next_arrival]  # idle until the next arrival
             continue
         if adaptive:  # SmartSpec: highest goodput E(k)/tau_k(n) at the sequences scheduled in this step
-            n_step = max(batch + len(prefilling) + (1 if queue else 0), 1)
-            goodput = [e / (f + (n_step - 1) * s) for e, (f, s) in zip(expected_by_option, costs)]
-            option = goodput.index(max(goodput))
+            n_step = batch + len(prefilling) + (1 if queue else 0)
+            if n_step >= len(choice_by_batch):
+                choice_by_batch = step_choices(expected_by_option, costs, max(2 * n_step, 16))
+            option = choice_by_batch[n_step]
             k = options[option]
             fixed, per_sequence = costs[option]
         # Token budget: decode tokens first, then prefill chunks (partial prefills first, then new admissions).
@@ -423,7 +470,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             if limit < 1:
                 limit = 1
         else:
-            limit = decode.horizon()
+            limit = 1 << 62  # the leap caps it at the cycles the longest sequence can still need
         if next_arrival < n and (not queue or engine < seq_cap):
             until = math.ceil((arrival_list[next_arrival] - t) / step)
             if until < limit:

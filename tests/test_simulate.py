@@ -294,3 +294,64 @@ def test_token_budget_below_the_batch_cap_is_refused_like_vllm() -> None:
     with pytest.raises(InvalidValueError, match="max_num_batched_tokens"):
         simulate(C, SimulationConfig(rate_rps=1.0, draft_length=0, position_rates=(), requests=100,
                                      max_num_batched_tokens=1), numpy.random.default_rng(0))
+
+
+def test_goodput_step_table_picks_the_per_step_argmax_on_shipped_calibrations() -> None:
+    """The simulator looks the goodput policy's k up by batch size: the table must equal scoring every option."""
+    from pathlib import Path
+
+    from sdplan.calibration import resolve_calibration
+    from sdplan.policy import step_choices
+
+    names = sorted(path.stem for path in (Path(__file__).resolve().parent.parent / "calibrations").glob("*.toml"))
+    assert len(names) >= 5
+    batches = numpy.arange(0, 601)
+    checked = 0
+    for name in names:
+        calibration = resolve_calibration(name)
+        for prompt_tokens, output_tokens in ((128, 64), (1024, 512), (8192, 256)):
+            c = calibration.coefficients_at(prompt_tokens, output_tokens)
+            for alpha in (0.3, 0.6, 0.8, 0.95):
+                for options in ((0, *range(1, 9)), (1, 2, 4, 8), (0, 3)):
+                    costs = [(c.c1v_s + o * c.c1d_s, c.c2v_s + o * c.c2d_s) if o else
+                             (c.baseline_c1_step_s, c.baseline_c2_step_s) for o in options]
+                    expected = [1.0 + sum(alpha ** (j + 1) for j in range(o)) for o in options]
+                    table = step_choices(expected, costs, int(batches[-1]))
+                    scheduled = numpy.maximum(batches, 1)[:, None]
+                    fixed = numpy.array([f for f, _ in costs])
+                    per_sequence = numpy.array([s for _, s in costs])
+                    goodput = numpy.array(expected) / (fixed + (scheduled - 1) * per_sequence)
+                    reference = numpy.argmax(goodput, axis=1)  # first maximum: ties go to the lower index
+                    assert table == reference.tolist(), (name, prompt_tokens, output_tokens, alpha, options)
+                    checked += 1
+    assert checked == len(names) * 36
+
+
+@pytest.mark.parametrize("block", [1, 7, 1000])
+def test_goodput_policy_results_do_not_depend_on_the_uniform_block(monkeypatch: pytest.MonkeyPatch,
+                                                                   block: int) -> None:
+    """Drawing uniforms ahead in blocks consumes the stream exactly as drawing each leap's cycles on its own.
+
+    A block of 1 draws every leap's uniforms when the leap needs them, so
+    this compares the buffered stream against unbuffered draws, across block
+    boundaries, mixed draft lengths (the token cache per block) and SD off.
+    """
+    from sdplan import simulate as simulator
+
+    position = rates(0.8, 8)
+    lengths = numpy.random.default_rng(3).integers(1, 700, 1500).astype(float)
+    configs = [
+        SimulationConfig(rate_rps=7.0, draft_length=8, position_rates=position, requests=1500,
+                         adaptive_draft_lengths=(0, *range(1, 9)), output_tokens=lengths),
+        SimulationConfig(rate_rps=3.0, draft_length=6, position_rates=(0.9, 0.7, 0.75, 0.5, 0.55, 0.3),
+                         requests=1500, adaptive_draft_lengths=(0, 2, 6), max_num_seqs=32,
+                         max_num_batched_tokens=512),
+    ]
+    default = [simulate(C, config, numpy.random.default_rng(11)) for config in configs]
+    monkeypatch.setattr(simulator, "UNIFORM_BLOCK", block)
+    for config, expected in zip(configs, default):
+        run = simulate(C, config, numpy.random.default_rng(11))
+        assert 0 < run.mean_draft_length < config.draft_length
+        for field in ("e2e_s", "ttft_s", "tpot_s", "queue_s"):
+            numpy.testing.assert_array_equal(getattr(run, field), getattr(expected, field))
+        assert (run.duration_s, run.mean_draft_length) == (expected.duration_s, expected.mean_draft_length)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -33,3 +34,44 @@ def test_help_imports_no_heavy_module(args: list[str]) -> None:
 def test_python_dash_m_works() -> None:
     completed = subprocess.run([sys.executable, "-m", "sdplan", "--version"], capture_output=True, text=True)
     assert completed.returncode == 0 and "sdplan" in completed.stdout
+
+
+MODULES_PROBE = """
+import io, json, sys
+BASELINE = ("import numpy, click, rich\\nfrom rich.console import Console\\nfrom rich.table import Table\\n"
+            "Console(file=io.StringIO()).print(Table())")
+if sys.argv[1] == "baseline":
+    exec(BASELINE)
+else:
+    from sdplan.cli import cli
+    sys.stdout = io.StringIO()
+    try:
+        cli.main(args=sys.argv[1:], prog_name="sdplan")
+    except SystemExit as exit:
+        assert not exit.code, exit.code
+    sys.stdout = sys.__stdout__
+print("\\nMODULES=" + json.dumps(sorted(sys.modules)))
+"""
+
+#: What a plain ``sdplan plan`` must leave unimported: other commands' code, fits and their uncertainty,
+#: MoE on a dense calibration, the simulator, optional heavy dependencies, and the standard-library modules
+#: only used to write files, suggest keys or write CSV.
+NOT_FOR_PLAN = ("sdplan.fit", "sdplan.validation", "sdplan.runs", "sdplan.runmodel", "sdplan.uncertainty",
+                "sdplan.moe", "sdplan.simulate", "sdplan.policy", "sdplan.capacity", "sdplan.check",
+                "sdplan.calibrate", "sdplan.measure", "sdplan.export", "sdplan.render.plots", "scipy", "vllm",
+                "torch", "aiconfigurator", "tempfile", "difflib", "csv")
+
+
+def imported(*args: str) -> set[str]:
+    completed = subprocess.run([sys.executable, "-c", MODULES_PROBE, *args], capture_output=True, text=True,
+                               check=True, env={**os.environ, "NO_COLOR": "1"})
+    return set(json.loads(completed.stdout.rsplit("MODULES=", 1)[1]))
+
+
+@pytest.mark.parametrize("args", [["plan"], ["plan", "--format", "json"]])
+def test_plain_plan_imports_only_what_it_uses(args: list[str]) -> None:
+    extra = imported(*args) - imported("baseline")
+    assert "sdplan.planner" in extra and "sdplan.calibration" in extra  # the probe did run the command
+    unneeded = sorted(name for name in extra if any(name == banned or name.startswith(banned + ".")
+                                                    for banned in NOT_FOR_PLAN))
+    assert unneeded == [], f"sdplan {' '.join(args)} imported {unneeded}"

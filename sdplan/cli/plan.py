@@ -15,10 +15,12 @@ if TYPE_CHECKING:
 
 def check_speculation_identified(cal: object) -> None:
     """Planning SD from a calibration fitted without SD runs is an error, not an extrapolation."""
+    missing = set(getattr(cal, "not_identified", ()))
+    if not missing:
+        return
     from sdplan.errors import InputFileError
     from sdplan.runmodel import SPECULATIVE_PARAMETERS
 
-    missing = set(getattr(cal, "not_identified", ()))
     if missing >= set(SPECULATIVE_PARAMETERS):
         raise InputFileError(getattr(cal, "path", "calibration"), "uncertainty.not_identified",
                              "was fitted from runs without SD, so SD cannot be planned with it; fit SD runs at two "
@@ -102,7 +104,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
                                              planner.largest_batch(result))
                        + planner.domain_warnings(result, scenario.limits)
                        + identification_warnings(cal) + scenario.notes()),
-        intervals=_intervals(scenario, result) if scenario.moe is None and policy != "goodput" else None,
+        intervals=(_intervals(scenario, result)  # only a fitted calibration has draws
+                   if scenario.moe is None and policy != "goodput" and "uncertainty" in cal.document else None),
     )
     for warning in inputs.warnings:
         if fmt != "table":

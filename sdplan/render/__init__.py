@@ -9,7 +9,6 @@ imported lazily so that ``--help`` stays light.
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import sys
@@ -170,6 +169,8 @@ def render_rich(draw: Callable[[Any], None], style: Style, terminal: bool) -> st
 
 def to_json(document: dict[str, Any]) -> str:
     """Serialise with ``allow_nan=False``: a NaN or inf slipping through is a bug, not output."""
+    import json
+
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 from typing import TYPE_CHECKING, Any
 
@@ -268,6 +267,8 @@ CSV_COLUMNS = (
 
 def plan_csv(plan: Plan) -> str:
     """One row per (alpha, rate, k), plus a ``speculation=off`` row per (alpha, rate)."""
+    import csv
+
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
