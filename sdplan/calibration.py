@@ -160,6 +160,9 @@ CALIBRATION_SCHEMA = Table(
                                     minimum=0.0, maximum=1e3),
                 "offset_s": Field("float", "TTFT: seconds added to c1p at zero load (fitted; may be negative)",
                                   required=False, minimum=-3600.0, maximum=3600.0),
+                "prefill_per_prompt_token_s": Field(
+                    "float", "TTFT: seconds per prompt token added to c1p for the request's own prefill (fitted "
+                    "where TTFT was measured at several prompt lengths)", required=False, minimum=0.0, maximum=1.0),
                 "closed_loop_load_steps": Field(
                     "float", "TTFT: the load weight closed-loop runs were fitted with (theirs only; the planner "
                     "predicts open loops with load_steps)", required=False, minimum=0.0, maximum=1e3),
@@ -409,7 +412,8 @@ class Calibration:
         if ttft is not None:
             coefficients = replace(coefficients, ttft_wait_steps=float(ttft["wait_steps"]),
                                    ttft_load_steps=float(ttft["load_steps"]),
-                                   ttft_offset_s=float(ttft.get("offset_s", 0.0)))
+                                   ttft_offset_s=float(ttft.get("offset_s", 0.0)),
+                                   ttft_prefill_s=float(ttft.get("prefill_per_prompt_token_s", 0.0)) * prompt_tokens)
         closed = self.document.get("closed_loop")
         if closed is not None:
             coefficients = replace(coefficients, closed_loop_factor=float(closed["factor"]))

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InfeasibleError
 from sdplan.model import Coefficients
-from sdplan.runmodel import (PARAMETERS, SPECULATIVE_PARAMETERS, DesignRows, coefficients_from_vector,
-                             coefficients_table, configuration_groups, design_rows, r2)
+from sdplan.runmodel import (LENGTH_GROUP_TOLERANCE, PARAMETERS, SPECULATIVE_PARAMETERS, DesignRows,
+                             coefficients_from_vector, coefficients_table, configuration_groups, design_rows, r2)
 
 if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun
@@ -148,6 +148,7 @@ class PooledFit:
     ttft_fitted: bool = False
     ttft_mape_pct: float | None = None
     ttft_closed_load_steps: float | None = None
+    ttft_prefill_per_token_s: float | None = None
     closed_loop_factor: float = 1.0
     closed_loop_factor_fitted: bool = False
     residuals: tuple[PointResidual, ...] = ()
@@ -169,7 +170,8 @@ class PooledFit:
         coefficients = coefficients_from_vector([self.values[name] for name in PARAMETERS], self.reference,
                                                 prompt_tokens, output_tokens,
                                                 (self.ttft_wait_steps, self.ttft_load_steps))
-        return replace(coefficients, closed_loop_factor=self.closed_loop_factor, ttft_offset_s=self.ttft_offset_s)
+        return replace(coefficients, closed_loop_factor=self.closed_loop_factor, ttft_offset_s=self.ttft_offset_s,
+                       ttft_prefill_s=(self.ttft_prefill_per_token_s or 0.0) * prompt_tokens)
 
     def coefficients_document(self) -> dict[str, Any]:
         """The ``[coefficients]`` table of a calibration."""
@@ -185,6 +187,8 @@ class PooledFit:
         """The ``[ttft]`` table of a calibration."""
         return {"wait_steps": round(self.ttft_wait_steps, 6), "load_steps": round(self.ttft_load_steps, 6),
                 "offset_s": float(f"{self.ttft_offset_s:.6g}"),
+                **({"prefill_per_prompt_token_s": float(f"{self.ttft_prefill_per_token_s:.6g}")}
+                   if self.ttft_prefill_per_token_s is not None else {}),
                 **({"closed_loop_load_steps": round(self.ttft_closed_load_steps, 6)}
                    if self.ttft_closed_load_steps is not None else {}),
                 "source": ("fitted to measured TTFT" + (f" (MAPE {self.ttft_mape_pct:.1f}%)"
@@ -398,7 +402,8 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         rmse_s=float(np.sqrt(np.mean((predicted - latency) ** 2))),
         mape_pct=mape, points=len(runs), ttft_wait_steps=ttft.wait_steps, ttft_load_steps=ttft.load_steps,
         ttft_offset_s=ttft.offset_s, ttft_fitted=ttft.fitted, ttft_mape_pct=ttft.mape_pct,
-        ttft_closed_load_steps=ttft.closed_load_steps, closed_loop_factor=factor,
+        ttft_closed_load_steps=ttft.closed_load_steps, ttft_prefill_per_token_s=ttft.prefill_per_token_s,
+        closed_loop_factor=factor,
         closed_loop_factor_fitted=fit_factor, residuals=residuals, notes=tuple(notes),
     )
 
@@ -413,10 +418,12 @@ class TtftFit:
     predicted: Any
     #: The closed-loop runs' own load weight (None: one weight for all runs).
     closed_load_steps: float | None = None
+    #: TTFT's own prefill per prompt token beyond c1p (s; None: not fitted, one prompt length).
+    prefill_per_token_s: float | None = None
 
 
 def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: float, robust: bool) -> TtftFit:
-    """Stage 2: ``TTFT - c1p = offset + w_wait tau1 + w_load f B (C2/steps)`` with ``theta`` fixed.
+    """Stage 2: ``TTFT - c1p = offset + q p + w_wait tau1 + w_load f B (C2/steps)`` with ``theta`` fixed.
 
     Bounded linear least squares on relative errors (``offset >= -c1p``, weights in
     ``[0, MAX_TTFT_WEIGHT]``), Huber-reweighted; with fewer than 3 measured TTFTs
@@ -430,6 +437,14 @@ def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: fl
     step (often two, with several arriving together), where a Poisson arrival
     waits half of one on average: on real served sweeps the closed-loop TTFT
     was about twice the open-loop TTFT at the same load (tests/data/served-*).
+
+    Where TTFT was measured at prompt lengths more than
+    :data:`LENGTH_GROUP_TOLERANCE` apart, ``q`` (s per prompt token, >= 0) is
+    fitted too: the request's own prefill beyond ``c1p``. Stage 1 hardly
+    determines ``c1p``, a few percent of the end-to-end latency, and may leave
+    it near 0, while TTFT at low load is mostly that prefill (AIConfigurator's
+    measured Qwen3-32B rows on H100, tests/data/aic-silicon: 0.13 s at 1024
+    and 0.42 s at 4096 prompt tokens, 8 clients, with ``c1p = 0``).
     """
     import numpy as np
     from scipy.optimize import lsq_linear
@@ -444,9 +459,13 @@ def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: fl
     columns = [np.ones(len(runs)), tau1, np.where(rows.closed, 0.0, load) if split else load]
     if split:
         columns.append(np.where(rows.closed, load, 0.0))
+    prompts = np.array([r.prompt_tokens for r in runs])
+    by_prompt = bool(has.any() and prompts[has].max() > LENGTH_GROUP_TOLERANCE * prompts[has].min())
+    if by_prompt:
+        columns.append(prompts)
     offset, wait, per_load, fitted = 0.0, 0.5, 1.5, False
-    closed_load = None
-    solution_x = np.array([offset, wait, per_load, per_load][:len(columns)])
+    closed_load = prefill = None
+    solution_x = np.array([offset, wait, per_load] + [per_load] * split + [0.0] * by_prompt)
     if has.sum() >= len(columns):
         c1p_reference = float(theta[0])
         basis = np.column_stack(columns)[has] / measured[has, None]
@@ -455,7 +474,7 @@ def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: fl
         scale = np.abs(basis).max(axis=0)
         scale[scale == 0] = 1.0
         lower = np.array([-c1p_reference] + [0.0] * (len(columns) - 1)) * scale
-        upper = np.array([np.inf] + [MAX_TTFT_WEIGHT] * (len(columns) - 1)) * scale
+        upper = np.array([np.inf] + [MAX_TTFT_WEIGHT] * (len(columns) - 1 - by_prompt) + [1.0] * by_prompt) * scale
         for _ in range(5 if robust else 1):
             root = np.sqrt(weights)[:, None]
             solution = lsq_linear(basis / scale * root, goal * root[:, 0], bounds=(lower, upper), method="bvls")
@@ -466,11 +485,12 @@ def _fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: fl
             weights = _robust_weights(relative)
         offset, wait, per_load = (float(v) for v in solution_x[:3])
         closed_load = float(solution_x[3]) if split else None
+        prefill = float(solution_x[-1]) if by_prompt else None
         fitted = True
     predicted = c1p + np.column_stack(columns) @ solution_x
     mape = (float(np.mean(np.abs(predicted[has] - measured[has]) / measured[has]) * 100.0) if has.any() else None)
     return TtftFit(wait_steps=wait, load_steps=per_load, offset_s=offset, fitted=fitted, mape_pct=mape,
-                   predicted=predicted, closed_load_steps=closed_load)
+                   predicted=predicted, closed_load_steps=closed_load, prefill_per_token_s=prefill)
 
 
 # ----------------------------------------------------------------------------- per configuration

@@ -74,7 +74,7 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     template = calibration.coefficients_at(prompt_tokens, output_tokens)  # TTFT weights, closed-loop factor
     order = [names.index(name) for name in PARAMETERS]
     # The length scaling is linear in the coefficients: map the unit vectors once, then every draw is a product.
-    costs = [f.name for f in fields(template) if f.name.endswith("_s") and f.name != "ttft_offset_s"]
+    costs = [f.name for f in fields(template) if f.name.endswith("_s") and not f.name.startswith("ttft_")]
     basis = np.zeros((len(costs), len(PARAMETERS)))
     for j in range(len(PARAMETERS)):
         unit = np.zeros(len(PARAMETERS))
