@@ -83,7 +83,7 @@ def test_malformed_selections_are_usage_errors(text: str) -> None:
 
 def test_a_selection_for_another_format_is_refused() -> None:
     served = Path(__file__).parent / "data" / "served-cpu"
-    first = sorted(served.rglob("*.json"))[0]
+    first = min(served.rglob("*.json"))
     with pytest.raises(InvalidValueError, match="silicon"):
         read_results(first, "auto", silicon.Selection.parse(["tp=1"]))
 
@@ -153,6 +153,6 @@ def test_held_out_concurrencies_meet_the_goal(select: str) -> None:
         e2e.append(abs(latency / run.mean_e2e_latency_s - 1))
         tpot.append(abs((latency - first) / (run.output_tokens - 1) / run.mean_tpot_s - 1))
         ttft.append(abs(first / run.mean_ttft_s - 1))
-    mean = lambda values: 100 * sum(values) / len(values)  # noqa: E731
     assert all(math.isfinite(v) for v in e2e + tpot + ttft)
-    assert mean(e2e) <= 10 and mean(tpot) <= 10 and mean(ttft) <= 25, (mean(e2e), mean(tpot), mean(ttft))
+    e2e_pct, tpot_pct, ttft_pct = (100 * sum(v) / len(v) for v in (e2e, tpot, ttft))
+    assert e2e_pct <= 10 and tpot_pct <= 10 and ttft_pct <= 25, (e2e_pct, tpot_pct, ttft_pct)

@@ -135,7 +135,7 @@ class Selection:
         return ",".join(f"{key}={value}" for key, value in self.filters)
 
 
-def _cell(row: dict[str, str], key: str) -> str:
+def cell_value(row: dict[str, str], key: str) -> str:
     """A row's value of a selection key, normalised for display and matching."""
     raw = (row.get(KEYS[key]) or "").strip()
     if key in ("tp", "dp", "moe_tp", "moe_ep"):
@@ -165,7 +165,7 @@ def _matches(key: str, cell: str, wanted: str) -> bool:
 
 
 def _values(rows: list[dict[str, str]], key: str) -> list[str]:
-    return sorted({_cell(row, key) for row in rows}, key=lambda v: (len(v) if v.isdigit() else 0, v.lower()))
+    return sorted({cell_value(row, key) for row in rows}, key=lambda v: (len(v) if v.isdigit() else 0, v.lower()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +209,7 @@ def select_rows(name: str, rows: list[tuple[int, dict[str, str]]],
     """
     kept = rows
     for key, wanted in selection.filters:
-        matching = [(line, row) for line, row in kept if _matches(key, _cell(row, key), wanted)]
+        matching = [(line, row) for line, row in kept if _matches(key, cell_value(row, key), wanted)]
         if not matching:
             before = f" with {','.join(f'{k}={v}' for k, v in selection.filters[:selection.filters.index((key, wanted))])}" \
                 if selection.filters.index((key, wanted)) else ""
@@ -217,11 +217,11 @@ def select_rows(name: str, rows: list[tuple[int, dict[str, str]]],
                                  f"matches no aggregated row{before}; {key} is one of "
                                  f"{', '.join(_values([row for _, row in kept], key))}")
         kept = matching
-    differing = [key for key in KEYS if len({_cell(row, key) for _, row in kept}) > 1]
+    differing = [key for key in KEYS if len({cell_value(row, key) for _, row in kept}) > 1]
     if differing:
         shown = "; ".join(f"{key}: {', '.join(_values([row for _, row in kept], key))}" for key in differing)
         given = f"--select {selection.describe()} matches" if selection else "holds"
-        raise InputFileError(name, None, f"{given} {len({tuple(_cell(r, k) for k in KEYS) for _, r in kept})} "
+        raise InputFileError(name, None, f"{given} {len({tuple(cell_value(r, k) for k in KEYS) for _, r in kept})} "
                                          f"configurations and a calibration is for one; narrow it with --select "
                                          f"({shown})")
     return kept
@@ -230,11 +230,11 @@ def select_rows(name: str, rows: list[tuple[int, dict[str, str]]],
 def configuration_of(rows: list[dict[str, str]]) -> SiliconConfiguration:
     """The configuration of rows :func:`select_rows` returned (one)."""
     row = rows[0]
-    return SiliconConfiguration(model=_cell(row, "model"), system=_cell(row, "system"), backend=_cell(row, "backend"),
-                                version=_cell(row, "version"), tp=int(_cell(row, "tp")),
-                                precision=_cell(row, "precision"), quant=_cell(row, "quant"),
-                                dp=int(_cell(row, "dp")), moe_tp=int(_cell(row, "moe_tp")),
-                                moe_ep=int(_cell(row, "moe_ep")))
+    return SiliconConfiguration(model=cell_value(row, "model"), system=cell_value(row, "system"), backend=cell_value(row, "backend"),
+                                version=cell_value(row, "version"), tp=int(cell_value(row, "tp")),
+                                precision=cell_value(row, "precision"), quant=cell_value(row, "quant"),
+                                dp=int(cell_value(row, "dp")), moe_tp=int(cell_value(row, "moe_tp")),
+                                moe_ep=int(cell_value(row, "moe_ep")))
 
 
 def _positive(name: str, line: int, row: dict[str, str], column: str) -> float:
@@ -322,6 +322,7 @@ def provenance(configuration: SiliconConfiguration, path: Path) -> dict[str, obj
         "hardware": configuration.hardware, "target_model": configuration.model, "engine": configuration.backend,
         "engine_version": configuration.version, "tensor_parallel_size": configuration.tp,
         **({"dtype": configuration.precision} if configuration.precision != UNRECORDED else {}),
-        "assumptions": [f"measured rows of {configuration.describe()} from NVIDIA AIConfigurator's "
-                        f"{path.name} (Apache-2.0): closed loops of N clients, mean E2E = TTFT + (output - 1) x TPOT"],
+        "assumptions": [(f"measured rows of {configuration.describe()} from NVIDIA AIConfigurator's "
+                         f"{path.name} (Apache-2.0): closed loops of N clients, mean E2E = TTFT + (output - 1) x "
+                         "TPOT")],
     }
