@@ -193,7 +193,8 @@ class SiliconConfiguration:
             f", MoE TP {self.moe_tp} EP {self.moe_ep}" if self.moe_ep > 1 or self.moe_tp not in (1, self.tp) else "")
         precision = ("precision not recorded" if self.precision == UNRECORDED else f"precision {self.precision}"
                      + (f" ({self.quant})" if self.quant not in (UNRECORDED, self.precision) else ""))
-        return f"{self.model} on {self.system}, {self.backend} {self.version}, {parallel}, {precision}"
+        version = "(version not recorded)" if self.version == UNRECORDED else self.version
+        return f"{self.model} on {self.system}, {self.backend} {version}, {parallel}, {precision}"
 
 
 def select_rows(name: str, rows: list[tuple[int, dict[str, str]]],
@@ -320,7 +321,8 @@ def provenance(configuration: SiliconConfiguration, path: Path) -> dict[str, obj
     """Provenance fields of a calibration fitted to a configuration's measured rows."""
     return {
         "hardware": configuration.hardware, "target_model": configuration.model, "engine": configuration.backend,
-        "engine_version": configuration.version, "tensor_parallel_size": configuration.tp,
+        "engine_version": "unknown" if configuration.version == UNRECORDED else configuration.version,
+        "tensor_parallel_size": configuration.tp,
         **({"dtype": configuration.precision} if configuration.precision != UNRECORDED else {}),
         "assumptions": [(f"measured rows of {configuration.describe()} from NVIDIA AIConfigurator's "
                          f"{path.name} (Apache-2.0): closed loops of N clients, mean E2E = TTFT + (output - 1) x "
