@@ -68,7 +68,7 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     rng = np.random.default_rng(seed)
     from dataclasses import fields, replace
 
-    from sdplan.runmodel import coefficients_from_vector
+    from sdplan.runmodel import coefficients_from_vector, fixed_step_share
 
     reference = (calibration.reference_prompt_tokens, calibration.reference_output_tokens)
     template = calibration.coefficients_at(prompt_tokens, output_tokens)  # TTFT weights, closed-loop factor
@@ -79,7 +79,8 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     for j in range(len(PARAMETERS)):
         unit = np.zeros(len(PARAMETERS))
         unit[j] = 1.0
-        scaled = coefficients_from_vector(unit, reference, prompt_tokens, output_tokens)
+        scaled = coefficients_from_vector(unit, reference, prompt_tokens, output_tokens,
+                                          fixed_step_share=fixed_step_share(calibration.document["coefficients"]))
         basis[:, j] = [getattr(scaled, name) for name in costs]
     ks, tokens = (np.ravel(a).astype(np.float64) for a in np.broadcast_arrays(*options)) if options else ([], [])
     kept = np.empty((0, len(costs)))

@@ -156,3 +156,52 @@ def test_held_out_concurrencies_meet_the_goal(select: str) -> None:
     assert all(math.isfinite(v) for v in e2e + tpot + ttft)
     e2e_pct, tpot_pct, ttft_pct = (100 * sum(v) / len(v) for v in (e2e, tpot, ttft))
     assert e2e_pct <= 10 and tpot_pct <= 10 and ttft_pct <= 25, (e2e_pct, tpot_pct, ttft_pct)
+
+
+def test_a_fixed_part_of_the_step_cost_is_fitted_where_contexts_vary() -> None:
+    """Qwen3-32B TP4 spans mean contexts 1088-4608: the per-sequence step cost is affine in the context."""
+    from sdplan.fit import FIXED_STEP_SHARES
+
+    runs, _ = load_runs([str(DATA)], "auto", None, None, silicon.Selection.parse([QWEN_TP4]))
+    fit = fit_pooled(runs)
+    assert 0 < fit.fixed_step_share <= 1 and fit.fixed_step_share in FIXED_STEP_SHARES
+    proportional = fit_pooled(runs, fixed_step_share=0.0)
+    assert fit.mape_pct < proportional.mape_pct  # chosen on these rows: the profile's own criterion
+    one_shape = [r for r in runs if (r.prompt_tokens, r.output_tokens) == (1024.0, 1024.0)]
+    assert fit_pooled(one_shape).fixed_step_share == 0.0  # one context cannot tell the parts apart
+
+
+def test_the_written_calibration_predicts_what_the_fit_did(sdplan, tmp_path: Path) -> None:
+    out = tmp_path / "fit.toml"
+    assert sdplan("fit", str(DATA), "--select", QWEN_TP4, "-o", str(out)).exit_code == 0
+    calibration = load_calibration(out)
+    baseline = calibration.document["coefficients"]["baseline"]
+    assert 0 < baseline["c2_step_fixed_s"] <= baseline["c2_step_s"]
+    runs, _ = load_runs([str(DATA)], "auto", None, None, silicon.Selection.parse([QWEN_TP4]))
+    fit = fit_pooled(runs)
+    for run in runs:
+        written = calibration.coefficients_at(run.prompt_tokens, run.output_tokens)
+        fitted = fit.coefficients_at(run.prompt_tokens, run.output_tokens)
+        assert written.baseline_c2_step_s == pytest.approx(fitted.baseline_c2_step_s, rel=1e-5)
+        assert predict_latency(written, run) == pytest.approx(predict_latency(fitted, run), rel=1e-5)
+    # scale_direct's rule, by hand: the fixed part stays, the rest scales with the mean context p + g/2
+    reference = calibration.document["reference_workload"]
+    s_ref = reference["prompt_tokens"] + reference["output_tokens"] / 2
+    at = calibration.coefficients_at(1024, 128)
+    expected = baseline["c2_step_fixed_s"] + (baseline["c2_step_s"] - baseline["c2_step_fixed_s"]) * (1024 + 64) / s_ref
+    assert at.baseline_c2_step_s == pytest.approx(expected)
+
+
+def test_intervals_of_a_fitted_calibration_centre_on_its_prediction(tmp_path: Path, sdplan) -> None:
+    """The uncertainty draws scale c2_step as the file does, away from the reference workload too."""
+    import numpy as np
+
+    from sdplan.uncertainty import coefficient_draws
+
+    out = tmp_path / "fit.toml"
+    assert sdplan("fit", str(DATA), "--select", QWEN_TP4, "-o", str(out)).exit_code == 0
+    calibration = load_calibration(out)
+    draws = coefficient_draws(calibration, 1024, 512)
+    assert draws is not None
+    point = calibration.coefficients_at(1024, 512).baseline_c2_step_s
+    assert float(np.median([d.baseline_c2_step_s for d in draws])) == pytest.approx(point, rel=0.05)
