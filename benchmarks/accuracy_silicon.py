@@ -32,8 +32,8 @@ backend version where its database has it, else the database's (about 3 s per co
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--markdown FILE]
 
-Goal (issue 32): pooled held-out MAPE of E2E and TPOT <= 10%, TTFT <= 25%, over >= 20 configurations.
-Runs in a few seconds.
+Goal: pooled held-out MAPE of E2E and TPOT <= 10%, TTFT <= 25%, over >= 20 configurations.
+About 30 s on a 2-core VM (each fit profiles the fixed share of the step cost), a minute more with --aic.
 """
 
 from __future__ import annotations
