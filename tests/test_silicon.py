@@ -172,11 +172,16 @@ def test_a_fixed_part_of_the_step_cost_is_fitted_where_contexts_vary() -> None:
 
 
 def test_the_written_calibration_predicts_what_the_fit_did(sdplan, tmp_path: Path) -> None:
+    import json
+
     out = tmp_path / "fit.toml"
-    assert sdplan("fit", str(DATA), "--select", QWEN_TP4, "-o", str(out)).exit_code == 0
+    report = sdplan("fit", str(DATA), "--select", QWEN_TP4, "-o", str(out), "-f", "json")
+    assert report.exit_code == 0, report.stderr
     calibration = load_calibration(out)
     baseline = calibration.document["coefficients"]["baseline"]
     assert 0 < baseline["c2_step_fixed_s"] <= baseline["c2_step_s"]
+    share = json.loads(report.stdout)["pooled"]["c2_step_fixed_share"]
+    assert baseline["c2_step_fixed_s"] == pytest.approx(share * baseline["c2_step_s"])
     runs, _ = load_runs([str(DATA)], "auto", None, None, silicon.Selection.parse([QWEN_TP4]))
     fit = fit_pooled(runs)
     for run in runs:

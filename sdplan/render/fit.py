@@ -52,6 +52,7 @@ def fit_document(pooled: PooledFit, configurations: list[ConfigurationFit], kept
             "coefficients_s": pooled.values,
             "stderr_s": {name: finite_or_none(value) for name, value in pooled.stderr.items()},
             "not_identified": [name for name, ok in pooled.identified.items() if not ok],
+            "c2_step_fixed_share": pooled.fixed_step_share,
             "ttft": {"wait_steps": pooled.ttft_wait_steps, "load_steps": pooled.ttft_load_steps,
                      "offset_s": pooled.ttft_offset_s, "closed_loop_load_steps": pooled.ttft_closed_load_steps,
                      "prefill_per_prompt_token_s": pooled.ttft_prefill_per_token_s,
