@@ -137,6 +137,9 @@ CALIBRATION_SCHEMA = Table(
                         "c2_step_s": _cost("plain decode step: seconds per step per concurrent request"),
                         "c2_step_per_context_token_s": _cost(
                             "slope of c2_step in the mean context p + g/2: seconds per context token", required=False),
+                        "c2_step_fixed_s": _cost(
+                            "the part of c2_step that does not grow with the context (at most c2_step_s); only the "
+                            "rest scales", required=False),
                     }
                 ),
                 "speculative": Table(
@@ -162,6 +165,9 @@ CALIBRATION_SCHEMA = Table(
                                     minimum=0.0, maximum=1e3),
                 "offset_s": Field("float", "TTFT: seconds added to c1p at zero load (fitted; may be negative)",
                                   required=False, minimum=-3600.0, maximum=3600.0),
+                "prefill_per_prompt_token_s": Field(
+                    "float", "TTFT: seconds per prompt token added to c1p for the request's own prefill (fitted "
+                    "where TTFT was measured at several prompt lengths)", required=False, minimum=0.0, maximum=1.0),
                 "closed_loop_load_steps": Field(
                     "float", "TTFT: the load weight closed-loop runs were fitted with (theirs only; the planner "
                     "predicts open loops with load_steps)", required=False, minimum=0.0, maximum=1e3),
@@ -411,7 +417,8 @@ class Calibration:
         if ttft is not None:
             coefficients = replace(coefficients, ttft_wait_steps=float(ttft["wait_steps"]),
                                    ttft_load_steps=float(ttft["load_steps"]),
-                                   ttft_offset_s=float(ttft.get("offset_s", 0.0)))
+                                   ttft_offset_s=float(ttft.get("offset_s", 0.0)),
+                                   ttft_prefill_s=float(ttft.get("prefill_per_prompt_token_s", 0.0)) * prompt_tokens)
         closed = self.document.get("closed_loop")
         if closed is not None:
             coefficients = replace(coefficients, closed_loop_factor=float(closed["factor"]))
@@ -437,7 +444,7 @@ class Calibration:
 
         reference = self.document["reference_workload"]
         prefill = prompt_tokens / reference["prompt_tokens"]
-        context = _mean_context(prompt_tokens, output_tokens) / _mean_context(
+        context = mean_context(prompt_tokens, output_tokens) / mean_context(
             reference["prompt_tokens"], reference["output_tokens"])
         scale = {"c1p_s": prefill, "c2p_s": prefill, "baseline_c2_step_s": context, "c2v_s": context}
         coverage = {key: value * scale.get(key, 1.0) for key, value in table.get("coverage", {}).items()}
@@ -472,7 +479,7 @@ class Calibration:
         return warnings
 
 
-def _mean_context(prompt_tokens: float, output_tokens: float) -> float:
+def mean_context(prompt_tokens: float, output_tokens: float) -> float:
     """Time-averaged KV context per sequence during decoding, ``p + g/2`` tokens."""
     return prompt_tokens + output_tokens / 2.0
 
@@ -505,13 +512,22 @@ def scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens: 
       unknown, and fixed costs dominate them).
 
     The output length enters the model itself through ``g/E``.
+
+    ``c2_step_fixed_s`` (optional, 0 by default): the part of ``c2_step``
+    that does not grow with the context, each running sequence's own share of
+    a step's work (its matmul rows, sampling); only the rest, ``c2_step -
+    c2_step_fixed``, scales as above. Fitted from runs at several contexts
+    (:func:`sdplan.fit.fit_pooled`): on GPUs the per-sequence step cost is
+    affine in the context (AIConfigurator's measured Qwen3-32B rows on H100
+    TP4, tests/data/aic-silicon: 0.125 ms per client at 1024/1024 and 0.29 ms
+    at 4096/1024, a ratio of 2.3 for a context ratio of 3).
     """
     table = document["coefficients"]
     reference = document["reference_workload"]
     spec, base = table["speculative"], table["baseline"]
     proportional = table.get("scaling", "proportional") == "proportional"
-    reference_context = _mean_context(reference["prompt_tokens"], reference["output_tokens"])
-    shift = _mean_context(prompt_tokens, output_tokens) - reference_context if proportional else 0.0
+    reference_context = mean_context(reference["prompt_tokens"], reference["output_tokens"])
+    shift = mean_context(prompt_tokens, output_tokens) - reference_context if proportional else 0.0
     prefill = prompt_tokens / reference["prompt_tokens"] if proportional else 1.0
 
     def affine(value: float, slope: float | None, default_slope: float) -> float:
@@ -523,6 +539,8 @@ def scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens: 
 
     v_slope, d_slope = spec.get("c2v_per_context_token_s"), spec.get("c2d_per_context_token_s")
     step_slope = base.get("c2_step_per_context_token_s")
+    step_fixed = min(float(base.get("c2_step_fixed_s", 0.0)), base["c2_step_s"])
+    step_context = base["c2_step_s"] - step_fixed
     return Coefficients(
         c1p_s=table["c1p_s"] * prefill,
         c2p_s=table["c2p_s"] * prefill,
@@ -531,7 +549,7 @@ def scale_direct(document: dict[str, Any], prompt_tokens: float, output_tokens: 
         c1d_s=own(spec["c1d_s"], d_slope),
         c2d_s=affine(spec["c2d_s"], d_slope, 0.0),
         baseline_c1_step_s=own(base["c1_step_s"], step_slope),
-        baseline_c2_step_s=affine(base["c2_step_s"], step_slope, base["c2_step_s"] / reference_context),
+        baseline_c2_step_s=step_fixed + affine(step_context, step_slope, step_context / reference_context),
         prompt_tokens=float(prompt_tokens),
         output_tokens=float(output_tokens),
     )
@@ -561,7 +579,7 @@ def _coefficients_from_steps(steps: dict[str, Any], prompt_tokens: float, output
     """
     target, draft, prefill = steps["target"], steps["draft"], steps["prefill"]
     overhead = steps.get("speculation", {"overhead_fixed_s": 0.0, "overhead_per_sequence_s": 0.0})
-    context = _mean_context(prompt_tokens, output_tokens)
+    context = mean_context(prompt_tokens, output_tokens)
     target_per_sequence = (
         target["per_sequence_s"] + target["per_query_token_s"] + context * target["per_context_token_s"]
     )

@@ -79,6 +79,12 @@ class Coefficients:
         What TTFT adds to ``c1p`` at zero load beyond the wait (s; fitted from
         measured TTFT: the serving stack's own first-token cost, or minus what
         ``c1p`` overstates), 0 by default.
+    ttft_prefill_s : float
+        What TTFT adds for the request's own prefill beyond ``c1p`` (s, at this
+        workload's prompt: ``[ttft] prefill_per_prompt_token_s`` times the prompt
+        length), 0 by default. Fitted where TTFT was measured at several prompt
+        lengths: ``c1p`` is a small share of the end-to-end latency, which the
+        E2E fit may leave near 0, while TTFT at low load is mostly the prefill.
     closed_loop_factor : float
         Only for predicting closed-loop benchmarks (``N`` clients):
         ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fit`). The planner's open-loop
@@ -98,6 +104,7 @@ class Coefficients:
     ttft_wait_steps: float = 0.5
     ttft_load_steps: float = 1.5
     ttft_offset_s: float = 0.0
+    ttft_prefill_s: float = 0.0
     closed_loop_factor: float = 1.0
 
 
@@ -371,7 +378,8 @@ def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: F
     Returns
     -------
     numpy.ndarray
-        ``TTFT = c1p + offset + w_wait tau1 + B w_load (C2/steps)`` (seconds).
+        ``TTFT = c1p + offset + prefill + w_wait tau1 + B w_load (C2/steps)`` (seconds;
+        ``prefill`` is :attr:`Coefficients.ttft_prefill_s`).
 
     Notes
     -----
@@ -393,7 +401,8 @@ def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: F
     load = np.asarray(others, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         load_part = np.where(np.isinf(load), np.inf, load * coeffs.ttft_load_steps * per_other)
-    return coeffs.c1p_s + coeffs.ttft_offset_s + coeffs.ttft_wait_steps * tau1 + load_part
+    return (coeffs.c1p_s + coeffs.ttft_offset_s + coeffs.ttft_prefill_s + coeffs.ttft_wait_steps * tau1
+            + load_part)
 
 
 def time_per_output_token(latency_s: FloatArray, ttft_s: FloatArray | float, output_tokens: float) -> FloatArray:

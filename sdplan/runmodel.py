@@ -36,15 +36,29 @@ COEFFICIENT_PATHS = {"c1p_s": ("c1p_s",), "c2p_s": ("c2p_s",), "baseline_c1_step
                      "c2d_s": ("speculative", "c2d_s")}
 
 
-def coefficients_table(values: dict[str, float]) -> dict[str, Any]:
-    """The ``[coefficients]`` table (direct form, proportional scaling) of named coefficient values."""
+def coefficients_table(values: dict[str, float], fixed_step_share: float = 0.0) -> dict[str, Any]:
+    """The ``[coefficients]`` table (direct form, proportional scaling) of named coefficient values.
+
+    ``fixed_step_share``: the share of ``c2_step`` that does not grow with the
+    context (``c2_step_fixed_s``, :func:`sdplan.calibration.scale_direct`); 0
+    writes no such key.
+    """
     table: dict[str, Any] = {"scaling": "proportional"}
     for name, path in COEFFICIENT_PATHS.items():
         node = table
         for key in path[:-1]:
             node = node.setdefault(key, {})
         node[path[-1]] = float(values[name])
+    if fixed_step_share:
+        table["baseline"]["c2_step_fixed_s"] = float(fixed_step_share * values["baseline_c2_step_s"])
     return table
+
+
+def fixed_step_share(table: dict[str, Any]) -> float:
+    """The share of ``c2_step`` a ``[coefficients]`` table keeps fixed in the context (0 without the key)."""
+    base = table.get("baseline") or {}
+    step = float(base.get("c2_step_s", 0.0))
+    return min(float(base.get("c2_step_fixed_s", 0.0)) / step, 1.0) if step > 0 else 0.0
 
 
 def values_from_table(table: dict[str, Any]) -> dict[str, float]:
@@ -59,11 +73,13 @@ def values_from_table(table: dict[str, Any]) -> dict[str, float]:
 
 
 def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_tokens: float, output_tokens: float,
-                             ttft: tuple[float, float] = (0.5, 1.5)) -> Coefficients:
+                             ttft: tuple[float, float] = (0.5, 1.5), fixed_step_share: float = 0.0) -> Coefficients:
     """Direct-form coefficients ``theta`` (at ``reference``) scaled to a workload.
 
     Scaling is the calibration file's own (``sdplan.calibration``), so a fitted
-    calibration predicts exactly what the fit assumed.
+    calibration predicts exactly what the fit assumed. With a given
+    ``fixed_step_share`` the map stays linear in ``theta``: ``c2_step(s) =
+    c2_step (share + (1 - share) s/s_ref)``.
     """
     from dataclasses import replace as _replace
 
@@ -71,7 +87,7 @@ def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_toke
 
     document = {
         "reference_workload": {"prompt_tokens": reference[0], "output_tokens": reference[1]},
-        "coefficients": coefficients_table(dict(zip(PARAMETERS, theta))),
+        "coefficients": coefficients_table(dict(zip(PARAMETERS, theta)), fixed_step_share),
     }
     coefficients = scale_direct(document, prompt_tokens, output_tokens)
     return _replace(coefficients, ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1])
@@ -147,7 +163,7 @@ class DesignRows:
         return self.c1 + (self.factor(closed_loop_factor) * self.load)[:, None] * self.c2
 
 
-def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignRows:
+def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step_share: float = 0.0) -> DesignRows:
     """The rows of ``L`` and of TTFT, linear in the eight coefficients.
 
     Built by evaluating the model on unit coefficient vectors, so the rows are
@@ -162,7 +178,8 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int]) -> DesignR
         unit = np.zeros(len(PARAMETERS))
         unit[j] = 1.0
         for i, run in enumerate(runs):
-            coefficients = coefficients_from_vector(unit, reference, run.prompt_tokens, run.output_tokens)
+            coefficients = coefficients_from_vector(unit, reference, run.prompt_tokens, run.output_tokens,
+                                                    fixed_step_share=fixed_step_share)
             c1[i, j], c2[i, j] = run_demand(coefficients, run)
             c1p[i, j], tau1[i, j], tau2[i, j] = ttft_parts(coefficients, run)
     return DesignRows(c1=c1, c2=c2, load=np.array([fitted_load(r) for r in runs]),

@@ -68,18 +68,19 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     rng = np.random.default_rng(seed)
     from dataclasses import fields, replace
 
-    from sdplan.runmodel import coefficients_from_vector
+    from sdplan.runmodel import coefficients_from_vector, fixed_step_share
 
     reference = (calibration.reference_prompt_tokens, calibration.reference_output_tokens)
     template = calibration.coefficients_at(prompt_tokens, output_tokens)  # TTFT weights, closed-loop factor
     order = [names.index(name) for name in PARAMETERS]
     # The length scaling is linear in the coefficients: map the unit vectors once, then every draw is a product.
-    costs = [f.name for f in fields(template) if f.name.endswith("_s") and f.name != "ttft_offset_s"]
+    costs = [f.name for f in fields(template) if f.name.endswith("_s") and not f.name.startswith("ttft_")]
     basis = np.zeros((len(costs), len(PARAMETERS)))
     for j in range(len(PARAMETERS)):
         unit = np.zeros(len(PARAMETERS))
         unit[j] = 1.0
-        scaled = coefficients_from_vector(unit, reference, prompt_tokens, output_tokens)
+        scaled = coefficients_from_vector(unit, reference, prompt_tokens, output_tokens,
+                                          fixed_step_share=fixed_step_share(calibration.document["coefficients"]))
         basis[:, j] = [getattr(scaled, name) for name in costs]
     ks, tokens = (np.ravel(a).astype(np.float64) for a in np.broadcast_arrays(*options)) if options else ([], [])
     kept = np.empty((0, len(costs)))

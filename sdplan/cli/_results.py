@@ -12,10 +12,16 @@ from sdplan.cli._options import apply_options, acceptance_options
 def results_options(fn: Any) -> Any:
     return apply_options(fn, [
         click.argument("results", nargs=-1, required=True, metavar="RESULTS..."),
-        click.option("--input-format", type=click.Choice(("auto", "vllm", "guidellm", "csv")), default="auto",
-                     show_default=True, help="Format of RESULTS: vLLM bench serve JSON, GuideLLM report, or CSV "
+        click.option("--input-format", type=click.Choice(("auto", "vllm", "guidellm", "aic-silicon", "csv")),
+                     default="auto",
+                     show_default=True, help="Format of RESULTS: vLLM bench serve JSON, GuideLLM report, CSV "
                      "(request_rate_rps, draft_length, acceptance, prompt_tokens, output_tokens, mean_e2e_latency_s"
-                     "[, mean_concurrency]). auto detects it."),
+                     "[, mean_concurrency]) or AIConfigurator's silicon_sample.csv (aic-silicon; the installed "
+                     "package's own as aic:silicon_sample). auto detects it."),
+        click.option("--select", "select", multiple=True, metavar="KEY=VALUE[,...]",
+                     help="Rows of one configuration of an AIConfigurator silicon file: model, system, backend, "
+                     "version, tp, precision, quant, dp, moe_tp, moe_ep, e.g. "
+                     "model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4. Repeatable."),
         click.option("--draft-length", "draft_length", type=click.IntRange(min=0), metavar="K",
                      help="Draft length of runs whose files do not record it (GuideLLM; vLLM without spec_decode "
                      "fields). 0 means no SD."),

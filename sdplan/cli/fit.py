@@ -24,7 +24,8 @@ from sdplan.cli._results import override_alpha, results_options
               "configuration with 3+ runs (tests extrapolation in load).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random --holdout split.")
 @output_options(formats=("table", "json"), to_file=False)
-def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, acceptance_alpha: list[float] | None,
+def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], draft_length: int | None,
+        acceptance_alpha: list[float] | None,
         acceptance_length: list[float] | None, draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
         position_acceptance: list[float] | None,
         calibration_out: str, name: str | None, hardware: str, target_model: str, draft_model: str,
@@ -43,6 +44,11 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
     method = "fit" calibration with the sources' hashes and the covariance,
     only after the report succeeded.
 
+    AIConfigurator's measured rows (silicon_sample.csv, or aic:silicon_sample
+    for the installed package's own) are closed loops of N clients at given
+    lengths; --select picks one configuration, and the calibration's
+    provenance (hardware, target, engine and version, TP) comes from it.
+
     A file that does not record its SD settings (GuideLLM, CSV without them)
     takes them per file as FILE:k=4,alpha=0.8 (or len=2.8, rate=62%), or from
     the flags, which fill in only what a file does not record.
@@ -54,6 +60,8 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
       sdplan fit base.json guidellm-sd.json:k=4,len=2.8 -o fit.toml
       sdplan fit sweep-output/ -o fit.toml --holdout-by highest-load
       sdplan fit runs.csv -o - --holdout 0.25 > fit.toml
+      sdplan fit aic:silicon_sample -o qwen3-32b-h100-tp4.toml \\
+                 --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
     import datetime
     import sys
@@ -67,11 +75,12 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
     from sdplan.validation import validate
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.fit import fit_document, render_fit
-    from sdplan.runs import file_digest, load_runs, screen, split_file_facts
+    from sdplan.runs import file_digest, load_runs, screen, silicon, split_file_facts
 
     alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
                            position_acceptance)
-    runs, warnings = load_runs(list(results), input_format, draft_length, alpha)
+    selection = silicon.Selection.parse(select)
+    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, selection)
     kept, dropped = [], []
     for run in runs:
         reasons = screen(run)
@@ -92,15 +101,25 @@ def fit(results: tuple[str, ...], input_format: str, draft_length: int | None, a
     holdout_result = validate(pooled.coefficients_at, held) if held else None
     to_stdout = calibration_out == "-"
     out = Path("fitted.toml" if to_stdout else calibration_out)
-    paths = [split_file_facts(argument)[0] for argument in results]
+    paths = [silicon.resolve_path(split_file_facts(argument)[0]) for argument in results]
     provenance = {
         "method": "fit", "hardware": hardware, "target_model": target_model, "draft_model": draft_model,
         "engine": "vllm", "engine_version": engine_version, "date": datetime.date.today(),
         "created_by": f"sdplan fit (sdplan {__version__})",
-        "sources": [f"{Path(path).name} {file_digest(Path(path))}" for path in paths],
+        "sources": [f"{path.name} {file_digest(path)}" for path in paths],
         "notes": f"{len(kept)} runs fitted, {len(dropped)} left out by the screen (sdplan-fit(1))"
                  + (f", {len(held)} held out ({holdout_by})" if held else ""),
     }
+    measured = [(found, path) for path in paths
+                if (found := silicon.configuration_in(path, input_format, selection)) is not None]
+    if measured:  # what the rows say about themselves, where the options were left at "unknown"
+        given = {"hardware": hardware, "target_model": target_model, "engine_version": engine_version}
+        for key, value in silicon.provenance(*measured[0]).items():
+            if not given.get(key, "unknown").startswith("unknown"):
+                continue
+            provenance[key] = value
+        if draft_model.startswith("unknown"):
+            provenance["draft_model"] = "none (no SD rows)"
     document = fitted_document(pooled, kept, name=name or (out.stem if not to_stdout else "fitted"),
                                provenance=provenance,
                                description=f"fitted from {len(results)} benchmark source(s) with sdplan fit")

@@ -29,7 +29,8 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
               help="Exit 1 when the mean absolute percentage error exceeds this (10% or 0.1).")
 @output_options(formats=("table", "json"))
 @plot_options
-def validate(calibration: str | None, results: tuple[str, ...], input_format: str, draft_length: int | None,
+def validate(calibration: str | None, results: tuple[str, ...], input_format: str, select: tuple[str, ...],
+             draft_length: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
         position_acceptance: list[float] | None, max_error: float | None,
@@ -51,6 +52,8 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     Examples:
       sdplan validate -c mybox.toml results/*.json
       sdplan validate -c mybox.toml runs.csv --max-error 10% --format json
+      sdplan validate -c qwen3-32b-h100-tp4.toml aic:silicon_sample \\
+                      --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
     from sdplan.calibration import resolve_calibration
     from sdplan.errors import ExitStatus
@@ -69,7 +72,9 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
         alpha_default = cal.acceptance.per_token_alpha
     else:
         alpha_default = None
-    runs, warnings = load_runs(list(results), input_format, draft_length, alpha)
+    from sdplan.runs.silicon import Selection
+
+    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, Selection.parse(select))
     if alpha_default is not None:
         from dataclasses import replace
 

@@ -52,8 +52,10 @@ def fit_document(pooled: PooledFit, configurations: list[ConfigurationFit], kept
             "coefficients_s": pooled.values,
             "stderr_s": {name: finite_or_none(value) for name, value in pooled.stderr.items()},
             "not_identified": [name for name, ok in pooled.identified.items() if not ok],
+            "c2_step_fixed_share": pooled.fixed_step_share,
             "ttft": {"wait_steps": pooled.ttft_wait_steps, "load_steps": pooled.ttft_load_steps,
                      "offset_s": pooled.ttft_offset_s, "closed_loop_load_steps": pooled.ttft_closed_load_steps,
+                     "prefill_per_prompt_token_s": pooled.ttft_prefill_per_token_s,
                      "fitted": pooled.ttft_fitted, "mape_pct": pooled.ttft_mape_pct},
             "notes": list(pooled.notes),
             "residuals": [{"source": r.source, "load_level": r.load_level, "draft_length_tokens": r.draft_length,
@@ -154,7 +156,10 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
         ttft = pooled.get("ttft") or {}
         closed = ttft.get("closed_loop_load_steps")
         offset = ttft.get("offset_s") or 0.0
-        ttft_line = (f"TTFT = c1p {'-' if offset < 0 else '+'} {abs(offset):.3g} s + {ttft['wait_steps']:.3g} x step"
+        prefill = ttft.get("prefill_per_prompt_token_s")
+        ttft_line = (f"TTFT = c1p {'-' if offset < 0 else '+'} {abs(offset):.3g} s"
+                     + (f" + {prefill * 1e6:.3g} us x prompt tokens" if prefill is not None else "")
+                     + f" + {ttft['wait_steps']:.3g} x step"
                      f" + B x {ttft['load_steps']:.3g} x step per request"
                      + (f" (open loop; closed loops {closed:.3g})" if closed is not None else "")
                      + (f" (fitted; TTFT MAPE {ttft['mape_pct']:.1f}%)" if ttft.get("fitted")

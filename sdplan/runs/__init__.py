@@ -12,7 +12,8 @@ Modules, each importing only those above it in this list:
   :func:`kept_up_fraction`, :func:`held_back`).
 * one module per input format: :mod:`~sdplan.runs.vllm_bench` (``vllm bench
   serve`` and ``vllm bench sweep``), :mod:`~sdplan.runs.guidellm` (GuideLLM
-  reports) and :mod:`~sdplan.runs.csv` (plain CSV).
+  reports), :mod:`~sdplan.runs.silicon` (NVIDIA AIConfigurator's measured
+  ``silicon_sample.csv``) and :mod:`~sdplan.runs.csv` (plain CSV).
 * :mod:`~sdplan.runs.facts`: draft length and acceptance given per file
   (``FILE:k=4,len=2.8``) or by flags, for files that do not record them.
 * :mod:`~sdplan.runs.manifest`: the manifest ``sdplan calibrate`` writes
@@ -35,6 +36,10 @@ Write one module here with
   :func:`~sdplan.runs.record.optional_number` and
   :func:`~sdplan.runs.record.count` for fields, and fill in what the screen
   needs (closed or open loop, failures, per-request times where there are).
+  A file that holds many configurations, of which a calibration is for one,
+  sets ``SELECTS = True`` and takes a third argument, the
+  :class:`~sdplan.runs.silicon.Selection` of ``--select`` (see
+  :mod:`~sdplan.runs.silicon`); readers without it refuse a selection.
 
 then add one entry to :data:`sdplan.runs.read.READERS`, ``_reader(module,
 "json")`` or ``_reader(module, "text")``, before any reader whose ``detects``

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.runs import csv, guidellm, vllm_bench
+from sdplan.runs import csv, guidellm, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
 from sdplan.runs.record import BenchmarkRun, sweep_files
@@ -36,17 +36,21 @@ class Reader:
     #: ``"text"``: ``read`` gets the file's text; ``"json"``: each decoded JSON object.
     content: str
     detects: Callable[[Path, Any], bool]
-    read: Callable[[str, Any], tuple[list[BenchmarkRun], list[str]]]
+    read: Callable[..., tuple[list[BenchmarkRun], list[str]]]
+    #: Whether ``read`` takes a :class:`~sdplan.runs.silicon.Selection` (``--select``) as a third argument.
+    selects: bool = False
 
 
 def _reader(module: Any, content: str) -> Reader:
-    return Reader(module.NAME, module.DESCRIPTION, content, module.detects, module.read)
+    return Reader(module.NAME, module.DESCRIPTION, content, module.detects, module.read,
+                  getattr(module, "SELECTS", False))
 
 
-#: Every input format, in the order ``auto`` tries them.
+#: Every input format, in the order ``auto`` tries them (silicon before csv, which claims every ``.csv``).
 READERS = (
     _reader(vllm_bench, "json"),
     _reader(guidellm, "json"),
+    _reader(silicon, "text"),
     _reader(csv, "text"),
 )
 #: ``--input-format`` values.
@@ -113,8 +117,12 @@ def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]
         raise InputFileError(name, None, f"invalid JSON ({whole.msg} at line {whole.lineno}); {hint}") from None
 
 
-def read_results(path: Path, input_format: str = "auto") -> tuple[list[BenchmarkRun], list[str]]:
+def read_results(path: Path, input_format: str = "auto",
+                 selection: silicon.Selection | None = None) -> tuple[list[BenchmarkRun], list[str]]:
     """Runs of one file or sweep folder, and warnings about it.
+
+    ``selection`` (``--select``) is for readers that take one (a silicon
+    sample holds many configurations); any other format refuses it.
 
     Raises
     ------
@@ -126,6 +134,9 @@ def read_results(path: Path, input_format: str = "auto") -> tuple[list[Benchmark
     if input_format != "auto" and input_format not in _BY_NAME:
         raise InvalidValueError(f"unknown input format {input_format}; one of {', '.join(FORMATS)}")
     if path.is_dir():
+        if selection:
+            raise InvalidValueError(f"--select {selection.describe()}: picks rows of AIConfigurator silicon files; "
+                                    f"{name} is a folder")
         members = sweep_files(path)
         if not members:
             raise InputFileError(name, None, "folder holds no result files (*.json); give files or a vllm bench "
@@ -144,8 +155,11 @@ def read_results(path: Path, input_format: str = "auto") -> tuple[list[Benchmark
     text_reader = forced if forced is not None and forced.content == "text" else next(
         (reader for reader in READERS if forced is None and reader.content == "text" and reader.detects(path, text)),
         None)
+    if selection and (text_reader is None or not text_reader.selects):
+        raise InvalidValueError(f"--select {selection.describe()}: picks rows of AIConfigurator silicon files "
+                                f"(--input-format {silicon.NAME}); {name} is not one")
     if text_reader is not None:
-        return text_reader.read(name, text)
+        return text_reader.read(name, text, selection) if text_reader.selects else text_reader.read(name, text)
     runs, warnings = [], []
     for suffix, document in _json_documents(text, name, forced=forced is not None):
         where = name + suffix
@@ -159,12 +173,15 @@ def read_results(path: Path, input_format: str = "auto") -> tuple[list[Benchmark
     return runs, warnings
 
 
-def load_runs(paths: list[str], input_format: str, draft_length: int | None,
-              alpha: float | None) -> tuple[list[BenchmarkRun], list[str]]:
+def load_runs(paths: list[str], input_format: str, draft_length: int | None, alpha: float | None,
+              selection: silicon.Selection | None = None) -> tuple[list[BenchmarkRun], list[str]]:
     """Read every file or folder; flags and per-file facts fill in only what files do not record.
 
     Each argument may carry per-file facts, ``FILE:k=4,len=2.8`` (see
     :func:`split_file_facts`); they win over the flags for that file.
+    ``aic:silicon_sample`` names the installed AIConfigurator's measured rows
+    (:func:`sdplan.runs.silicon.resolve_path`); ``selection`` picks a
+    configuration of a silicon file.
     """
     if input_format not in FORMATS:
         raise InvalidValueError(f"unknown input format {input_format}; one of {', '.join(FORMATS)}")
@@ -172,7 +189,7 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None,
     runs, warnings = [], []
     for argument in paths:
         name, facts = split_file_facts(argument)
-        found, notes = read_results(Path(name), input_format)
+        found, notes = read_results(silicon.resolve_path(name), input_format, selection)
         for run in found:
             if facts is not None:
                 run = facts.force(run)

@@ -1,0 +1,371 @@
+"""sdplan fitted to measured GPU rows, checked on rows it was not fitted to.
+
+Data: NVIDIA AIConfigurator's ``silicon_sample.csv`` (``aiconfigurator-core`` 0.12.0, Apache-2.0),
+read by ``sdplan.runs.silicon`` exactly as ``sdplan fit --select`` reads it: every aggregated row is a
+closed loop of N clients at fixed prompt/output lengths with its mean TTFT and TPOT (mean E2E =
+TTFT + (OSL - 1) x TPOT), no SD.
+
+Configurations: every (model, system, backend and version, TP, precision, quantisation, attention DP,
+MoE TP/EP) of vLLM and SGLang aggregated rows on H100, H200 and B200 with at least
+``MIN_POINTS`` distinct (ISL, OSL, N) points at three or more concurrencies. A configuration whose
+rows repeat another's measurements exactly under another label (the file lists some DeepSeek-R1
+rows again as DeepSeek-V3, for example) is counted once, under the first label.
+
+Splits (documented; nothing is tuned on the held-out rows):
+
+* ``concurrency`` (the headline): per configuration, sort its distinct concurrencies
+  ``N_0 < ... < N_m``; hold out every other interior one (``N_1, N_3, ...`` below ``N_m``) at every
+  length, fit on the rest (the lowest, the highest and every other level between).
+* ``length``: per configuration with three or more (ISL, OSL) shapes, hold out the shape whose mean
+  context ``ISL + OSL/2`` is the median (the lower of the two middle ones), at every concurrency,
+  and fit on the other shapes.
+
+The fit is ``sdplan.fit.fit_pooled`` (what ``sdplan fit`` runs), after the same steady-state screen;
+predictions are ``sdplan.validation.predict_latency``/``predict_ttft`` (what ``sdplan validate``
+prints) and TPOT = (E2E - TTFT)/(OSL - 1), vLLM's definition. Beside them, where
+``scripts/derive_roofline.py`` knows the model and the GPU, the datasheet roofline's prediction of
+the same held-out rows (weights at the rows' precision: 1 byte for fp8, else 2). With ``--aic``,
+also AIConfigurator's own estimate of the same rows from its compiled engine
+(``aiconfigurator_core.sdk.engine.EngineHandle``, ``run_static``: a static batch of N requests,
+context then generation; TTFT = its context latency, TPOT = generation / (OSL - 1)), at the rows'
+backend version where its database has it, else the database's (about 3 s per configuration).
+
+    python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--markdown FILE]
+
+Goal: pooled held-out MAPE of E2E and TPOT <= 10%, TTFT <= 25%, over >= 20 configurations.
+About 30 s on a 2-core VM (each fit profiles the fixed share of the step cost), a minute more with --aic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import math
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sdplan.fit import fit_configurations, fit_pooled
+from sdplan.runs import screen, silicon
+from sdplan.validation import predict_latency, predict_ttft
+
+BACKENDS = ("vllm", "sglang")
+SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
+#: Fewest distinct (ISL, OSL, N) points a configuration needs.
+MIN_POINTS = 9
+#: Model names (lower case, without the organisation) that are mixtures of experts.
+MOE_MODELS = ("deepseek-r1", "deepseek-v3", "qwen3-235b-a22b-fp8", "qwen3.5-397b-a17b", "kimi-k2.5", "glm-5",
+              "minimax-m2.5", "gpt-oss-120b", "qwen3-30b-a3b")
+
+
+@dataclass
+class Errors:
+    """Relative errors (predicted/measured - 1) of held-out rows."""
+
+    e2e: list[float]
+    tpot: list[float]
+    ttft: list[float]
+
+    @staticmethod
+    def empty() -> Errors:
+        return Errors([], [], [])
+
+    def extend(self, other: Errors) -> None:
+        self.e2e += other.e2e
+        self.tpot += other.tpot
+        self.ttft += other.ttft
+
+
+def mape(values: list[float]) -> float:
+    return 100.0 * sum(abs(v) for v in values) / len(values) if values else math.nan
+
+
+def bias(values: list[float]) -> float:
+    return 100.0 * sum(values) / len(values) if values else math.nan
+
+
+def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfiguration, list, list[str]]]:
+    """(configuration, runs, labels it repeats) for every eligible configuration, duplicates folded."""
+    rows = silicon.parse_rows(name, text)
+    groups: dict[tuple[str, ...], list] = collections.defaultdict(list)
+    for line, row in rows:
+        if row["backend"] in BACKENDS and row["system"] in SYSTEMS:
+            groups[tuple(silicon.cell_value(row, key) for key in silicon.KEYS)].append((line, row))
+    found: dict[tuple, tuple[silicon.SiliconConfiguration, list, list[str]]] = {}
+    for key in sorted(groups):
+        selection = silicon.Selection(tuple(zip(silicon.KEYS, key)))
+        runs, configuration, _ = silicon.read_silicon(name, text, selection)
+        points = {(r.prompt_tokens, r.output_tokens, r.concurrency) for r in runs}
+        levels = {r.concurrency for r in runs}
+        if len(points) < MIN_POINTS or len(levels) < 3:
+            continue
+        signature = tuple(sorted((r.prompt_tokens, r.output_tokens, r.concurrency, round(r.mean_ttft_s, 9),
+                                  round(r.mean_tpot_s, 9)) for r in runs))
+        if signature in found:
+            found[signature][2].append(label(configuration))
+            continue
+        found[signature] = (configuration, runs, [])
+    return list(found.values())
+
+
+def label(configuration: silicon.SiliconConfiguration) -> str:
+    model = configuration.model.rpartition("/")[2]
+    parallel = f"TP{configuration.tp}" + (f" DP{configuration.dp}" if configuration.dp > 1 else "") + (
+        f" EP{configuration.moe_ep}" if configuration.moe_ep > 1 else "")
+    version = configuration.version if len(configuration.version) <= 12 else configuration.version[:11] + "~"
+    return (f"{model} {configuration.system.partition('_')[0]} {configuration.backend} {version} {parallel} "
+            f"{configuration.precision if configuration.precision != silicon.UNRECORDED else '-'}")
+
+
+def split(runs: list, how: str) -> tuple[list, list]:
+    """(train, held) of one configuration's runs (see the module notes)."""
+    if how == "concurrency":
+        levels = sorted({r.concurrency for r in runs})
+        held_levels = {level for index, level in enumerate(levels) if index % 2 == 1 and index < len(levels) - 1}
+        return ([r for r in runs if r.concurrency not in held_levels], [r for r in runs if r.concurrency in held_levels])
+    shapes = sorted({(r.prompt_tokens, r.output_tokens) for r in runs}, key=lambda s: (s[0] + s[1] / 2, s))
+    if len(shapes) < 3:
+        return runs, []
+    middle = shapes[(len(shapes) - 1) // 2]
+    return ([r for r in runs if (r.prompt_tokens, r.output_tokens) != middle],
+            [r for r in runs if (r.prompt_tokens, r.output_tokens) == middle])
+
+
+def errors_of(coefficients_at, runs: list) -> Errors:
+    """Held-out errors of E2E, TPOT and TTFT for a ``coefficients_at(prompt, output)``."""
+    result = Errors.empty()
+    for run in runs:
+        coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
+        latency = predict_latency(coefficients, run)
+        ttft = predict_ttft(coefficients, run, latency)
+        tpot = (latency - ttft) / (run.output_tokens - 1.0)
+        result.e2e.append(latency / run.mean_e2e_latency_s - 1.0)
+        result.tpot.append(tpot / run.mean_tpot_s - 1.0)
+        result.ttft.append(ttft / run.mean_ttft_s - 1.0)
+    return result
+
+
+# ----------------------------------------------------------------------------- the roofline beside
+
+
+def _roofline_module():
+    spec = importlib.util.spec_from_file_location("derive_roofline", ROOT / "scripts" / "derive_roofline.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["derive_roofline"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def roofline_predictor(configuration: silicon.SiliconConfiguration, roofline):
+    """``coefficients_at`` of the datasheet roofline of this configuration, or None where it has no model/GPU."""
+    from sdplan.calibration import parse_calibration
+
+    gpus = {"h100_sxm": roofline.H100, "h200_sxm": roofline.H200}
+    qwen3_32b = roofline.ModelConfig("Qwen/Qwen3-32B", 5120, 64, 64, 8, 128, 25600, 151936, False,
+                                     "config.json of Qwen/Qwen3-32B")
+    models = {"qwen/qwen3-32b": (qwen3_32b, roofline.QWEN3_0_6B),
+              "meta-llama/llama-3.1-70b": (roofline.LLAMA_70B, roofline.LLAMA_8B),
+              "meta-llama/llama-3.1-8b-instruct": (roofline.LLAMA_8B, roofline.LLAMA_1B),
+              "nvidia/llama-3.1-8b-instruct-fp8": (roofline.LLAMA_8B, roofline.LLAMA_1B)}
+    gpu = gpus.get(configuration.system)
+    pair = models.get(configuration.model.lower())
+    if gpu is None or pair is None or configuration.dp != 1:
+        return None
+    target, draft = pair
+    if configuration.precision == "fp8":
+        target = replace(target, bytes_per_param=1)
+    _, document = roofline.calibration(gpu, configuration.tp, target, draft)
+    return parse_calibration(document, "roofline").coefficients_at
+
+
+# ----------------------------------------------------------------------------- AIConfigurator's own estimate
+
+#: The names AIConfigurator's packaged model configs use for models the silicon file names otherwise.
+AIC_MODEL_NAMES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+                   "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+                   "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+                   "zhipuai/GLM-5": "zai-org/GLM-5"}
+
+
+def aic_predictor(configuration: silicon.SiliconConfiguration, rows_quant: tuple[str, str]):
+    """``(predict(run) -> (e2e_s, ttft_s, tpot_s), database version)`` from AIConfigurator's engine, or (None, why)."""
+    import contextlib
+    import io
+    import logging
+
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    logging.disable(logging.WARNING)  # its database loader logs every fallback table
+    gemm, moe = (None if value in ("", silicon.UNRECORDED) else value for value in rows_quant)
+    options = {"tp_size": configuration.tp, "attention_dp_size": configuration.dp,
+               "moe_tp_size": configuration.moe_tp or None, "moe_ep_size": configuration.moe_ep or None,
+               "gemm_quant_mode": gemm, "moe_quant_mode": moe}
+    handle, used, why = None, None, ""
+    for version in (configuration.version, None):
+        if version == silicon.UNRECORDED:
+            continue
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                model = AIC_MODEL_NAMES.get(configuration.model, configuration.model)
+                handle = EngineHandle.compile(model, configuration.system, configuration.backend,
+                                              backend_version=version, **options)
+            used = version or "database default"
+            break
+        except Exception as error:  # noqa: BLE001  (any failure: report it, go on)
+            why = f"{type(error).__name__}: {str(error).splitlines()[0][:80] if str(error) else ''}"
+    if handle is None:
+        return None, why
+
+    def predict(run) -> tuple[float, float, float]:
+        context, generation, total = handle.run_static(batch_size=run.concurrency, isl=int(run.prompt_tokens),
+                                                       osl=int(run.output_tokens))
+        return total / 1e3, context / 1e3, generation / 1e3 / (run.output_tokens - 1.0)
+
+    return predict, used
+
+
+def aic_errors(predict, runs: list) -> Errors:
+    result = Errors.empty()
+    for run in runs:
+        e2e, ttft, tpot = predict(run)
+        result.e2e.append(e2e / run.mean_e2e_latency_s - 1.0)
+        result.tpot.append(tpot / run.mean_tpot_s - 1.0)
+        result.ttft.append(ttft / run.mean_ttft_s - 1.0)
+    return result
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--csv", default=silicon.PACKAGED, help="silicon_sample.csv (default: the installed one)")
+    parser.add_argument("--split", choices=("concurrency", "length"), default="concurrency")
+    parser.add_argument("--aic", action="store_true", help="also AIConfigurator's own estimate (needs the package)")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
+    args = parser.parse_args(argv)
+    path = silicon.resolve_path(args.csv)
+    text = path.read_text(encoding="utf-8")
+    roofline = _roofline_module()
+    table = []
+    pooled, pooled_roof, pooled_aic, sdplan_aic = Errors.empty(), Errors.empty(), Errors.empty(), Errors.empty()
+    aic_failures: list[str] = []
+    by_group: dict[str, Errors] = collections.defaultdict(Errors.empty)
+    buckets: dict[str, Errors] = collections.defaultdict(Errors.empty)
+    folded = []
+    own_fit: dict[str, list[float]] = collections.defaultdict(list)  # the pooled fit's MAPE on its own rows
+    per_shape: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)  # (R2, worst residual)
+    for configuration, runs, repeats in configurations(text, str(path)):
+        kept = [run for run in runs if not screen(run)]
+        train, held = split(kept, args.split)
+        if not held or len(train) < 3:
+            continue
+        fit = fit_pooled(train)
+        kind = "MoE" if configuration.model.rpartition("/")[2].lower() in MOE_MODELS else "dense"
+        own_fit[kind].append(fit.mape_pct)
+        for shape in fit_configurations(kept):  # L = C1 + B C2 per (ISL, OSL) over all its concurrencies
+            members = [r for r in kept if (round(r.prompt_tokens), round(r.output_tokens))
+                       == (shape.prompt_tokens, shape.output_tokens)]
+            worst = max(abs((shape.c1_s + r.mean_others * shape.c2_s) / r.mean_e2e_latency_s - 1) for r in members)
+            per_shape[kind].append((shape.r2, worst))
+        errors = errors_of(fit.coefficients_at, held)
+        predictor = roofline_predictor(configuration, roofline)
+        roof = errors_of(predictor, held) if predictor is not None else None
+        aic = None
+        if args.aic:
+            quant = (configuration.quant.partition("/")[0], configuration.quant.partition("/")[2]
+                     or configuration.quant.partition("/")[0])
+            predict, used = aic_predictor(configuration, quant)
+            if predict is None:
+                aic_failures.append(f"{label(configuration)} ({used})")
+            else:
+                try:
+                    aic = aic_errors(predict, held)
+                except Exception as error:  # noqa: BLE001  (its database lacks an operation: report it)
+                    aic_failures.append(f"{label(configuration)} ({type(error).__name__}: "
+                                        f"{str(error).split(' at ')[0][:120]})")
+                else:
+                    pooled_aic.extend(aic)
+                    sdplan_aic.extend(errors)
+        pooled.extend(errors)
+        if roof is not None:
+            pooled_roof.extend(roof)
+        moe = configuration.model.rpartition("/")[2].lower() in MOE_MODELS
+        for group in (configuration.backend, configuration.system.partition("_")[0], "MoE" if moe else "dense"):
+            by_group[group].extend(errors)
+        for run, e2e, tpot, ttft in zip(held, errors.e2e, errors.tpot, errors.ttft):
+            long_prompt = run.prompt_tokens >= 4096
+            key = (f"prompt {'>=' if long_prompt else '<'} 4096, "
+                   f"N {'>=' if run.concurrency >= 64 else '<'} 64")
+            buckets[key].extend(Errors([e2e], [tpot], [ttft]))
+        folded += [(label(configuration), repeat) for repeat in repeats]
+        table.append((label(configuration), "MoE" if moe else "dense", len(train), len(held), errors, roof, aic))
+    lines = []
+    header = ("| configuration | kind | fit / held rows | E2E MAPE (bias) | TPOT MAPE (bias) | TTFT MAPE (bias) "
+              "| roofline E2E / TPOT MAPE (bias) |" + (" AIConfigurator E2E / TPOT MAPE (bias) |" if args.aic else ""))
+    lines += [header, "|---|---|---|---|---|---|---|" + ("---|" if args.aic else "")]
+
+    def cell(values: list[float]) -> str:
+        return f"{mape(values):.1f}% ({bias(values):+.1f}%)"
+
+    def pair(other: Errors | None) -> str:
+        return f"{mape(other.e2e):.1f}% / {mape(other.tpot):.1f}% ({bias(other.e2e):+.1f}%)" if other else "-"
+
+    for name, kind, fitted, held_count, errors, roof, aic in table:
+        lines.append(f"| {name} | {kind} | {fitted} / {held_count} | {cell(errors.e2e)} | {cell(errors.tpot)} | "
+                     f"{cell(errors.ttft)} | {pair(roof)} |" + (f" {pair(aic)} |" if args.aic else ""))
+    lines.append(f"| **pooled, {len(table)} configurations** | | {sum(t[2] for t in table)} / {len(pooled.e2e)} | "
+                 f"**{cell(pooled.e2e)}** | **{cell(pooled.tpot)}** | **{cell(pooled.ttft)}** | "
+                 f"{mape(pooled_roof.e2e):.1f}% / {mape(pooled_roof.tpot):.1f}% ({bias(pooled_roof.e2e):+.1f}%), "
+                 f"{len(pooled_roof.e2e)} rows |"
+                 + (f" {pair(pooled_aic)}, {len(pooled_aic.e2e)} rows |" if args.aic else ""))
+    lines += ["", "| held-out rows of | rows | E2E MAPE (bias) | TPOT MAPE (bias) | TTFT MAPE (bias) |",
+              "|---|---|---|---|---|"]
+    for group in sorted(by_group) + sorted(buckets):
+        errors = by_group.get(group) or buckets[group]
+        lines.append(f"| {group} | {len(errors.e2e)} | {cell(errors.e2e)} | {cell(errors.tpot)} | "
+                     f"{cell(errors.ttft)} |")
+    if pooled_roof.e2e:
+        sdplan_same = Errors.empty()
+        for _, _, _, _, errors, roof, _ in table:
+            if roof is not None:
+                sdplan_same.extend(errors)
+        lines.append(f"\nOn the {len(pooled_roof.e2e)} held-out rows the roofline covers: sdplan fitted E2E "
+                     f"{cell(sdplan_same.e2e)}, TPOT {cell(sdplan_same.tpot)}, TTFT {cell(sdplan_same.ttft)}; "
+                     f"roofline E2E {cell(pooled_roof.e2e)}, TPOT {cell(pooled_roof.tpot)}, "
+                     f"TTFT {cell(pooled_roof.ttft)}.")
+    if args.aic and pooled_aic.e2e:
+        lines.append(f"\nOn the {len(pooled_aic.e2e)} held-out rows AIConfigurator's engine covers: sdplan fitted E2E "
+                     f"{cell(sdplan_aic.e2e)}, TPOT {cell(sdplan_aic.tpot)}, TTFT {cell(sdplan_aic.ttft)}; "
+                     f"AIConfigurator (static batch) E2E {cell(pooled_aic.e2e)}, TPOT {cell(pooled_aic.tpot)}, "
+                     f"TTFT {cell(pooled_aic.ttft)}.")
+    if aic_failures:
+        lines.append("\nAIConfigurator's engine did not compile: " + "; ".join(aic_failures) + ".")
+    for kind in sorted(own_fit):
+        r2s = sorted(r2 for r2, _ in per_shape[kind])
+        worst = sorted(w for _, w in per_shape[kind])
+        lines.append(f"\n{kind}: the pooled fit's E2E MAPE on its own rows, median over configurations "
+                     f"{sorted(own_fit[kind])[len(own_fit[kind]) // 2]:.1f}% (max {max(own_fit[kind]):.1f}%); "
+                     f"L = C1 + B C2 fitted per (ISL, OSL) over all its concurrencies ({len(r2s)} shapes): median R2 "
+                     f"{r2s[len(r2s) // 2]:.4f}, worst row within {100 * worst[len(worst) // 2]:.1f}% (median over "
+                     f"shapes), {100 * worst[int(0.9 * (len(worst) - 1))]:.1f}% (90th percentile).")
+    if folded:
+        lines.append("\nCounted once (the same measurements under another label): "
+                     + "; ".join(f"{repeat} = {name}" for name, repeat in folded) + ".")
+    report = "\n".join(lines)
+    print(f"split: {args.split}; data: {path}")
+    print(report)
+    goal = mape(pooled.e2e) <= 10.0 and mape(pooled.tpot) <= 10.0 and mape(pooled.ttft) <= 25.0 and len(table) >= 20
+    print(f"\ngoal (E2E and TPOT <= 10%, TTFT <= 25%, >= 20 configurations): {'met' if goal else 'NOT met'}")
+    if args.markdown:
+        Path(args.markdown).write_text(report + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
