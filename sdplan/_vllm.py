@@ -34,10 +34,13 @@ import platform
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sdplan.calibrate import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
+
+_T = TypeVar("_T")
 
 INSTALL_HINT = (
     "vLLM is not installed in this Python; install it next to sdplan: pip install -e '.[calibrate]' from a "
@@ -335,7 +338,7 @@ class VllmRunner:
 
         return self._guard(run)
 
-    def _guard(self, action: Any) -> Any:
+    def _guard(self, action: Callable[[], _T]) -> _T:
         try:
             return action()
         except (InvalidValueError, KeyboardInterrupt):
@@ -422,8 +425,8 @@ def _patch_distribution_name() -> None:
 
         return patched
 
-    metadata.version = answering_for_cpu_build(metadata.version)  # type: ignore[assignment]
-    metadata.metadata = answering_for_cpu_build(metadata.metadata)  # type: ignore[assignment]
+    metadata.version = answering_for_cpu_build(metadata.version)
+    metadata.metadata = answering_for_cpu_build(metadata.metadata)
 
 
 def _bench_driver() -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
@@ -117,7 +118,8 @@ def expected_tokens_per_position(position_rates: FloatArray) -> FloatArray:
     import numpy as np
 
     rates = np.asarray(position_rates, dtype=np.float64)
-    return 1.0 + np.cumprod(rates, axis=-1).sum(axis=-1)
+    tokens: FloatArray = 1.0 + np.cumprod(rates, axis=-1).sum(axis=-1)
+    return tokens
 
 
 def tokens_from_position_rates(position_rates: tuple[float, ...], draft_lengths: FloatArray) -> FloatArray:
@@ -263,7 +265,7 @@ class AcceptanceSpec:
     #: Fraction of decode steps that carry a draft (:func:`with_coverage`); 1 for draft models.
     coverage: float = 1.0
 
-    def tokens_per_cycle(self, draft_lengths: FloatArray) -> FloatArray:
+    def tokens_per_cycle(self, draft_lengths: FloatArray | Sequence[int]) -> FloatArray:
         """``E`` per (acceptance row, draft length), shape (a, k), with the draft coverage applied."""
         import numpy as np
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan import model
-from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.acceptance import AcceptanceSpec, expected_tokens_per_cycle
 from sdplan.errors import InvalidValueError
 
 if TYPE_CHECKING:
@@ -497,7 +497,7 @@ class PlanInputs:
     calibration_method: str
     calibration_provenance: dict[str, object]
     acceptance_description: str
-    acceptance: object  # AcceptanceSpec; kept loose to avoid an import cycle in renderers
+    acceptance: AcceptanceSpec
     prompt_tokens: int
     output_tokens: int
     warnings: tuple[str, ...] = ()

@@ -74,7 +74,8 @@ def goodput_choice(c1: FloatArray, c2: FloatArray, batch: FloatArray) -> IntArra
     """
     import numpy as np
 
-    return np.argmin(c1 + np.asarray(batch)[..., None] * c2, axis=-1)
+    chosen: IntArray = np.argmin(c1 + np.asarray(batch)[..., None] * c2, axis=-1)
+    return chosen
 
 
 @dataclass(frozen=True, slots=True)

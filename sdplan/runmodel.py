@@ -98,9 +98,10 @@ def run_demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, fl
     from sdplan import model
 
     if run.draft_length == 0:
-        c1, c2 = model.baseline_demand(coefficients)
-    else:
-        c1, c2 = model.demand_from_tokens(coefficients, run_tokens_per_cycle(run), run.draft_length)
+        return model.baseline_demand(coefficients)
+    import numpy as np
+
+    c1, c2 = model.demand_from_tokens(coefficients, np.asarray(run_tokens_per_cycle(run)), run.draft_length)
     return float(c1), float(c2)
 
 

@@ -132,6 +132,7 @@ def validate(document: Mapping[str, Any], spec: Table, path: str, prefix: str = 
             if sub.required and isinstance(sub, Table):
                 raise InputFileError(path, dotted, f"missing; add the table [{dotted}]")
             if sub.required:
+                assert isinstance(sub, Field)
                 raise InputFileError(path, dotted, f"missing; add it ({_TYPE_NAMES[sub.kind]}: {sub.doc})")
             continue
         value = document[key]

@@ -120,8 +120,8 @@ def physical(drawn: Coefficients, draft_lengths: Any, tokens_per_cycle: Any) -> 
 
     from sdplan import model
 
-    c1, c2 = model.baseline_demand(drawn)
-    ok = (c1 > 0) & (c2 >= 0)
+    c1_off, c2_off = model.baseline_demand(drawn)
+    ok = np.asarray((c1_off > 0) & (c2_off >= 0))
     for k, tokens in zip(np.atleast_1d(draft_lengths), np.atleast_1d(tokens_per_cycle)):
         c1, c2 = model.demand_from_tokens(drawn, tokens, k)
         ok &= (c1 > 0) & (c2 >= 0)
@@ -191,7 +191,7 @@ def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatAr
                          break_even_rate_rps=even_interval, draws=len(draws))
 
 
-def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients], check: Any) -> tuple[Any, dict]:
+def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients], check: Any) -> tuple[Any, dict[str, Any]]:
     """Re-check ``slos`` at the pessimistic end of each metric's 95% interval.
 
     ``check(coefficients)`` returns the :class:`sdplan.check.CheckReport` of one

@@ -263,16 +263,16 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
         errors.append(RunError(run=run, predicted_s=predicted, error_pct=error,
                                predicted_ttft_s=ttft if math.isfinite(ttft) else None, ttft_error_pct=ttft_error))
     if not errors:
-        reasons = "; ".join(f"{run.source}: {why}" for run, why in skipped[:5])
-        raise InfeasibleError(f"no usable run to validate against ({reasons})")
-    finite = [e for e in errors if e.error_pct is not None]
-    mape = sum(abs(e.error_pct) for e in finite) / len(finite) if len(finite) == len(errors) else math.inf  # type: ignore[arg-type]
-    bias = sum(e.error_pct for e in finite) / len(finite) if finite else math.nan  # type: ignore[misc]
+        listed = "; ".join(f"{run.source}: {why}" for run, why in skipped[:5])
+        raise InfeasibleError(f"no usable run to validate against ({listed})")
+    finite = [e.error_pct for e in errors if e.error_pct is not None]
+    mape = sum(abs(value) for value in finite) / len(finite) if len(finite) == len(errors) else math.inf
+    bias = sum(finite) / len(finite) if finite else math.nan
     worst = max(errors, key=lambda e: math.inf if e.error_pct is None else abs(e.error_pct))
-    measured = [e.run.mean_e2e_latency_s for e in errors]
-    predicted = [e.predicted_s if math.isfinite(e.predicted_s) else 10 * e.run.mean_e2e_latency_s for e in errors]
+    measured_s = [e.run.mean_e2e_latency_s for e in errors]
+    predicted_s = [e.predicted_s if math.isfinite(e.predicted_s) else 10 * e.run.mean_e2e_latency_s for e in errors]
     ttft_errors = [abs(e.ttft_error_pct) for e in errors if e.ttft_error_pct is not None]
-    return Validation(errors=errors, skipped=skipped, mape_pct=mape, bias_pct=bias, r2=float(r2(measured, predicted)),
+    return Validation(errors=errors, skipped=skipped, mape_pct=mape, bias_pct=bias, r2=float(r2(measured_s, predicted_s)),
                       worst=worst, best_k=compare_best_k(errors),
                       ttft_mape_pct=sum(ttft_errors) / len(ttft_errors) if ttft_errors else None,
                       repeat_spread=repeat_spread([e.run for e in errors]))

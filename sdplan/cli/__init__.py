@@ -42,7 +42,8 @@ class ReportedError(click.ClickException):
 
     def __init__(self, message: str, exit_status: ExitStatus) -> None:
         super().__init__(message)
-        self.exit_code = int(exit_status)
+        # click declares exit_code on the class; each reported error carries its own status
+        self.exit_code = int(exit_status)  # type: ignore[misc]
 
 
 class SdplanGroup(click.Group):
@@ -68,7 +69,7 @@ class SdplanGroup(click.Group):
             # click would report Ctrl-C as exit 1, which a CI gate reads as "SLO violated"
             raise ReportedError("interrupted; files already written are kept", ExitStatus.INTERRUPTED) from None
         except click.ClickException as error:
-            error.message = printable(error.message)
+            error.message = printable(error.message)  # type: ignore[misc]  # click marks it Final
             raise
         except click.exceptions.Exit:
             raise

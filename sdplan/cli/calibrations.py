@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from sdplan.cli._options import output_options
@@ -28,7 +30,10 @@ def calibrations(fmt: str, output: str | None, ascii_only: bool) -> None:
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.calibration import render_listing
 
-    entries = []
+    if TYPE_CHECKING:
+        from sdplan.calibration import Calibration
+
+    entries: list[tuple[str, Calibration | None, str | None]] = []
     for path in shipped_calibrations():
         try:
             entries.append((str(path), load_calibration(path), None))
