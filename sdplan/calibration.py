@@ -202,6 +202,9 @@ CALIBRATION_SCHEMA = Table(
                 "wall_time_s": Field("float", "wall time of the measurement, all invocations", required=False,
                                      minimum=0.0),
                 "invocations": Field("int", "invocations (1 + resumes)", required=False, minimum=1),
+                "server_instances_per_configuration": Field("int", "server starts that measured each "
+                                                            "configuration (rounds x instances per round)",
+                                                            required=False, minimum=1),
                 "points": Field("int", "load points measured", required=False, minimum=0),
                 "disturbed_points": Field("int", "points disturbed by other processes, or whose repeats disagree",
                                           required=False, minimum=0),
@@ -451,6 +454,18 @@ class Calibration:
         return MoESpec(experts_per_token=int(table["experts_per_token"]), experts=int(table["experts"]),
                        coverage=coverage)
 
+    def outside_measured(self, prompt_tokens: float, output_tokens: float) -> list[tuple[str, float, float, float]]:
+        """The lengths of a workload outside the calibration's ``[validity]`` ranges: ``(name, value, low,
+        high)`` each (``("prompt tokens", 256, 123, 134)``); empty where the workload lies inside what was
+        measured (or the file gives no range)."""
+        validity = self.document.get("validity", {})
+        found = []
+        for key, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
+            span = validity.get(key)
+            if span is not None and not span[0] <= value <= span[1]:
+                found.append((key.replace("_", " "), float(value), float(span[0]), float(span[1])))
+        return found
+
     def validity_warnings(self, prompt_tokens: float, output_tokens: float, batch: float | None = None) -> list[str]:
         """Warnings for a workload (and optionally an effective batch) outside the calibrated ranges.
 
@@ -461,15 +476,10 @@ class Calibration:
         """
         import math
 
-        warnings = []
+        warnings = [f"{name} {value:g} is outside the calibrated range [{low:g}, {high:g}] of {self.name}; "
+                    "predictions are extrapolated"
+                    for name, value, low, high in self.outside_measured(prompt_tokens, output_tokens)]
         validity = self.document.get("validity", {})
-        for key, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
-            span = validity.get(key)
-            if span is not None and not span[0] <= value <= span[1]:
-                warnings.append(
-                    f"{key.replace('_', ' ')} {value:g} is outside the calibrated range "
-                    f"[{span[0]:g}, {span[1]:g}] of {self.name}; predictions are extrapolated"
-                )
         span = validity.get("batch_size")
         if span is not None and batch is not None and math.isfinite(batch) and batch > span[1]:
             warnings.append(

@@ -104,6 +104,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
                                              planner.largest_batch(result))
                        + planner.domain_warnings(result, scenario.limits)
                        + identification_warnings(cal) + scenario.notes()),
+        extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
+                           in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
         intervals=(_intervals(scenario, result)  # only a fitted calibration has draws
                    if scenario.moe is None and policy != "goodput" and "uncertainty" in cal.document else None),
     )
