@@ -188,6 +188,8 @@ CALIBRATION_SCHEMA = Table(
                 "parameters": Field("str_list", "coefficient names, in covariance order"),
                 "covariance_s2": Field("float_matrix", "covariance of the coefficients, seconds squared"),
                 "not_identified": Field("str_list", "coefficients the data did not determine", required=False),
+                "stderr_above_value": Field("str_list", "those of them whose standard error exceeds their value "
+                                            "(the others have no runs that could tell them)", required=False),
                 "method": Field("str", "how the covariance was computed", required=False),
             },
             required=False,
@@ -432,6 +434,13 @@ class Calibration:
         """Coefficients a fitted calibration's data did not determine (``[uncertainty]``)."""
         table = self.document.get("uncertainty") or {}
         return tuple(table.get("not_identified", ()))
+
+    @property
+    def without_runs(self) -> tuple[str, ...]:
+        """The coefficients no run of the fit could tell: :attr:`not_identified` less those that were fitted
+        but with a standard error above their value (``[uncertainty] stderr_above_value``)."""
+        weak = set((self.document.get("uncertainty") or {}).get("stderr_above_value", ()))
+        return tuple(name for name in self.not_identified if name not in weak)
 
     def moe_at(self, prompt_tokens: float, output_tokens: float) -> MoESpec | None:
         """The MoE routing and coverage increments at a workload; None for a dense target.
@@ -705,7 +714,7 @@ def check_plausible(document: dict[str, Any], path: str) -> None:
     from sdplan.model import baseline_demand
 
     # A fit without SD runs leaves the SD coefficients undetermined (listed, and refused when planning SD).
-    speculative = not {"c1v_s", "c2v_s"} <= set(calibration.not_identified)
+    speculative = not {"c1v_s", "c2v_s"} <= set(calibration.without_runs)
     checks = [("a plain decode step", coefficients.baseline_c1_step_s,
                "coefficients.baseline.c1_step_s" if calibration.form == "direct" else where)]
     if speculative:
