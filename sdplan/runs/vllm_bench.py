@@ -205,9 +205,9 @@ def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
                 if tpots:
                     tpot_s = sum(tpots) / len(tpots)
                     percentiles += percentile_fields(tpots, "tpot")
+        if requested is not None and not unbounded_rate and duration:  # send order where no send times
+            kept_up = kept_up_fraction(starts, latencies, duration, requested)
         if starts is not None:
-            if requested is not None and not unbounded_rate and duration:
-                kept_up = kept_up_fraction(starts, latencies, duration, requested)
             others = others_in_flight(starts, latencies)
             if ttfts is not None:
                 others_ttft = others_in_flight(starts, latencies, ttfts)
