@@ -216,6 +216,11 @@ CALIBRATION_SCHEMA = Table(
                 "repeat_spread_max_pct": Field("float", "the largest such spread, percent", required=False,
                                                minimum=0.0),
                 "repeat_spread_max_point": Field("str", "the point of the largest spread", required=False),
+                "closed_loop_full_load_min_pct": Field("float", "smallest share of a closed-loop point's "
+                                                       "duration with all its clients' requests in flight, "
+                                                       "percent (the rest: ramp-up and drain)", required=False,
+                                                       minimum=0.0),
+                "closed_loop_full_load_min_point": Field("str", "the point of that share", required=False),
                 "overloaded_points": Field("str_list", "Poisson points the server did not keep up with (not fitted)",
                                            required=False),
                 "results_dir": Field("str", "folder of the raw vllm bench serve results", required=False),

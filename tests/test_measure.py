@@ -1115,6 +1115,9 @@ def test_each_configuration_runs_on_two_server_instances_and_their_spread_is_rep
     cal = load_calibration(tmp_path / "cal.toml")
     measurement = cal.document["measurement"]
     assert measurement["server_instances_per_configuration"] == 2 and "overloaded_points" not in measurement
+    # N = 8 of 24 requests is three waves: ramp-up and drain take a share of it, reported
+    assert 50 < measurement["closed_loop_full_load_min_pct"] < 100
+    assert measurement["closed_loop_full_load_min_point"].startswith("N=")
     assert 15 < measurement["repeat_spread_median_pct"] < 35
     assert "each on a server instance of its own" in cal.provenance["notes"]
 

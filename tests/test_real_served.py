@@ -40,6 +40,17 @@ def test_real_files_read_with_their_load_and_acceptance(runs) -> None:
     assert all(r.mean_ttft_s and 0 < r.mean_ttft_s < r.mean_e2e_latency_s for r in runs)
 
 
+def test_closed_loops_ramp_up_and_drain_share_of_real_runs(runs) -> None:
+    """All N clients busy for 87-95% of a real closed loop of 3-6 waves (N = 4 and 8, 24 and 48 requests), and
+    one client for all of a closed loop of one (the gaps between a request's end and the next send are
+    microseconds)."""
+    closed = {(r.draft_length, r.concurrency): r.full_load_share for r in runs if r.concurrency}
+    assert len(closed) == 12 and all(r.full_load_share is None for r in runs if not r.concurrency)
+    assert all(share > 0.99 for (k, n), share in closed.items() if n == 1)
+    waves = [share for (k, n), share in closed.items() if n in (4, 8)]
+    assert 0.85 < min(waves) and max(waves) < 0.96, closed
+
+
 def test_fit_of_real_runs(runs) -> None:
     fit = fit_pooled(runs)
     assert fit.mape_pct < 7.0 and fit.r2 > 0.9  # measured: 4.4%, 0.967

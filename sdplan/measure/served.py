@@ -601,6 +601,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "points": len(measurement.records),
         "disturbed_points": len(disturbed),
         **spread_fields,
+        **_full_load_fields(kept),
         **({"overloaded_points": overloaded} if overloaded else {}),
         "results_dir": str(measurement.folder),
         "point_labels": [f"{r.load_level} k={r.draft_length} ({r.source})" for r in fit.residuals],
@@ -618,6 +619,19 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         extra={"measurement": measurement_table}, acceptance=acceptance_document(
             kept, "random-token prompts" if options.dataset is None else f"the prompts of {options.dataset.name}"))
     return ServedCalibration(document=document, fit=fit, poor_reasons=poor)
+
+
+def _full_load_fields(runs: list[Any]) -> dict[str, Any]:
+    """The measurement table's fields on the closed-loop points' ramp-up and drain: the smallest share of a
+    point's duration with all its clients busy (:func:`sdplan.runs.record.full_load_share`), and its point.
+    A point of ``3N`` requests is three waves; the rest of its duration is ramp-up and drain, which the fit
+    takes in through each request's measured others in flight, but its completed/duration does not."""
+    shares = [(r.full_load_share, r) for r in runs if r.concurrency and r.full_load_share is not None]
+    if not shares:
+        return {}
+    share, run = min(shares, key=lambda item: item[0])
+    return {"closed_loop_full_load_min_pct": round(100 * share, 1),
+            "closed_loop_full_load_min_point": f"N={run.concurrency} k={run.draft_length} ({run.source})"}
 
 
 def _spread_summary(spreads: dict[str, float]) -> tuple[dict[str, Any], list[str]]:
