@@ -188,6 +188,8 @@ CALIBRATION_SCHEMA = Table(
                 "parameters": Field("str_list", "coefficient names, in covariance order"),
                 "covariance_s2": Field("float_matrix", "covariance of the coefficients, seconds squared"),
                 "not_identified": Field("str_list", "coefficients the data did not determine", required=False),
+                "stderr_above_value": Field("str_list", "those of them whose standard error exceeds their value "
+                                            "(the others have no runs that could tell them)", required=False),
                 "method": Field("str", "how the covariance was computed", required=False),
             },
             required=False,
@@ -202,6 +204,9 @@ CALIBRATION_SCHEMA = Table(
                 "wall_time_s": Field("float", "wall time of the measurement, all invocations", required=False,
                                      minimum=0.0),
                 "invocations": Field("int", "invocations (1 + resumes)", required=False, minimum=1),
+                "server_instances_per_configuration": Field("int", "server starts that measured each "
+                                                            "configuration (rounds x instances per round)",
+                                                            required=False, minimum=1),
                 "points": Field("int", "load points measured", required=False, minimum=0),
                 "disturbed_points": Field("int", "points disturbed by other processes, or whose repeats disagree",
                                           required=False, minimum=0),
@@ -211,6 +216,11 @@ CALIBRATION_SCHEMA = Table(
                 "repeat_spread_max_pct": Field("float", "the largest such spread, percent", required=False,
                                                minimum=0.0),
                 "repeat_spread_max_point": Field("str", "the point of the largest spread", required=False),
+                "closed_loop_full_load_min_pct": Field("float", "smallest share of a closed-loop point's "
+                                                       "duration with all its clients' requests in flight, "
+                                                       "percent (the rest: ramp-up and drain)", required=False,
+                                                       minimum=0.0),
+                "closed_loop_full_load_min_point": Field("str", "the point of that share", required=False),
                 "overloaded_points": Field("str_list", "Poisson points the server did not keep up with (not fitted)",
                                            required=False),
                 "results_dir": Field("str", "folder of the raw vllm bench serve results", required=False),
@@ -430,6 +440,13 @@ class Calibration:
         table = self.document.get("uncertainty") or {}
         return tuple(table.get("not_identified", ()))
 
+    @property
+    def without_runs(self) -> tuple[str, ...]:
+        """The coefficients no run of the fit could tell: :attr:`not_identified` less those that were fitted
+        but with a standard error above their value (``[uncertainty] stderr_above_value``)."""
+        weak = set((self.document.get("uncertainty") or {}).get("stderr_above_value", ()))
+        return tuple(name for name in self.not_identified if name not in weak)
+
     def moe_at(self, prompt_tokens: float, output_tokens: float) -> MoESpec | None:
         """The MoE routing and coverage increments at a workload; None for a dense target.
 
@@ -451,6 +468,18 @@ class Calibration:
         return MoESpec(experts_per_token=int(table["experts_per_token"]), experts=int(table["experts"]),
                        coverage=coverage)
 
+    def outside_measured(self, prompt_tokens: float, output_tokens: float) -> list[tuple[str, float, float, float]]:
+        """The lengths of a workload outside the calibration's ``[validity]`` ranges: ``(name, value, low,
+        high)`` each (``("prompt tokens", 256, 123, 134)``); empty where the workload lies inside what was
+        measured (or the file gives no range)."""
+        validity = self.document.get("validity", {})
+        found = []
+        for key, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
+            span = validity.get(key)
+            if span is not None and not span[0] <= value <= span[1]:
+                found.append((key.replace("_", " "), float(value), float(span[0]), float(span[1])))
+        return found
+
     def validity_warnings(self, prompt_tokens: float, output_tokens: float, batch: float | None = None) -> list[str]:
         """Warnings for a workload (and optionally an effective batch) outside the calibrated ranges.
 
@@ -461,15 +490,10 @@ class Calibration:
         """
         import math
 
-        warnings = []
+        warnings = [f"{name} {value:g} is outside the calibrated range [{low:g}, {high:g}] of {self.name}; "
+                    "predictions are extrapolated"
+                    for name, value, low, high in self.outside_measured(prompt_tokens, output_tokens)]
         validity = self.document.get("validity", {})
-        for key, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
-            span = validity.get(key)
-            if span is not None and not span[0] <= value <= span[1]:
-                warnings.append(
-                    f"{key.replace('_', ' ')} {value:g} is outside the calibrated range "
-                    f"[{span[0]:g}, {span[1]:g}] of {self.name}; predictions are extrapolated"
-                )
         span = validity.get("batch_size")
         if span is not None and batch is not None and math.isfinite(batch) and batch > span[1]:
             warnings.append(
@@ -695,7 +719,7 @@ def check_plausible(document: dict[str, Any], path: str) -> None:
     from sdplan.model import baseline_demand
 
     # A fit without SD runs leaves the SD coefficients undetermined (listed, and refused when planning SD).
-    speculative = not {"c1v_s", "c2v_s"} <= set(calibration.not_identified)
+    speculative = not {"c1v_s", "c2v_s"} <= set(calibration.without_runs)
     checks = [("a plain decode step", coefficients.baseline_c1_step_s,
                "coefficients.baseline.c1_step_s" if calibration.form == "direct" else where)]
     if speculative:

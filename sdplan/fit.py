@@ -89,6 +89,12 @@ def identified_parameters(design: Any, tolerance: float = 1e-7) -> list[bool]:
     return [bool(np.linalg.norm(null[:, j]) < 1e-6) for j in range(design.shape[1])]
 
 
+def weakly_determined(values: dict[str, float], stderr: dict[str, float], identified: dict[str, bool]) -> list[str]:
+    """The coefficients inside the design's row space whose standard error exceeds their value
+    (:attr:`PooledFit.stderr_above_value`), in :data:`PARAMETERS` order."""
+    return [name for name in PARAMETERS if identified[name] and stderr[name] > abs(values[name])]
+
+
 # ----------------------------------------------------------------------------- results
 
 
@@ -161,6 +167,25 @@ class PooledFit:
         return (self.reference_prompt_tokens, self.reference_output_tokens)
 
     @property
+    def stderr_above_value(self) -> list[str]:
+        """The coefficients the runs let move by more than their own value: a standard error above the
+        fitted value (one at its bound of 0 with any error).
+
+        The design can have full rank while a direction of it is all but flat: runs at one workload fix the
+        sums ``C1 = c1p + (g - 1) c1_step`` and ``C2 = c2p + (g - 1) c2_step`` but hardly how each splits,
+        and the bounded solver then puts ``c1p`` at 1e-21 s with a standard error of 0.17 s
+        (tests/data/served-passes-cpu). Such a value is no measurement, however well the sums fit.
+        """
+        return weakly_determined(self.values, self.stderr, self.identified)
+
+    @property
+    def not_identified(self) -> list[str]:
+        """The coefficients the runs do not determine: outside the design's row space
+        (:func:`identified_parameters`) or with a standard error above their value (:attr:`stderr_above_value`)."""
+        weak = set(self.stderr_above_value)
+        return [name for name in PARAMETERS if not self.identified[name] or name in weak]
+
+    @property
     def speculative_identified(self) -> bool:
         """Whether any SD coefficient is determined (False for a no-SD-only fit)."""
         return any(self.identified[name] for name in SPECULATIVE_PARAMETERS)
@@ -200,7 +225,8 @@ class PooledFit:
         return {
             "parameters": list(PARAMETERS),
             "covariance_s2": [[float(f"{value:.6g}") for value in row] for row in self.covariance],
-            "not_identified": [name for name in PARAMETERS if not self.identified[name]],
+            "not_identified": self.not_identified,
+            "stderr_above_value": self.stderr_above_value,
             "method": "weighted least squares on relative errors, Huber-reweighted; HC1 sandwich covariance",
         }
 
@@ -414,6 +440,13 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         notes.append("not identified by these runs: " + ", ".join(unidentified)
                      + (" (SD runs at two or more draft lengths determine the draft's share)"
                         if set(unidentified) & set(SPECULATIVE_PARAMETERS) else ""))
+    values, errors = dict(zip(PARAMETERS, (float(v) for v in theta))), dict(zip(PARAMETERS, stderr))
+    weak = weakly_determined(values, errors, dict(zip(PARAMETERS, identified)))
+    if weak:
+        notes.append("standard error above the value, so not identified either: "
+                     + ", ".join(f"{name} {values[name]:.3g} +- {errors[name]:.2g} s" for name in weak)
+                     + (" (runs at one prompt and output length cannot split the prefill from the decode steps)"
+                        if {"c1p_s", "c2p_s"} & set(weak) else ""))
     if fit_factor:
         notes.append(f"closed-loop load factor {factor:.3f}: a closed loop of N clients loads the server like "
                      f"{factor:.3f} x (N - 1) others of an open loop")

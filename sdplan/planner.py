@@ -501,5 +501,8 @@ class PlanInputs:
     prompt_tokens: int
     output_tokens: int
     warnings: tuple[str, ...] = ()
+    #: The workload's lengths outside what the calibration measured, e.g. ``prompt tokens 256, measured 123-134``:
+    #: the answer is an extrapolation, and says so first.
+    extrapolated: tuple[str, ...] = ()
     #: 95% intervals from the calibration's covariance (:class:`sdplan.uncertainty.PlanIntervals`), if it has one.
     intervals: object | None = None

@@ -35,6 +35,10 @@ class FakeEngine:
     draft_fixed_s: float = 0.0008
     draft_per_request_s: float = 0.00008
     prefill_s: float = 0.02
+    #: Prefill cost per prompt token and step cost per running request per token of its context (s): a
+    #: served engine whose prefill grows with the prompt and whose steps read every request's KV cache.
+    prefill_per_token_s: float = 0.0
+    step_per_context_token_s: float = 0.0
     alpha: float = 0.8
     noise: float = 0.0
     run_noise: float = 0.0
@@ -105,8 +109,10 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
             t = max(t, pending[0])
             continue
         new = sum(1 for r in running if r["first"] < 0)
-        prefill = engine.prefill_s * (1.0 if clients else engine.open_loop_slowdown) * server_slowdown
-        cost = tau1 + (len(running) - 1) * tau2 + new * prefill
+        prefill = (engine.prefill_s + engine.prefill_per_token_s * prompt) \
+            * (1.0 if clients else engine.open_loop_slowdown) * server_slowdown
+        context = sum(prompt + r["out"] - r["left"] for r in running) * engine.step_per_context_token_s * slowdown
+        cost = tau1 + (len(running) - 1) * tau2 + new * prefill + context
         t += cost * (1.0 + rng.gauss(0.0, engine.noise))
         finished = []
         for r in running:

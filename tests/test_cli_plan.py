@@ -41,7 +41,7 @@ def test_plan_json_schema_and_values(sdplan) -> None:
     doc = strict_json(result.stdout)
     assert doc["schema_version"] == 1 and doc["command"] == "plan"
     assert set(doc) == {"schema_version", "sdplan_version", "command", "calibration", "workload", "definitions",
-                        "moe", "coefficients", "baseline", "warnings", "results"}
+                        "moe", "coefficients", "baseline", "warnings", "extrapolated", "results"}
     assert doc["moe"] is None
     assert doc["calibration"]["method"] == "derived"
     assert doc["workload"]["acceptance"]["metric_given"] == "per-token"
@@ -138,6 +138,20 @@ def test_plan_lengths_and_out_of_range_warning(sdplan) -> None:
     doc = strict_json(result.stdout)
     assert doc["workload"]["prompt_tokens"] == 16384 and doc["coefficients"]["prompt_tokens"] == 16384
     assert doc["warnings"] and "outside the calibrated range" in result.stderr
+    assert doc["extrapolated"] and doc["extrapolated"][0].startswith("prompt tokens 16384, measured ")
+
+
+def test_plan_says_first_when_its_answer_leaves_the_measured_workloads(sdplan) -> None:
+    """A served calibration measured at 128/64 tokens (acc35): asked at 256/32, the answer itself says it is an
+    extrapolation, before the caveats; asked at its own workload, it does not."""
+    served = str(Path(__file__).parent / "data" / "served-passes-cpu" / "served.toml")
+    result = sdplan("plan", "-c", served, "--prompt-tokens", "256", "--output-tokens", "32", "--rates", "3.4")
+    assert result.exit_code == 0, result.output
+    answer = " ".join(result.stdout.split("Why:")[0].split())
+    assert answer.startswith("Answer, extrapolated past the measured workloads (prompt tokens 256, measured "
+                             "123-134; output tokens 32, measured 60-67): SD on"), answer
+    inside = sdplan("plan", "-c", served, "--prompt-tokens", "128", "--output-tokens", "64", "--rates", "3.4")
+    assert inside.exit_code == 0 and inside.stdout.startswith("Answer: ") and "extrapolated" not in inside.stdout
 
 
 def test_plan_calibration_by_path_name_and_env(sdplan, write_calibration, direct_document, monkeypatch) -> None:

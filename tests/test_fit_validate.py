@@ -12,6 +12,7 @@ import pytest
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InfeasibleError
 from sdplan.fit import fit_configurations, fit_pooled
+from sdplan.runmodel import PARAMETERS
 from sdplan.runs import load_runs, read_results, screen
 from sdplan.validation import validate
 
@@ -169,6 +170,42 @@ def test_unidentified_coefficients_are_reported(tmp_path) -> None:
     assert pooled.uncertainty_document()["not_identified"]
     baseline_only = fit_pooled([r for r in runs if r.draft_length == 0])
     assert not baseline_only.speculative_identified
+
+
+def test_a_coefficient_whose_standard_error_exceeds_its_value_is_not_identified(sdplan, tmp_path) -> None:
+    """Real served runs at one workload (tests/data/served-cpu, 128/64 tokens): the design has full rank, but
+    the prefill c1p sits at its bound with a standard error far above it. It is listed as not identified
+    (with the reason), the fit says so, and plan warns instead of refusing SD."""
+    folder = Path(__file__).parent / "data" / "served-cpu"
+    runs = [run for path in sorted(folder.glob("*.json")) for run in read_results(path)[0]]
+    pooled = fit_pooled(runs)
+    assert all(pooled.identified.values())  # in the row space ...
+    assert pooled.stderr["c1p_s"] > pooled.values["c1p_s"]  # ... but free to move by more than its value
+    assert "c1p_s" in pooled.stderr_above_value and "c1p_s" in pooled.not_identified
+    assert [n for n in pooled.not_identified] == [n for n in PARAMETERS
+                                                  if pooled.stderr[n] > abs(pooled.values[n])]
+    document = pooled.uncertainty_document()
+    assert document["not_identified"] == document["stderr_above_value"] == pooled.not_identified
+    assert any(note.startswith("standard error above the value") and "c1p_s" in note for note in pooled.notes)
+    out = tmp_path / "one.toml"
+    assert sdplan("fit", str(folder), "-o", str(out)).exit_code == 0
+    plan = sdplan("plan", "-c", str(out), "--rates", "3", "--acceptance", "0.7")
+    assert plan.exit_code == 0, plan.output  # SD runs were fitted: planned, with the warning
+    assert "have standard errors above their values" in plan.stderr or \
+        "have standard errors above their values" in " ".join(plan.stdout.split())
+
+
+def test_plan_refuses_sd_only_where_no_run_could_tell_the_sd_coefficients(sdplan, write_calibration) -> None:
+    import tomllib
+
+    document = tomllib.loads((Path(__file__).parent / "data" / "served-passes-cpu" / "served.toml").read_text())
+    sd = ["c1v_s", "c2v_s", "c1d_s", "c2d_s"]
+    document["uncertainty"]["not_identified"] = sd
+    document["uncertainty"]["stderr_above_value"] = sd  # fitted from SD runs, loosely
+    assert sdplan("plan", "-c", str(write_calibration(document, "loose")), "--rates", "3").exit_code == 0
+    del document["uncertainty"]["stderr_above_value"]  # no SD run at all
+    refused = sdplan("plan", "-c", str(write_calibration(document, "nosd")), "--rates", "3")
+    assert refused.exit_code != 0 and "fitted from runs without SD" in refused.stderr
 
 
 def test_fit_needs_a_baseline_and_enough_runs(tmp_path) -> None:

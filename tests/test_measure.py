@@ -51,6 +51,14 @@ def fake_served(monkeypatch, tmp_path):
     return fake_served
 
 
+#: A served engine whose prefill grows with the prompt and whose steps read the context: what the probes split.
+LENGTH_DEPENDENT = {"prefill_s": 0.002, "prefill_per_token_s": 0.0002, "step_per_context_token_s": 2e-6}
+
+
+def _prefill_at(engine: FakeEngine, prompt: int) -> float:
+    return engine.prefill_s + engine.prefill_per_token_s * prompt
+
+
 def _calibrate(sdplan, tmp_path, *extra):
     return sdplan("calibrate", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
                   "-o", str(tmp_path / "cal.toml"), "--prompt-tokens", "128", "--output-tokens", "64", *extra)
@@ -209,8 +217,9 @@ def test_served_calibration_end_to_end_predicts_open_loop(sdplan, tmp_path, fake
     measurement = cal.document["measurement"]
     assert cal.method == "measured" and measurement["method"] == "served"
     assert len(measurement["server_commands"]) == 3 and "--speculative-config" in measurement["server_commands"][2]
-    assert measurement["points"] == 15 and measurement["disturbed_points"] == 0  # 3 x (N 1, 4, 8 + 2 Poisson)
-    assert len(measurement["point_errors_pct"]) == 15 and measurement["cpu_binding"] == "INFO reserved_cpus=[1]"
+    # 3 x (N 1, 4, 8 + 2 Poisson + N 1 and 8 again on a second instance) + the no-SD probes at N 1 and 8
+    assert measurement["points"] == 3 * (3 + 2 + 2) + 2 * 2 and measurement["disturbed_points"] == 0
+    assert len(measurement["point_errors_pct"]) == 25 and measurement["cpu_binding"] == "INFO reserved_cpus=[1]"
     assert cal.document["ttft"]["source"].startswith("fitted")
     assert all(not server.live for server in FakeServer.registry)  # every server stopped
     # the raw results are ordinary vLLM files that fit reads too
@@ -266,8 +275,12 @@ def test_interrupted_calibration_keeps_points_and_resumes(sdplan, tmp_path, fake
     assert result.exit_code == 0, result.output
     cal = load_calibration(tmp_path / "cal.toml")
     measurement = cal.document["measurement"]
-    levels = len(list((tmp_path / "cal.runs").glob("*_c*_r0.json")))  # up to the throughput plateau
-    assert measurement["invocations"] == 2 and measurement["points"] == levels + 3 * 2
+    folder = tmp_path / "cal.runs"
+    levels = len(list(folder.glob("*_c*_r0.json")))  # up to the throughput plateau
+    repeats = len(list(folder.glob("*_c*_r1.json")))  # on the second instances: N = 1 and the largest N
+    probes = len(list(folder.glob("nosd_*-c*_r0.json")))  # the no-SD probes, 2 workloads at N = 1 and 16
+    assert repeats == 3 * 2 and probes == 4
+    assert measurement["invocations"] == 2 and measurement["points"] == levels + repeats + probes + 3 * 2
     result = _calibrate(sdplan, tmp_path, "--resume", "--output-tokens", "32")
     assert result.exit_code == ExitStatus.BAD_INPUT and "other options" in result.stderr
 
@@ -287,19 +300,20 @@ def test_repeats_run_in_rounds_of_fresh_servers_in_alternating_order(sdplan, tmp
     for configuration in ("nosd", "k2"):
         first = sorted(p.name.replace("_r0", "") for p in folder.glob(f"{configuration}_*_r0.json"))
         again = sorted(p.name.replace("_r1", "") for p in folder.glob(f"{configuration}_*_r1.json"))
-        assert first == again and len(first) == 5  # N 1, 4, 8 and two Poisson points, each in both rounds
+        # N 1, 4, 8 and two Poisson points (and the no-SD probes at N 1 and 8), each in both rounds
+        assert first == again and len(first) == (9 if configuration == "nosd" else 5)
         for name in ("p40", "p75"):  # the second round offers the first round's rates: its repeats compare
             rates = {json.loads((folder / f"{configuration}_{name}_r{r}.json").read_text())["request_rate"]
                      for r in (0, 1)}
             assert len(rates) == 1
     measurement = load_calibration(tmp_path / "cal.toml").document["measurement"]
-    assert measurement["points"] == 20 and measurement["repeat_spread_max_pct"] < 10  # a steady machine
+    assert measurement["points"] == 28 and measurement["repeat_spread_max_pct"] < 10  # a steady machine
     assert "remeasure" not in result.stderr
 
 
 def test_a_machine_that_drifts_between_rounds_is_seen_and_averaged(sdplan, tmp_path, fake_served) -> None:
     """Round 1's servers run at full speed, round 2's 40% slower, the re-measure round's 20% slower."""
-    fake_served.engine = FakeEngine(server_slowdowns=(1.0, 1.0, 1.4, 1.4, 1.2, 1.2))
+    fake_served.engine = FakeEngine(server_slowdowns=(1.0, 1.0, 1.4, 1.4, 1.2, 1.2), **LENGTH_DEPENDENT)
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--repeats", "2")
     assert _started_servers() == ["server-nosd", "server-k2", "server-k2-round2", "server-nosd-round2",
                                   "server-nosd-remeasure", "server-k2-remeasure"]
@@ -311,16 +325,19 @@ def test_a_machine_that_drifts_between_rounds_is_seen_and_averaged(sdplan, tmp_p
     cal = load_calibration(tmp_path / "cal.toml")
     measurement = cal.document["measurement"]
     # at 40% slower, round 2's p75 points ran past the server's capacity: flagged and left out
-    assert len(measurement["overloaded_points"]) == 2
+    assert 1 <= len(measurement["overloaded_points"]) <= 2
     assert all("_p75_r1" in p for p in measurement["overloaded_points"])
-    # every point measured 3 times; of the 8 with 3 repeats kept, rounds 1 and 2 lie 20% from the re-measure
-    assert measurement["points"] == 30 and measurement["disturbed_points"] == 16
+    # every one of the 14 points (9 no SD, probes included, 5 k=2) measured 3 times; of those with 3 repeats
+    # kept (not the overloaded ones), rounds 1 and 2 lie 20% from the re-measure
+    kept_thrice = 14 - len(measurement["overloaded_points"])
+    assert measurement["points"] == 42 and measurement["disturbed_points"] == 2 * kept_thrice
     assert 25 < measurement["repeat_spread_median_pct"] < 45
     assert "this machine's speed moved" in cal.document["provenance"]["notes"]
     # the fit averages the rounds: its saturation lies between the fast and the slow servers'
     engine = fake_served.engine
     tau1, tau2, per_step = engine.step(0)
-    fast = 1.0 / (64 / per_step * tau2 + engine.prefill_s)  # requests of 64 tokens at full speed
+    # requests of 128 + 64 tokens at full speed: prefill, 64 steps' share, and their mean context of 160 tokens
+    fast = 1.0 / (64 / per_step * (tau2 + 160 * engine.step_per_context_token_s) + _prefill_at(engine, 128))
     from sdplan.model import baseline_demand
 
     _, c2 = baseline_demand(cal.coefficients_at(prompt_tokens=128, output_tokens=64))
@@ -329,7 +346,7 @@ def test_a_machine_that_drifts_between_rounds_is_seen_and_averaged(sdplan, tmp_p
 
 def test_an_interrupted_round_resumes_on_fresh_servers_of_the_configurations_left(sdplan, tmp_path,
                                                                                     fake_served) -> None:
-    fake_served.interrupt_after = 14  # round 1: 2 x (warm-up + 5 points); round 2: k2's warm-up and one point
+    fake_served.interrupt_after = 18  # round 1: 2 x (warm-up + 5 points) + 4 probes; round 2: k2's warm-up, one point
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--repeats", "2")
     assert result.exit_code == ExitStatus.INTERRUPTED, result.output
     assert all(not server.live for server in FakeServer.registry)
@@ -340,7 +357,7 @@ def test_an_interrupted_round_resumes_on_fresh_servers_of_the_configurations_lef
                         "--resume")
     assert result.exit_code == 0, result.output
     assert _started_servers() == ["server-k2-round2", "server-nosd-round2"]  # round 1 is read back
-    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == 20
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == 28
 
 
 def test_repeats_is_refused_for_the_engine_method(sdplan, tmp_path, fake_served) -> None:
@@ -527,11 +544,12 @@ def test_a_sweep_interrupted_before_its_levels_past_the_grid_resumes_them(sdplan
     fake_served.interrupt_after = None
     result = _calibrate(sdplan, tmp_path, *common, "--resume")
     assert result.exit_code == 0, result.output
-    assert _started_servers() == ["server-nosd", "server-nosd"]  # the levels past the grid need a server
+    # the levels past the grid need a server (the second instance had not started)
+    assert _started_servers() == ["server-nosd", "server-nosd", "server-nosd-instance2"]
     assert (tmp_path / "cal.runs" / "nosd_c256_r0.json").exists()
     result = _calibrate(sdplan, tmp_path, *common, "--resume")  # every point stored: read back, no server
     assert result.exit_code == 0, result.output
-    assert _started_servers() == ["server-nosd", "server-nosd"]
+    assert _started_servers() == ["server-nosd", "server-nosd", "server-nosd-instance2"]
 
 
 def test_sweep_stops_at_vllms_default_max_num_seqs(sdplan, tmp_path, fake_served) -> None:
@@ -914,7 +932,7 @@ def test_a_path_vllm_would_read_as_another_method_is_refused(sdplan, tmp_path, f
                     str(tmp_path / "cal.toml"), "--draft-lengths", "2", "--spec-method", "eagle", "--max-num-seqs", "4",
                     "--accept-poor-fit")
     assert result.exit_code == 0, result.output
-    assert '"method":"eagle"' in FakeServer.registry[-1].arguments[-1]
+    assert any('"method":"eagle"' in server.arguments[-1] for server in FakeServer.registry)
 
 
 @pytest.mark.parametrize(("method", "k", "draft"), [("eagle", 2, "head"), ("mtp", 1, None)])
@@ -1000,3 +1018,126 @@ def test_a_damaged_manifest_line_is_a_one_line_error_on_resume(sdplan, tmp_path,
     assert result.exit_code == ExitStatus.BAD_INPUT, result.output
     key = "invocation_wall_s" if "wall" in line else "kv_cache_tokens"
     assert f"manifest.jsonl: {key}" in result.stderr and "Traceback" not in result.output
+
+
+# ----------------------------------------------------------------------------- probes and server instances
+
+
+def test_probe_points_split_the_prompt_from_the_output_within_the_servers_limits() -> None:
+    from sdplan.measure.sweep import SERVED_GRIDS, probe_points
+
+    grid = SERVED_GRIDS["quick"]
+    points = probe_points(grid, 128, 64, top_level=64)
+    assert [(p.label, p.prompt_tokens, p.output_tokens, p.concurrency, p.requests) for p in points] == [
+        ("prompt-c1", 512, 32, 1, 16), ("prompt-c16", 512, 32, 16, 48),
+        ("decode-c1", 32, 192, 1, 16), ("decode-c16", 32, 192, 16, 48)]
+    # a sweep that stopped at N = 4 caps them there; coinciding levels are measured once
+    assert [p.label for p in probe_points(grid, 128, 64, top_level=4)] == [
+        "prompt-c1", "prompt-c4", "decode-c1", "decode-c4"]
+    assert [p.label for p in probe_points(grid, 128, 64, top_level=1)] == ["prompt-c1", "decode-c1"]
+    # a probe whose longest request (+25%, plus the drafts) exceeds --max-model-len is left out
+    assert [p.label for p in probe_points(grid, 128, 64, 64, max_model_len=600, extra_tokens=5)] == [
+        "decode-c1", "decode-c16"]  # 640 + 40 + 5 tokens do not fit; 40 + 240 + 5 do
+    # and one the KV cache holds fewer requests of runs at most that many
+    held = {(512, 32): 6, (32, 192): None}
+    assert [p.label for p in probe_points(grid, 128, 64, 64, requests_held=lambda p, g: held[(p, g)])] == [
+        "prompt-c1", "prompt-c6", "decode-c1", "decode-c16"]
+    # lengths never fall below one prompt token and two output tokens
+    assert {(p.prompt_tokens, p.output_tokens) for p in probe_points(grid, 2, 2, 1)} == {(8, 2), (1, 6)}
+
+
+def test_repeated_levels_are_the_smallest_and_the_largest() -> None:
+    from sdplan.measure.sweep import repeated_levels
+
+    assert repeated_levels([1, 4, 16, 64]) == [1, 64]
+    assert repeated_levels([1]) == [1] and repeated_levels([]) == []
+
+
+@pytest.mark.parametrize("probes", [True, False])
+def test_probes_identify_the_prefill_and_predict_other_workloads(sdplan, tmp_path, fake_served, monkeypatch,
+                                                                 probes) -> None:
+    """With the probes, c1p is the fake engine's prefill and requests of other shapes are predicted; without
+    them (one workload), the split is a guess, and not_identified says so."""
+    import dataclasses
+
+    from sdplan.measure import served as served_module
+    from sdplan.measure import sweep as sweep_module
+
+    if not probes:
+        grids = dict(sweep_module.SERVED_GRIDS)
+        grids["quick"] = dataclasses.replace(grids["quick"], probes=())
+        monkeypatch.setattr(sweep_module, "SERVED_GRIDS", grids)
+        monkeypatch.setattr(served_module, "SERVED_GRIDS", grids)
+    fake_served.engine = engine = FakeEngine(**LENGTH_DEPENDENT)
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "16", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    cal = load_calibration(tmp_path / "cal.toml")
+    validity = cal.document["validity"]
+    fitted = cal.document["coefficients"]["c1p_s"]
+    truth = _prefill_at(engine, 128)
+    from sdplan.validation import validate
+
+    other = [read_results_from(run_load(engine, 0, prompt, output, 300, None, rate, seed=3))
+             for prompt, output, rate in ((512, 32, 2.0), (32, 192, 0.8))]
+    errors = [abs(e.error_pct) for e in validate(cal.coefficients_at, other).errors]
+    if probes:
+        output = validity["output_tokens"]  # means of lengths drawn within +-25%
+        assert validity["prompt_tokens"] == [32, 512] and output[0] < 40 and output[1] > 170, validity
+        assert "c1p_s" not in cal.not_identified and "c2p_s" not in cal.not_identified
+        assert 0.7 * truth < fitted < 1.3 * truth, (fitted, truth)
+        assert max(errors) < 12, errors
+    else:
+        output = validity["output_tokens"]
+        assert validity["prompt_tokens"] == [128, 128] and 55 < output[0] <= output[1] < 75, validity
+        assert fitted < 0.1 * truth and max(errors) > 20, (fitted, truth, errors)
+        assert "c1p_s" in cal.not_identified  # its standard error exceeds its value
+
+
+def test_each_configuration_runs_on_two_server_instances_and_their_spread_is_reported(sdplan, tmp_path,
+                                                                                        fake_served) -> None:
+    """The second instances start after every first one, in the reverse order, 30% slower here: they measure
+    N = 1 and the top level again, and the Poisson points at the fractions of their own peak."""
+    fake_served.engine = FakeEngine(server_slowdowns=(1.0, 1.0, 1.3, 1.3))
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    assert _started_servers() == ["server-nosd", "server-k2", "server-k2-instance2", "server-nosd-instance2"]
+    folder = tmp_path / "cal.runs"
+    for configuration in ("nosd", "k2"):
+        assert sorted(p.name for p in folder.glob(f"{configuration}_*_r1.json")) == [
+            f"{configuration}_c1_r1.json", f"{configuration}_c8_r1.json"]
+        throughput = {r: json.loads((folder / f"{configuration}_c8_r{r}.json").read_text())["request_throughput"]
+                      for r in (0, 1)}
+        assert throughput[1] < throughput[0] / 1.2  # the slower instance
+        peak = max(json.loads((folder / f"{configuration}_c{n}_r0.json").read_text())["request_throughput"]
+                   for n in (1, 4, 8))
+        rate = json.loads((folder / f"{configuration}_p75_r0.json").read_text())["request_rate"]
+        assert rate == pytest.approx(0.75 * peak * throughput[1] / throughput[0], rel=0.01)
+    cal = load_calibration(tmp_path / "cal.toml")
+    measurement = cal.document["measurement"]
+    assert measurement["server_instances_per_configuration"] == 2 and "overloaded_points" not in measurement
+    # N = 8 of 24 requests is three waves: ramp-up and drain take a share of it, reported
+    assert 50 < measurement["closed_loop_full_load_min_pct"] < 100
+    assert measurement["closed_loop_full_load_min_point"].startswith("N=")
+    assert 15 < measurement["repeat_spread_median_pct"] < 35
+    assert "each on a server instance of its own" in cal.provenance["notes"]
+
+
+def test_an_interrupted_second_instance_resumes_alone(sdplan, tmp_path, fake_served) -> None:
+    common = ("--draft-lengths", "2", "--max-num-seqs", "8", "--accept-poor-fit")
+    fake_served.interrupt_after = 13  # nosd: warm-up, 3 levels, 4 probes; k2: warm-up, 3 levels; k2's 2nd warm-up
+    assert _calibrate(sdplan, tmp_path, *common).exit_code == ExitStatus.INTERRUPTED
+    assert not list((tmp_path / "cal.runs").glob("*_r1.json"))
+    FakeServer.registry = []
+    fake_served.interrupt_after = None
+    result = _calibrate(sdplan, tmp_path, *common, "--resume")
+    assert result.exit_code == 0, result.output
+    assert _started_servers() == ["server-k2-instance2", "server-nosd-instance2"]  # the first ones are read back
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == 2 * (3 + 2 + 2) + 4
+
+
+def test_endpoint_and_repeated_rounds_measure_on_one_instance_per_round(sdplan, tmp_path, fake_served) -> None:
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "0", "--max-num-seqs", "8", "--repeats", "2",
+                        "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    assert _started_servers() == ["server-nosd", "server-nosd-round2"]
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["server_instances_per_configuration"] == 2

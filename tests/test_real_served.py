@@ -40,6 +40,17 @@ def test_real_files_read_with_their_load_and_acceptance(runs) -> None:
     assert all(r.mean_ttft_s and 0 < r.mean_ttft_s < r.mean_e2e_latency_s for r in runs)
 
 
+def test_closed_loops_ramp_up_and_drain_share_of_real_runs(runs) -> None:
+    """All N clients busy for 87-95% of a real closed loop of 3-6 waves (N = 4 and 8, 24 and 48 requests), and
+    one client for all of a closed loop of one (the gaps between a request's end and the next send are
+    microseconds)."""
+    closed = {(r.draft_length, r.concurrency): r.full_load_share for r in runs if r.concurrency}
+    assert len(closed) == 12 and all(r.full_load_share is None for r in runs if not r.concurrency)
+    assert all(share > 0.99 for (k, n), share in closed.items() if n == 1)
+    waves = [share for (k, n), share in closed.items() if n in (4, 8)]
+    assert 0.85 < min(waves) and max(waves) < 0.96, closed
+
+
 def test_fit_of_real_runs(runs) -> None:
     fit = fit_pooled(runs)
     assert fit.mape_pct < 7.0 and fit.r2 > 0.9  # measured: 4.4%, 0.967
@@ -155,6 +166,57 @@ def test_real_runs_past_capacity_or_ramped_up_are_left_out_of_fit_and_validate(s
     fit = sdplan("fit", str(folder), str(DATA), "-o", str(tmp_path / "both.toml"))
     assert fit.exit_code == 0, fit.output
     assert "left out served-behind-cpu/nosd_r40.json: the server fell behind its arrivals" in fit.stderr
+
+
+#: What ``vllm bench serve`` drops from its result without ``--save-detailed`` (vllm/benchmarks/serve.py, 0.32):
+#: the latencies (in send order) and queue times stay.
+NOT_SAVED_WITHOUT_DETAILED = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors")
+
+
+def _first_requests(document: dict, count: int) -> dict:
+    """A real run as if it had stopped after its first ``count`` requests: their per-request lists, and the
+    duration, totals and means vllm bench serve would have written for them."""
+    first = dict(document)
+    for key in ("input_lens", "output_lens", "ttfts", "latencies", "start_times"):
+        first[key] = document[key][:count]  # the lists are in send order
+    ends = [start + latency for start, latency in zip(first["start_times"], first["latencies"])]
+    first.update(completed=count, num_prompts=count, duration=max(ends) - min(first["start_times"]),
+                 total_input_tokens=sum(first["input_lens"]), total_output_tokens=sum(first["output_lens"]),
+                 mean_e2el_ms=1e3 * sum(first["latencies"]) / count)
+    first["request_throughput"] = count / first["duration"]
+    return first
+
+
+@pytest.mark.parametrize("detailed", [True, False])
+def test_short_real_runs_whose_drain_is_a_large_share_are_kept_and_overloaded_ones_are_not(tmp_path,
+                                                                                            detailed) -> None:
+    """The first 100 requests of three real Poisson runs at 80% load (tests/data/served-passes-cpu): 6.3 s of
+    sending at mean latencies of 1.6-2.0 s, so the drain is a fifth of the run and completed/duration falls to
+    0.79-0.85 of the requested rate. They kept pace with their arrivals, and are kept, with the send times or
+    without them (vllm bench serve without --save-detailed keeps only the latencies, in send order); the run
+    at twice the sustained rate (tests/data/served-behind-cpu) is left out either way."""
+    from sdplan.runs import MIN_KEPT_UP_FRACTION, screen
+    from sdplan.runs.screen import MIN_ACHIEVED_FRACTION
+
+    def run_of(document: dict, name: str):
+        if not detailed:
+            document = {key: value for key, value in document.items() if key not in NOT_SAVED_WITHOUT_DETAILED}
+        path = tmp_path / name
+        path.write_text(json.dumps(document))
+        return read_results(path, "vllm")[0][0]
+
+    passes = Path(__file__).parent / "data" / "served-passes-cpu"
+    for index in (1, 2, 3):
+        whole = json.loads((passes / f"pass{index}-k2-poisson0.8.json").read_text())
+        short = run_of(_first_requests(whole, 100), f"short{index}.json")
+        assert short.achieved_rate_rps < MIN_ACHIEVED_FRACTION * short.requested_rate_rps  # drain: 0.79-0.85
+        assert short.kept_up is not None and short.kept_up > MIN_KEPT_UP_FRACTION
+        assert screen(short) == [], screen(short)
+        assert (short.others_in_flight is not None) == detailed
+    behind = json.loads((Path(__file__).parent / "data" / "served-behind-cpu" / "nosd_r40.json").read_text())
+    run = run_of(behind, "behind.json")
+    assert run.kept_up == pytest.approx(0.80, abs=0.01)
+    assert any("fell behind its arrivals" in reason for reason in screen(run))
 
 
 def test_real_runs_with_other_arrivals_or_a_binding_client_cap_are_left_out(sdplan, tmp_path) -> None:

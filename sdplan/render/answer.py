@@ -180,6 +180,9 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
                           "flight, beyond the calibrated batch sizes (and maybe the engine's max_num_seqs)")
     lines.extend(caveat_lines(caveats(inputs.calibration_method, inputs.acceptance.source, float(plan.alphas[ia]),
                                       list(inputs.warnings), batch_note)))
+    if inputs.extrapolated:  # said before the answer, not only among the caveats after it
+        lines[0] = lines[0].replace("Answer:", "Answer, extrapolated past the measured workloads ("
+                                    + "; ".join(inputs.extrapolated) + "):", 1)
     return lines
 
 

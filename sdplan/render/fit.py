@@ -51,7 +51,8 @@ def fit_document(pooled: PooledFit, configurations: list[ConfigurationFit], kept
         "pooled": {
             "coefficients_s": pooled.values,
             "stderr_s": {name: finite_or_none(value) for name, value in pooled.stderr.items()},
-            "not_identified": [name for name, ok in pooled.identified.items() if not ok],
+            "not_identified": pooled.not_identified,
+            "stderr_above_value": pooled.stderr_above_value,
             "c2_step_fixed_share": pooled.fixed_step_share,
             "ttft": {"wait_steps": pooled.ttft_wait_steps, "load_steps": pooled.ttft_load_steps,
                      "offset_s": pooled.ttft_offset_s, "closed_loop_load_steps": pooled.ttft_closed_load_steps,
@@ -151,8 +152,10 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
             table.add_column(header, justify="left" if header == "coefficient" else "right")
         for name, value in pooled["coefficients_s"].items():
             error = pooled["stderr_s"].get(name)
+            weak = name in pooled.get("stderr_above_value", ())
             table.add_row(name, f"{value:.6g}", "not identified" if name in pooled.get("not_identified", ())
-                          else "-" if error is None else f"{error:.3g}")
+                          and not weak else "-" if error is None
+                          else f"{error:.3g}" + (" > value: not identified" if weak else ""))
         ttft = pooled.get("ttft") or {}
         closed = ttft.get("closed_loop_load_steps")
         offset = ttft.get("offset_s") or 0.0

@@ -241,6 +241,7 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             "max_output_throughput_tok_s": finite_or_none(g * plan.baseline_saturation_rate_rps),
         },
         "warnings": list(inputs.warnings),
+        "extrapolated": list(inputs.extrapolated),
         "results": results,
     }
 

@@ -98,6 +98,9 @@ class BenchmarkRun:
     overloaded: bool = False
     #: An open-loop run's :func:`sdplan.runs.screen.kept_up_fraction` (None: a closed loop, or no per-request times).
     kept_up: float | None = None
+    #: A closed loop's :func:`full_load_share`: the share of its duration with all its clients' requests in flight
+    #: (None: an open loop, or no per-request times).
+    full_load_share: float | None = None
     #: ``vllm bench serve --ramp-up-strategy``: how the arrival rate rose during the run (None: it did not).
     ramp_up: str | None = None
     #: An open loop's arrival process as vLLM's ``--burstiness``, the shape of its gamma-distributed gaps
@@ -295,6 +298,30 @@ def sweep_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.json")
                   if p.name not in SWEEP_SKIP and not p.name.startswith("warmup")
                   and not p.name.endswith(".failure.json") and p.is_file())
+
+
+def full_load_share(starts: list[float], latencies: list[float], clients: int) -> float | None:
+    """Share of a closed loop's duration, first send to last completion, with all ``clients`` requests in flight.
+
+    The rest is its ramp-up (clients whose requests are not yet sent) and its drain (clients with no request
+    left to send while the last ones finish): ``n`` requests of ``N`` clients are ``n/N`` waves, and with
+    lengths +-25% around the mean the last wave's requests end over about half a latency. The fit takes
+    each request's measured others in flight (:func:`others_in_flight`), drain included; completed/duration
+    of a point of few waves under-states the throughput the clients sustain while all are busy. None with
+    fewer than two requests or no duration.
+    """
+    import numpy as np
+
+    start = np.asarray(starts, dtype=np.float64)
+    length = np.asarray(latencies, dtype=np.float64)
+    if start.size < 2 or start.size != length.size or clients < 1:
+        return None
+    times, in_flight = in_flight_timeline(start, length)
+    duration = float(times[-1] - times[0])
+    if duration <= 0:
+        return None
+    full = float(np.sum(np.diff(times) * (in_flight[:-1] >= clients)))
+    return full / duration
 
 
 def peak_in_flight(starts: list[float], latencies: list[float]) -> int:

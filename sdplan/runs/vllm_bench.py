@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.runs.record import (BenchmarkRun, count, is_finite_number, number, optional_number, others_in_flight,
-                                percentile_fields)
+from sdplan.runs.record import (BenchmarkRun, count, full_load_share, is_finite_number, number, optional_number,
+                                others_in_flight, percentile_fields)
 from sdplan.runs.screen import held_back, kept_up_fraction
 
 #: How :mod:`sdplan.runs.read` names this format (``--input-format vllm``) and describes it in errors.
@@ -185,7 +185,7 @@ def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
     ttft_s, tpot_s = metric_ms("mean_ttft_ms"), metric_ms("mean_tpot_ms")
     latency = metric_ms("mean_e2el_ms")
     percentiles: list[tuple[str, float]] = []
-    others = others_ttft = kept_up = None
+    others = others_ttft = kept_up = full = None
     # Per-request lists (--save-detailed): exact means and the load each request saw.
     latencies = _list(document, "latencies", completed, notes)
     ttfts = _list(document, "ttfts", completed, notes)
@@ -205,9 +205,11 @@ def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
                 if tpots:
                     tpot_s = sum(tpots) / len(tpots)
                     percentiles += percentile_fields(tpots, "tpot")
+        if requested is not None and not unbounded_rate and duration:  # send order where no send times
+            kept_up = kept_up_fraction(starts, latencies, duration, requested)
         if starts is not None:
-            if requested is not None and not unbounded_rate and duration:
-                kept_up = kept_up_fraction(starts, latencies, duration, requested)
+            if closed and concurrency:
+                full = full_load_share(starts, latencies, concurrency)
             others = others_in_flight(starts, latencies)
             if ttfts is not None:
                 others_ttft = others_in_flight(starts, latencies, ttfts)
@@ -249,6 +251,6 @@ def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
         position_rates=_position_rates(document, path, k),
         mean_e2e_latency_s=latency, mean_ttft_s=ttft_s, mean_tpot_s=tpot_s, percentiles_s=tuple(percentiles),
         completed=completed, failed=failed, open_loop_unbounded=unbounded_rate and not closed and ramp_up is None,
-        kept_up=kept_up, ramp_up=ramp_up, burstiness=burstiness, client_cap=client_cap, held_back_by_cap=held,
+        kept_up=kept_up, full_load_share=full, ramp_up=ramp_up, burstiness=burstiness, client_cap=client_cap, held_back_by_cap=held,
         records_draft_length=records_k, records_acceptance=alpha is not None, notes=tuple(notes + more),
     )
