@@ -131,6 +131,7 @@ def main() -> int:
     from accuracy_summary import (
         common_rates,
         contrast_workloads,
+        finite_or_none,
         option_label,
         parse_workloads,
         pct,
@@ -209,6 +210,19 @@ def main() -> int:
     rates: dict[str, list[float]] = {}
     planned: dict[tuple[str, float], dict[int, float | None]] = {}
     seconds = args.seconds_per_run
+    summary_path = args.summary or work / "accuracy-summary.json"
+
+    def save() -> dict[str, Any]:
+        """The records so far and their summary, written after every server: a run cut short keeps them."""
+        summary = summarize(records["runs"], records["saturation"], records["picks"], [calibrate_s])
+        document = {"version": summary["version"], "run_id": run_id, "started_utc": started_utc,
+                    "workdir": str(work), "settings": {key: (str(value) if isinstance(value, Path) else value)
+                                                       for key, value in vars(args).items() if key != "pool"},
+                    "poisson_seconds": seconds, "calibration": str(out), "calibrate_wall_s": calibrate_s,
+                    "wall_s": time.monotonic() - started, "records": records, "summary": summary}
+        summary_path.write_text(json.dumps(document, indent=1, allow_nan=False))
+        return summary
+
     starts_s: list[float] = []  # server start and warm-up, each
     overheads_s: list[float] = []  # a closed-loop run's wall time beyond its requests' span
     with BenchClient(log_path=work / "validation" / "bench.log") as client:
@@ -265,10 +279,12 @@ def main() -> int:
                         # the server admits at most max_num_seqs: past N/(C1 + N C2) requests queue for a slot
                         capped = min(uncapped, float(model.batch_cap_rate(c1, c2, args.max_num_seqs)))
                         records["saturation"].append({"run": run_id, "pass": attempt + 1, "workload": label,
-                                                      "option": k, "measured_rps": peak, "predicted_rps": capped,
-                                                      "uncapped_rps": uncapped})
+                                                      "option": k, "measured_rps": peak,
+                                                      "predicted_rps": finite_or_none(capped),
+                                                      "uncapped_rps": finite_or_none(uncapped)})
                 finally:
                     server.stop()
+                save()
             plateau_s = time.monotonic() - phase_begin
             if attempt == 0:
                 for (wp, wg), label in zip(workloads, labels):
@@ -310,10 +326,14 @@ def main() -> int:
                                 foreign_cpu_cores=foreign))
                 finally:
                     server.stop()
+                save()
 
     # -- 4. report ------------------------------------------------------------------------------------------
     def show(value: float | None, unit: str, scale: float = 1.0, digits: int = 3) -> str:
         return "unstable" if value is None else f"{value * scale:.{digits}f}{unit}"
+
+    def rps(value: float | None) -> str:
+        return "unbounded" if value is None else f"{value:.3g} req/s"
 
     def error(predicted: float | None, measured: float | None) -> str:
         value = pct(predicted, measured)
@@ -337,23 +357,17 @@ def main() -> int:
         attempt = "" if args.passes == 1 else f" pass {s['pass']}"
         print(f"saturation {s['workload']:>8} {option_label(s['option']):>5}{attempt}: "
               f"measured {s['measured_rps']:.3g} req/s "
-              f"(closed-loop plateau), predicted {s['predicted_rps']:.3g} req/s "
+              f"(closed-loop plateau), predicted {rps(s['predicted_rps'])} "
               f"({error(s['predicted_rps'], s['measured_rps'])}; at max_num_seqs {args.max_num_seqs}, "
-              f"1/C2 = {s['uncapped_rps']:.3g})")
+              f"1/C2 = {rps(s['uncapped_rps'])})")
     if args.passes > 1:
         noise_floor(records["runs"], records["saturation"], args.passes)
-    summary = summarize(records["runs"], records["saturation"], records["picks"], [calibrate_s])
+    summary = save()
     print()
     print("\n".join(report_lines(summary)))
     total = time.monotonic() - started
-    document = {"version": summary["version"], "run_id": run_id, "started_utc": started_utc, "workdir": str(work),
-                "settings": {key: (str(value) if isinstance(value, Path) else value)
-                             for key, value in vars(args).items() if key != "pool"},
-                "poisson_seconds": seconds, "calibration": str(out), "calibrate_wall_s": calibrate_s,
-                "wall_s": total, "records": records, "summary": summary}
-    path = args.summary or work / "accuracy-summary.json"
-    path.write_text(json.dumps(document, indent=1, allow_nan=False))
-    print(f"wall: calibrate {calibrate_s:.0f} s, whole benchmark {total:.0f} s; summary in {path}; results in {work}")
+    print(f"wall: calibrate {calibrate_s:.0f} s, whole benchmark {total:.0f} s; summary in {summary_path}; "
+          f"results in {work}")
     return 0
 
 

@@ -332,3 +332,14 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
     by_pass = {p: sorted((r["workload"], r["option"], r["rate_rps"]) for r in runs if r["pass"] == p) for p in (1, 2)}
     assert by_pass[1] == by_pass[2]  # the same rates in both passes
     assert len(second["summary"]["regret"]) == 2 * 2  # per pass and rate
+
+    # cut short (Ctrl-C in the second server's plateaus): every server stopped, the first server's records kept
+    cut = tmp_path / "acc3"
+    monkeypatch.setattr(sdplan.measure.client, "BenchClient",
+                        lambda log_path: served_fakes.FakeClient(log_path=log_path, interrupt_after=6))
+    monkeypatch.setattr(sys, "argv", ["accuracy_served.py", "--workdir", str(cut), "--max-num-seqs", "8"])
+    with pytest.raises(KeyboardInterrupt):
+        script.main()
+    assert all(not server.live for server in served_fakes.FakeServer.registry)
+    kept = json.loads((cut / "accuracy-summary.json").read_text())["records"]
+    assert [s["option"] for s in kept["saturation"]] == [0, 0, 0] and kept["runs"] == []
