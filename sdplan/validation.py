@@ -15,8 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
-from sdplan.model import Coefficients
 
 if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun
