@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
-from sdplan.model import Coefficients
 
 if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun
