@@ -190,7 +190,6 @@ EVENT_LOOP = {"sdplan/simulate.py:simulate"}
 LONG_MODULES = {
     "sdplan/calibrate.py": 536,
     "sdplan/calibration.py": 788,
-    "sdplan/derive.py": 724,
     "sdplan/fit.py": 675,
     "sdplan/measure/served.py": 659,
     "sdplan/measure/sweep.py": 856,
@@ -202,7 +201,6 @@ LONG_FUNCTIONS = {
     "sdplan/cli/calibrate.py:calibrate": 88,
     "sdplan/cli/fit.py:fit": 113,
     "sdplan/cli/validate.py:validate": 81,
-    "sdplan/derive.py:_document": 136,
     "sdplan/fit.py:fit_pooled": 172,
     "sdplan/measure/served.py:check_options": 93,
     "sdplan/measure/served.py:served_calibration": 89,
