@@ -10,8 +10,8 @@ from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_no
 
 if TYPE_CHECKING:
     from sdplan.fit import ConfigurationFit, PooledFit
-    from sdplan.validation import Validation
     from sdplan.runs import BenchmarkRun
+    from sdplan.validation import Validation
 
 
 def _run(run: BenchmarkRun) -> dict[str, Any]:
