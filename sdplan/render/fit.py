@@ -9,7 +9,8 @@ from sdplan import __version__
 from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
 
 if TYPE_CHECKING:
-    from sdplan.fit import ConfigurationFit, PooledFit
+    from sdplan.fit import ConfigurationFit
+    from sdplan.fit_result import PooledFit
     from sdplan.validation import Validation
     from sdplan.runs import BenchmarkRun
 
