@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sdplan.model import Coefficients
+from sdplan.coefficients import Coefficients
 from sdplan.runmodel import PARAMETERS, SPECULATIVE_PARAMETERS, coefficients_from_vector, coefficients_table
 
 
