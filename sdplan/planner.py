@@ -3,7 +3,9 @@
 :func:`plan` takes cost coefficients and the grid axes and returns a
 :class:`Plan` holding every quantity as numpy arrays of shape
 ``(n_alpha, n_rate, n_k)`` (or a prefix of it). One vectorised pass, no loop
-per grid point. Renderers turn a :class:`Plan` into tables, JSON or CSV.
+per grid point. The latency at each point comes from :mod:`sdplan.latency_grid`
+(closed form for a dense target, fixed point for MoE). Renderers turn a
+:class:`Plan` into tables, JSON or CSV.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 from sdplan import model
 from sdplan.acceptance import AcceptanceSpec, expected_tokens_per_cycle
 from sdplan.errors import InvalidValueError
+from sdplan.latency_grid import SolvedGrid, dense_grid, moe_grid
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
     from sdplan.moe import MoESpec
     from sdplan.serving import EngineLimits
+    from sdplan.uncertainty import PlanIntervals
 
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
@@ -30,12 +34,6 @@ if TYPE_CHECKING:
 SD_OFF = 0
 #: ``best_k`` value meaning "nothing is stable at this rate".
 NONE_STABLE = -1
-#: Speedup differences below this are the MoE fixed-point solver's round-off, reported as 0.
-SPEEDUP_RESOLUTION = 1e-6
-#: Rates per option on which the MoE break-even is bracketed before bisection.
-_MOE_GRID = 256
-#: Break-even crossings kept per MoE option (the speedup can cross 1 at several rates).
-MOE_CROSSINGS = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,8 +172,8 @@ def plan(
         tokens = expected_tokens_per_cycle(alpha[:, None], ks[None, :].astype(np.float64))  # (a, k)
     else:
         tokens = np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size))
-    solved = _dense_grid(coefficients, rates, ks, tokens) if moe is None else \
-        _moe_grid(coefficients, rates, ks, tokens, moe)
+    solved = dense_grid(coefficients, rates, ks, tokens) if moe is None else \
+        moe_grid(coefficients, rates, ks, tokens, moe)
     return _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy)
 
 
@@ -196,91 +194,6 @@ def _axes(rates_rps: FloatArray | list[float], draft_lengths: IntArray | list[in
     if np.any(~np.isfinite(alpha)) or np.any((alpha < 0) | (alpha > 1)):
         raise InvalidValueError("per-token acceptance must lie in [0, 1]")
     return rates, ks, alpha
-
-
-@dataclass(frozen=True, slots=True)
-class _MoEResult:
-    """What only a mixture-of-experts grid has (see the :class:`Plan` fields of the same names)."""
-
-    speedup_lost: FloatArray
-    max_residual: float
-    break_even_rates_rps: FloatArray
-
-
-@dataclass(frozen=True, slots=True)
-class _Solved:
-    """The model on the grid: no SD per rate ``(r,)``, SD per option ``(a, k)`` and point ``(a, r, k)``."""
-
-    c1_d: float
-    c2_d: float
-    base_latency: FloatArray
-    base_batch: FloatArray
-    base_utilisation: FloatArray
-    c1: FloatArray
-    c2: FloatArray
-    latency: FloatArray
-    batch: FloatArray
-    rho: FloatArray
-    even: model.BreakEven
-    moe: _MoEResult | None = None
-
-
-def _dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> _Solved:
-    """``L = C1/(1 - lambda C2)`` per point of a dense target, with the closed-form break-even rates."""
-    c1_d, c2_d = model.baseline_demand(coefficients)
-    c1, c2 = model.demand_from_tokens(coefficients, tokens, ks[None, :].astype(float))  # (a, k)
-    lam = rates[None, :, None]  # (1, r, 1)
-    base_latency = model.mean_latency(c1_d, c2_d, rates)
-    latency = model.mean_latency(c1[:, None, :], c2[:, None, :], lam)  # (a, r, k)
-    return _Solved(c1_d=float(c1_d), c2_d=float(c2_d), base_latency=base_latency,
-                   base_batch=model.effective_batch(rates, base_latency),
-                   base_utilisation=model.utilisation(c2_d, rates), c1=c1, c2=c2, latency=latency,
-                   batch=model.effective_batch(lam, latency), rho=model.utilisation(c2[:, None, :], lam),
-                   even=model.break_even(c1_d, c2_d, c1, c2))
-
-
-def _moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray,
-              moe: MoESpec) -> _Solved:
-    """The MoE fixed point per point (:func:`sdplan.moe.solve`), break-even rates found on the solved curves.
-
-    ``C1`` is the zero-load latency with the coverage of the request's own step, ``C2`` the load-dependent
-    demand at full coverage. The speedup lost is against verification that routed only ``B`` tokens.
-    """
-    import numpy as np
-
-    from sdplan import moe as moe_model
-
-    c, cover = coefficients, moe.coverage
-    k_ak = ks[None, :].astype(np.float64)
-    lam = rates[None, :, None]
-    prefill_phi = float(moe.phi(c.prompt_tokens))
-    a1_pre = c.c1p_s + prefill_phi * cover.get("c1p_s", 0.0)
-    a2_pre = c.c2p_s + prefill_phi * cover.get("c2p_s", 0.0)
-    steps = model.baseline_steps(c.output_tokens)  # the prefill emits the first token
-    base_args = (a1_pre + steps * c.baseline_c1_step_s, steps * cover.get("baseline_c1_step_s", 0.0),
-                 a2_pre + steps * c.baseline_c2_step_s, steps * cover.get("baseline_c2_step_s", 0.0))
-    base = moe_model.solve(*base_args, 1.0, rates, moe)
-    cycles = c.output_tokens / tokens
-    a1 = a1_pre + cycles * (c.c1v_s + k_ak * c.c1d_s)
-    a2 = a2_pre + cycles * (c.c2v_s + k_ak * c.c2d_s)
-    b1, b2 = cycles * cover.get("c1v_s", 0.0), cycles * cover.get("c2v_s", 0.0)
-    args = (a1[:, None, :], b1[:, None, :], a2[:, None, :], b2[:, None, :])
-    solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe)
-    frozen = moe_model.solve(*args, 1.0, lam, moe)  # as if verification routed only B tokens
-    frozen_speedup = model.speedup(base.latency_s[None, :, None], frozen.latency_s)
-    moe_speedup = model.speedup(base.latency_s[None, :, None], solved.latency_s)
-    comparable = np.isfinite(frozen_speedup) & np.isfinite(moe_speedup)
-    lost = np.where(comparable, frozen_speedup, 0.0) - np.where(comparable, moe_speedup, 0.0)
-    # Below the solver's resolution the difference is round-off (values like 4e-13), not a loss.
-    lost = np.where(np.abs(lost) < SPEEDUP_RESOLUTION, 0.0, lost)
-    even, crossings = _moe_break_even(base_args, (a1, b1, a2, b2), k_ak + 1.0, moe)
-    return _Solved(c1_d=float(base_args[0] + base_args[1] * moe.phi(1.0)), c2_d=float(base_args[2] + base_args[3]),
-                   base_latency=base.latency_s, base_batch=base.batch, base_utilisation=base.utilisation,
-                   c1=a1 + b1 * moe.phi(k_ak + 1.0), c2=a2 + b2, latency=solved.latency_s, batch=solved.batch,
-                   rho=solved.utilisation, even=even,
-                   moe=_MoEResult(speedup_lost=np.where(comparable, lost, np.nan),
-                                  max_residual=max(solved.max_residual, base.max_residual),
-                                  break_even_rates_rps=crossings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +227,7 @@ def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates
 
 
 def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, ks: IntArray, tokens: FloatArray,
-              solved: _Solved, goodput_policy: bool) -> Plan:
+              solved: SolvedGrid, goodput_policy: bool) -> Plan:
     """The :class:`Plan` of a solved grid: speedups, TTFT/TPOT, the best draft length per point, the policy."""
     import numpy as np
 
@@ -365,67 +278,6 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
         moe_max_residual=s.moe.max_residual if s.moe else None,
         moe_break_even_rates_rps=s.moe.break_even_rates_rps if s.moe else None,
     )
-
-
-def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple[FloatArray, ...],
-                    tokens_per_sequence: FloatArray, moe: MoESpec) -> tuple[model.BreakEven, FloatArray]:
-    """Break-even rates of each SD option against no SD on the solved MoE curves.
-
-    With coverage ``C1`` and ``C2`` depend on the load, so the closed form
-    ``r* = (C1_R - 1)/(C1_R - C2_R)`` does not hold, and the speedup can cross
-    1 more than once (SD slower at zero load, faster in a middle band, slower
-    again near saturation). The speedup ``L_D(lambda)/L_SD(lambda)`` is
-    evaluated on a grid from zero load to the lower full-coverage saturation
-    rate of the pair; every sign change is bracketed and refined by bisection.
-
-    Returns
-    -------
-    (BreakEven, crossings)
-        ``BreakEven`` holds the first crossing and whether SD is faster at zero
-        load (without a crossing: whether it wins at every stable rate);
-        ``crossings`` has shape ``(..., MOE_CROSSINGS)``, ascending, nan-padded.
-    """
-    import numpy as np
-
-    from sdplan import moe as moe_model
-
-    a1, b1, a2, b2 = (np.asarray(x, dtype=np.float64) for x in sd_args)
-    shape = a1.shape
-    top = 1.0 / np.maximum(np.maximum(a2 + b2, base_args[2] + base_args[3]), 1e-300)  # lower saturation of the pair
-    fractions = np.linspace(0.0, 1.0 - 1e-6, _MOE_GRID)
-
-    def log_speedup(rates: FloatArray) -> FloatArray:
-        """log(L_D / L_SD) at ``rates`` (shape ``shape + (n,)``); +inf/-inf where one side is unstable."""
-        base = moe_model.solve(*base_args, 1.0, rates, moe).latency_s
-        spec = moe_model.solve(a1[..., None], b1[..., None], a2[..., None], b2[..., None],
-                               tokens_per_sequence[..., None], rates, moe).latency_s
-        with np.errstate(divide="ignore", invalid="ignore"):
-            value = np.log(base) - np.log(spec)
-        return np.where(np.isnan(value), 0.0, value)
-
-    grid = top[..., None] * fractions
-    sign = np.sign(log_speedup(grid))
-    faster_at_zero = sign[..., 0] > 0.0
-    # A crossing between grid points i-1 and i: the sign differs from the last non-zero sign before i.
-    change = (sign[..., 1:] * sign[..., :-1] < 0)
-    crossings = np.full(shape + (MOE_CROSSINGS,), np.nan)
-    order = np.cumsum(change, axis=-1)
-    for j in range(MOE_CROSSINGS):
-        hit = change & (order == j + 1)
-        exists = hit.any(axis=-1)
-        if not exists.any():
-            break
-        index = np.argmax(hit, axis=-1)
-        low = np.take_along_axis(grid, index[..., None], axis=-1)[..., 0]
-        high = np.take_along_axis(grid, index[..., None] + 1, axis=-1)[..., 0]
-        low_sign = np.take_along_axis(sign, index[..., None], axis=-1)[..., 0]
-        for _ in range(40):
-            middle = 0.5 * (low + high)
-            same = np.sign(log_speedup(middle[..., None])[..., 0]) == low_sign
-            low, high = np.where(same, middle, low), np.where(same, high, middle)
-        crossings[..., j] = np.where(exists, 0.5 * (low + high), np.nan)
-    even = model.BreakEven(rate_rps=crossings[..., 0], sd_faster_below=faster_at_zero.reshape(shape))
-    return even, crossings
 
 
 def domain_warnings(result: Plan, limits: EngineLimits) -> list[str]:
@@ -505,4 +357,4 @@ class PlanInputs:
     #: the answer is an extrapolation, and says so first.
     extrapolated: tuple[str, ...] = ()
     #: 95% intervals from the calibration's covariance (:class:`sdplan.uncertainty.PlanIntervals`), if it has one.
-    intervals: object | None = None
+    intervals: PlanIntervals | None = None

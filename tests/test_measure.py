@@ -136,7 +136,7 @@ def test_ttft_load_weight_of_open_loops_is_fitted_apart_from_closed_loops(monkey
     """A closed-loop request arrives at a step's end and waits a whole step; a Poisson arrival waits half
     of one. Fitted together with one load weight, closed loops over-price open-loop TTFT under load; with
     a weight of their own, the open-loop TTFT of independent runs is predicted closely."""
-    import sdplan.fit
+    import sdplan.ttft_fit
     from sdplan.fit import fit_pooled
     from sdplan.validation import validate
 
@@ -156,7 +156,7 @@ def test_ttft_load_weight_of_open_loops_is_fitted_apart_from_closed_loops(monkey
               for k in (0, 2, 4) for f in (0.25, 0.55)]
     split = fit_pooled(calibration)
     assert split.ttft_closed_load_steps is not None and split.ttft_closed_load_steps > split.ttft_load_steps
-    monkeypatch.setattr(sdplan.fit, "MIN_OPEN_LOOP_TTFT_RUNS", 10**6)  # one weight for all runs
+    monkeypatch.setattr(sdplan.ttft_fit, "MIN_OPEN_LOOP_TTFT_RUNS", 10**6)  # one weight for all runs
     single = fit_pooled(calibration)
     assert single.ttft_closed_load_steps is None
     split_error = validate(split.coefficients_at, checks).ttft_mape_pct

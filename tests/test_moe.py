@@ -138,6 +138,8 @@ def test_moe_break_even_is_where_the_solved_speedup_crosses_one() -> None:
 
 
 def test_latency_rises_with_load_and_round_off_is_not_reported_as_lost_speedup() -> None:
+    from sdplan.latency_grid import SPEEDUP_RESOLUTION
+
     spec = MoESpec(8, 128, COVERAGE)
     dense_c2 = 0.01 + 500 * 1.2e-4
     rates = numpy.linspace(0, 0.99 / dense_c2, 25)
@@ -146,7 +148,7 @@ def test_latency_rises_with_load_and_round_off_is_not_reported_as_lost_speedup()
         stable = column[numpy.isfinite(column)]
         assert numpy.all(numpy.diff(stable) >= -1e-9 * stable[1:])
     lost = result.moe_speedup_lost[numpy.isfinite(result.moe_speedup_lost)]
-    assert numpy.all((lost == 0) | (numpy.abs(lost) >= planner.SPEEDUP_RESOLUTION))
+    assert numpy.all((lost == 0) | (numpy.abs(lost) >= SPEEDUP_RESOLUTION))
     rho = result.utilisation[0]  # dense-equivalent: L = L(0) / (1 - rho)
     finite = numpy.isfinite(result.latency_s[0])
     numpy.testing.assert_allclose((result.c1_s[0][None, :] / (1 - rho))[finite], result.latency_s[0][finite],

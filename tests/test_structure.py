@@ -190,21 +190,16 @@ EVENT_LOOP = {"sdplan/simulate.py:simulate"}
 LONG_MODULES = {
     "sdplan/calibrate.py": 536,
     "sdplan/calibration.py": 788,
-    "sdplan/fit.py": 675,
     "sdplan/measure/served.py": 659,
     "sdplan/measure/sweep.py": 856,
-    "sdplan/planner.py": 508,
-    "sdplan/render/plan.py": 545,
     "sdplan/simulate.py": 663,
 }
 LONG_FUNCTIONS = {
     "sdplan/cli/calibrate.py:calibrate": 88,
     "sdplan/cli/fit.py:fit": 113,
     "sdplan/cli/validate.py:validate": 81,
-    "sdplan/fit.py:fit_pooled": 172,
     "sdplan/measure/served.py:check_options": 93,
     "sdplan/measure/served.py:served_calibration": 89,
-    "sdplan/render/plan.py:plan_document": 144,
     "sdplan/runs/guidellm.py:read_guidellm": 123,
     "sdplan/runs/vllm_bench.py:read_run": 126,
 }

@@ -11,6 +11,7 @@ from sdplan.cli._options import calibration_option, grid_options, output_options
 if TYPE_CHECKING:
     from sdplan.planner import Plan
     from sdplan.scenario import Scenario
+    from sdplan.uncertainty import PlanIntervals
 
 
 def check_speculation_identified(cal: object) -> None:
@@ -138,7 +139,7 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
     emit(text, output)
 
 
-def _intervals(scenario: Scenario, result: Plan) -> object | None:
+def _intervals(scenario: Scenario, result: Plan) -> PlanIntervals | None:
     """95% intervals of the plan from the calibration's covariance; None without one."""
     from sdplan.uncertainty import coefficient_draws, plan_intervals
 

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan import __version__
 from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
-from sdplan.render.plan import METHOD_LABELS, TPOT_NOTE, TTFT_NOTE
+from sdplan.render.plan import METHOD_LABELS
+from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE
 
 if TYPE_CHECKING:
     from sdplan.capacity import Capacity, Fleet

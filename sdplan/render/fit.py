@@ -11,7 +11,8 @@ from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_no
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
-    from sdplan.fit import ConfigurationFit, PooledFit
+    from sdplan.fit import ConfigurationFit
+    from sdplan.fit_result import PooledFit
     from sdplan.runs import BenchmarkRun
     from sdplan.validation import Validation
 

@@ -1,16 +1,17 @@
-"""Views of a :class:`~sdplan.planner.Plan`: rich tables, JSON document, CSV rows."""
+"""Views of a :class:`~sdplan.planner.Plan`: the rich tables, and the JSON document and CSV rows of
+:mod:`sdplan.render.plan_data` by format."""
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING, Any
 
-from sdplan import __version__
 from sdplan.methods import METHODS, provenance_method
-from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
+from sdplan.render import OutputFormat, Style, render_rich, table_box, to_json
+from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE, plan_csv, plan_document, regime
 
 if TYPE_CHECKING:
     from sdplan.planner import Plan, PlanInputs
+    from sdplan.uncertainty import PlanIntervals
 
 METHOD_LABELS = {
     "measured": "measured with sdplan calibrate",
@@ -18,10 +19,6 @@ METHOD_LABELS = {
     "roofline": "derived from datasheets, NOT measured",
     "derived": "priced by AIConfigurator's silicon op database",
 }
-TTFT_NOTE = ("c1p + w_wait x step + B x w_load x per-request step cost: the own prefill, the wait for the running "
-             "step and the mixed step with B others (weights fitted where TTFT was measured); queueing beyond the "
-             "batch cap is not modelled")
-TPOT_NOTE = "approximation: (L - TTFT)/(g - 1), vLLM's definition (first token excluded)"
 
 
 def render_plan(plan: Plan, inputs: PlanInputs, fmt: OutputFormat, style: Style, terminal: bool,
@@ -34,16 +31,10 @@ def render_plan(plan: Plan, inputs: PlanInputs, fmt: OutputFormat, style: Style,
     return render_rich(lambda console: draw_plan(console, plan, inputs, style, wide, batch_cap), style, terminal)
 
 
-# ----------------------------------------------------------------------------- JSON
+# ----------------------------------------------------------------------------- tables
 
 
-def _sd_faster(rate: float, faster_below: bool) -> str:
-    if rate == rate:  # finite break-even
-        return "below_break_even" if faster_below else "above_break_even"
-    return "at_every_rate" if faster_below else "never"
-
-
-def _interval_line(plan: Plan, intervals: Any, ia: int) -> str:
+def _interval_line(plan: Plan, intervals: PlanIntervals, ia: int) -> str:
     """One line of 95% intervals: the best option's latency at the most loaded stable rate, and its break-even."""
     import numpy as np
 
@@ -70,246 +61,6 @@ def _interval_line(plan: Plan, intervals: Any, ia: int) -> str:
         text += f"; break-even of k={int(plan.draft_lengths[k0])} {_num(float(even[0]))}-{_num(float(even[1]))} req/s"
     return text + "."
 
-
-def _pair(values: Any) -> list[float | None] | None:
-    """A 95% interval as [low, high] (None for an unstable or absent bound), or None when there is none."""
-    low, high = (float(v) for v in values)
-    if low != low and high != high:
-        return None
-    return [finite_or_none(low), finite_or_none(high)]
-
-
-def _point(latency: float, batch: float, rho: float, tpot: float, ttft: float, rate: float, g: float) -> dict[str, Any]:
-    stable = latency != float("inf")
-    return {
-        "mean_e2e_latency_s": finite_or_none(latency),
-        "effective_batch_size": finite_or_none(batch),
-        "utilisation": float(rho),
-        "mean_ttft_s": ttft if stable else None,
-        "mean_tpot_s": finite_or_none(tpot),
-        "output_throughput_tok_s": rate * g if stable else None,
-        "regime": _regime(rho),
-    }
-
-
-def _regime(rho: float) -> str:
-    from sdplan.model import NEAR_SATURATION_UTILISATION
-
-    if rho >= 1.0:
-        return "unstable"
-    return "near_saturation" if rho > NEAR_SATURATION_UTILISATION else "stable"
-
-
-def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
-    """The JSON document of a plan (``schema_version`` 1; units in every key)."""
-    from dataclasses import asdict
-
-    from sdplan.planner import NONE_STABLE, SD_OFF
-
-    acceptance = inputs.acceptance
-    g = plan.coefficients.output_tokens
-    results = []
-    for ia, alpha in enumerate(plan.alphas):
-        per_k = []
-        for ik, k in enumerate(plan.draft_lengths):
-            c1, c2 = float(plan.c1_s[ia, ik]), float(plan.c2_s[ia, ik])
-            per_k.append(
-                {
-                    "draft_length_tokens": int(k),
-                    "tokens_per_cycle": float(plan.tokens_per_cycle[ia, ik]),
-                    "c1_s": c1,
-                    "c2_s": c2,
-                    "zero_load_latency_s": c1,
-                    "zero_load_speedup": plan.baseline_c1_s / c1,
-                    "saturation_rate_rps": finite_or_none(plan.saturation_rate_rps[ia, ik]),
-                    "max_output_throughput_tok_s": finite_or_none(g * plan.saturation_rate_rps[ia, ik]),
-                    "break_even_rate_rps": finite_or_none(plan.break_even_rate_rps[ia, ik]),
-                    "sd_faster": _sd_faster(
-                        float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik])
-                    ),
-                }
-            )
-            intervals = inputs.intervals
-            if intervals is not None:
-                per_k[-1]["break_even_rate_ci95_rps"] = _pair(intervals.break_even_rate_rps[:, ia, ik])  # type: ignore[attr-defined]
-            if plan.moe_break_even_rates_rps is not None:  # MoE: the speedup can cross 1 several times
-                per_k[-1]["break_even_rates_rps"] = [float(x) for x in plan.moe_break_even_rates_rps[ia, ik] if x == x]
-        rows = []
-        for ir, rate in enumerate(plan.rates_rps):
-            lam = float(rate)
-            baseline = _point(
-                plan.baseline_latency_s[ir], plan.baseline_batch[ir], plan.baseline_utilisation[ir],
-                plan.baseline_tpot_s[ir], plan.baseline_ttft_load_s[ir], lam, g,
-            )
-            if inputs.intervals is not None:
-                baseline["mean_e2e_latency_ci95_s"] = _pair(inputs.intervals.baseline_latency_s[:, ir])  # type: ignore[attr-defined]
-            speculative = []
-            for ik, k in enumerate(plan.draft_lengths):
-                point = _point(
-                    plan.latency_s[ia, ir, ik], plan.batch[ia, ir, ik], plan.utilisation[ia, ir, ik],
-                    plan.tpot_s[ia, ir, ik], plan.ttft_load_s[ia, ir, ik], lam, g,
-                )
-                point["speedup"] = finite_or_none(plan.speedup[ia, ir, ik]) if point["mean_e2e_latency_s"] else None
-                if inputs.intervals is not None:
-                    point["mean_e2e_latency_ci95_s"] = _pair(inputs.intervals.latency_s[:, ia, ir, ik])  # type: ignore[attr-defined]
-                if baseline["mean_e2e_latency_s"] is None:
-                    point["speedup"] = None
-                if plan.moe_speedup_lost is not None:
-                    lost = plan.moe_speedup_lost[ia, ir, ik]
-                    point["speedup_lost_to_expert_coverage"] = finite_or_none(lost) if point["speedup"] else None
-                speculative.append({"draft_length_tokens": int(k), **point})
-            best_k = int(plan.best_k[ia, ir])
-            policies = None
-            if plan.goodput_latency_s is not None:
-                gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
-                zk = int(plan.zero_load_k[ia])  # type: ignore[index]
-                policies = {
-                    "goodput": {
-                        "mean_e2e_latency_s": finite_or_none(plan.goodput_latency_s[ia, ir]),
-                        "draft_length_tokens": gk if gk > 0 else None,
-                        "speculation": "unstable" if gk == NONE_STABLE else ("off" if gk == SD_OFF else "on"),
-                    },
-                    "zero_load_static": {
-                        "draft_length_tokens": zk if zk > 0 else None,
-                        "mean_e2e_latency_s": finite_or_none(plan.zero_load_k_latency_s[ia, ir]),  # type: ignore[index]
-                    },
-                }
-            rows.append(
-                {
-                    "request_rate_rps": lam,
-                    "policies": policies,
-                    "baseline": baseline,
-                    "speculative": speculative,
-                    "best": {
-                        "speculation": "unstable" if best_k == NONE_STABLE else ("off" if best_k == SD_OFF else "on"),
-                        "draft_length_tokens": best_k if best_k > 0 else None,
-                        "mean_e2e_latency_s": finite_or_none(plan.best_latency_s[ia, ir]),
-                        "speedup": finite_or_none(plan.best_speedup[ia, ir])
-                        if baseline["mean_e2e_latency_s"] is not None
-                        else None,
-                    },
-                }
-            )
-        results.append({"per_token_alpha": float(alpha), "draft_lengths": per_k, "rates": rows})
-
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "sdplan_version": __version__,
-        "command": "plan",
-        "calibration": {
-            "name": inputs.calibration_name,
-            "path": inputs.calibration_path,
-            "method": inputs.calibration_method,
-            "hardware": inputs.calibration_provenance.get("hardware"),
-            "target_model": inputs.calibration_provenance.get("target_model"),
-            "draft_model": inputs.calibration_provenance.get("draft_model"),
-            "speculative_method": provenance_method(inputs.calibration_provenance),
-        },
-        "workload": {
-            "prompt_tokens": inputs.prompt_tokens,
-            "output_tokens": inputs.output_tokens,
-            "acceptance": acceptance.document(),
-        },
-        "definitions": {
-            "mean_e2e_latency_s": "mean end-to-end latency, arrival to last token (Kong et al. eq. 1)",
-            "effective_batch_size": "mean requests in flight, lambda * L (Little's law)",
-            "utilisation": "lambda * C2 = 1 - C1/L (MoE: 1 - L(0)/L, the dense-equivalent load share); stable below "
-            "1, near_saturation above 0.9",
-            "mean_ttft_s": TTFT_NOTE,
-            "mean_tpot_s": TPOT_NOTE,
-            "mean_e2e_latency_ci95_s": "95% interval [low, high] from the calibration's covariance (parametric "
-            "bootstrap over the fitted coefficients); null high: unstable in some draws. Fit uncertainty only",
-            "speedup": "no-SD latency / SD latency at the same request rate; null where either is unstable",
-            "per_token_alpha": "per-token acceptance probability (i.i.d.)",
-            "tokens_per_cycle": "tokens per decode step: mean acceptance length E(alpha, k), bonus token "
-                                "included, at draft coverage c (share of steps with a draft): c E + (1 - c)",
-            "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only 1 + B tokens, minus "
-            "the speedup with (1 + B)(k+1) routed tokens (extra experts loaded by the drafted tokens)",
-        },
-        "moe": None if plan.moe_speedup_lost is None else {
-            "solver": "monotone fixed-point iteration from L = 0 (smallest fixed point)",
-            "max_relative_residual": plan.moe_max_residual,
-            "c1_s": "at zero load", "c2_s": "at full expert coverage (saturation uses it)",
-            "break_even_rate_rps": "first rate where the solved speedup crosses 1; every crossing is in "
-            "break_even_rates_rps",
-        },
-        "coefficients": asdict(plan.coefficients),
-        "baseline": {
-            "c1_s": plan.baseline_c1_s,
-            "c2_s": plan.baseline_c2_s,
-            "saturation_rate_rps": finite_or_none(plan.baseline_saturation_rate_rps),
-            "max_output_throughput_tok_s": finite_or_none(g * plan.baseline_saturation_rate_rps),
-        },
-        "warnings": list(inputs.warnings),
-        "extrapolated": list(inputs.extrapolated),
-        "results": results,
-    }
-
-
-# ----------------------------------------------------------------------------- CSV
-
-CSV_COLUMNS = (
-    "per_token_alpha",
-    "request_rate_rps",
-    "speculation",
-    "draft_length_tokens",
-    "tokens_per_cycle",
-    "mean_e2e_latency_s",
-    "effective_batch_size",
-    "utilisation",
-    "mean_ttft_s",
-    "mean_tpot_s",
-    "output_throughput_tok_s",
-    "speedup",
-    "regime",
-    "is_best",
-)
-
-
-def plan_csv(plan: Plan) -> str:
-    """One row per (alpha, rate, k), plus a ``speculation=off`` row per (alpha, rate)."""
-    import csv
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    g = plan.coefficients.output_tokens
-
-    def cell(value: float | None) -> str:
-        return "" if value is None else repr(float(value))
-
-    for ia, alpha in enumerate(plan.alphas):
-        for ir, rate in enumerate(plan.rates_rps):
-            best = int(plan.best_k[ia, ir])
-            base = _point(
-                plan.baseline_latency_s[ir], plan.baseline_batch[ir], plan.baseline_utilisation[ir],
-                plan.baseline_tpot_s[ir], plan.baseline_ttft_load_s[ir], float(rate), g,
-            )
-            writer.writerow(
-                [cell(alpha), cell(rate), "off", 0, cell(1.0), cell(base["mean_e2e_latency_s"]),
-                 cell(base["effective_batch_size"]), cell(base["utilisation"]), cell(base["mean_ttft_s"]),
-                 cell(base["mean_tpot_s"]), cell(base["output_throughput_tok_s"]), "", base["regime"],
-                 str(best == 0).lower()]
-            )
-            for ik, k in enumerate(plan.draft_lengths):
-                point = _point(
-                    plan.latency_s[ia, ir, ik], plan.batch[ia, ir, ik], plan.utilisation[ia, ir, ik],
-                    plan.tpot_s[ia, ir, ik], plan.ttft_load_s[ia, ir, ik], float(rate), g,
-                )
-                speed = finite_or_none(plan.speedup[ia, ir, ik])
-                if point["mean_e2e_latency_s"] is None or base["mean_e2e_latency_s"] is None:
-                    speed = None
-                writer.writerow(
-                    [cell(alpha), cell(rate), "on", int(k), cell(plan.tokens_per_cycle[ia, ik]),
-                     cell(point["mean_e2e_latency_s"]), cell(point["effective_batch_size"]),
-                     cell(point["utilisation"]), cell(point["mean_ttft_s"]), cell(point["mean_tpot_s"]),
-                     cell(point["output_throughput_tok_s"]), cell(speed), point["regime"],
-                     str(best == int(k)).lower()]
-                )
-    return buffer.getvalue()
-
-
-# ----------------------------------------------------------------------------- tables
 
 
 def _num(value: float, digits: int = 4) -> str:
@@ -397,7 +148,7 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
         if plan.goodput_latency_s is not None:
             console.print(f"goodput: k chosen per step by goodput E/step time at the batch size the load implies "
                           f"(SmartSpec); in this mean model it equals the best static k of each rate. "
-                          f"k={int(plan.zero_load_k[ia]) or 'off'} always: the k tuned at zero load, kept at "  # type: ignore[index]
+                          f"k={_zero_load_k_text(plan, ia)} always: the k tuned at zero load, kept at "
                           "every load.")
         if inputs.intervals is not None:
             console.print(_interval_line(plan, inputs.intervals, ia), markup=False)
@@ -434,10 +185,7 @@ def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:
         table.add_column("speedup lost to coverage (x)", justify="right")
     goodput = plan.goodput_latency_s is not None and wide
     if goodput:
-        zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
-        table.add_column("goodput (s)", justify="right")
-        table.add_column("goodput k", justify="right")
-        table.add_column(f"k={zero_k if zero_k else 'off'} always (s)", justify="right")
+        _add_goodput_columns(table, plan, ia)
     for ir, rate in enumerate(plan.rates_rps):
         best = int(plan.best_k[ia, ir])
         cells: list[Any] = [f"{rate:.4g}", _cell(plan.baseline_latency_s[ir], wide and best == SD_OFF, marker)]
@@ -459,7 +207,7 @@ def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:
                       f"{rho:.2f}"]
             if wide:
                 cells.append(_num(batch, 3))
-            cells.append(_regime(rho).replace("_", " "))
+            cells.append(regime(rho).replace("_", " "))
             if moe:
                 cells.append(_coverage_loss_text(plan, ia, ir))
         if goodput:
@@ -475,15 +223,30 @@ def _coverage_loss_text(plan: Plan, ia: int, ir: int) -> str:
     best = int(plan.best_k[ia, ir])
     if best == NONE_STABLE or plan.best_speedup[ia, ir] == float("inf"):
         return "-"
-    lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0  # type: ignore[index]
+    assert plan.moe_speedup_lost is not None, "called for MoE plans only"
+    lost = plan.moe_speedup_lost[ia, ir, list(plan.draft_lengths).index(best)] if best > 0 else 0.0
     return _num(lost, 3)
+
+
+def _zero_load_k_text(plan: Plan, ia: int) -> str:
+    """The draft length tuned at zero load (``--policy goodput``), 'off' for no SD."""
+    assert plan.zero_load_k is not None, "called for goodput plans only"
+    return str(int(plan.zero_load_k[ia]) or "off")
+
+
+def _add_goodput_columns(table: Any, plan: Plan, ia: int) -> None:
+    """The columns :func:`_goodput_cells` fills."""
+    table.add_column("goodput (s)", justify="right")
+    table.add_column("goodput k", justify="right")
+    table.add_column(f"k={_zero_load_k_text(plan, ia)} always (s)", justify="right")
 
 
 def _goodput_cells(plan: Plan, ia: int, ir: int) -> list[str]:
     """Goodput-policy latency and k, and the zero-load k kept at every load, at rate ``ir``."""
-    gk = int(plan.goodput_k[ia, ir])  # type: ignore[index]
-    return [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk),  # type: ignore[index]
-            _num(plan.zero_load_k_latency_s[ia, ir])]  # type: ignore[index]
+    assert plan.goodput_k is not None and plan.goodput_latency_s is not None \
+        and plan.zero_load_k_latency_s is not None, "called for goodput plans only"
+    gk = int(plan.goodput_k[ia, ir])
+    return [_num(plan.goodput_latency_s[ia, ir]), _k_text(gk), _num(plan.zero_load_k_latency_s[ia, ir])]
 
 
 def _extras_table(plan: Plan, ia: int, style: Style) -> Any:
@@ -498,10 +261,7 @@ def _extras_table(plan: Plan, ia: int, style: Style) -> Any:
     if moe:
         table.add_column("speedup lost to coverage (x)", justify="right")
     if goodput:
-        zero_k = int(plan.zero_load_k[ia])  # type: ignore[index]
-        table.add_column("goodput (s)", justify="right")
-        table.add_column("goodput k", justify="right")
-        table.add_column(f"k={zero_k if zero_k else 'off'} always (s)", justify="right")
+        _add_goodput_columns(table, plan, ia)
     for ir, rate in enumerate(plan.rates_rps):
         best = int(plan.best_k[ia, ir])
         cells = [f"{rate:.4g}", _k_text(best)]

@@ -1,0 +1,281 @@
+"""Machine-readable views of a :class:`~sdplan.planner.Plan`: the JSON document and the CSV rows."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+from sdplan import __version__
+from sdplan.methods import provenance_method
+from sdplan.render import JSON_SCHEMA_VERSION, finite_or_none
+
+if TYPE_CHECKING:
+    from sdplan.planner import Plan, PlanInputs
+    from sdplan.uncertainty import PlanIntervals
+
+TTFT_NOTE = ("c1p + w_wait x step + B x w_load x per-request step cost: the own prefill, the wait for the running "
+             "step and the mixed step with B others (weights fitted where TTFT was measured); queueing beyond the "
+             "batch cap is not modelled")
+TPOT_NOTE = "approximation: (L - TTFT)/(g - 1), vLLM's definition (first token excluded)"
+#: What each field of the JSON document means (its ``definitions`` table).
+DEFINITIONS = {
+    "mean_e2e_latency_s": "mean end-to-end latency, arrival to last token (Kong et al. eq. 1)",
+    "effective_batch_size": "mean requests in flight, lambda * L (Little's law)",
+    "utilisation": "lambda * C2 = 1 - C1/L (MoE: 1 - L(0)/L, the dense-equivalent load share); stable below "
+    "1, near_saturation above 0.9",
+    "mean_ttft_s": TTFT_NOTE,
+    "mean_tpot_s": TPOT_NOTE,
+    "mean_e2e_latency_ci95_s": "95% interval [low, high] from the calibration's covariance (parametric "
+    "bootstrap over the fitted coefficients); null high: unstable in some draws. Fit uncertainty only",
+    "speedup": "no-SD latency / SD latency at the same request rate; null where either is unstable",
+    "per_token_alpha": "per-token acceptance probability (i.i.d.)",
+    "tokens_per_cycle": "tokens per decode step: mean acceptance length E(alpha, k), bonus token "
+                        "included, at draft coverage c (share of steps with a draft): c E + (1 - c)",
+    "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only 1 + B tokens, minus "
+    "the speedup with (1 + B)(k+1) routed tokens (extra experts loaded by the drafted tokens)",
+}
+
+
+# ----------------------------------------------------------------------------- JSON
+
+
+def _sd_faster(rate: float, faster_below: bool) -> str:
+    if rate == rate:  # finite break-even
+        return "below_break_even" if faster_below else "above_break_even"
+    return "at_every_rate" if faster_below else "never"
+
+
+def speculation(k: int) -> str:
+    """A ``best_k``-style value in words: ``unstable`` (nothing stable), ``off`` (no SD) or ``on``."""
+    from sdplan.planner import NONE_STABLE, SD_OFF
+
+    return "unstable" if k == NONE_STABLE else ("off" if k == SD_OFF else "on")
+
+
+def _pair(values: Any) -> list[float | None] | None:
+    """A 95% interval as [low, high] (None for an unstable or absent bound), or None when there is none."""
+    low, high = (float(v) for v in values)
+    if low != low and high != high:
+        return None
+    return [finite_or_none(low), finite_or_none(high)]
+
+
+def _point(latency: float, batch: float, rho: float, tpot: float, ttft: float, rate: float, g: float) -> dict[str, Any]:
+    stable = latency != float("inf")
+    return {
+        "mean_e2e_latency_s": finite_or_none(latency),
+        "effective_batch_size": finite_or_none(batch),
+        "utilisation": float(rho),
+        "mean_ttft_s": ttft if stable else None,
+        "mean_tpot_s": finite_or_none(tpot),
+        "output_throughput_tok_s": rate * g if stable else None,
+        "regime": regime(rho),
+    }
+
+
+def regime(rho: float) -> str:
+    from sdplan.model import NEAR_SATURATION_UTILISATION
+
+    if rho >= 1.0:
+        return "unstable"
+    return "near_saturation" if rho > NEAR_SATURATION_UTILISATION else "stable"
+
+
+def _baseline_point(plan: Plan, ir: int) -> dict[str, Any]:
+    """No SD at rate ``ir`` (see :func:`_point`)."""
+    return _point(plan.baseline_latency_s[ir], plan.baseline_batch[ir], plan.baseline_utilisation[ir],
+                  plan.baseline_tpot_s[ir], plan.baseline_ttft_load_s[ir], float(plan.rates_rps[ir]),
+                  plan.coefficients.output_tokens)
+
+
+def _sd_point(plan: Plan, ia: int, ir: int, ik: int) -> dict[str, Any]:
+    """SD with draft length ``ik`` at acceptance ``ia`` and rate ``ir`` (see :func:`_point`)."""
+    return _point(plan.latency_s[ia, ir, ik], plan.batch[ia, ir, ik], plan.utilisation[ia, ir, ik],
+                  plan.tpot_s[ia, ir, ik], plan.ttft_load_s[ia, ir, ik], float(plan.rates_rps[ir]),
+                  plan.coefficients.output_tokens)
+
+
+def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
+    """The JSON document of a plan (``schema_version`` 1; units in every key)."""
+    from dataclasses import asdict
+
+    g = plan.coefficients.output_tokens
+    intervals = inputs.intervals
+    results = [{"per_token_alpha": float(alpha),
+                "draft_lengths": [_per_k_entry(plan, intervals, ia, ik) for ik in range(len(plan.draft_lengths))],
+                "rates": [_rate_row(plan, intervals, ia, ir) for ir in range(len(plan.rates_rps))]}
+               for ia, alpha in enumerate(plan.alphas)]
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "sdplan_version": __version__,
+        "command": "plan",
+        "calibration": {
+            "name": inputs.calibration_name,
+            "path": inputs.calibration_path,
+            "method": inputs.calibration_method,
+            "hardware": inputs.calibration_provenance.get("hardware"),
+            "target_model": inputs.calibration_provenance.get("target_model"),
+            "draft_model": inputs.calibration_provenance.get("draft_model"),
+            "speculative_method": provenance_method(inputs.calibration_provenance),
+        },
+        "workload": {
+            "prompt_tokens": inputs.prompt_tokens,
+            "output_tokens": inputs.output_tokens,
+            "acceptance": inputs.acceptance.document(),
+        },
+        "definitions": dict(DEFINITIONS),
+        "moe": None if plan.moe_speedup_lost is None else {
+            "solver": "monotone fixed-point iteration from L = 0 (smallest fixed point)",
+            "max_relative_residual": plan.moe_max_residual,
+            "c1_s": "at zero load", "c2_s": "at full expert coverage (saturation uses it)",
+            "break_even_rate_rps": "first rate where the solved speedup crosses 1; every crossing is in "
+            "break_even_rates_rps",
+        },
+        "coefficients": asdict(plan.coefficients),
+        "baseline": {
+            "c1_s": plan.baseline_c1_s,
+            "c2_s": plan.baseline_c2_s,
+            "saturation_rate_rps": finite_or_none(plan.baseline_saturation_rate_rps),
+            "max_output_throughput_tok_s": finite_or_none(g * plan.baseline_saturation_rate_rps),
+        },
+        "warnings": list(inputs.warnings),
+        "extrapolated": list(inputs.extrapolated),
+        "results": results,
+    }
+
+
+def _per_k_entry(plan: Plan, intervals: PlanIntervals | None, ia: int, ik: int) -> dict[str, Any]:
+    """One draft length at one acceptance: its demand, saturation and break-even (with its interval)."""
+    g = plan.coefficients.output_tokens
+    c1, c2 = float(plan.c1_s[ia, ik]), float(plan.c2_s[ia, ik])
+    entry: dict[str, Any] = {
+        "draft_length_tokens": int(plan.draft_lengths[ik]),
+        "tokens_per_cycle": float(plan.tokens_per_cycle[ia, ik]),
+        "c1_s": c1,
+        "c2_s": c2,
+        "zero_load_latency_s": c1,
+        "zero_load_speedup": plan.baseline_c1_s / c1,
+        "saturation_rate_rps": finite_or_none(plan.saturation_rate_rps[ia, ik]),
+        "max_output_throughput_tok_s": finite_or_none(g * plan.saturation_rate_rps[ia, ik]),
+        "break_even_rate_rps": finite_or_none(plan.break_even_rate_rps[ia, ik]),
+        "sd_faster": _sd_faster(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik])),
+    }
+    if intervals is not None:
+        entry["break_even_rate_ci95_rps"] = _pair(intervals.break_even_rate_rps[:, ia, ik])
+    if plan.moe_break_even_rates_rps is not None:  # MoE: the speedup can cross 1 several times
+        entry["break_even_rates_rps"] = [float(x) for x in plan.moe_break_even_rates_rps[ia, ik] if x == x]
+    return entry
+
+
+def _rate_row(plan: Plan, intervals: PlanIntervals | None, ia: int, ir: int) -> dict[str, Any]:
+    """One request rate at one acceptance: no SD, every draft length, the policies and the best option."""
+    baseline = _baseline_point(plan, ir)
+    if intervals is not None:
+        baseline["mean_e2e_latency_ci95_s"] = _pair(intervals.baseline_latency_s[:, ir])
+    baseline_stable = baseline["mean_e2e_latency_s"] is not None
+    best_k = int(plan.best_k[ia, ir])
+    return {
+        "request_rate_rps": float(plan.rates_rps[ir]),
+        "policies": _policies(plan, ia, ir),
+        "baseline": baseline,
+        "speculative": [_speculative_point(plan, intervals, ia, ir, ik, baseline_stable)
+                        for ik in range(len(plan.draft_lengths))],
+        "best": {
+            "speculation": speculation(best_k),
+            "draft_length_tokens": best_k if best_k > 0 else None,
+            "mean_e2e_latency_s": finite_or_none(plan.best_latency_s[ia, ir]),
+            "speedup": finite_or_none(plan.best_speedup[ia, ir]) if baseline_stable else None,
+        },
+    }
+
+
+def _speculative_point(plan: Plan, intervals: PlanIntervals | None, ia: int, ir: int, ik: int,
+                       baseline_stable: bool) -> dict[str, Any]:
+    """One draft length at one rate: the point, its speedup over no SD (null unless both are stable), its
+    interval and, for MoE, the speedup lost to expert coverage."""
+    point = _sd_point(plan, ia, ir, ik)
+    point["speedup"] = finite_or_none(plan.speedup[ia, ir, ik]) if point["mean_e2e_latency_s"] else None
+    if intervals is not None:
+        point["mean_e2e_latency_ci95_s"] = _pair(intervals.latency_s[:, ia, ir, ik])
+    if not baseline_stable:
+        point["speedup"] = None
+    if plan.moe_speedup_lost is not None:
+        lost = plan.moe_speedup_lost[ia, ir, ik]
+        point["speedup_lost_to_expert_coverage"] = finite_or_none(lost) if point["speedup"] else None
+    return {"draft_length_tokens": int(plan.draft_lengths[ik]), **point}
+
+
+def _policies(plan: Plan, ia: int, ir: int) -> dict[str, Any] | None:
+    """The goodput policy and the zero-load-tuned k at one rate (None without ``--policy goodput``)."""
+    if plan.goodput_latency_s is None or plan.goodput_k is None or plan.zero_load_k is None \
+            or plan.zero_load_k_latency_s is None:
+        return None
+    gk = int(plan.goodput_k[ia, ir])
+    zk = int(plan.zero_load_k[ia])
+    return {
+        "goodput": {
+            "mean_e2e_latency_s": finite_or_none(plan.goodput_latency_s[ia, ir]),
+            "draft_length_tokens": gk if gk > 0 else None,
+            "speculation": speculation(gk),
+        },
+        "zero_load_static": {
+            "draft_length_tokens": zk if zk > 0 else None,
+            "mean_e2e_latency_s": finite_or_none(plan.zero_load_k_latency_s[ia, ir]),
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- CSV
+
+CSV_COLUMNS = (
+    "per_token_alpha",
+    "request_rate_rps",
+    "speculation",
+    "draft_length_tokens",
+    "tokens_per_cycle",
+    "mean_e2e_latency_s",
+    "effective_batch_size",
+    "utilisation",
+    "mean_ttft_s",
+    "mean_tpot_s",
+    "output_throughput_tok_s",
+    "speedup",
+    "regime",
+    "is_best",
+)
+
+
+def plan_csv(plan: Plan) -> str:
+    """One row per (alpha, rate, k), plus a ``speculation=off`` row per (alpha, rate)."""
+    import csv
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+
+    def cell(value: float | None) -> str:
+        return "" if value is None else repr(float(value))
+
+    for ia, alpha in enumerate(plan.alphas):
+        for ir, rate in enumerate(plan.rates_rps):
+            best = int(plan.best_k[ia, ir])
+            base = _baseline_point(plan, ir)
+            writer.writerow(
+                [cell(alpha), cell(rate), "off", 0, cell(1.0), cell(base["mean_e2e_latency_s"]),
+                 cell(base["effective_batch_size"]), cell(base["utilisation"]), cell(base["mean_ttft_s"]),
+                 cell(base["mean_tpot_s"]), cell(base["output_throughput_tok_s"]), "", base["regime"],
+                 str(best == 0).lower()]
+            )
+            for ik, k in enumerate(plan.draft_lengths):
+                point = _sd_point(plan, ia, ir, ik)
+                speed = finite_or_none(plan.speedup[ia, ir, ik])
+                if point["mean_e2e_latency_s"] is None or base["mean_e2e_latency_s"] is None:
+                    speed = None
+                writer.writerow(
+                    [cell(alpha), cell(rate), "on", int(k), cell(plan.tokens_per_cycle[ia, ik]),
+                     cell(point["mean_e2e_latency_s"]), cell(point["effective_batch_size"]),
+                     cell(point["utilisation"]), cell(point["mean_ttft_s"]), cell(point["mean_tpot_s"]),
+                     cell(point["output_throughput_tok_s"]), cell(speed), point["regime"],
+                     str(best == int(k)).lower()]
+                )
+    return buffer.getvalue()
