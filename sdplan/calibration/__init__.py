@@ -38,8 +38,8 @@ from sdplan.calibration.records import (
 )
 from sdplan.calibration.scaling import costs_at, mean_context, scale_direct
 from sdplan.calibration.schema import CALIBRATION_SCHEMA, METHODS, SCHEMA_VERSION
+from sdplan.coefficients import Coefficients
 from sdplan.errors import InputFileError
-from sdplan.model import Coefficients
 from sdplan.schema import read_toml
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sdplan.calibration.records import DirectCoefficients, ReferenceWorkload, StepModel
-from sdplan.model import Coefficients
+from sdplan.coefficients import Coefficients
 
 
 def mean_context(prompt_tokens: float, output_tokens: float) -> float:

@@ -310,7 +310,7 @@ def _calibrate_engine(target: str, draft: str | None, output: str, name: str | N
     import time
 
     from sdplan import __version__
-    from sdplan._vllm import EngineSettings, VllmRunner
+    from sdplan._vllm.engine import EngineSettings, VllmRunner
     from sdplan.calibrate import GRIDS, MeasurementStore, calibration_document, fit_calibration, measure, plan_tasks
     from sdplan.calibration import parse_calibration
     from sdplan.fileio import atomic_write_text, dumps_toml
