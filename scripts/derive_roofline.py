@@ -21,7 +21,7 @@ max), from public figures:
 Besides separate draft models, it prices the proposers people deploy
 (``provenance.speculative_method``), each as the draft step of the per-step
 form, so the Kong coefficients follow as for a draft model
-(``sdplan/calibration.py`` ``_coefficients_from_steps``):
+(``sdplan/calibration/scaling.py`` ``coefficients_from_steps``):
 
 * EAGLE/EAGLE-3 head (``eagle3``): one decoder layer on the target's hidden
   states plus its fc and draft-vocabulary LM head, run once per draft token

@@ -4,7 +4,7 @@ vLLM's ``speculative_config.num_speculative_tokens_per_batch_size`` takes
 ``[[start_bs, end_bs, k], ...]`` (inclusive batch-size ranges; ``k = 0``
 disables SD for that range), and looks ``k`` up by the number of requests
 scheduled in the step, prefill chunks included. A step with ``n`` sequences
-costs, in sdplan's step model (:func:`sdplan.calibration._coefficients_from_steps`;
+costs, in sdplan's step model (:func:`sdplan.calibration.scaling.coefficients_from_steps`;
 the simulator's ``tau``)::
 
     tau_k(n) = (c1v + k c1d) + (n - 1)(c2v + k c2d),   tau_0(n) = c1_step + (n - 1) c2_step,

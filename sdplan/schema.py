@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from sdplan.errors import InputFileError
 
@@ -51,7 +52,7 @@ class Field:
 class Table:
     """A TOML table whose keys are all known."""
 
-    fields: Mapping[str, "Field | Table"]
+    fields: Mapping[str, Field | Table]
     doc: str = ""
     required: bool = True
     extra: dict[str, Any] = field(default_factory=dict)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sdplan.errors import InputFileError, InvalidValueError
+from sdplan.errors import InvalidValueError
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -104,21 +104,10 @@ def kv_cache_requests(kv_cache_tokens: float, prompt_tokens: float, output_token
 # ----------------------------------------------------------------------------- what a served calibration ran with
 
 
-def _server_arguments(calibration: Calibration) -> list[list[str]] | None:
+def _server_arguments(calibration: Calibration) -> Sequence[Sequence[str]] | None:
     """The argument lists of a served calibration's ``vllm serve`` commands; None if it was not served."""
-    import shlex
-
-    measurement = calibration.document.get("measurement") or {}
-    commands = measurement.get("server_commands")
-    if measurement.get("method") != "served" or not isinstance(commands, list) or not commands:
-        return None
-    arguments = []
-    for command in commands:
-        try:
-            arguments.append(shlex.split(str(command)))
-        except ValueError:
-            continue
-    return arguments
+    measurement = calibration.records.measurement
+    return None if measurement is None else measurement.server_arguments
 
 
 def served_batch_cap(calibration: Calibration) -> tuple[int, str] | None:
@@ -131,7 +120,7 @@ def served_batch_cap(calibration: Calibration) -> tuple[int, str] | None:
     servers = _server_arguments(calibration)
     if servers is None:
         return None
-    hardware = str(calibration.provenance.get("hardware", ""))
+    hardware = calibration.records.provenance.hardware
     caps = [served_max_num_seqs(words, hardware) for words in servers] or [served_max_num_seqs([], hardware)]
     given = any((serve_flag(words, "--max-num-seqs") or "").isdigit() for words in servers)
     return min(caps), ("the calibrated server's max_num_seqs" if given
@@ -152,29 +141,20 @@ def served_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tuple
     ``kv_cache_tokens``: vLLM's ``num_gpu_blocks x block_size``). Configurations are named ``nosd``
     and ``k<N>`` (``ep-nosd``/``ep-k<N>`` for ``--endpoint``); a draft length without a server of its
     own takes the smallest cache of the SD servers (the draft model's KV shares the memory whatever k
-    is). None for no SD without a ``nosd`` server, or a calibration that recorded none.
-
-    Raises
-    ------
-    InputFileError
-        If the two lists differ in length.
+    is). None for no SD without a ``nosd`` server, or a calibration that recorded none. (A file whose
+    two lists differ in length does not load.)
     """
     import re
 
-    measurement = calibration.document.get("measurement") or {}
-    names, sizes = measurement.get("kv_cache_configurations"), measurement.get("kv_cache_tokens")
-    if not names or not sizes:
+    measurement = calibration.records.measurement
+    if measurement is None or not measurement.kv_cache:
         return None
-    if len(names) != len(sizes):
-        raise InputFileError(calibration.path, "measurement.kv_cache_tokens",
-                             f"has length {len(sizes)} but kv_cache_configurations {len(names)}; give one size "
-                             "per configuration, in the same order")
     by_length: dict[int, tuple[float, str]] = {}
-    for name, size in zip(names, sizes):
-        match = re.search(r"(?:^|-)(?:k(\d+)|(nosd))$", str(name))
+    for name, size in measurement.kv_cache:
+        match = re.search(r"(?:^|-)(?:k(\d+)|(nosd))$", name)
         if match:
             length = int(match.group(1)) if match.group(1) else 0
-            by_length.setdefault(length, (float(size), str(name)))
+            by_length.setdefault(length, (size, name))
     if draft_length in by_length:
         return by_length[draft_length]
     speculative = [found for length, found in by_length.items() if length > 0]
@@ -189,10 +169,10 @@ def derived_limits(calibration: Calibration) -> tuple[int | None, float | None]:
     (``[derivation] kv_cache_tokens``); with no SD the draft is not loaded and the cache is larger,
     so for no SD this cache is a lower bound.
     """
-    derivation = calibration.document.get("derivation") or {}
-    if calibration.method != "derived":
+    derivation = calibration.records.derivation
+    if calibration.method != "derived" or derivation is None:
         return None, None
-    seqs, tokens = derivation.get("max_num_seqs"), derivation.get("kv_cache_tokens")
+    seqs, tokens = derivation.max_num_seqs, derivation.kv_cache_tokens
     return (int(seqs) if seqs else None), (float(tokens) if tokens else None)
 
 
@@ -265,7 +245,7 @@ def _max_num_seqs(calibration: Calibration, file: WorkloadFile | None, given: in
     derived, _ = derived_limits(calibration)
     if derived is not None:
         return derived, "the max_num_seqs the derived calibration was priced for"
-    hardware = str(calibration.provenance.get("hardware", ""))
+    hardware = calibration.records.provenance.hardware
     return engine_max_num_seqs(hardware), f"vLLM's default max_num_seqs on {hardware or 'this hardware'}"
 
 

@@ -49,15 +49,15 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     """
     import numpy as np
 
-    table = calibration.document.get("uncertainty")
-    if table is None or calibration.form != "direct":
+    uncertainty = calibration.records.uncertainty
+    if uncertainty is None or calibration.form != "direct":
         return None
     from sdplan.runmodel import PARAMETERS
 
-    names = list(table["parameters"])
+    names = list(uncertainty.parameters)
     if sorted(names) != sorted(PARAMETERS):
         return None
-    covariance = np.asarray(table["covariance_s2"], dtype=np.float64)
+    covariance = np.asarray(uncertainty.covariance_s2, dtype=np.float64)
     from sdplan.runmodel import values_from_table
 
     fitted = values_from_table(calibration.document["coefficients"])
