@@ -138,7 +138,8 @@ def split(runs: list, how: str) -> tuple[list, list]:
     if how == "concurrency":
         levels = sorted({r.concurrency for r in runs})
         held_levels = {level for index, level in enumerate(levels) if index % 2 == 1 and index < len(levels) - 1}
-        return ([r for r in runs if r.concurrency not in held_levels], [r for r in runs if r.concurrency in held_levels])
+        return ([r for r in runs if r.concurrency not in held_levels],
+                [r for r in runs if r.concurrency in held_levels])
     shapes = sorted({(r.prompt_tokens, r.output_tokens) for r in runs}, key=lambda s: (s[0] + s[1] / 2, s))
     if len(shapes) < 3:
         return runs, []
@@ -360,7 +361,8 @@ def derived_report(entries: list) -> list[str]:
                      f"{mape(fitted.tpot):.1f}% |")
     anchored_count = sum(1 for entry in entries if entry[6] is not None)
     lines.append(f"| **pooled, {len(entries)} configurations** | | | {len(pooled['only'].e2e)} | "
-                 f"**{cell(pooled['only'].e2e)}** | **{cell(pooled['only'].tpot)}** | **{cell(pooled['only'].ttft)}** | "
+                 f"**{cell(pooled['only'].e2e)}** | **{cell(pooled['only'].tpot)}** | "
+                 f"**{cell(pooled['only'].ttft)}** | "
                  f"{len(pooled['only_held'].e2e)} | {mape(pooled['only_held'].e2e):.1f}% / "
                  f"{mape(pooled['only_held'].tpot):.1f}% | {cell(pooled['anchored'].e2e)} | "
                  f"{cell(pooled['anchored'].tpot)} | {cell(pooled['anchored'].ttft)} "

@@ -166,14 +166,21 @@ class Proposer:
     description: str
 
 
-H200 = Accelerator("h200", "NVIDIA H200 SXM 141GB", 4.8e12, 989e12, "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 989 TFLOP/s dense BF16")
-H100 = Accelerator("h100-sxm", "NVIDIA H100 SXM 80GB", 3.35e12, 989e12, "NVIDIA H100 datasheet: 3.35 TB/s HBM3, 989 TFLOP/s dense BF16")
-A100 = Accelerator("a100-sxm-80gb", "NVIDIA A100 SXM 80GB", 2.039e12, 312e12, "NVIDIA A100 datasheet: 2,039 GB/s HBM2e, 312 TFLOP/s dense BF16")
-L40S = Accelerator("l40s", "NVIDIA L40S 48GB", 0.864e12, 362e12, "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOP/s dense BF16")
+H200 = Accelerator("h200", "NVIDIA H200 SXM 141GB", 4.8e12, 989e12,
+                   "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 989 TFLOP/s dense BF16")
+H100 = Accelerator("h100-sxm", "NVIDIA H100 SXM 80GB", 3.35e12, 989e12,
+                   "NVIDIA H100 datasheet: 3.35 TB/s HBM3, 989 TFLOP/s dense BF16")
+A100 = Accelerator("a100-sxm-80gb", "NVIDIA A100 SXM 80GB", 2.039e12, 312e12,
+                   "NVIDIA A100 datasheet: 2,039 GB/s HBM2e, 312 TFLOP/s dense BF16")
+L40S = Accelerator("l40s", "NVIDIA L40S 48GB", 0.864e12, 362e12,
+                   "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOP/s dense BF16")
 
-LLAMA_8B = ModelConfig("meta-llama/Llama-3.1-8B-Instruct", 4096, 32, 32, 8, 128, 14336, 128256, False, "config.json of meta-llama/Llama-3.1-8B-Instruct")
-LLAMA_1B = ModelConfig("meta-llama/Llama-3.2-1B-Instruct", 2048, 16, 32, 8, 64, 8192, 128256, True, "config.json of meta-llama/Llama-3.2-1B-Instruct")
-LLAMA_70B = ModelConfig("meta-llama/Llama-3.1-70B-Instruct", 8192, 80, 64, 8, 128, 28672, 128256, False, "config.json of meta-llama/Llama-3.1-70B-Instruct")
+LLAMA_8B = ModelConfig("meta-llama/Llama-3.1-8B-Instruct", 4096, 32, 32, 8, 128, 14336, 128256, False,
+                       "config.json of meta-llama/Llama-3.1-8B-Instruct")
+LLAMA_1B = ModelConfig("meta-llama/Llama-3.2-1B-Instruct", 2048, 16, 32, 8, 64, 8192, 128256, True,
+                       "config.json of meta-llama/Llama-3.2-1B-Instruct")
+LLAMA_70B = ModelConfig("meta-llama/Llama-3.1-70B-Instruct", 8192, 80, 64, 8, 128, 28672, 128256, False,
+                        "config.json of meta-llama/Llama-3.1-70B-Instruct")
 QWEN3_14B = ModelConfig("Qwen/Qwen3-14B", 5120, 40, 40, 8, 128, 17408, 151936, False, "config.json of Qwen/Qwen3-14B")
 QWEN3_1_7B = ModelConfig("Qwen/Qwen3-1.7B", 2048, 28, 16, 8, 128, 6144, 151936, True, "config.json of Qwen/Qwen3-1.7B")
 QWEN3_8B = ModelConfig("Qwen/Qwen3-8B", 4096, 36, 32, 8, 128, 12288, 151936, False, "config.json of Qwen/Qwen3-8B")
@@ -326,17 +333,22 @@ def calibration(gpu: Accelerator, tp: int, target: ModelConfig, draft: ModelConf
             "assumptions": [
                 "step time = memory time + compute time (additive linear bound of the roofline max)",
                 f"achieved HBM bandwidth = {MEMORY_EFFICIENCY:.0%} of datasheet; BF16 weights and KV cache",
-                f"decode/verify matmuls at {DECODE_COMPUTE_EFFICIENCY:.0%} of dense BF16 peak, prefill at {PREFILL_COMPUTE_EFFICIENCY:.0%}",
-                f"engine step overhead {TARGET_STEP_OVERHEAD_S * 1e3:g} ms (target), {DRAFT_STEP_OVERHEAD_S * 1e3:g} ms per draft step, "
-                f"{PER_SEQUENCE_OVERHEAD_S * 1e6:g} us per sequence per step, {SD_CYCLE_OVERHEAD_S * 1e3:g} ms per SD cycle",
+                f"decode/verify matmuls at {DECODE_COMPUTE_EFFICIENCY:.0%} of dense BF16 peak, "
+                f"prefill at {PREFILL_COMPUTE_EFFICIENCY:.0%}",
+                f"engine step overhead {TARGET_STEP_OVERHEAD_S * 1e3:g} ms (target), "
+                f"{DRAFT_STEP_OVERHEAD_S * 1e3:g} ms per draft step, "
+                f"{PER_SEQUENCE_OVERHEAD_S * 1e6:g} us per sequence per step, "
+                f"{SD_CYCLE_OVERHEAD_S * 1e3:g} ms per SD cycle",
                 "prefill of the draft model is paid with the target's; attention FLOPs and prefix caching are ignored",
                 "a concurrent request's prefill delays others by its full prefill compute time (chunked prefill)",
-                (f"tensor parallelism: {ALLREDUCE_S * 1e6:g} us per all-reduce, two per layer, bandwidth and FLOP/s scale with GPUs"
+                (f"tensor parallelism: {ALLREDUCE_S * 1e6:g} us per all-reduce, two per layer, "
+                 "bandwidth and FLOP/s scale with GPUs"
                  if tp > 1 else "single GPU, no communication"),
                 "acceptance is not part of this file: give it per workload (--acceptance)",
             ],
             "sources": [gpu.source, target.source] + ([draft.source] if draft.source != target.source else []),
-            "notes": "Replace with a measured calibration ('sdplan calibrate') or a fitted one ('sdplan fit') before relying on absolute numbers.",
+            "notes": "Replace with a measured calibration ('sdplan calibrate') or a fitted one ('sdplan fit') "
+                     "before relying on absolute numbers.",
         },
         "reference_workload": {"prompt_tokens": 1024, "output_tokens": 512},
         "validity": {"prompt_tokens": [128, 8192], "output_tokens": [32, 4096], "batch_size": [1, 256]},
@@ -363,7 +375,8 @@ def calibration(gpu: Accelerator, tp: int, target: ModelConfig, draft: ModelConf
         }
         document["provenance"]["assumptions"].insert(
             -1, f"MoE target: step weight traffic = dense part + phi(T) x all {target.experts} experts "
-                f"({target.expert_params / 1e9:.1f}B params), uniform routing of {target.experts_per_token} experts per token")
+                f"({target.expert_params / 1e9:.1f}B params), "
+                f"uniform routing of {target.experts_per_token} experts per token")
         document["step_model"]["prefill"]["fixed_s"] = (
             target_steps["fixed_s"] + expert_stream_s)  # a prompt of p >= 128 tokens touches every expert
     return name, document
@@ -415,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         why = SHIPPED.get((gpu, tp, target, draft))
         if why:
             document["provenance"]["notes"] = f"{why} {document['provenance']['notes']}"
-        header = "Derived, not measured: see provenance.assumptions.\nRegenerate with: python scripts/derive_roofline.py"
+        header = ("Derived, not measured: see provenance.assumptions.\n"
+                  "Regenerate with: python scripts/derive_roofline.py")
         atomic_write_text(args.out / f"{name}.toml", dumps_toml(_round(document), header=header))
         print(args.out / f"{name}.toml")
     return 0

@@ -70,7 +70,8 @@ def main() -> int:
     def pct(q: float) -> float:
         return times[min(len(times) - 1, int(q * len(times)))]
 
-    print(f"inputs: {len(outcomes):,} in {elapsed:.0f} s (seed {args.seed}, time limit {args.time_limit:g} s per input)")
+    print(f"inputs: {len(outcomes):,} in {elapsed:.0f} s "
+          f"(seed {args.seed}, time limit {args.time_limit:g} s per input)")
     print("commands: " + ", ".join(f"{name} {count}" for name, count in commands.most_common()))
     print("exit statuses: " + ", ".join(f"{code}: {count}" for code, count in sorted(exits.items())))
     print(f"seconds per input: median {pct(0.5):.3f}, p90 {pct(0.9):.3f}, p99 {pct(0.99):.3f}, max {times[-1]:.2f}")

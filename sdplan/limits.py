@@ -149,5 +149,6 @@ def check_simulation_memory(requests: int, longest_output_tokens: float, draft_l
         raise InvalidValueError(
             f"one replication would need about {needed / 2**30:,.1f} GiB of memory ({requests:,} requests of up to "
             f"{longest_output_tokens:,.0f} output tokens at draft length {draft_length}), over the budget of "
-            f"{limit / 2**30:,.1f} GiB; lower --requests or the output lengths, or {_over(needed, MAX_SIMULATION_BYTES)}"
+            f"{limit / 2**30:,.1f} GiB; lower --requests or the output lengths, "
+            f"or {_over(needed, MAX_SIMULATION_BYTES)}"
         )

@@ -45,7 +45,8 @@ class Metric(str, Enum):
 
 _LATENCY = (Metric.E2E, Metric.TTFT, Metric.TPOT)
 _ALIASES = {"latency": Metric.E2E, "e2el": Metric.E2E, "utilization": Metric.UTILISATION, "util": Metric.UTILISATION}
-_SLO = re.compile(r"^\s*(?P<metric>[a-zA-Z_][a-zA-Z0-9_]*)\s*(:\s*(?P<stat>[a-zA-Z0-9.]+))?\s*(?P<op><=|>=|<|>)\s*(?P<value>.+?)\s*$")
+_SLO = re.compile(r"^\s*(?P<metric>[a-zA-Z_][a-zA-Z0-9_]*)\s*(:\s*(?P<stat>[a-zA-Z0-9.]+))?"
+                  r"\s*(?P<op><=|>=|<|>)\s*(?P<value>.+?)\s*$")
 SUPPORTED = "e2e:mean<=2s, ttft:mean<=300ms, tpot:mean<=40ms, throughput>=2000tok/s, utilisation<=0.8"
 
 
@@ -107,7 +108,8 @@ def parse_slo(text: str, allow_percentiles: bool = False) -> SLO:
     stat = (match.group("stat") or "").lower()
     if metric in _LATENCY:
         if stat in ("", None):
-            raise InvalidValueError(f"SLO '{text}': say which statistic, e.g. '{metric.value}:mean{match.group('op')}...'")
+            raise InvalidValueError(
+                f"SLO '{text}': say which statistic, e.g. '{metric.value}:mean{match.group('op')}...'")
         percentile = stat in ("median", "p50") or (stat.startswith("p") and _is_percentile(stat[1:]))
         if stat != "mean" and not percentile:
             raise InvalidValueError(f"SLO '{text}': unknown statistic '{stat}'; use mean or a percentile like p99")

@@ -191,7 +191,8 @@ def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatAr
                          break_even_rate_rps=even_interval, draws=len(draws))
 
 
-def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients], check: Any) -> tuple[Any, dict[str, Any]]:
+def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients],
+                         check: Any) -> tuple[Any, dict[str, Any]]:
     """Re-check ``slos`` at the pessimistic end of each metric's 95% interval.
 
     ``check(coefficients)`` returns the :class:`sdplan.check.CheckReport` of one

@@ -65,7 +65,8 @@ def test_direct_form_scales_proportionally(direct_document: dict[str, Any]) -> N
     c = cal.coefficients_at(2000, 1000)  # prompt x2, mean context (p + g/2) x2
     assert c.c1p_s == pytest.approx(0.10) and c.c2p_s == pytest.approx(0.02)
     assert c.c2v_s == pytest.approx(0.0002)
-    assert c.c2d_s == pytest.approx(0.00005)  # one drafted token's compute: not scaled with the context (docs/model.md#length-scaling)
+    # one drafted token's compute: not scaled with the context (docs/model.md#length-scaling)
+    assert c.c2d_s == pytest.approx(0.00005)
     assert c.baseline_c2_step_s == pytest.approx(0.0002)
     assert c.c1v_s == 0.009 and c.c1d_s == 0.001  # fixed costs do not scale
     direct_document["coefficients"]["scaling"] = "none"
@@ -140,7 +141,8 @@ BAD_DOCUMENTS = [
 ]
 
 
-@pytest.mark.parametrize(("key", "value", "where", "message"), BAD_DOCUMENTS, ids=[row[0] + ":" + row[3] for row in BAD_DOCUMENTS])
+@pytest.mark.parametrize(("key", "value", "where", "message"), BAD_DOCUMENTS,
+                         ids=[row[0] + ":" + row[3] for row in BAD_DOCUMENTS])
 def test_invalid_documents_name_file_key_and_fix(direct_document, key, value, where, message) -> None:
     document = _mutate(direct_document, key, value)
     with pytest.raises(InputFileError) as info:

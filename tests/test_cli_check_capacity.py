@@ -47,7 +47,8 @@ def test_check_pass_exits_0_with_summary_on_stderr(sdplan) -> None:
 
 
 def test_check_violation_exits_1(sdplan) -> None:
-    result = sdplan("check", "--rate", "14", "--slo", "e2e:mean<=5s", "--slo", "ttft:mean<=300ms", "--acceptance", "0.8")
+    result = sdplan("check", "--rate", "14", "--slo", "e2e:mean<=5s", "--slo", "ttft:mean<=300ms",
+                    "--acceptance", "0.8")
     assert result.exit_code == ExitStatus.SLO_VIOLATED, result.output
     assert "FAIL" in result.stdout
     assert "FAIL: 1/2 SLOs met" in result.stderr and "e2e:mean<=5s predicted" in result.stderr
@@ -77,7 +78,8 @@ def test_check_json_verdicts(sdplan) -> None:
 
 def test_check_fixed_and_off(sdplan) -> None:
     fixed = json.loads(sdplan("check", *PASSING, "--draft-length", "5", "-f", "json").stdout)
-    assert fixed["speculation"] == {"mode": "fixed", "enabled": True, "draft_length_tokens": 5, "candidates_tokens": None}
+    assert fixed["speculation"] == {"mode": "fixed", "enabled": True, "draft_length_tokens": 5,
+                                    "candidates_tokens": None}
     off = sdplan("check", *PASSING, "--draft-length", "off", "-f", "json")
     assert json.loads(off.stdout)["speculation"]["enabled"] is False
     # no SD at 4 req/s misses the 5 s SLO on the default calibration: the gate says so

@@ -67,13 +67,15 @@ def test_plan_json_schema_and_values(sdplan) -> None:
 
 
 def test_plan_csv_has_one_row_per_rate_and_k(sdplan) -> None:
-    result = sdplan("plan", "--format", "csv", "--rates", "1:4:1", "--draft-lengths", "1,2,4", "--acceptance", "0.6,0.9")
+    result = sdplan("plan", "--format", "csv", "--rates", "1:4:1", "--draft-lengths", "1,2,4",
+                    "--acceptance", "0.6,0.9")
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) == 2 * 4 * (1 + 3)
     assert {row["speculation"] for row in rows} == {"on", "off"}
     for rate in ("1.0", "2.0"):
-        best = [r for r in rows if r["request_rate_rps"] == rate and r["per_token_alpha"] == "0.6" and r["is_best"] == "true"]
+        best = [r for r in rows
+                if r["request_rate_rps"] == rate and r["per_token_alpha"] == "0.6" and r["is_best"] == "true"]
         assert len(best) == 1
     assert all(key.endswith(("_s", "_rps", "_tokens", "_tok_s")) or key in
                ("per_token_alpha", "speculation", "tokens_per_cycle", "effective_batch_size", "utilisation",

@@ -1,4 +1,7 @@
-"""Limits of the analytic model: calibrated batch range and the engine's batch cap (docs/model.md#saturation-and-batch-cap)."""
+"""Limits of the analytic model: calibrated batch range and the engine's batch cap.
+
+See docs/model.md#saturation-and-batch-cap.
+"""
 
 from __future__ import annotations
 

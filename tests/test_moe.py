@@ -64,7 +64,8 @@ def _smallest_root(a1: float, b1: float, a2: float, b2: float, t: float, lam: fl
     """Independent solution: scan f(L) = F(L) - L from 0 for its first sign change, then brentq.
 
     ``F(L) = (a1 + b1 phi) / (1 - lam (a2 + b2 phi))`` with ``phi = phi(t (1 + lam L))``: the tagged request's
-    step holds itself plus the ``lam L`` others (docs/model.md#per-step-form). Returns inf when no root exists below 1e6 s.
+    step holds itself plus the ``lam L`` others (docs/model.md#per-step-form). Returns inf when no root exists
+    below 1e6 s.
     """
     from scipy.optimize import brentq
 

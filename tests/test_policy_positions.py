@@ -89,7 +89,8 @@ def test_goodput_solver_is_independent_of_the_closed_form() -> None:
     c2 = numpy.array([[0.05, 0.07, 0.09]])
     rates = numpy.array([0.0, 4.0, 10.0, 12.0, 25.0])
     result = goodput_latency(c1, c2, rates)
-    expected = numpy.min(numpy.where(rates[:, None] * c2[0] < 1, c1[0] / (1 - rates[:, None] * c2[0]), numpy.inf), axis=1)
+    expected = numpy.min(numpy.where(rates[:, None] * c2[0] < 1, c1[0] / (1 - rates[:, None] * c2[0]), numpy.inf),
+                         axis=1)
     assert_allclose(result.latency_s[0], expected, rtol=1e-12)
     assert numpy.isinf(result.latency_s[0, -1])
 
@@ -135,7 +136,8 @@ def test_cli_position_acceptance_and_goodput(sdplan) -> None:
     tokens = [k["tokens_per_cycle"] for k in doc["results"][0]["draft_lengths"]]
     assert tokens == pytest.approx([1.9, 2.6, 3.1, 3.4])
     policies = doc["results"][0]["rates"][1]["policies"]
-    assert policies["goodput"]["mean_e2e_latency_s"] == pytest.approx(doc["results"][0]["rates"][1]["best"]["mean_e2e_latency_s"])
+    assert policies["goodput"]["mean_e2e_latency_s"] == pytest.approx(
+        doc["results"][0]["rates"][1]["best"]["mean_e2e_latency_s"])
     table = sdplan("plan", "--policy", "goodput", "--rates", "2,8")
     assert "goodput (s)" in table.stdout and "always (s)" in table.stdout
     too_long = sdplan("plan", "--position-acceptance", "0.9,0.7", "--draft-lengths", "1-4")

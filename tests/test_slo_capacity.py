@@ -110,7 +110,8 @@ def test_capacity_rate_meets_latency_slos_with_equality(alpha: float, e2e_limit:
         result = planner.plan(c, cap.max_rate_rps, ks, [alpha])
         for index in numpy.flatnonzero(cap.feasible):
             rate_index = index  # plan row i is evaluated at option i's capacity
-            latency = result.baseline_latency_s[rate_index] if index == 0 else result.latency_s[0, rate_index, index - 1]
+            latency = (result.baseline_latency_s[rate_index] if index == 0
+                       else result.latency_s[0, rate_index, index - 1])
             if metric == "e2e":
                 assert latency == pytest.approx(e2e_limit, rel=1e-9)
             else:

@@ -187,7 +187,8 @@ def test_completion_offers_shipped_calibrations_and_files(tmp_path, monkeypatch)
     script = subprocess.run([sys.executable, "-m", "sdplan"], capture_output=True, text=True, env=env)
     assert script.returncode == 0, script.stderr
     assert "_SDPLAN_COMPLETE=bash_complete" in script.stdout  # the script calls back into sdplan
-    assert re.search(r"^\s*complete .*-F _sdplan_completion sdplan$", script.stdout, re.MULTILINE)  # and registers itself
+    # and registers itself
+    assert re.search(r"^\s*complete .*-F _sdplan_completion sdplan$", script.stdout, re.MULTILINE)
 
 
 def test_capacity_has_one_batch_cap(sdplan) -> None:

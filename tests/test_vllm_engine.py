@@ -48,8 +48,8 @@ def test_calibrate_end_to_end_with_dummy_weights(models, tmp_path) -> None:
     from sdplan.cli import cli
 
     out = tmp_path / "cpu.toml"
-    result = CliRunner().invoke(cli, ["calibrate", "--method", "engine", "--target", str(models["cfg-target"]), "--draft",
-                                      str(models["cfg-draft"]), "--load-format", "dummy", "--grid", "quick",
+    result = CliRunner().invoke(cli, ["calibrate", "--method", "engine", "--target", str(models["cfg-target"]),
+                                      "--draft", str(models["cfg-draft"]), "--load-format", "dummy", "--grid", "quick",
                                       "--dtype", "float32", "-o", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     cal = load_calibration(out)  # valid by sdplan's own schema
@@ -110,7 +110,8 @@ def test_calibrate_measures_acceptance_into_the_file(models, tmp_path) -> None:
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt_token_ids": list(range(10, 42))}) + "\n")
     out = tmp_path / "succ.toml"
-    result = CliRunner().invoke(cli, ["calibrate", "--method", "engine", "--target", str(models["target"]), "--draft", str(models["m3"]),
+    result = CliRunner().invoke(cli, ["calibrate", "--method", "engine", "--target", str(models["target"]),
+                                      "--draft", str(models["m3"]),
                                       "--grid", "quick", "--dtype", "float32", "--acceptance-prompts", str(prompts),
                                       "--acceptance-output-tokens", "64", "-o", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -21,7 +21,8 @@ def dummy_config(folder: Path, hidden: int, layers: int, heads: int = 4, vocab: 
     folder.mkdir(parents=True, exist_ok=True)
     LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
                 num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=4096,
-                tie_word_embeddings=False, architectures=["LlamaForCausalLM"], torch_dtype="float32").save_pretrained(folder)
+                tie_word_embeddings=False, architectures=["LlamaForCausalLM"],
+                torch_dtype="float32").save_pretrained(folder)
     return folder
 
 
@@ -40,7 +41,8 @@ def word_tokenizer(folder: Path, vocab: int) -> Path:
     tokenizer = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", model_max_length=1 << 16).save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>",
+                            model_max_length=1 << 16).save_pretrained(folder)
     return folder
 
 
@@ -90,7 +92,8 @@ def successor_models(root: Path, skips: tuple[int | None, ...] = (None, 2, 3, 5)
     return models
 
 
-def simulate_acceptance(prompt: list[int], output_tokens: int, k: int, skip_every: int | None) -> tuple[int, int, int, list[int]]:
+def simulate_acceptance(prompt: list[int], output_tokens: int, k: int,
+                        skip_every: int | None) -> tuple[int, int, int, list[int]]:
     """Reference counts (drafts, draft tokens, accepted, accepted per position) for successor models.
 
     The target emits t+1 after t. Each cycle the draft proposes k tokens greedily from the last token;
@@ -179,7 +182,8 @@ def eagle_head(target: Path, folder: Path, skip_every: int | None = None) -> Pat
     LlamaConfig(vocab_size=config.vocab_size, hidden_size=hidden, intermediate_size=inner, num_hidden_layers=1,
                 num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
                 max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
-                tie_word_embeddings=False, architectures=["LlamaForCausalLM"], torch_dtype="float32").save_pretrained(folder)
+                tie_word_embeddings=False, architectures=["LlamaForCausalLM"],
+                torch_dtype="float32").save_pretrained(folder)
     generator = torch.Generator().manual_seed(0)
 
     def small(*shape: int) -> torch.Tensor:
@@ -190,8 +194,10 @@ def eagle_head(target: Path, folder: Path, skip_every: int | None = None) -> Pat
         step = 1 if skip_every and token % skip_every == skip_every - 1 else 0
         shift[(token + step) % hidden, token] = 1.0
     weights = {
-        "layers.0.self_attn.q_proj.weight": small(hidden, hidden), "layers.0.self_attn.k_proj.weight": small(kv, hidden),
-        "layers.0.self_attn.v_proj.weight": small(kv, hidden), "layers.0.self_attn.o_proj.weight": torch.zeros(hidden, hidden),
+        "layers.0.self_attn.q_proj.weight": small(hidden, hidden),
+        "layers.0.self_attn.k_proj.weight": small(kv, hidden),
+        "layers.0.self_attn.v_proj.weight": small(kv, hidden),
+        "layers.0.self_attn.o_proj.weight": torch.zeros(hidden, hidden),
         "layers.0.mlp.gate_proj.weight": small(inner, hidden), "layers.0.mlp.up_proj.weight": small(inner, hidden),
         "layers.0.mlp.down_proj.weight": torch.zeros(hidden, inner),
         "layers.0.post_attention_layernorm.weight": torch.ones(hidden),

@@ -118,7 +118,8 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
                 value = "\n".join(f"- {item}" for item in value)
             prov.add_row(key, str(_plain(value)))
         ref = cal.document["reference_workload"]
-        prov.add_row("reference workload", f"{ref['prompt_tokens']} prompt tokens, {ref['output_tokens']} output tokens")
+        prov.add_row("reference workload",
+                     f"{ref['prompt_tokens']} prompt tokens, {ref['output_tokens']} output tokens")
         for key, span in cal.document.get("validity", {}).items():
             prov.add_row(f"valid {key.replace('_', ' ')}", f"{span[0]:g} .. {span[1]:g}")
         for key, value in cal.document.get("fit_quality", {}).items():

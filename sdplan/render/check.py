@@ -272,7 +272,8 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
             console.print()
             print_table(console, plan, title=f"Fleet for {fleet['target_rate_rps']:g} req/s, {assumption}")
             if fleet["replicas_saved_by_sd"] is not None:
-                console.print(f"SD saves {fleet['replicas_saved_by_sd']} replica(s) at {fleet['target_rate_rps']:g} req/s")
+                console.print(f"SD saves {fleet['replicas_saved_by_sd']} replica(s) "
+                              f"at {fleet['target_rate_rps']:g} req/s")
         schedule = document.get("num_speculative_tokens_per_batch_size")
         if schedule:
             console.print(f"best k by batch size for {method_phrase(document.get('speculative_method'))} "

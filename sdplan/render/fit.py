@@ -95,8 +95,9 @@ def validation_summary(result: Validation) -> dict[str, Any]:
         else ("over-predict" if result.bias_pct > 0 else "under-predict"),
         "r2": result.r2,
         "quality": result.quality,
-        "worst": {"source": worst.run.source, "error_pct": finite_or_none(worst.error_pct) if worst.error_pct is not None
-                  else None} if worst else None,
+        "worst": {"source": worst.run.source,
+                  "error_pct": finite_or_none(worst.error_pct) if worst.error_pct is not None else None}
+        if worst else None,
         "best_k_agreement": {"agree": agree, "compared": total},
         "best_k": [{"load_level": c.load_level, "prompt_tokens": c.prompt_tokens, "output_tokens": c.output_tokens,
                     "measured_best_k": c.measured_best, "predicted_best_k": c.predicted_best,
@@ -171,7 +172,8 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
                      + (f" (fitted; TTFT MAPE {ttft['mape_pct']:.1f}%)" if ttft.get("fitted")
                                   and ttft.get("mape_pct") is not None else " (default weights: TTFT not measured)"))
         console.print()
-        print_table(console, table, caption=ttft_line, title=f"Pooled fit at {ref['prompt_tokens']} prompt / {ref['output_tokens']} "
+        print_table(console, table, caption=ttft_line,
+                    title=f"Pooled fit at {ref['prompt_tokens']} prompt / {ref['output_tokens']} "
                     f"output tokens (R2 {pooled['r2']:.4f}, MAPE {pooled['mape_pct']:.2f}%, {pooled['points']} runs)")
         per = Table(box=table_box(style))
         for header, _ in CONFIGURATION_COLUMNS:

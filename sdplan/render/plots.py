@@ -260,7 +260,8 @@ def file_plan(plan: Plan, inputs: PlanInputs, path: Path) -> None:
         for index, ik in enumerate(ks):
             colour = colours[index % len(colours)]
             k = plan.draft_lengths[ik]
-            latency_axis.plot(rates, [v if v is not None else math.nan for v in _finite(plan.latency_s[ia, :, ik], clip)],
+            latency_axis.plot(rates,
+                              [v if v is not None else math.nan for v in _finite(plan.latency_s[ia, :, ik], clip)],
                               color=colour, label=f"k={k}")
             saturation = float(plan.saturation_rate_rps[ia, ik])
             if math.isfinite(saturation) and saturation <= rates[-1] * 1.1:

@@ -110,7 +110,8 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
         for summary, row in zip(summaries, document["rates"]):
             option = f"SD k={summary.draft_length}" if summary.draft_length else "SD off"
             if summary.mean_draft_length is not None:
-                option = (f"goodput policy (k per step by E(k)/step time; mean k {summary.mean_draft_length.value:.2f}, "
+                option = (f"goodput policy (k per step by E(k)/step time; "
+                          f"mean k {summary.mean_draft_length.value:.2f}, "
                           f"best static k={summary.draft_length})")
             table = Table(box=table_box(style))
             table.add_column("metric")
