@@ -93,8 +93,8 @@ def routed_tokens(tokens_per_sequence: FloatArray | float, others: FloatArray | 
     return np.asarray(tokens_per_sequence, dtype=np.float64) * (1.0 + np.asarray(others, dtype=np.float64))
 
 
-def solve(a1: FloatArray, b1: FloatArray, a2: FloatArray, b2: FloatArray, tokens_per_sequence: FloatArray,
-          rates_rps: FloatArray, moe: MoESpec) -> FixedPoint:
+def solve(a1: FloatArray | float, b1: FloatArray | float, a2: FloatArray | float, b2: FloatArray | float,
+          tokens_per_sequence: FloatArray | float, rates_rps: FloatArray | float, moe: MoESpec) -> FixedPoint:
     """Smallest fixed point of ``L = (a1 + b1 phi) / (1 - lambda (a2 + b2 phi))``, ``phi = phi(t (1 + lambda L))``.
 
     All arguments broadcast together; ``t`` is the tokens each sequence routes
