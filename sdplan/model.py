@@ -2,6 +2,7 @@
 
 Everything here is pure numpy on arrays that broadcast against each other:
 arrays in, arrays out, SI units (seconds, requests per second, tokens). No I/O.
+The cost coefficients it runs on are :class:`sdplan.coefficients.Coefficients`.
 
 The model (Kong et al., "An Interpretable Latency Model for Speculative
 Decoding in LLM Serving", arXiv:2605.15051; derived in
@@ -39,73 +40,12 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from sdplan.coefficients import Coefficients
+
     FloatArray = npt.NDArray[np.float64]
 
 #: Utilisation lambda*C2 above which a point is labelled "near saturation".
 NEAR_SATURATION_UTILISATION = 0.9
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Coefficients:
-    """Cost coefficients of one (hardware, target, draft) pair at one workload.
-
-    All values are seconds; "per concurrent request" means the cost is paid
-    once for every other request in flight (the ``C2`` side).
-
-    Attributes
-    ----------
-    c1p_s, c2p_s : float
-        Prefill: load-independent seconds per request; seconds per request per
-        concurrent request (interference of other requests' prefills).
-    c1v_s, c2v_s : float
-        One verification step of the target over ``k+1`` tokens: seconds per
-        cycle; seconds per cycle per concurrent request.
-    c1d_s, c2d_s : float
-        One drafted token (draft step plus the marginal verification of that
-        token): seconds per draft token; seconds per draft token per
-        concurrent request.
-    baseline_c1_step_s, baseline_c2_step_s : float
-        One plain (no SD) decode step of one token: seconds per step; seconds
-        per step per concurrent request.
-    prompt_tokens, output_tokens : float
-        The workload the coefficients hold for (``p`` and ``g``).
-    ttft_wait_steps, ttft_load_steps : float
-        Time to first token under load, in units of the running option's
-        step costs (:func:`time_to_first_token`): the fixed part of the step
-        an arrival waits for, and the per-other-request part. Defaults 0.5 and
-        1.5 (wait for half a step, then one mixed step;
-        ``docs/model.md#ttft-and-tpot``).
-    ttft_offset_s : float
-        What TTFT adds to ``c1p`` at zero load beyond the wait (s; fitted from
-        measured TTFT: the serving stack's own first-token cost, or minus what
-        ``c1p`` overstates), 0 by default.
-    ttft_prefill_s : float
-        What TTFT adds for the request's own prefill beyond ``c1p`` (s, at this
-        workload's prompt: ``[ttft] prefill_per_prompt_token_s`` times the prompt
-        length), 0 by default. Fitted where TTFT was measured at several prompt
-        lengths: ``c1p`` is a small share of the end-to-end latency, which the
-        E2E fit may leave near 0, while TTFT at low load is mostly the prefill.
-    closed_loop_factor : float
-        Only for predicting closed-loop benchmarks (``N`` clients):
-        ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fit`). The planner's open-loop
-        predictions do not use it.
-    """
-
-    c1p_s: float
-    c2p_s: float
-    c1v_s: float
-    c2v_s: float
-    c1d_s: float
-    c2d_s: float
-    baseline_c1_step_s: float
-    baseline_c2_step_s: float
-    prompt_tokens: float
-    output_tokens: float
-    ttft_wait_steps: float = 0.5
-    ttft_load_steps: float = 1.5
-    ttft_offset_s: float = 0.0
-    ttft_prefill_s: float = 0.0
-    closed_loop_factor: float = 1.0
 
 
 def speculative_demand(

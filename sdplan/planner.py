@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
     from sdplan.moe import MoESpec
     from sdplan.serving import EngineLimits
 

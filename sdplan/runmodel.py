@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
     from sdplan.runs import BenchmarkRun
 
 #: Direct-form coefficients fitted by the pooled fit, in order.

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
     from sdplan.moe import MoESpec
 
     FloatArray = npt.NDArray[np.float64]

@@ -15,7 +15,9 @@ precedence for every command (``plan``, ``check``, ``capacity``,
 1. the value given on the command line;
 2. the workload file (``[deployment] max_batch_size`` for ``max_num_seqs``);
 3. what the served calibration's servers ran with or reported
-   (``[measurement] server_commands`` and ``kv_cache_tokens``);
+   (``[measurement] server_commands`` and ``kv_cache_tokens``), or what a
+   derived calibration was priced for (``[derivation] max_num_seqs`` and
+   the ``kv_cache_tokens`` of AIConfigurator's memory model);
 4. vLLM's default for the calibration's hardware (:func:`engine_max_num_seqs`;
    :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS`; an unlimited KV cache).
 
@@ -179,6 +181,21 @@ def served_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tuple
     return min(speculative) if draft_length > 0 and speculative else None
 
 
+def derived_limits(calibration: Calibration) -> tuple[int | None, float | None]:
+    """The ``max_num_seqs`` and KV cache tokens a derived calibration was priced for (None where it records none).
+
+    ``sdplan derive`` prices batches up to ``[derivation] max_num_seqs`` and records the KV cache
+    AIConfigurator's memory model gives the target with the draft's weights and KV cache taken out
+    (``[derivation] kv_cache_tokens``); with no SD the draft is not loaded and the cache is larger,
+    so for no SD this cache is a lower bound.
+    """
+    derivation = calibration.document.get("derivation") or {}
+    if calibration.method != "derived":
+        return None, None
+    seqs, tokens = derivation.get("max_num_seqs"), derivation.get("kv_cache_tokens")
+    return (int(seqs) if seqs else None), (float(tokens) if tokens else None)
+
+
 # ----------------------------------------------------------------------------- the limits, resolved once
 
 
@@ -245,12 +262,16 @@ def _max_num_seqs(calibration: Calibration, file: WorkloadFile | None, given: in
     served = served_batch_cap(calibration)
     if served is not None:
         return served
+    derived, _ = derived_limits(calibration)
+    if derived is not None:
+        return derived, "the max_num_seqs the derived calibration was priced for"
     hardware = str(calibration.provenance.get("hardware", ""))
     return engine_max_num_seqs(hardware), f"vLLM's default max_num_seqs on {hardware or 'this hardware'}"
 
 
 def _kv_cache(calibration: Calibration, given: float | None, draft_lengths: Sequence[int]) -> tuple[float | None, str]:
-    """The KV cache given, else the smallest the served servers of the options reported, else unlimited.
+    """The KV cache given, else the smallest the served servers of the options reported, else the one a derived
+    calibration was priced with, else unlimited.
 
     The servers of a set of options are the no-SD server (where 0 is among ``draft_lengths``) and the server of
     the longest draft length: shorter draft lengths without a server of their own share the SD servers'
@@ -264,6 +285,9 @@ def _kv_cache(calibration: Calibration, given: float | None, draft_lengths: Sequ
     servers = {longest} | ({0} if 0 in draft_lengths else set())
     caches = [cache for cache in (served_kv_cache_tokens(calibration, k) for k in sorted(servers)) if cache]
     if not caches:
+        _, derived = derived_limits(calibration)
+        if derived is not None:
+            return derived, f"KV cache of {derived:,.0f} tokens the derived calibration was priced with"
         return None, ""
     tokens, name = min(caches)
     return tokens, f"KV cache of {tokens:,.0f} tokens the calibrated {name} server reported"
@@ -280,7 +304,8 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
     3. what the served calibration's servers ran with (their ``--max-num-seqs`` or vLLM's default on
        their hardware, their ``--max-num-batched-tokens``) or reported (the KV cache of the no-SD
        server, where 0 is among ``draft_lengths``, and of the longest draft length's server: the
-       smallest);
+       smallest); for a derived calibration, the ``max_num_seqs`` and KV cache it was priced for
+       (:func:`derived_limits`);
     4. vLLM's default for the calibration's hardware (:func:`engine_max_num_seqs`),
        :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS`, and an unlimited KV cache.
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
 
     FloatArray = npt.NDArray[np.float64]
 

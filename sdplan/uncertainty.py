@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from sdplan.calibration import Calibration
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
 
     FloatArray = npt.NDArray[np.float64]
 

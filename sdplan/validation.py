@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
-from sdplan.model import Coefficients
 
 if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun
@@ -278,3 +279,25 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
                       repeat_spread=repeat_spread([e.run for e in errors]))
 
 
+
+
+def option_regret(measured_s: Mapping[int, float], picked: int | None) -> float:
+    """How much slower the option a planner picked ran than the fastest option measured at the same load.
+
+    .. math:: R = L_m(\\hat k) / \\min_k L_m(k) - 1
+
+    with ``L_m`` the measured mean latency of each option (draft length, 0 for
+    no SD) at one controlled load and ``\\hat k`` the planner's pick: 0 when it
+    picked the fastest, ``inf`` when it picked nothing (no option predicted
+    stable). A wrong pick between two options that ran alike costs little; the
+    regret says so where agreement on the best option (:class:`BestKComparison`)
+    cannot.
+
+    Raises
+    ------
+    KeyError
+        If ``picked`` was not measured.
+    """
+    if picked is None:
+        return math.inf
+    return measured_s[picked] / min(measured_s.values()) - 1.0

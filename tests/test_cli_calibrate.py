@@ -17,7 +17,7 @@ from test_calibrate_core import TRUE_TARGET, SyntheticRunner  # noqa: E402
 
 
 class FakeVllmRunner(SyntheticRunner):
-    """Stands in for sdplan._vllm.VllmRunner."""
+    """Stands in for sdplan._vllm.engine.VllmRunner."""
 
     instances: list["FakeVllmRunner"] = []
     fail_after: int | None = None
@@ -42,11 +42,11 @@ class FakeVllmRunner(SyntheticRunner):
 
 @pytest.fixture
 def fake_engine(monkeypatch):
-    import sdplan._vllm
+    import sdplan._vllm.engine
 
     FakeVllmRunner.instances = []
     FakeVllmRunner.fail_after = None
-    monkeypatch.setattr(sdplan._vllm, "VllmRunner", FakeVllmRunner)
+    monkeypatch.setattr(sdplan._vllm.engine, "VllmRunner", FakeVllmRunner)
     return FakeVllmRunner
 
 

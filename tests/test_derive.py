@@ -155,3 +155,27 @@ def test_a_model_aiconfigurator_lacks_is_refused_offline(sdplan, tmp_path: Path)
                     "ngram", "-o", str(tmp_path / "x.toml"))
     assert result.exit_code == ExitStatus.USAGE
     assert "ships no config.json" in result.stderr and "HuggingFace" not in result.stderr
+
+
+def test_anchoring_reads_the_rows_sdplan_fit_reads_and_only_the_rows_given() -> None:
+    """derive anchors on sdplan.runs.silicon's rows of its configuration, or on the rows it is given."""
+    _aic()
+    from sdplan.derive import DeriveRequest, MeasuredRows, derive, measured_rows
+    from sdplan.runs import silicon
+
+    request = DeriveRequest(target_model="Qwen/Qwen3-32B", system="h100_sxm", method="ngram",
+                            tensor_parallel_size=2, draft_lengths=(1,))
+    found = measured_rows(request)
+    path = silicon.resolve_path(silicon.PACKAGED)
+    selection = silicon.Selection.parse(["model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=2,precision=unrecorded"])
+    selected, _, _ = silicon.read_silicon(str(path), path.read_text(encoding="utf-8"), selection)
+    assert sorted(run.source for run in found.runs) == sorted(run.source for run in selected)
+    assert set(found.versions) == {"0.12.0"}
+    whole = derive(request)
+    assert whole.anchor is not None and whole.anchor["rows"] + whole.anchor["rows_left_out"] == len(found.runs)
+    low = [(run, version) for run, version in zip(found.runs, found.versions) if run.concurrency <= 32]
+    part = derive(request, measured=MeasuredRows(tuple(r for r, _ in low), tuple(v for _, v in low)))
+    assert part.anchor is not None and part.anchor["rows"] <= len(low) < whole.anchor["rows"]
+    assert part.anchor["concurrency"][1] <= 32 and part.anchor["decode_scale"] != whole.anchor["decode_scale"]
+    too_few = derive(request, measured=MeasuredRows(found.runs[:2], found.versions[:2]))
+    assert too_few.anchor is None and too_few.document["derivation"]["anchor"].startswith("none")

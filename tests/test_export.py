@@ -138,17 +138,21 @@ def per_size_optimum(max_num_seqs: int, ks: list[int], alpha: float) -> list[int
 # ----------------------------------------------------------------------------- vLLM
 
 
-def test_vllm_config_default_covers_h100_max_num_seqs(sdplan) -> None:
+def test_vllm_config_default_covers_the_max_num_seqs_the_calibration_was_priced_for(sdplan) -> None:
     result = sdplan("capacity", "--acceptance", "0.8", "-f", "vllm-config")
     assert result.exit_code == 0, result.output
     config = json.loads(result.stdout)
     assert config["method"] == "draft_model" and config["model"] == "meta-llama/Llama-3.2-1B-Instruct"
     schedule = config["num_speculative_tokens_per_batch_size"]
-    assert schedule[-1][1] == 1024 == engine_max_num_seqs("NVIDIA H100 SXM 80GB")  # vLLM 0.33's H100 default
+    priced = resolve_calibration(DEFAULT).document["derivation"]["max_num_seqs"]  # below vLLM's H100 default
+    assert schedule[-1][1] == priced == 256 < engine_max_num_seqs("NVIDIA H100 SXM 80GB")
     assert config["num_speculative_tokens"] == max(k for _, _, k in schedule)
-    dense = vllm_dense(schedule, 1024, config["num_speculative_tokens"])
-    assert dense[1:] == vllm_lookup([tuple(t) for t in schedule], 1024, config["num_speculative_tokens"])[1:]
-    assert "PIECEWISE" in result.stderr and "--max-num-seqs 1024" in result.stderr
+    dense = vllm_dense(schedule, priced, config["num_speculative_tokens"])
+    assert dense[1:] == vllm_lookup([tuple(t) for t in schedule], priced, config["num_speculative_tokens"])[1:]
+    assert "PIECEWISE" in result.stderr and "--max-num-seqs 256" in result.stderr
+    # vLLM's H100 default when asked for
+    wide = json.loads(sdplan("capacity", "--acceptance", "0.8", "--max-num-seqs", "1024", "-f", "vllm-config").stdout)
+    assert wide["num_speculative_tokens_per_batch_size"][-1][1] == 1024
 
 
 def test_vllm_schedule_without_merging_is_the_per_size_optimum(sdplan) -> None:
@@ -179,10 +183,10 @@ def test_all_zero_schedule_is_sd_off_and_writes_nothing(sdplan, tmp_path) -> Non
 
 
 def test_min_k_keeps_sd_on(sdplan) -> None:
-    plain = sdplan("capacity", "--acceptance", "0.4", "-f", "vllm-config")
+    plain = sdplan("capacity", "--acceptance", "0.4", "--max-num-seqs", "1024", "-f", "vllm-config")
     assert any(k == 0 for _, _, k in json.loads(plain.stdout)["num_speculative_tokens_per_batch_size"])
     assert "k = 0" in plain.stderr
-    result = sdplan("capacity", "--acceptance", "0.4", "--min-k", "1", "-f", "vllm-config")
+    result = sdplan("capacity", "--acceptance", "0.4", "--max-num-seqs", "1024", "--min-k", "1", "-f", "vllm-config")
     floored = json.loads(result.stdout)["num_speculative_tokens_per_batch_size"]
     assert all(k >= 1 for _, _, k in floored) and "k = 0" not in result.stderr
     assert "--min-k costs up to" in result.stderr
@@ -375,7 +379,8 @@ def test_shipped_method_calibrations_export_their_method(sdplan, name) -> None:
     assert result.exit_code == 0, result.output
     config = json.loads(result.stdout)
     assert (config["method"], config.get("model")) == (method, model)
-    assert config["num_speculative_tokens_per_batch_size"][-1][1] == 1024  # H100/H200: vLLM's 1024
+    priced = resolve_calibration(name).document["derivation"]["max_num_seqs"]  # what the file was priced for
+    assert config["num_speculative_tokens_per_batch_size"][-1][1] == priced
 
 
 def test_method_costs_have_their_shapes() -> None:
@@ -403,8 +408,9 @@ def test_trtllm_cuts_longer_drafts_to_the_batch_1_length(sdplan) -> None:
     assert result.exit_code == 0 and "cut to" in result.stderr
     config = parse_trtllm(result.stdout)
     first = schedule[0][2]
-    dense = vllm_dense(schedule, 1024, vllm["num_speculative_tokens"])
-    assert [trtllm_k(config, n) for n in range(1, 1025)] == [min(k, first) for k in dense[1:]]
+    largest = schedule[-1][1]
+    dense = vllm_dense(schedule, largest, vllm["num_speculative_tokens"])
+    assert [trtllm_k(config, n) for n in range(1, largest + 1)] == [min(k, first) for k in dense[1:]]
     values = [config["draft_len_schedule"][key] for key in sorted(config["draft_len_schedule"])]
     assert all(a != b for a, b in zip(values, values[1:]))
 

@@ -9,7 +9,7 @@ import pytest
 
 from sdplan import model
 from sdplan.capacity import batch_cap_label, capacity
-from sdplan.model import Coefficients
+from sdplan.coefficients import Coefficients
 from sdplan.slo import parse_slo
 
 C = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,

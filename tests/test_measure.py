@@ -1004,10 +1004,10 @@ def test_a_servers_ipc_sockets_go_to_a_folder_removed_when_it_stops(tmp_path, mo
 ])
 def test_vllm_subprocesses_use_a_compile_cache_that_loads_on_a_cpu(monkeypatch, distribution, given,
                                                                    expected) -> None:
-    import sdplan._vllm
+    import sdplan._vllm.launch
 
-    monkeypatch.setattr(sdplan._vllm, "installed_distribution", lambda: distribution)
-    env = sdplan._vllm.subprocess_environment(dict(given, PATH="/usr/bin"))
+    monkeypatch.setattr(sdplan._vllm.launch, "installed_distribution", lambda: distribution)
+    env = sdplan._vllm.launch.subprocess_environment(dict(given, PATH="/usr/bin"))
     assert env.get("VLLM_USE_AOT_COMPILE") == expected
     assert env["PATH"] == "/usr/bin"
 

@@ -10,8 +10,8 @@ from numpy.testing import assert_allclose
 
 from sdplan import model, planner
 from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.coefficients import Coefficients
 from sdplan.errors import InvalidValueError
-from sdplan.model import Coefficients
 
 
 def coefficients(**overrides: float) -> Coefficients:

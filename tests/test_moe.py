@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from sdplan import planner
 from sdplan.calibration import parse_calibration
+from sdplan.coefficients import Coefficients
 from sdplan.errors import ExitStatus, InputFileError
-from sdplan.model import Coefficients
 from sdplan.moe import MoESpec, solve
 
 BASE = Coefficients(c1p_s=0.04, c2p_s=0.01, c1v_s=0.006, c2v_s=1e-4, c1d_s=0.001, c2d_s=5e-5,

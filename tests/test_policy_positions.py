@@ -12,8 +12,8 @@ from numpy.testing import assert_allclose
 
 from sdplan import model, planner
 from sdplan.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, tokens_from_position_rates
+from sdplan.coefficients import Coefficients
 from sdplan.errors import ExitStatus, InvalidValueError
-from sdplan.model import Coefficients
 from sdplan.policy import goodput_latency
 from sdplan.schedule import batch_size_schedule
 

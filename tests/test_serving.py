@@ -1,4 +1,7 @@
-"""The engine limits: one precedence for every command (flag > workload file > served calibration > vLLM default)."""
+"""The engine limits: one precedence for every command.
+
+Flag > workload file > served or derived calibration > vLLM default.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from sdplan.workload import load_workload_file
 #: k2 and k4 74,880 tokens (tests/data/served-passes-cpu/README.md).
 SERVED = Path(__file__).parent / "data" / "served-passes-cpu" / "served.toml"
 P, G = 128, 64
+#: A shipped derived calibration (sdplan derive): priced up to max_num_seqs 256 with AIConfigurator's KV cache.
+DERIVED = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"
 
 
 def limits(calibration: Any, file: Any = None, draft_lengths: tuple[int, ...] = (0, 2, 4),
@@ -62,7 +67,6 @@ def test_the_flag_wins_over_the_workload_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "expected"), [
-    ("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived", 1024),
     ("a100-sxm-80gb_llama-3.1-8b_llama-3.2-1b_roofline", 256),
     ("cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured", 128),
 ])
@@ -71,6 +75,27 @@ def test_otherwise_vllms_default_for_the_calibrations_hardware(name: str, expect
     assert resolved.max_num_seqs == resolved.batch_cap == expected
     assert resolved.max_num_seqs_source.startswith("vLLM's default max_num_seqs on ")
     assert resolved.kv_cache_tokens is None and resolved.max_num_batched_tokens == 8192
+
+
+def test_a_derived_calibration_gives_what_it_was_priced_for(tmp_path: Path) -> None:
+    """[derivation] max_num_seqs and kv_cache_tokens: below the flags and the file, above vLLM's default."""
+    calibration = resolve_calibration(DERIVED)
+    derivation = calibration.document["derivation"]
+    resolved = limits(calibration)
+    assert resolved.max_num_seqs == derivation["max_num_seqs"] == 256  # vLLM's H100 default is 1024
+    assert resolved.max_num_seqs_source == "the max_num_seqs the derived calibration was priced for"
+    assert resolved.kv_cache_tokens == derivation["kv_cache_tokens"]
+    assert resolved.kv_cache_source == (f"KV cache of {derivation['kv_cache_tokens']:,.0f} tokens the derived "
+                                        "calibration was priced with")
+    # long requests: the priced KV cache holds fewer than max_num_seqs of them, and the cap says so
+    long = limits(calibration, prompt=8192, output=1024)
+    assert long.batch_cap == derivation["kv_cache_tokens"] // (8192 + 1024) < 256
+    assert long.batch_cap_source == long.kv_cache_source
+    # the workload file and the flags still win
+    filed = limits(calibration, workload_file(tmp_path, max_batch_size=32))
+    assert filed.max_num_seqs == 32 and filed.max_num_seqs_source.startswith("deployment.max_batch_size")
+    given = limits(calibration, max_num_seqs=8, kv_cache_tokens=float("inf"))
+    assert (given.max_num_seqs, given.kv_cache_tokens, given.batch_cap) == (8, None, 8)
 
 
 def test_a_served_calibrations_token_budget_and_default_cap(tmp_path: Path) -> None:

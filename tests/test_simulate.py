@@ -9,8 +9,8 @@ import numpy
 import pytest
 
 from sdplan import model
+from sdplan.coefficients import Coefficients
 from sdplan.errors import ExitStatus, InvalidValueError
-from sdplan.model import Coefficients
 from sdplan.simulate import SimulationConfig, cycles_needed, simulate
 
 C = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,

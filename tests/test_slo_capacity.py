@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from sdplan import model, planner
 from sdplan.capacity import capacity, fleet, replicas_needed
+from sdplan.coefficients import Coefficients
 from sdplan.errors import InvalidValueError
-from sdplan.model import Coefficients
 from sdplan.schedule import batch_size_schedule
 from sdplan.slo import Metric, OperatingPoint, evaluate, parse_slo
 from sdplan.units import Dimension, parse_quantity

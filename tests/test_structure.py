@@ -5,6 +5,11 @@ no two modules import each other by any path (module-level and function-level
 imports both count; ``if TYPE_CHECKING:`` imports do not run and are left
 out), and no arrow runs up the layers (``cli/`` over ``render/`` over the
 core; the core, measured runs included, under the measurement code).
+
+Sizes: no module over 500 lines, no function over 80 lines (the simulator's
+event loop excepted) and none with more than 12 parameters (click commands
+excepted); today's offenders are listed by name and may only shrink. Only
+``sdplan/_vllm/`` imports vLLM or torch, and only when used.
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ def import_graph(known: dict[str, Path], root: Path = PACKAGE) -> tuple[dict[str
                         continue
                     targets.append(source)
                     if alias.name.startswith("_") and not alias.name.startswith("__") and source in known:
-                        private.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno} {source}.{alias.name}")
+                        where = path.relative_to(root.parent).as_posix()
+                        private.append(f"{where}:{node.lineno} {source}.{alias.name}")
             for target in targets:
                 while target and target not in known:  # ``import sdplan.x.y`` of a name inside a module
                     target = target.rpartition(".")[0]
@@ -163,3 +169,186 @@ def test_the_checks_see_a_cycle_and_a_private_import(tmp_path: Path) -> None:
     edges, private = import_graph(modules(root), root)
     assert private == ["sdplan/b.py:2 sdplan.a._hidden"]
     assert cycles(edges) == [["sdplan.a", "sdplan.b"]]
+
+
+# ----------------------------------------------------------------------------- sizes
+
+#: At most this many lines in a module of ``sdplan/``.
+MODULE_LINES = 500
+#: At most this many lines in a function, from its ``def`` to its last line (decorators not counted).
+FUNCTION_LINES = 80
+#: At most this many parameters of a function, ``self`` and ``*args``/``**kwargs`` included; click commands,
+#: whose signature is their option list, are excepted.
+FUNCTION_PARAMETERS = 12
+
+#: The one function allowed over FUNCTION_LINES for good: the simulator's event loop, kept whole because it is
+#: the hot loop.
+EVENT_LOOP = {"sdplan/simulate.py:simulate"}
+
+#: Known offenders, each at most its size today. Split them and remove the entry: the test fails while an entry
+#: names something that is gone or back within the limit, so these lists only shrink.
+LONG_MODULES = {
+    "sdplan/calibrate.py": 536,
+    "sdplan/calibration.py": 788,
+    "sdplan/derive.py": 724,
+    "sdplan/fit.py": 675,
+    "sdplan/measure/served.py": 659,
+    "sdplan/measure/sweep.py": 856,
+    "sdplan/planner.py": 508,
+    "sdplan/render/plan.py": 545,
+    "sdplan/simulate.py": 663,
+}
+LONG_FUNCTIONS = {
+    "sdplan/cli/calibrate.py:calibrate": 88,
+    "sdplan/cli/fit.py:fit": 113,
+    "sdplan/cli/validate.py:validate": 81,
+    "sdplan/derive.py:_document": 136,
+    "sdplan/fit.py:fit_pooled": 172,
+    "sdplan/measure/served.py:check_options": 93,
+    "sdplan/measure/served.py:served_calibration": 89,
+    "sdplan/render/plan.py:plan_document": 144,
+    "sdplan/runs/guidellm.py:read_guidellm": 123,
+    "sdplan/runs/vllm_bench.py:read_run": 126,
+}
+MANY_PARAMETERS = {
+    "sdplan/calibrate.py:calibration_document": 15,
+    "sdplan/cli/calibrate.py:_calibrate_served": 21,
+    "sdplan/cli/calibrate.py:_calibrate_engine": 17,
+}
+
+
+def _is_click_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Decorated with ``@<something>.command(...)`` or ``@<something>.group(...)``."""
+    return any(isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
+               and decorator.func.attr in ("command", "group") for decorator in node.decorator_list)
+
+
+def sizes(root: Path = PACKAGE) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Lines per module, lines per function and parameters per function (click commands left out).
+
+    Keys are ``sdplan/x.py`` and ``sdplan/x.py:Class.method``; nested functions are named ``outer.inner``
+    and count on their own as well as inside the function around them.
+    """
+    module_lines: dict[str, int] = {}
+    function_lines: dict[str, int] = {}
+    parameters: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root.parent).as_posix()
+        text = path.read_text(encoding="utf-8")
+        module_lines[where] = len(text.splitlines())
+
+        def visit(node: ast.AST, prefix: str, where: str = where) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    name = f"{where}:{prefix}{child.name}"
+                    function_lines[name] = (child.end_lineno or child.lineno) - child.lineno + 1
+                    args = child.args
+                    if not _is_click_command(child):
+                        parameters[name] = (len(args.posonlyargs) + len(args.args) + len(args.kwonlyargs)
+                                            + (args.vararg is not None) + (args.kwarg is not None))
+                    visit(child, f"{prefix}{child.name}.")
+                elif isinstance(child, ast.ClassDef):
+                    visit(child, f"{prefix}{child.name}.")
+                else:
+                    visit(child, prefix)
+
+        visit(ast.parse(text, filename=str(path)), "")
+    return module_lines, function_lines, parameters
+
+
+def over_limit(measured: dict[str, int], limit: int, allowed: dict[str, int], unit: str) -> list[str]:
+    """What breaks a limit: an offender not allowed, one grown past its allowance, an allowance no longer needed."""
+    problems = []
+    for name, size in sorted(measured.items()):
+        if size <= limit:
+            continue
+        if name not in allowed:
+            problems.append(f"{name}: {size} {unit}, over {limit}: split it")
+        elif size > allowed[name]:
+            problems.append(f"{name}: {size} {unit}, grew past its allowance of {allowed[name]}")
+    for name in sorted(allowed):
+        if measured.get(name, 0) <= limit:
+            problems.append(f"{name}: allowed {allowed[name]} {unit} but now {measured.get(name, 'gone')}, "
+                            f"within {limit}: remove its entry")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    return sizes()
+
+
+def test_no_module_is_over_500_lines(measured: tuple[dict[str, int], dict[str, int], dict[str, int]]) -> None:
+    assert over_limit(measured[0], MODULE_LINES, LONG_MODULES, "lines") == []
+
+
+def test_no_function_is_over_80_lines(measured: tuple[dict[str, int], dict[str, int], dict[str, int]]) -> None:
+    event_loop = {name: measured[1].get(name, 0) for name in EVENT_LOOP}
+    assert all(size > FUNCTION_LINES for size in event_loop.values()), f"no longer over the limit: {event_loop}"
+    others = {name: size for name, size in measured[1].items() if name not in EVENT_LOOP}
+    assert over_limit(others, FUNCTION_LINES, LONG_FUNCTIONS, "lines") == []
+
+
+def test_no_function_has_more_than_12_parameters(
+        measured: tuple[dict[str, int], dict[str, int], dict[str, int]]) -> None:
+    assert over_limit(measured[2], FUNCTION_PARAMETERS, MANY_PARAMETERS, "parameters") == []
+
+
+def test_the_size_checks_can_fail(tmp_path: Path) -> None:
+    """Each kind of breach is reported, and a click command's signature is left out of the parameter count."""
+    root = tmp_path / "sdplan"
+    (root / "cli").mkdir(parents=True)
+    (root / "big.py").write_text("x = 1\n" * 6)
+    body = "".join(f"        v{i} = {i}\n" for i in range(4))
+    (root / "cli" / "run.py").write_text(
+        "import click\n\n\nclass Runner:\n    def step(self, a, b, *rest, c=1, **more):\n" + body
+        + "\n\n@click.command()\ndef run(a, b, c, d, e, f):\n    pass\n")
+    modules_, functions, parameters = sizes(root)
+    assert modules_ == {"sdplan/big.py": 6, "sdplan/cli/run.py": 14}
+    assert functions == {"sdplan/cli/run.py:Runner.step": 5, "sdplan/cli/run.py:run": 2}
+    assert parameters == {"sdplan/cli/run.py:Runner.step": 6}
+    assert over_limit(modules_, 5, {}, "lines") == ["sdplan/big.py: 6 lines, over 5: split it",
+                                                    "sdplan/cli/run.py: 14 lines, over 5: split it"]
+    assert over_limit(modules_, 5, {"sdplan/big.py": 6, "sdplan/cli/run.py": 13}, "lines") == [
+        "sdplan/cli/run.py: 14 lines, grew past its allowance of 13"]
+    assert over_limit(modules_, 10, {"sdplan/big.py": 6, "sdplan/cli/run.py": 14, "sdplan/gone.py": 600},
+                      "lines") == ["sdplan/big.py: allowed 6 lines but now 6, within 10: remove its entry",
+                                   "sdplan/gone.py: allowed 600 lines but now gone, within 10: remove its entry"]
+
+
+# ----------------------------------------------------------------------------- vLLM
+
+ENGINE_MODULES = ("vllm", "torch")
+
+
+def engine_imports(path: Path, module_level_only: bool = False) -> list[str]:
+    """``line name`` of each import of vLLM or torch in a file (only those that run on import, if asked)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if module_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            names = []
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                names = [child.module]
+            found.extend(f"{child.lineno} {name}" for name in names if name.split(".")[0] in ENGINE_MODULES)
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_only_the_vllm_package_imports_vllm() -> None:
+    """vLLM and torch are imported in ``sdplan/_vllm/`` only, and there only when used, never on import."""
+    outside = {path.relative_to(PACKAGE.parent).as_posix(): engine_imports(path)
+               for path in sorted(PACKAGE.rglob("*.py")) if "_vllm" not in path.relative_to(PACKAGE).parts}
+    assert {name: lines for name, lines in outside.items() if lines} == {}
+    inside = sorted((PACKAGE / "_vllm").glob("*.py"))
+    assert [path.name for path in inside] == ["__init__.py", "engine.py", "launch.py"]
+    assert all(engine_imports(path) for path in inside[1:])  # the check sees their imports inside functions
+    assert {path.name: engine_imports(path, module_level_only=True) for path in inside} == {
+        path.name: [] for path in inside}

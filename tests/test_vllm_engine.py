@@ -83,7 +83,7 @@ def test_calibrate_end_to_end_with_dummy_weights(models, tmp_path) -> None:
 
 @pytest.mark.parametrize("draft", ["exact", "m2", "m3", "m5"])
 def test_acceptance_equals_exact_successor_values(models, draft) -> None:
-    from sdplan._vllm import EngineSettings, VllmRunner
+    from sdplan._vllm.engine import EngineSettings, VllmRunner
 
     k, tokens = 3, 64
     prompts = [list(range(10, 42)), list(range(50, 82))]
@@ -123,7 +123,7 @@ def test_calibrate_measures_acceptance_into_the_file(models, tmp_path) -> None:
 
 
 def test_synthetic_acceptance_is_refused_on_cpu(models) -> None:
-    from sdplan._vllm import EngineSettings, VllmRunner
+    from sdplan._vllm.engine import EngineSettings, VllmRunner
     from sdplan.errors import InvalidValueError
 
     with pytest.raises(InvalidValueError, match="needs a GPU"):

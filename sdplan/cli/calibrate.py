@@ -347,7 +347,7 @@ def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> No
     import time
 
     from sdplan import __version__
-    from sdplan._vllm import EngineSettings, VllmRunner
+    from sdplan._vllm.engine import EngineSettings, VllmRunner
     from sdplan.calibration import parse_calibration
     from sdplan.fileio import atomic_write_text, dumps_toml
     from sdplan.measure.engine import MeasurementStore, calibration_document, measure, plan_tasks

@@ -13,7 +13,7 @@ from sdplan.cli._simulation import echo_warnings, simulation_options
 
 if TYPE_CHECKING:
     from sdplan.check import CheckReport
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
     from sdplan.scenario import Scenario
     from sdplan.serving import EngineLimits
     from sdplan.slo import SLO

@@ -141,7 +141,7 @@ def read_prompt_file(path: Path) -> PromptFile:
 
 @dataclass(eq=False)
 class BenchClient:
-    """A running ``python -m sdplan._vllm bench-driver`` (a context manager)."""
+    """A running ``python -m sdplan._vllm.launch bench-driver`` (a context manager)."""
 
     log_path: Path
     python: str = sys.executable
@@ -153,12 +153,12 @@ class BenchClient:
     def start(self) -> None:
         """Start the driver without waiting for it: it imports vLLM (about 10 s on a 2-core CPU) while the
         first server starts, and :meth:`run` waits for it to be ready."""
-        from sdplan._vllm import subprocess_environment
+        from sdplan._vllm.launch import subprocess_environment
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("a", encoding="utf-8")
-        self.process = subprocess.Popen([self.python, "-m", "sdplan._vllm", "bench-driver"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+        self.process = subprocess.Popen([self.python, "-m", "sdplan._vllm.launch", "bench-driver"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                         env=subprocess_environment(), start_new_session=True)
         log.close()
         self.ready = False

@@ -164,7 +164,7 @@ class ServedEngine:
 
     @property
     def command(self) -> list[str]:
-        return [self.python, "-m", "sdplan._vllm", "serve", self.model, "--host", "127.0.0.1", "--port",
+        return [self.python, "-m", "sdplan._vllm.launch", "serve", self.model, "--host", "127.0.0.1", "--port",
                 str(self.port), *self.arguments]
 
     def display_command(self) -> str:
@@ -183,7 +183,7 @@ class ServedEngine:
             If the process exits first (the log's last lines are quoted) or
             the wait exceeds ``startup_timeout_s``.
         """
-        from sdplan._vllm import subprocess_environment
+        from sdplan._vllm.launch import subprocess_environment
 
         self.port = self.port or free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from sdplan.render.plan import METHOD_LABELS
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
-    from sdplan.model import Coefficients
+    from sdplan.coefficients import Coefficients
 
 
 def _plain(value: Any) -> Any:

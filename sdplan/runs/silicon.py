@@ -270,6 +270,31 @@ def parse_rows(name: str, text: str) -> list[tuple[int, dict[str, str]]]:
     return rows
 
 
+def run_of(name: str, line: int, row: dict[str, str]) -> BenchmarkRun:
+    """One aggregated row as a closed-loop run (see the module notes for the E2E relation).
+
+    Raises
+    ------
+    InputFileError
+        On a missing, non-positive or fractional count or time.
+    """
+    prompt = _positive(name, line, row, "isl")
+    output = _positive(name, line, row, "osl")
+    clients = _positive(name, line, row, "batch_size")
+    if clients != int(clients):
+        raise InputFileError(name, f"line {line}: batch_size", f"expected a whole number of clients, got "
+                                                               f"{clients:g}")
+    ttft = _positive(name, line, row, "silicon_ttft_ms") / 1e3
+    tpot = _positive(name, line, row, "silicon_tpot_ms") / 1e3
+    latency = ttft + (output - 1.0) * tpot
+    return BenchmarkRun(
+        source=f"{Path(name).name}:{line}", requested_rate_rps=None, achieved_rate_rps=clients / latency,
+        concurrency=int(clients), draft_length=0, alpha=None, prompt_tokens=prompt, output_tokens=output,
+        mean_e2e_latency_s=latency, mean_ttft_s=ttft, mean_tpot_s=tpot,
+        records_draft_length=True, records_acceptance=True,
+    )
+
+
 def read_silicon(name: str, text: str,
                  selection: Selection) -> tuple[list[BenchmarkRun], SiliconConfiguration, list[str]]:
     """Runs of the configuration ``selection`` picks from a silicon-sample file, and notes.
@@ -282,24 +307,7 @@ def read_silicon(name: str, text: str,
     """
     rows = select_rows(name, parse_rows(name, text), selection)
     configuration = configuration_of([row for _, row in rows])
-    short = Path(name).name
-    runs = []
-    for line, row in rows:
-        prompt = _positive(name, line, row, "isl")
-        output = _positive(name, line, row, "osl")
-        clients = _positive(name, line, row, "batch_size")
-        if clients != int(clients):
-            raise InputFileError(name, f"line {line}: batch_size", f"expected a whole number of clients, got "
-                                                                   f"{clients:g}")
-        ttft = _positive(name, line, row, "silicon_ttft_ms") / 1e3
-        tpot = _positive(name, line, row, "silicon_tpot_ms") / 1e3
-        latency = ttft + (output - 1.0) * tpot
-        runs.append(BenchmarkRun(
-            source=f"{short}:{line}", requested_rate_rps=None, achieved_rate_rps=clients / latency,
-            concurrency=int(clients), draft_length=0, alpha=None, prompt_tokens=prompt, output_tokens=output,
-            mean_e2e_latency_s=latency, mean_ttft_s=ttft, mean_tpot_s=tpot,
-            records_draft_length=True, records_acceptance=True,
-        ))
+    runs = [run_of(name, line, row) for line, row in rows]
     return runs, configuration, []
 
 

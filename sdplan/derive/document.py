@@ -1,0 +1,210 @@
+"""The derived calibration file: provenance, ``[derivation]`` and the step model.
+
+A derived file (``sdplan-calibration(5)``, ``provenance.method = "derived"``)
+says what it rests on: the estimator's package, database and licence, the
+grids priced, how well the fitted form represents the priced curve, the
+measured rows it was anchored to (or that none exist), and every cost that
+was assumed rather than priced (``provenance.assumptions``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sdplan.derive.fitting import FittedSteps, rounded
+from sdplan.derive.pricing import Pricer
+from sdplan.derive.request import (
+    AIC_DISTRIBUTION,
+    AIC_LICENCE,
+    ARCHITECTURES,
+    CONTEXT_GRID,
+    EAGLE3_DRAFT_VOCAB,
+    MODEL_ALIASES,
+    NGRAM_HOST_FIXED_S,
+    NGRAM_HOST_PER_SEQUENCE_S,
+    PROMPT_GRID,
+    SD_CYCLE_OVERHEAD_S,
+    SYSTEMS,
+    DeriveRequest,
+    aic_version,
+    file_stem,
+    model_key,
+)
+
+PRECISION_TEXT = {"bf16": "bfloat16 weights, activations and KV cache",
+                  "fp8": "float8 weights and activations (per tensor), bfloat16 KV cache",
+                  "fp8_block": "float8 weights (blockwise), bfloat16 KV cache"}
+STEP_KEYS = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
+ANCHOR_HOW = ("a closed loop's TPOT = a x AIConfigurator decode step + b x (N/g) x its prefill, fitted to the "
+              "measured rows; every step cost x a, every prefill cost x b (AIConfigurator's SD-to-no-SD step "
+              "ratios kept)")
+
+
+def hardware_of(request: DeriveRequest) -> str:
+    """The hardware as sdplan files name it: ``2x NVIDIA H100 SXM 80GB, tensor parallel``."""
+    hardware, _ = SYSTEMS[request.system]
+    tp = request.tensor_parallel_size
+    return f"{tp}x {hardware}, tensor parallel" if tp > 1 else hardware
+
+
+def draft_name_of(request: DeriveRequest) -> str:
+    return {"mtp": "mtp", "ngram": "ngram"}.get(request.method, str(request.draft_model))
+
+
+def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
+    """What the file assumes rather than prices, one sentence each."""
+    version, method, draft_name = aic_version(), request.method, draft_name_of(request)
+    found = [
+        (f"step costs are AIConfigurator {version}'s estimates from its per-operation database measured on "
+        f"{request.system} with {request.backend} {pricer.version}; serving overheads outside the GPU ops are in "
+        "the anchor only"),
+        ("verification of k+1 tokens per sequence: every op but attention at batch x (k+1) token rows, as "
+        "AIConfigurator prices MTP verification; attention at batch sequences (each sequence's KV read once per "
+        "step, as multi-query attention kernels do)"),
+        "chain drafting (top-k 1): one token per draft step, k + 1 tokens verified; tree drafting is not modelled",
+        f"SD bookkeeping and rejection sampling: {SD_CYCLE_OVERHEAD_S * 1e3:g} ms per cycle (assumed, not priced)",
+        ("chunked prefill: a concurrent prompt's prefill delays the decode step it joins by AIConfigurator's mixed "
+        "step minus its decode step"),
+    ]
+    if method in ("eagle", "eagle3"):
+        found.append(f"{draft_name} is not in AIConfigurator's model set: priced as a one-layer decoder of "
+                     f"the target's shapes with a {EAGLE3_DRAFT_VOCAB}-token draft vocabulary, its fc and "
+                     "doubled QKV input as extra MLP width of the same parameter count")
+    elif method == "mtp":
+        found.append("the MTP module is priced by AIConfigurator's own MTP model: its nextn = k step minus "
+                     "the verification step, per draft token, averaged over the draft lengths priced")
+    elif method == "ngram":
+        found.append(f"n-gram lookup has no device work; its host cost, {NGRAM_HOST_FIXED_S * 1e6:g} us per "
+                     f"cycle and {NGRAM_HOST_PER_SEQUENCE_S * 1e6:g} us per sequence, is assumed (vLLM "
+                     "ngram_proposer, numba on the host), not priced")
+    else:
+        found.append(f"the draft model runs with the target's tensor parallelism ({request.tensor_parallel_size}) "
+                     "and precision on the same GPUs, sharing their memory; its prefill is paid with the target's")
+    for name in (request.target_model, request.draft_model):
+        if name in MODEL_ALIASES and MODEL_ALIASES[name] != name:
+            found.append(f"{name} is priced with AIConfigurator's {MODEL_ALIASES[name]} (same architecture)")
+        elif name in ARCHITECTURES:
+            found.append(f"{name} is not in AIConfigurator's model set: priced from its config.json shapes "
+                         "(sdplan.derive.ARCHITECTURES)")
+    found.append("acceptance is not part of this file: give it per workload (--acceptance)")
+    return found
+
+
+def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
+                     anchor: dict[str, Any] | None) -> dict[str, Any]:
+    """``[derivation]``: the estimator, the grids priced, the fitted form's errors, the anchor."""
+    version, method = aic_version(), request.method
+    measured = ("nothing end to end: AIConfigurator's per-operation timings only" if anchor is None else
+                f"{anchor['rows']} closed-loop rows of AIConfigurator's silicon_sample.csv ({request.backend} "
+                f"{', '.join(anchor['row_versions'])}, concurrency {anchor['concurrency'][0]}-"
+                f"{anchor['concurrency'][1]}) anchor the no-SD decode and prefill costs")
+    table: dict[str, Any] = {
+        "source": f"NVIDIA AIConfigurator ({AIC_DISTRIBUTION} {version}, {AIC_LICENCE})",
+        "package": AIC_DISTRIBUTION,
+        "package_version": version,
+        "licence": AIC_LICENCE,
+        "system": request.system,
+        "backend": request.backend,
+        "database_version": pricer.version,
+        "precision": request.precision,
+        "target_priced_as": shown_path(pricer.target_path),
+        "draft_priced_as": shown_path(pricer.draft_path) if pricer.draft_path else "none (no device work)"
+        if method == "ngram" else "the target's MTP layers",
+        "draft_lengths": [float(k) for k in request.draft_lengths],
+        "max_num_seqs": request.max_num_seqs,
+        "batch_sizes": [float(b) for b in fitted.batches],
+        "context_tokens": [float(s) for s in CONTEXT_GRID],
+        "prompt_tokens": [float(p) for p in PROMPT_GRID],
+        "points": fitted.points,
+        "measured": measured,
+    }
+    if fitted.kv_tokens is not None:
+        table["kv_cache_tokens"] = fitted.kv_tokens
+    for component, (mean, worst) in fitted.errors.items():
+        table[f"{component}_mean_error_pct"] = rounded(mean)
+        table[f"{component}_max_error_pct"] = rounded(worst)
+    if anchor is None:
+        table["anchor"] = "none: silicon_sample.csv has no measured rows for this target, system, TP and precision"
+        return table
+    table["anchor"] = ANCHOR_HOW
+    for key in ("rows", "decode_scale", "prefill_scale", "gap_mape_pct", "gap_bias_pct", "anchored_mape_pct",
+                "anchored_max_error_pct"):
+        value = anchor[key]
+        table[f"anchor_{key}"] = value if isinstance(value, int) else rounded(value)
+    return table
+
+
+def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, prefill_scale: float) -> dict[str, Any]:
+    """``[step_model]``: every step cost x ``decode_scale``, every prefill cost x ``prefill_scale``."""
+    spec_overhead = (NGRAM_HOST_FIXED_S if method == "ngram" else 0.0) + SD_CYCLE_OVERHEAD_S
+    per_sequence_overhead = NGRAM_HOST_PER_SEQUENCE_S if method == "ngram" else 0.0
+    fixed, per_token, load = fitted.prefill
+    return {
+        "target": {key: rounded(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.target)},
+        "draft": {key: rounded(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.draft)},
+        "prefill": {"fixed_s": rounded(fixed * prefill_scale),
+                    "per_prompt_token_s": rounded(per_token * prefill_scale),
+                    "load_per_prompt_token_s": rounded(load * prefill_scale)},
+        "speculation": {"overhead_fixed_s": rounded(spec_overhead),
+                        "overhead_per_sequence_s": rounded(per_sequence_overhead)},
+    }
+
+
+def provenance(request: DeriveRequest, pricer: Pricer, anchor: dict[str, Any] | None) -> dict[str, Any]:
+    """``[provenance]`` of a derived file."""
+    from sdplan import __version__
+
+    version = aic_version()
+    return {
+        "method": "derived",
+        "hardware": hardware_of(request),
+        "target_model": request.target_model,
+        "draft_model": draft_name_of(request),
+        "speculative_method": request.method,
+        "engine": request.backend,
+        "engine_version": pricer.version,
+        "date": request.date,
+        "created_by": f"sdplan derive (sdplan {__version__}, {AIC_DISTRIBUTION} {version})",
+        "dtype": PRECISION_TEXT[request.precision],
+        "tensor_parallel_size": request.tensor_parallel_size,
+        "assumptions": assumptions(request, pricer),
+        "sources": [(f"{AIC_DISTRIBUTION} {version} ({AIC_LICENCE}): systems/data/{request.system} "
+                    f"{request.backend} {pricer.version} per-operation database, AicEngine step estimator")]
+        + ([f"{AIC_DISTRIBUTION} {version}: systems/silicon_sample.csv ({anchor['rows']} rows)"] if anchor else []),
+        "notes": "Derived from AIConfigurator's op database: check it against your own measurement "
+                 "('sdplan validate') before relying on absolute numbers.",
+    }
+
+
+def document(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
+             anchor: dict[str, Any] | None) -> dict[str, Any]:
+    """The whole derived calibration document (the step costs anchored where ``anchor`` says)."""
+    decode_scale = anchor["decode_scale"] if anchor else 1.0
+    prefill_scale = anchor["prefill_scale"] if anchor else 1.0
+    described = {"eagle": "an EAGLE head", "eagle3": "an EAGLE-3 head", "mtp": "its MTP module",
+                 "ngram": "n-gram lookup"}.get(request.method, model_key(draft_name_of(request)) + " as draft")
+    result: dict[str, Any] = {
+        "schema_version": 1,
+        "name": request.name or file_stem(request),
+        "description": f"{model_key(request.target_model)} with {described} on {hardware_of(request)}, "
+                       f"{request.backend} {pricer.version}, priced by AIConfigurator "
+                       + ("and anchored to measured rows" if anchor else "(not measured end to end)"),
+        "provenance": provenance(request, pricer, anchor),
+        "reference_workload": {"prompt_tokens": request.prompt_tokens, "output_tokens": request.output_tokens},
+        "validity": {"prompt_tokens": [float(PROMPT_GRID[0]), float(PROMPT_GRID[-1])],
+                     "output_tokens": [32.0, 4096.0], "batch_size": [1.0, float(fitted.batches[-1])]},
+        "derivation": derivation_table(request, pricer, fitted, anchor),
+        "step_model": step_model_table(request.method, fitted, decode_scale, prefill_scale),
+    }
+    if pricer.routing is not None:
+        streamed = rounded(fitted.experts_s * decode_scale)
+        result["moe"] = {"experts_per_token": pricer.routing[0], "experts": pricer.routing[1],
+                         "coverage": {"baseline_c1_step_s": streamed, "c1v_s": streamed}}
+    return result
+
+
+def shown_path(path: str) -> str:
+    """A model path for the file: AIConfigurator's name, or the architecture a temporary folder held."""
+    from pathlib import Path
+
+    return Path(path).name.replace("--", "/") if Path(path).is_absolute() else path

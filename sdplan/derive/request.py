@@ -1,0 +1,153 @@
+"""What ``sdplan derive`` is asked for, the settings it prices with, and the estimator's import.
+
+:class:`DeriveRequest` names a (GPU system, target, proposer) pair served by
+one engine version; the constants are the grids priced and the costs
+assumed rather than priced (each is recorded in the derived file's
+``provenance.assumptions``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from sdplan.errors import InvalidValueError, MissingDependencyError
+
+#: The distribution and version the shipped files were built with (``pyproject.toml`` extra ``derive``).
+AIC_DISTRIBUTION = "aiconfigurator-core"
+AIC_VERSION = "0.12.0"
+AIC_LICENCE = "Apache-2.0"
+INSTALL_HINT = (f"sdplan derive needs NVIDIA AIConfigurator's estimator: pip install {AIC_DISTRIBUTION}=={AIC_VERSION} "
+                "(Python >= 3.11), or pip install -e '.[derive]' in a checkout")
+
+METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
+PRECISIONS = ("bf16", "fp8", "fp8_block")
+#: AIConfigurator system name -> hardware as sdplan files name it, and the file-name part.
+SYSTEMS = {
+    "h100_sxm": ("NVIDIA H100 SXM 80GB", "h100-sxm"),
+    "h200_sxm": ("NVIDIA H200 SXM 141GB", "h200"),
+    "b200_sxm": ("NVIDIA B200 SXM 180GB", "b200"),
+    "a100_sxm": ("NVIDIA A100 SXM 80GB", "a100-sxm-80gb"),
+    "l40s": ("NVIDIA L40S 48GB", "l40s"),
+    "gb200": ("NVIDIA GB200", "gb200"),
+}
+#: Public model names -> the name AIConfigurator ships a config.json for (same architecture).
+MODEL_ALIASES = {
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Llama-3.3-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+}
+#: Architectures AIConfigurator 0.12.0 does not ship, from each model's public config.json (shapes only).
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "meta-llama/Llama-3.2-1B-Instruct": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+        "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+        "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16"},
+    "Qwen/Qwen3-14B": {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
+        "intermediate_size": 17408, "num_attention_heads": 40, "num_hidden_layers": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16"},
+}
+#: Draft vocabulary of the public EAGLE-3 heads (yuhuili/EAGLE3-*, AngelSlim/*_eagle3: draft_vocab_size).
+EAGLE3_DRAFT_VOCAB = 32000
+#: Host cost of vLLM's n-gram proposer (numba, CPU) per SD cycle and per running sequence: assumed, not priced.
+NGRAM_HOST_FIXED_S = 50e-6
+NGRAM_HOST_PER_SEQUENCE_S = 10e-6
+#: Rejection sampling and SD bookkeeping per cycle: assumed (AIConfigurator prices device steps only).
+SD_CYCLE_OVERHEAD_S = 0.5e-3
+#: Share of GPU memory vLLM gives the model and its KV cache (--gpu-memory-utilization default).
+GPU_MEMORY_UTILIZATION = 0.9
+#: Grids priced: batch sizes (capped by max_num_seqs and the KV cache), mean contexts and prompt lengths.
+BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+CONTEXT_GRID = (256, 1024, 2048, 4096, 8192)
+PROMPT_GRID = (128, 256, 512, 1024, 2048, 4096, 8192)
+INTERFERENCE_BATCHES = (8, 32, 128)
+MS = 1e-3
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeriveRequest:
+    """What to derive: a (GPU system, target, proposer) pair served by one engine version."""
+
+    target_model: str
+    system: str
+    method: str
+    draft_model: str | None = None
+    backend: str = "vllm"
+    backend_version: str | None = None
+    tensor_parallel_size: int = 1
+    precision: str = "bf16"
+    draft_lengths: tuple[int, ...] = (1, 2, 3, 4, 5)
+    max_num_seqs: int = 256
+    prompt_tokens: int = 1024
+    output_tokens: int = 512
+    name: str | None = None
+    date: _dt.date = field(default_factory=_dt.date.today)
+    anchor: bool = True
+
+    def check(self) -> None:
+        """Refuse a request no derivation can serve (one line naming the option)."""
+        if self.method not in METHODS:
+            raise InvalidValueError(f"--method {self.method}: not one of {', '.join(METHODS)}")
+        if self.precision not in PRECISIONS:
+            raise InvalidValueError(f"--precision {self.precision}: not one of {', '.join(PRECISIONS)}")
+        if self.system not in SYSTEMS:
+            raise InvalidValueError(f"--system {self.system}: sdplan derives for {', '.join(SYSTEMS)}")
+        if self.method in ("draft_model", "eagle", "eagle3") and not self.draft_model:
+            raise InvalidValueError(f"--method {self.method} needs --draft-model (the draft LM or the head's name)")
+        if not self.draft_lengths or min(self.draft_lengths) < 1:
+            raise InvalidValueError("--draft-lengths: give draft lengths of at least 1, e.g. 1-5")
+
+
+def load_aic() -> Any:
+    """Import ``aiconfigurator_core``'s engine module, or raise the exit-5 error naming the install line."""
+    import logging
+
+    try:
+        from aiconfigurator_core.sdk import engine
+    except ImportError:
+        raise MissingDependencyError(INSTALL_HINT) from None
+    # its notes on low-fidelity fallback tables are for its own users; sdplan records the database it priced with
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    return engine
+
+
+def aic_version() -> str:
+    """The installed ``aiconfigurator-core`` version ("unknown" when its metadata is missing)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(AIC_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def model_key(name: str) -> str:
+    """A model name reduced to its architecture and size: ``nvidia/Llama-3.1-8B-Instruct-FP8`` -> ``llama-3.1-8b``."""
+    text = name.rstrip("/").rsplit("/", 1)[-1].lower()
+    for prefix in ("meta-",):
+        text = text.removeprefix(prefix)
+    for suffix in ("-fp8", "-instruct"):
+        text = text.removesuffix(suffix)
+    return text
+
+
+def quant_modes(precision: str) -> dict[str, str]:
+    """AIConfigurator's GEMM and MoE quantisation modes for a ``--precision``."""
+    mode = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block"}[precision]
+    return {"gemm_quant_mode": mode, "moe_quant_mode": mode}
+
+
+def file_stem(request: DeriveRequest) -> str:
+    """``[Nx]gpu_target_draft_derived``, as the shipped files are named."""
+    gpu = SYSTEMS[request.system][1]
+    tp = request.tensor_parallel_size
+    draft = {"eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram"}.get(
+        request.method, model_key(str(request.draft_model)))
+    precision = "" if request.precision == "bf16" or request.method == "mtp" else f"-{request.precision}"
+    return f"{f'{tp}x' if tp > 1 else ''}{gpu}_{model_key(request.target_model)}{precision}_{draft}_derived"

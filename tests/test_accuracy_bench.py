@@ -1,0 +1,345 @@
+"""The pure parts of benchmarks/accuracy_served.py, on real served runs (tests/data/served-*-cpu).
+
+Regret, the workload and rate choice, the time budget, the records and their summary, and pooling
+several benchmark runs' summaries. Nothing here starts vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdplan.calibration import load_calibration
+from sdplan.runs import read_results
+from sdplan.validation import option_regret, validate
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import accuracy_summary as bench  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+#: acc35's k=2 runs: three passes at 25/55/80% load on fresh servers, and the calibration of the same run.
+PASSES = DATA / "served-passes-cpu"
+#: Closed loops of N = 1, 2, 4, 8 clients without SD and at k = 2, 4: the options at common loads.
+CLOSED = DATA / "served-cpu"
+
+
+def closed_loops() -> dict[int, dict[int, float]]:
+    """Per N, the measured mean E2E (s) of each option, from the files' own ``mean_e2el_ms``."""
+    found: dict[int, dict[int, float]] = {}
+    for path in sorted(CLOSED.glob("*_c*_r0.json")):
+        option, clients = path.stem.split("_")[:2]
+        k = 0 if option == "nosd" else int(option[1:])
+        found.setdefault(int(clients[1:]), {})[k] = json.loads(path.read_text())["mean_e2el_ms"] / 1e3
+    return found
+
+
+def test_regret_of_real_options_at_a_common_load() -> None:
+    loops = closed_loops()
+    assert sorted(loops) == [1, 2, 4, 8] and all(sorted(v) == [0, 2, 4] for v in loops.values())
+    for latencies in loops.values():
+        best = min(latencies, key=latencies.get)
+        assert option_regret(latencies, best) == 0.0
+        for k, latency in latencies.items():
+            assert option_regret(latencies, k) == pytest.approx(latency / latencies[best] - 1)
+            assert option_regret(latencies, k) >= 0.0
+    # measured: no SD ran 43% (N = 1) and 55% (N = 2) slower than k=2; at N = 8 the options lie within 4%
+    assert option_regret(loops[1], 0) > 0.3 and option_regret(loops[2], 0) > 0.3
+    assert max(option_regret(loops[8], k) for k in loops[8]) < 0.05
+    assert option_regret(loops[1], None) == math.inf
+    with pytest.raises(KeyError):
+        option_regret(loops[1], 3)
+
+
+def test_contrast_workloads_and_their_roles() -> None:
+    assert bench.contrast_workloads(128, 64) == [(256, 32), (16, 192)]
+    assert bench.contrast_workloads(64, 64) == [(256, 32), (16, 192)]
+    assert bench.contrast_workloads(512, 128) == [(1024, 64), (64, 384)]
+    roles = [bench.workload_role(w, (128, 64)) for w in [(128, 64), *bench.contrast_workloads(128, 64)]]
+    assert roles == ["calibrated", "prompt-heavy", "decode-heavy"]
+    assert bench.workload_role((256, 128), (128, 64)) == "same mix"
+    assert bench.parse_workloads(" 256/32, 16/192 ") == [(256, 32), (16, 192)]
+    for bad in ("256", "256/x", "0/32", ""):
+        with pytest.raises(ValueError, match="--workloads"):
+            bench.parse_workloads(bad)
+
+
+def test_common_rates_keep_every_option_at_or_below_its_load() -> None:
+    # real closed-loop throughputs of the three options at N = 8 as their plateaus
+    plateaus = {}
+    for path in sorted(CLOSED.glob("*_c8_r0.json")):
+        run = read_results(path)[0][0]
+        plateaus[run.draft_length] = run.achieved_rate_rps
+    loads = [0.3, 0.55, 0.8]
+    rates = bench.common_rates(plateaus, loads)
+    slowest = min(plateaus.values())
+    assert rates == [float(f"{load * slowest:.3g}") for load in loads]
+    for rate, load in zip(rates, loads):
+        assert all(rate / plateau <= load * 1.005 for plateau in plateaus.values())
+    assert max(plateaus.values()) > slowest  # so the faster options run below the load named
+    assert all(rates[-1] / plateau < 0.8 for k, plateau in plateaus.items() if plateau > slowest)
+    with pytest.raises(ValueError):
+        bench.common_rates({0: 0.0, 2: 10.0}, loads)
+
+
+def test_the_budget_sets_the_length_of_the_poisson_runs() -> None:
+    rates = [3.0, 6.0, 9.0] * 9
+    overhead = 2.0
+
+    def total(seconds: float) -> float:
+        return sum(bench.poisson_requests(r, seconds) / r + overhead for r in rates)
+
+    assert bench.poisson_seconds(10_000.0, rates, overhead, 25.0) == 25.0  # ample: the longest
+    assert bench.poisson_seconds(100.0, rates, overhead, 25.0) is None  # not even 60 requests each
+    fitted = bench.poisson_seconds(600.0, rates, overhead, 25.0)
+    assert fitted is not None and 0 < fitted < 25
+    assert total(fitted) <= 600.0 + len(rates)  # whole requests: within a second per run
+    assert total(fitted + 1.0) > 600.0
+    assert bench.poisson_requests(3.0, 5.0) == bench.MIN_POISSON_REQUESTS
+
+
+@pytest.fixture(scope="module")
+def passes() -> tuple[list, object]:
+    runs = [read_results(path)[0][0] for path in sorted(PASSES.glob("pass*.json"))]
+    return runs, load_calibration(PASSES / "served.toml")
+
+
+def records_of(runs: list, calibration) -> list[dict]:
+    """The benchmark's records of real runs, each pass as a benchmark run of its own."""
+    found = []
+    for run in runs:
+        attempt, _, load = Path(run.source).stem.split("-")
+        found.append(bench.run_record(run, calibration.coefficients_at, planned_e2e_s=None, run=attempt,
+                                      **{"pass": 1}, workload="128/64", load=float(load.removeprefix("poisson")),
+                                      rate_rps=run.requested_rate_rps))
+    return found
+
+
+def test_records_predict_as_sdplan_validate_does(passes) -> None:
+    runs, calibration = passes
+    records = records_of(runs, calibration)
+    check = validate(calibration.coefficients_at, runs)
+    summary = bench.summarize(records, [], [], [257.0])
+    assert summary["benchmark_runs"] == 3 and summary["all"]["poisson_runs"] == 9
+    assert summary["all"]["e2e_mape_pct"] == pytest.approx(check.mape_pct)
+    assert summary["all"]["e2e_bias_pct"] == pytest.approx(check.bias_pct)
+    assert summary["all"]["ttft_mape_pct"] == pytest.approx(check.ttft_mape_pct)
+    assert summary["workloads"]["128/64"]["e2e_mape_pct"] == pytest.approx(check.mape_pct)
+    # per benchmark run, and its spread
+    per_run = [validate(calibration.coefficients_at, [r for r in runs if name in r.source]).bias_pct
+               for name in ("pass1", "pass2", "pass3")]
+    assert summary["e2e_bias_per_run_pct"] == pytest.approx(per_run)
+    mean = sum(per_run) / 3
+    assert summary["e2e_bias_standard_error_pct"] == pytest.approx(
+        math.sqrt(sum((b - mean) ** 2 for b in per_run) / 2 / 3))
+    # the highest load alone
+    top = validate(calibration.coefficients_at, [r for r in runs if r.requested_rate_rps > 15])
+    assert summary["top_load"] == 0.8 and summary["top_load_e2e_mape_pct"] == pytest.approx(top.mape_pct)
+    # the measured side is the file's own
+    first = json.loads((PASSES / "pass1-k2-poisson0.8.json").read_text())
+    record = next(r for r in records if r["run"] == "pass1" and r["load"] == 0.8)
+    assert record["e2e_s"] == pytest.approx(first["mean_e2el_ms"] / 1e3)
+    assert record["ttft_s"] == pytest.approx(first["mean_ttft_ms"] / 1e3)
+    assert record["option"] == 2 and record["flags"] == []
+
+
+def test_planner_picks_are_what_sdplan_plan_picks(sdplan) -> None:
+    calibration = str(PASSES / "served.toml")
+    for workload in [(128, 64), (256, 32), (16, 192)]:
+        rates = [4.0, 8.0, 11.0, 30.0]
+        picks = bench.planner_picks(calibration, workload, [2, 4], rates)
+        result = sdplan("plan", "-c", calibration, "--prompt-tokens", str(workload[0]), "--output-tokens",
+                        str(workload[1]), "--draft-lengths", "2,4", "--rates", ",".join(map(str, rates)), "-f", "json")
+        assert result.exit_code == 0, result.stderr
+        for (picked, planned), row in zip(picks, json.loads(result.stdout)["results"][0]["rates"]):
+            best = row["best"]
+            if best is None or best.get("mean_e2e_latency_s") is None:
+                assert picked is None
+                continue
+            assert picked == (0 if best["speculation"] == "off" else best["draft_length_tokens"]), (workload, row)
+            assert planned[picked] == pytest.approx(best["mean_e2e_latency_s"])
+            assert planned[0] == pytest.approx(row["baseline"]["mean_e2e_latency_s"])
+
+
+def test_regret_rows_from_records_and_picks() -> None:
+    loops = closed_loops()
+    runs = [{"run": "a", "pass": 1, "workload": "128/64", "load": float(n), "option": k, "e2e_s": latency}
+            for n, latencies in loops.items() for k, latency in latencies.items()]
+    # a planner that always picks no SD, and one that picks nothing at N = 8
+    picks = [{"run": "a", "workload": "128/64", "load": float(n), "rate_rps": float(n),
+              "picked": None if n == 8 else 0} for n in loops]
+    rows = {row["load"]: row for row in bench.regrets(runs, picks)}
+    assert sorted(rows) == [1.0, 2.0, 4.0, 8.0]
+    for n, latencies in loops.items():
+        row = rows[float(n)]
+        assert row["best"] == min(latencies, key=latencies.get)
+        if n == 8:
+            assert row["regret_pct"] is None
+        else:
+            assert row["regret_pct"] == pytest.approx(100 * (latencies[0] / min(latencies.values()) - 1))
+
+
+def document(name: str, records: list[dict], calibrate_s: float, saturation: list[dict]) -> dict:
+    runs = [r for r in records if r["run"] == name]
+    own = [s for s in saturation if s["run"] == name]
+    return {"version": bench.SUMMARY_VERSION, "run_id": name, "calibrate_wall_s": calibrate_s, "wall_s": 2000.0,
+            "records": {"runs": runs, "saturation": own, "picks": []},
+            "summary": bench.summarize(runs, own, [], [calibrate_s])}
+
+
+def test_pooling_judges_the_bias_only_over_three_runs(passes, tmp_path) -> None:
+    runs, calibration = passes
+    records = records_of(runs, calibration)
+    # saturation of k=2 as the three passes' plateaus would give it (hand-made figures: only arithmetic is tested)
+    saturation = [{"run": name, "pass": 1, "workload": "128/64", "option": 2, "measured_rps": measured,
+                   "predicted_rps": 19.0, "uncapped_rps": 20.0}
+                  for name, measured in (("pass1", 20.0), ("pass2", 19.0), ("pass3", 18.0))]
+    documents = [document(name, records, wall, saturation)
+                 for name, wall in (("pass1", 257.0), ("pass2", 300.0), ("pass3", 380.0))]
+    pooled = bench.pool(documents)
+    assert pooled["benchmark_runs"] == 3
+    assert pooled["all"]["e2e_bias_pct"] == pytest.approx(validate(calibration.coefficients_at, runs).bias_pct)
+    assert pooled["saturation_bias_pct"] == pytest.approx(100 * (19 / 20 + 19 / 19 + 19 / 18 - 3) / 3)
+    met = {what: verdict for what, _, _, verdict in bench.goals(pooled)}
+    assert met["calibrate wall time, slowest run"] == "NO"  # 380 s > 360 s
+    bias = pooled["all"]["e2e_bias_pct"]
+    assert met["signed E2E bias, pooled"] == ("yes" if abs(bias) <= 5 else "NO")
+    single = {what: verdict for what, _, _, verdict in bench.goals(documents[0]["summary"])}
+    assert single["signed E2E bias, pooled"].startswith("n/a")
+    assert single["calibrate wall time, slowest run"] == "yes"
+    with pytest.raises(ValueError, match="twice"):
+        bench.pool([documents[0], documents[0]])
+
+    # the script's --pool mode: the same figures, without vLLM
+    paths = []
+    for item in documents:
+        path = tmp_path / f"{item['run_id']}.json"
+        path.write_text(json.dumps(item))
+        paths.append(str(path))
+    out = tmp_path / "pooled.json"
+    script = str(ROOT / "benchmarks" / "accuracy_served.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, script, "--pool", *paths, "--summary", str(out)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"{bias:+.1f}%" in done.stdout and "signed E2E bias, pooled" in done.stdout
+    assert json.loads(out.read_text())["summary"]["all"]["e2e_bias_pct"] == pytest.approx(bias)
+    assert "vllm" not in done.stderr
+    again = subprocess.run([sys.executable, script, "--pool", paths[0], paths[0]], capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert again.returncode == 2 and again.stderr.strip().count("\n") == 0 and "twice" in again.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    refused = subprocess.run([sys.executable, script, "--pool", str(bad)], capture_output=True, text=True,
+                             env=env, timeout=120)
+    assert refused.returncode == 2 and "not written by" in refused.stderr
+
+
+def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatch, capsys) -> None:
+    """The orchestration, with the step-level fake server and client of the calibrate tests standing in for vLLM
+    and the real acc35 calibration standing in for ``sdplan calibrate``: every option at every workload's common
+    rates, with the same requests, and a summary that --pool reads back."""
+    import importlib
+    import shutil
+
+    import served_fakes
+    import tiny_models
+
+    import sdplan.measure.client
+    import sdplan.measure.quiet
+    import sdplan.measure.server
+
+    served_fakes.FakeServer.registry = []
+    monkeypatch.setattr(sdplan.measure.server, "ServedEngine", served_fakes.FakeServer)
+    monkeypatch.setattr(sdplan.measure.client, "BenchClient",
+                        lambda log_path: served_fakes.FakeClient(log_path=log_path))
+
+    class Quiet:
+        def __init__(self, groups) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> float:
+            return 0.0
+
+    monkeypatch.setattr(sdplan.measure.quiet, "ForeignCpu", Quiet)
+    monkeypatch.setattr(tiny_models, "served_pair", lambda root, **_: {"target": root / "t", "draft": root / "d"})
+    script = importlib.import_module("accuracy_served")
+    calls = []
+
+    def calibrate(command, **kwargs):
+        calls.append(command)
+        shutil.copy(PASSES / "served.toml", command[command.index("-o") + 1])
+        kwargs["stdout"].write("wrote served.toml\n")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(script.subprocess, "run", calibrate)
+    work = tmp_path / "acc"
+    monkeypatch.setattr(sys, "argv", ["accuracy_served.py", "--workdir", str(work), "--loads", "0.3,0.8",
+                                      "--max-num-seqs", "16", "--seconds-per-run", "1", "--run-id", "fake1"])
+    assert script.main() == 0
+    out = capsys.readouterr().out
+    assert len(calls) == 1 and "--grid" in calls[0]  # calibrated once
+    document = json.loads((work / "accuracy-summary.json").read_text())
+    runs = document["records"]["runs"]
+    assert {r["workload"] for r in runs} == {"128/64", "256/32", "16/192"}
+    assert len(runs) == 3 * 3 * 2 and len(document["records"]["saturation"]) == 3 * 3
+    for workload in ("128/64", "256/32", "16/192"):
+        rates = {(r["load"], r["rate_rps"]) for r in runs if r["workload"] == workload}
+        assert len(rates) == 2  # every option at the same two absolute rates
+        plateaus = [s["measured_rps"] for s in document["records"]["saturation"] if s["workload"] == workload]
+        assert sorted(rate for _, rate in rates) == [float(f"{load * min(plateaus):.3g}") for load in (0.3, 0.8)]
+    # the same requests for every option: the fake client saw one seed per (workload, load)
+    seeds = {}
+    for r in runs:
+        bench_file = json.loads(Path(work / "validation" / Path(r["file"]).name).read_text())
+        seeds.setdefault((r["workload"], r["load"]), set()).add(
+            (bench_file["num_prompts"], tuple(sorted(bench_file["output_lens"]))))
+    assert all(len(counts) == 1 for counts in seeds.values())
+    summary = document["summary"]
+    assert summary["rates_compared"] == 6 and len(document["records"]["picks"]) == 6
+    assert "best-option regret, worst rate" in out and "whole benchmark" in out
+    assert all(not server.live for server in served_fakes.FakeServer.registry)
+    # 3 options x (plateau server + Poisson server)
+    assert sum(s.start_order is not None for s in served_fakes.FakeServer.registry) == 6
+    assert bench.pool([document])["all"]["e2e_mape_pct"] == pytest.approx(summary["all"]["e2e_mape_pct"])
+    met = {what: verdict for what, _, _, verdict in bench.goals(summary)}
+    assert met["best-option regret, worst rate"] == ("yes" if summary["rates_over_regret_goal"] == 0 else "NO")
+
+    # two passes at the first pass's rates, one other workload, a budget too small for 60-request runs
+    again = tmp_path / "acc2"
+    monkeypatch.setattr(sys, "argv", ["accuracy_served.py", "--workdir", str(again), "--loads", "0.5",
+                                      "--max-num-seqs", "8", "--workloads", "256/32", "--passes", "2",
+                                      "--budget-s", "1"])
+    assert script.main() == 0
+    out = capsys.readouterr().out
+    assert "the budget will overrun" in out and "noise floor" in out and "an exact model" in out
+    second = json.loads((again / "accuracy-summary.json").read_text())
+    runs = second["records"]["runs"]
+    assert len(runs) == 2 * 3 * 2 and second["poisson_seconds"] == 0.0
+    assert all(json.loads(Path(again / folder / Path(r["file"]).name).read_text())["num_prompts"]
+               == bench.MIN_POISSON_REQUESTS
+               for r in runs for folder in ["validation" if r["pass"] == 1 else "validation-2"])
+    by_pass = {p: sorted((r["workload"], r["option"], r["rate_rps"]) for r in runs if r["pass"] == p) for p in (1, 2)}
+    assert by_pass[1] == by_pass[2]  # the same rates in both passes
+    assert len(second["summary"]["regret"]) == 2 * 2  # per pass and rate
+
+    # cut short (Ctrl-C in the second server's plateaus): every server stopped, the first server's records kept
+    cut = tmp_path / "acc3"
+    monkeypatch.setattr(sdplan.measure.client, "BenchClient",
+                        lambda log_path: served_fakes.FakeClient(log_path=log_path, interrupt_after=6))
+    monkeypatch.setattr(sys, "argv", ["accuracy_served.py", "--workdir", str(cut), "--max-num-seqs", "8"])
+    with pytest.raises(KeyboardInterrupt):
+        script.main()
+    assert all(not server.live for server in served_fakes.FakeServer.registry)
+    kept = json.loads((cut / "accuracy-summary.json").read_text())["records"]
+    assert [s["option"] for s in kept["saturation"]] == [0, 0, 0] and kept["runs"] == []
