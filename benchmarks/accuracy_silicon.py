@@ -61,9 +61,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sdplan.fit import fit_configurations, fit_pooled
-from sdplan.runs import screen, silicon
-from sdplan.validation import predict_latency, predict_ttft
+from sdplan.fit import fit_configurations, fit_pooled  # noqa: E402  (the checkout's sdplan, inserted above)
+from sdplan.runs import screen, silicon  # noqa: E402
+from sdplan.validation import predict_latency, predict_ttft  # noqa: E402
 
 BACKENDS = ("vllm", "sglang")
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 
-
 from bench_planner import best_time  # noqa: E402  (benchmarks run as scripts: their folder is on sys.path)
 
 
@@ -39,7 +38,8 @@ def simulator_throughput(repeats: int) -> None:
         for rho in (0.3, 0.7, 0.9):
             config = SimulationConfig(rate_rps=rho / float(c2), draft_length=k, position_rates=positions[:k],
                                       requests=n)
-            seconds = best_time(lambda: simulate(coefficients, config, numpy.random.default_rng(0)), repeats)
+            seconds = best_time(lambda config=config: simulate(coefficients, config, numpy.random.default_rng(0)),
+                                repeats)
             print(f"  k={k} rho={rho:.1f}: {n / seconds:>10,.0f} requests/s")
     _, c2 = model.speculative_demand(coefficients, 0.8, 3)
     config = SimulationConfig(rate_rps=0.7 / float(c2), draft_length=8, position_rates=positions, requests=n,
@@ -60,8 +60,13 @@ def command_time(arguments: list[str], repeats: int) -> float:
 def capacity_search() -> int:
     """Evaluations of the default capacity --simulate search."""
     from sdplan.capacity import capacity, simulated_capacity
-    from sdplan.scenario import (AcceptanceGiven, ScenarioOptions, SimulationSettings, resolve_scenario,
-                                 simulation_config)
+    from sdplan.scenario import (
+        AcceptanceGiven,
+        ScenarioOptions,
+        SimulationSettings,
+        resolve_scenario,
+        simulation_config,
+    )
     from sdplan.slo import parse_slo
 
     scenario = resolve_scenario(ScenarioOptions(acceptance=AcceptanceGiven(alpha=[0.8])))
@@ -81,7 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     repeats = parser.parse_args().repeats
-    print("simulator throughput (one replication of 20,000 requests, best of %d):" % repeats)
+    print(f"simulator throughput (one replication of 20,000 requests, best of {repeats}):")
     simulator_throughput(repeats)
     plan = command_time(["plan", "--acceptance", "0.8"], repeats)
     simulated = command_time(["capacity", "--slo", "e2e:p99<=6s", "--acceptance", "0.8", "--simulate"], repeats)

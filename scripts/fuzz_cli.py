@@ -23,10 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from fuzz_cli import Outcome, cases, focused_cases, no_warnings_escape, reader_cases, run_case  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-from fuzz_cli import Outcome, cases, focused_cases, no_warnings_escape, reader_cases, run_case  # noqa: E402
 
 
 def main() -> int:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from sdplan.errors import InputFileError
 

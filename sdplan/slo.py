@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InvalidValueError
 from sdplan.units import Dimension, format_seconds, parse_quantity

@@ -215,7 +215,7 @@ def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients]
             value = drawn.point.value(slo.metric) if stable else (math.inf if slo.upper_bound else 0.0)
             values[slo.text].append(float(value))
     intervals, verdicts = {}, []
-    for slo, verdict in zip(slos, report.verdicts):
+    for slo in slos:
         low, high = (float(v) for v in interval(np.array(values[slo.text])))
         intervals[slo.text] = (low, high)
         worst = high if slo.upper_bound else low

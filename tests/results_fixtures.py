@@ -102,7 +102,7 @@ def write_guidellm(path: Path, draft_length: int, alpha: float | None, noise: fl
     rate type, ``poisson`` or ``constant``)."""
     g, p = TRUE.output_tokens, TRUE.prompt_tokens
     benchmarks = []
-    for k, a, rate, latency, ttft, tpot in points(noise, configurations=[(draft_length, alpha)]):
+    for _k, _a, rate, latency, ttft, tpot in points(noise, configurations=[(draft_length, alpha)]):
         concurrency = rate * latency * (1.5 if little_off else 1.0)
         benchmarks.append({
             "type_": "generative_benchmark",

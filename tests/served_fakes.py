@@ -144,7 +144,7 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
         "duration": duration, "completed": requests, "failed": 0, "total_input_tokens": prompt * requests,
         "total_output_tokens": sum(r["out"] for r in done), "request_throughput": requests / duration,
         "mean_e2el_ms": sum(latencies) / requests * 1e3, "mean_ttft_ms": sum(ttfts) / requests * 1e3,
-        "mean_tpot_ms": sum((l - f) / (r["out"] - 1) for l, f, r in zip(latencies, ttfts, done)) / requests * 1e3,
+        "mean_tpot_ms": sum((e2e - f) / (r["out"] - 1) for e2e, f, r in zip(latencies, ttfts, done)) / requests * 1e3,
         "latencies": latencies, "ttfts": ttfts, "start_times": [r["start"] for r in done],
         "output_lens": [r["out"] for r in done], "input_lens": [prompt] * requests, "errors": [""] * requests,
     }
@@ -231,7 +231,7 @@ class FakeClient:
     interrupt_after: int | None = None
     last_arguments: Any = None  # of the last benchmark any client ran (class-wide)
 
-    def __enter__(self) -> "FakeClient":
+    def __enter__(self) -> FakeClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

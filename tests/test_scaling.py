@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from sdplan import model
-from sdplan.calibration import scale_direct, resolve_calibration
+from sdplan.calibration import resolve_calibration, scale_direct
 
 WORKLOADS = [(128, 128), (4096, 256), (8192, 64), (64, 1024), (1024, 512)]
 

@@ -176,7 +176,7 @@ def test_ngram_served_calibration_measures_acceptance_on_a_dataset(pair, tmp_pat
 
 
 def _serve_method(monkeypatch, tmp_path: Path, target: Path, method: str, k: int, draft: str | None,
-                  *extra: str) -> "object":
+                  *extra: str) -> object:
     """One real ``vllm serve`` of the SD configuration ``sdplan calibrate`` builds for ``method``, loaded by one
     closed-loop point of the calibration's client; returns that point's run as ``sdplan fit`` reads it.
 

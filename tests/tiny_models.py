@@ -182,7 +182,7 @@ def eagle_head(target: Path, folder: Path, skip_every: int | None = None) -> Pat
                 tie_word_embeddings=False, architectures=["LlamaForCausalLM"], torch_dtype="float32").save_pretrained(folder)
     generator = torch.Generator().manual_seed(0)
 
-    def small(*shape: int) -> "torch.Tensor":
+    def small(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator) * 0.02
 
     shift = torch.zeros(hidden, hidden)

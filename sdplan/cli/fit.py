@@ -69,13 +69,13 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
 
     from sdplan import __version__
     from sdplan.calibration import parse_calibration
-    from sdplan.fileio import atomic_write_text, dumps_toml
     from sdplan.errors import InfeasibleError
+    from sdplan.fileio import atomic_write_text, dumps_toml
     from sdplan.fit import MIN_FIT_RUNS, fit_configurations, fit_pooled, fitted_document, holdout_split
-    from sdplan.validation import validate
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.fit import fit_document, render_fit
-    from sdplan.runs import file_digest, load_runs, screen, silicon, split_file_facts
+    from sdplan.runs import BenchmarkRun, file_digest, load_runs, screen, silicon, split_file_facts
+    from sdplan.validation import validate
 
     alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
                            position_acceptance)
@@ -91,7 +91,7 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
         raise InfeasibleError(f"only {len(kept)} of {len(runs)} runs usable, the other {len(dropped)} left out "
                               f"(reasons above); a fit needs at least {MIN_FIT_RUNS} (several loads per "
                               "configuration)")
-    held = []
+    held: list[BenchmarkRun] = []
     if holdout or holdout_by == "highest-load":
         kept, held = holdout_split(kept, holdout_by, holdout or 0.0, seed)
         if not held:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sdplan.cli._options import positive_tokens, calibration_option, output_options
+from sdplan.cli._options import calibration_option, output_options, positive_tokens
 
 
 @click.command()

@@ -56,13 +56,12 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
                       --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
     from sdplan.calibration import resolve_calibration
+    from sdplan.cli._options import check_plot_request, terminal_plot_settings
     from sdplan.errors import ExitStatus
-    from sdplan.validation import validate as run_validation
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.fit import render_validate, validate_document
     from sdplan.runs import load_runs
-
-    from sdplan.cli._options import check_plot_request, terminal_plot_settings
+    from sdplan.validation import validate as run_validation
 
     check_plot_request(plot, plot_file, fmt)
     cal = resolve_calibration(calibration)

@@ -12,10 +12,11 @@ import io
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sdplan.fileio import atomic_write_text
 
@@ -202,7 +203,14 @@ class _Progress:
 
     def __enter__(self) -> Callable[[int, int, str], None]:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         console = Console(stderr=True, no_color="NO_COLOR" in os.environ)
         self.progress = Progress(

@@ -9,9 +9,11 @@ from sdplan import __version__
 from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
     from sdplan.fit import ConfigurationFit, PooledFit
-    from sdplan.validation import Validation
     from sdplan.runs import BenchmarkRun
+    from sdplan.validation import Validation
 
 
 def _run(run: BenchmarkRun) -> dict[str, Any]:
@@ -234,7 +236,7 @@ def _error_cell(run: dict[str, Any]) -> Any:
 
 
 #: Columns of the validation table: header, justification and the cell from a run of the JSON document.
-VALIDATE_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+VALIDATE_COLUMNS: tuple[tuple[str, JustifyMethod, Any], ...] = (
     ("run: option at load", "left",
      lambda r: f"{r['source']}\n  {_option_text(r)} at {r['load_level']}"),
     ("tokens in/out", "right", lambda r: f"{r['prompt_tokens']:.4g}/{r['output_tokens']:.4g}"),

@@ -175,7 +175,7 @@ def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> st
 
         _start(plt, width, 12, color)
         best = [float(k) if k != NONE_STABLE else None for k in plan.best_k[ia]]
-        for part, (x, y) in enumerate(_segments(rates, best)):
+        for x, y in _segments(rates, best):
             plt.plot(*_step(x, y), marker="*")
         _title(plt, f"best draft length vs request rate, {_label(plan, ia, inputs)}", width)
         plt.xlabel("request rate (req/s)")
