@@ -7,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sdplan.calibrate import (
-    GRIDS,
-    AcceptanceCounts,
-    Grid,
-    MeasurementStore,
-    fit_calibration,
-    measure,
-    plan_tasks,
-    step_model_document,
-)
+from sdplan.acceptance_counts import AcceptanceCounts
+from sdplan.measure.engine import GRIDS, Grid, MeasurementStore, measure, plan_tasks
+from sdplan.stepfit import fit_calibration, step_model_document
 from sdplan.errors import InputFileError
 
 TRUE_TARGET = {"fixed_s": 0.012, "per_sequence_s": 2e-4, "per_query_token_s": 8e-4, "per_context_token_s": 3e-6}

@@ -23,7 +23,7 @@ def fake_served(monkeypatch, tmp_path):
     import sdplan._vllm
     import sdplan.measure.client
     import sdplan.measure.quiet
-    import sdplan.measure.served
+    import sdplan.measure.options
     import sdplan.measure.server
 
     FakeServer.registry = []
@@ -42,9 +42,9 @@ def fake_served(monkeypatch, tmp_path):
     monkeypatch.setattr(sdplan.measure.server, "ServedEngine", FakeServer)
     monkeypatch.setattr(sdplan.measure.client, "BenchClient", client)
     monkeypatch.setattr(sdplan.measure.quiet, "machine_busy_s", lambda: None)
-    monkeypatch.setattr(sdplan.measure.served, "dataset_reader_installed", lambda: True)
+    monkeypatch.setattr(sdplan.measure.options, "dataset_reader_installed", lambda: True)
     # a CPU, where vLLM runs up to 128 requests at once unless --max-num-seqs says otherwise (as the fake does)
-    monkeypatch.setattr(sdplan.measure.served, "hardware_description", lambda: "Fake CPU (CPU, 2 cores)")
+    monkeypatch.setattr(sdplan.measure.options, "hardware_description", lambda: "Fake CPU (CPU, 2 cores)")
     for name in ("target", "draft"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text("{}")
@@ -484,7 +484,8 @@ def test_kept_up_fraction_tells_a_backlog_from_long_requests() -> None:
 
 def test_poisson_point_with_more_in_flight_than_max_num_seqs_is_overloaded(tmp_path) -> None:
     from sdplan.measure.store import PointRecord, ResultStore
-    from sdplan.measure.sweep import SERVED_GRIDS, Configuration, PointOutcome, Sweep
+    from sdplan.measure.levels import SERVED_GRIDS, Configuration
+    from sdplan.measure.sweep import PointOutcome, Sweep
 
     store = ResultStore(tmp_path, {})
     store.start(resume=False)
@@ -632,15 +633,15 @@ def test_endpoint_sweep_says_when_saturation_is_extrapolated(sdplan, tmp_path, f
     ("AMD EPYC 7B13 (CPU, 2 cores)", ("--performance-mode", "throughput"), 256),
 ])
 def test_batch_cap_is_vllms_max_num_seqs(monkeypatch, tmp_path, hardware, flags, cap) -> None:
-    import sdplan.measure.served as served
+    import sdplan.measure.options as measure_options
 
-    monkeypatch.setattr(served, "hardware_description", lambda: hardware)
-    options = served.ServedOptions(target="t", draft=None, endpoint=None, method="ngram", draft_lengths=(),
-                                   prompt_tokens=128, output_tokens=64, grid_name="quick", serve_arguments=flags,
-                                   results_dir=tmp_path / "runs")
+    monkeypatch.setattr(measure_options, "hardware_description", lambda: hardware)
+    options = measure_options.ServedOptions(target="t", draft=None, endpoint=None, method="ngram", draft_lengths=(),
+                                            prompt_tokens=128, output_tokens=64, grid_name="quick",
+                                            serve_arguments=flags, results_dir=tmp_path / "runs")
     assert options.batch_cap() == cap
-    assert served.ServedOptions(**{**{f: getattr(options, f) for f in options.__slots__}, "endpoint": "http://x",
-                                   "serve_arguments": ()}).batch_cap() is None
+    assert measure_options.ServedOptions(**{**{f: getattr(options, f) for f in options.__slots__},
+                                            "endpoint": "http://x", "serve_arguments": ()}).batch_cap() is None
 
 
 @pytest.mark.parametrize(("cap", "measured", "expected"), [
@@ -662,7 +663,8 @@ def test_batch_cap_is_vllms_max_num_seqs(monkeypatch, tmp_path, hardware, flags,
     (None, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0)], None),  # --endpoint: cap unknown
 ])
 def test_next_level_of_the_sweep(cap, measured, expected) -> None:
-    from sdplan.measure.sweep import SERVED_GRIDS, Sweep
+    from sdplan.measure.levels import SERVED_GRIDS
+    from sdplan.measure.sweep import Sweep
 
     sweep = Sweep(grid=SERVED_GRIDS["quick"], store=None, done={}, prompt_tokens=128, output_tokens=64,
                   max_clients=cap or 64, seed=0, temperature=0.0, model="m", batch_cap=cap)
@@ -670,7 +672,8 @@ def test_next_level_of_the_sweep(cap, measured, expected) -> None:
 
 
 def test_a_sweep_that_stops_short_of_max_num_seqs_says_why() -> None:
-    from sdplan.measure.sweep import SERVED_GRIDS, Sweep
+    from sdplan.measure.levels import SERVED_GRIDS
+    from sdplan.measure.sweep import Sweep
 
     sweep = Sweep(grid=SERVED_GRIDS["quick"], store=None, done={}, prompt_tokens=128, output_tokens=64,
                   max_clients=128, seed=0, temperature=0.0, model="m", batch_cap=128)
@@ -691,7 +694,8 @@ def test_a_sweep_that_stops_short_of_max_num_seqs_says_why() -> None:
     (100, [(1, 10.0), (4, 38.0), (16, 140.0), (64, 500.0), (100, 700.0)], None),
 ])
 def test_next_level_stays_within_the_kv_cache(requests_held, measured, expected) -> None:
-    from sdplan.measure.sweep import SERVED_GRIDS, Sweep
+    from sdplan.measure.levels import SERVED_GRIDS
+    from sdplan.measure.sweep import Sweep
 
     sweep = Sweep(grid=SERVED_GRIDS["quick"], store=None, done={}, prompt_tokens=128, output_tokens=64,
                   max_clients=256, seed=0, temperature=0.0, model="m", batch_cap=256,
@@ -703,7 +707,7 @@ def test_next_level_stays_within_the_kv_cache(requests_held, measured, expected)
 def test_forecast_gain_per_doubling() -> None:
     """The line L = C1 + (N - 1) C2 through two levels forecasts X(2N)/X(N) = 2/(1 + X(N) C2), and is exact on
     data that follow it."""
-    from sdplan.measure.sweep import forecast_gain_per_doubling
+    from sdplan.measure.levels import forecast_gain_per_doubling
 
     c1, c2 = 0.3, 0.04
     x = {n: n / (c1 + (n - 1) * c2) for n in (16, 64, 128)}
@@ -909,9 +913,9 @@ def test_dataset_option_conflicts_exit_2(sdplan, tmp_path, fake_served, extra, m
 
 
 def test_dataset_without_pandas_exits_5(sdplan, tmp_path, fake_served, monkeypatch) -> None:
-    from sdplan.measure import served as served_module
+    from sdplan.measure import options as options_module
 
-    monkeypatch.setattr(served_module, "dataset_reader_installed", lambda: False)
+    monkeypatch.setattr(options_module, "dataset_reader_installed", lambda: False)
     dataset = _prompt_file(tmp_path / "p.jsonl", [{"prompt": "w1 w2", "output_tokens": 4}])
     result = sdplan("calibrate", "--target", str(tmp_path / "target"), "-o", str(tmp_path / "cal.toml"),
                     "--dataset", str(dataset), "--draft-lengths", "0")
@@ -1024,7 +1028,7 @@ def test_a_damaged_manifest_line_is_a_one_line_error_on_resume(sdplan, tmp_path,
 
 
 def test_probe_points_split_the_prompt_from_the_output_within_the_servers_limits() -> None:
-    from sdplan.measure.sweep import SERVED_GRIDS, probe_points
+    from sdplan.measure.levels import SERVED_GRIDS, probe_points
 
     grid = SERVED_GRIDS["quick"]
     points = probe_points(grid, 128, 64, top_level=64)
@@ -1047,7 +1051,7 @@ def test_probe_points_split_the_prompt_from_the_output_within_the_servers_limits
 
 
 def test_repeated_levels_are_the_smallest_and_the_largest() -> None:
-    from sdplan.measure.sweep import repeated_levels
+    from sdplan.measure.levels import repeated_levels
 
     assert repeated_levels([1, 4, 16, 64]) == [1, 64]
     assert repeated_levels([1]) == [1] and repeated_levels([]) == []
@@ -1060,14 +1064,14 @@ def test_probes_identify_the_prefill_and_predict_other_workloads(sdplan, tmp_pat
     them (one workload), the split is a guess, and not_identified says so."""
     import dataclasses
 
-    from sdplan.measure import served as served_module
-    from sdplan.measure import sweep as sweep_module
+    from sdplan.measure import levels as levels_module
+    from sdplan.measure import options as options_module
 
     if not probes:
-        grids = dict(sweep_module.SERVED_GRIDS)
+        grids = dict(levels_module.SERVED_GRIDS)
         grids["quick"] = dataclasses.replace(grids["quick"], probes=())
-        monkeypatch.setattr(sweep_module, "SERVED_GRIDS", grids)
-        monkeypatch.setattr(served_module, "SERVED_GRIDS", grids)
+        monkeypatch.setattr(levels_module, "SERVED_GRIDS", grids)
+        monkeypatch.setattr(options_module, "SERVED_GRIDS", grids)
     fake_served.engine = engine = FakeEngine(**LENGTH_DEPENDENT)
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "16", "--accept-poor-fit")
     assert result.exit_code == 0, result.output

@@ -58,7 +58,7 @@ print("\\nMODULES=" + json.dumps(sorted(sys.modules)))
 #: only used to write files, suggest keys or write CSV.
 NOT_FOR_PLAN = ("sdplan.fit", "sdplan.validation", "sdplan.runs", "sdplan.runmodel", "sdplan.uncertainty",
                 "sdplan.moe", "sdplan.simulate", "sdplan.policy", "sdplan.capacity", "sdplan.check",
-                "sdplan.calibrate", "sdplan.measure", "sdplan.export", "sdplan.render.plots", "scipy", "vllm",
+                "sdplan.stepfit", "sdplan.measure", "sdplan.export", "sdplan.render.plots", "scipy", "vllm",
                 "torch", "aiconfigurator", "tempfile", "difflib", "csv")
 
 

@@ -1,6 +1,6 @@
 """The in-process engine: real vLLM engine steps for ``sdplan calibrate --method engine``.
 
-:class:`VllmRunner` implements :class:`sdplan.calibrate.StepRunner` on an
+:class:`VllmRunner` implements :class:`sdplan.measure.engine.StepRunner` on an
 in-process vLLM ``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), as
 described in ``docs/engines.md#measuring-steps-in-process``:
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sdplan._vllm import INSTALL_HINT
-from sdplan.calibrate import AcceptanceCounts
+from sdplan.acceptance_counts import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
 
 _T = TypeVar("_T")
@@ -87,7 +87,7 @@ class EngineSettings:
 
 
 class VllmRunner:
-    """Times engine steps for :func:`sdplan.calibrate.measure`."""
+    """Times engine steps for :func:`sdplan.measure.engine.measure`."""
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from sdplan.measure.engine import EngineOptions
+    from sdplan.measure.options import ServedOptions
 
 GRID_NAMES = ("quick", "standard", "thorough")
 SPEC_METHODS = ("draft_model", "ngram", "eagle", "eagle3", "mtp", "suffix")
@@ -182,84 +187,122 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     server failure, 7 poor calibration (written), 130 interrupted (results kept).
     """
     if measure_method == "engine":
-        if target is None or endpoint is not None or serve_args or extra_serve_args:
-            raise click.UsageError("--method engine takes --target (and --draft), not --endpoint or serving flags")
-        if dataset is not None:
-            raise click.UsageError("--dataset is for served calibrations; --method engine measures acceptance on "
-                                   "--acceptance-prompts")
-        if repeats is not None:
-            raise click.UsageError("--repeats is for served calibrations; --method engine repeats as its --grid says")
-        _calibrate_engine(target, draft, output, name, grid, dtype or "auto", tensor_parallel_size or 1,
-                          max_model_len, load_format or "auto", enforce_eager, acceptance_prompts,
-                          acceptance_output_tokens, temperature, synthetic_acceptance, measurements_out, resume, seed)
+        from sdplan.measure.engine import EngineOptions
+
+        _refuse_served_options(target, endpoint, serve_args + extra_serve_args, dataset, repeats)
+        assert target is not None  # (refused above)
+        out = Path(output)
+        _calibrate_engine(EngineOptions(
+            target=target, draft=draft, grid_name=grid,
+            measurements_path=Path(measurements_out) if measurements_out else out.with_suffix(".measurements.jsonl"),
+            dtype=dtype or "auto", tensor_parallel_size=tensor_parallel_size or 1, max_model_len=max_model_len,
+            load_format=load_format or "auto", enforce_eager=enforce_eager, acceptance_prompts=acceptance_prompts,
+            acceptance_output_tokens=acceptance_output_tokens, temperature=temperature,
+            synthetic_acceptance=synthetic_acceptance, resume=resume, seed=seed), out, name)
         return
     if dataset is not None:
-        given = click.get_current_context().get_parameter_source
-        if given("prompt_tokens") is not click.core.ParameterSource.DEFAULT:
-            raise click.UsageError("--prompt-tokens sets random prompts; with --dataset the prompts are the file's")
-        if given("output_tokens") is click.core.ParameterSource.DEFAULT:
-            output_tokens = 0  # each line's output_tokens, when every line has one (checked with the file)
-    for flag, value in (("--acceptance-prompts", acceptance_prompts), ("--synthetic-acceptance", synthetic_acceptance),
-                        ("--measurements-out", measurements_out)):
+        output_tokens = _dataset_output_tokens(output_tokens)
+    _refuse_engine_options({"--acceptance-prompts": acceptance_prompts,
+                            "--synthetic-acceptance": synthetic_acceptance, "--measurements-out": measurements_out})
+    passthrough = _serving_flags(serve_args + extra_serve_args, endpoint, enforce_eager, {
+        "--max-num-seqs": max_num_seqs, "--max-num-batched-tokens": max_num_batched_tokens, "--dtype": dtype,
+        "--tensor-parallel-size": tensor_parallel_size, "--max-model-len": max_model_len,
+        "--load-format": load_format})
+    from sdplan.measure.options import ServedOptions
+
+    options = ServedOptions(
+        target=target, draft=draft, endpoint=endpoint, method=spec_method,
+        draft_lengths=_served_draft_lengths(draft_lengths, grid, draft, spec_method, endpoint),
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens, grid_name=grid, serve_arguments=passthrough,
+        results_dir=Path(results_dir) if results_dir else Path(output).with_suffix(".runs"), temperature=temperature,
+        seed=seed, resume=resume, server_timeout_s=server_timeout, label=label,
+        dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds, repeats=repeats)
+    _calibrate_served(options, output, name, accept_poor_fit)
+
+
+def _served_draft_lengths(given: tuple[int, ...] | None, grid: str, draft: str | None, method: str,
+                          endpoint: str | None) -> tuple[int, ...]:
+    """The draft lengths to serve: --draft-lengths, else the grid's where the method can draft (with a --draft
+    model, or a method that needs none); none with --endpoint, whose SD setting the results say."""
+    from sdplan.measure.levels import SERVED_GRIDS
+    from sdplan.measure.options import METHODS_WITH_MODEL
+
+    if endpoint is not None:
+        return ()
+    if given is not None:
+        return given
+    return SERVED_GRIDS[grid].draft_lengths if (draft is not None or method not in METHODS_WITH_MODEL) else ()
+
+
+def _dataset_output_tokens(output_tokens: int) -> int:
+    """With --dataset the prompts are the file's: --prompt-tokens is refused, and without --output-tokens each
+    line's own output_tokens are sent (0; checked with the file)."""
+    given = click.get_current_context().get_parameter_source
+    if given("prompt_tokens") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--prompt-tokens sets random prompts; with --dataset the prompts are the file's")
+    if given("output_tokens") is click.core.ParameterSource.DEFAULT:
+        return 0  # each line's output_tokens, when every line has one (checked with the file)
+    return output_tokens
+
+
+def _refuse_engine_options(given: dict[str, object]) -> None:
+    """Served calibrations refuse the options of --method engine (``given``: flag to value, None where not
+    given)."""
+    for flag, value in given.items():
         if value is not None:
             raise click.UsageError(f"{flag} belongs to --method engine; served calibrations measure acceptance "
                                    "from the server's spec-decode counters")
-    passthrough = list(serve_args) + list(extra_serve_args)
-    for flag, value in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_num_batched_tokens),
-                        ("--dtype", dtype), ("--tensor-parallel-size", tensor_parallel_size),
-                        ("--max-model-len", max_model_len), ("--load-format", load_format)):
+
+
+def _refuse_served_options(target: str | None, endpoint: str | None, serving_flags: tuple[str, ...],
+                           dataset: str | None, repeats: int | None) -> None:
+    """--method engine starts its own engine in-process: the options of a served calibration are usage errors."""
+    if target is None or endpoint is not None or serving_flags:
+        raise click.UsageError("--method engine takes --target (and --draft), not --endpoint or serving flags")
+    if dataset is not None:
+        raise click.UsageError("--dataset is for served calibrations; --method engine measures acceptance on "
+                               "--acceptance-prompts")
+    if repeats is not None:
+        raise click.UsageError("--repeats is for served calibrations; --method engine repeats as its --grid says")
+
+
+def _serving_flags(passthrough: tuple[str, ...], endpoint: str | None, enforce_eager: bool | None,
+                   options: dict[str, object]) -> tuple[str, ...]:
+    """The ``vllm serve`` flags: those passed through, then sdplan's own options that configure the server
+    (``options``: flag to value, None where not given), each given once, and none with --endpoint."""
+    flags = list(passthrough)
+    for flag, value in options.items():
         if value is not None:
             if any(arg == flag or arg.startswith(flag + "=") for arg in passthrough):
                 raise click.UsageError(f"{flag} is given twice (as an option and as a serving flag); keep one")
             if endpoint is not None:
                 raise click.UsageError(f"{flag} configures a server sdplan starts; with --endpoint set it on yours")
-            passthrough += [flag, str(value)]
+            flags += [flag, str(value)]
     if enforce_eager is not None:
-        passthrough.append("--enforce-eager" if enforce_eager else "--no-enforce-eager")
-    _calibrate_served(target=target, draft=draft, endpoint=endpoint, label=label, output=output, name=name,
-                      method=spec_method,
-                      draft_lengths=draft_lengths, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                      dataset=dataset, grid=grid, repeats=repeats, poisson_seconds=poisson_seconds,
-                      serve_args=tuple(passthrough),
-                      temperature=temperature, results_dir=results_dir,
-                      server_timeout=server_timeout, accept_poor_fit=accept_poor_fit, resume=resume, seed=seed)
+        flags.append("--enforce-eager" if enforce_eager else "--no-enforce-eager")
+    return tuple(flags)
 
 
-def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
-                      name: str | None,
-                      method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int, output_tokens: int,
-                      dataset: str | None, grid: str, repeats: int | None, poisson_seconds: float | None,
-                      serve_args: tuple[str, ...],
-                      temperature: float, results_dir: str | None,
-                      server_timeout: float, accept_poor_fit: bool, resume: bool, seed: int) -> None:
+def _calibrate_served(options: ServedOptions, output: str, name: str | None, accept_poor_fit: bool) -> None:
     from sdplan import __version__
     from sdplan.calibration import parse_calibration
-    from sdplan.errors import ExitStatus
+    from sdplan.errors import ExitStatus, InputFileError
     from sdplan.fileio import atomic_write_text, dumps_toml
-    from sdplan.measure.served import (ServedOptions, check_options, interruptible, measure_served,
-                                       served_calibration)
-    from sdplan.measure.sweep import SERVED_GRIDS, SweepEvents, concurrency_levels
+    from sdplan.measure.document import served_calibration
+    from sdplan.measure.levels import concurrency_levels
+    from sdplan.measure.options import check_options
+    from sdplan.measure.run import interruptible, measure_served
+    from sdplan.measure.sweep import SweepEvents
     from sdplan.render import progress_bar
 
     out = Path(output)
     if out.is_dir():
         raise click.UsageError(f"-o {output} is a folder; name the calibration file to write")
-    chosen = SERVED_GRIDS[grid]
-    if draft_lengths is None:
-        draft_lengths = chosen.draft_lengths if (draft is not None or method not in ("draft_model", "eagle", "eagle3")) \
-            else ()
-    if endpoint is not None:
-        draft_lengths = ()
-    options = ServedOptions(
-        target=target, draft=draft, endpoint=endpoint, method=method, draft_lengths=draft_lengths,
-        prompt_tokens=prompt_tokens, output_tokens=output_tokens, grid_name=grid, serve_arguments=serve_args,
-        results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
-        seed=seed, resume=resume, server_timeout_s=server_timeout, label=label,
-        dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds, repeats=repeats)
     check_options(options)
-    configurations = 1 if endpoint else 1 + len(draft_lengths)
-    levels = concurrency_levels(chosen, options.max_clients())
-    planned = [configurations * (len(levels) + len(chosen.poisson_fractions)) * options.rounds]
+    configurations = 1 if options.endpoint else 1 + len(options.draft_lengths)
+    levels = concurrency_levels(options.grid, options.max_clients())
+    planned = [configurations * (len(levels) + len(options.grid.poisson_fractions)) * options.rounds]
     with interruptible(), progress_bar("measuring", planned[0]) as advance:
         count = [0]
 
@@ -278,8 +321,6 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
         measurement = measure_served(options, SweepEvents(on_point=on_point, on_done=on_done, on_note=on_note))
         advance(planned[0], planned[0], "done")
     result = served_calibration(options, measurement, name=name or out.stem, version=__version__)
-    from sdplan.errors import InputFileError
-
     try:
         parse_calibration(result.document, str(out))  # never write a file sdplan itself would reject
     except InputFileError as error:
@@ -301,60 +342,51 @@ def _calibrate_served(*, target: str | None, draft: str | None, endpoint: str | 
         raise SystemExit(int(ExitStatus.POOR_CALIBRATION))
 
 
-def _calibrate_engine(target: str, draft: str | None, output: str, name: str | None, grid: str, dtype: str,
-                      tensor_parallel_size: int, max_model_len: int | None, load_format: str,
-                      enforce_eager: bool | None, acceptance_prompts: str | None, acceptance_output_tokens: int,
-                      temperature: float, synthetic_acceptance: float | None, measurements_out: str | None,
-                      resume: bool, seed: int) -> None:
+def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> None:
     import datetime
     import time
 
     from sdplan import __version__
     from sdplan._vllm.engine import EngineSettings, VllmRunner
-    from sdplan.calibrate import GRIDS, MeasurementStore, calibration_document, fit_calibration, measure, plan_tasks
     from sdplan.calibration import parse_calibration
     from sdplan.fileio import atomic_write_text, dumps_toml
+    from sdplan.measure.engine import MeasurementStore, calibration_document, measure, plan_tasks
     from sdplan.render import progress_bar
+    from sdplan.stepfit import fit_calibration
 
-    chosen = GRIDS[grid]
-    out = Path(output)
-    store_path = Path(measurements_out) if measurements_out else out.with_suffix(".measurements.jsonl")
-    prompts = _read_prompts(acceptance_prompts) if acceptance_prompts else None
-    longest = max(chosen.prompt_tokens + chosen.prefill_tokens)
-    needed = longest + chosen.decode_steps * (max(chosen.draft_lengths) + 1) + 32
-    if prompts:
-        needed = max(needed, max(len(p) for p in prompts) + acceptance_output_tokens + max(chosen.draft_lengths) + 16)
+    chosen = options.grid
+    store_path = options.measurements_path
+    prompts = _read_prompts(options.acceptance_prompts) if options.acceptance_prompts else None
     settings = EngineSettings(
-        target=target, draft=draft, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
-        max_model_len=max_model_len or needed, max_num_seqs=max(max(chosen.batch_sizes), len(prompts or [])),
-        load_format=load_format, enforce_eager=enforce_eager, seed=seed, synthetic_acceptance=synthetic_acceptance,
+        target=options.target, draft=options.draft, dtype=options.dtype,
+        tensor_parallel_size=options.tensor_parallel_size, max_model_len=options.context_tokens(prompts),
+        max_num_seqs=max(max(chosen.batch_sizes), len(prompts or [])), load_format=options.load_format,
+        enforce_eager=options.enforce_eager, seed=options.seed, synthetic_acceptance=options.synthetic_acceptance,
     )
-    config = {"target": target, "draft": draft, "dtype": dtype, "tensor_parallel_size": tensor_parallel_size,
-              "grid": grid, "load_format": load_format, "synthetic_acceptance": synthetic_acceptance}
     started = time.perf_counter()
     runner = VllmRunner(settings)  # imports vLLM first: nothing is written when it is missing
-    store = MeasurementStore(store_path, config)
-    done = store.start(resume)
+    store = MeasurementStore(store_path, options.store_config())
+    done = store.start(options.resume)
     try:
-        tasks = plan_tasks(chosen, with_draft=draft is not None)
+        tasks = plan_tasks(chosen, with_draft=options.draft is not None)
         with progress_bar("measuring", len(tasks)) as advance:
             measurements = measure(tasks, runner, chosen, store, done, on_progress=advance)
         acceptance = None
         if prompts:
-            if not draft:
+            if not options.draft:
                 raise click.UsageError("--acceptance-prompts needs --draft")
-            counts = runner.acceptance(prompts, max(chosen.draft_lengths), acceptance_output_tokens, temperature)
-            acceptance = counts.document(f"{len(prompts)} prompts from {acceptance_prompts}, temperature {temperature:g}")
+            counts = runner.acceptance(prompts, max(chosen.draft_lengths), options.acceptance_output_tokens,
+                                       options.temperature)
+            acceptance = counts.document(f"{len(prompts)} prompts from {options.acceptance_prompts}, temperature "
+                                         f"{options.temperature:g}")
         engine = runner.describe()
     finally:
         runner.close()
     fit = fit_calibration(measurements)
     document = calibration_document(
-        name=name or out.stem, fit=fit, engine=engine, target=target, draft=draft, dtype=dtype,
-        tensor_parallel_size=tensor_parallel_size, grid_name=grid, grid=chosen, load_format=load_format,
-        wall_seconds=time.perf_counter() - started, measurements_path=_relative(store_path, out), acceptance=acceptance,
-        today=datetime.date.today(), version=__version__,
-    )
+        options, name=name or out.stem, fit=fit, engine=engine, wall_seconds=time.perf_counter() - started,
+        measurements_path=_relative(store_path, out), acceptance=acceptance, today=datetime.date.today(),
+        version=__version__)
     parse_calibration(document, str(out))  # never write a file sdplan itself would reject
     atomic_write_text(out, dumps_toml(document, header="Measured with 'sdplan calibrate'; raw timings in "
                                                        f"{store_path.name}."))

@@ -9,11 +9,23 @@ A calibration must predict the server users deploy, so it is measured on one:
   long-lived process, one ordinary result file per load point;
 * :mod:`~sdplan.measure.quiet`: CPU time of processes that are not ours during
   each point (a concurrent CPU-bound process inflates vLLM's CPU steps 10-50x);
-* :mod:`~sdplan.measure.sweep`: the plan of load points (closed-loop concurrency
-  sweep per configuration, optional Poisson points), repeats and re-measures;
-* :mod:`~sdplan.measure.store`: a resumable manifest of finished points.
+* :mod:`~sdplan.measure.levels`: the plan's rules (grids, configurations,
+  closed-loop levels, when a sweep stops, repeats that disagree), pure functions;
+* :mod:`~sdplan.measure.sweep`: runs that plan against a live server, per
+  configuration and round, re-measures included;
+* :mod:`~sdplan.measure.store`: a resumable manifest of finished points;
+* :mod:`~sdplan.measure.options`: the options of a served calibration, checked
+  before any process starts;
+* :mod:`~sdplan.measure.run`: a server per configuration, round after round;
+* :mod:`~sdplan.measure.document`: the fit of the points and the calibration
+  document.
 
-Nothing here imports vLLM: it runs in subprocesses (:mod:`sdplan._vllm`).
+:mod:`~sdplan.measure.engine` is the other method, ``--method engine``: bare
+engine steps timed in-process (:mod:`sdplan._vllm`) and fitted by
+:mod:`sdplan.stepfit`.
+
+Nothing here imports vLLM: it runs in subprocesses, or in-process for the engine
+method, both started from :mod:`sdplan._vllm`.
 The fit of the measured points is :mod:`sdplan.fit`, the same machinery as
 ``sdplan fit``.
 """

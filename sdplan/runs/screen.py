@@ -121,7 +121,7 @@ def screen(run: BenchmarkRun) -> list[str]:
     cap held back (:func:`held_back`); open loops that fell behind their arrivals
     (:func:`kept_up_fraction` below :data:`MIN_KEPT_UP_FRACTION`) and runs
     ``sdplan calibrate`` flagged overloaded in its manifest (see
-    :mod:`sdplan.measure.sweep`). Closed loops are kept: they are fitted with
+    :mod:`sdplan.measure.levels`). Closed loops are kept: they are fitted with
     ``B`` = others in flight (``N - 1`` without per-request times).
     """
     reasons = []
