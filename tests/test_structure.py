@@ -191,7 +191,6 @@ LONG_MODULES = {
     "sdplan/simulate.py": 663,
 }
 LONG_FUNCTIONS = {
-    "sdplan/cli/fit.py:fit": 113,
     "sdplan/runs/guidellm.py:read_guidellm": 123,
     "sdplan/runs/vllm_bench.py:read_run": 126,
 }

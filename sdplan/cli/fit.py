@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from sdplan.cli._options import output_options
 from sdplan.cli._results import override_alpha, results_options
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sdplan.runs import BenchmarkRun
+    from sdplan.runs.silicon import Selection
 
 
 @click.command()
@@ -63,63 +71,33 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
       sdplan fit aic:silicon_sample -o qwen3-32b-h100-tp4.toml \\
                  --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
-    import datetime
-    import sys
     from pathlib import Path
 
-    from sdplan import __version__
     from sdplan.calibration import parse_calibration
-    from sdplan.errors import InfeasibleError
-    from sdplan.fileio import atomic_write_text, dumps_toml
-    from sdplan.fit import MIN_FIT_RUNS, fit_configurations, fit_pooled, fitted_document, holdout_split
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.fileio import dumps_toml
+    from sdplan.fit import fit_configurations, fit_pooled, fitted_document
+    from sdplan.render import OutputFormat, Style, stdout_is_terminal
     from sdplan.render.fit import fit_document, render_fit
-    from sdplan.runs import BenchmarkRun, file_digest, load_runs, screen, silicon, split_file_facts
+    from sdplan.runs import load_runs, silicon, split_file_facts
     from sdplan.validation import validate
 
     alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
                            position_acceptance)
     selection = silicon.Selection.parse(select)
     runs, warnings = load_runs(list(results), input_format, draft_length, alpha, selection)
-    kept, dropped = [], []
-    for run in runs:
-        reasons = screen(run)
-        (dropped.append((run, "; ".join(reasons))) if reasons else kept.append(run))
-    for run, why in dropped:
-        click.echo(f"left out {run.source}: {why}", err=True)
-    if len(kept) < MIN_FIT_RUNS and dropped:  # before any hold-out: the counts are the screen's
-        raise InfeasibleError(f"only {len(kept)} of {len(runs)} runs usable, the other {len(dropped)} left out "
-                              f"(reasons above); a fit needs at least {MIN_FIT_RUNS} (several loads per "
-                              "configuration)")
-    held: list[BenchmarkRun] = []
-    if holdout or holdout_by == "highest-load":
-        kept, held = holdout_split(kept, holdout_by, holdout or 0.0, seed)
-        if not held:
-            raise click.UsageError("--holdout-by highest-load needs configurations with 3 or more runs")
+    kept, dropped = _screened(runs)
+    kept, held = _held_out(kept, holdout, holdout_by, seed)
     pooled = fit_pooled(kept)
     configurations = fit_configurations(kept)
     holdout_result = validate(pooled.coefficients_at, held) if held else None
     to_stdout = calibration_out == "-"
     out = Path("fitted.toml" if to_stdout else calibration_out)
     paths = [silicon.resolve_path(split_file_facts(argument)[0]) for argument in results]
-    provenance = {
-        "method": "fit", "hardware": hardware, "target_model": target_model, "draft_model": draft_model,
-        "engine": "vllm", "engine_version": engine_version, "date": datetime.date.today(),
-        "created_by": f"sdplan fit (sdplan {__version__})",
-        "sources": [f"{path.name} {file_digest(path)}" for path in paths],
-        "notes": f"{len(kept)} runs fitted, {len(dropped)} left out by the screen (sdplan-fit(1))"
-                 + (f", {len(held)} held out ({holdout_by})" if held else ""),
-    }
-    measured = [(found, path) for path in paths
-                if (found := silicon.configuration_in(path, input_format, selection)) is not None]
-    if measured:  # what the rows say about themselves, where the options were left at "unknown"
-        given = {"hardware": hardware, "target_model": target_model, "engine_version": engine_version}
-        for key, value in silicon.provenance(*measured[0]).items():
-            if not given.get(key, "unknown").startswith("unknown"):
-                continue
-            provenance[key] = value
-        if draft_model.startswith("unknown"):
-            provenance["draft_model"] = "none (no SD rows)"
+    given = {"hardware": hardware, "target_model": target_model, "engine_version": engine_version,
+             "draft_model": draft_model}
+    provenance = _provenance(paths, given, f"{len(kept)} runs fitted, {len(dropped)} left out by the screen "
+                             "(sdplan-fit(1))" + (f", {len(held)} held out ({holdout_by})" if held else ""))
+    provenance.update(_measured_provenance(paths, input_format, selection, given))
     document = fitted_document(pooled, kept, name=name or (out.stem if not to_stdout else "fitted"),
                                provenance=provenance,
                                description=f"fitted from {len(results)} benchmark source(s) with sdplan fit")
@@ -131,9 +109,86 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
     report = fit_document(pooled, configurations, kept, dropped, holdout_result, "-" if to_stdout else str(out),
                           warnings)
     rendered = render_fit(report, OutputFormat(fmt), Style(ascii=ascii_only), stdout_is_terminal() and not to_stdout)
-    if to_stdout:  # the calibration on stdout, the report on stderr
-        sys.stdout.write(text)
-        click.echo(rendered, err=True, nl=False)
+    _write(text, rendered, None if to_stdout else out)
+
+
+def _write(calibration: str, report: str, out: Path | None) -> None:
+    """The calibration to ``out`` (atomically) and the report to stdout; without ``out``, the calibration on
+    stdout and the report on stderr."""
+    import sys
+
+    from sdplan.fileio import atomic_write_text
+    from sdplan.render import emit
+
+    if out is None:
+        sys.stdout.write(calibration)
+        click.echo(report, err=True, nl=False)
         return
-    atomic_write_text(out, text)
-    emit(rendered, None)
+    atomic_write_text(out, calibration)
+    emit(report, None)
+
+
+def _provenance(paths: list[Path], given: dict[str, str], notes: str) -> dict[str, Any]:
+    """The fitted calibration's [provenance]: the options given, the sources with their digests, the counts."""
+    import datetime
+
+    from sdplan import __version__
+    from sdplan.runs import file_digest
+
+    return {"method": "fit", **given, "engine": "vllm", "date": datetime.date.today(),
+            "created_by": f"sdplan fit (sdplan {__version__})",
+            "sources": [f"{path.name} {file_digest(path)}" for path in paths], "notes": notes}
+
+
+def _screened(runs: list[BenchmarkRun]) -> tuple[list[BenchmarkRun], list[tuple[BenchmarkRun, str]]]:
+    """The runs the steady-state screen keeps, and those it leaves out with why (said on stderr).
+
+    Too few kept runs is an error here, before any hold-out, so that the counts are the screen's.
+    """
+    from sdplan.errors import InfeasibleError
+    from sdplan.fit import MIN_FIT_RUNS
+    from sdplan.runs import screen
+
+    kept: list[BenchmarkRun] = []
+    dropped: list[tuple[BenchmarkRun, str]] = []
+    for run in runs:
+        reasons = screen(run)
+        if reasons:
+            dropped.append((run, "; ".join(reasons)))
+            click.echo(f"left out {run.source}: {'; '.join(reasons)}", err=True)
+        else:
+            kept.append(run)
+    if len(kept) < MIN_FIT_RUNS and dropped:
+        raise InfeasibleError(f"only {len(kept)} of {len(runs)} runs usable, the other {len(dropped)} left out "
+                              f"(reasons above); a fit needs at least {MIN_FIT_RUNS} (several loads per "
+                              "configuration)")
+    return kept, dropped
+
+
+def _measured_provenance(paths: list[Path], input_format: str, selection: Selection,
+                         given: dict[str, str]) -> dict[str, Any]:
+    """What AIConfigurator's rows say about themselves, for the keys the options (``given``) left at "unknown"."""
+    from sdplan.runs import silicon
+
+    measured = [(found, path) for path in paths
+                if (found := silicon.configuration_in(path, input_format, selection)) is not None]
+    if not measured:
+        return {}
+    taken: dict[str, Any] = {key: value for key, value in silicon.provenance(*measured[0]).items()
+                             if given.get(key, "unknown").startswith("unknown")}
+    if given["draft_model"].startswith("unknown"):
+        taken["draft_model"] = "none (no SD rows)"
+    return taken
+
+
+def _held_out(kept: list[BenchmarkRun], holdout: float | None, holdout_by: str,
+              seed: int) -> tuple[list[BenchmarkRun], list[BenchmarkRun]]:
+    """The runs to fit and the runs held out (none unless --holdout or --holdout-by highest-load)."""
+    from sdplan.fit import holdout_split
+
+    if not holdout and holdout_by != "highest-load":
+        return kept, []
+    fitted, held = holdout_split(kept, holdout_by, holdout or 0.0, seed)
+    if not held:
+        raise click.UsageError("--holdout-by highest-load needs configurations with 3 or more runs")
+    return fitted, held
