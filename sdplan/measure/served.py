@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from sdplan.errors import InfeasibleError, InvalidValueError, MissingDependencyError
+from sdplan.methods import check_method
 from sdplan.measure.store import PointRecord, ResultStore
 from sdplan.measure.sweep import (SERVED_GRIDS, Configuration, ServedGrid, Sweep, SweepEvents,
                                   ReadBack, configurations)
@@ -33,7 +34,6 @@ POOR_MAPE_PCT = 10.0
 POOR_R2 = 0.9
 #: vLLM SD methods that need a draft model folder.
 METHODS_WITH_MODEL = ("draft_model", "eagle", "eagle3")
-METHODS = ("draft_model", "ngram", "eagle", "eagle3", "mtp", "suffix")
 #: Options sdplan sets itself on ``vllm serve``: not accepted in --serve-arg.
 _OWNED_FLAGS = ("--host", "--port", "--speculative-config", "--speculative_config")
 
@@ -154,8 +154,7 @@ def check_options(options: ServedOptions) -> None:
             raise InvalidValueError(f"--endpoint {options.endpoint}: give a URL, e.g. http://127.0.0.1:8000")
     if options.target is not None:
         check_model_folder(options.target)
-    if options.method not in METHODS:
-        raise InvalidValueError(f"--spec-method {options.method}: unknown; one of {', '.join(METHODS)}")
+    check_method(options.method)
     if options.endpoint is None and options.method in METHODS_WITH_MODEL and options.draft is None \
             and options.draft_lengths:
         raise InvalidValueError(f"--spec-method {options.method} needs --draft MODEL (or --draft-lengths 0 to "
