@@ -414,6 +414,32 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             fixed, per_sequence = costs[option]
         # Token budget: decode tokens first, then prefill chunks (partial prefills first, then new admissions).
         budget = budget_cap - batch * (k + 1)
+        if prefilling and 0 < budget < prefilling[0][1]:
+            # The oldest partial prefill takes the whole budget for several steps: nothing else changes (no
+            # admission, no other chunk) until its last chunk or the next completion; leap over those steps
+            # (a prompt of 10^8 tokens is 10^4 steps of chunked prefill).
+            repeats = math.ceil(prefilling[0][1] / budget) - 1
+            step = ((fixed + (batch - 1) * per_sequence) if batch else idle_overhead) + budget * per_prompt_token
+            if batch and decode is None:
+                repeats = min(repeats, heap[0][0] - counter - 1)
+            if adaptive and not queue and next_arrival < n:  # an arrival changes the goodput policy's choice of k
+                repeats = min(repeats, math.ceil((arrival_list[next_arrival] - t) / step))
+            if repeats >= 1:
+                done = []
+                if batch and decode is not None:
+                    repeats, done = decode.leap(repeats, k)
+                elif batch:
+                    counter += repeats
+                span = repeats * step
+                prefilling[0][1] -= repeats * budget
+                t += span
+                busy_area += (batch + len(prefilling)) * span
+                busy_time += span
+                if batch:
+                    k_area += k * span
+                if done:
+                    complete(done, t)
+                continue
         chunk_tokens = 0.0
         for entry in prefilling:
             if budget <= 0:

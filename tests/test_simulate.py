@@ -355,3 +355,35 @@ def test_goodput_policy_results_do_not_depend_on_the_uniform_block(monkeypatch: 
         for field in ("e2e_s", "ttft_s", "tpot_s", "queue_s"):
             numpy.testing.assert_array_equal(getattr(run, field), getattr(expected, field))
         assert (run.duration_s, run.mean_draft_length) == (expected.duration_s, expected.mean_draft_length)
+
+
+def test_a_prompt_of_10_8_tokens_is_prefilled_in_leaps_with_the_same_times() -> None:
+    # Alone, a 10^8-token prompt under an 8192-token budget takes ceil(10^8 / 8192) = 12208 chunked-prefill steps of
+    # an idle engine: TTFT = 12208 (c1p - c2p) + 10^8 c2p / p. The simulator leaps over the identical steps.
+    prompt = 100_000_000
+    c = Coefficients(c1p_s=0.05, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
+                     baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=1024.0, output_tokens=8.0)
+    run = simulate(c, SimulationConfig(rate_rps=1e-9, draft_length=0, position_rates=(), requests=10,
+                                       prompt_tokens=prompt, output_tokens=8), numpy.random.default_rng(0))
+    assert run.ttft_s == pytest.approx(math.ceil(prompt / 8192) * 0.02 + prompt * 0.03 / 1024, rel=1e-9)
+
+
+def test_prefill_leaps_beside_running_sequences_agree_between_fixed_and_adaptive_paths() -> None:
+    # With every draft accepted both decode paths are deterministic, and their prefill leaps are coded apart (the
+    # fixed-k one stops before the next completion, the adaptive one at it and at arrivals): same times to 1e-9.
+    config = dict(rate_rps=3.0, draft_length=2, position_rates=(1.0, 1.0), requests=400, prompt_tokens=20000,
+                  output_tokens=64, max_num_batched_tokens=1024, max_num_seqs=64)
+    fixed = simulate(C, SimulationConfig(**config), numpy.random.default_rng(1))
+    adaptive = simulate(C, SimulationConfig(**config, adaptive_draft_lengths=(2,)), numpy.random.default_rng(1))
+    assert fixed.e2e_s.mean() > 10.0  # past saturation: long prefills queue behind each other and beside decodes
+    assert numpy.allclose(fixed.e2e_s, adaptive.e2e_s, rtol=1e-9)
+    assert numpy.allclose(fixed.ttft_s, adaptive.ttft_s, rtol=1e-9)
+
+
+@pytest.mark.parametrize("policy", ["best", "goodput"])
+def test_cli_simulate_of_huge_prompts_ends(sdplan, policy: str) -> None:
+    # the fuzz's case: 2,000 requests of 10^8 prompt tokens at 4 req/s (50 s before the prefill leaps)
+    result = sdplan("simulate", "--rates", "4", "--requests", "2000", "--prompt-tokens", "100000000",
+                    "--draft-length", policy, "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rates"][0]["steady_state"] is False
