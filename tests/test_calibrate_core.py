@@ -127,6 +127,18 @@ def test_resume_refuses_another_configuration(tmp_path: Path) -> None:
         MeasurementStore(tmp_path / "junk.jsonl", {}).load()
 
 
+@pytest.mark.parametrize(("name", "content"), [
+    ("list.jsonl", b"[1, 2]\n"),  # a first line that is JSON but not an object
+    ("rows.jsonl", b'{"config": {}}\n[1]\n'),  # a measurement that is not an object
+    ("latin1.jsonl", b'{"config": "\xe9"}\n'),  # not UTF-8
+    ("field.csv", b'# {"config": {}}\nkey,value\n"' + b"x" * 200_000 + b'",1\n'),  # a CSV field over 128 KiB
+])
+def test_damaged_stores_are_input_errors(tmp_path: Path, name: str, content: bytes) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(InputFileError, match="not a measurement store|cannot read"):
+        MeasurementStore(tmp_path / name, {}).load()
+
+
 def test_grids_are_ordered_by_size() -> None:
     sizes = [len(plan_tasks(GRIDS[name])) for name in ("quick", "standard", "thorough")]
     assert sizes == sorted(sizes) and sizes[0] >= 10
