@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.runs import csv, guidellm, silicon, vllm_bench
+from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
 from sdplan.runs.record import BenchmarkRun, sweep_files
@@ -51,6 +51,7 @@ READERS = (
     _reader(vllm_bench, "json"),
     _reader(guidellm, "json"),
     _reader(silicon, "text"),
+    _reader(inferencex, "json"),
     _reader(csv, "text"),
 )
 #: ``--input-format`` values.
@@ -99,9 +100,9 @@ def _read_text(path: Path) -> str:
         return text
     raise InputFileError(name, None, "not UTF-8 text; save the file as UTF-8")
 def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]:
-    """One JSON document, or JSON Lines (``--append-result``): ``[(suffix, document)]``."""
+    """One JSON document, JSON Lines (``--append-result``) or a JSON array of rows: ``[(suffix, document)]``."""
     try:
-        return [("", json.loads(text))]
+        document = json.loads(text)
     except json.JSONDecodeError as whole:
         lines = [line for line in text.splitlines() if line.strip()]
         if len(lines) > 1:
@@ -115,6 +116,11 @@ def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]
             return documents
         hint = "fix the file" if forced else "for CSV use a .csv name or --input-format csv"
         raise InputFileError(name, None, f"invalid JSON ({whole.msg} at line {whole.lineno}); {hint}") from None
+    if isinstance(document, list):  # an array of rows (InferenceX): each element is one document
+        if not document:
+            raise InputFileError(name, None, "an empty JSON array: no runs in it")
+        return [(f"#[{index}]", item) for index, item in enumerate(document)]
+    return [("", document)]
 
 
 def read_results(path: Path, input_format: str = "auto",
