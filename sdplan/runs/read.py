@@ -188,17 +188,41 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None, alp
     ``aic:silicon_sample`` names the installed AIConfigurator's measured rows
     (:func:`sdplan.runs.silicon.resolve_path`); ``selection`` picks a
     configuration of a silicon file.
+
+    Runs are named by their path relative to the folder all arguments share
+    (:func:`_relative_names`), so that runs of equally named files in
+    different folders (``pass1/k2.json``, ``pass2/k2.json``) stay apart.
     """
     if input_format not in FORMATS:
         raise InvalidValueError(f"unknown input format {input_format}; one of {', '.join(FORMATS)}")
     flags = RunFacts(draft_length=draft_length, alpha=alpha)
     runs, warnings = [], []
-    for argument in paths:
-        name, facts = split_file_facts(argument)
-        found, notes = read_results(silicon.resolve_path(name), input_format, selection)
+    arguments = [(silicon.resolve_path(name), facts) for name, facts in map(split_file_facts, paths)]
+    prefixes = _relative_names([str(path) for path, _ in arguments])
+    seen: dict[str, int] = {}
+    for (path, facts), prefix in zip(arguments, prefixes):
+        found, notes = read_results(path, input_format, selection)
         for run in found:
             if facts is not None:
                 run = facts.force(run)
-            runs.append(flags.fill(run))
+            run = flags.fill(run)
+            own = path.name
+            source = prefix + run.source[len(own):] if run.source.startswith(own) else run.source
+            seen[source] = seen.get(source, 0) + 1
+            if seen[source] > 1:  # the same file given twice
+                source += f" ({seen[source]})"
+            runs.append(replace(run, source=source))
         warnings.extend(notes)
     return runs, warnings
+
+
+def _relative_names(paths: list[str]) -> list[str]:
+    """Each path relative to the folder that holds all of them (``/`` separated; the name alone for one folder)."""
+    import os
+
+    absolute = [os.path.abspath(path) for path in paths]
+    try:
+        base = os.path.commonpath([os.path.dirname(path) for path in absolute]) if absolute else ""
+    except ValueError:  # paths on different drives
+        return [Path(path).name for path in paths]
+    return [Path(os.path.relpath(path, base)).as_posix() if base else Path(path).name for path in absolute]
