@@ -309,6 +309,11 @@ _RUN = ('{"completed": 10, "request_rate": 1, "burstiness": 1, "duration": 10, "
      ".csv", "line 2: acceptance"),
     ("request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s\n1,0,0.5,10,10,abc\n",
      ".csv", "line 2: mean_e2e_latency_s"),
+    # a field over the csv module's 128 KiB limit, in a row and in the header (exit 70 before)
+    ("request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s\n1,0,0.5,10,10,"
+     + "1" * 200_000 + "\n", ".csv", "not valid CSV (field larger than field limit"),
+    ("request_rate_rps" + "x" * 200_000 + "\n1\n", ".csv", "not valid CSV"),
+    ("[]", ".json", "an empty JSON array"),
 ])
 def test_malformed_results_exit_3_with_file_and_field(sdplan, tmp_path, content, suffix, where) -> None:
     path = tmp_path / f"bad{suffix}"
