@@ -344,13 +344,14 @@ def fit_calibration(measurements: list[Measurement]) -> CalibrationFit:
     spec = [m for m in measurements if m.kind == "speculative"]
     if not target or not prefill:
         raise InvalidValueError("calibration needs target and prefill measurements")
-    columns = [[1.0] * len(target), [m.batch for m in target], [m.batch * (m.draft_length + 1) for m in target],
-               [m.batch * m.context_tokens for m in target]]
+    columns: list[list[float]] = [[1.0] * len(target), [m.batch for m in target],
+                                  [m.batch * (m.draft_length + 1) for m in target],
+                                  [m.batch * m.context_tokens for m in target]]
     names: tuple[str, ...] = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
     notes = []
     if any(m.draft_length > 0 for m in target) and any(m.draft_length == 0 for m in target):
         # [k > 0] and [k > 0] B: the cost of SD being on, apart from the verified tokens' own cost
-        columns += [[float(m.draft_length > 0) for m in target], [m.batch * (m.draft_length > 0) for m in target]]
+        columns += [[float(m.draft_length > 0) for m in target], [m.batch * float(m.draft_length > 0) for m in target]]
         names += ("switch_on_fixed_s", "switch_on_per_sequence_s")
     else:
         notes.append("the cost of switching SD on is not identified (the grid measured "

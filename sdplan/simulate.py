@@ -425,7 +425,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             if adaptive and not queue and next_arrival < n:  # an arrival changes the goodput policy's choice of k
                 repeats = min(repeats, math.ceil((arrival_list[next_arrival] - t) / step))
             if repeats >= 1:
-                done = []
+                done: list[int] = []
                 if batch and decode is not None:
                     repeats, done = decode.leap(repeats, k)
                 elif batch:
