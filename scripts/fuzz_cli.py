@@ -9,7 +9,7 @@ property (grouped by problem). Exit status 1 if any did.
     python scripts/fuzz_cli.py -n 20000 --seed 7 --time-limit 60
     python scripts/fuzz_cli.py -n 2000 --large    # simulations at default sizes (slow)
     python scripts/fuzz_cli.py --readers       # also mutate result files, speculation profiles and
-                                               # InferenceX rows, and simulate huge prompts (issue 35)
+                                               # InferenceX rows, and simulate huge prompts
 """
 
 from __future__ import annotations

@@ -521,7 +521,7 @@ def reader_cases(draw: st.DrawFn) -> Case:
     return Case(argv=argv, files=files, output="fit.toml" if command == "fit" else None, fmt="toml")
 
 
-# ----------------------------------------------------------------------------- issue 35's inputs
+# ----------------------------------------------------------------------------- SD inputs from the field
 
 DATA = ROOT / "tests" / "data"
 
@@ -549,7 +549,7 @@ CSV_HEADER = "request_rate_rps,draft_length,acceptance,prompt_tokens,output_toke
 
 @st.composite
 def field_cases(draw: st.DrawFn) -> Case:
-    """The inputs of issue 35 and their siblings: speculation profiles, InferenceX rows, GuideLLM SD metrics,
+    """SD inputs from the field and their siblings: speculation profiles, InferenceX rows, GuideLLM SD metrics,
     vLLM files with failed requests and an empty goodput, CSV fields over 128 KiB, huge simulated prompts."""
     kind = draw(st.sampled_from(["profile", "profile", "inferencex", "inferencex", "guidellm", "vllm", "vllm",
                                  "csv", "simulate"]))

@@ -99,7 +99,7 @@ def test_noiseless_fit_is_exact(tmp_path: Path) -> None:
 
 
 def test_the_cost_of_switching_sd_on_is_its_own_term(tmp_path: Path) -> None:
-    # Every step with SD on (verification and full SD steps) pays 0.4 ms that plain decode does not (review B15).
+    # Every step with SD on (verification and full SD steps) pays 0.4 ms that plain decode does not.
     measurements, _ = run(tmp_path, SyntheticRunner(noise=0.0, switch_on_s=4e-4))
     fit = fit_calibration(measurements)
     target = fit.target.as_dict()
