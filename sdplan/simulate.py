@@ -269,6 +269,10 @@ class _AdaptiveDecode:
         left = self.left[:size]
         if steps > 1:
             steps = max(1, min(steps, math.ceil(float(np.maximum.reduce(left)))))
+            if draft:  # draw about the cycles the first completion needs (its expected count, with room), not
+                # the longest sequence's: 10^5 tokens left would draw 10^5 cycles each for one completion
+                per_cycle = 1.0 + float(self.rates[:draft].sum())
+                steps = min(steps, int(float(np.minimum.reduce(left)) / per_cycle * 1.25) + 32)
         else:
             steps = 1
         if draft == 0:  # one token per cycle: the first completion is at the fewest tokens left

@@ -387,3 +387,35 @@ def test_cli_simulate_of_huge_prompts_ends(sdplan, policy: str) -> None:
                     "--draft-length", policy, "-f", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rates"][0]["steady_state"] is False
+
+
+class _CountingRng:
+    """A numpy Generator that counts the uniforms drawn through ``random``."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = numpy.random.default_rng(seed)
+        self.drawn = 0
+
+    def random(self, size=None):  # type: ignore[no-untyped-def]
+        values = self.rng.random(size)
+        self.drawn += int(numpy.size(values))
+        return values
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.rng, name)
+
+
+def test_goodput_policy_draws_about_the_cycles_it_runs() -> None:
+    # 10 requests of 10^5 output tokens, each alone: about g/E = 29,748 cycles each at alpha 0.8, k = 4
+    # (E = 3.3616). Drawing up to each request's whole horizon (10^5 cycles) per leap drew 3.4x that; the leap
+    # now draws about what the next completion needs.
+    alpha, k, g, n = 0.8, 4, 100_000, 10
+    rng = _CountingRng(5)
+    config = SimulationConfig(rate_rps=1e-6, draft_length=k, position_rates=rates(alpha, k), requests=n,
+                              prompt_tokens=128, output_tokens=g, adaptive_draft_lengths=(k,))
+    run = simulate(C, config, rng)  # type: ignore[arg-type]
+    cycles = (g - 1) / sum(alpha**j for j in range(k + 1))
+    assert run.tpot_s.size == n - 1  # every request finished (the first is warm-up)
+    from sdplan.simulate import UNIFORM_BLOCK
+
+    assert rng.drawn <= 1.3 * n * cycles + 2 * UNIFORM_BLOCK  # uniforms are drawn in blocks
