@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from sdplan.errors import InvalidValueError
+from sdplan.limits import MAX_SIMULATED_RATE_RPS
 from sdplan.policy import step_choices
 
 if TYPE_CHECKING:
@@ -320,6 +321,9 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         raise InvalidValueError("simulate at least 10 requests")
     if config.rate_rps <= 0:
         raise InvalidValueError("the request rate must be > 0 req/s")
+    if not config.rate_rps <= MAX_SIMULATED_RATE_RPS:
+        raise InvalidValueError(f"a simulated request rate must be at most {MAX_SIMULATED_RATE_RPS:g} req/s, got "
+                                f"{config.rate_rps:g}; give a rate a replica could see")
     k = config.draft_length
     if k and config.adaptive_draft_lengths is None and len(config.position_rates) != k:
         raise InvalidValueError(f"acceptance must cover the draft length {k}")

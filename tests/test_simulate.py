@@ -86,6 +86,15 @@ def test_invalid_configurations() -> None:
         simulate(C, SimulationConfig(rate_rps=0.0, draft_length=0, position_rates=()), numpy.random.default_rng(0))
     with pytest.raises(InvalidValueError, match="draft length"):
         simulate(C, SimulationConfig(rate_rps=1.0, draft_length=3, position_rates=(0.5,)), numpy.random.default_rng(0))
+    # 1e308 req/s: every arrival gap underflows to one instant (the fuzz's exit 70 in the steady-state fit)
+    for rate in (1e308, math.inf, math.nan):
+        with pytest.raises(InvalidValueError, match="at most 1e\\+09 req/s"):
+            simulate(C, SimulationConfig(rate_rps=rate, draft_length=0, position_rates=()), numpy.random.default_rng(0))
+
+
+def test_cli_simulate_of_an_absurd_rate_is_a_usage_error(sdplan) -> None:
+    result = sdplan("simulate", "-r", "1e308", "--requests", "100", "--seeds", "1", "-f", "json")
+    assert result.exit_code == ExitStatus.USAGE and "at most 1e+09 req/s" in result.stderr
 
 
 def test_cli_simulate_formats(sdplan, tmp_path) -> None:
