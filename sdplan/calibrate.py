@@ -170,7 +170,8 @@ class MeasurementStore:
                 raise TypeError("its first line is not a JSON object")
         except (ValueError, KeyError, TypeError, AttributeError, csv.Error) as error:
             raise InputFileError(str(self.path), None,
-                                 f"not a measurement store ({str(error)[:120]}); remove it or choose another --measurements-out") from None
+                                 f"not a measurement store ({str(error)[:120]}); remove it or choose another "
+                                 "--measurements-out") from None
         if header.get("config") != self.config:
             raise InputFileError(str(self.path), "config",
                                  "was measured with another configuration (models, dtype or grid); "

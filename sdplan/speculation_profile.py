@@ -92,7 +92,8 @@ class SpeculationProfile:
         if self.method:
             parts.append(f"method {self.method}")
         shown = [f"{key} {self.conditions[key]}" for key in _CONDITION_KEYS
-                 if isinstance(self.conditions.get(key), (str, int, float)) and not isinstance(self.conditions[key], bool)]
+                 if isinstance(self.conditions.get(key), (str, int, float))
+                 and not isinstance(self.conditions[key], bool)]
         if shown:
             parts.append("conditions: " + ", ".join(str(item)[:80] for item in shown))
         if not self.prefix_extrapolates:

@@ -128,7 +128,8 @@ def measured_draft_lengths(acceptance: AcceptanceSpec, draft_lengths: Sequence[i
     profiled = acceptance.source.startswith("speculation profile")
     if given or not (calibrated or profiled) or not any(k > 0 for k in kept):
         raise InvalidValueError(
-            f"per-position acceptance covers draft lengths 1..{longest} ({'measured' if calibrated or profiled else 'given'} "
+            f"per-position acceptance covers draft lengths 1..{longest} "
+            f"({'measured' if calibrated or profiled else 'given'} "
             f"up to k={longest}); use draft lengths within 1-{longest}, or give --acceptance ALPHA to extrapolate "
             "an i.i.d. alpha past it")
     dropped = sorted(k for k in draft_lengths if k > longest)

@@ -584,7 +584,8 @@ def field_cases(draw: st.DrawFn) -> Case:
         argv = ["simulate", "-r", draw(st.sampled_from(["4", "1", "0.01", "1,4", "40"])),
                 "--prompt-tokens", draw(st.sampled_from(["100000000", "99999999", "50000000", "8192", "1"])),
                 "--output-tokens", draw(st.sampled_from(["1", "2", "512", "100000", "100000000"])),
-                "--requests", draw(st.sampled_from(["10", "200", "2000"])), "--seeds", draw(st.sampled_from(["1", "2"])),
+                "--requests", draw(st.sampled_from(["10", "200", "2000"])),
+                "--seeds", draw(st.sampled_from(["1", "2"])),
                 "--draft-length", draw(st.sampled_from(["best", "goodput", "off", "4"]))]
         argv += _options(draw, {"--max-num-batched-tokens": st.sampled_from(["1", "256", "8192"]),
                                 "--max-num-seqs": st.sampled_from(["1", "8", "256"]),

@@ -28,7 +28,10 @@ GRID = Grid(batch_sizes=(1, 2, 4, 8), draft_lengths=(1, 2, 4), prompt_tokens=(64
 
 
 class SyntheticRunner:
-    """Step times from known coefficients, with multiplicative noise; ``switch_on_s`` is paid by every step with SD on."""
+    """Step times from known coefficients, with multiplicative noise.
+
+    ``switch_on_s`` is paid by every step with SD on (verification and SD steps), not by plain decode.
+    """
 
     def __init__(self, noise: float = 0.01, seed: int = 7, fail_after: int | None = None,
                  switch_on_s: float = 0.0) -> None:
@@ -48,8 +51,9 @@ class SyntheticRunner:
 
     def _target(self, batch: int, query: int, context: float) -> float:
         t = TRUE_TARGET
-        return (t["fixed_s"] + batch * (t["per_sequence_s"] + query * t["per_query_token_s"] + context * t["per_context_token_s"])
-                + (self.switch_on_s if query > 1 else 0.0))
+        step = t["fixed_s"] + batch * (t["per_sequence_s"] + query * t["per_query_token_s"]
+                                       + context * t["per_context_token_s"])
+        return step + (self.switch_on_s if query > 1 else 0.0)
 
     def target_steps(self, batch, draft_length, prompt_tokens, steps):
         self._tick()
