@@ -360,3 +360,16 @@ def test_input_format_choices_are_the_reader_registry() -> None:
     for command in (fit, validate_command):
         option = next(param for param in command.params if param.name == "input_format")
         assert tuple(option.type.choices) == FORMATS
+
+
+def test_validate_of_latencies_near_the_float_range_does_not_overflow(sdplan, tmp_path) -> None:
+    """A damaged file's mean E2E of 1e308 ms: R2's squares overflowed Python floats (exit 70 before)."""
+    document = json.loads((Path(__file__).parent / "data" / "served-cpu" / "k4_c4_r0.json").read_text())
+    for key in ("latencies", "ttfts", "start_times"):
+        document.pop(key)
+    document["mean_e2el_ms"] = 1e308
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(document))
+    result = sdplan("validate", str(path), "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["runs"][0]["error_pct"] == pytest.approx(-100.0)
