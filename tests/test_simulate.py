@@ -393,7 +393,7 @@ def test_prefill_leaps_beside_running_sequences_agree_between_fixed_and_adaptive
 def test_cli_simulate_of_huge_prompts_ends(sdplan, policy: str) -> None:
     # the fuzz's case: 2,000 requests of 10^8 prompt tokens at 4 req/s (50 s before the prefill leaps)
     result = sdplan("simulate", "--rates", "4", "--requests", "2000", "--prompt-tokens", "100000000",
-                    "--draft-length", policy, "-f", "json")
+                    "--kv-cache-tokens", "1e12", "--draft-length", policy, "-f", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rates"][0]["steady_state"] is False
 

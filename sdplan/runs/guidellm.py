@@ -103,11 +103,10 @@ def read(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[
 def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
     """One run per benchmark of a GuideLLM report, and warnings about the report.
 
-    ``synchronous``/``concurrent`` are closed loops of 1/``streams`` clients;
-    ``poisson``/``constant`` open loops at ``rate`` (constant recorded as
-    burstiness ``inf``); ``throughput`` a max-load run. With a complete request
-    list (:func:`_requests`) the means, the load each request saw, the
-    kept-up score, repeated gaps and late starts come from per-request times.
+    ``synchronous``/``concurrent`` are closed loops of 1/``streams`` clients; ``poisson``/``constant`` open loops
+    at ``rate`` (constant recorded as burstiness ``inf``); ``throughput`` a max-load run. With a complete request
+    list (:func:`_requests`) the means, the load each request saw, the kept-up score, repeated gaps and late
+    starts come from per-request times.
     """
     warnings = []
     metadata = document.get("metadata")
@@ -161,8 +160,6 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
                 raise InputFileError(path, f"{where}.metrics.{key}.successful.mean", "must be > 0")
         assert achieved is not None and latency is not None and prompt is not None and output is not None
         mean_concurrency = _mean(metrics, "request_concurrency", path, where, required=False)
-        per_step = tokens_per_decode_step(metrics, output, path, where)
-        speculating = per_step is not None and per_step > SD_TOKENS_PER_ITERATION
         notes: list[str] = []
         if incomplete:
             notes.append(f"{incomplete} requests cut off unfinished when the run ended (GuideLLM incomplete): the "
@@ -220,15 +217,21 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
             sent_late=sent_late,
             scheduled_rate_rps=scheduled_rate,
             unknown_load=unknown_load,
-            mean_acceptance_length=per_step if speculating else None,
-            records_acceptance=speculating,
-            speculation_unrecorded=(f"GuideLLM recorded {per_step:.3g} output tokens per streamed iteration after "
-                                    "the first token" if speculating else None),
+            **_speculation(tokens_per_decode_step(metrics, output, path, where)),
             notes=tuple(notes),
         ))
     if not runs:
         raise InputFileError(path, "benchmarks", "empty; nothing to fit")
     return runs, warnings
+
+
+def _speculation(per_step: float | None) -> dict[str, Any]:
+    """A run's SD fields from its tokens per streamed iteration: SD on above :data:`SD_TOKENS_PER_ITERATION`."""
+    if per_step is None or per_step <= SD_TOKENS_PER_ITERATION:
+        return {}
+    return {"mean_acceptance_length": per_step, "records_acceptance": True,
+            "speculation_unrecorded": f"GuideLLM recorded {per_step:.3g} output tokens per streamed iteration "
+                                      "after the first token"}
 
 
 def tokens_per_decode_step(metrics: dict[str, Any], output_tokens: float, path: str, where: str) -> float | None:
