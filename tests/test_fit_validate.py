@@ -314,6 +314,7 @@ _RUN = ('{"completed": 10, "request_rate": 1, "burstiness": 1, "duration": 10, "
      + "1" * 200_000 + "\n", ".csv", "not valid CSV (field larger than field limit"),
     ("request_rate_rps" + "x" * 200_000 + "\n1\n", ".csv", "not valid CSV"),
     ("[]", ".json", "an empty JSON array"),
+    ("a\rb,c\n1,2\n", ".json", "invalid JSON"),  # a carriage return in the CSV header probe (exit 70 before)
 ])
 def test_malformed_results_exit_3_with_file_and_field(sdplan, tmp_path, content, suffix, where) -> None:
     path = tmp_path / f"bad{suffix}"
