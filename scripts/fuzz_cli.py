@@ -8,7 +8,8 @@ property (grouped by problem). Exit status 1 if any did.
     python scripts/fuzz_cli.py                 # 10,000 inputs, seed 0
     python scripts/fuzz_cli.py -n 20000 --seed 7 --time-limit 60
     python scripts/fuzz_cli.py -n 2000 --large    # simulations at default sizes (slow)
-    python scripts/fuzz_cli.py --readers       # also mutate benchmark result files (fit/validate readers)
+    python scripts/fuzz_cli.py --readers       # also mutate result files, speculation profiles and
+                                               # InferenceX rows, and simulate huge prompts
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from fuzz_cli import Outcome, cases, focused_cases, no_warnings_escape, reader_cases, run_case  # noqa: E402
+from fuzz_cli import (  # noqa: E402
+    Outcome,
+    cases,
+    field_cases,
+    focused_cases,
+    no_warnings_escape,
+    reader_cases,
+    run_case,
+)
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -36,14 +45,16 @@ def main() -> int:
     parser.add_argument("--large", action="store_true",
                         help="simulations at their default sizes (seconds each) instead of the suite's small ones")
     parser.add_argument("--plots", action="store_true", help="also write figures (--plot-file; slower)")
-    parser.add_argument("--readers", action="store_true", help="also mutate benchmark result files")
+    parser.add_argument("--readers", action="store_true",
+                        help="also mutate benchmark result files and speculation profiles")
     parser.add_argument("--show", type=int, default=5, help="failing inputs shown per problem (default 5)")
     args = parser.parse_args()
     no_warnings_escape()
 
     outcomes: list[Outcome] = []
     strategies = [cases(small=not args.large, plots=args.plots), focused_cases()]
-    strategy = st.one_of(*strategies, reader_cases()) if args.readers else st.one_of(*strategies)
+    strategy = (st.one_of(*strategies, reader_cases(), field_cases()) if args.readers
+                else st.one_of(*strategies))
     started = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="sdplan-fuzz-"))
 
@@ -74,7 +85,8 @@ def main() -> int:
           f"(seed {args.seed}, time limit {args.time_limit:g} s per input)")
     print("commands: " + ", ".join(f"{name} {count}" for name, count in commands.most_common()))
     print("exit statuses: " + ", ".join(f"{code}: {count}" for code, count in sorted(exits.items())))
-    print(f"seconds per input: median {pct(0.5):.3f}, p90 {pct(0.9):.3f}, p99 {pct(0.99):.3f}, max {times[-1]:.2f}")
+    print(f"seconds per input: median {pct(0.5):.3f}, p90 {pct(0.9):.3f}, p99 {pct(0.99):.3f}, max {times[-1]:.2f}; "
+          f"over 30 s: {sum(1 for t in times if t > 30)}; exit 70: {exits.get(70, 0)}")
     print(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     print("slowest inputs:")
     for outcome in sorted(outcomes, key=lambda o: -o.seconds)[:5]:

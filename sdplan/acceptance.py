@@ -168,6 +168,19 @@ def validate_position_rates(rates: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(float(rate) for rate in rates)
 
 
+def position_rates_from_conditional(conditional: Sequence[float]) -> tuple[float, ...]:
+    """vLLM's per-position rates ``r_i = a_1 ... a_i`` from a calibration's conditional ``a_i``.
+
+    A calibration stores ``[acceptance] per_position_rates`` conditionally (``a_i``: position
+    ``i`` accepted given ``1..i-1`` were); ``--position-acceptance`` and vLLM's
+    ``spec_decode_per_position_acceptance_rates`` are the running products.
+    """
+    rates: list[float] = []
+    for rate in conditional:
+        rates.append(float(rate) * (rates[-1] if rates else 1.0))
+    return tuple(rates)
+
+
 def mean_length_from_alpha(alpha: FloatArray | float, k: int) -> FloatArray:
     """Mean acceptance length ``tau = E(alpha, k)`` (tokens per cycle)."""
     return expected_tokens_per_cycle(alpha, k)
@@ -264,6 +277,9 @@ class AcceptanceSpec:
     position_rates: tuple[float, ...] | None = None
     #: Fraction of decode steps that carry a draft (:func:`with_coverage`); 1 for draft models.
     coverage: float = 1.0
+    #: The draft length the per-position rates hold at, where they hold at no other (a block-parallel drafter
+    #: re-plans the whole block when k changes); None where every k up to ``len(position_rates)`` is covered.
+    only_draft_length: int | None = None
 
     def tokens_per_cycle(self, draft_lengths: FloatArray | Sequence[int]) -> FloatArray:
         """``E`` per (acceptance row, draft length), shape (a, k), with the draft coverage applied."""

@@ -42,6 +42,9 @@ MAX_DRAFT_LENGTH = 1024
 MAX_TOKENS = 100_000_000
 #: Largest batch size (vLLM max_num_seqs).
 MAX_BATCH_SIZE = 1_000_000
+#: Highest request rate the simulator draws arrivals at, req/s: far past any replica, and far enough below
+#: the float range that the arrival gaps do not underflow (at 1e308 req/s they all round to one instant).
+MAX_SIMULATED_RATE_RPS = 1e9
 #: Most requests in one replication of the simulator, and most replications.
 MAX_REQUESTS = 10_000_000
 MAX_REPLICATIONS = 1_000

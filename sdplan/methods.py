@@ -40,6 +40,13 @@ METHODS: dict[str, Method] = {
     "mtp": Method("mtp", "the target's MTP layers", None),
     "ngram": Method("ngram", "n-gram prompt lookup", None),
 }
+#: vLLM methods sdplan refuses before anything starts, and why.
+UNSUPPORTED_METHODS: dict[str, str] = {
+    "suffix": "vLLM's suffix decoding (Arctic Inference) drafts a different number of tokens at every step, up to "
+    "num_speculative_tokens and scaled by each request's suffix match (suffix_decoding_max_spec_factor), so its "
+    "cycle is not the k-token cycle that sdplan's model, calibrations and exports describe; ngram is the "
+    "prompt-lookup proposer sdplan models",
+}
 #: n-gram window that ``sdplan calibrate`` measures with and the exports write (vLLM's prompt_lookup_min/max).
 NGRAM_LOOKUP_TOKENS = (2, 5)
 #: ``provenance.draft_model`` values that name a proposer, not weights (what ``sdplan calibrate`` writes).
@@ -48,6 +55,23 @@ _PROPOSER_NAMES = {"ngram": "ngram", "mtp": "mtp", "[ngram]": "ngram"}
 
 def supported() -> str:
     return ", ".join(METHODS)
+
+
+def check_method(requested: str) -> str:
+    """``requested`` if sdplan models it.
+
+    Raises
+    ------
+    InvalidValueError
+        (exit 2) naming why a known vLLM method is not modelled
+        (:data:`UNSUPPORTED_METHODS`), or listing the supported ones.
+    """
+    shown = requested[:40] if requested.isprintable() else repr(requested[:40])
+    if requested in UNSUPPORTED_METHODS:
+        raise InvalidValueError(f"--spec-method {shown}: not supported: {UNSUPPORTED_METHODS[requested]}")
+    if requested not in METHODS:
+        raise InvalidValueError(f"--spec-method {shown}: unknown; supported: {supported()}")
+    return requested
 
 
 def calibration_method(calibration: Calibration) -> str:
@@ -82,9 +106,7 @@ def resolve_method(requested: str | None, calibration: Calibration) -> str:
     own = calibration_method(calibration)
     if requested is None:
         return own
-    if requested not in METHODS:
-        shown = requested if requested.isprintable() else repr(requested)
-        raise InvalidValueError(f"--spec-method {shown}: unknown; supported: {supported()}")
+    check_method(requested)
     if requested != own:
         raise InvalidValueError(
             f"--spec-method {requested}: calibration {calibration.name} holds the costs of "

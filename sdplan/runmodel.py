@@ -12,6 +12,7 @@ design are the model evaluated on unit coefficient vectors
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -189,7 +190,14 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step
 
 
 def r2(measured: list[float], predicted: list[float]) -> float:
-    """Coefficient of determination, ``1 - sum (m - p)^2 / sum (m - mean m)^2`` (1 or 0 when ``m`` is constant)."""
+    """Coefficient of determination, ``1 - sum (m - p)^2 / sum (m - mean m)^2`` (1 or 0 when ``m`` is constant).
+
+    Computed on values divided by the largest finite one (R² does not change with the unit), so that
+    latencies near the float range (1e305 s in a damaged file) do not overflow the squares.
+    """
+    scale = max((abs(v) for v in (*measured, *predicted) if math.isfinite(v)), default=0.0) or 1.0
+    measured = [m / scale for m in measured]
+    predicted = [p / scale for p in predicted]
     mean = sum(measured) / len(measured)
     total = sum((m - mean) ** 2 for m in measured)
     residual = sum((m - p) ** 2 for m, p in zip(measured, predicted))

@@ -48,11 +48,13 @@ class AcceptanceGiven:
     draft_rate: list[float] | None = None
     measured_at_k: int | None = None
     position_rates: list[float] | None = None
+    #: A ``speculation_profile.json`` path (:mod:`sdplan.speculation_profile`).
+    profile: str | None = None
 
     @property
     def given(self) -> bool:
         return any(value is not None for value in (self.alpha, self.mean_length, self.draft_rate,
-                                                   self.measured_at_k, self.position_rates))
+                                                   self.measured_at_k, self.position_rates, self.profile))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +177,8 @@ def _acceptance(given: AcceptanceGiven, file: WorkloadFile | None) -> tuple[Acce
         return AcceptanceGiven(draft_rate=[file.draft_rate], measured_at_k=file.measured_at_k), source
     if file.position_rates is not None:
         return AcceptanceGiven(position_rates=list(file.position_rates)), source
+    if file.profile is not None:
+        return AcceptanceGiven(profile=file.profile), source
     return given, "command line"
 
 
@@ -214,7 +218,8 @@ def resolve_scenario(options: ScenarioOptions) -> Scenario:
         prompt_tokens=prompt if prompt is not None else (file.prompt_tokens if file else None),
         output_tokens=output if output is not None else (file.output_tokens if file else None),
         alpha=acceptance.alpha, mean_length=acceptance.mean_length, draft_rate=acceptance.draft_rate,
-        measured_at_k=acceptance.measured_at_k, source=source, position_rates=acceptance.position_rates)
+        measured_at_k=acceptance.measured_at_k, source=source, position_rates=acceptance.position_rates,
+        profile=acceptance.profile)
     if options.single_acceptance and len(workload.acceptance.alphas) != 1:
         raise InvalidValueError("give a single acceptance value here (one operating point is evaluated)")
     method = resolve_method(options.spec_method, calibration)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from sdplan.errors import InvalidValueError
+from sdplan.limits import MAX_SIMULATED_RATE_RPS
 from sdplan.policy import step_choices
 
 if TYPE_CHECKING:
@@ -269,6 +270,10 @@ class _AdaptiveDecode:
         left = self.left[:size]
         if steps > 1:
             steps = max(1, min(steps, math.ceil(float(np.maximum.reduce(left)))))
+            if draft:  # draw about the cycles the first completion needs (its expected count, with room), not
+                # the longest sequence's: 10^5 tokens left would draw 10^5 cycles each for one completion
+                per_cycle = 1.0 + float(self.rates[:draft].sum())
+                steps = min(steps, int(float(np.minimum.reduce(left)) / per_cycle * 1.25) + 32)
         else:
             steps = 1
         if draft == 0:  # one token per cycle: the first completion is at the fewest tokens left
@@ -316,6 +321,9 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         raise InvalidValueError("simulate at least 10 requests")
     if config.rate_rps <= 0:
         raise InvalidValueError("the request rate must be > 0 req/s")
+    if not config.rate_rps <= MAX_SIMULATED_RATE_RPS:
+        raise InvalidValueError(f"a simulated request rate must be at most {MAX_SIMULATED_RATE_RPS:g} req/s, got "
+                                f"{config.rate_rps:g}; give a rate a replica could see")
     k = config.draft_length
     if k and config.adaptive_draft_lengths is None and len(config.position_rates) != k:
         raise InvalidValueError(f"acceptance must cover the draft length {k}")
@@ -414,6 +422,32 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             fixed, per_sequence = costs[option]
         # Token budget: decode tokens first, then prefill chunks (partial prefills first, then new admissions).
         budget = budget_cap - batch * (k + 1)
+        if prefilling and 0 < budget < prefilling[0][1]:
+            # The oldest partial prefill takes the whole budget for several steps: nothing else changes (no
+            # admission, no other chunk) until its last chunk or the next completion; leap over those steps
+            # (a prompt of 10^8 tokens is 10^4 steps of chunked prefill).
+            repeats = math.ceil(prefilling[0][1] / budget) - 1
+            step = ((fixed + (batch - 1) * per_sequence) if batch else idle_overhead) + budget * per_prompt_token
+            if batch and decode is None:
+                repeats = min(repeats, heap[0][0] - counter - 1)
+            if adaptive and not queue and next_arrival < n:  # an arrival changes the goodput policy's choice of k
+                repeats = min(repeats, math.ceil((arrival_list[next_arrival] - t) / step))
+            if repeats >= 1:
+                done: list[int] = []
+                if batch and decode is not None:
+                    repeats, done = decode.leap(repeats, k)
+                elif batch:
+                    counter += repeats
+                span = repeats * step
+                prefilling[0][1] -= repeats * budget
+                t += span
+                busy_area += (batch + len(prefilling)) * span
+                busy_time += span
+                if batch:
+                    k_area += k * span
+                if done:
+                    complete(done, t)
+                continue
         chunk_tokens = 0.0
         for entry in prefilling:
             if budget <= 0:

@@ -7,6 +7,16 @@ engine steps; this module fits them:
   latter with a zero-cost proposer so no draft cost is included)::
 
       T_t(B, q, s) = fixed + B (per_sequence + q per_query_token + s per_context_token)
+                     + [q > 1] (switch_on_fixed + B switch_on_per_sequence)
+
+  The last term is the cost of having SD switched on (rejection sampler and
+  speculative bookkeeping), which verification steps pay and plain decode
+  does not; without it that cost is smeared into ``fixed`` and
+  ``per_query_token``, overstating the no-SD step (+9.6% at B = 1 with a
+  0.4 ms switch-on cost on the standard grid). It is identified when the
+  grid measures both plain decode and verification steps, and is written
+  into ``[step_model.speculation]`` with the rest of the per-cycle SD
+  overhead, which only SD options pay (``sdplan-calibration(5)``).
 
 * the draft's real share, from full SD steps minus the target's verify step
   (standalone draft timings overestimate it,
@@ -101,9 +111,11 @@ def _nonnegative_fit(columns: list[list[float]], names: tuple[str, ...], y: list
 
 
 def target_step_prediction(fit: TermFit, batch: float, query: float, context: float) -> float:
+    """``T_t(B, q, s)`` of the module docstring, the switch-on term included for verification (``q > 1``)."""
     c = fit.as_dict()
+    switch_on = c.get("switch_on_fixed_s", 0.0) + batch * c.get("switch_on_per_sequence_s", 0.0) if query > 1 else 0.0
     return c["fixed_s"] + batch * (c["per_sequence_s"] + query * c["per_query_token_s"]
-                                   + context * c["per_context_token_s"])
+                                   + context * c["per_context_token_s"]) + switch_on
 
 
 def fit_calibration(measurements: list[Measurement]) -> CalibrationFit:
@@ -119,18 +131,25 @@ def fit_calibration(measurements: list[Measurement]) -> CalibrationFit:
     spec = [m for m in measurements if m.kind == "speculative"]
     if not target or not prefill:
         raise InvalidValueError("calibration needs target and prefill measurements")
-    target_fit = _nonnegative_fit(
-        [[1.0] * len(target), [m.batch for m in target], [m.batch * (m.draft_length + 1) for m in target],
-         [m.batch * m.context_tokens for m in target]],
-        ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s"),
-        [m.seconds for m in target],
-    )
+    columns: list[list[float]] = [[1.0] * len(target), [m.batch for m in target],
+                                  [m.batch * (m.draft_length + 1) for m in target],
+                                  [m.batch * m.context_tokens for m in target]]
+    names: tuple[str, ...] = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
+    notes = []
+    if any(m.draft_length > 0 for m in target) and any(m.draft_length == 0 for m in target):
+        # [k > 0] and [k > 0] B: the cost of SD being on, apart from the verified tokens' own cost
+        columns += [[float(m.draft_length > 0) for m in target], [m.batch * float(m.draft_length > 0) for m in target]]
+        names += ("switch_on_fixed_s", "switch_on_per_sequence_s")
+    else:
+        notes.append("the cost of switching SD on is not identified (the grid measured "
+                     f"{'only verification' if target and target[0].draft_length else 'no verification'} steps): "
+                     "it stays in the target step's fixed cost")
+    target_fit = _nonnegative_fit(columns, names, [m.seconds for m in target])
     prefill_fit = _nonnegative_fit(
         [[1.0] * len(prefill), [m.prompt_tokens for m in prefill]], ("fixed_s", "per_prompt_token_s"),
         [m.seconds for m in prefill],
     )
     spec_fit = None
-    notes = []
     if spec:
         # The draft's share: the measured SD step minus the target's verify step at the same point.
         verify = {(m.batch, m.draft_length, m.prompt_tokens): m.seconds for m in target}
@@ -177,7 +196,10 @@ def _significant(value: float) -> float:
 def step_model_document(fit: CalibrationFit) -> dict[str, Any]:
     """The ``[step_model]`` table of a calibration from a fit (6 significant digits)."""
     t = {key: _significant(value) for key, value in fit.target.as_dict().items()}
-    d = {key: _significant(value) for key, value in fit.speculative.as_dict().items()} if fit.speculative else {}
+    d = dict(fit.speculative.as_dict()) if fit.speculative else {}
+    for key in ("fixed_s", "per_sequence_s"):  # the switch-on cost is per-cycle SD overhead (module docstring)
+        d[f"overhead_{key}"] = d.get(f"overhead_{key}", 0.0) + fit.target.as_dict().get(f"switch_on_{key}", 0.0)
+    d = {key: _significant(value) for key, value in d.items()}
     p = {key: _significant(value) for key, value in fit.prefill.as_dict().items()}
     return {
         "target": {key: t[key] for key in ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")},

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from sdplan.acceptance import AcceptanceMetric, AcceptanceSpec, make_acceptance
+from sdplan.acceptance import AcceptanceMetric, AcceptanceSpec, make_acceptance, position_rates_from_conditional
 from sdplan.errors import InvalidValueError
 
 if TYPE_CHECKING:
@@ -41,8 +41,12 @@ def resolve_acceptance(
     measured_at_k: int | None = None,
     source: str = "command line",
     position_rates: Sequence[float] | None = None,
+    profile: str | None = None,
 ) -> AcceptanceSpec:
     """Acceptance from at most one metric, or the calibration's, or the default.
+
+    ``profile`` is the path of a ``speculation_profile.json``
+    (:mod:`sdplan.speculation_profile`): its per-position rates, counted as one metric.
 
     Raises
     ------
@@ -60,11 +64,18 @@ def resolve_acceptance(
         )
         if values is not None
     ]
-    if len(given) > 1:
+    if len(given) + (profile is not None) > 1:
         raise InvalidValueError(
             "give acceptance in one metric only: --acceptance (per-token alpha), "
-            "--acceptance-length, --draft-acceptance-rate or --position-acceptance"
+            "--acceptance-length, --draft-acceptance-rate, --position-acceptance or --acceptance-profile"
         )
+    if profile is not None:
+        from sdplan.speculation_profile import load_speculation_profile
+
+        if measured_at_k is not None:
+            raise InvalidValueError("--acceptance-k does not apply to --acceptance-profile (the profile says the "
+                                    "draft length it was measured at)")
+        return load_speculation_profile(profile).acceptance()
     if given:
         metric, values = given[0]
         if metric in (AcceptanceMetric.PER_TOKEN, AcceptanceMetric.PER_POSITION) and measured_at_k is not None:
@@ -88,19 +99,6 @@ def resolve_acceptance(
     )
 
 
-def position_rates_from_conditional(conditional: Sequence[float]) -> tuple[float, ...]:
-    """vLLM's per-position rates ``r_i = a_1 ... a_i`` from a calibration's conditional ``a_i``.
-
-    A calibration stores ``[acceptance] per_position_rates`` conditionally (``a_i``: position
-    ``i`` accepted given ``1..i-1`` were); ``--position-acceptance`` and vLLM's
-    ``spec_decode_per_position_acceptance_rates`` are the running products.
-    """
-    rates: list[float] = []
-    for rate in conditional:
-        rates.append(float(rate) * (rates[-1] if rates else 1.0))
-    return tuple(rates)
-
-
 def measured_draft_lengths(acceptance: AcceptanceSpec, draft_lengths: Sequence[int], *,
                            given: bool) -> tuple[list[int], str | None]:
     """The draft lengths the acceptance covers, and a note on those left out.
@@ -114,21 +112,31 @@ def measured_draft_lengths(acceptance: AcceptanceSpec, draft_lengths: Sequence[i
     InvalidValueError
         If a given draft length exceeds ``K``, or none of the candidates is within it.
     """
+    only = acceptance.only_draft_length
+    if only is not None and any(k not in (0, only) for k in draft_lengths):
+        if given and any(k > 0 and k != only for k in draft_lengths):
+            raise InvalidValueError(f"the acceptance holds at draft length {only} only ({acceptance.source}); "
+                                    f"use --draft-lengths {only}, or give --acceptance ALPHA for other lengths")
+        return [only], (f"draft lengths other than {only} left out: the acceptance was measured at k={only} and "
+                        "does not carry over to other lengths for this drafter")
     rates = acceptance.position_rates
     if rates is None or max(draft_lengths, default=0) <= len(rates):
         return list(draft_lengths), None
     longest = len(rates)
     kept = [k for k in draft_lengths if k <= longest]
     calibrated = acceptance.source.startswith("from the calibration")
-    if given or not calibrated or not any(k > 0 for k in kept):
+    profiled = acceptance.source.startswith("speculation profile")
+    if given or not (calibrated or profiled) or not any(k > 0 for k in kept):
         raise InvalidValueError(
-            f"per-position acceptance covers draft lengths 1..{longest} ({'measured' if calibrated else 'given'} "
+            f"per-position acceptance covers draft lengths 1..{longest} "
+            f"({'measured' if calibrated or profiled else 'given'} "
             f"up to k={longest}); use draft lengths within 1-{longest}, or give --acceptance ALPHA to extrapolate "
             "an i.i.d. alpha past it")
     dropped = sorted(k for k in draft_lengths if k > longest)
     contiguous = len(dropped) > 1 and dropped == list(range(dropped[0], dropped[-1] + 1))
     span = f"{dropped[0]}-{dropped[-1]}" if contiguous else ", ".join(map(str, dropped))
-    return kept, (f"draft lengths {span} left out: the calibration measured acceptance per draft position up to "
+    whose = "the calibration" if calibrated else "the speculation profile"
+    return kept, (f"draft lengths {span} left out: {whose} measured acceptance per draft position up to "
                   f"k={longest}; give --acceptance ALPHA to extrapolate an i.i.d. alpha past it")
 
 
@@ -143,6 +151,7 @@ def resolve_workload(
     measured_at_k: int | None = None,
     source: str = "command line",
     position_rates: Sequence[float] | None = None,
+    profile: str | None = None,
 ) -> Workload:
     """The workload with every default applied (see the module docstring)."""
     prompt = prompt_tokens if prompt_tokens is not None else calibration.reference_prompt_tokens
@@ -157,6 +166,7 @@ def resolve_workload(
         measured_at_k=measured_at_k,
         source=source,
         position_rates=position_rates,
+        profile=profile,
     )
     return Workload(prompt_tokens=int(prompt), output_tokens=int(output), acceptance=acceptance)
 
@@ -201,6 +211,7 @@ def _workload_schema() -> object:
                                            minimum=1, maximum=MAX_DRAFT_LENGTH),
                     "position_rates": Field("float_list", "vLLM's per-position acceptance rates r_1..r_K",
                                             required=False, minimum=0.0, maximum=1.0),
+                    "profile": Field("str", "speculation_profile.json (relative to this file)", required=False),
                 },
                 required=False,
             ),
@@ -245,6 +256,7 @@ class WorkloadFile:
     draft_rate: float | None = None
     measured_at_k: int | None = None
     position_rates: tuple[float, ...] | None = None
+    profile: str | None = None
     mode: str | None = None
     draft_length: int | None = None
     draft_lengths: tuple[int, ...] | None = None
@@ -272,10 +284,11 @@ def load_workload_file(path: str) -> WorkloadFile:
                              f"version {version} is not supported; this sdplan reads {WORKLOAD_SCHEMA_VERSION}")
     validate(document, _workload_schema(), path)  # type: ignore[arg-type]
     acceptance = document.get("acceptance", {})
-    metrics = [key for key in ("per_token_alpha", "mean_length", "draft_rate", "position_rates") if key in acceptance]
+    metrics = [key for key in ("per_token_alpha", "mean_length", "draft_rate", "position_rates", "profile")
+               if key in acceptance]
     if len(metrics) > 1:
-        raise InputFileError(path, "acceptance",
-                             f"give one of per_token_alpha, mean_length, draft_rate, position_rates, not {metrics}")
+        raise InputFileError(path, "acceptance", "give one of per_token_alpha, mean_length, draft_rate, "
+                             f"position_rates, profile, not {metrics}")
     if metrics and metrics[0] in ("mean_length", "draft_rate") and "measured_at_k" not in acceptance:
         raise InputFileError(path, "acceptance.measured_at_k", f"{metrics[0]} needs the draft length it was measured at")
     speculation = document.get("speculation", {})
@@ -295,6 +308,9 @@ def load_workload_file(path: str) -> WorkloadFile:
         except OSError as error:
             raise InputFileError(path, "calibration", f"cannot look up {str(relative)!r} ({error.strerror}); "
                                  "check the path") from None
+    profile = acceptance.get("profile")
+    if profile is not None:
+        profile = str(file.parent / profile)
     traffic = document.get("traffic", {})
     deployment = document.get("deployment", {})
     return WorkloadFile(
@@ -310,6 +326,7 @@ def load_workload_file(path: str) -> WorkloadFile:
         draft_rate=acceptance.get("draft_rate"),
         measured_at_k=acceptance.get("measured_at_k"),
         position_rates=tuple(acceptance["position_rates"]) if "position_rates" in acceptance else None,
+        profile=profile,
         mode=speculation.get("mode"),
         draft_length=speculation.get("draft_length"),
         draft_lengths=tuple(int(k) for k in lengths) if lengths is not None else None,

@@ -521,6 +521,121 @@ def reader_cases(draw: st.DrawFn) -> Case:
     return Case(argv=argv, files=files, output="fit.toml" if command == "fit" else None, fmt="toml")
 
 
+# ----------------------------------------------------------------------------- SD inputs from the field
+
+DATA = ROOT / "tests" / "data"
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _json_text(document: Any) -> str:
+    """JSON of a mutated document; the nan/inf markers become the bare literals Python's json reads."""
+    text = json.dumps(document, default=str)
+    for marker, literal in ((_NAN, "NaN"), (_INF, "Infinity"), (_NINF, "-Infinity")):
+        text = text.replace(json.dumps(marker), literal)
+    return text
+
+
+PROFILES = [_json(DATA / "speculation-profiles" / "eagle3-k3.json"), _json(DATA / "speculation-profiles" /
+                                                                            "dflash-k3.json")]
+INFERENCEX_ROWS = _json(DATA / "inferencex" / "rows.json")
+INFERENCEX_FLAT = [_json(path) for path in sorted((DATA / "inferencex" / "runner").glob("*.json"))[:3]]
+VLLM_SERVED = [_json(DATA / "served-cpu" / name) for name in ("k4_c4_r0.json", "nosd_p40_r0.json")]
+GUIDELLM_REPORT = _json(DATA / "guidellm-cpu" / "gl-concurrent8.json")
+CSV_HEADER = "request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s"
+
+
+@st.composite
+def field_cases(draw: st.DrawFn) -> Case:
+    """SD inputs from the field and their siblings: speculation profiles, InferenceX rows, GuideLLM SD metrics,
+    vLLM files with failed requests and an empty goodput, CSV fields over 128 KiB, huge simulated prompts."""
+    kind = draw(st.sampled_from(["profile", "profile", "inferencex", "inferencex", "guidellm", "vllm", "vllm",
+                                 "csv", "simulate"]))
+    if kind == "profile":
+        document: Any = draw(mutated_document(PROFILES))
+        if draw(st.booleans()):
+            document = draw(st.sampled_from([[document], "1.0", None, {"schema_version": "1.0"}]))
+        files = {"p.json": draw(file_bytes(_json_text(document)))}
+        command = draw(st.sampled_from(["plan", "check", "capacity", "simulate"]))
+        argv = [command]
+        if draw(st.integers(0, 3)) == 0:
+            files["workload.toml"] = draw(st.sampled_from([
+                b'schema_version = 1\nslos = ["e2e:mean<=30s"]\n[traffic]\nrequest_rate_rps = 1.0\n'
+                b'target_rate_rps = 4.0\n[acceptance]\nprofile = "p.json"\n',
+                b'schema_version = 1\n[acceptance]\nprofile = "missing.json"\n',
+                b'schema_version = 1\n[acceptance]\nprofile = 3\n']))
+            argv += ["-w", "workload.toml"] if command in ("check", "capacity") else ["--acceptance-profile", "p.json"]
+        else:
+            argv += ["--acceptance-profile", draw(st.sampled_from(["p.json", "p.json", "p.json", ".", "adir",
+                                                                   "nonexistent.json", ""]))]
+        if command == "check":
+            argv += ["--rate", draw(number_text(0, 30)), "--slo", "e2e:mean<=30s"]
+        elif command == "capacity":
+            argv += ["--target-rate", draw(number_text(0, 100)), "--slo", "e2e:mean<=30s"]
+        elif command == "simulate":
+            argv += ["-r", "1", "--requests", "50", "--seeds", "1"]
+        argv += _options(draw, {"-k": DRAFT_LENGTHS, "--acceptance": ALPHAS, "-f": st.sampled_from(["json", "table"]),
+                                "--draft-length": st.sampled_from(["3", "2", "best", "off"]) if command == "check"
+                                or command == "simulate" else None}, most=2)
+        return Case(argv=argv, files=files, output=None, fmt="table")
+    if kind == "simulate":
+        argv = ["simulate", "-r", draw(st.sampled_from(["4", "1", "0.01", "1,4", "40"])),
+                "--prompt-tokens", draw(st.sampled_from(["100000000", "99999999", "50000000", "8192", "1"])),
+                "--output-tokens", draw(st.sampled_from(["1", "2", "512", "100000", "100000000"])),
+                "--requests", draw(st.sampled_from(["10", "200", "2000"])),
+                "--seeds", draw(st.sampled_from(["1", "2"])),
+                "--draft-length", draw(st.sampled_from(["best", "goodput", "off", "4"]))]
+        argv += _options(draw, {"--max-num-batched-tokens": st.sampled_from(["1", "256", "8192"]),
+                                "--max-num-seqs": st.sampled_from(["1", "8", "256"]),
+                                "--kv-cache-tokens": st.sampled_from(["1e9", "1e12", "inf"]),
+                                "--arrival-cv": st.sampled_from(["1", "4"]), "-f": st.sampled_from(["json"])}, most=3)
+        return Case(argv=argv, output=None, fmt="table")
+    if kind == "inferencex":
+        rows = [draw(mutated_document(INFERENCEX_ROWS + INFERENCEX_FLAT)) for _ in range(draw(st.integers(1, 4)))]
+        text = _json_text(rows if draw(st.booleans()) else rows[0])
+        name = draw(st.sampled_from(["r.json", "r.json:k=4", "r.json:k=2,len=2.5"]))
+    elif kind == "guidellm":
+        report = copy.deepcopy(GUIDELLM_REPORT)
+        metrics = report["benchmarks"][0]["metrics"]
+        for metric in draw(st.lists(st.sampled_from(["iter_tokens_per_iteration", "output_tokens_per_iteration"]),
+                                    max_size=2, unique=True)):
+            metrics[metric] = draw(st.one_of(
+                st.builds(lambda mean: {"successful": {"mean": mean}}, st.one_of(st.sampled_from(
+                    [1.0, 1.05, 1.2, 2.95, 5.0, 64.0, 0.0, -1.0, 1e308]), VALUES)), VALUES))
+        text = _json_text(report)
+        name = draw(st.sampled_from(["r.json", "r.json", "r.json:k=4", "r.json:k=1", "r.json:k=0"]))
+    elif kind == "vllm":
+        document = copy.deepcopy(draw(st.sampled_from(VLLM_SERVED)))
+        total = document["num_prompts"]
+        done = draw(st.sampled_from([0, 1, 2, total // 10, total // 2, total - 1, total]))
+        document.update({"request_goodput": draw(st.sampled_from([{}, None, [], {"x": 1}, 0])), "completed": done,
+                         "failed": total - done})
+        if draw(st.booleans()):
+            document["errors"] = ["Server error"] * (total - done) + [""] * done
+        text = _json_text(draw(mutated_document([document])))
+        name = "r.json"
+    else:
+        size = draw(st.sampled_from([10, 1000, 131_072, 131_073, 200_000]))
+        field_text = draw(st.sampled_from(["1", "x", '"', "\n", ","])) * size
+        row = ["1", "0", "0.7", "100", "100", "1"]
+        row[draw(st.integers(0, 5))] = field_text
+        header = CSV_HEADER if draw(st.booleans()) else CSV_HEADER + field_text
+        text = header + "\n" + ",".join(row) + "\n"
+        name = "r.csv"
+    files = {name.split(":")[0]: draw(file_bytes(text))}
+    command = draw(st.sampled_from(["fit", "fit", "validate"]))
+    argv = [command, *_options(draw, {"--input-format": st.sampled_from(["auto", "inferencex", "guidellm", "vllm",
+                                                                         "csv"]),
+                                      "--draft-length": st.sampled_from(["0", "2", "4"]),
+                                      "--acceptance": st.sampled_from(["0.7", "0.99"]),
+                                      "-f": st.sampled_from(["json", "table"])}, most=2), name]
+    if command == "fit":
+        argv += ["-o", "fit.toml"]
+    return Case(argv=argv, files=files, output="fit.toml" if command == "fit" else None, fmt="toml")
+
+
 # ----------------------------------------------------------------------------- running one input
 
 

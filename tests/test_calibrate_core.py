@@ -21,13 +21,18 @@ GRID = Grid(batch_sizes=(1, 2, 4, 8), draft_lengths=(1, 2, 4), prompt_tokens=(64
 
 
 class SyntheticRunner:
-    """Step times from known coefficients, with multiplicative noise."""
+    """Step times from known coefficients, with multiplicative noise.
 
-    def __init__(self, noise: float = 0.01, seed: int = 7, fail_after: int | None = None) -> None:
+    ``switch_on_s`` is paid by every step with SD on (verification and SD steps), not by plain decode.
+    """
+
+    def __init__(self, noise: float = 0.01, seed: int = 7, fail_after: int | None = None,
+                 switch_on_s: float = 0.0) -> None:
         self.random = random.Random(seed)
         self.noise = noise
         self.calls = 0
         self.fail_after = fail_after
+        self.switch_on_s = switch_on_s
 
     def _tick(self) -> None:
         self.calls += 1
@@ -39,7 +44,9 @@ class SyntheticRunner:
 
     def _target(self, batch: int, query: int, context: float) -> float:
         t = TRUE_TARGET
-        return t["fixed_s"] + batch * (t["per_sequence_s"] + query * t["per_query_token_s"] + context * t["per_context_token_s"])
+        step = t["fixed_s"] + batch * (t["per_sequence_s"] + query * t["per_query_token_s"]
+                                       + context * t["per_context_token_s"])
+        return step + (self.switch_on_s if query > 1 else 0.0)
 
     def target_steps(self, batch, draft_length, prompt_tokens, steps):
         self._tick()
@@ -88,6 +95,28 @@ def test_noiseless_fit_is_exact(tmp_path: Path) -> None:
     assert fit.r2 == pytest.approx(1.0, abs=1e-9)
 
 
+def test_the_cost_of_switching_sd_on_is_its_own_term(tmp_path: Path) -> None:
+    # Every step with SD on (verification and full SD steps) pays 0.4 ms that plain decode does not.
+    measurements, _ = run(tmp_path, SyntheticRunner(noise=0.0, switch_on_s=4e-4))
+    fit = fit_calibration(measurements)
+    target = fit.target.as_dict()
+    for key, value in TRUE_TARGET.items():  # the plain-decode step is not charged for it
+        assert target[key] == pytest.approx(value, rel=1e-6), key
+    assert target["switch_on_fixed_s"] == pytest.approx(4e-4, rel=1e-6)
+    assert target["switch_on_per_sequence_s"] == pytest.approx(0.0, abs=1e-9)
+    speculation = step_model_document(fit)["speculation"]
+    assert speculation["overhead_fixed_s"] == pytest.approx(TRUE_OVERHEAD + 4e-4, rel=1e-5)  # SD options pay both
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9)
+
+
+def test_switch_on_cost_is_not_identified_without_plain_decode_steps(tmp_path: Path) -> None:
+    measurements, _ = run(tmp_path, SyntheticRunner(noise=0.0))
+    verification_only = [m for m in measurements if not (m.kind == "target" and m.draft_length == 0)]
+    fit = fit_calibration(verification_only)
+    assert "switch_on_fixed_s" not in fit.target.as_dict()
+    assert any("switching SD on is not identified" in note for note in fit.notes)
+
+
 def test_interrupted_run_keeps_measurements_and_resumes(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, SyntheticRunner(fail_after=5))
@@ -118,6 +147,18 @@ def test_resume_refuses_another_configuration(tmp_path: Path) -> None:
     (tmp_path / "junk.jsonl").write_text("not json\n")
     with pytest.raises(InputFileError, match="not a measurement store"):
         MeasurementStore(tmp_path / "junk.jsonl", {}).load()
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("list.jsonl", b"[1, 2]\n"),  # a first line that is JSON but not an object
+    ("rows.jsonl", b'{"config": {}}\n[1]\n'),  # a measurement that is not an object
+    ("latin1.jsonl", b'{"config": "\xe9"}\n'),  # not UTF-8
+    ("field.csv", b'# {"config": {}}\nkey,value\n"' + b"x" * 200_000 + b'",1\n'),  # a CSV field over 128 KiB
+])
+def test_damaged_stores_are_input_errors(tmp_path: Path, name: str, content: bytes) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(InputFileError, match="not a measurement store|cannot read"):
+        MeasurementStore(tmp_path / name, {}).load()
 
 
 def test_grids_are_ordered_by_size() -> None:

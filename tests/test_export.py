@@ -206,6 +206,12 @@ def test_unknown_method_exits_2_with_the_list(sdplan, command) -> None:
     assert "draft_model, eagle, eagle3, mtp, ngram" in result.stderr and result.stdout == ""
 
 
+def test_suffix_is_refused_with_the_reason(sdplan) -> None:
+    result = sdplan("plan", "--acceptance", "0.8", "--spec-method", "suffix")
+    assert result.exit_code == ExitStatus.USAGE
+    assert "not supported" in result.stderr and "different number of tokens at every step" in result.stderr
+
+
 @pytest.mark.parametrize("method", ["eagle", "eagle3", "mtp", "ngram"])
 def test_method_other_than_the_calibrations_is_refused(sdplan, method) -> None:
     result = sdplan("capacity", "--acceptance", "0.8", "--spec-method", method, "-f", "vllm-config")

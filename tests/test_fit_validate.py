@@ -309,6 +309,12 @@ _RUN = ('{"completed": 10, "request_rate": 1, "burstiness": 1, "duration": 10, "
      ".csv", "line 2: acceptance"),
     ("request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s\n1,0,0.5,10,10,abc\n",
      ".csv", "line 2: mean_e2e_latency_s"),
+    # a field over the csv module's 128 KiB limit, in a row and in the header (exit 70 before)
+    ("request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s\n1,0,0.5,10,10,"
+     + "1" * 200_000 + "\n", ".csv", "not valid CSV (field larger than field limit"),
+    ("request_rate_rps" + "x" * 200_000 + "\n1\n", ".csv", "not valid CSV"),
+    ("[]", ".json", "an empty JSON array"),
+    ("a\rb,c\n1,2\n", ".json", "invalid JSON"),  # a carriage return in the CSV header probe (exit 70 before)
 ])
 def test_malformed_results_exit_3_with_file_and_field(sdplan, tmp_path, content, suffix, where) -> None:
     path = tmp_path / f"bad{suffix}"
@@ -355,3 +361,16 @@ def test_input_format_choices_are_the_reader_registry() -> None:
     for command in (fit, validate_command):
         option = next(param for param in command.params if param.name == "input_format")
         assert tuple(option.type.choices) == FORMATS
+
+
+def test_validate_of_latencies_near_the_float_range_does_not_overflow(sdplan, tmp_path) -> None:
+    """A damaged file's mean E2E of 1e308 ms: R2's squares overflowed Python floats (exit 70 before)."""
+    document = json.loads((Path(__file__).parent / "data" / "served-cpu" / "k4_c4_r0.json").read_text())
+    for key in ("latencies", "ttfts", "start_times"):
+        document.pop(key)
+    document["mean_e2el_ms"] = 1e308
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(document))
+    result = sdplan("validate", str(path), "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["runs"][0]["error_pct"] == pytest.approx(-100.0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzz_cli import Case, cases, environment_ok, focused_cases, reader_cases, run_case
+from fuzz_cli import Case, cases, environment_ok, field_cases, focused_cases, reader_cases, run_case
 
 #: Per-input time bound in the suite (generous: a loaded 2-core CI machine).
 TIME_LIMIT_S = 20.0
@@ -43,4 +43,10 @@ def test_valid_command_lines_with_one_thing_wrong(case: Case, tmp_path_factory: 
 @settings(FUZZ, max_examples=500)
 @given(case=reader_cases())
 def test_no_results_file_crashes_fit_or_validate(case: Case, tmp_path_factory: pytest.TempPathFactory) -> None:
+    _check(case, tmp_path_factory.getbasetemp())
+
+
+@settings(FUZZ, max_examples=300)
+@given(case=field_cases())
+def test_no_profile_row_report_or_huge_prompt_crashes(case: Case, tmp_path_factory: pytest.TempPathFactory) -> None:
     _check(case, tmp_path_factory.getbasetemp())

@@ -179,7 +179,10 @@ def read_results_from(document, tmp=Path("/tmp")):
 @pytest.mark.parametrize(("extra", "message"), [
     (["--max-model-len", "100"], "shorter than the longest calibration request"),
     (["--", "--port", "9000"], "sdplan sets it itself"),
-    (["--spec-method", "foo"], "unknown; one of"),
+    (["--spec-method", "foo"], "unknown; supported: draft_model"),
+    # suffix drafts a varying number of tokens per step: refused, with the reason, before any server starts
+    (["--spec-method", "suffix"], "suffix: not supported: vLLM's suffix decoding (Arctic Inference) drafts a "
+                                  "different number"),
     (["--endpoint", "http://127.0.0.1:1"], "--endpoint measures a server you run"),
     (["--max-num-seqs", "8", "--", "--max-num-seqs", "4"], "given twice"),
     (["--draft-lengths", "0,70"], "0..64"),

@@ -108,3 +108,21 @@ def test_validate_reports_it_and_warns_of_a_gate_below_it(sdplan) -> None:
     assert above.exit_code == 0 and "fails on noise" not in above.stderr
     single = sdplan("validate", "-c", calibration, files[0], "-f", "json")
     assert json.loads(single.stdout)["summary"]["repeat_spread"] is None
+
+
+def test_runs_of_equally_named_files_are_named_apart(tmp_path, sdplan) -> None:
+    """validate names each run by its path relative to the folder all inputs share, so the passes'
+    k2-poisson0.25.json in pass1/, pass2/, pass3/ are three rows that can be told apart."""
+    import shutil
+
+    files = []
+    for path in sorted(PASSES.glob("pass*.json")):
+        folder = tmp_path / "runs" / path.stem.split("-", 1)[0]
+        folder.mkdir(parents=True, exist_ok=True)
+        files.append(str(shutil.copy(path, folder / path.name.split("-", 1)[1])))
+    result = sdplan("validate", "-c", str(PASSES / "served.toml"), *files, "-f", "json")
+    sources = [run["source"] for run in json.loads(result.stdout)["runs"]]
+    assert len(set(sources)) == len(sources) == 9
+    assert "pass2/k2-poisson0.25.json" in sources and "pass3/k2-poisson0.8.json" in sources
+    table = sdplan("validate", "-c", str(PASSES / "served.toml"), *files).stdout
+    assert "│ pass1/k2-poisson0.55.json" in table and "│ pass2/k2-poisson0.55.json" in table

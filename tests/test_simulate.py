@@ -86,6 +86,15 @@ def test_invalid_configurations() -> None:
         simulate(C, SimulationConfig(rate_rps=0.0, draft_length=0, position_rates=()), numpy.random.default_rng(0))
     with pytest.raises(InvalidValueError, match="draft length"):
         simulate(C, SimulationConfig(rate_rps=1.0, draft_length=3, position_rates=(0.5,)), numpy.random.default_rng(0))
+    # 1e308 req/s: every arrival gap underflows to one instant (the fuzz's exit 70 in the steady-state fit)
+    for rate in (1e308, math.inf, math.nan):
+        with pytest.raises(InvalidValueError, match="at most 1e\\+09 req/s"):
+            simulate(C, SimulationConfig(rate_rps=rate, draft_length=0, position_rates=()), numpy.random.default_rng(0))
+
+
+def test_cli_simulate_of_an_absurd_rate_is_a_usage_error(sdplan) -> None:
+    result = sdplan("simulate", "-r", "1e308", "--requests", "100", "--seeds", "1", "-f", "json")
+    assert result.exit_code == ExitStatus.USAGE and "at most 1e+09 req/s" in result.stderr
 
 
 def test_cli_simulate_formats(sdplan, tmp_path) -> None:
@@ -355,3 +364,67 @@ def test_goodput_policy_results_do_not_depend_on_the_uniform_block(monkeypatch: 
         for field in ("e2e_s", "ttft_s", "tpot_s", "queue_s"):
             numpy.testing.assert_array_equal(getattr(run, field), getattr(expected, field))
         assert (run.duration_s, run.mean_draft_length) == (expected.duration_s, expected.mean_draft_length)
+
+
+def test_a_prompt_of_10_8_tokens_is_prefilled_in_leaps_with_the_same_times() -> None:
+    # Alone, a 10^8-token prompt under an 8192-token budget takes ceil(10^8 / 8192) = 12208 chunked-prefill steps of
+    # an idle engine: TTFT = 12208 (c1p - c2p) + 10^8 c2p / p. The simulator leaps over the identical steps.
+    prompt = 100_000_000
+    c = Coefficients(c1p_s=0.05, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
+                     baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=1024.0, output_tokens=8.0)
+    run = simulate(c, SimulationConfig(rate_rps=1e-9, draft_length=0, position_rates=(), requests=10,
+                                       prompt_tokens=prompt, output_tokens=8), numpy.random.default_rng(0))
+    assert run.ttft_s == pytest.approx(math.ceil(prompt / 8192) * 0.02 + prompt * 0.03 / 1024, rel=1e-9)
+
+
+def test_prefill_leaps_beside_running_sequences_agree_between_fixed_and_adaptive_paths() -> None:
+    # With every draft accepted both decode paths are deterministic, and their prefill leaps are coded apart (the
+    # fixed-k one stops before the next completion, the adaptive one at it and at arrivals): same times to 1e-9.
+    config = dict(rate_rps=3.0, draft_length=2, position_rates=(1.0, 1.0), requests=400, prompt_tokens=20000,
+                  output_tokens=64, max_num_batched_tokens=1024, max_num_seqs=64)
+    fixed = simulate(C, SimulationConfig(**config), numpy.random.default_rng(1))
+    adaptive = simulate(C, SimulationConfig(**config, adaptive_draft_lengths=(2,)), numpy.random.default_rng(1))
+    assert fixed.e2e_s.mean() > 10.0  # past saturation: long prefills queue behind each other and beside decodes
+    assert numpy.allclose(fixed.e2e_s, adaptive.e2e_s, rtol=1e-9)
+    assert numpy.allclose(fixed.ttft_s, adaptive.ttft_s, rtol=1e-9)
+
+
+@pytest.mark.parametrize("policy", ["best", "goodput"])
+def test_cli_simulate_of_huge_prompts_ends(sdplan, policy: str) -> None:
+    # the fuzz's case: 2,000 requests of 10^8 prompt tokens at 4 req/s (50 s before the prefill leaps)
+    result = sdplan("simulate", "--rates", "4", "--requests", "2000", "--prompt-tokens", "100000000",
+                    "--kv-cache-tokens", "1e12", "--draft-length", policy, "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rates"][0]["steady_state"] is False
+
+
+class _CountingRng:
+    """A numpy Generator that counts the uniforms drawn through ``random``."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = numpy.random.default_rng(seed)
+        self.drawn = 0
+
+    def random(self, size=None):  # type: ignore[no-untyped-def]
+        values = self.rng.random(size)
+        self.drawn += int(numpy.size(values))
+        return values
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.rng, name)
+
+
+def test_goodput_policy_draws_about_the_cycles_it_runs() -> None:
+    # 10 requests of 10^5 output tokens, each alone: about g/E = 29,748 cycles each at alpha 0.8, k = 4
+    # (E = 3.3616). Drawing up to each request's whole horizon (10^5 cycles) per leap drew 3.4x that; the leap
+    # now draws about what the next completion needs.
+    alpha, k, g, n = 0.8, 4, 100_000, 10
+    rng = _CountingRng(5)
+    config = SimulationConfig(rate_rps=1e-6, draft_length=k, position_rates=rates(alpha, k), requests=n,
+                              prompt_tokens=128, output_tokens=g, adaptive_draft_lengths=(k,))
+    run = simulate(C, config, rng)  # type: ignore[arg-type]
+    cycles = (g - 1) / sum(alpha**j for j in range(k + 1))
+    assert run.tpot_s.size == n - 1  # every request finished (the first is warm-up)
+    from sdplan.simulate import UNIFORM_BLOCK
+
+    assert rng.drawn <= 1.3 * n * cycles + 2 * UNIFORM_BLOCK  # uniforms are drawn in blocks

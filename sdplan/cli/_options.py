@@ -217,6 +217,10 @@ def workload_options(fn: FuncT) -> FuncT:
             click.option("--output-tokens", type=int, callback=positive_tokens, metavar="TOKENS",
                          help="Output length g in tokens. Default: the calibration's reference workload."),
             acceptance_options,
+            click.option("--acceptance-profile", "acceptance_profile", metavar="FILE", shell_complete=complete_file,
+                         help="Acceptance from a speculation_profile.json (NVIDIA Model-Optimizer schema 1.0, next to "
+                         "a draft checkpoint; a folder holding one works too): its conditional per-position rates, "
+                         "measured at its num_speculative_tokens."),
         ],
     )
 

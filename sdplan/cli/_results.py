@@ -12,9 +12,11 @@ from sdplan.cli._options import apply_options, acceptance_options
 def results_options(fn: Any) -> Any:
     return apply_options(fn, [
         click.argument("results", nargs=-1, required=True, metavar="RESULTS..."),
-        click.option("--input-format", type=click.Choice(("auto", "vllm", "guidellm", "aic-silicon", "csv")),
+        click.option("--input-format",
+                     type=click.Choice(("auto", "vllm", "guidellm", "aic-silicon", "inferencex", "csv")),
                      default="auto",
-                     show_default=True, help="Format of RESULTS: vLLM bench serve JSON, GuideLLM report, CSV "
+                     show_default=True, help="Format of RESULTS: vLLM bench serve JSON, GuideLLM report, "
+                     "InferenceX rows, CSV "
                      "(request_rate_rps, draft_length, acceptance, prompt_tokens, output_tokens, mean_e2e_latency_s"
                      "[, mean_concurrency]) or AIConfigurator's silicon_sample.csv (aic-silicon; the installed "
                      "package's own as aic:silicon_sample). auto detects it."),

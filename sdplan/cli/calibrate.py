@@ -12,7 +12,18 @@ if TYPE_CHECKING:
     from sdplan.measure.options import ServedOptions
 
 GRID_NAMES = ("quick", "standard", "thorough")
-SPEC_METHODS = ("draft_model", "ngram", "eagle", "eagle3", "mtp", "suffix")
+
+
+def _spec_method(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A method sdplan models, checked before anything starts (exit 2)."""
+    from sdplan.cli._options import usage_error
+    from sdplan.errors import InvalidValueError
+    from sdplan.methods import check_method
+
+    try:
+        return check_method(value)
+    except InvalidValueError as error:
+        raise usage_error(str(error)) from None
 
 
 def _read_prompts(path: str) -> list[list[int]]:
@@ -76,8 +87,9 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
               show_default=True, help="served: vllm serve + vllm bench serve, what users deploy. engine: time bare "
               "in-process engine steps (excludes the API server, detokenisation, streaming and IPC; a "
               "decomposition, not a prediction of a served system).")
-@click.option("--spec-method", default="draft_model", show_default=True, metavar="METHOD",
-              help=f"vLLM speculative method of the SD configurations: {', '.join(SPEC_METHODS)}.")
+@click.option("--spec-method", default="draft_model", show_default=True, metavar="METHOD", callback=_spec_method,
+              help="vLLM speculative method of the SD configurations: draft_model, ngram, eagle, eagle3 or mtp "
+              "(suffix is refused: its draft length varies per step).")
 @click.option("--draft-lengths", callback=_draft_lengths, metavar="LIST",
               help="Draft lengths k to serve, e.g. 2,4 or 1-4; 0 measures no SD only. Default: the grid's.")
 @click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=512, show_default=True,

@@ -57,6 +57,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
              data_parallel_size: int, prompt_tokens: int | None, output_tokens: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
+             acceptance_profile: str | None,
              use_simulator: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int | None,
              max_num_batched_tokens: int | None, kv_cache_tokens: float | None, lengths_file: str | None,
              fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:

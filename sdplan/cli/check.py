@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 @output_options(formats=("table", "json"))
 def check(workload_path: str | None, calibration: str | None, rate: float | None, slos: tuple[str, ...],
           draft_length: str | None, draft_lengths: str | None, prompt_tokens: int | None, output_tokens: int | None,
-          acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
+          acceptance_alpha: list[float] | None, acceptance_length: list[float] | None, acceptance_profile: str | None,
           draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
           use_simulator: bool, pessimistic: bool, requests: int, seeds: int, seed: int, arrival_cv: float,
           max_num_seqs: int | None, max_num_batched_tokens: int | None, kv_cache_tokens: float | None,

@@ -62,6 +62,7 @@ def identification_warnings(cal: object) -> list[str]:
 def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int | None,
          acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
          draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
+         acceptance_profile: str | None,
          rates: list[float] | None, draft_lengths: list[int] | None, policy: str, wide: bool, spec_method: str | None,
          fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Predict latency with and without SD at each request rate.

@@ -111,7 +111,12 @@ class MeasurementStore:
         """Measurements already in the store (for ``--resume``)."""
         if not self.path.exists():
             return []
-        text = self.path.read_text(encoding="utf-8")
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            why = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+            raise InputFileError(str(self.path), None, f"cannot read ({why}); remove it or choose another "
+                                 "--measurements-out") from None
         lines = [line for line in text.splitlines() if line.strip()]
         if not lines:
             return []
@@ -123,9 +128,12 @@ class MeasurementStore:
             else:
                 header = json.loads(lines[0])
                 found = [_measurement(json.loads(line)) for line in lines[1:]]
-        except (ValueError, KeyError, TypeError) as error:
+            if not isinstance(header, dict):
+                raise TypeError("its first line is not a JSON object")
+        except (ValueError, KeyError, TypeError, AttributeError, csv.Error) as error:
             raise InputFileError(str(self.path), None,
-                                 f"not a measurement store ({error}); remove it or choose another --measurements-out") from None
+                                 f"not a measurement store ({str(error)[:120]}); remove it or choose another "
+                                 "--measurements-out") from None
         if header.get("config") != self.config:
             raise InputFileError(str(self.path), "config",
                                  "was measured with another configuration (models, dtype or grid); "

@@ -20,10 +20,10 @@ from typing import Any
 
 from sdplan.errors import InvalidValueError, MissingDependencyError
 from sdplan.measure.levels import SERVED_GRIDS, ServedGrid
+from sdplan.methods import check_method
 
 #: vLLM SD methods that need a draft model folder.
 METHODS_WITH_MODEL = ("draft_model", "eagle", "eagle3")
-METHODS = ("draft_model", "ngram", "eagle", "eagle3", "mtp", "suffix")
 #: Options sdplan sets itself on ``vllm serve``: not accepted in --serve-arg.
 _OWNED_FLAGS = ("--host", "--port", "--speculative-config", "--speculative_config")
 
@@ -159,8 +159,7 @@ def _check_speculation(options: ServedOptions) -> None:
     """The SD method, its draft model and draft lengths, and the flags sdplan sets on ``vllm serve`` itself."""
     from sdplan.measure.server import check_model_folder
 
-    if options.method not in METHODS:
-        raise InvalidValueError(f"--spec-method {options.method}: unknown; one of {', '.join(METHODS)}")
+    check_method(options.method)
     if options.endpoint is None and options.method in METHODS_WITH_MODEL and options.draft is None \
             and options.draft_lengths:
         raise InvalidValueError(f"--spec-method {options.method} needs --draft MODEL (or --draft-lengths 0 to "

@@ -34,6 +34,8 @@ def acceptance_origin(source: str) -> str:
     text = source.lower()
     if text.startswith("default"):
         return "assumed"
+    if text.startswith("speculation profile"):
+        return "from the speculation profile"
     if "calibration" in text:
         return "from the calibration"
     if "workload file" in text:

@@ -13,7 +13,8 @@ Modules, each importing only those above it in this list:
 * one module per input format: :mod:`~sdplan.runs.vllm_bench` (``vllm bench
   serve`` and ``vllm bench sweep``), :mod:`~sdplan.runs.guidellm` (GuideLLM
   reports), :mod:`~sdplan.runs.silicon` (NVIDIA AIConfigurator's measured
-  ``silicon_sample.csv``) and :mod:`~sdplan.runs.csv` (plain CSV).
+  ``silicon_sample.csv``), :mod:`~sdplan.runs.inferencex` (InferenceX benchmark
+  rows) and :mod:`~sdplan.runs.csv` (plain CSV).
 * :mod:`~sdplan.runs.facts`: draft length and acceptance given per file
   (``FILE:k=4,len=2.8``) or by flags, for files that do not record them.
 * :mod:`~sdplan.runs.manifest`: the manifest ``sdplan calibrate`` writes

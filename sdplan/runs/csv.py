@@ -34,6 +34,14 @@ def read(path: str, text: str) -> tuple[list[BenchmarkRun], list[str]]:
 
 def read_rows(path: str, text: str) -> list[BenchmarkRun]:
     """One run per data row of a CSV file with the :data:`REQUIRED` columns."""
+    try:
+        return _rows(path, text)
+    except csv.Error as error:  # e.g. a field over the csv module's 128 KiB limit
+        raise InputFileError(path, None, f"not valid CSV ({str(error)[:120]}); write one run per line with the "
+                             f"columns {', '.join(REQUIRED)}") from None
+
+
+def _rows(path: str, text: str) -> list[BenchmarkRun]:
     reader = csv.DictReader(text.splitlines())
     columns = reader.fieldnames or []
     missing = [name for name in REQUIRED if name not in columns]

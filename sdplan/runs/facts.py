@@ -23,7 +23,8 @@ class RunFacts:
     def force(self, run: BenchmarkRun) -> BenchmarkRun:
         """Per-file facts (``FILE:k=4,alpha=0.8``) are explicit: they set what they name."""
         if self.draft_length is not None:
-            run = replace(run, draft_length=self.draft_length, records_draft_length=True)
+            run = _with_draft_length(run, self.draft_length)
+            run = replace(run, records_draft_length=True)
         if self.alpha is not None and run.draft_length > 0:
             run = replace(run, alpha=self.alpha, position_rates=None, records_acceptance=True)
         if run.draft_length == 0:
@@ -33,12 +34,33 @@ class RunFacts:
     def fill(self, run: BenchmarkRun) -> BenchmarkRun:
         """Fill in only what ``run``'s file does not record (B5: flags never relabel a recorded run)."""
         if self.draft_length is not None and not run.records_draft_length:
-            run = replace(run, draft_length=self.draft_length)
+            run = _with_draft_length(run, self.draft_length)
         if self.alpha is not None and run.draft_length > 0 and not run.records_acceptance:
             run = replace(run, alpha=self.alpha)
         if run.draft_length == 0:
             run = replace(run, alpha=None, mean_acceptance_length=None, position_rates=None)
         return run
+
+
+def _with_draft_length(run: BenchmarkRun, k: int) -> BenchmarkRun:
+    """``run`` at draft length ``k`` given from outside the file, its alpha from the acceptance length it records.
+
+    A file may record the mean acceptance length (tokens per cycle, bonus included) but not the draft
+    length (an InferenceX row without ``num_speculative_tokens``, a GuideLLM report's tokens per streamed
+    iteration); with ``k`` given, ``alpha`` solves ``E(alpha, k) = length``
+    (:func:`sdplan.acceptance.alpha_from_mean_length`).
+    """
+    run = replace(run, draft_length=k, speculation_unrecorded=None)
+    tau = run.mean_acceptance_length
+    if k > 0 and run.alpha is None and tau is not None:
+        if 1.0 <= tau <= k + 1:
+            from sdplan.acceptance import alpha_from_mean_length
+
+            run = replace(run, alpha=float(alpha_from_mean_length(tau, k)), records_acceptance=True)
+        else:
+            run = replace(run, notes=run.notes + (f"its mean acceptance length {tau:.3g} tokens per cycle does not "
+                                                  f"fit draft length {k} (at most {k + 1}): check k",))
+    return run
 
 
 def split_file_facts(argument: str) -> tuple[str, RunFacts | None]:

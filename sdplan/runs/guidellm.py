@@ -17,6 +17,16 @@ Checked against real GuideLLM 0.3.1 reports (tests/data/guidellm-0.3-cpu).
 A benchmark whose strategy is missing or of a kind not listed here is read and
 left out of fits (:attr:`~sdplan.runs.record.BenchmarkRun.unknown_load`): without
 an arrival rate or a number of clients, the load it measured is unknown.
+
+GuideLLM records no SD settings, but GuideLLM 0.7-0.8 records how many output
+tokens each streamed chunk carried (``iter_tokens_per_iteration``,
+``output_tokens_per_iteration``): vLLM streams one chunk per engine step, so
+more than :data:`SD_TOKENS_PER_ITERATION` tokens per chunk means SD was on, and
+the number is the mean acceptance length (:func:`tokens_per_decode_step`). Such
+a run is left out of fits until its draft length is given (``FILE:k=K`` or
+``--draft-length``; :attr:`~sdplan.runs.record.BenchmarkRun.speculation_unrecorded`),
+and its alpha then follows from that length. A report without those metrics
+is read as no SD unless ``FILE:k=K,len=L`` or the flags say otherwise.
 """
 
 from __future__ import annotations
@@ -30,6 +40,9 @@ from sdplan.runs.record import (BenchmarkRun, count, is_finite_number, number, o
                                 peak_in_flight)
 from sdplan.runs.screen import held_back, kept_up_fraction
 
+#: More output tokens than this per streamed iteration (after the first token) means SD was on: without SD
+#: vLLM streams one token per engine step; the margin above one is for chunks merged when the client fell behind.
+SD_TOKENS_PER_ITERATION = 1.1
 #: How :mod:`sdplan.runs.read` names this format (``--input-format guidellm``) and describes it in errors.
 NAME = "guidellm"
 DESCRIPTION = "a GuideLLM report"
@@ -90,11 +103,10 @@ def read(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[
 def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[str]]:
     """One run per benchmark of a GuideLLM report, and warnings about the report.
 
-    ``synchronous``/``concurrent`` are closed loops of 1/``streams`` clients;
-    ``poisson``/``constant`` open loops at ``rate`` (constant recorded as
-    burstiness ``inf``); ``throughput`` a max-load run. With a complete request
-    list (:func:`_requests`) the means, the load each request saw, the
-    kept-up score, repeated gaps and late starts come from per-request times.
+    ``synchronous``/``concurrent`` are closed loops of 1/``streams`` clients; ``poisson``/``constant`` open loops
+    at ``rate`` (constant recorded as burstiness ``inf``); ``throughput`` a max-load run. With a complete request
+    list (:func:`_requests`) the means, the load each request saw, the kept-up score, repeated gaps and late
+    starts come from per-request times.
     """
     warnings = []
     metadata = document.get("metadata")
@@ -205,11 +217,48 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
             sent_late=sent_late,
             scheduled_rate_rps=scheduled_rate,
             unknown_load=unknown_load,
+            **_speculation(tokens_per_decode_step(metrics, output, path, where)),
             notes=tuple(notes),
         ))
     if not runs:
         raise InputFileError(path, "benchmarks", "empty; nothing to fit")
     return runs, warnings
+
+
+def _speculation(per_step: float | None) -> dict[str, Any]:
+    """A run's SD fields from its tokens per streamed iteration: SD on above :data:`SD_TOKENS_PER_ITERATION`."""
+    if per_step is None or per_step <= SD_TOKENS_PER_ITERATION:
+        return {}
+    return {"mean_acceptance_length": per_step, "records_acceptance": True,
+            "speculation_unrecorded": f"GuideLLM recorded {per_step:.3g} output tokens per streamed iteration "
+                                      "after the first token"}
+
+
+def tokens_per_decode_step(metrics: dict[str, Any], output_tokens: float, path: str, where: str) -> float | None:
+    """Mean output tokens per streamed iteration after the first token: vLLM's tokens per step ``E``.
+
+    vLLM streams each engine step's new tokens as one chunk, so with SD a
+    chunk holds the tokens one verification cycle committed, bonus included:
+    GuideLLM 0.7-0.8's ``iter_tokens_per_iteration`` (each request's
+    ``(g - 1)/(n - 1)`` over its ``n`` chunks, pooled over chunks) is the mean
+    acceptance length. Where only ``output_tokens_per_iteration`` is recorded
+    (``sum g / sum n``, the first chunk's token included), with the mean output
+    length ``g`` it gives the same pooled ratio::
+
+        E = (g - 1) / (g / o - 1).
+
+    None where neither is recorded, or the requests were not streamed in
+    several chunks. A client that reads slower than the server steps gets
+    several steps merged into one chunk (vLLM's output collector merges
+    what the client has not taken yet), so under load this overstates ``E``.
+    """
+    per_step = _mean(metrics, "iter_tokens_per_iteration", path, where, required=False)
+    if per_step is None:
+        per_chunk = _mean(metrics, "output_tokens_per_iteration", path, where, required=False)
+        if per_chunk is None or per_chunk <= 0 or output_tokens / per_chunk <= 1.0 + 1e-9:
+            return None
+        per_step = (output_tokens - 1.0) / (output_tokens / per_chunk - 1.0)
+    return per_step if per_step >= 1.0 else None
 
 
 def _strategy(bench: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.runs import csv, guidellm, silicon, vllm_bench
+from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
 from sdplan.runs.record import BenchmarkRun, sweep_files
@@ -51,6 +51,7 @@ READERS = (
     _reader(vllm_bench, "json"),
     _reader(guidellm, "json"),
     _reader(silicon, "text"),
+    _reader(inferencex, "json"),
     _reader(csv, "text"),
 )
 #: ``--input-format`` values.
@@ -99,9 +100,9 @@ def _read_text(path: Path) -> str:
         return text
     raise InputFileError(name, None, "not UTF-8 text; save the file as UTF-8")
 def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]:
-    """One JSON document, or JSON Lines (``--append-result``): ``[(suffix, document)]``."""
+    """One JSON document, JSON Lines (``--append-result``) or a JSON array of rows: ``[(suffix, document)]``."""
     try:
-        return [("", json.loads(text))]
+        document = json.loads(text)
     except json.JSONDecodeError as whole:
         lines = [line for line in text.splitlines() if line.strip()]
         if len(lines) > 1:
@@ -115,6 +116,11 @@ def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]
             return documents
         hint = "fix the file" if forced else "for CSV use a .csv name or --input-format csv"
         raise InputFileError(name, None, f"invalid JSON ({whole.msg} at line {whole.lineno}); {hint}") from None
+    if isinstance(document, list):  # an array of rows (InferenceX): each element is one document
+        if not document:
+            raise InputFileError(name, None, "an empty JSON array: no runs in it")
+        return [(f"#[{index}]", item) for index, item in enumerate(document)]
+    return [("", document)]
 
 
 def read_results(path: Path, input_format: str = "auto",
@@ -182,17 +188,41 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None, alp
     ``aic:silicon_sample`` names the installed AIConfigurator's measured rows
     (:func:`sdplan.runs.silicon.resolve_path`); ``selection`` picks a
     configuration of a silicon file.
+
+    Runs are named by their path relative to the folder all arguments share
+    (:func:`_relative_names`), so that runs of equally named files in
+    different folders (``pass1/k2.json``, ``pass2/k2.json``) stay apart.
     """
     if input_format not in FORMATS:
         raise InvalidValueError(f"unknown input format {input_format}; one of {', '.join(FORMATS)}")
     flags = RunFacts(draft_length=draft_length, alpha=alpha)
     runs, warnings = [], []
-    for argument in paths:
-        name, facts = split_file_facts(argument)
-        found, notes = read_results(silicon.resolve_path(name), input_format, selection)
+    arguments = [(silicon.resolve_path(name), facts) for name, facts in map(split_file_facts, paths)]
+    prefixes = _relative_names([str(path) for path, _ in arguments])
+    seen: dict[str, int] = {}
+    for (path, facts), prefix in zip(arguments, prefixes):
+        found, notes = read_results(path, input_format, selection)
         for run in found:
             if facts is not None:
                 run = facts.force(run)
-            runs.append(flags.fill(run))
+            run = flags.fill(run)
+            own = path.name
+            source = prefix + run.source[len(own):] if run.source.startswith(own) else run.source
+            seen[source] = seen.get(source, 0) + 1
+            if seen[source] > 1:  # the same file given twice
+                source += f" ({seen[source]})"
+            runs.append(replace(run, source=source))
         warnings.extend(notes)
     return runs, warnings
+
+
+def _relative_names(paths: list[str]) -> list[str]:
+    """Each path relative to the folder that holds all of them (``/`` separated; the name alone for one folder)."""
+    import os
+
+    absolute = [os.path.abspath(path) for path in paths]
+    try:
+        base = os.path.commonpath([os.path.dirname(path) for path in absolute]) if absolute else ""
+    except ValueError:  # paths on different drives
+        return [Path(path).name for path in paths]
+    return [Path(os.path.relpath(path, base)).as_posix() if base else Path(path).name for path in absolute]

@@ -130,6 +130,10 @@ def screen(run: BenchmarkRun) -> list[str]:
         reasons.append(f"{run.failed} of {total} requests failed")
     if run.open_loop_unbounded:
         reasons.append("max-load run (request rate inf without --max-concurrency): not at steady state")
+    if run.speculation_unrecorded is not None:
+        reasons.append(f"SD was on ({run.speculation_unrecorded}) but the file does not record the draft length: "
+                       "give it per file (FILE:k=K, with len=L where the file lacks the acceptance) or with "
+                       "--draft-length")
     if run.unknown_load is not None:
         reasons.append(f"its load is not recorded ({run.unknown_load}): neither an arrival rate nor a number of "
                        "clients, so the load its requests saw is unknown")
@@ -142,7 +146,8 @@ def screen(run: BenchmarkRun) -> list[str]:
         if abs(little - run.mean_concurrency) > MAX_LITTLE_DEVIATION * max(run.mean_concurrency, 1e-9):
             reasons.append(f"Little's law off: mean concurrency {run.mean_concurrency:.3g} vs lambda*L {little:.3g}")
     if run.draft_length > 0 and run.alpha is None:
-        reasons.append("SD run without acceptance: give it per file (FILE:k=4,len=2.8) or with --acceptance")
+        reasons.append("SD run without acceptance: give it per file (FILE:k=4,len=2.8) or with --acceptance ALPHA (or "
+                       "--acceptance-length L with --acceptance-k K)")
     if run.ramp_up is not None:
         reasons.append(f"arrival rate ramped up during the run ({run.ramp_up}, --ramp-up-strategy): no one "
                        "steady load to fit or predict; measure at fixed rates or concurrencies")

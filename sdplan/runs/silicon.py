@@ -59,8 +59,11 @@ def is_silicon_header(columns: list[str] | tuple[str, ...]) -> bool:
 
 
 def header(text: str) -> list[str]:
-    """The column names of a CSV text's first line."""
-    return [column.strip() for column in next(csv.reader([text[:1 << 16].split("\n", 1)[0]]), [])]
+    """The column names of a CSV text's first line (none where it is not CSV, e.g. a bare carriage return)."""
+    try:
+        return [column.strip() for column in next(csv.reader([text[:1 << 16].split("\n", 1)[0]]), [])]
+    except csv.Error:
+        return []
 
 
 def detects(path: Path, text: str) -> bool:
@@ -258,12 +261,15 @@ def parse_rows(name: str, text: str) -> list[tuple[int, dict[str, str]]]:
         On a missing column or a file without aggregated rows.
     """
     reader = csv.DictReader(text.splitlines())
-    columns = reader.fieldnames or []
-    missing = [column for column in REQUIRED_COLUMNS if column not in columns]
-    if missing:
-        raise InputFileError(name, missing[0], "missing column; an AIConfigurator silicon_sample.csv has "
-                                               + ", ".join(REQUIRED_COLUMNS))
-    rows = [(line, row) for line, row in enumerate(reader, start=2) if (row.get("mode") or "").strip() == "agg"]
+    try:
+        columns = reader.fieldnames or []
+        missing = [column for column in REQUIRED_COLUMNS if column not in columns]
+        if missing:
+            raise InputFileError(name, missing[0], "missing column; an AIConfigurator silicon_sample.csv has "
+                                                   + ", ".join(REQUIRED_COLUMNS))
+        rows = [(line, row) for line, row in enumerate(reader, start=2) if (row.get("mode") or "").strip() == "agg"]
+    except csv.Error as error:  # a field over 128 KiB, a stray carriage return
+        raise InputFileError(name, None, f"not valid CSV ({str(error)[:120]})") from None
     if not rows:
         raise InputFileError(name, "mode", "no aggregated (mode = agg) rows; disaggregated serving is not one "
                                            "replica and is not read")
