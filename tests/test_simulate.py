@@ -344,8 +344,12 @@ def test_goodput_policy_results_do_not_depend_on_the_uniform_block(monkeypatch: 
     A block of 1 draws every leap's uniforms when the leap needs them, so
     this compares the buffered stream against unbuffered draws, across block
     boundaries, mixed draft lengths (the token cache per block) and SD off.
+    The per-cycle sampler is what outputs too long for the stretch tables
+    use; a table limit of 0 selects it here.
     """
-    from sdplan import simulate as simulator
+    from sdplan.simulate import sampling as simulator
+
+    monkeypatch.setattr(simulator, "STRETCH_TABLE_CELLS", 0)
 
     position = rates(0.8, 8)
     lengths = numpy.random.default_rng(3).integers(1, 700, 1500).astype(float)
@@ -428,3 +432,96 @@ def test_goodput_policy_draws_about_the_cycles_it_runs() -> None:
     from sdplan.simulate import UNIFORM_BLOCK
 
     assert rng.drawn <= 1.3 * n * cycles + 2 * UNIFORM_BLOCK  # uniforms are drawn in blocks
+
+
+# ----------------------------------------------------------------------------- the goodput policy's stretches
+
+#: Coefficients whose goodput choice falls from k = 5 at one sequence to k = 1 at 19 (a steep draft cost per
+#: sequence), so k changes often under load: about 1,500 times in 3,000 requests at 5 req/s.
+STEEP = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=4e-4, c1d_s=0.0008, c2d_s=4e-4,
+                     baseline_c1_step_s=0.0067, baseline_c2_step_s=4e-4, prompt_tokens=256.0, output_tokens=128.0)
+
+
+def steep_config(requests: int, rate_rps: float = 5.0) -> SimulationConfig:
+    output = numpy.random.default_rng(3).integers(1, 300, requests).astype(float)
+    return SimulationConfig(rate_rps=rate_rps, draft_length=8, position_rates=rates(0.8, 8), requests=requests,
+                            prompt_tokens=256, output_tokens=output, adaptive_draft_lengths=(0, *range(1, 9)))
+
+
+def test_goodput_policy_chooses_the_per_step_argmax_at_every_change_of_k() -> None:
+    # (a) Every k the run switches to is the option of highest goodput E(k) / (f_k + (n - 1) s_k) at the sequences
+    # n in that step, scored here from the coefficients, independently of the simulator's table.
+    config = steep_config(3000)
+    trace: list[tuple[int, int]] = []
+    simulate(STEEP, config, numpy.random.default_rng(1), draft_trace=trace)
+    position = rates(0.8, 8)
+    expected = numpy.array([1 + sum(position[:k]) for k in range(9)])
+    fixed = numpy.array([STEEP.baseline_c1_step_s] + [STEEP.c1v_s + k * STEEP.c1d_s for k in range(1, 9)])
+    per_sequence = numpy.array([STEEP.baseline_c2_step_s] + [STEEP.c2v_s + k * STEEP.c2d_s for k in range(1, 9)])
+    assert len(trace) > 500 and len({k for _, k in trace}) >= 4
+    for sequences, k in trace:
+        goodput = expected / (fixed + (max(sequences, 1) - 1) * per_sequence)
+        assert k == int(numpy.argmax(goodput)), (sequences, k)
+    assert all(a[1] != b[1] for a, b in zip(trace, trace[1:]))  # recorded only where k changes
+
+
+def _paired_gaps(config: SimulationConfig, seeds: int) -> dict[str, tuple[float, float]]:
+    """Mean difference (stretch draws - per-cycle draws) of each replication's mean E2E and TTFT, and its standard
+    error over seeds; the two samplers share each seed's arrivals (paired)."""
+    from sdplan.simulate import sampling
+
+    gaps: dict[str, list[float]] = {"e2e": [], "ttft": []}
+    for seed in range(seeds):
+        stretch = simulate(STEEP, config, numpy.random.default_rng(seed))
+        cells = sampling.STRETCH_TABLE_CELLS
+        sampling.STRETCH_TABLE_CELLS = 0  # the per-cycle sampler (AdaptiveDecode), the exact reference
+        try:
+            per_cycle = simulate(STEEP, config, numpy.random.default_rng(seed))
+        finally:
+            sampling.STRETCH_TABLE_CELLS = cells
+        gaps["e2e"].append(stretch.e2e_s.mean() - per_cycle.e2e_s.mean())
+        gaps["ttft"].append(stretch.ttft_s.mean() - per_cycle.ttft_s.mean())
+    return {metric: (float(numpy.mean(values)), float(numpy.std(values, ddof=1)) / math.sqrt(seeds))
+            for metric, values in gaps.items()}
+
+
+def test_goodput_stretch_draws_agree_with_per_cycle_draws() -> None:
+    # (b) Redrawing each sequence's progress at a change of k (given it has not finished) has the distribution of
+    # drawing every cycle: the paired mean gaps of E2E and TTFT over 16 seeds x 3,000 requests stay within 4
+    # standard errors (a two-sided 6e-5 chance of a false alarm for each).
+    gaps = _paired_gaps(steep_config(3000), 16)
+    for metric, (gap, error) in gaps.items():
+        assert error > 0
+        assert abs(gap) <= 4 * error, (metric, gap, error)
+
+
+def _one_token_per_cycle(self, draft, cycles, tokens, uniforms):  # type: ignore[no-untyped-def]
+    return cycles.copy()
+
+
+def _unconditioned(self, draft, cycles, tokens, uniforms):  # type: ignore[no-untyped-def]
+    if draft == 0:
+        return cycles.copy()
+    rows = self.below[draft][cycles]
+    return numpy.minimum((rows < uniforms[:, None]).sum(axis=1), tokens - 1)
+
+
+@pytest.mark.parametrize("wrong", [_one_token_per_cycle, _unconditioned])
+def test_the_agreement_check_catches_wrong_progress(monkeypatch: pytest.MonkeyPatch, wrong) -> None:  # type: ignore[no-untyped-def]
+    # The agreement check can fail: drawing the tokens produced at one per cycle (the least possible; +1.3 s of
+    # E2E, 68 standard errors) or from S_c without the condition S_c < m, clipped to m - 1 (-3.8 ms, 4.8
+    # standard errors on 16 seeds x 3,000 requests), is caught.
+    from sdplan.simulate.sampling import StretchTables
+
+    monkeypatch.setattr(StretchTables, "produced", wrong)
+    gap, error = _paired_gaps(steep_config(3000), 16)["e2e"]
+    assert abs(gap) > 4 * error
+
+
+def test_littles_law_on_the_goodput_policy_trace() -> None:
+    # (c) The time-averaged number in the system equals lambda x mean E2E (measured apart) under the goodput policy.
+    run = simulate(STEEP, steep_config(20_000), numpy.random.default_rng(2))
+    assert run.steady
+    little = run.arrival_rate_rps * run.e2e_s.mean()
+    assert run.mean_in_system == pytest.approx(little, rel=0.05)
+    assert 1.0 < run.mean_draft_length < 5.0

@@ -183,13 +183,11 @@ FUNCTION_PARAMETERS = 12
 
 #: The one function allowed over FUNCTION_LINES for good: the simulator's event loop, kept whole because it is
 #: the hot loop.
-EVENT_LOOP = {"sdplan/simulate.py:simulate"}
+EVENT_LOOP = {"sdplan/simulate/engine.py:simulate"}
 
 #: Known offenders, each at most its size today. Split them and remove the entry: the test fails while an entry
 #: names something that is gone or back within the limit, so these lists only shrink.
-LONG_MODULES = {
-    "sdplan/simulate.py": 697,
-}
+LONG_MODULES: dict[str, int] = {}
 LONG_FUNCTIONS = {
     "sdplan/runs/guidellm.py:read_guidellm": 123,
     "sdplan/runs/vllm_bench.py:read_run": 126,
