@@ -39,7 +39,8 @@ them, the fitted calibration on the same held-out rows. Derive prices one precis
 weight (bf16, fp8 or fp8_block; a configuration of fp8 GEMMs and fp8_block experts is priced as
 fp8_block), attention data parallelism 1 and the experts split by TP alone; it says which
 configurations it cannot price and why. An MoE target's ``[moe]`` expert coverage is applied as the
-planner applies it (:func:`at_coverage`). About 1.5 minutes in all on a 2-core VM.
+planner applies it, by ``predict_latency``/``predict_ttft`` (what ``sdplan validate`` does with a calibration's
+``[moe]``). About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
                                           [--markdown FILE]
@@ -148,32 +149,14 @@ def split(runs: list, how: str) -> tuple[list, list]:
             [r for r in runs if (r.prompt_tokens, r.output_tokens) == middle])
 
 
-def at_coverage(coefficients, moe, clients: int):
-    """An MoE target's coefficients at the expert coverage of a closed loop of ``clients`` sequences.
-
-    As sdplan's planner solves an MoE target (``sdplan.moe``: ``C = C_u + phi(T) C_s``, ``T = t (1 + B)``
-    tokens routed per step, ``t = 1`` without SD): a closed loop of ``N`` clients has ``B = N - 1``
-    others, so each decode step routes ``N`` tokens, and a prefill its ``p``.
-    """
-    if moe is None:
-        return coefficients
-    step, prefill, cover = float(moe.phi(clients)), float(moe.phi(coefficients.prompt_tokens)), moe.coverage
-    return replace(coefficients,
-                   baseline_c1_step_s=coefficients.baseline_c1_step_s + step * cover.get("baseline_c1_step_s", 0.0),
-                   baseline_c2_step_s=coefficients.baseline_c2_step_s + step * cover.get("baseline_c2_step_s", 0.0),
-                   c1p_s=coefficients.c1p_s + prefill * cover.get("c1p_s", 0.0),
-                   c2p_s=coefficients.c2p_s + prefill * cover.get("c2p_s", 0.0))
-
-
 def errors_of(coefficients_at, runs: list, moe_at=None) -> Errors:
     """Held-out errors of E2E, TPOT and TTFT for a ``coefficients_at(prompt, output)`` (and ``moe_at``)."""
     result = Errors.empty()
     for run in runs:
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
-        if moe_at is not None:
-            coefficients = at_coverage(coefficients, moe_at(run.prompt_tokens, run.output_tokens), run.concurrency)
-        latency = predict_latency(coefficients, run)
-        ttft = predict_ttft(coefficients, run, latency)
+        moe = None if moe_at is None else moe_at(run.prompt_tokens, run.output_tokens)
+        latency = predict_latency(coefficients, run, moe)
+        ttft = predict_ttft(coefficients, run, latency, moe)
         tpot = (latency - ttft) / (run.output_tokens - 1.0)
         result.e2e.append(latency / run.mean_e2e_latency_s - 1.0)
         result.tpot.append(tpot / run.mean_tpot_s - 1.0)

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from sdplan.coefficients import Coefficients
+
     FloatArray = npt.NDArray[np.float64]
 
 #: Relative change between iterates below which a point has converged.
@@ -91,6 +93,47 @@ def routed_tokens(tokens_per_sequence: FloatArray | float, others: FloatArray | 
     import numpy as np
 
     return np.asarray(tokens_per_sequence, dtype=np.float64) * (1.0 + np.asarray(others, dtype=np.float64))
+
+
+#: Step coefficients whose coverage follows the tokens a decode or verification step routes.
+STEP_KEYS = ("baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s")
+#: Prefill coefficients, whose coverage follows the prompt's tokens.
+PREFILL_KEYS = ("c1p_s", "c2p_s")
+
+
+def at_coverage(coefficients: Coefficients, moe: MoESpec, step_coverage: float) -> Coefficients:
+    """Target coefficients at a step's expert coverage: each step term ``c_u + phi c_s``, the prefill at ``phi(p)``.
+
+    Parameters
+    ----------
+    coefficients : Coefficients
+        The low-coverage coefficients at the workload (the calibration's).
+    moe : MoESpec
+        Routing and the coverage increments ``c_s`` at the same workload.
+    step_coverage : float
+        ``phi`` of the decode or verification steps, in [0, 1]: ``phi(t (1 + B))``
+        (:func:`routed_tokens`) at the load of interest.
+
+    Returns
+    -------
+    Coefficients
+        ``c = c_u + phi c_s`` for the step terms (:data:`STEP_KEYS`),
+        ``c = c_u + phi(p) c_s`` for the prefill terms (:data:`PREFILL_KEYS`,
+        a prefill routes its ``p`` prompt tokens); the draft's terms unchanged
+        (dense). Eq. 4 of Kong et al., as in the module notes.
+
+    Notes
+    -----
+    The demands ``C1``, ``C2`` (:mod:`sdplan.model`) are linear in the
+    coefficients, so ``C(phi) = C(at_coverage(., 0)) + phi [C(at_coverage(., 1))
+    - C(at_coverage(., 0))]``: the ``a + phi b`` split :func:`solve` takes.
+    """
+    from dataclasses import replace
+
+    prefill = float(moe.phi(coefficients.prompt_tokens))
+    changes = {key: getattr(coefficients, key) + step_coverage * moe.coverage.get(key, 0.0) for key in STEP_KEYS}
+    changes.update({key: getattr(coefficients, key) + prefill * moe.coverage.get(key, 0.0) for key in PREFILL_KEYS})
+    return replace(coefficients, **changes)
 
 
 def solve(a1: FloatArray | float, b1: FloatArray | float, a2: FloatArray | float, b2: FloatArray | float,

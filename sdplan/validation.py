@@ -5,7 +5,8 @@ the accuracy benchmark): a closed loop of ``N`` clients is predicted as
 ``C1 + f (N - 1) C2`` and an open loop at its arrival rate ``lambda`` as
 ``C1/(1 - lambda C2)``, the planner's own formula (:mod:`sdplan.fit` explains
 ``f``). TTFT follows :func:`sdplan.model.time_to_first_token` at the ``B`` the
-model predicts.
+model predicts. A mixture-of-experts target is predicted at the expert coverage
+of that load, as the planner solves it (:func:`predict_latency`, :mod:`sdplan.moe`).
 """
 
 from __future__ import annotations
@@ -20,27 +21,73 @@ from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
 
 if TYPE_CHECKING:
+    from sdplan.moe import MoESpec
     from sdplan.runs import BenchmarkRun
 
 
-def predict_latency(coefficients: Coefficients, run: BenchmarkRun) -> float:
+def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None = None) -> float:
     """Model mean latency (s) of a run from its controlled load; ``inf`` if unstable.
 
-    Closed loop of ``N``: ``C1 + (N - 1) C2``. Open loop: ``C1/(1 - lambda C2)``
-    at the *arrival* rate (the achieved rate only when the file has no arrival
-    rate).
+    Parameters
+    ----------
+    coefficients : Coefficients
+        Cost coefficients at the run's workload.
+    run : BenchmarkRun
+        The measured run: its draft length, acceptance and controlled load.
+    moe : MoESpec, optional
+        A mixture-of-experts target's routing and coverage increments at the
+        run's workload (:meth:`sdplan.calibration.Calibration.moe_at`); None
+        for a dense target.
+
+    Returns
+    -------
+    float
+        Closed loop of ``N``: ``C1 + f (N - 1) C2`` (``f`` the calibration's
+        closed-loop factor). Open loop: ``C1/(1 - lambda C2)`` at the
+        *arrival* rate (the achieved rate only when the file has no arrival
+        rate), Kong et al. eq. 1.
+
+    Notes
+    -----
+    With ``moe`` the run is predicted as the planner solves the target
+    (:mod:`sdplan.moe`, Kong et al. eq. 4)::
+
+        C(B) = C_u + phi(T) C_s,   T = t (1 + B),   phi(T) = 1 - (1 - m/M)**T,
+
+    with ``t`` the tokens a sequence routes per step: 1 without SD, ``k + 1``
+    for verification. A closed loop of ``N`` has ``B = N - 1`` others, so
+    ``C1`` and ``C2`` are taken at ``phi(t N)`` (:func:`sdplan.moe.at_coverage`).
+    An open loop has ``B = lambda L``: ``L`` is the smallest fixed point of
+    ``L = C1(lambda L)/(1 - lambda C2(lambda L))`` (:func:`sdplan.moe.solve`).
+    The prefill's terms are at ``phi(p)`` either way.
     """
     from sdplan import model
     from sdplan.runmodel import run_demand
 
-    c1, c2 = run_demand(coefficients, run)
+    if run.concurrency is None and moe is not None:
+        from sdplan import moe as moe_model
+
+        a1, a2 = run_demand(moe_model.at_coverage(coefficients, moe, 0.0), run)
+        full1, full2 = run_demand(moe_model.at_coverage(coefficients, moe, 1.0), run)
+        solved = moe_model.solve(a1, full1 - a1, a2, full2 - a2, routed_per_sequence(run), run.arrival_rate_rps,
+                                 moe)
+        return float(solved.latency_s)
     if run.concurrency is not None:
+        c1, c2 = run_demand(covered(coefficients, run, moe, run_others(run, 0.0)), run)
         return c1 + coefficients.closed_loop_factor * max(run.concurrency - 1, 0) * c2
+    c1, c2 = run_demand(coefficients, run)
     return float(model.mean_latency(c1, c2, run.arrival_rate_rps))
 
 
-def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float) -> float:
-    """Model mean TTFT (s) of a run, at the ``B`` the model predicts for it."""
+def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,
+                 moe: MoESpec | None = None) -> float:
+    """Model mean TTFT (s) of a run, at the ``B`` the model predicts for it.
+
+    :func:`sdplan.model.time_to_first_token` with ``B = f (N - 1)`` for a
+    closed loop and ``B = lambda L`` for an open loop; with ``moe``, on the
+    coefficients at the coverage of that load, ``phi(t (1 + B))``
+    (:func:`predict_latency`).
+    """
     from sdplan import model
 
     if not math.isfinite(latency_s):
@@ -49,8 +96,35 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
               else run.arrival_rate_rps * latency_s)
     from sdplan.runmodel import run_tokens_per_cycle
 
-    return float(model.time_to_first_token(coefficients, run.draft_length, others, run_tokens_per_cycle(run)))
+    covered_coefficients = covered(coefficients, run, moe, run_others(run, latency_s))
+    return float(model.time_to_first_token(covered_coefficients, run.draft_length, others,
+                                           run_tokens_per_cycle(run)))
 
+
+def routed_per_sequence(run: BenchmarkRun) -> float:
+    """Tokens each sequence routes through the target per step of a run: 1 without SD, ``k + 1`` with."""
+    return 1.0 if run.draft_length == 0 else run.draft_length + 1.0
+
+
+def run_others(run: BenchmarkRun, latency_s: float) -> float:
+    """Other requests in flight with a run: ``N - 1`` in a closed loop, ``lambda L`` in an open one."""
+    if run.concurrency is not None:
+        return float(max(run.concurrency - 1, 0))
+    return run.arrival_rate_rps * latency_s
+
+
+def covered(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None, others: float) -> Coefficients:
+    """The coefficients of a run at the expert coverage of its steps with ``others`` in flight (dense: as given).
+
+    ``phi(t (1 + B))`` per step (:func:`sdplan.moe.routed_tokens`, :func:`routed_per_sequence`), the
+    prefill at ``phi(p)`` (:func:`sdplan.moe.at_coverage`).
+    """
+    if moe is None:
+        return coefficients
+    from sdplan import moe as moe_model
+
+    phi = float(moe.phi(moe_model.routed_tokens(routed_per_sequence(run), others)))
+    return moe_model.at_coverage(coefficients, moe, phi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +314,13 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
     return tuple(comparisons)
 
 
-def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list[BenchmarkRun]) -> Validation:
+def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list[BenchmarkRun],
+             moe_at: Callable[[float, float], MoESpec | None] | None = None) -> Validation:
     """Predicted vs measured mean latency (and TTFT) for every run.
+
+    ``moe_at(prompt, output)`` gives a mixture-of-experts target's coverage at a
+    workload (:meth:`sdplan.calibration.Calibration.moe_at`); with it every run is
+    predicted as the planner solves the target (:func:`predict_latency`).
 
     Runs the screen rejects are skipped with their reason; an unstable
     prediction for a measured run counts as an infinite error and is the worst.
@@ -256,10 +335,11 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
             skipped.append((run, "; ".join(reasons)))
             continue
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
-        predicted = predict_latency(coefficients, run)
+        moe = None if moe_at is None else moe_at(run.prompt_tokens, run.output_tokens)
+        predicted = predict_latency(coefficients, run, moe)
         error = ((predicted - run.mean_e2e_latency_s) / run.mean_e2e_latency_s * 100
                  if math.isfinite(predicted) else None)
-        ttft = predict_ttft(coefficients, run, predicted)
+        ttft = predict_ttft(coefficients, run, predicted, moe)
         ttft_error = ((ttft - run.mean_ttft_s) / run.mean_ttft_s * 100
                       if run.mean_ttft_s and math.isfinite(ttft) else None)
         errors.append(RunError(run=run, predicted_s=predicted, error_pct=error,

@@ -80,7 +80,7 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
         runs = [replace(r, alpha=alpha_default) if r.draft_length > 0 and r.alpha is None else r for r in runs]
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    result = run_validation(cal.coefficients_at, runs)
+    result = run_validation(cal.coefficients_at, runs, cal.moe_at)
     spread = result.repeat_spread
     if max_error is not None and spread is not None and max_error < spread.exact_model_mape_pct:
         click.echo(f"warning: --max-error {max_error:g}% is below the {spread.exact_model_mape_pct:.1f}% an exact "
