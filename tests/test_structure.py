@@ -192,7 +192,6 @@ LONG_MODULES = {
 }
 LONG_FUNCTIONS = {
     "sdplan/runs/guidellm.py:read_guidellm": 123,
-    "sdplan/runs/vllm_bench.py:read_run": 126,
 }
 MANY_PARAMETERS: dict[str, int] = {}
 
