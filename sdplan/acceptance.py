@@ -17,9 +17,9 @@ converting them to ``alpha`` needs that ``k``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError

@@ -10,6 +10,7 @@ per grid point. The latency at each point comes from :mod:`sdplan.latency_grid`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -122,7 +123,7 @@ def plan(
     coefficients: Coefficients,
     rates_rps: FloatArray | list[float],
     draft_lengths: IntArray | list[int],
-    alphas: FloatArray | list[float],
+    alphas: FloatArray | Sequence[float],
     tokens_per_cycle: FloatArray | None = None,
     goodput_policy: bool = False,
     moe: MoESpec | None = None,
@@ -178,7 +179,7 @@ def plan(
 
 
 def _axes(rates_rps: FloatArray | list[float], draft_lengths: IntArray | list[int],
-          alphas: FloatArray | list[float]) -> tuple[FloatArray, IntArray, FloatArray]:
+          alphas: FloatArray | Sequence[float]) -> tuple[FloatArray, IntArray, FloatArray]:
     """The grid axes as flat arrays, each checked against its domain."""
     import numpy as np
 

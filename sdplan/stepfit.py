@@ -224,7 +224,8 @@ def step_model_document(fit: CalibrationFit) -> dict[str, Any]:
 def fit_quality_document(fit: CalibrationFit) -> dict[str, Any]:
     parts = [("target", fit.target), ("speculative step", fit.speculative), ("prefill", fit.prefill)]
     detail = "; ".join(
-        f"{name}: R2={term.r2:.4f}, rmse={term.rmse_s * 1e3:.3g} ms, max|residual|={term.max_abs_residual_s * 1e3:.3g} ms, "
+        f"{name}: R2={term.r2:.4f}, rmse={term.rmse_s * 1e3:.3g} ms, "
+        f"max|residual|={term.max_abs_residual_s * 1e3:.3g} ms, "
         f"n={term.points}"
         for name, term in parts if term is not None
     )

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
 
     FloatArray = npt.NDArray[np.float64]
+    IntArray = npt.NDArray[np.int64]
 
 #: Draws per interval; the 2.5th/97.5th percentiles of 400 draws move by about 1% of the interval's width.
 DRAWS = 400
@@ -155,7 +156,8 @@ class PlanIntervals:
     draws: int
 
 
-def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatArray, draft_lengths: FloatArray,
+def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatArray,
+                   draft_lengths: FloatArray | IntArray,
                    tokens_per_cycle: FloatArray | None = None) -> PlanIntervals:
     """Latency and break-even intervals over the grid (dense targets)."""
     import numpy as np

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
@@ -257,7 +257,8 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
             continue
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
         predicted = predict_latency(coefficients, run)
-        error = (predicted - run.mean_e2e_latency_s) / run.mean_e2e_latency_s * 100 if math.isfinite(predicted) else None
+        error = ((predicted - run.mean_e2e_latency_s) / run.mean_e2e_latency_s * 100
+                 if math.isfinite(predicted) else None)
         ttft = predict_ttft(coefficients, run, predicted)
         ttft_error = ((ttft - run.mean_ttft_s) / run.mean_ttft_s * 100
                       if run.mean_ttft_s and math.isfinite(ttft) else None)
@@ -273,7 +274,8 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
     measured_s = [e.run.mean_e2e_latency_s for e in errors]
     predicted_s = [e.predicted_s if math.isfinite(e.predicted_s) else 10 * e.run.mean_e2e_latency_s for e in errors]
     ttft_errors = [abs(e.ttft_error_pct) for e in errors if e.ttft_error_pct is not None]
-    return Validation(errors=errors, skipped=skipped, mape_pct=mape, bias_pct=bias, r2=float(r2(measured_s, predicted_s)),
+    return Validation(errors=errors, skipped=skipped, mape_pct=mape, bias_pct=bias,
+                      r2=float(r2(measured_s, predicted_s)),
                       worst=worst, best_k=compare_best_k(errors),
                       ttft_mape_pct=sum(ttft_errors) / len(ttft_errors) if ttft_errors else None,
                       repeat_spread=repeat_spread([e.run for e in errors]))

@@ -10,14 +10,16 @@ against a calibration's defaults, so every command applies the same rules:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from sdplan.acceptance import AcceptanceMetric, AcceptanceSpec, make_acceptance, position_rates_from_conditional
 from sdplan.errors import InvalidValueError
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
+    from sdplan.slo import SLO
 
 #: Per-token acceptance assumed when neither the user nor the calibration gives one.
 DEFAULT_ALPHA = 0.7
@@ -290,7 +292,8 @@ def load_workload_file(path: str) -> WorkloadFile:
         raise InputFileError(path, "acceptance", "give one of per_token_alpha, mean_length, draft_rate, "
                              f"position_rates, profile, not {metrics}")
     if metrics and metrics[0] in ("mean_length", "draft_rate") and "measured_at_k" not in acceptance:
-        raise InputFileError(path, "acceptance.measured_at_k", f"{metrics[0]} needs the draft length it was measured at")
+        raise InputFileError(path, "acceptance.measured_at_k",
+                             f"{metrics[0]} needs the draft length it was measured at")
     speculation = document.get("speculation", {})
     if speculation.get("mode") == "fixed" and "draft_length" not in speculation:
         raise InputFileError(path, "speculation.draft_length", 'mode = "fixed" needs draft_length')
@@ -340,7 +343,8 @@ def load_workload_file(path: str) -> WorkloadFile:
 MAX_SLOS = 100
 
 
-def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None, allow_percentiles: bool = False) -> list:
+def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None,
+                 allow_percentiles: bool = False) -> list[SLO]:
     """SLOs from the command line if any were given, else from the workload file.
 
     A bad expression on the command line is a usage error (exit 2); in a file

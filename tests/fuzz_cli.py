@@ -241,9 +241,9 @@ def results_csv() -> str:
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from results_fixtures import write_csv  # noqa: PLC0415
-
     import tempfile
+
+    from results_fixtures import write_csv  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as folder:
         return write_csv(Path(folder) / "runs.csv").read_text()
@@ -508,7 +508,8 @@ def reader_cases(draw: st.DrawFn) -> Case:
     document = draw(mutated_document([base]))
     kind = draw(st.sampled_from(["vllm", "guidellm", "csv"]))
     if kind == "guidellm":
-        text = json.dumps({"benchmarks": [{"metrics": draw(mutated_document([{"request_totals": {"successful": 1}}]))}]})
+        metrics = draw(mutated_document([{"request_totals": {"successful": 1}}]))
+        text = json.dumps({"benchmarks": [{"metrics": metrics}]})
     elif kind == "csv":
         text = RESULTS_CSV if draw(st.booleans()) else draw(st.text(max_size=200))
     else:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sdplan.acceptance_counts import AcceptanceCounts
+from sdplan.errors import InputFileError
 from sdplan.measure.engine import GRIDS, Grid, MeasurementStore, measure, plan_tasks
 from sdplan.stepfit import fit_calibration, step_model_document
-from sdplan.errors import InputFileError
 
 TRUE_TARGET = {"fixed_s": 0.012, "per_sequence_s": 2e-4, "per_query_token_s": 8e-4, "per_context_token_s": 3e-6}
 TRUE_DRAFT = {"fixed_s": 0.004, "per_sequence_s": 1e-4, "per_context_token_s": 1e-6}
@@ -167,8 +167,10 @@ def test_grids_are_ordered_by_size() -> None:
 
 
 def test_acceptance_counts() -> None:
-    # docs/engines.md#successor-test-models, draft "m3", k=3: 21 drafts, 63 draft tokens, 42 accepted, per position [21, 21, 0]
-    counts = AcceptanceCounts(num_drafts=21, num_draft_tokens=63, num_accepted_tokens=42, accepted_per_position=(21, 21, 0))
+    # docs/engines.md#successor-test-models, draft "m3", k=3: 21 drafts, 63 draft tokens, 42 accepted,
+    # per position [21, 21, 0]
+    counts = AcceptanceCounts(num_drafts=21, num_draft_tokens=63, num_accepted_tokens=42,
+                              accepted_per_position=(21, 21, 0))
     assert counts.draft_acceptance_rate == pytest.approx(2 / 3)
     assert counts.mean_acceptance_length == pytest.approx(3.0)
     assert counts.per_position_rates == (1.0, 1.0, 0.0)

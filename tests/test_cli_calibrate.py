@@ -19,7 +19,7 @@ from test_calibrate_core import TRUE_TARGET, SyntheticRunner  # noqa: E402
 class FakeVllmRunner(SyntheticRunner):
     """Stands in for sdplan._vllm.engine.VllmRunner."""
 
-    instances: list["FakeVllmRunner"] = []
+    instances: list[FakeVllmRunner] = []
     fail_after: int | None = None
 
     def __init__(self, settings) -> None:
@@ -62,7 +62,8 @@ def test_without_vllm_exits_5_and_writes_nothing(sdplan, tmp_path, monkeypatch) 
 def test_bad_acceptance_prompts_exit_3(sdplan, tmp_path) -> None:
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt_token_ids": [1, 2, 3]}\n{"prompt": "text is not supported"}\n')
-    result = sdplan("calibrate", "--method", "engine", "--target", "m", "-o", str(tmp_path / "c.toml"), "--acceptance-prompts", str(prompts))
+    result = sdplan("calibrate", "--method", "engine", "--target", "m", "-o", str(tmp_path / "c.toml"),
+                    "--acceptance-prompts", str(prompts))
     assert result.exit_code == ExitStatus.BAD_INPUT
     assert f"{prompts}: line 2: expected" in result.stderr
 
@@ -71,8 +72,8 @@ def test_calibrate_writes_a_valid_measured_calibration(sdplan, tmp_path, fake_en
     out = tmp_path / "box.toml"
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt_token_ids": [5, 6, 7]}\n')
-    result = sdplan("calibrate", "--method", "engine", "--target", "tgt", "--draft", "drf", "-o", str(out), "--grid", "quick",
-                    "--acceptance-prompts", str(prompts), "--dtype", "float32")
+    result = sdplan("calibrate", "--method", "engine", "--target", "tgt", "--draft", "drf", "-o", str(out),
+                    "--grid", "quick", "--acceptance-prompts", str(prompts), "--dtype", "float32")
     assert result.exit_code == 0, result.output
     assert "wrote" in result.stderr and "fit R2" in result.stderr
     assert load_calibration(out).document["measurement"]["method"] == "engine"
@@ -106,17 +107,20 @@ def test_interrupted_calibrate_resumes(sdplan, tmp_path, fake_engine) -> None:
     assert kept > 0
     fake_engine.fail_after = None
     result = CliRunner().invoke(__import__("sdplan.cli", fromlist=["cli"]).cli,
-                                ["calibrate", "--method", "engine", "--target", "t", "--draft", "d", "-o", str(out), "--grid", "quick",
-                                 "--measurements-out", str(store), "--resume"], catch_exceptions=False)
+                                ["calibrate", "--method", "engine", "--target", "t", "--draft", "d", "-o", str(out),
+                                 "--grid", "quick", "--measurements-out", str(store), "--resume"],
+                                catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert load_calibration(out).method == "measured"
     # a resume with other options is refused rather than mixing measurements
     result = CliRunner().invoke(__import__("sdplan.cli", fromlist=["cli"]).cli,
-                                ["calibrate", "--method", "engine", "--target", "t", "--draft", "d", "-o", str(out), "--grid", "standard",
-                                 "--measurements-out", str(store), "--resume"], catch_exceptions=False)
+                                ["calibrate", "--method", "engine", "--target", "t", "--draft", "d", "-o", str(out),
+                                 "--grid", "standard", "--measurements-out", str(store), "--resume"],
+                                catch_exceptions=False)
     assert result.exit_code == ExitStatus.BAD_INPUT and "another configuration" in result.stderr
 
 
 def test_synthetic_acceptance_is_validated(sdplan, tmp_path) -> None:
-    result = sdplan("calibrate", "--method", "engine", "--target", "t", "-o", str(tmp_path / "x.toml"), "--synthetic-acceptance", "1.5")
+    result = sdplan("calibrate", "--method", "engine", "--target", "t", "-o", str(tmp_path / "x.toml"),
+                    "--synthetic-acceptance", "1.5")
     assert result.exit_code == ExitStatus.USAGE

@@ -3,8 +3,8 @@
 The engines' rules are re-stated here from their source, independently of sdplan's code:
 
 * vLLM 0.33 ``vllm/v1/spec_decode/dynamic/utils.py`` (``validate_and_normalize_dynamic_sd_schedule``,
-  ``build_dynamic_sd_schedule_lookup``), byte-identical in 0.24-0.33 (docs/engines.md#vllm-per-batch-size-schedule); with
-  vLLM installed, ``-m vllm`` runs the real functions;
+  ``build_dynamic_sd_schedule_lookup``), byte-identical in 0.24-0.33
+  (docs/engines.md#vllm-per-batch-size-schedule); with vLLM installed, ``-m vllm`` runs the real functions;
 * SGLang ``python/sglang/srt/speculative/adaptive_spec_params.py`` (``_load_adaptive_config``) and
   ``adaptive_step_router.py`` (``batch_size_key_for_batch``), sgl-project/sglang@015c8726 / #24055;
 * TensorRT-LLM ``tensorrt_llm/llmapi/llm_args.py`` (``validate_draft_len_schedule_and_sort``) and
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from sdplan.calibration import resolve_calibration, shipped_directory
 from sdplan.errors import ExitStatus
 from sdplan.schedule import engine_schedule, goodput_per_size, vllm_lookup
-from sdplan.serving import engine_max_num_seqs
 from sdplan.schema import read_toml
+from sdplan.serving import engine_max_num_seqs
 
 DEFAULT = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"
 

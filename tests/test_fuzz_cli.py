@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-
 from fuzz_cli import Case, cases, environment_ok, field_cases, focused_cases, reader_cases, run_case
+from hypothesis import HealthCheck, given, settings
 
 #: Per-input time bound in the suite (generous: a loaded 2-core CI machine).
 TIME_LIMIT_S = 20.0

@@ -22,8 +22,8 @@ def fake_served(monkeypatch, tmp_path):
     """vLLM 'installed', servers and the bench client replaced by fakes, /proc readings quiet."""
     import sdplan._vllm
     import sdplan.measure.client
-    import sdplan.measure.quiet
     import sdplan.measure.options
+    import sdplan.measure.quiet
     import sdplan.measure.server
 
     FakeServer.registry = []
@@ -486,8 +486,8 @@ def test_kept_up_fraction_tells_a_backlog_from_long_requests() -> None:
 
 
 def test_poisson_point_with_more_in_flight_than_max_num_seqs_is_overloaded(tmp_path) -> None:
-    from sdplan.measure.store import PointRecord, ResultStore
     from sdplan.measure.levels import SERVED_GRIDS, Configuration
+    from sdplan.measure.store import PointRecord, ResultStore
     from sdplan.measure.sweep import PointOutcome, Sweep
 
     store = ResultStore(tmp_path, {})
@@ -872,7 +872,8 @@ def test_dataset_prompts_drive_the_sweep_and_the_reference_workload(sdplan, tmp_
     assert "--skip-chat-template" in arguments and "--random-input-len" not in arguments
     cal = load_calibration(tmp_path / "cal.toml")
     assert cal.document["reference_workload"] == {"prompt_tokens": 100, "output_tokens": 40}
-    assert "prompts from" in cal.document["provenance"]["notes"] and "chats.jsonl" in cal.document["provenance"]["notes"]
+    notes = cal.document["provenance"]["notes"]
+    assert "prompts from" in notes and "chats.jsonl" in notes
     # --output-tokens overrides the file's lengths
     result = sdplan("calibrate", "--target", str(tmp_path / "target"), "-o", str(tmp_path / "o.toml"),
                     "--dataset", str(dataset), "--draft-lengths", "0", "--output-tokens", "16", "--max-num-seqs", "2",

@@ -246,7 +246,8 @@ def test_real_runs_with_other_arrivals_or_a_binding_client_cap_are_left_out(sdpl
     assert "held an open loop back (152 of 160" in screen(capped)[0]
     document = json.loads((folder / "nosd_r40_cap8.json").read_text())
     # without queue_times (older vLLM), reaching the cap in flight is the evidence
-    assert held_back(8, None, document["start_times"], document["latencies"]).startswith("8 requests in flight at its peak, the cap")
+    assert held_back(8, None, document["start_times"], document["latencies"]).startswith(
+        "8 requests in flight at its peak, the cap")
     assert held_back(32, None, document["start_times"], document["latencies"]) is None
     calibration = tmp_path / "arrivals.toml"
     fit = sdplan("fit", str(folder), "-o", str(calibration))

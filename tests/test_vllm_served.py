@@ -185,8 +185,8 @@ def _serve_method(monkeypatch, tmp_path: Path, target: Path, method: str, k: int
     figures it reads back, and that is what a real server checks here, with one server start.
     """
     from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
-    from sdplan.measure.server import ServedEngine, probe_draft_length
     from sdplan.measure.levels import configurations
+    from sdplan.measure.server import ServedEngine, probe_draft_length
     from sdplan.runs import read_results
 
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)  # servers, client: this environment

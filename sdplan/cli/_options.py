@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 
@@ -16,7 +17,7 @@ MAX_LIST_VALUES = 100_000
 FuncT = Callable[..., Any]
 
 
-def apply_options(fn: FuncT, decorators: list[Callable[[FuncT], FuncT]]) -> FuncT:
+def apply_options(fn: FuncT, decorators: Sequence[Callable[[FuncT], FuncT]]) -> FuncT:
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
@@ -240,7 +241,8 @@ def grid_options(fn: FuncT) -> FuncT:
     )
 
 
-def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), to_file: bool = True) -> Callable[[FuncT], FuncT]:
+def output_options(formats: tuple[str, ...] = ("table", "json", "csv"),
+                   to_file: bool = True) -> Callable[[FuncT], FuncT]:
     """``--format``, ``-o/--output`` (unless ``to_file`` is False) and ``--ascii``."""
 
     def decorate(fn: FuncT) -> FuncT:
@@ -252,7 +254,8 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), to_file:
         ]
         if to_file:
             options.insert(1, click.option("-o", "--output", metavar="PATH", shell_complete=complete_file,
-                                           help="Write the result to PATH (atomically) instead of stdout; '-' is stdout."))
+                                           help="Write the result to PATH (atomically) instead of stdout; "
+                                                "'-' is stdout."))
         return apply_options(fn, options)
 
     return decorate
@@ -262,7 +265,8 @@ def plot_options(fn: FuncT) -> FuncT:
     """``--plot`` (terminal) and ``--plot-file`` (PNG/SVG through matplotlib)."""
     return apply_options(fn, [
         click.option("--plot", is_flag=True, help="Also draw the plots in the terminal (with --format table)."),
-        click.option("--plot-file", metavar="PATH", shell_complete=complete_file, help="Write the figure to PATH (.png or .svg); needs the "
+        click.option("--plot-file", metavar="PATH", shell_complete=complete_file,
+                     help="Write the figure to PATH (.png or .svg); needs the "
                      "'plot' extra (pip install matplotlib, or pip install -e '.[plot]' in a checkout)."),
     ])
 
@@ -291,5 +295,5 @@ def check_plot_request(plot: bool, plot_file: str | None, fmt: str) -> None:
 def usage_error(message: str) -> click.UsageError:
     """A usage error (exit status 2)."""
     error = click.UsageError(message)
-    error.exit_code = int(ExitStatus.USAGE)
+    error.exit_code = int(ExitStatus.USAGE)  # type: ignore[misc]  # click declares exit_code on the class
     return error

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from sdplan.cli._options import apply_options, acceptance_options
+from sdplan.cli._options import acceptance_options, apply_options
 
 
 def results_options(fn: Any) -> Any:

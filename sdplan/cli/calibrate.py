@@ -141,7 +141,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--accept-poor-fit", is_flag=True,
               help="Exit 0 even when the calibration's own points are poorly predicted (it is written either way).")
 @click.option("--enforce-eager/--no-enforce-eager", default=None,
-              help="Disable CUDA graphs / compilation (passed to vllm). Default: vLLM's (served); eager on CPU (engine).")
+              help="Disable CUDA graphs / compilation (passed to vllm). "
+                   "Default: vLLM's (served); eager on CPU (engine).")
 @click.option("--acceptance-prompts", metavar="FILE",
               help='engine: JSON Lines of {"prompt_token_ids": [...]} to measure acceptance on.')
 @click.option("--acceptance-output-tokens", type=click.IntRange(min=1), default=128, show_default=True,

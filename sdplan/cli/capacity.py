@@ -23,13 +23,15 @@ if TYPE_CHECKING:
 @workload_file_option
 @calibration_option
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
-              help="SLO, repeatable (see sdplan check). At least one must bound the rate: e2e, ttft, tpot or utilisation.")
+              help="SLO, repeatable (see sdplan check). "
+                   "At least one must bound the rate: e2e, ttft, tpot or utilisation.")
 @click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",
               help="Draft lengths to evaluate (list or range). Default: the file's, else 1-8.")
 @click.option("--target-rate", type=click.FloatRange(min=0), metavar="RPS",
               help="Total request rate to serve, req/s: prints replicas for no SD and the best SD option.")
 @click.option("--gpus-per-replica", type=click.IntRange(1, 1_000_000), metavar="N",
-              help="GPUs per replica, for GPU counts. Default: the file's, else the calibration's tensor parallel size.")
+              help="GPUs per replica, for GPU counts. "
+                   "Default: the file's, else the calibration's tensor parallel size.")
 @click.option("--gpu-hour-cost", type=click.FloatRange(0, 1e6), metavar="USD",
               help="Cost of one GPU-hour in USD, for cost per hour and per million output tokens.")
 @click.option("--max-batch-size", type=click.IntRange(min=1), metavar="N", hidden=True,
@@ -56,7 +58,8 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
              max_batch_size: int | None, spec_method: str | None, min_k: int, min_tier_width: int,
              data_parallel_size: int, prompt_tokens: int | None, output_tokens: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
-             draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
+             draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
+             position_acceptance: list[float] | None,
              acceptance_profile: str | None,
              use_simulator: bool, requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int | None,
              max_num_batched_tokens: int | None, kv_cache_tokens: float | None, lengths_file: str | None,

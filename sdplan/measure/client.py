@@ -234,7 +234,7 @@ class BenchClient:
             if process.stdout:
                 process.stdout.close()
 
-    def __enter__(self) -> "BenchClient":
+    def __enter__(self) -> BenchClient:
         self.start()
         return self
 

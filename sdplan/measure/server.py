@@ -24,14 +24,15 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sdplan.errors import EngineError, InvalidValueError
 
 #: Every server started by this process and not yet stopped.
-_LIVE: set["ServedEngine"] = set()
+_LIVE: set[ServedEngine] = set()
 
 
 def stop_all() -> None:
@@ -260,7 +261,7 @@ class ServedEngine:
     def process_groups(self) -> set[int]:
         return {self.process.pid} if self.process is not None else set()
 
-    def __enter__(self) -> "ServedEngine":
+    def __enter__(self) -> ServedEngine:
         self.start()
         return self
 

@@ -43,7 +43,7 @@ def acceptance_origin(source: str) -> str:
     return "given"
 
 
-def alpha_phrase(alpha: float, source: str, positions: "list[float] | tuple[float, ...] | None" = None) -> str:
+def alpha_phrase(alpha: float, source: str, positions: list[float] | tuple[float, ...] | None = None) -> str:
     """``per-token alpha 0.700 (assumed)``: the acceptance with where it came from, for every table.
 
     With per-position rates (vLLM's ``r_1..r_K``) those are what the model used, not the alpha.

@@ -51,7 +51,7 @@ def _rows(path: str, text: str) -> list[BenchmarkRun]:
     for line, row in enumerate(reader, start=2):
         where = f"line {line}"
 
-        def field(name: str, optional: bool = False) -> float | None:
+        def field(name: str, optional: bool = False, row: dict[str, str] = row, where: str = where) -> float | None:
             raw = row.get(name)
             if raw is None or (optional and not str(raw).strip()):
                 if optional:

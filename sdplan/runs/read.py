@@ -13,9 +13,10 @@ JSON object goes to the first JSON reader that claims it, in registry order.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
@@ -95,7 +96,7 @@ def _read_text(path: Path) -> str:
             text = data.decode(encoding)
         except UnicodeDecodeError:
             continue
-        if encoding == "utf-16" and not data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        if encoding == "utf-16" and data[:2] not in (b"\xff\xfe", b"\xfe\xff"):
             break
         return text
     raise InputFileError(name, None, "not UTF-8 text; save the file as UTF-8")

@@ -108,10 +108,12 @@ class BenchmarkRun:
     burstiness: float | None = None
     #: An open loop's client-side cap on requests in flight (``--max-concurrency`` with a finite rate).
     client_cap: int | None = None
-    #: How the client cap held arrivals back (None: it did not, or the file cannot tell; see :func:`sdplan.runs.screen.held_back`).
+    #: How the client cap held arrivals back (None: it did not, or the file cannot tell;
+    #: see :func:`sdplan.runs.screen.held_back`).
     held_back_by_cap: str | None = None
     #: Share of an open loop's consecutive gaps between *scheduled* sends that repeat the gap before exactly
-    #: (GuideLLM records the schedule; see :func:`sdplan.runs.guidellm.repeated_gap_share`); None where the file has no schedule.
+    #: (GuideLLM records the schedule; see :func:`sdplan.runs.guidellm.repeated_gap_share`); None where the file
+    #: has no schedule.
     repeated_gaps: float | None = None
     #: Client worker processes that drew the schedule (GuideLLM ``strategy.worker_count``), if recorded.
     client_workers: int | None = None

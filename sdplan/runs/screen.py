@@ -175,7 +175,8 @@ def screen(run: BenchmarkRun) -> list[str]:
                        "the client more CPU or run it on another machine")
     if run.held_back_by_cap is not None:
         reasons.append(f"the client's cap of {run.client_cap} requests in flight (vllm bench serve --max-concurrency, "
-                       f"GuideLLM max_concurrency) held an open loop back ({run.held_back_by_cap}): the server saw neither Poisson arrivals at "
+                       f"GuideLLM max_concurrency) held an open loop back ({run.held_back_by_cap}): "
+                       "the server saw neither Poisson arrivals at "
                        f"{run.requested_rate_rps:.3g} req/s nor a closed loop of {run.client_cap}; rerun without "
                        "the cap or with one above the peak in flight")
     if run.overloaded:

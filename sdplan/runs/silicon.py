@@ -215,8 +215,8 @@ def select_rows(name: str, rows: list[tuple[int, dict[str, str]]],
     for key, wanted in selection.filters:
         matching = [(line, row) for line, row in kept if _matches(key, cell_value(row, key), wanted)]
         if not matching:
-            before = f" with {','.join(f'{k}={v}' for k, v in selection.filters[:selection.filters.index((key, wanted))])}" \
-                if selection.filters.index((key, wanted)) else ""
+            earlier = selection.filters[:selection.filters.index((key, wanted))]
+            before = f" with {','.join(f'{k}={v}' for k, v in earlier)}" if earlier else ""
             raise InputFileError(name, f"--select {key}={wanted}",
                                  f"matches no aggregated row{before}; {key} is one of "
                                  f"{', '.join(_values([row for _, row in kept], key))}")
@@ -234,7 +234,8 @@ def select_rows(name: str, rows: list[tuple[int, dict[str, str]]],
 def configuration_of(rows: list[dict[str, str]]) -> SiliconConfiguration:
     """The configuration of rows :func:`select_rows` returned (one)."""
     row = rows[0]
-    return SiliconConfiguration(model=cell_value(row, "model"), system=cell_value(row, "system"), backend=cell_value(row, "backend"),
+    return SiliconConfiguration(model=cell_value(row, "model"), system=cell_value(row, "system"),
+                                backend=cell_value(row, "backend"),
                                 version=cell_value(row, "version"), tp=int(cell_value(row, "tp")),
                                 precision=cell_value(row, "precision"), quant=cell_value(row, "quant"),
                                 dp=int(cell_value(row, "dp")), moe_tp=int(cell_value(row, "moe_tp")),
