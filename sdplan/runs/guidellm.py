@@ -32,12 +32,20 @@ is read as no SD unless ``FILE:k=K,len=L`` or the flags say otherwise.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.runs.record import (BenchmarkRun, count, is_finite_number, number, optional_number, others_in_flight,
-                                peak_in_flight)
+from sdplan.runs.record import (
+    BenchmarkRun,
+    count,
+    is_finite_number,
+    number,
+    optional_number,
+    others_in_flight,
+    peak_in_flight,
+)
 from sdplan.runs.screen import held_back, kept_up_fraction
 
 #: More output tokens than this per streamed iteration (after the first token) means SD was on: without SD
@@ -120,109 +128,158 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
     if version not in (1, 2) and not legacy and not unversioned:
         warnings.append(f"{path}: GuideLLM report of an unchecked schema (metadata.version {version}; sdplan reads "
                         "GuideLLM 0.2-0.3, 0.4 (no metadata) and metadata.version 1-2, 0.5-0.8): read as version 2")
-    runs = []
-    for index, bench in enumerate(document["benchmarks"]):
-        where = f"benchmarks[{index}]"
-        if not isinstance(bench, dict) or not isinstance(bench.get("metrics"), dict):
-            raise InputFileError(path, f"{where}.metrics", "missing or not an object")
-        metrics = bench["metrics"]
-        strategy, at = _strategy(bench)
-        kind = str(strategy.get("type_", "unknown"))
-        requested = None
-        if kind in ("constant", "poisson") and strategy.get("rate") is not None:
-            requested = number(strategy["rate"], path, f"{where}.{at}.rate")
-        concurrency = None
-        if kind == "synchronous":
-            concurrency = 1
-        elif kind == "concurrent" and strategy.get("streams") is not None:
-            concurrency = count(strategy["streams"], path, f"{where}.{at}.streams") or None
-        unknown_load = None
-        if requested is None and concurrency is None and kind != "throughput":
-            unknown_load = (f"GuideLLM strategy {kind!r} without a rate or streams" if strategy
-                            else "no GuideLLM strategy (config.strategy or args.strategy)")
-        totals_at = "metrics.request_totals" if "request_totals" in metrics else "request_totals"
-        totals = metrics.get("request_totals", bench.get("request_totals", {}))
-        if not isinstance(totals, dict):
-            raise InputFileError(path, f"{where}.{totals_at}", "expected an object of counts")
-        successful = count(totals.get("successful", 0) or 0, path, f"{where}.{totals_at}.successful")
-        failed = count(totals.get("errored", 0) or 0, path, f"{where}.{totals_at}.errored")
-        # incomplete: cancelled unfinished when a time or count limit ended the run, not failures
-        incomplete = count(totals.get("incomplete", 0) or 0, path, f"{where}.{totals_at}.incomplete")
-        ttft = _mean(metrics, "time_to_first_token_ms", path, where, required=False)
-        itl = _mean(metrics, "inter_token_latency_ms", path, where, required=False)
-        achieved = _mean(metrics, "requests_per_second", path, where)
-        latency = _mean(metrics, "request_latency", path, where)
-        prompt = _mean(metrics, "prompt_token_count", path, where)
-        output = _mean(metrics, "output_token_count", path, where)
-        for key, value in (("requests_per_second", achieved), ("request_latency", latency),
-                           ("prompt_token_count", prompt), ("output_token_count", output)):
-            if value is None or value <= 0:
-                raise InputFileError(path, f"{where}.metrics.{key}.successful.mean", "must be > 0")
-        assert achieved is not None and latency is not None and prompt is not None and output is not None
-        mean_concurrency = _mean(metrics, "request_concurrency", path, where, required=False)
-        notes: list[str] = []
-        if incomplete:
-            notes.append(f"{incomplete} requests cut off unfinished when the run ended (GuideLLM incomplete): the "
-                         "means are over finished requests")
-        timed = _requests(bench, successful, notes)
-        others = others_ttft = kept_up = held = repeated = sent_late = scheduled_rate = None
-        cap = workers = None
-        if timed is not None:
-            starts, latencies, ttfts, scheduled, cut_off = timed
-            latency = sum(latencies) / len(latencies)
-            if ttfts is not None:
-                ttft = 1e3 * sum(ttfts) / len(ttfts)
-            others = others_in_flight(starts, latencies, background=cut_off)
-            others_ttft = (others_in_flight(starts, latencies, ttfts, background=cut_off)
-                           if ttfts is not None else None)
-            if others is not None and not math.isfinite(others):
-                others = others_ttft = None
-            if requested is not None:
-                duration = max(s + l for s, l in zip(starts, latencies)) - min(starts)
-                kept_up = kept_up_fraction(starts, latencies, duration, requested)
-                if scheduled is not None:
-                    scheduled_rate = schedule_rate(scheduled)
-                    repeated = repeated_gap_share(scheduled)
-                    cap = _positive_int(strategy.get("max_concurrency"))
-                    late = [start - due for start, due in zip(starts, scheduled)]
-                    if cap is not None and peak_in_flight(starts, latencies) >= cap:
-                        held = held_back(cap, late, None, None, wait_s=LATE_S)
-                    else:  # late with no cap reached: the client itself fell behind its schedule
-                        sent_late = held_back(cap or 0, late, None, None, wait_s=LATE_S, waited_as="started late")
-            workers = _positive_int(strategy.get("worker_count"))
-        runs.append(BenchmarkRun(
-            source=f"{Path(path.split('#')[0]).name}#{where}",
-            requested_rate_rps=requested,
-            achieved_rate_rps=achieved,
-            concurrency=concurrency,
-            draft_length=0,
-            alpha=None,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            mean_e2e_latency_s=latency,
-            mean_ttft_s=ttft / 1e3 if ttft is not None else None,
-            mean_tpot_s=itl / 1e3 if itl is not None else None,
-            mean_concurrency=mean_concurrency,
-            others_in_flight=others,
-            others_at_first_token=others_ttft,
-            completed=successful or None,
-            failed=failed,
-            open_loop_unbounded=kind == "throughput",
-            burstiness={"constant": math.inf, "poisson": 1.0}.get(kind) if requested is not None else None,
-            kept_up=kept_up,
-            client_cap=cap,
-            held_back_by_cap=held,
-            repeated_gaps=repeated,
-            client_workers=workers,
-            sent_late=sent_late,
-            scheduled_rate_rps=scheduled_rate,
-            unknown_load=unknown_load,
-            **_speculation(tokens_per_decode_step(metrics, output, path, where)),
-            notes=tuple(notes),
-        ))
+    runs = [_benchmark(path, f"benchmarks[{index}]", bench) for index, bench in enumerate(document["benchmarks"])]
     if not runs:
         raise InputFileError(path, "benchmarks", "empty; nothing to fit")
     return runs, warnings
+
+
+@dataclass(frozen=True)
+class _Load:
+    """The load a benchmark's strategy set: its kind, arrival rate (req/s) or clients, or why it is unknown."""
+
+    kind: str
+    requested_rps: float | None
+    concurrency: int | None
+    unknown_load: str | None
+
+
+def _load(path: str, where: str, strategy: dict[str, Any], at: str) -> _Load:
+    """A benchmark's load from its strategy (found at ``at``, see :func:`_strategy`)."""
+    kind = str(strategy.get("type_", "unknown"))
+    requested = None
+    if kind in ("constant", "poisson") and strategy.get("rate") is not None:
+        requested = number(strategy["rate"], path, f"{where}.{at}.rate")
+    concurrency = None
+    if kind == "synchronous":
+        concurrency = 1
+    elif kind == "concurrent" and strategy.get("streams") is not None:
+        concurrency = count(strategy["streams"], path, f"{where}.{at}.streams") or None
+    unknown_load = None
+    if requested is None and concurrency is None and kind != "throughput":
+        unknown_load = (f"GuideLLM strategy {kind!r} without a rate or streams" if strategy
+                        else "no GuideLLM strategy (config.strategy or args.strategy)")
+    return _Load(kind, requested, concurrency, unknown_load)
+
+
+def _totals(path: str, where: str, bench: dict[str, Any], metrics: dict[str, Any]) -> tuple[int, int, int]:
+    """(successful, errored, incomplete) request counts of a benchmark."""
+    totals_at = "metrics.request_totals" if "request_totals" in metrics else "request_totals"
+    totals = metrics.get("request_totals", bench.get("request_totals", {}))
+    if not isinstance(totals, dict):
+        raise InputFileError(path, f"{where}.{totals_at}", "expected an object of counts")
+    successful = count(totals.get("successful", 0) or 0, path, f"{where}.{totals_at}.successful")
+    failed = count(totals.get("errored", 0) or 0, path, f"{where}.{totals_at}.errored")
+    # incomplete: cancelled unfinished when a time or count limit ended the run, not failures
+    incomplete = count(totals.get("incomplete", 0) or 0, path, f"{where}.{totals_at}.incomplete")
+    return successful, failed, incomplete
+
+
+#: What :func:`_requests` reads: send times, latencies, TTFTs and scheduled sends (s), and the cut-off requests.
+_RequestTimes = tuple[list[float], list[float], list[float] | None, list[float] | None,
+                      tuple[list[float], list[float]]]
+
+
+@dataclass
+class _Measured:
+    """A benchmark's means (latency in s, TTFT and ITL in ms) and, from per-request times, the load they saw."""
+
+    achieved_rps: float
+    mean_latency_s: float
+    prompt_tokens: float
+    output_tokens: float
+    ttft_ms: float | None
+    itl_ms: float | None
+    mean_concurrency: float | None
+    others: float | None = None
+    others_ttft: float | None = None
+    kept_up: float | None = None
+    held: str | None = None
+    repeated: float | None = None
+    sent_late: str | None = None
+    scheduled_rate_rps: float | None = None
+    cap: int | None = None
+    workers: int | None = None
+
+
+def _summary(path: str, where: str, metrics: dict[str, Any]) -> _Measured:
+    """A benchmark's summary means (``metrics.<name>.successful.mean``), the required ones checked > 0."""
+    ttft = _optional_mean(metrics, "time_to_first_token_ms", path, where)
+    itl = _optional_mean(metrics, "inter_token_latency_ms", path, where)
+    achieved = _mean(metrics, "requests_per_second", path, where)
+    latency = _mean(metrics, "request_latency", path, where)
+    prompt = _mean(metrics, "prompt_token_count", path, where)
+    output = _mean(metrics, "output_token_count", path, where)
+    for key, value in (("requests_per_second", achieved), ("request_latency", latency),
+                       ("prompt_token_count", prompt), ("output_token_count", output)):
+        if value <= 0:
+            raise InputFileError(path, f"{where}.metrics.{key}.successful.mean", "must be > 0")
+    return _Measured(achieved_rps=achieved, mean_latency_s=latency, prompt_tokens=prompt, output_tokens=output,
+                     ttft_ms=ttft, itl_ms=itl,
+                     mean_concurrency=_optional_mean(metrics, "request_concurrency", path, where))
+
+
+def _from_requests(timed: _RequestTimes, requested: float | None, strategy: dict[str, Any],
+                   measured: _Measured) -> None:
+    """Exact means, the load each request saw, the kept-up score, repeated gaps and late starts (:func:`_requests`)."""
+    starts, latencies, ttfts, scheduled, cut_off = timed
+    measured.mean_latency_s = sum(latencies) / len(latencies)
+    if ttfts is not None:
+        measured.ttft_ms = 1e3 * sum(ttfts) / len(ttfts)
+    others = others_in_flight(starts, latencies, background=cut_off)
+    others_ttft = (others_in_flight(starts, latencies, ttfts, background=cut_off)
+                   if ttfts is not None else None)
+    if math.isfinite(others):
+        measured.others, measured.others_ttft = others, others_ttft
+    if requested is not None:
+        duration = max(start + latency for start, latency in zip(starts, latencies)) - min(starts)
+        measured.kept_up = kept_up_fraction(starts, latencies, duration, requested)
+        if scheduled is not None:
+            measured.scheduled_rate_rps = schedule_rate(scheduled)
+            measured.repeated = repeated_gap_share(scheduled)
+            cap = measured.cap = _positive_int(strategy.get("max_concurrency"))
+            late = [start - due for start, due in zip(starts, scheduled)]
+            if cap is not None and peak_in_flight(starts, latencies) >= cap:
+                measured.held = held_back(cap, late, None, None, wait_s=LATE_S)
+            else:  # late with no cap reached: the client itself fell behind its schedule
+                measured.sent_late = held_back(cap or 0, late, None, None, wait_s=LATE_S, waited_as="started late")
+    measured.workers = _positive_int(strategy.get("worker_count"))
+
+
+def _benchmark(path: str, where: str, bench: Any) -> BenchmarkRun:
+    """One benchmark of a report (``where`` names it): its load, counts, summary means and per-request times."""
+    if not isinstance(bench, dict) or not isinstance(bench.get("metrics"), dict):
+        raise InputFileError(path, f"{where}.metrics", "missing or not an object")
+    metrics = bench["metrics"]
+    strategy, at = _strategy(bench)
+    load = _load(path, where, strategy, at)
+    successful, failed, incomplete = _totals(path, where, bench, metrics)
+    measured = _summary(path, where, metrics)
+    notes: list[str] = []
+    if incomplete:
+        notes.append(f"{incomplete} requests cut off unfinished when the run ended (GuideLLM incomplete): the "
+                     "means are over finished requests")
+    timed = _requests(bench, successful, notes)
+    if timed is not None:
+        _from_requests(timed, load.requested_rps, strategy, measured)
+    requested = load.requested_rps
+    return BenchmarkRun(
+        source=f"{Path(path.split('#')[0]).name}#{where}", requested_rate_rps=requested,
+        achieved_rate_rps=measured.achieved_rps, concurrency=load.concurrency, draft_length=0, alpha=None,
+        prompt_tokens=measured.prompt_tokens, output_tokens=measured.output_tokens,
+        mean_e2e_latency_s=measured.mean_latency_s,
+        mean_ttft_s=measured.ttft_ms / 1e3 if measured.ttft_ms is not None else None,
+        mean_tpot_s=measured.itl_ms / 1e3 if measured.itl_ms is not None else None,
+        mean_concurrency=measured.mean_concurrency, others_in_flight=measured.others,
+        others_at_first_token=measured.others_ttft, completed=successful or None, failed=failed,
+        open_loop_unbounded=load.kind == "throughput",
+        burstiness={"constant": math.inf, "poisson": 1.0}.get(load.kind) if requested is not None else None,
+        kept_up=measured.kept_up, client_cap=measured.cap, held_back_by_cap=measured.held,
+        repeated_gaps=measured.repeated, client_workers=measured.workers, sent_late=measured.sent_late,
+        scheduled_rate_rps=measured.scheduled_rate_rps, unknown_load=load.unknown_load,
+        **_speculation(tokens_per_decode_step(metrics, measured.output_tokens, path, where)),
+        notes=tuple(notes),
+    )
 
 
 def _speculation(per_step: float | None) -> dict[str, Any]:
@@ -252,9 +309,9 @@ def tokens_per_decode_step(metrics: dict[str, Any], output_tokens: float, path: 
     several steps merged into one chunk (vLLM's output collector merges
     what the client has not taken yet), so under load this overstates ``E``.
     """
-    per_step = _mean(metrics, "iter_tokens_per_iteration", path, where, required=False)
+    per_step = _optional_mean(metrics, "iter_tokens_per_iteration", path, where)
     if per_step is None:
-        per_chunk = _mean(metrics, "output_tokens_per_iteration", path, where, required=False)
+        per_chunk = _optional_mean(metrics, "output_tokens_per_iteration", path, where)
         if per_chunk is None or per_chunk <= 0 or output_tokens / per_chunk <= 1.0 + 1e-9:
             return None
         per_step = (output_tokens - 1.0) / (output_tokens / per_chunk - 1.0)
@@ -276,8 +333,7 @@ def _positive_int(value: Any) -> int | None:
 
 
 def _requests(bench: dict[str, Any], successful: int, notes: list[str]
-              ) -> tuple[list[float], list[float], list[float] | None, list[float] | None,
-                 tuple[list[float], list[float]]] | None:
+              ) -> _RequestTimes | None:
     """Per-request send times, latencies, TTFTs, scheduled sends of a GuideLLM benchmark (s), and the cut-off ones.
 
     GuideLLM 0.5-0.8 keep every request in ``requests.successful[]`` with its
@@ -300,9 +356,9 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
     if len(listed) != successful:
         notes.append(f"{len(listed)} of {successful} requests listed (sampled): read from the summary metrics")
         return None
-    args = bench.get("args") if isinstance(bench.get("args"), dict) else {}
+    args = bench.get("args")
     if any(isinstance(holder.get(key), (int, float)) and holder[key] > 0
-           for holder in (bench, args)
+           for holder in ((bench, args) if isinstance(args, dict) else (bench,))
            for key in ("warmup_duration", "cooldown_duration", "warmup_number", "cooldown_number")):
         notes.append("warm-up/cool-down requests are not listed: the load each request saw is taken from the "
                      "summary metrics")
@@ -329,10 +385,9 @@ def _requests(bench: dict[str, Any], successful: int, notes: list[str]
     unfinished = requests.get("incomplete") if isinstance(requests, dict) else None
     for entry in unfinished if isinstance(unfinished, list) else []:
         values = _times(entry)
-        begin = values[0] if values is not None else None
-        if not is_finite_number(begin):
+        if values is None or not is_finite_number(values[0]):
             continue  # never sent: it loaded nothing
-        end = values[4]
+        begin, end = values[0], values[4]
         end = end if is_finite_number(end) and end > begin else last_end
         cut_starts.append(float(begin) - origin)
         cut_lengths.append(float(end) - float(begin))
@@ -359,21 +414,28 @@ def _times(entry: Any) -> tuple[Any, Any, Any, Any, Any] | None:
         return (timings.get("request_start"), timings.get("request_end"), timings.get("first_token_iteration"),
                 timings.get("targeted_start"), timings.get("resolve_end"))
     if "start_time" in entry or "end_time" in entry:
-        scheduler = entry.get("scheduler_info") if isinstance(entry.get("scheduler_info"), dict) else {}
-        due = scheduler.get("targeted_start_time")
+        section = entry.get("scheduler_info")
+        scheduler = section if isinstance(section, dict) else {}
+        due = scheduler.get("targeted_start_time", math.nan)  # absent or null: no scheduled start
         return (entry.get("start_time"), entry.get("end_time"), entry.get("first_token_time"),
                 due if is_finite_number(due) and due > 0 else None, scheduler.get("worker_end"))
     return None
 
 
-def _mean(metrics: dict[str, Any], name: str, path: str, where: str, required: bool = True) -> float | None:
-    """``metrics.<name>.successful.mean`` of a benchmark (None where an optional one is absent)."""
+def _optional_mean(metrics: dict[str, Any], name: str, path: str, where: str) -> float | None:
+    """``metrics.<name>.successful.mean`` of a benchmark, None where it is absent (or null)."""
     entry = metrics.get(name)
-    try:
-        value = entry["successful"]["mean"]  # type: ignore[index]
-    except (KeyError, TypeError):
-        if required:
-            raise InputFileError(path, f"{where}.metrics.{name}.successful.mean", "missing") from None
+    successful = entry.get("successful") if isinstance(entry, dict) else None
+    if not isinstance(successful, dict) or "mean" not in successful:
         return None
+    return optional_number(successful["mean"], path, f"{where}.metrics.{name}.successful.mean")
+
+
+def _mean(metrics: dict[str, Any], name: str, path: str, where: str) -> float:
+    """``metrics.<name>.successful.mean`` of a benchmark, which must be there."""
     key = f"{where}.metrics.{name}.successful.mean"
-    return number(value, path, key) if required else optional_number(value, path, key)
+    entry = metrics.get(name)
+    successful = entry.get("successful") if isinstance(entry, dict) else None
+    if not isinstance(successful, dict) or "mean" not in successful:
+        raise InputFileError(path, key, "missing")
+    return number(successful["mean"], path, key)
