@@ -124,3 +124,12 @@ def test_synthetic_acceptance_is_validated(sdplan, tmp_path) -> None:
     result = sdplan("calibrate", "--method", "engine", "--target", "t", "-o", str(tmp_path / "x.toml"),
                     "--synthetic-acceptance", "1.5")
     assert result.exit_code == ExitStatus.USAGE
+
+
+@pytest.mark.parametrize("method", [["--method", "engine", "--target", "t"], ["--draft", "d"]])
+def test_output_folder_is_a_usage_error_for_either_method(sdplan, tmp_path, method) -> None:
+    """-o naming a folder is refused before any path is derived from it (it was exit 70 for served)."""
+    result = sdplan("calibrate", *method, "-o", str(tmp_path))
+    assert result.exit_code == ExitStatus.USAGE, result.output
+    assert "is a folder; name the calibration file to write" in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -199,12 +199,12 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     results folder, 4 too few usable points, 5 vLLM missing, 6 engine or
     server failure, 7 poor calibration (written), 130 interrupted (results kept).
     """
+    out = _calibration_file(output)  # before any path is derived from it
     if measure_method == "engine":
         from sdplan.measure.engine import EngineOptions
 
         _refuse_served_options(target, endpoint, serve_args + extra_serve_args, dataset, repeats)
         assert target is not None  # (refused above)
-        out = Path(output)
         _calibrate_engine(EngineOptions(
             target=target, draft=draft, grid_name=grid,
             measurements_path=Path(measurements_out) if measurements_out else out.with_suffix(".measurements.jsonl"),
@@ -228,7 +228,7 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
         draft_lengths=_served_draft_lengths(draft_lengths, grid, draft, spec_method, endpoint),
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, grid_name=grid, serve_arguments=passthrough,
-        results_dir=Path(results_dir) if results_dir else Path(output).with_suffix(".runs"), temperature=temperature,
+        results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
         seed=seed, resume=resume, server_timeout_s=server_timeout, label=label,
         dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds, repeats=repeats)
     _calibrate_served(options, output, name, accept_poor_fit)
@@ -310,8 +310,6 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
     from sdplan.render import progress_bar
 
     out = Path(output)
-    if out.is_dir():
-        raise click.UsageError(f"-o {output} is a folder; name the calibration file to write")
     check_options(options)
     configurations = 1 if options.endpoint else 1 + len(options.draft_lengths)
     levels = concurrency_levels(options.grid, options.max_clients())
@@ -405,3 +403,11 @@ def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> No
                                                        f"{store_path.name}."))
     click.echo(f"wrote {out}: fit R2 {fit.r2:.4f} over {len(measurements)} measurements "
                f"in {time.perf_counter() - started:.1f} s", err=True)
+
+
+def _calibration_file(output: str) -> Path:
+    """The calibration file ``-o`` names; a folder is a usage error (the runs and the store are named after it)."""
+    out = Path(output)
+    if out.is_dir():
+        raise click.UsageError(f"-o {output} is a folder; name the calibration file to write")
+    return out
