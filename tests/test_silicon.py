@@ -210,3 +210,13 @@ def test_intervals_of_a_fitted_calibration_centre_on_its_prediction(tmp_path: Pa
     assert draws is not None
     point = calibration.coefficients_at(1024, 512).baseline_c2_step_s
     assert float(np.median([d.baseline_c2_step_s for d in draws])) == pytest.approx(point, rel=0.05)
+
+
+def test_a_utf16_file_fits_with_its_provenance(sdplan, tmp_path: Path) -> None:
+    """The reader takes UTF-16 with its mark; the provenance lookup reads it the same way (was exit 70)."""
+    utf16 = tmp_path / "silicon_utf16.csv"
+    utf16.write_bytes(DATA.read_text(encoding="utf-8").encode("utf-16"))
+    out = tmp_path / "fit.toml"
+    result = sdplan("fit", str(utf16), "--select", QWEN_TP4, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert load_calibration(out).document["provenance"]["tensor_parallel_size"] == 4

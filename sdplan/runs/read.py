@@ -22,10 +22,7 @@ from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
-from sdplan.runs.record import BenchmarkRun, sweep_files
-
-#: Largest result file read (bytes); a larger one is refused rather than loaded.
-MAX_RESULT_BYTES = 512 * 1024 * 1024
+from sdplan.runs.record import BenchmarkRun, read_text, sweep_files
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,29 +74,6 @@ def detect_format(path: Path, document: Any) -> str:
                                           "--input-format")
 
 
-def _read_text(path: Path) -> str:
-    name = str(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_RESULT_BYTES:
-            raise InputFileError(name, None, f"{size / 2**20:.0f} MiB is larger than the {MAX_RESULT_BYTES // 2**20} "
-                                             "MiB read limit; split the file")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputFileError(name, None, "no such file; check the path") from None
-    except IsADirectoryError:
-        raise InputFileError(name, None, "is a folder without result files") from None
-    except OSError as error:
-        raise InputFileError(name, None, f"cannot read ({error.strerror}); check the path and permissions") from None
-    for encoding in ("utf-8-sig", "utf-16"):
-        try:
-            text = data.decode(encoding)
-        except UnicodeDecodeError:
-            continue
-        if encoding == "utf-16" and data[:2] not in (b"\xff\xfe", b"\xfe\xff"):
-            break
-        return text
-    raise InputFileError(name, None, "not UTF-8 text; save the file as UTF-8")
 def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]:
     """One JSON document, JSON Lines (``--append-result``) or a JSON array of rows: ``[(suffix, document)]``."""
     try:
@@ -157,7 +131,7 @@ def read_results(path: Path, input_format: str = "auto",
                              overloaded=member.parent == path and member.name in flagged) for run in found]
             warnings += notes
         return runs, warnings
-    text = _read_text(path)
+    text = read_text(path)
     forced = _BY_NAME.get(input_format)
     text_reader = forced if forced is not None and forced.content == "text" else next(
         (reader for reader in READERS if forced is None and reader.content == "text" and reader.detects(path, text)),

@@ -30,6 +30,9 @@ from typing import Any
 
 from sdplan.errors import InputFileError
 
+#: Largest result file read (bytes); a larger one is refused rather than loaded.
+MAX_RESULT_BYTES = 512 * 1024 * 1024
+
 #: Files of a ``vllm bench sweep`` folder that are not runs.
 SWEEP_SKIP = ("summary.json", "warmup.json")
 
@@ -171,6 +174,32 @@ class BenchmarkRun:
         if self.scheduled_rate_rps is not None:
             return self.scheduled_rate_rps
         return self.requested_rate_rps if self.requested_rate_rps is not None else self.achieved_rate_rps
+
+
+def read_text(path: Path) -> str:
+    """A result file's text: UTF-8 (a byte-order mark allowed) or UTF-16 with its mark; one-line errors else."""
+    name = str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULT_BYTES:
+            raise InputFileError(name, None, f"{size / 2**20:.0f} MiB is larger than the {MAX_RESULT_BYTES // 2**20} "
+                                             "MiB read limit; split the file")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputFileError(name, None, "no such file; check the path") from None
+    except IsADirectoryError:
+        raise InputFileError(name, None, "is a folder without result files") from None
+    except OSError as error:
+        raise InputFileError(name, None, f"cannot read ({error.strerror}); check the path and permissions") from None
+    for encoding in ("utf-8-sig", "utf-16"):
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        if encoding == "utf-16" and data[:2] not in (b"\xff\xfe", b"\xfe\xff"):
+            break
+        return text
+    raise InputFileError(name, None, "not UTF-8 text; save the file as UTF-8")
 
 
 def file_digest(path: Path) -> str:

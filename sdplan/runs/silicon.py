@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sdplan.errors import InputFileError, InvalidValueError, MissingDependencyError
-from sdplan.runs.record import BenchmarkRun
+from sdplan.runs.record import BenchmarkRun, read_text
 
 #: How :mod:`sdplan.runs.read` names this format (``--input-format aic-silicon``) and describes it in errors.
 NAME = "aic-silicon"
@@ -326,7 +326,7 @@ def configuration_in(path: Path, input_format: str, selection: Selection) -> Sil
     """
     if path.is_dir() or input_format not in ("auto", NAME):
         return None
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_text(path)
     if input_format == "auto" and not detects(path, text):
         return None
     return configuration_of([row for _, row in select_rows(str(path), parse_rows(str(path), text), selection)])
