@@ -45,6 +45,9 @@ MAX_BATCH_SIZE = 1_000_000
 #: Highest request rate the simulator draws arrivals at, req/s: far past any replica, and far enough below
 #: the float range that the arrival gaps do not underflow (at 1e308 req/s they all round to one instant).
 MAX_SIMULATED_RATE_RPS = 1e9
+#: Lowest request rate the simulator draws arrivals at, req/s (one request in about 30 years): below it the
+#: arrival times and the trace's spans overflow the float range.
+MIN_SIMULATED_RATE_RPS = 1e-9
 #: Most requests in one replication of the simulator, and most replications.
 MAX_REQUESTS = 10_000_000
 MAX_REPLICATIONS = 1_000

@@ -87,14 +87,18 @@ def test_invalid_configurations() -> None:
     with pytest.raises(InvalidValueError, match="draft length"):
         simulate(C, SimulationConfig(rate_rps=1.0, draft_length=3, position_rates=(0.5,)), numpy.random.default_rng(0))
     # 1e308 req/s: every arrival gap underflows to one instant (the fuzz's exit 70 in the steady-state fit)
-    for rate in (1e308, math.inf, math.nan):
-        with pytest.raises(InvalidValueError, match="at most 1e\\+09 req/s"):
+    # 5.7e-289 req/s: the arrival times overflow (the fuzz's exit 70 in check --simulate)
+    for rate in (1e308, math.inf, math.nan, 5.671e-289):
+        with pytest.raises(InvalidValueError, match="1e-09 to 1e\\+09 req/s"):
             simulate(C, SimulationConfig(rate_rps=rate, draft_length=0, position_rates=()), numpy.random.default_rng(0))
 
 
 def test_cli_simulate_of_an_absurd_rate_is_a_usage_error(sdplan) -> None:
     result = sdplan("simulate", "-r", "1e308", "--requests", "100", "--seeds", "1", "-f", "json")
-    assert result.exit_code == ExitStatus.USAGE and "at most 1e+09 req/s" in result.stderr
+    assert result.exit_code == ExitStatus.USAGE and "1e-09 to 1e+09 req/s" in result.stderr
+    tiny = sdplan("check", "--simulate", "-r", "5.671e-289", "--slo", "e2e:p99<=10s", "--requests", "100",
+                  "--seeds", "1")
+    assert tiny.exit_code == ExitStatus.USAGE and "1e-09 to 1e+09 req/s" in tiny.stderr
 
 
 def test_cli_simulate_formats(sdplan, tmp_path) -> None:

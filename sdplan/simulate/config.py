@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
-from sdplan.limits import MAX_SIMULATED_RATE_RPS
+from sdplan.limits import MAX_SIMULATED_RATE_RPS, MIN_SIMULATED_RATE_RPS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,9 +56,10 @@ class SimulationConfig:
             raise InvalidValueError("simulate at least 10 requests")
         if self.rate_rps <= 0:
             raise InvalidValueError("the request rate must be > 0 req/s")
-        if not self.rate_rps <= MAX_SIMULATED_RATE_RPS:
-            raise InvalidValueError(f"a simulated request rate must be at most {MAX_SIMULATED_RATE_RPS:g} req/s, "
-                                    f"got {self.rate_rps:g}; give a rate a replica could see")
+        if not MIN_SIMULATED_RATE_RPS <= self.rate_rps <= MAX_SIMULATED_RATE_RPS:
+            raise InvalidValueError(f"a simulated request rate must be {MIN_SIMULATED_RATE_RPS:g} to "
+                                    f"{MAX_SIMULATED_RATE_RPS:g} req/s, got {self.rate_rps:g}; give a rate a replica "
+                                    "could see")
         k = self.draft_length
         if k and self.adaptive_draft_lengths is None and len(self.position_rates) != k:
             raise InvalidValueError(f"acceptance must cover the draft length {k}")
