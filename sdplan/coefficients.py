@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: TTFT weights (in steps) where no TTFT was fitted: half a running step of wait, and a mixed step and a half
+#: with the others in flight (``docs/model.md#ttft-and-tpot``).
+DEFAULT_TTFT_WAIT_STEPS = 0.5
+DEFAULT_TTFT_LOAD_STEPS = 1.5
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Coefficients:
@@ -68,8 +72,8 @@ class Coefficients:
     baseline_c2_step_s: float
     prompt_tokens: float
     output_tokens: float
-    ttft_wait_steps: float = 0.5
-    ttft_load_steps: float = 1.5
+    ttft_wait_steps: float = DEFAULT_TTFT_WAIT_STEPS
+    ttft_load_steps: float = DEFAULT_TTFT_LOAD_STEPS
     ttft_offset_s: float = 0.0
     ttft_prefill_s: float = 0.0
     closed_loop_factor: float = 1.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sdplan.coefficients import Coefficients
+from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS, Coefficients
 from sdplan.runmodel import PARAMETERS, SPECULATIVE_PARAMETERS, coefficients_from_vector, coefficients_table
 
 
@@ -72,8 +72,8 @@ class PooledFit:
     rmse_s: float
     mape_pct: float
     points: int
-    ttft_wait_steps: float = 0.5
-    ttft_load_steps: float = 1.5
+    ttft_wait_steps: float = DEFAULT_TTFT_WAIT_STEPS
+    ttft_load_steps: float = DEFAULT_TTFT_LOAD_STEPS
     ttft_offset_s: float = 0.0
     ttft_fitted: bool = False
     ttft_mape_pct: float | None = None

@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
+
 if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
     from sdplan.runs import BenchmarkRun
@@ -74,7 +76,8 @@ def values_from_table(table: dict[str, Any]) -> dict[str, float]:
 
 
 def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_tokens: float, output_tokens: float,
-                             ttft: tuple[float, float] = (0.5, 1.5), fixed_step_share: float = 0.0) -> Coefficients:
+                             ttft: tuple[float, float] = (DEFAULT_TTFT_WAIT_STEPS, DEFAULT_TTFT_LOAD_STEPS),
+                             fixed_step_share: float = 0.0) -> Coefficients:
     """Direct-form coefficients ``theta`` (at ``reference``) scaled to a workload.
 
     Scaling is the calibration file's own (``sdplan.calibration``), so a fitted

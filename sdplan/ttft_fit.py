@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
 from sdplan.regression import huber_weights
 from sdplan.runmodel import LENGTH_GROUP_TOLERANCE, DesignRows
 
@@ -81,7 +82,7 @@ def fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: flo
     by_prompt = bool(has.any() and prompts[has].max() > LENGTH_GROUP_TOLERANCE * prompts[has].min())
     if by_prompt:
         columns.append(prompts)
-    offset, wait, per_load, fitted = 0.0, 0.5, 1.5, False
+    offset, wait, per_load, fitted = 0.0, DEFAULT_TTFT_WAIT_STEPS, DEFAULT_TTFT_LOAD_STEPS, False
     closed_load = prefill = None
     solution_x = np.array([offset, wait, per_load] + [per_load] * split + [0.0] * by_prompt)
     if has.sum() >= len(columns):
