@@ -259,9 +259,18 @@ def test_path_options_complete_files() -> None:
         assert [item.type for item in complete.get_completions(args, "x")] == ["file"], args
 
 
-def test_calibrate_help_fits_80_columns(sdplan, narrow) -> None:
-    """Its examples are long command lines: they are split with backslashes, not cut or overflowing."""
-    result = sdplan("calibrate", "--help")
+def _command_names() -> list[str]:
+    import click
+
+    from sdplan.cli import cli
+
+    return cli.list_commands(click.Context(cli))
+
+
+@pytest.mark.parametrize("command", _command_names())
+def test_every_help_fits_80_columns(sdplan, narrow, command: str) -> None:
+    """Examples are long command lines: they are split with backslashes, not cut or overflowing."""
+    result = sdplan(command, "--help")
     assert result.exit_code == 0
     for line in result.stdout.splitlines():
         assert len(line) <= 80, f"{len(line)} columns: {line!r}"

@@ -66,9 +66,10 @@ def derive(target_model: str, system: str, speculative_method: str, draft_model:
     \b
     Examples:
       sdplan derive --target-model Qwen/Qwen3-32B --system h100_sxm --tp 2 \\
-                    --method eagle3 --draft-model RedHatAI/Qwen3-32B-speculator.eagle3 -o q32.toml
-      sdplan derive --target-model meta-llama/Llama-3.1-8B-Instruct --system h100_sxm \\
-                    --method ngram -o ngram.toml --format json
+        --method eagle3 --draft-model RedHatAI/Qwen3-32B-speculator.eagle3 \\
+        -o q32.toml
+      sdplan derive --target-model meta-llama/Llama-3.1-8B-Instruct \\
+        --system h100_sxm --method ngram -o ngram.toml --format json
     """
     import datetime
     import sys
