@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan import planner
 from sdplan.errors import ExitStatus, InvalidValueError
+from sdplan.frozen import frozen, replace
 from sdplan.slo import SLO, OperatingPoint, Verdict, evaluate
 
 if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class CheckReport:
     """Outcome of ``sdplan check``.
 
@@ -134,7 +134,6 @@ def simulated_verdicts(report: CheckReport, slos: list[SLO], summary: object) ->
     not the analytic ``lambda C2 < 1`` at the nominal lengths: with a length
     histogram or a batch cap the two differ.
     """
-    from dataclasses import replace
 
     steady = bool(summary.steady)  # type: ignore[attr-defined]
     verdicts = []

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InfeasibleError
 from sdplan.fit_result import PointResidual, PooledFit, weakly_determined
+from sdplan.frozen import frozen, replace
 from sdplan.regression import (
     RIDGE,
     column_scale,
@@ -216,7 +216,7 @@ def _balance_weights(closed: Any, fit_factor: bool) -> Any:
     return balance
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _E2EProblem:
     """Stage 1's weighted relative residuals ``sqrt(w) (X(f) theta / L - 1)`` in ``x = (theta, f)``."""
 
@@ -372,7 +372,7 @@ def _residuals(runs: list[BenchmarkRun], latency: Any, predicted: Any, predicted
 # ----------------------------------------------------------------------------- per configuration
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ConfigurationFit:
     """``L = C1 + B C2`` fitted to the runs of one configuration (two coefficients, linear)."""
 

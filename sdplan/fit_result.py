@@ -7,10 +7,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field
 from typing import Any
 
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS, Coefficients
+from sdplan.frozen import frozen, replace
 from sdplan.runmodel import PARAMETERS, SPECULATIVE_PARAMETERS, coefficients_from_vector, coefficients_table
 
 
@@ -22,7 +23,7 @@ def weakly_determined(values: dict[str, float], stderr: dict[str, float], identi
 
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PointResidual:
     """One run's measured and fitted mean latency (and TTFT), with its robust weight."""
 
@@ -46,7 +47,7 @@ class PointResidual:
         return (self.predicted_ttft_s - self.measured_ttft_s) / self.measured_ttft_s * 100.0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PooledFit:
     """The pooled direct-form fit with its uncertainty.
 

@@ -37,8 +37,9 @@ the dense model, and ``rho -> 1`` as the fixed point runs away.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from sdplan.frozen import frozen, replace
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,7 +57,7 @@ MAX_ITERATIONS = 20_000
 COVERAGE_KEYS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MoESpec:
     """Routing of the target and the coverage increments (seconds at phi = 1)."""
 
@@ -72,7 +73,7 @@ class MoESpec:
         return 1.0 - np.power(miss, np.maximum(np.asarray(tokens, dtype=np.float64), 0.0))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class FixedPoint:
     """Solution of ``L = F(L)`` per point: latency (s; inf if unstable), batch, utilisation.
 
@@ -128,7 +129,6 @@ def at_coverage(coefficients: Coefficients, moe: MoESpec, step_coverage: float) 
     coefficients, so ``C(phi) = C(at_coverage(., 0)) + phi [C(at_coverage(., 1))
     - C(at_coverage(., 0))]``: the ``a + phi b`` split :func:`solve` takes.
     """
-    from dataclasses import replace
 
     prefill = float(moe.phi(coefficients.prompt_tokens))
     changes = {key: getattr(coefficients, key) + step_coverage * moe.coverage.get(key, 0.0) for key in STEP_KEYS}

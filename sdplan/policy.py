@@ -27,8 +27,9 @@ mean (which a mean model cannot show).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -78,7 +79,7 @@ def goodput_choice(c1: FloatArray, c2: FloatArray, batch: FloatArray) -> IntArra
     return chosen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PolicyResult:
     """Mean latency (s), chosen option index and batch under the goodput policy, shape (a, r)."""
 

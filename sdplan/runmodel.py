@@ -13,10 +13,11 @@ design are the model evaluated on unit coefficient vectors
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
+from sdplan.frozen import frozen
+from sdplan.frozen import replace as _replace
 
 if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
@@ -85,7 +86,6 @@ def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_toke
     ``fixed_step_share`` the map stays linear in ``theta``: ``c2_step(s) =
     c2_step (share + (1 - share) s/s_ref)``.
     """
-    from dataclasses import replace as _replace
 
     from sdplan.calibration import scale_direct
 
@@ -142,7 +142,7 @@ def fitted_first_token_load(run: BenchmarkRun) -> float:
     return run.mean_others_at_first_token
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DesignRows:
     """The fit's linear structure, per run and unit coefficient (rows x 8).
 

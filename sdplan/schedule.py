@@ -24,8 +24,9 @@ others, so this schedule is also the latency-optimal ``k`` per rate
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     import numpy as np
@@ -128,7 +129,7 @@ def _ranges(per_size: object) -> list[tuple[int, int, int]]:
 TIER_WIDTH_FRACTION = 0.25
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class EngineSchedule:
     """A draft length per batch size an engine can run without flapping.
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
+from sdplan.frozen import frozen
 
 _TYPE_NAMES = {
     "float": "a number",
@@ -31,7 +32,7 @@ _TYPE_NAMES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Field:
     """One scalar or array key.
 
@@ -48,7 +49,7 @@ class Field:
     choices: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Table:
     """A TOML table whose keys are all known."""
 

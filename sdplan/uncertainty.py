@@ -18,8 +18,9 @@ points), not a model-form error or a different machine
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from sdplan.frozen import fields, frozen, replace
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,7 +68,6 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     values, vectors = np.linalg.eigh(covariance)
     root = vectors * np.sqrt(np.clip(values, 0.0, None))  # a PSD square root, robust to round-off
     rng = np.random.default_rng(seed)
-    from dataclasses import fields, replace
 
     from sdplan.runmodel import coefficients_from_vector, fixed_step_share
 
@@ -75,7 +75,7 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     template = calibration.coefficients_at(prompt_tokens, output_tokens)  # TTFT weights, closed-loop factor
     order = [names.index(name) for name in PARAMETERS]
     # The length scaling is linear in the coefficients: map the unit vectors once, then every draw is a product.
-    costs = [f.name for f in fields(template) if f.name.endswith("_s") and not f.name.startswith("ttft_")]
+    costs = [name for name in fields(template) if name.endswith("_s") and not name.startswith("ttft_")]
     basis = np.zeros((len(costs), len(PARAMETERS)))
     for j in range(len(PARAMETERS)):
         unit = np.zeros(len(PARAMETERS))
@@ -146,7 +146,7 @@ def interval(samples: FloatArray, level: float = LEVEL) -> FloatArray:
     return bounds
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PlanIntervals:
     """95% intervals of the planner's predictions (axis 0: low, high)."""
 
@@ -204,7 +204,6 @@ def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients]
     its interval ``(low, high)``.
     """
     import math
-    from dataclasses import replace
 
     import numpy as np
 

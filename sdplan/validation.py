@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
+from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     from sdplan.moe import MoESpec
@@ -127,7 +127,7 @@ def covered(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None, 
     return moe_model.at_coverage(coefficients, moe, phi)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RunError:
     run: BenchmarkRun
     predicted_s: float
@@ -136,7 +136,7 @@ class RunError:
     ttft_error_pct: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BestKComparison:
     """At one configuration's load level: the fastest draft length measured and predicted."""
 
@@ -152,7 +152,7 @@ class BestKComparison:
         return self.measured_best == self.predicted_best
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RepeatSpread:
     """What the runs' own repeats say about the least error any prediction can show against them."""
 
@@ -164,7 +164,7 @@ class RepeatSpread:
     runs: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Validation:
     errors: list[RunError]
     skipped: list[tuple[BenchmarkRun, str]]

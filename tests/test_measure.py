@@ -11,6 +11,7 @@ import pytest
 
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InputFileError
+from sdplan.frozen import fields, replace
 from sdplan.runs import others_in_flight, read_results
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -643,7 +644,7 @@ def test_batch_cap_is_vllms_max_num_seqs(monkeypatch, tmp_path, hardware, flags,
                                             prompt_tokens=128, output_tokens=64, grid_name="quick",
                                             serve_arguments=flags, results_dir=tmp_path / "runs")
     assert options.batch_cap() == cap
-    assert measure_options.ServedOptions(**{**{f: getattr(options, f) for f in options.__slots__},
+    assert measure_options.ServedOptions(**{**{f: getattr(options, f) for f in fields(options)},
                                             "endpoint": "http://x", "serve_arguments": ()}).batch_cap() is None
 
 
@@ -1066,14 +1067,13 @@ def test_probes_identify_the_prefill_and_predict_other_workloads(sdplan, tmp_pat
                                                                  probes) -> None:
     """With the probes, c1p is the fake engine's prefill and requests of other shapes are predicted; without
     them (one workload), the split is a guess, and not_identified says so."""
-    import dataclasses
 
     from sdplan.measure import levels as levels_module
     from sdplan.measure import options as options_module
 
     if not probes:
         grids = dict(levels_module.SERVED_GRIDS)
-        grids["quick"] = dataclasses.replace(grids["quick"], probes=())
+        grids["quick"] = replace(grids["quick"], probes=())
         monkeypatch.setattr(levels_module, "SERVED_GRIDS", grids)
         monkeypatch.setattr(options_module, "SERVED_GRIDS", grids)
     fake_served.engine = engine = FakeEngine(**LENGTH_DEPENDENT)

@@ -14,6 +14,7 @@ from sdplan import planner
 from sdplan.calibration import parse_calibration
 from sdplan.coefficients import Coefficients
 from sdplan.errors import ExitStatus, InputFileError
+from sdplan.frozen import fields
 from sdplan.moe import MoESpec, solve
 
 BASE = Coefficients(c1p_s=0.04, c2p_s=0.01, c1v_s=0.006, c2v_s=1e-4, c1d_s=0.001, c2d_s=5e-5,
@@ -23,7 +24,7 @@ COVERAGE = {"c1v_s": 0.01, "baseline_c1_step_s": 0.01, "c2v_s": 2e-5, "baseline_
 
 def with_coverage(c: Coefficients, phi: float) -> Coefficients:
     """The dense model whose coefficients include phi times the coverage increments."""
-    values = {name: getattr(c, name) for name in c.__dataclass_fields__}
+    values = {name: getattr(c, name) for name in fields(c)}
     for key, value in COVERAGE.items():
         values[key] += phi * value
     return Coefficients(**values)

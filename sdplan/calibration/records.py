@@ -1,7 +1,7 @@
 """Typed records of a calibration file, read once when the file is loaded.
 
 The schema (:mod:`sdplan.calibration.schema`) checks each key's type and
-bounds; the records here turn the checked tables into frozen dataclasses and
+bounds; the records here turn the checked tables into frozen records and
 check what spans keys (a list that must match another's length, a covariance
 that must match its parameter list). So a file that loads is consistent, and
 every query reads typed values instead of the TOML dictionary.
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sdplan.errors import InputFileError
+from sdplan.frozen import frozen
 
 #: A ``[min, max]`` range of the ``[validity]`` table.
 Span = tuple[float, float]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class Provenance:
     """How, on what and with what the numbers were obtained (``[provenance]``)."""
 
@@ -67,7 +67,7 @@ class Provenance:
                    notes=table.get("notes"))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReferenceWorkload:
     """The lengths the direct-form coefficients were measured at (``[reference_workload]``), tokens."""
 
@@ -80,7 +80,7 @@ class ReferenceWorkload:
         return cls(table["prompt_tokens"], table["output_tokens"])
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Validity:
     """The ranges the calibration covers (``[validity]``); None where the file gives none."""
 
@@ -100,7 +100,7 @@ class Validity:
         return cls(span("prompt_tokens"), span("output_tokens"), span("batch_size"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class FitQuality:
     """How well a fitted or measured calibration fits its points (``[fit_quality]``)."""
 
@@ -117,7 +117,7 @@ class FitQuality:
                    points=table.get("points"), detail=table.get("detail"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class CalibrationAcceptance:
     """Acceptance measured together with a calibration (optional)."""
 
@@ -137,7 +137,7 @@ class CalibrationAcceptance:
                    source=str(table["source"]), draft_coverage=float(table.get("draft_coverage", 1.0)))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class ExpertRouting:
     """A mixture-of-experts target (``[moe]``): its routing and the costs of full expert coverage.
 
@@ -156,7 +156,7 @@ class ExpertRouting:
                    coverage=dict(table.get("coverage", {})))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class DirectCoefficients:
     """The direct form (``[coefficients]``): Kong et al.'s coefficients at the reference workload, seconds.
 
@@ -192,7 +192,7 @@ class DirectCoefficients:
                    c2d_per_context_token_s=spec.get("c2d_per_context_token_s"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class StepCost:
     """A linear step-time model of one model's forward step (``[step_model.target]``, ``.draft``), seconds."""
 
@@ -208,7 +208,7 @@ class StepCost:
                    per_query_token_s=table["per_query_token_s"], per_context_token_s=table["per_context_token_s"])
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class PrefillCost:
     """The prefill model (``[step_model.prefill]``), seconds."""
 
@@ -217,7 +217,7 @@ class PrefillCost:
     load_per_prompt_token_s: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class StepModel:
     """The per-step form (``[step_model]``): the target's, the draft's and prefill's step models.
 
@@ -249,7 +249,7 @@ def read_costs(document: Mapping[str, Any]) -> DirectCoefficients | StepModel:
     return StepModel.from_table(document["step_model"])
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class Ttft:
     """The TTFT weights (``[ttft]``); the offset and the per-prompt-token prefill are 0 where absent."""
 
@@ -269,7 +269,7 @@ class Ttft:
                    closed_loop_load_steps=table.get("closed_loop_load_steps"), source=table.get("source"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class Uncertainty:
     """The covariance of a fitted calibration's coefficients (``[uncertainty]``).
 
@@ -304,7 +304,7 @@ class Uncertainty:
         return tuple(name for name in self.not_identified if name not in weak)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class Measurement:
     """How a measured calibration was measured (``[measurement]``): the queries' part of it.
 
@@ -353,7 +353,7 @@ class Measurement:
                    kv_cache=kv_cache)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class Derivation:
     """How a derived calibration was priced (``[derivation]``): the queries' part of it.
 
@@ -385,7 +385,7 @@ class Derivation:
                    target_max_error_pct=table["target_max_error_pct"])
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class CalibrationRecords:
     """Everything a calibration file says, typed; optional tables are None where absent."""
 

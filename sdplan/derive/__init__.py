@@ -42,7 +42,6 @@ mean KV context. What is priced, and how:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sdplan.derive.anchoring import MeasuredRows, fit_anchor, measured_rows
@@ -66,6 +65,7 @@ from sdplan.derive.request import (
     model_key,
 )
 from sdplan.errors import InvalidValueError
+from sdplan.frozen import frozen
 
 __all__ = [
     "AIC_DISTRIBUTION",
@@ -94,7 +94,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@frozen
 class Derivation:
     """A derived calibration document and what the derivation found."""
 

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import EngineError
+from sdplan.frozen import frozen
 
 #: Lengths are drawn uniformly within +-25% of the means (vLLM's --random-range-ratio) unless a point says otherwise.
 LENGTH_SPREAD = 0.25
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LoadPoint:
     """One benchmark run: a closed loop of ``concurrency`` clients or Poisson arrivals at ``rate_rps``.
 
@@ -81,7 +82,7 @@ def bench_arguments(point: LoadPoint, *, base_url: str, model: str, result: Path
     return args + list(extra)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PromptFile:
     """A checked prompt file for ``vllm bench serve --dataset-name custom``."""
 

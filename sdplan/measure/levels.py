@@ -76,9 +76,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from sdplan.frozen import frozen
 from sdplan.measure.client import LoadPoint
 from sdplan.runs import MIN_KEPT_UP_FRACTION, fell_behind
 
@@ -109,7 +109,7 @@ MIN_THROUGHPUT_GAIN = 1.05
 EXTEND_THROUGHPUT_GAIN = 1.10
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Probe:
     """A workload beside the calibration's own, measured as closed loops to split the demand.
 
@@ -143,7 +143,7 @@ class Probe:
 PROBES = (Probe("prompt", 4.0, 0.5, (1, 16)), Probe("decode", 0.25, 3.0, (1, 16)))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ServedGrid:
     """What to measure per configuration.
 
@@ -241,7 +241,7 @@ def probe_points(grid: ServedGrid, prompt_tokens: int, output_tokens: int, top_l
     return points
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Configuration:
     """One server configuration: no SD (``draft_length = 0``) or SD at one draft length."""
 

@@ -12,18 +12,18 @@ layer above it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
+from sdplan.frozen import frozen
 
 MANIFEST = "manifest.jsonl"
 FORMAT = "sdplan-served-measurements"
 VERSION = 1
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PointRecord:
     """One finished load point."""
 

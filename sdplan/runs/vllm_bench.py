@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
+from sdplan.frozen import frozen
 from sdplan.runs.record import (
     BenchmarkRun,
     count,
@@ -135,7 +136,7 @@ def _list(document: dict[str, Any], key: str, count: int, notes: list[str] | Non
     return [float(v) for v in values]
 
 
-@dataclass(frozen=True)
+@frozen
 class _Load:
     """What a result's summary fields say about the load: counts, rates, loop kind and mean lengths."""
 
