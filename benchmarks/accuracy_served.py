@@ -266,21 +266,29 @@ def main() -> int:
                 server = serve(k, folder, "plateau")
                 try:
                     for index, ((wp, wg), label) in enumerate(zip(workloads, labels)):
-                        peak, clients, last = 0.0, 8, None
+                        peak, clients, best = 0.0, 8, None
                         while clients <= args.max_num_seqs:
                             last, _ = measure(server, folder, LoadPoint(wp, wg, 6 * clients, concurrency=clients),
                                               f"k{k}-w{index}-peak-c{clients}", 7)
-                            peak = max(peak, last.achieved_rate_rps)
+                            if last.achieved_rate_rps > peak:
+                                peak, best = last.achieved_rate_rps, last
                             clients *= 2
                         plateaus[label][k] = peak
                         # acceptance is an input of the model, not a prediction: at the acceptance it measured
-                        c1, c2 = run_demand(cal.coefficients_at(last.prompt_tokens, last.output_tokens), last)
+                        coefficients = cal.coefficients_at(best.prompt_tokens, best.output_tokens)
+                        c1, c2 = run_demand(coefficients, best)
                         uncapped = float(model.saturation_rate(c2))
-                        # the server admits at most max_num_seqs: past N/(C1 + N C2) requests queue for a slot
-                        capped = min(uncapped, float(model.batch_cap_rate(c1, c2, args.max_num_seqs)))
+                        # the plateau is a closed loop's throughput, predicted by the model's closed-loop relation
+                        # at the level that reached it, X = N/(C1 + f (N - 1) C2): a full batch runs as a closed
+                        # loop. The open-loop cap rate N/(C1 + N C2) (no f) is kept for the runs before acc37.
+                        predicted = model.closed_loop_throughput(c1, c2, best.concurrency,
+                                                                 coefficients.closed_loop_factor)
+                        open_loop_cap = min(uncapped, float(model.batch_cap_rate(c1, c2, args.max_num_seqs)))
                         records["saturation"].append({"run": run_id, "pass": attempt + 1, "workload": label,
                                                       "option": k, "measured_rps": peak,
-                                                      "predicted_rps": finite_or_none(capped),
+                                                      "clients": best.concurrency,
+                                                      "predicted_rps": finite_or_none(predicted),
+                                                      "open_loop_cap_rps": finite_or_none(open_loop_cap),
                                                       "uncapped_rps": finite_or_none(uncapped)})
                 finally:
                     server.stop()
@@ -358,8 +366,8 @@ def main() -> int:
         print(f"saturation {s['workload']:>8} {option_label(s['option']):>5}{attempt}: "
               f"measured {s['measured_rps']:.3g} req/s "
               f"(closed-loop plateau), predicted {rps(s['predicted_rps'])} "
-              f"({error(s['predicted_rps'], s['measured_rps'])}; at max_num_seqs {args.max_num_seqs}, "
-              f"1/C2 = {rps(s['uncapped_rps'])})")
+              f"({error(s['predicted_rps'], s['measured_rps'])}; closed loop at N = {s['clients']}; "
+              f"open-loop cap rate {rps(s['open_loop_cap_rps'])}, 1/C2 = {rps(s['uncapped_rps'])})")
     if args.passes > 1:
         noise_floor(records["runs"], records["saturation"], args.passes)
     summary = save()

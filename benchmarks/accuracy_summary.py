@@ -8,8 +8,10 @@ Records are plain JSON-ready dicts (units in the keys):
   run measured, as ``sdplan validate`` predicts it; None where the model says unstable), ``planned_e2e_s`` (as
   ``sdplan plan`` predicts it, with the calibration's acceptance), ``alpha``, ``foreign_cpu_cores``, ``flags``
   (the steady-state screen's reasons), ``file``;
-- a saturation: ``run``, ``pass``, ``workload``, ``option``, ``measured_rps`` (closed-loop plateau),
-  ``predicted_rps`` (capped at ``max_num_seqs``), ``uncapped_rps`` (``1/C2``);
+- a saturation: ``run``, ``pass``, ``workload``, ``option``, ``measured_rps`` (closed-loop plateau: the
+  best throughput of the doubling levels), ``clients`` (the level that reached it), ``predicted_rps`` (the
+  model's closed-loop throughput there, ``N/(C1 + f (N - 1) C2)``; before acc37 the open-loop cap rate
+  ``min(1/C2, N/(C1 + N C2))``, now ``open_loop_cap_rps``), ``uncapped_rps`` (``1/C2``);
 - a pick: ``run``, ``workload``, ``load``, ``rate_rps``, ``picked`` (the option ``sdplan plan`` picks; None
   where it predicts none stable), ``planned`` (``[{"option", "e2e_s"}]``).
 """

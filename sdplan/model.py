@@ -224,6 +224,26 @@ def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: fl
     return max_batch / (c1_arr + max_batch * c2_arr)
 
 
+def closed_loop_others(clients: int, closed_loop_factor: float = 1.0) -> float:
+    """Open-loop others in flight that a closed loop of ``clients`` loads the server like: ``f (N - 1)``.
+
+    Each request of a closed loop shares the server with the ``N - 1`` other
+    clients' requests; per other it loads the server ``f`` times as much as an
+    open loop's (``docs/model.md#open-and-closed-loops``).
+    """
+    return closed_loop_factor * max(clients - 1, 0)
+
+
+def closed_loop_throughput(c1: float, c2: float, clients: int, closed_loop_factor: float = 1.0) -> float:
+    """Throughput of a closed loop of ``clients`` (req/s): ``X = N / (C1 + f (N - 1) C2)``.
+
+    Also the most a server whose batch is held full at ``N`` sequences (vLLM's
+    ``max_num_seqs``) completes: a sweep's measured plateau
+    (``docs/model.md#saturation-and-batch-cap``).
+    """
+    return clients / (c1 + closed_loop_others(clients, closed_loop_factor) * c2)
+
+
 #: Prefill share of C2 (c2p/C2) and utilisation from which the mean model departs from the simulator.
 PREFILL_DOMINATED_SHARE = 0.5
 PREFILL_DOMINATED_UTILISATION = 0.5

@@ -74,7 +74,7 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
         return float(solved.latency_s)
     if run.concurrency is not None:
         c1, c2 = run_demand(covered(coefficients, run, moe, run_others(run, 0.0)), run)
-        return c1 + coefficients.closed_loop_factor * max(run.concurrency - 1, 0) * c2
+        return c1 + model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor) * c2
     c1, c2 = run_demand(coefficients, run)
     return float(model.mean_latency(c1, c2, run.arrival_rate_rps))
 
@@ -92,8 +92,8 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
 
     if not math.isfinite(latency_s):
         return math.inf
-    others = (coefficients.closed_loop_factor * max(run.concurrency - 1, 0) if run.concurrency is not None
-              else run.arrival_rate_rps * latency_s)
+    others = (model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor)
+              if run.concurrency is not None else run.arrival_rate_rps * latency_s)
     from sdplan.runmodel import run_tokens_per_cycle
 
     covered_coefficients = covered(coefficients, run, moe, run_others(run, latency_s))
@@ -108,8 +108,10 @@ def routed_per_sequence(run: BenchmarkRun) -> float:
 
 def run_others(run: BenchmarkRun, latency_s: float) -> float:
     """Other requests in flight with a run: ``N - 1`` in a closed loop, ``lambda L`` in an open one."""
+    from sdplan import model
+
     if run.concurrency is not None:
-        return float(max(run.concurrency - 1, 0))
+        return model.closed_loop_others(run.concurrency)
     return run.arrival_rate_rps * latency_s
 
 

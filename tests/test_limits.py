@@ -31,6 +31,25 @@ def test_capacity_never_exceeds_the_batch_cap() -> None:
     numpy.testing.assert_allclose(batch, 32.0, rtol=1e-9)  # the cap binds exactly at lambda L = 32
 
 
+def test_a_full_batch_runs_as_the_closed_loop_the_validation_predicts() -> None:
+    """The plateau of a sweep is the closed loop's N / L with L = C1 + f (N - 1) C2, as validation predicts it."""
+    from sdplan.frozen import replace
+    from sdplan.runmodel import run_demand
+    from sdplan.runs import BenchmarkRun
+    from sdplan.validation import predict_latency
+
+    coefficients = replace(C, closed_loop_factor=0.9)
+    run = BenchmarkRun(source="x", requested_rate_rps=None, achieved_rate_rps=10.0, draft_length=0, alpha=None,
+                       prompt_tokens=1024.0, output_tokens=512.0, mean_e2e_latency_s=1.0, concurrency=64)
+    c1, c2 = run_demand(coefficients, run)
+    throughput = model.closed_loop_throughput(c1, c2, 64, 0.9)
+    assert throughput == pytest.approx(64 / predict_latency(coefficients, run), rel=1e-12)
+    assert throughput == pytest.approx(64 / (c1 + 0.9 * 63 * c2), rel=1e-12)
+    # f < 1: more than the open-loop rate at which the mean batch reaches the cap
+    assert throughput > float(model.batch_cap_rate(c1, c2, 64))
+    assert model.closed_loop_throughput(c1, c2, 1) == pytest.approx(1 / c1)
+
+
 def test_batch_cap_rate_inverts_littles_law() -> None:
     c1, c2 = 2.0, 0.05
     rate = float(model.batch_cap_rate(c1, c2, 10.0))
