@@ -83,6 +83,19 @@ def sandwich_covariance(jacobian: Any, residual: Any, parameters: int) -> Any:
     return n / max(n - parameters, 1) * (bread @ meat @ bread)
 
 
+def bounded_solve(design: Any, target: Any, lower: Any, upper: Any) -> Any:
+    """``argmin |X x - y|^2`` subject to ``lower <= x <= upper`` (scipy's BVLS), clipped into the bounds.
+
+    BVLS can land a rounding error outside a bound it holds (``-5.1e-21`` s for a cost bounded at 0, from an
+    engine calibration on a CPU), which a calibration file's schema then refuses: the clip keeps the bound.
+    """
+    import numpy as np
+    from scipy.optimize import lsq_linear
+
+    solution = lsq_linear(design, target, bounds=(lower, upper), method="bvls")
+    return np.clip(solution.x, lower, upper)
+
+
 def nonnegative_solve(design: Any, target: Any, upper: Any = None) -> Any:
     """``argmin |X theta - y|^2`` subject to ``0 <= theta <= upper`` (BVLS, in :func:`column_scale` units).
 
@@ -93,11 +106,9 @@ def nonnegative_solve(design: Any, target: Any, upper: Any = None) -> Any:
     identified directions move by about ``RIDGE`` relative.
     """
     import numpy as np
-    from scipy.optimize import lsq_linear
 
     scale = column_scale(design)
     high = np.inf if upper is None else upper * scale
     count = design.shape[1]
-    solution = lsq_linear(np.vstack([design / scale, np.sqrt(RIDGE * len(target)) * np.eye(count)]),
-                          np.concatenate([target, np.zeros(count)]), bounds=(0.0, high), method="bvls")
-    return solution.x / scale
+    return bounded_solve(np.vstack([design / scale, np.sqrt(RIDGE * len(target)) * np.eye(count)]),
+                         np.concatenate([target, np.zeros(count)]), 0.0, high) / scale

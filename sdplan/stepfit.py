@@ -92,7 +92,8 @@ class CalibrationFit:
 
 def _nonnegative_fit(columns: list[list[float]], names: tuple[str, ...], y: list[float]) -> TermFit:
     import numpy as np
-    from scipy.optimize import lsq_linear
+
+    from sdplan.regression import bounded_solve
 
     design = np.array(columns, dtype=np.float64).T
     target = np.asarray(y, dtype=np.float64)
@@ -100,8 +101,7 @@ def _nonnegative_fit(columns: list[list[float]], names: tuple[str, ...], y: list
         raise InvalidValueError(f"too few measurements ({design.shape[0]}) to fit {', '.join(names)}; "
                                 "use a larger --grid")
     scale = np.where(np.abs(design).max(axis=0) > 0, np.abs(design).max(axis=0), 1.0)
-    solution = lsq_linear(design / scale, target, bounds=(0.0, np.inf), method="bvls")
-    values = solution.x / scale
+    values = bounded_solve(design / scale, target, 0.0, np.inf) / scale
     predicted = design @ values
     residual = target - predicted
     total = float(((target - target.mean()) ** 2).sum())

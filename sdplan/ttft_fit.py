@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
 from sdplan.frozen import frozen
-from sdplan.regression import huber_weights
+from sdplan.regression import bounded_solve, huber_weights
 from sdplan.runmodel import LENGTH_GROUP_TOLERANCE, DesignRows
 
 if TYPE_CHECKING:
@@ -66,7 +66,6 @@ def fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: flo
     and 0.42 s at 4096 prompt tokens, 8 clients, with ``c1p = 0``).
     """
     import numpy as np
-    from scipy.optimize import lsq_linear
 
     measured = np.array([r.mean_ttft_s if r.mean_ttft_s is not None else np.nan for r in runs])
     has = np.isfinite(measured) & (measured > 0)
@@ -96,8 +95,7 @@ def fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: flo
         upper = np.array([np.inf] + [MAX_TTFT_WEIGHT] * (len(columns) - 1 - by_prompt) + [1.0] * by_prompt) * scale
         for _ in range(5 if robust else 1):
             root = np.sqrt(weights)[:, None]
-            solution = lsq_linear(basis / scale * root, goal * root[:, 0], bounds=(lower, upper), method="bvls")
-            solution_x = solution.x / scale
+            solution_x = bounded_solve(basis / scale * root, goal * root[:, 0], lower, upper) / scale
             relative = basis @ solution_x - goal
             if not robust:
                 break

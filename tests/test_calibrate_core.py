@@ -194,3 +194,20 @@ def test_reference_acceptance_simulator_matches_published_counts() -> None:
     published = {None: (16, 48, 48), 2: (32, 96, 32), 3: (21, 63, 42), 5: (25, 75, 38)}
     for skip, counts in published.items():
         assert simulate_acceptance(prompt, 64, 3, skip)[:3] == counts, skip
+
+
+def test_a_fitted_cost_never_lands_outside_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BVLS can return a rounding error past a bound (-5.1e-21 s, seen on a CPU engine calibration, which the
+    file's schema then refused with exit 3); every bounded fit goes through one solver that clips it."""
+    import numpy as np
+    import scipy.optimize
+
+    from sdplan import regression
+
+    class Rounded:
+        x = np.array([-5.1e-21, 0.5, 2.0 + 1e-16])
+
+    monkeypatch.setattr(scipy.optimize, "lsq_linear", lambda *args, **kwargs: Rounded())
+    solved = regression.bounded_solve(np.eye(3), np.ones(3), 0.0, np.array([1.0, 1.0, 2.0]))
+    assert solved.tolist() == [0.0, 0.5, 2.0]
+    assert regression.nonnegative_solve(np.eye(3), np.ones(3)).min() >= 0.0
