@@ -101,6 +101,29 @@ def bias(values: list[float]) -> float:
     return 100.0 * sum(values) / len(values) if values else math.nan
 
 
+def cell(values: list[float]) -> str:
+    """``MAPE% (bias%)`` of relative errors, ``-`` for none."""
+    return f"{mape(values):.1f}% ({bias(values):+.1f}%)" if values else "-"
+
+
+def add_to_buckets(buckets: dict[str, Errors], runs: list, errors: Errors) -> None:
+    """Each run's errors into its bucket of prompt length (4,096 tokens) and concurrency (64)."""
+    for run, e2e, tpot, ttft in zip(runs, errors.e2e, errors.tpot, errors.ttft):
+        key = (f"prompt {'>=' if run.prompt_tokens >= 4096 else '<'} 4096, "
+               f"N {'>=' if run.concurrency >= 64 else '<'} 64")
+        buckets[key].extend(Errors([e2e], [tpot], [ttft]))
+
+
+def group_table(title: str, groups: dict[str, Errors], buckets: dict[str, Errors]) -> list[str]:
+    """Markdown rows of the errors per group, then per bucket (:func:`add_to_buckets`)."""
+    lines = ["", f"| {title} | rows | E2E MAPE (bias) | TPOT MAPE (bias) | TTFT MAPE (bias) |", "|---|---|---|---|---|"]
+    for group in sorted(groups) + sorted(buckets):
+        errors = groups.get(group) or buckets[group]
+        lines.append(f"| {group} | {len(errors.e2e)} | {cell(errors.e2e)} | {cell(errors.tpot)} | "
+                     f"{cell(errors.ttft)} |")
+    return lines
+
+
 def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfiguration, list, list[str]]]:
     """(configuration, runs, labels it repeats) for every eligible configuration, duplicates folded."""
     rows = silicon.parse_rows(name, text)
@@ -312,9 +335,6 @@ def derived_predictors(configuration: silicon.SiliconConfiguration, kept: list, 
 
 def derived_report(entries: list) -> list[str]:
     """Markdown lines: derived only on every row, and derived only / anchored / fitted on the held-out rows."""
-    def cell(values: list[float]) -> str:
-        return f"{mape(values):.1f}% ({bias(values):+.1f}%)" if values else "-"
-
     lines = [("| configuration | kind | database | rows | derived only: E2E MAPE (bias) | TPOT | TTFT | held rows | "
              "derived only, held: E2E / TPOT | anchored on the fit split, held: E2E | TPOT | TTFT | "
              "fitted, held: E2E / TPOT |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -331,10 +351,7 @@ def derived_report(entries: list) -> list[str]:
             pooled["anchored"].extend(anchored)
             pooled["fitted_anchored"].extend(fitted)
             only_anchored.extend(only_held)
-        for run, e2e, tpot, ttft in zip(kept, only.e2e, only.tpot, only.ttft):
-            key = (f"prompt {'>=' if run.prompt_tokens >= 4096 else '<'} 4096, "
-                   f"N {'>=' if run.concurrency >= 64 else '<'} 64")
-            buckets[key].extend(Errors([e2e], [tpot], [ttft]))
+        add_to_buckets(buckets, kept, only)
         anchored_cells = (f"{cell(anchored.e2e)} | {cell(anchored.tpot)} | {cell(anchored.ttft)}"
                           if anchored is not None else "- | - | -")
         lines.append(f"| {name} | {kind} | {database} | {len(kept)} | {cell(only.e2e)} | {cell(only.tpot)} | "
@@ -350,12 +367,7 @@ def derived_report(entries: list) -> list[str]:
                  f"{cell(pooled['anchored'].tpot)} | {cell(pooled['anchored'].ttft)} "
                  f"({anchored_count} configurations) | {mape(pooled['fitted'].e2e):.1f}% / "
                  f"{mape(pooled['fitted'].tpot):.1f}% |")
-    lines += ["", "| derived only, rows of | rows | E2E MAPE (bias) | TPOT MAPE (bias) | TTFT MAPE (bias) |",
-              "|---|---|---|---|---|"]
-    for group in sorted(by_kind) + sorted(buckets):
-        errors = by_kind.get(group) or buckets[group]
-        lines.append(f"| {group} | {len(errors.e2e)} | {cell(errors.e2e)} | {cell(errors.tpot)} | "
-                     f"{cell(errors.ttft)} |")
+    lines += group_table("derived only, rows of", by_kind, buckets)
     if pooled["anchored"].e2e:
         lines.append(f"\nOn the {len(pooled['anchored'].e2e)} held-out rows of the {anchored_count} anchored "
                      f"configurations: derived only E2E {cell(only_anchored.e2e)}, TPOT {cell(only_anchored.tpot)}, "
@@ -440,20 +452,13 @@ def main(argv: list[str] | None = None) -> int:
         moe = configuration.model.rpartition("/")[2].lower() in MOE_MODELS
         for group in (configuration.backend, configuration.system.partition("_")[0], "MoE" if moe else "dense"):
             by_group[group].extend(errors)
-        for run, e2e, tpot, ttft in zip(held, errors.e2e, errors.tpot, errors.ttft):
-            long_prompt = run.prompt_tokens >= 4096
-            key = (f"prompt {'>=' if long_prompt else '<'} 4096, "
-                   f"N {'>=' if run.concurrency >= 64 else '<'} 64")
-            buckets[key].extend(Errors([e2e], [tpot], [ttft]))
+        add_to_buckets(buckets, held, errors)
         folded += [(label(configuration), repeat) for repeat in repeats]
         table.append((label(configuration), "MoE" if moe else "dense", len(train), len(held), errors, roof, aic))
     lines = []
     header = ("| configuration | kind | fit / held rows | E2E MAPE (bias) | TPOT MAPE (bias) | TTFT MAPE (bias) "
               "| roofline E2E / TPOT MAPE (bias) |" + (" AIConfigurator E2E / TPOT MAPE (bias) |" if args.aic else ""))
     lines += [header, "|---|---|---|---|---|---|---|" + ("---|" if args.aic else "")]
-
-    def cell(values: list[float]) -> str:
-        return f"{mape(values):.1f}% ({bias(values):+.1f}%)"
 
     def pair(other: Errors | None) -> str:
         return f"{mape(other.e2e):.1f}% / {mape(other.tpot):.1f}% ({bias(other.e2e):+.1f}%)" if other else "-"
@@ -466,12 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{mape(pooled_roof.e2e):.1f}% / {mape(pooled_roof.tpot):.1f}% ({bias(pooled_roof.e2e):+.1f}%), "
                  f"{len(pooled_roof.e2e)} rows |"
                  + (f" {pair(pooled_aic)}, {len(pooled_aic.e2e)} rows |" if args.aic else ""))
-    lines += ["", "| held-out rows of | rows | E2E MAPE (bias) | TPOT MAPE (bias) | TTFT MAPE (bias) |",
-              "|---|---|---|---|---|"]
-    for group in sorted(by_group) + sorted(buckets):
-        errors = by_group.get(group) or buckets[group]
-        lines.append(f"| {group} | {len(errors.e2e)} | {cell(errors.e2e)} | {cell(errors.tpot)} | "
-                     f"{cell(errors.ttft)} |")
+    lines += group_table("held-out rows of", by_group, buckets)
     if pooled_roof.e2e:
         sdplan_same = Errors.empty()
         for _, _, _, _, errors, roof, _ in table:
