@@ -103,9 +103,8 @@ def _make_record(cls: type[T], kw_only: bool) -> type[T]:
     factories: dict[str, Callable[[], Any]] = {}
     for name in names:
         if name not in cls.__dict__:
-            if defaults or factories:
-                if not kw_only:
-                    raise TypeError(f"{cls.__name__}: field '{name}' without a default follows one with a default")
+            if (defaults or factories) and not kw_only:
+                raise TypeError(f"{cls.__name__}: field '{name}' without a default follows one with a default")
             continue
         given = cls.__dict__[name]
         if isinstance(given, dataclasses.Field):
