@@ -84,7 +84,8 @@ def test_fit_cli_on_a_real_results_folder(sdplan, tmp_path) -> None:
     result = sdplan("fit", str(DATA), "-o", str(out), "--holdout-by", "highest-load", "-f", "json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["pooled"]["points"] == 15 and report["holdout"]["runs"] == 3
+    # 18 runs, 3 held out: nosd_p75_r0.json is left out (its client fell behind: tests/test_client_behind.py)
+    assert report["pooled"]["points"] == 14 and report["holdout"]["runs"] == 3
     plan = sdplan("plan", "-c", str(out), "--rates", "2,6,10", "-f", "json")
     assert plan.exit_code == 0, plan.output
     rows = json.loads(plan.stdout)["results"][0]["rates"]

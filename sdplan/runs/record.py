@@ -120,7 +120,8 @@ class BenchmarkRun:
     repeated_gaps: float | None = None
     #: Client worker processes that drew the schedule (GuideLLM ``strategy.worker_count``), if recorded.
     client_workers: int | None = None
-    #: How far an open loop's client fell behind its own schedule with no cap reached (GuideLLM), if it did.
+    #: How far an open loop's client fell behind its own schedule with no cap reached, if it did: GuideLLM from
+    #: its recorded schedule, vLLM from bursts of sends (:func:`sdplan.runs.screen.sent_in_bursts`).
     sent_late: str | None = None
     #: The arrival rate an open loop's recorded schedule realised, ``(n - 1)/span`` of its scheduled sends
     #: (req/s; GuideLLM does not rescale its random gaps to the requested rate, vLLM does); None: not recorded.

@@ -3,8 +3,8 @@
 The model describes a server at a steady load of Poisson arrivals or a closed
 loop of clients. :func:`screen` gives the reasons to leave a run out (failed
 requests, max-load runs, ramps, non-Poisson or capped arrivals, a server or
-client that fell behind); :func:`kept_up_fraction` and :func:`held_back` are
-the per-request measures the readers record for it.
+client that fell behind); :func:`kept_up_fraction`, :func:`held_back` and
+:func:`sent_in_bursts` are the per-request measures the readers record for it.
 """
 
 from __future__ import annotations
@@ -73,6 +73,56 @@ def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | N
 
 
 
+#: Sends closer together than this (s) left the client in one wake-up of its event loop: requests it was late
+#: with going out at once.
+BURST_GAP_S = 1e-3
+#: ... and a burst is at least this many such sends. Two Poisson arrivals 1 ms apart are common at high rates
+#: (one gap in 60 at 16 req/s); three in a row are not (one in about 4,000).
+BURST_SIZE = 3
+#: An open loop whose bursts add up to more than this share of its duration fell behind its schedule. Chosen on
+#: acc38's 27 Poisson runs (benchmarks/RESULTS-accuracy-served-2026-11.md): runs on time were 0-5.0% behind,
+#: the decode-heavy runs whose client froze for seconds 6.5-36.5%.
+MAX_BURST_LATENESS = 0.10
+
+
+def sent_in_bursts(starts: list[float] | None, rate_rps: float | None, duration_s: float | None) -> str | None:
+    """How far a Poisson client fell behind its schedule, from its send times alone; None if it kept to it.
+
+    ``vllm bench serve`` sleeps until each request's scheduled time and then
+    sends it (``vllm/benchmarks/serve.py``), and does not write the schedule. A
+    client whose event loop was held up sends every request that fell due
+    meanwhile at once when it resumes: :data:`BURST_SIZE` or more sends within
+    :data:`BURST_GAP_S` (real 16/192-token runs with the client and the server
+    on one 2-core VM: held up for 1-7 s at a time, starved of CPU on the core
+    the server's worker leaves free). A burst of ``m`` sends stands for
+    ``m - 1`` Poisson gaps of ``1/lambda`` on average, so the client was about
+    ``(m - 1)/lambda`` behind; over :data:`MAX_BURST_LATENESS` of the run, the
+    server saw bunched arrivals instead of Poisson ones, and every latency
+    includes the client's own delays (its first tokens, read late, arrive
+    together). Meaningful for Poisson arrivals only: gamma gaps bunch anyway.
+    """
+    if not starts or len(starts) < BURST_SIZE or not rate_rps or not duration_s or duration_s <= 0 \
+            or math.isinf(rate_rps):
+        return None
+    ordered = sorted(starts)
+    bursts, run = [], 1
+    for before, after in zip(ordered, ordered[1:]):
+        if after - before <= BURST_GAP_S:
+            run += 1
+            continue
+        if run >= BURST_SIZE:
+            bursts.append(run)
+        run = 1
+    if run >= BURST_SIZE:
+        bursts.append(run)
+    behind_s = sum(size - 1 for size in bursts) / rate_rps
+    if behind_s <= MAX_BURST_LATENESS * duration_s:
+        return None
+    return (f"{sum(bursts)} of {len(starts)} requests sent at once in {len(bursts)} "
+            f"burst{'s' if len(bursts) > 1 else ''}, about "
+            f"{behind_s:.3g} s behind in all, {behind_s / duration_s:.0%} of the run")
+
+
 def kept_up_fraction(starts: list[float] | None, latencies: list[float], duration_s: float,
                      rate_rps: float) -> float | None:
     """How well an open-loop run kept up with its arrivals: ``(T_send + L_early) / duration``.
@@ -118,8 +168,10 @@ def screen(run: BenchmarkRun) -> list[str]:
     runs without acceptance; runs whose arrival rate ramped up
     (``--ramp-up-strategy``); open loops whose arrivals were not Poisson
     (``--burstiness`` other than 1, GuideLLM ``constant``) or that a client-side
-    cap held back (:func:`held_back`); open loops that fell behind their arrivals
-    (:func:`kept_up_fraction` below :data:`MIN_KEPT_UP_FRACTION`) and runs
+    cap held back (:func:`held_back`) or whose client fell behind its own schedule
+    (GuideLLM's late starts, vLLM's bursts of sends: :func:`sent_in_bursts`); open
+    loops that fell behind their arrivals (:func:`kept_up_fraction` below
+    :data:`MIN_KEPT_UP_FRACTION`) and runs
     ``sdplan calibrate`` flagged overloaded in its manifest (see
     :mod:`sdplan.measure.levels`). Closed loops are kept: they are fitted with
     ``B`` = others in flight (``N - 1`` without per-request times).

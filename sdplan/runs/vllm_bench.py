@@ -9,7 +9,7 @@ file; ``--append-result`` files (JSON Lines, one object per run); and
 ``inf``), ``completed``, ``failed``, ``duration``, token totals, ``mean_*_ms``
 and ``p*_ms`` metrics, the ``spec_decode_*`` fields (acceptance rate in
 **percent**), and with ``--save-detailed`` the per-request lists
-``start_times``, ``latencies``, ``ttfts``, ``output_lens``.
+``start_times``, ``latencies``, ``ttfts``, ``output_lens``, ``queue_times``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sdplan.runs.record import (
     others_in_flight,
     percentile_fields,
 )
-from sdplan.runs.screen import held_back, kept_up_fraction
+from sdplan.runs.screen import held_back, kept_up_fraction, sent_in_bursts
 
 #: How :mod:`sdplan.runs.read` names this format (``--input-format vllm``) and describes it in errors.
 NAME = "vllm"
@@ -330,6 +330,9 @@ def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
         result.percentiles = _summary_percentiles(document)
     latency = _mean_latency(path, result, load.output_tokens, notes)
     held = _held_back_by_cap(document, load, starts, latencies, notes)
+    # bursts tell a late client only where the arrivals were Poisson: gamma gaps (--burstiness < 1) bunch anyway
+    poisson = not load.unbounded_rate and load.burstiness in (None, 1.0)
+    late = sent_in_bursts(starts, load.requested_rps, load.duration_s) if held is None and poisson else None
     k, alpha, tau, more = _acceptance_from_vllm(document, path)
     unbounded = load.unbounded_rate
     return BenchmarkRun(
@@ -344,7 +347,7 @@ def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
         completed=load.completed, failed=load.failed,
         open_loop_unbounded=unbounded and not load.closed and load.ramp_up is None, kept_up=result.kept_up,
         full_load_share=result.full_load, ramp_up=load.ramp_up, burstiness=load.burstiness,
-        client_cap=load.client_cap, held_back_by_cap=held,
+        client_cap=load.client_cap, held_back_by_cap=held, sent_late=late,
         # bench serve writes spec_decode_* whenever the server speculates: absent means no SD
         records_draft_length=True, records_acceptance=alpha is not None, notes=tuple(notes + more),
     )
