@@ -72,7 +72,6 @@ def held_back(cap: int, queue_times: list[float] | None, starts: list[float] | N
             "waited" if peak >= cap else None)
 
 
-
 #: Sends closer together than this (s) left the client in one wake-up of its event loop: requests it was late
 #: with going out at once.
 BURST_GAP_S = 1e-3
