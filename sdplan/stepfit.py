@@ -93,14 +93,14 @@ class CalibrationFit:
 def _nonnegative_fit(columns: list[list[float]], names: tuple[str, ...], y: list[float]) -> TermFit:
     import numpy as np
 
-    from sdplan.regression import bounded_solve
+    from sdplan.regression import bounded_solve, column_scale
 
     design = np.array(columns, dtype=np.float64).T
     target = np.asarray(y, dtype=np.float64)
     if design.shape[0] < design.shape[1]:
         raise InvalidValueError(f"too few measurements ({design.shape[0]}) to fit {', '.join(names)}; "
                                 "use a larger --grid")
-    scale = np.where(np.abs(design).max(axis=0) > 0, np.abs(design).max(axis=0), 1.0)
+    scale = column_scale(design)
     values = bounded_solve(design / scale, target, 0.0, np.inf) / scale
     predicted = design @ values
     residual = target - predicted

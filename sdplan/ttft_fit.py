@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
 from sdplan.frozen import frozen
-from sdplan.regression import bounded_solve, huber_weights
+from sdplan.regression import bounded_solve, column_scale, huber_weights
 from sdplan.runmodel import LENGTH_GROUP_TOLERANCE, DesignRows
 
 if TYPE_CHECKING:
@@ -89,8 +89,7 @@ def fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: flo
         basis = np.column_stack(columns)[has] / measured[has, None]
         goal = (measured[has] - c1p[has]) / measured[has]
         weights = np.ones(int(has.sum()))
-        scale = np.abs(basis).max(axis=0)
-        scale[scale == 0] = 1.0
+        scale = column_scale(basis)
         lower = np.array([-c1p_reference] + [0.0] * (len(columns) - 1)) * scale
         upper = np.array([np.inf] + [MAX_TTFT_WEIGHT] * (len(columns) - 1 - by_prompt) + [1.0] * by_prompt) * scale
         for _ in range(5 if robust else 1):
