@@ -325,10 +325,10 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
     lines = [f"{'workload':>12} {'runs':>5} {'E2E MAPE':>9} {'E2E bias':>9} {'TTFT MAPE':>10} {'TPOT MAPE':>10} "
              f"{'as plan':>8} {'unstable':>8}"]
-    rows = [*summary["workloads"].items(), ("all", summary["all"])]
-    if "kept_by_screen" in summary and summary["kept_by_screen"]["poisson_runs"] < summary["all"]["poisson_runs"]:
-        rows.append(("unflagged", summary["kept_by_screen"]))  # the runs the steady-state screen keeps
-    for label, a in rows:
+    table = [*summary["workloads"].items(), ("all", summary["all"])]
+    if summary["kept_by_screen"]["poisson_runs"] < summary["all"]["poisson_runs"]:
+        table.append(("unflagged", summary["kept_by_screen"]))  # the runs the steady-state screen keeps
+    for label, a in table:
         lines.append(f"{label:>12} {a['poisson_runs']:>5} {show(a['e2e_mape_pct']):>9} "
                      f"{show(a['e2e_bias_pct'], True):>9} {show(a['ttft_mape_pct']):>10} "
                      f"{show(a['tpot_mape_pct']):>10} "
