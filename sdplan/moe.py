@@ -136,6 +136,29 @@ def at_coverage(coefficients: Coefficients, moe: MoESpec, step_coverage: float) 
     return replace(coefficients, **changes)
 
 
+def time_to_first_token(coefficients: Coefficients, moe: MoESpec, k: FloatArray | int = 0,
+                        others: FloatArray | float = 0.0,
+                        tokens_per_cycle: FloatArray | float | None = None) -> FloatArray:
+    """Mean time to first token (s) of a MoE target with ``others`` requests in flight.
+
+    :func:`sdplan.model.time_to_first_token` at the coverage of the step the request's prefill joins,
+    ``phi(t (1 + B))`` with ``t = k + 1`` (:func:`routed_tokens`), the prefill at ``phi(p)``
+    (:func:`at_coverage`). TTFT is linear in the coefficients, so
+    ``TTFT(phi) = TTFT(at_coverage(., 0)) + phi [TTFT(at_coverage(., 1)) - TTFT(at_coverage(., 0))]``,
+    evaluated per point; ``others`` of ``inf`` (unstable) gives ``inf``.
+    """
+    import numpy as np
+
+    from sdplan import model
+
+    load = np.asarray(others, dtype=np.float64)
+    low = model.time_to_first_token(at_coverage(coefficients, moe, 0.0), k, load, tokens_per_cycle)
+    full = model.time_to_first_token(at_coverage(coefficients, moe, 1.0), k, load, tokens_per_cycle)
+    phi = moe.phi(routed_tokens(np.asarray(k, dtype=np.float64) + 1.0, np.where(np.isinf(load), 0.0, load)))
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isinf(full), np.inf, low + phi * (full - low))
+
+
 def solve(a1: FloatArray | float, b1: FloatArray | float, a2: FloatArray | float, b2: FloatArray | float,
           tokens_per_sequence: FloatArray | float, rates_rps: FloatArray | float, moe: MoESpec) -> FixedPoint:
     """Smallest fixed point of ``L = (a1 + b1 phi) / (1 - lambda (a2 + b2 phi))``, ``phi = phi(t (1 + lambda L))``.

@@ -175,7 +175,7 @@ def plan(
         tokens = np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size))
     solved = dense_grid(coefficients, rates, ks, tokens) if moe is None else \
         moe_grid(coefficients, rates, ks, tokens, moe)
-    return _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy)
+    return _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy, moe)
 
 
 def _axes(rates_rps: FloatArray | list[float], draft_lengths: IntArray | list[int],
@@ -228,14 +228,22 @@ def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates
 
 
 def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, ks: IntArray, tokens: FloatArray,
-              solved: SolvedGrid, goodput_policy: bool) -> Plan:
+              solved: SolvedGrid, goodput_policy: bool, moe: MoESpec | None = None) -> Plan:
     """The :class:`Plan` of a solved grid: speedups, TTFT/TPOT, the best draft length per point, the policy."""
     import numpy as np
 
     s, g = solved, coefficients.output_tokens
-    base_ttft = model.time_to_first_token(coefficients, 0, s.base_batch)
     k_ak = ks[None, :].astype(np.float64)
-    load_ttft = model.time_to_first_token(coefficients, k_ak[:, None, :], s.batch, tokens[:, None, :])
+    if moe is None:
+        base_ttft = model.time_to_first_token(coefficients, 0, s.base_batch)
+        load_ttft = model.time_to_first_token(coefficients, k_ak[:, None, :], s.batch, tokens[:, None, :])
+        zero_load_ttft = float(model.time_to_first_token(coefficients))
+    else:  # the steps' expert coverage at the operating batch (sdplan.moe.time_to_first_token)
+        from sdplan import moe as moe_model
+
+        base_ttft = moe_model.time_to_first_token(coefficients, moe, 0, s.base_batch)
+        load_ttft = moe_model.time_to_first_token(coefficients, moe, k_ak[:, None, :], s.batch, tokens[:, None, :])
+        zero_load_ttft = float(moe_model.time_to_first_token(coefficients, moe))
     # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
     option_latency = np.concatenate(
         [np.broadcast_to(s.base_latency[None, :, None], (alpha.size, rates.size, 1)), s.latency], axis=2)
@@ -262,7 +270,7 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
         utilisation=s.rho,
         tpot_s=model.time_per_output_token(s.latency, load_ttft, g),
         speedup=model.speedup(s.base_latency[None, :, None], s.latency),
-        ttft_s=float(model.time_to_first_token(coefficients)),
+        ttft_s=zero_load_ttft,
         baseline_ttft_load_s=base_ttft,
         ttft_load_s=load_ttft,
         best_k=np.where(np.isfinite(best_latency), model.option_lengths(ks)[best_column], NONE_STABLE),

@@ -45,6 +45,35 @@ def test_all_experts_per_token_reduces_to_the_dense_model() -> None:
     numpy.testing.assert_allclose(moe.latency_s, dense.latency_s, rtol=1e-8)
     numpy.testing.assert_allclose(moe.baseline_latency_s, dense.baseline_latency_s, rtol=1e-8)
     assert numpy.array_equal(moe.best_k, dense.best_k)
+    # TTFT and TPOT too: every step touches every expert, at zero load as under load
+    numpy.testing.assert_allclose(moe.ttft_load_s, dense.ttft_load_s, rtol=1e-8)
+    numpy.testing.assert_allclose(moe.baseline_ttft_load_s, dense.baseline_ttft_load_s, rtol=1e-8)
+    numpy.testing.assert_allclose(moe.tpot_s, dense.tpot_s, rtol=1e-8)
+    assert moe.ttft_s == pytest.approx(dense.ttft_s, rel=1e-12)
+
+
+def test_ttft_follows_the_coverage_of_the_operating_batch() -> None:
+    """A sparse MoE's TTFT at load is that of the coefficients at its step's coverage phi(t (1 + B)), more than
+    the calibration's low-coverage coefficients give (TTFT used to ignore coverage)."""
+    from sdplan import model
+    from sdplan.moe import at_coverage
+
+    spec = MoESpec(8, 128, COVERAGE)
+    plan = planner.plan(BASE, [0.5, 4.0], [2], [0.8], moe=spec)
+    tokens = float(plan.tokens_per_cycle[0, 0])
+    for r in range(2):
+        batch = float(plan.batch[0, r, 0])
+        phi = float(spec.phi(3.0 * (1.0 + batch)))  # k + 1 = 3 tokens a sequence
+        expected = float(model.time_to_first_token(at_coverage(BASE, spec, phi), 2, batch, tokens))
+        assert plan.ttft_load_s[0, r, 0] == pytest.approx(expected, rel=1e-9)
+        assert plan.ttft_load_s[0, r, 0] > float(model.time_to_first_token(BASE, 2, batch, tokens))
+        base_batch = float(plan.baseline_batch[r])
+        base_expected = model.time_to_first_token(at_coverage(BASE, spec, float(spec.phi(1.0 + base_batch))), 0,
+                                                  base_batch)
+        assert plan.baseline_ttft_load_s[r] == pytest.approx(float(base_expected), rel=1e-9)
+    assert plan.ttft_s == pytest.approx(float(model.time_to_first_token(at_coverage(BASE, spec, float(spec.phi(1))))))
+    unstable = planner.plan(BASE, [1e3], [2], [0.8], moe=spec)
+    assert numpy.isinf(unstable.ttft_load_s[0, 0, 0]) and numpy.isinf(unstable.baseline_ttft_load_s[0])
 
 
 def test_saturated_coverage_approaches_the_dense_model_of_total_size() -> None:
