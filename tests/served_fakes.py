@@ -43,6 +43,9 @@ class FakeEngine:
     noise: float = 0.0
     run_noise: float = 0.0
     overhead_ttft_s: float = 0.01
+    #: Every this-many-th request's answer reaches the client in one rush at its end (None: none do), as a
+    #: stalled stream does; written as vLLM's ``itls`` (one chunk per token, else evenly spaced).
+    stall_every: int | None = None
     #: Steps a closed-loop replacement request misses before it is admitted. A real client sends it only
     #: after the last token has travelled through the API server, when the engine already runs the next
     #: step; a Poisson arrival lands anywhere in a step.
@@ -148,6 +151,9 @@ def run_load(engine: FakeEngine, k: int, prompt: int, output: int, requests: int
         "latencies": latencies, "ttfts": ttfts, "start_times": [r["start"] for r in done],
         "output_lens": [r["out"] for r in done], "input_lens": [prompt] * requests, "errors": [""] * requests,
     }
+    if engine.stall_every:
+        document["itls"] = [[0.0 if i % engine.stall_every == 0 else (e2e - f) / (r["out"] - 1)] * (r["out"] - 1)
+                            for i, (e2e, f, r) in enumerate(zip(latencies, ttfts, done))]
     if k:
         tau = float(expected_tokens_per_cycle(engine.alpha, k))
         drafts = round(requests * output / tau)

@@ -1149,3 +1149,18 @@ def test_endpoint_and_repeated_rounds_measure_on_one_instance_per_round(sdplan, 
     assert result.exit_code == 0, result.output
     assert _started_servers() == ["server-nosd", "server-nosd-round2"]
     assert load_calibration(tmp_path / "cal.toml").document["measurement"]["server_instances_per_configuration"] == 2
+
+
+def test_a_calibration_whose_streams_stalled_says_so(sdplan, tmp_path, fake_served) -> None:
+    """Points whose answers reached the client in a rush (vLLM's itls) are fitted, and the provenance says that
+    the TTFT they measured is the delivery's (sdplan.runs.screen.stalled_note)."""
+    fake_served.engine = FakeEngine(stall_every=2)
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--accept-poor-fit")
+    assert result.exit_code == 0, result.output
+    notes = load_calibration(tmp_path / "cal.toml").document["provenance"]["notes"]
+    assert "runs had stalled streams" in notes and "their TTFT is the API server's or the client's delay" in notes
+    fake_served.engine = FakeEngine()  # no itls written: nothing to say
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--accept-poor-fit",
+                        "-o", str(tmp_path / "clean.toml"))
+    assert result.exit_code == 0, result.output
+    assert "stalled" not in load_calibration(tmp_path / "clean.toml").document["provenance"]["notes"]

@@ -74,6 +74,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
         When too few points were measured to fit.
     """
     from sdplan.fit import fit_pooled, fitted_document
+    from sdplan.runs.screen import stalled_note
 
     kept, overloaded = _fit_points(measurement)
     reference = (options.prompt_tokens, options.output_tokens)
@@ -82,7 +83,9 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
                      round(sum(r.output_tokens for r in kept) / len(kept)))
     fit = fit_pooled(kept, reference=reference)
     spread_fields, spread_note = _spread_summary(measurement.repeat_spreads)
-    provenance = _provenance(options, measurement, kept, version, [*fit.notes, *measurement.notes, *spread_note])
+    stalled = stalled_note(kept)  # its TTFT fit rests on delivery delays: said in the provenance
+    provenance = _provenance(options, measurement, kept, version,
+                             [*fit.notes, *measurement.notes, *spread_note, *([stalled] if stalled else [])])
     table = _measurement_table(options, measurement, kept, fit, overloaded, spread_fields)
     document = fitted_document(
         fit, kept, name=name, provenance=provenance,

@@ -34,6 +34,7 @@ def _run(run: BenchmarkRun) -> dict[str, Any]:
         "mean_others_in_flight": run.mean_others,
         "load_level": run.load_level,
         "percentiles_s": dict(run.percentiles_s),
+        "stalled_stream_share": run.stalled_streams,
         "notes": list(run.notes),
     }
 

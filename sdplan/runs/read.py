@@ -23,6 +23,7 @@ from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
 from sdplan.runs.record import BenchmarkRun, read_text, sweep_files
+from sdplan.runs.screen import stalled_note
 
 
 @frozen
@@ -188,7 +189,8 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None, alp
                 source += f" ({seen[source]})"
             runs.append(replace(run, source=source))
         warnings.extend(notes)
-    return runs, warnings
+    stalled = stalled_note(runs)
+    return runs, warnings + ([stalled] if stalled else [])
 
 
 def _relative_names(paths: list[str]) -> list[str]:

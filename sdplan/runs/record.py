@@ -123,6 +123,9 @@ class BenchmarkRun:
     #: How far an open loop's client fell behind its own schedule with no cap reached, if it did: GuideLLM from
     #: its recorded schedule, vLLM from bursts of sends (:func:`sdplan.runs.screen.sent_in_bursts`).
     sent_late: str | None = None
+    #: Share of the requests whose streamed answer stalled on the way to the client
+    #: (:func:`sdplan.runs.screen.stalled_share`); None where the file has no per-request chunk times.
+    stalled_streams: float | None = None
     #: The arrival rate an open loop's recorded schedule realised, ``(n - 1)/span`` of its scheduled sends
     #: (req/s; GuideLLM does not rescale its random gaps to the requested rate, vLLM does); None: not recorded.
     scheduled_rate_rps: float | None = None

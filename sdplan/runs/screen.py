@@ -4,7 +4,8 @@ The model describes a server at a steady load of Poisson arrivals or a closed
 loop of clients. :func:`screen` gives the reasons to leave a run out (failed
 requests, max-load runs, ramps, non-Poisson or capped arrivals, a server or
 client that fell behind); :func:`kept_up_fraction`, :func:`held_back` and
-:func:`sent_in_bursts` are the per-request measures the readers record for it.
+:func:`sent_in_bursts` are the per-request measures the readers record for it; :func:`stalled_share` tells
+runs whose streamed answers were delivered late (reported, not left out).
 """
 
 from __future__ import annotations
@@ -120,6 +121,57 @@ def sent_in_bursts(starts: list[float] | None, rate_rps: float | None, duration_
     return (f"{sum(bursts)} of {len(starts)} requests sent at once in {len(bursts)} "
             f"burst{'s' if len(bursts) > 1 else ''}, about "
             f"{behind_s:.3g} s behind in all, {behind_s / duration_s:.0%} of the run")
+
+
+#: A streamed chunk that arrives less than this (s) after the one before was waiting to be delivered: the engine
+#: produces a request's chunks one step apart (milliseconds or more), so chunks this close were held back.
+HELD_CHUNK_GAP_S = 1e-3
+#: This many held chunks in a row make a stalled stream (the answer waited, then came in a rush). On real vLLM
+#: CPU runs the share of stalled requests is the same whether 2, 4 or 8 in a row are asked for
+#: (benchmarks/RESULTS-accuracy-served-2026-11.md, sixteenth session): stalls are long, not chance pairs.
+STALLED_CHUNKS = 4
+#: A run with more than this share of stalled streams is reported (its TTFT is the delivery's, not the engine's).
+STALLED_SHARE_NOTED = 0.10
+
+
+def stalled_share(gaps: list[list[float]] | None) -> float | None:
+    """Share of a run's requests whose stream stalled: :data:`STALLED_CHUNKS` or more chunks in a row arrived
+    less than :data:`HELD_CHUNK_GAP_S` after the chunk before. ``gaps``: per request, the times between its
+    streamed chunks (vLLM's ``itls``, s); None where the file has none.
+
+    A stalled stream was generated on time and delivered late, in a rush: the server's API process or the
+    client did not get the CPU to pass the chunks on (seen on a 2-core VM where vLLM's engine core busy-waits
+    on the core they share: 0.1-1 s stalls in up to three quarters of a decode-heavy run's requests, with one
+    request at a time too). Its first token reached the client late, so the run's measured TTFT (and ITL)
+    include the delivery's delay; the E2E latency mostly does not, the answer being complete by then.
+    """
+    if not gaps:
+        return None
+    stalled = 0
+    for request in gaps:
+        streak = 0
+        for gap in request:
+            streak = streak + 1 if gap < HELD_CHUNK_GAP_S else 0
+            if streak >= STALLED_CHUNKS:
+                stalled += 1
+                break
+    return stalled / len(gaps)
+
+
+def stalled_note(runs: list[BenchmarkRun]) -> str | None:
+    """A warning naming the runs with more than :data:`STALLED_SHARE_NOTED` of their streams stalled
+    (:func:`stalled_share`), None if there are none. They are kept: their E2E latency stands, their TTFT is the
+    delivery's."""
+    stalled = [run for run in runs if run.stalled_streams is not None and run.stalled_streams > STALLED_SHARE_NOTED]
+    if not stalled:
+        return None
+    stalled.sort(key=lambda run: -(run.stalled_streams or 0.0))
+    named = ", ".join(f"{run.source} {run.stalled_streams:.0%}" for run in stalled[:3])
+    more = f" and {len(stalled) - 3} more" if len(stalled) > 3 else ""
+    return (f"{len(stalled)} of {len(runs)} runs had stalled streams ({named}{more} of their requests got "
+            f"{STALLED_CHUNKS}+ chunks at once after a wait): their answers were generated on time and delivered "
+            "late, so their TTFT is the API server's or the client's delay more than the engine's; give those "
+            "processes CPU the engine does not busy-wait on (a CPU server's engine core spins on a core it shares)")
 
 
 def kept_up_fraction(starts: list[float] | None, latencies: list[float], duration_s: float,

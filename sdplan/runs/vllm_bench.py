@@ -31,7 +31,7 @@ from sdplan.runs.record import (
     others_in_flight,
     percentile_fields,
 )
-from sdplan.runs.screen import held_back, kept_up_fraction, sent_in_bursts
+from sdplan.runs.screen import held_back, kept_up_fraction, sent_in_bursts, stalled_share
 
 #: How :mod:`sdplan.runs.read` names this format (``--input-format vllm``) and describes it in errors.
 NAME = "vllm"
@@ -134,6 +134,17 @@ def _list(document: dict[str, Any], key: str, count: int, notes: list[str] | Non
             notes.append(f"{key}: not all finite numbers; read without this per-request list")
         return None
     return [float(v) for v in values]
+
+
+def _chunk_gaps(document: dict[str, Any], count: int) -> list[list[float]] | None:
+    """vLLM's ``itls`` (``--save-detailed``): per request, the times between its streamed chunks (s); None unless
+    every one of the ``count`` entries is a list of finite numbers."""
+    values = document.get("itls")
+    if not isinstance(values, list) or len(values) != count or not values:
+        return None
+    if not all(isinstance(v, list) and all(is_finite_number(x) for x in v) for v in values):
+        return None
+    return [[float(x) for x in v] for v in values]
 
 
 @frozen
@@ -334,6 +345,7 @@ def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
     poisson = not load.unbounded_rate and load.burstiness in (None, 1.0)
     late = sent_in_bursts(starts, load.requested_rps, load.duration_s) if held is None and poisson else None
     k, alpha, tau, more = _acceptance_from_vllm(document, path)
+    stalled = stalled_share(_chunk_gaps(document, load.completed)) if latencies is not None else None
     unbounded = load.unbounded_rate
     return BenchmarkRun(
         source=Path(path.split("#")[0]).name + ("#" + path.split("#")[1] if "#" in path else ""),
@@ -347,7 +359,7 @@ def read_run(path: str, document: dict[str, Any]) -> BenchmarkRun:
         completed=load.completed, failed=load.failed,
         open_loop_unbounded=unbounded and not load.closed and load.ramp_up is None, kept_up=result.kept_up,
         full_load_share=result.full_load, ramp_up=load.ramp_up, burstiness=load.burstiness,
-        client_cap=load.client_cap, held_back_by_cap=held, sent_late=late,
+        client_cap=load.client_cap, held_back_by_cap=held, sent_late=late, stalled_streams=stalled,
         # bench serve writes spec_decode_* whenever the server speculates: absent means no SD
         records_draft_length=True, records_acceptance=alpha is not None, notes=tuple(notes + more),
     )
