@@ -85,20 +85,15 @@ def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens
 
     from sdplan import moe as moe_model
 
-    c, cover = coefficients, moe.coverage
     k_ak = ks[None, :].astype(np.float64)
     lam = rates[None, :, None]
-    prefill_phi = float(moe.phi(c.prompt_tokens))
-    a1_pre = c.c1p_s + prefill_phi * cover.get("c1p_s", 0.0)
-    a2_pre = c.c2p_s + prefill_phi * cover.get("c2p_s", 0.0)
-    steps = model.baseline_steps(c.output_tokens)  # the prefill emits the first token
-    base_args = (a1_pre + steps * c.baseline_c1_step_s, steps * cover.get("baseline_c1_step_s", 0.0),
-                 a2_pre + steps * c.baseline_c2_step_s, steps * cover.get("baseline_c2_step_s", 0.0))
+    # C(phi) = C(at phi 0) + phi [C(at phi 1) - C(at phi 0)]: the demands are linear in the coefficients
+    low, full = moe_model.at_coverage(coefficients, moe, 0.0), moe_model.at_coverage(coefficients, moe, 1.0)
+    (c1_low, c2_low), (c1_full, c2_full) = model.baseline_demand(low), model.baseline_demand(full)
+    base_args = (c1_low, c1_full - c1_low, c2_low, c2_full - c2_low)
     base = moe_model.solve(*base_args, 1.0, rates, moe)
-    cycles = c.output_tokens / tokens
-    a1 = a1_pre + cycles * (c.c1v_s + k_ak * c.c1d_s)
-    a2 = a2_pre + cycles * (c.c2v_s + k_ak * c.c2d_s)
-    b1, b2 = cycles * cover.get("c1v_s", 0.0), cycles * cover.get("c2v_s", 0.0)
+    (a1, a2), (f1, f2) = model.demand_from_tokens(low, tokens, k_ak), model.demand_from_tokens(full, tokens, k_ak)
+    b1, b2 = f1 - a1, f2 - a2
     args = (a1[:, None, :], b1[:, None, :], a2[:, None, :], b2[:, None, :])
     solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe)
     frozen = moe_model.solve(*args, 1.0, lam, moe)  # as if verification routed only B tokens
