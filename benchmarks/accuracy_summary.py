@@ -8,7 +8,10 @@ Records are plain JSON-ready dicts (units in the keys):
   run measured, as ``sdplan validate`` predicts it; None where the model says unstable), ``planned_e2e_s`` (as
   ``sdplan plan`` predicts it, with the calibration's acceptance), ``alpha``, ``foreign_cpu_cores``, ``flags``
   (the steady-state screen's reasons, :func:`sdplan.runs.screen`: a run with any is one ``sdplan validate``
-  leaves out; the summary's ``kept_by_screen`` scores the others, the goals every run), ``file``;
+  leaves out; the summary's ``kept_by_screen`` scores the others, the goals every run), ``stalled_streams``
+  (:func:`sdplan.runs.screen.stalled_share`: the share of its requests whose streamed answer stalled on the way
+  to the client; None where the file has no chunk times, and in summaries before acc40; the summary's
+  ``streams_on_time`` scores the runs known to be at or under the share ``fit`` names), ``file``;
 - a saturation: ``run``, ``pass``, ``workload``, ``option``, ``measured_rps`` (closed-loop plateau: the
   best throughput of the doubling levels), ``clients`` (the level that reached it), ``predicted_rps`` (the
   model's closed-loop throughput there, ``N/(C1 + f (N - 1) C2)``; before acc37 the open-loop cap rate
@@ -129,6 +132,15 @@ def finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def on_time(record: Mapping[str, Any]) -> bool:
+    """Whether a run record is known to have at most :data:`sdplan.runs.screen.STALLED_SHARE_NOTED` of its
+    streams stalled (unknown, in records before acc40 or without chunk times: not counted as on time)."""
+    from sdplan.runs.screen import STALLED_SHARE_NOTED
+
+    share = record.get("stalled_streams")
+    return share is not None and share <= STALLED_SHARE_NOTED
+
+
 def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None, **meta: Any) -> dict[str, Any]:
     """A Poisson run's record: what it measured and what the model predicts for it (as ``sdplan validate``).
 
@@ -146,7 +158,8 @@ def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None
     return {**meta, "option": run.draft_length, "e2e_s": run.mean_e2e_latency_s, "ttft_s": run.mean_ttft_s,
             "tpot_s": run.mean_tpot_s, "predicted_e2e_s": finite_or_none(latency),
             "predicted_ttft_s": finite_or_none(ttft), "predicted_tpot_s": finite_or_none(tpot),
-            "planned_e2e_s": planned_e2e_s, "alpha": run.alpha, "flags": screen(run), "file": run.source}
+            "planned_e2e_s": planned_e2e_s, "alpha": run.alpha, "flags": screen(run),
+            "stalled_streams": run.stalled_streams, "file": run.source}
 
 
 def planner_picks(calibration: str, workload: tuple[int, int], draft_lengths: Sequence[int],
@@ -258,6 +271,8 @@ def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[st
         # what `sdplan validate` would judge: the runs its steady-state screen keeps (a diagnostic; the goals
         # are judged on every run)
         "kept_by_screen": _accuracy([r for r in runs if not r["flags"]]),
+        # the runs whose answers reached the client on time (a diagnostic of the TTFT error that is delivery)
+        "streams_on_time": _accuracy([r for r in runs if on_time(r)]),
         "top_load": top_load,
         "top_load_e2e_mape_pct": top_accuracy["e2e_mape_pct"],
         "top_load_e2e_bias_pct": top_accuracy["e2e_bias_pct"],
@@ -328,6 +343,9 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
     table = [*summary["workloads"].items(), ("all", summary["all"])]
     if summary["kept_by_screen"]["poisson_runs"] < summary["all"]["poisson_runs"]:
         table.append(("unflagged", summary["kept_by_screen"]))  # the runs the steady-state screen keeps
+    on_time_runs = summary.get("streams_on_time")  # absent from summaries written before acc40
+    if on_time_runs and 0 < on_time_runs["poisson_runs"] < summary["all"]["poisson_runs"]:
+        table.append(("on time", on_time_runs))  # the runs known not to have stalled streams
     for label, a in table:
         lines.append(f"{label:>12} {a['poisson_runs']:>5} {show(a['e2e_mape_pct']):>9} "
                      f"{show(a['e2e_bias_pct'], True):>9} {show(a['ttft_mape_pct']):>10} "

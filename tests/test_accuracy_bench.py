@@ -194,6 +194,28 @@ def document(name: str, records: list[dict], calibrate_s: float, saturation: lis
             "summary": bench.summarize(runs, own, [], [calibrate_s])}
 
 
+def test_runs_whose_streams_stalled_are_scored_apart(passes) -> None:
+    """The summary scores the runs known to have reached the client on time beside all runs (acc40's real runs:
+    77%, 16% and 0% of their streams stalled); runs without chunk times are not known to be on time."""
+    _, calibration = passes
+    stalled = [read_results(path)[0][0] for path in sorted((DATA / "served-stalled-streams-cpu").glob("*.json"))]
+    records = [bench.run_record(run, calibration.coefficients_at, planned_e2e_s=None, run="acc40", **{"pass": 1},
+                                workload=f"{run.prompt_tokens:.0f}/{run.output_tokens:.0f}", load=0.3,
+                                rate_rps=run.requested_rate_rps) for run in stalled]
+    assert sorted(round(r["stalled_streams"], 2) for r in records) == [0.0, 0.16, 0.77]
+    summary = bench.summarize(records, [], [], [415.0])
+    on_time = [r for r in records if r["stalled_streams"] == 0.0]
+    assert summary["streams_on_time"]["poisson_runs"] == 1
+    assert summary["streams_on_time"]["ttft_mape_pct"] == pytest.approx(
+        bench.summarize(on_time, [], [], [415.0])["all"]["ttft_mape_pct"])
+    assert any(line.strip().startswith("on time") for line in bench.report_lines(summary))
+    unknown = records_of(*passes)  # files without itls
+    assert all(r["stalled_streams"] is None for r in unknown)
+    assert bench.summarize(unknown, [], [], [415.0])["streams_on_time"]["poisson_runs"] == 0
+    older = [{key: value for key, value in r.items() if key != "stalled_streams"} for r in records]  # before acc40
+    assert bench.summarize(older, [], [], [415.0])["streams_on_time"]["poisson_runs"] == 0
+
+
 def test_pooling_judges_the_bias_only_over_three_runs(passes, tmp_path) -> None:
     runs, calibration = passes
     records = records_of(runs, calibration)
