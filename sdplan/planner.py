@@ -11,7 +11,7 @@ per grid point. The latency at each point comes from :mod:`sdplan.latency_grid`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sdplan import model
 from sdplan.acceptance import AcceptanceSpec, expected_tokens_per_cycle
@@ -234,16 +234,16 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
 
     s, g = solved, coefficients.output_tokens
     k_ak = ks[None, :].astype(np.float64)
-    if moe is None:
-        base_ttft = model.time_to_first_token(coefficients, 0, s.base_batch)
-        load_ttft = model.time_to_first_token(coefficients, k_ak[:, None, :], s.batch, tokens[:, None, :])
-        zero_load_ttft = float(model.time_to_first_token(coefficients))
-    else:  # the steps' expert coverage at the operating batch (sdplan.moe.time_to_first_token)
-        from sdplan import moe as moe_model
+    from sdplan import moe as moe_model
 
-        base_ttft = moe_model.time_to_first_token(coefficients, moe, 0, s.base_batch)
-        load_ttft = moe_model.time_to_first_token(coefficients, moe, k_ak[:, None, :], s.batch, tokens[:, None, :])
-        zero_load_ttft = float(moe_model.time_to_first_token(coefficients, moe))
+    def ttft(*load: Any) -> FloatArray:
+        """TTFT at (k, others, E); a MoE target's at the steps' coverage of that load."""
+        if moe is None:
+            return model.time_to_first_token(coefficients, *load)
+        return moe_model.time_to_first_token(coefficients, moe, *load)
+
+    base_ttft = ttft(0, s.base_batch)
+    load_ttft = ttft(k_ak[:, None, :], s.batch, tokens[:, None, :])
     # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
     option_latency = np.concatenate(
         [np.broadcast_to(s.base_latency[None, :, None], (alpha.size, rates.size, 1)), s.latency], axis=2)
@@ -270,7 +270,7 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
         utilisation=s.rho,
         tpot_s=model.time_per_output_token(s.latency, load_ttft, g),
         speedup=model.speedup(s.base_latency[None, :, None], s.latency),
-        ttft_s=zero_load_ttft,
+        ttft_s=float(ttft()),
         baseline_ttft_load_s=base_ttft,
         ttft_load_s=load_ttft,
         best_k=np.where(np.isfinite(best_latency), model.option_lengths(ks)[best_column], NONE_STABLE),
