@@ -234,12 +234,12 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
 
     s, g = solved, coefficients.output_tokens
     k_ak = ks[None, :].astype(np.float64)
-    from sdplan import moe as moe_model
-
     def ttft(*load: Any) -> FloatArray:
         """TTFT at (k, others, E); a MoE target's at the steps' coverage of that load."""
         if moe is None:
             return model.time_to_first_token(coefficients, *load)
+        from sdplan import moe as moe_model  # only for MoE targets: a dense plan does not import it
+
         return moe_model.time_to_first_token(coefficients, moe, *load)
 
     base_ttft = ttft(0, s.base_batch)
