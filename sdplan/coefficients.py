@@ -56,6 +56,10 @@ class Coefficients:
         length), 0 by default. Fitted where TTFT was measured at several prompt
         lengths: ``c1p`` is a small share of the end-to-end latency, which the
         E2E fit may leave near 0, while TTFT at low load is mostly the prefill.
+    frontend_chunk_s : float
+        Serving-frontend seconds per streamed chunk (one chunk per step that emits tokens): ``C2`` is at
+        least the answer's chunks times this (:func:`sdplan.model.frontend_floor`). 0 (no floor) unless a
+        calibration measured it.
     closed_loop_factor : float
         Only for predicting closed-loop benchmarks (``N`` clients):
         ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fit`). The planner's open-loop
@@ -76,4 +80,5 @@ class Coefficients:
     ttft_load_steps: float = DEFAULT_TTFT_LOAD_STEPS
     ttft_offset_s: float = 0.0
     ttft_prefill_s: float = 0.0
+    frontend_chunk_s: float = 0.0
     closed_loop_factor: float = 1.0

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InfeasibleError
 from sdplan.fit_result import PointResidual, PooledFit, weakly_determined
+from sdplan.frontend import with_frontend_floor
 from sdplan.frozen import frozen, replace
 from sdplan.regression import (
     RIDGE,
@@ -128,12 +129,16 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     runs = sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s))
     if reference is None:
         reference = _reference_workload(runs)
+    share_note: tuple[str, ...] = ()
     if fixed_step_share is None:
         if not _spans_several_contexts(runs):
             fixed_step_share = 0.0
         else:
-            return _profile_fixed_step_share(runs, reference, robust)
-    return _fit_at_share(runs, reference, robust, fixed_step_share)
+            fixed_step_share, share_note = _profile_fixed_step_share(runs, reference, robust)
+    fit = with_frontend_floor(_fit_at_share(runs, reference, robust, fixed_step_share), runs,
+                              lambda rest: _fit_at_share(rest, reference, robust, fixed_step_share)
+                              if len(rest) >= MIN_FIT_RUNS and any(run.draft_length == 0 for run in rest) else None)
+    return replace(fit, notes=(*fit.notes, *share_note))
 
 
 def _reference_workload(runs: list[BenchmarkRun]) -> tuple[int, int]:
@@ -152,18 +157,20 @@ def _spans_several_contexts(runs: list[BenchmarkRun]) -> bool:
     return max(contexts) > LENGTH_GROUP_TOLERANCE * min(contexts)
 
 
-def _profile_fixed_step_share(runs: list[BenchmarkRun], reference: tuple[int, int], robust: bool) -> PooledFit:
-    """The fit at each of :data:`FIXED_STEP_SHARES` with the lowest E2E MAPE (the smallest share on a tie)."""
+def _profile_fixed_step_share(runs: list[BenchmarkRun], reference: tuple[int, int],
+                              robust: bool) -> tuple[float, tuple[str]]:
+    """The one of :data:`FIXED_STEP_SHARES` whose fit has the lowest E2E MAPE (the smallest on a tie), and
+    the note that says so."""
     best: PooledFit | None = None
     for share in FIXED_STEP_SHARES:
-        candidate = fit_pooled(runs, reference, robust, share)
+        candidate = _fit_at_share(runs, reference, robust, share)
         if best is None or candidate.mape_pct < best.mape_pct - 1e-9:
             best = candidate
     assert best is not None
     note = (f"c2_step: {best.fixed_step_share:.0%} of it does not grow with the context (c2_step_fixed_s; "
             f"profiled over {FIXED_STEP_SHARES[0]:.0%}-{FIXED_STEP_SHARES[-1]:.0%} on runs at several "
             "contexts)")
-    return replace(best, notes=(*best.notes, note))
+    return best.fixed_step_share, (note,)
 
 
 def _fit_at_share(runs: list[BenchmarkRun], reference: tuple[int, int], robust: bool,

@@ -85,6 +85,9 @@ class PooledFit:
     #: The share of ``c2_step`` that does not grow with the context (``c2_step_fixed_s``;
     #: see :func:`sdplan.fit.fit_pooled`).
     fixed_step_share: float = 0.0
+    #: Serving-frontend seconds per streamed chunk, the floor of ``C2`` (:func:`sdplan.model.frontend_floor`;
+    #: profiled by :func:`sdplan.fit.fit_pooled`), 0: no floor.
+    frontend_chunk_s: float = 0.0
     residuals: tuple[PointResidual, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
@@ -123,11 +126,15 @@ class PooledFit:
                                                 prompt_tokens, output_tokens,
                                                 (self.ttft_wait_steps, self.ttft_load_steps), self.fixed_step_share)
         return replace(coefficients, closed_loop_factor=self.closed_loop_factor, ttft_offset_s=self.ttft_offset_s,
-                       ttft_prefill_s=(self.ttft_prefill_per_token_s or 0.0) * prompt_tokens)
+                       ttft_prefill_s=(self.ttft_prefill_per_token_s or 0.0) * prompt_tokens,
+                       frontend_chunk_s=self.frontend_chunk_s)
 
     def coefficients_document(self) -> dict[str, Any]:
         """The ``[coefficients]`` table of a calibration."""
-        return coefficients_table(self.values, self.fixed_step_share)
+        table = coefficients_table(self.values, self.fixed_step_share)
+        if self.frontend_chunk_s > 0:
+            table["frontend_chunk_s"] = float(f"{self.frontend_chunk_s:.6g}")
+        return table
 
     def closed_loop_document(self) -> dict[str, Any]:
         """The ``[closed_loop]`` table: how a closed loop of N clients compares with an open loop."""

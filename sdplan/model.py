@@ -82,12 +82,31 @@ def demand_from_tokens(
 ) -> tuple[FloatArray, FloatArray]:
     """``(C1, C2)`` of eq. (3) for a given ``E`` (tokens per cycle) rather than an alpha.
 
-    Used for per-position acceptance, where ``E(k) = 1 + sum_{i<=k} r_i``.
+    Used for per-position acceptance, where ``E(k) = 1 + sum_{i<=k} r_i``. ``C2`` is no lower than the
+    frontend's work for the answer's ``g/E`` streamed chunks (:func:`frontend_floor`).
     """
     cycles = coeffs.output_tokens / tokens_per_cycle
     c1 = coeffs.c1p_s + cycles * (coeffs.c1v_s + k * coeffs.c1d_s)
     c2 = coeffs.c2p_s + cycles * (coeffs.c2v_s + k * coeffs.c2d_s)
-    return c1, c2
+    return c1, frontend_floor(coeffs, c2, cycles)
+
+
+def frontend_floor(coeffs: Coefficients, c2: FloatArray | float, chunks: FloatArray | float) -> FloatArray:
+    """``C2`` no lower than the serving frontend's work for the request's streamed chunks.
+
+    ``C2_eff = max(C2, n_chunks * frontend_chunk_s)`` (``docs/model.md#frontend-floor``). A streamed answer
+    arrives in one chunk per step that emits tokens: ``g`` chunks without SD, ``g/E`` with it. The serving
+    frontend (vLLM's API server and engine-core output handling) does a fixed amount of work per chunk,
+    beside the model's steps, so the chunks of the other requests in flight load each request at least
+    that much; where the steps are cheap per chunk (short prompts, long answers, no SD) that work, not the
+    steps, sets the saturation (no SD at 16/192 tokens on a 2-core CPU: plateau 9.46 req/s where the steps
+    alone allow 12.2). ``frontend_chunk_s = 0`` (every calibration that did not measure it) leaves ``C2``.
+    """
+    import numpy as np
+
+    if not np.any(coeffs.frontend_chunk_s):  # no floor: C2 as it is, a negative draw included
+        return np.asarray(c2, dtype=np.float64)
+    return np.maximum(np.asarray(c2, dtype=np.float64), np.asarray(chunks, dtype=np.float64) * coeffs.frontend_chunk_s)
 
 
 @frozen
@@ -144,13 +163,17 @@ def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
     """Demand ``(C1_D, C2_D)`` without speculation: ``g - 1`` one-token decode steps after the prefill.
 
     ``C1_D = c1p + (g-1) c1_step`` and ``C2_D = c2p + (g-1) c2_step``
-    (``docs/model.md#demand-decomposition``; the prefill emits the first token).
+    (``docs/model.md#demand-decomposition``; the prefill emits the first token), ``C2_D`` no lower than
+    the frontend's work for the answer's ``g`` streamed chunks (:func:`frontend_floor`).
     """
+    import numpy as np
+
     steps = baseline_steps(coeffs.output_tokens)
-    return (
-        coeffs.c1p_s + steps * coeffs.baseline_c1_step_s,
-        coeffs.c2p_s + steps * coeffs.baseline_c2_step_s,
-    )
+    c2 = coeffs.c2p_s + steps * coeffs.baseline_c2_step_s
+    if np.any(coeffs.frontend_chunk_s):
+        floor = coeffs.output_tokens * coeffs.frontend_chunk_s
+        c2 = np.maximum(c2, floor) if np.ndim(c2) else max(c2, floor)
+    return coeffs.c1p_s + steps * coeffs.baseline_c1_step_s, c2
 
 
 def utilisation(c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:

@@ -1039,18 +1039,19 @@ def test_probe_points_split_the_prompt_from_the_output_within_the_servers_limits
     points = probe_points(grid, 128, 64, top_level=64)
     assert [(p.label, p.prompt_tokens, p.output_tokens, p.concurrency, p.requests) for p in points] == [
         ("prompt-c1", 512, 32, 1, 16), ("prompt-c16", 512, 32, 16, 48),
-        ("decode-c1", 32, 192, 1, 16), ("decode-c16", 32, 192, 16, 48)]
+        ("decode-c1", 32, 192, 1, 16), ("decode-c64", 32, 192, 64, 192)]  # decode-heavy at the sweep's top
+    assert [p.label for p in probe_points(grid, 128, 64, top_level=32)][-1] == "decode-c32"
     # a sweep that stopped at N = 4 caps them there; coinciding levels are measured once
     assert [p.label for p in probe_points(grid, 128, 64, top_level=4)] == [
         "prompt-c1", "prompt-c4", "decode-c1", "decode-c4"]
     assert [p.label for p in probe_points(grid, 128, 64, top_level=1)] == ["prompt-c1", "decode-c1"]
     # a probe whose longest request (+25%, plus the drafts) exceeds --max-model-len is left out
     assert [p.label for p in probe_points(grid, 128, 64, 64, max_model_len=600, extra_tokens=5)] == [
-        "decode-c1", "decode-c16"]  # 640 + 40 + 5 tokens do not fit; 40 + 240 + 5 do
+        "decode-c1", "decode-c64"]  # 640 + 40 + 5 tokens do not fit; 40 + 240 + 5 do
     # and one the KV cache holds fewer requests of runs at most that many
     held = {(512, 32): 6, (32, 192): None}
     assert [p.label for p in probe_points(grid, 128, 64, 64, requests_held=lambda p, g: held[(p, g)])] == [
-        "prompt-c1", "prompt-c6", "decode-c1", "decode-c16"]
+        "prompt-c1", "prompt-c6", "decode-c1", "decode-c64"]
     # lengths never fall below one prompt token and two output tokens
     assert {(p.prompt_tokens, p.output_tokens) for p in probe_points(grid, 2, 2, 1)} == {(8, 2), (1, 6)}
 

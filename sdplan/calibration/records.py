@@ -178,6 +178,8 @@ class DirectCoefficients:
     c2d_s: float
     c2v_per_context_token_s: float | None
     c2d_per_context_token_s: float | None
+    #: Serving-frontend seconds per streamed chunk (:func:`sdplan.model.frontend_floor`); 0 when absent.
+    frontend_chunk_s: float = 0.0
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> DirectCoefficients:
@@ -189,7 +191,8 @@ class DirectCoefficients:
                    c2_step_fixed_s=float(base.get("c2_step_fixed_s", 0.0)),
                    c1v_s=spec["c1v_s"], c2v_s=spec["c2v_s"], c1d_s=spec["c1d_s"], c2d_s=spec["c2d_s"],
                    c2v_per_context_token_s=spec.get("c2v_per_context_token_s"),
-                   c2d_per_context_token_s=spec.get("c2d_per_context_token_s"))
+                   c2d_per_context_token_s=spec.get("c2d_per_context_token_s"),
+                   frontend_chunk_s=float(table.get("frontend_chunk_s", 0.0)))
 
 
 @frozen(kw_only=True)

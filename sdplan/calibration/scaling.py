@@ -106,6 +106,7 @@ def direct_coefficients_at(direct: DirectCoefficients, reference: ReferenceWorkl
         baseline_c2_step_s=step_fixed + affine(step_context, step_slope, step_context / reference_context),
         prompt_tokens=float(prompt_tokens),
         output_tokens=float(output_tokens),
+        frontend_chunk_s=direct.frontend_chunk_s,  # per chunk, whatever the lengths
     )
 
 

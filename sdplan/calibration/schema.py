@@ -111,6 +111,9 @@ CALIBRATION_SCHEMA = Table(
                 ),
                 "c1p_s": _cost("prefill, load-independent: seconds per request"),
                 "c2p_s": _cost("prefill, load-dependent: seconds per request per concurrent request"),
+                "frontend_chunk_s": _cost(
+                    "serving-frontend seconds per streamed chunk: C2 is at least the answer's chunks (g without "
+                    "SD, g/E with it) times this; 0 or absent: no floor", required=False),
                 "baseline": Table(
                     {
                         "c1_step_s": _cost("plain decode step: seconds per step"),

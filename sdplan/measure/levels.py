@@ -134,13 +134,18 @@ class Probe:
         return max(1, round(prompt_tokens * self.prompt_factor)), max(2, round(output_tokens * self.output_factor))
 
 
+#: A probe level that stands for the configuration's largest measured level (probe levels are capped there).
+TOP_LEVEL = 1 << 30
 #: The probes of the grids. Without SD, ``C1 = c1p p/p_ref + (g - 1) c1_step`` (``c1p`` scales with the prompt,
 #: :mod:`sdplan.calibration`): the main workload and a prompt-heavy one at 4x the prompt and half the output
 #: weigh the two terms 8:1 differently, a decode-heavy one at a quarter of the prompt and 3x the output 12:1 the
-#: other way; with the main workload, three points on the two-term line at ``N = 1`` and three at ``N = 16``.
-#: ``N = 16`` and not the sweep's top: a decode-heavy request is three times as long, and 16 clients already
-#: put ``(N - 1) C2`` well above ``C1`` on every machine measured (CPU: ``C2/C1`` 0.1-0.3 per other request).
-PROBES = (Probe("prompt", 4.0, 0.5, (1, 16)), Probe("decode", 0.25, 3.0, (1, 16)))
+#: other way; with the main workload, three points on the two-term line at ``N = 1`` and three at a larger
+#: ``N``. The prompt-heavy probe's is ``N = 16``: 16 clients already put ``(N - 1) C2`` well above ``C1`` on every
+#: machine measured (CPU: ``C2/C1`` 0.1-0.3 per other request). The decode-heavy probe's is the sweep's top: its
+#: steps are the cheapest per streamed chunk, so it is where the frontend's work per chunk, not the steps, can
+#: set the plateau (:mod:`sdplan.frontend`; no SD at 16/192 tokens on a 2-core CPU: 9.5 req/s at N = 64 where
+#: the steps fitted at N <= 16 allow 12.2).
+PROBES = (Probe("prompt", 4.0, 0.5, (1, 16)), Probe("decode", 0.25, 3.0, (1, TOP_LEVEL)))
 
 
 @frozen

@@ -149,6 +149,9 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         }
         for key, meaning in meanings.items():
             coeffs.add_row(key, f"{derived[key]:.6g}", meaning)
+        if coefficients.frontend_chunk_s > 0:
+            coeffs.add_row("frontend_chunk_s", f"{coefficients.frontend_chunk_s:.6g}",
+                           "serving frontend, s per streamed chunk: C2 at least chunks x this")
         coeffs.add_row("C1_D", f"{c1_d:.6g}", "no SD: zero-load latency, s")
         coeffs.add_row("C2_D", f"{c2_d:.6g}", "no SD: s per concurrent request")
         coeffs.add_row("1/C2_D", f"{1.0 / c2_d:.6g}" if c2_d > 0 else "inf", "no SD: saturation rate, req/s")
