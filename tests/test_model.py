@@ -49,6 +49,29 @@ def test_demand_matches_equation_3_by_hand() -> None:
     assert c2_d == pytest.approx(0.01 + 499 * 1e-4)
 
 
+def test_frontend_floor_binds_where_the_steps_are_cheap_per_streamed_chunk() -> None:
+    # C2 = c2p + (g - 1) c2_step = 0.01 + 499e-4 = 0.0599 s off; 500 chunks x 0.2 ms = 0.1 s binds
+    floored = coefficients(frontend_chunk_s=2e-4)
+    c1_d, c2_d = model.baseline_demand(floored)
+    assert c1_d == pytest.approx(model.baseline_demand(coefficients())[0])  # C1 never moves
+    assert c2_d == pytest.approx(500 * 2e-4)
+    assert float(model.saturation_rate(c2_d)) == pytest.approx(10.0)  # 1/(n phi): the frontend's plateau
+    # with SD an answer streams in g/E chunks: 500/2.952 x 0.2 ms = 0.0339 s, under eq. 3's C2 = 0.0523 s
+    alpha, k = 0.8, 3
+    assert float(model.speculative_demand(floored, alpha, k)[1]) == pytest.approx(
+        float(model.speculative_demand(coefficients(), alpha, k)[1]))
+    # a floor above eq. 3's C2 sets it per chunk
+    tokens = float(expected_tokens_per_cycle(alpha, k))
+    high = coefficients(frontend_chunk_s=1e-3)
+    assert float(model.speculative_demand(high, alpha, k)[1]) == pytest.approx(500 / tokens * 1e-3)
+    # phi = 0 (every calibration that did not measure it) leaves C2 as it is, a negative draw included
+    assert float(model.frontend_floor(coefficients(), -0.01, 500.0)) == -0.01
+    # and the option table the planner reads carries the floor in column 0 only
+    demands = model.option_demands(floored, [3], numpy.array([tokens]))
+    assert demands.c2_s[0] == pytest.approx(0.1)
+    assert demands.c2_s[1] == pytest.approx(float(model.speculative_demand(coefficients(), alpha, k)[1]))
+
+
 def test_latency_closed_form_and_zero_load() -> None:
     assert float(model.mean_latency(2.0, 0.1, 0.0)) == 2.0  # lambda -> 0 gives C1
     assert float(model.mean_latency(2.0, 0.1, 5.0)) == pytest.approx(4.0)
