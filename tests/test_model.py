@@ -264,3 +264,12 @@ def test_option_demands_put_off_in_column_0_and_keep_the_acceptance_rows() -> No
     one_row = model.option_demands(c, ks, tokens[1])
     assert one_row.c1_s.shape == (4,)
     assert_allclose(one_row.c1_s, options.c1_s[1])
+
+
+def test_frontend_bound_options_are_those_whose_c2_is_the_floor() -> None:
+    floored = coefficients(frontend_chunk_s=3e-4)  # off: 500 chunks x 0.3 ms = 0.15 s > its 0.0599 s
+    # two acceptances; at the second k=3 streams 417 chunks (0.125 s > 0.114 s), k=6 385 (0.115 s < 0.164 s)
+    tokens = numpy.array([[2.952, 3.5], [1.2, 1.3]])
+    demands = model.option_demands(floored, [3, 6], tokens)
+    assert planner.frontend_bound_options(floored, [0, 3, 6], demands.c2_s, demands.tokens_per_cycle) == ["off", "k=3"]
+    assert planner.frontend_bound_options(coefficients(), [0, 3, 6], demands.c2_s, demands.tokens_per_cycle) == []

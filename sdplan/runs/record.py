@@ -157,7 +157,9 @@ class BenchmarkRun:
         if self.others_in_flight is not None:
             return self.others_in_flight
         if self.concurrency is not None:
-            return float(max(self.concurrency - 1, 0))
+            from sdplan.model import closed_loop_others
+
+            return closed_loop_others(self.concurrency)
         if self.mean_concurrency is not None:
             return self.mean_concurrency
         return self.arrival_rate_rps * self.mean_e2e_latency_s
