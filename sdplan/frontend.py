@@ -12,6 +12,7 @@ probe at the sweep's top level measures it (:data:`sdplan.measure.levels.PROBES`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -82,12 +83,12 @@ def floor_per_chunk(parts: FloorParts, closed: Any) -> float:
     usable = closed & (parts.load > 0) & (parts.chunks > 0) & (parts.latency > parts.c1)
     denominator = np.where(usable, parts.load * parts.chunks, 1.0)
     implied = np.where(usable, (parts.latency - parts.c1) / denominator, 0.0)
-    best_phi, best = 0.0, parts.mape_pct(0.0)
+    best_phi, best = 0.0, math.inf
     for phi in sorted(float(v) for v in implied[usable & (implied * parts.chunks > parts.c2)]):
         value = parts.mape_pct(phi)
-        if value < best - FRONTEND_MIN_GAIN_PCT:
+        if value < best:
             best_phi, best = phi, value
-    return best_phi
+    return best_phi if best < parts.mape_pct(0.0) - FRONTEND_MIN_GAIN_PCT else 0.0
 
 
 def with_frontend_floor(fit: PooledFit, runs: list[BenchmarkRun],

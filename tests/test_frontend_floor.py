@@ -90,3 +90,19 @@ def test_plan_says_where_the_frontend_sets_the_saturation(sdplan, tmp_path: Path
     # decode-heavy: no SD's 192 chunks x 0.52 ms = 0.10 s is above its steps' C2 (0.057 s); SD streams 3x fewer
     assert [line.split(":")[1].strip() for line in warnings(16, 192)] == ["off"]
     assert warnings(128, 64) == []  # the calibrated workload: the steps set every option's C2
+
+
+def test_the_floor_kept_is_the_proposal_with_the_lowest_error() -> None:
+    import numpy
+
+    # three closed loops at C1 = 0.5 s, C2 = 0.1 s, f B = 10, 100 chunks: the steps predict 1.5 s for each
+    parts = frontend.FloorParts(latency=numpy.array([2.0, 2.01, 2.01]), c1=numpy.full(3, 0.5),
+                                c2=numpy.full(3, 0.1), load=numpy.full(3, 10.0), chunks=numpy.full(3, 100.0))
+    closed = numpy.ones(3, dtype=bool)
+    # proposals 1.5 ms (MAPE 0.33%) and 1.51 ms (0.17%): the lower error wins, however small the difference
+    assert frontend.floor_per_chunk(parts, closed) == pytest.approx(1.51e-3)
+    # an open loop proposes nothing, and a gain under FRONTEND_MIN_GAIN_PCT keeps no floor
+    assert frontend.floor_per_chunk(parts, numpy.zeros(3, dtype=bool)) == 0.0
+    close = frontend.FloorParts(latency=numpy.array([1.503, 1.5, 1.5]), c1=numpy.full(3, 0.5),
+                                c2=numpy.full(3, 0.1), load=numpy.full(3, 10.0), chunks=numpy.full(3, 100.0))
+    assert frontend.floor_per_chunk(close, closed) == 0.0  # 0.07% better: noise
