@@ -74,9 +74,10 @@ def floor_parts(fit: PooledFit, runs: list[BenchmarkRun]) -> FloorParts:
 def floor_per_chunk(parts: FloorParts, closed: Any) -> float:
     """The frontend's seconds per streamed chunk the runs show (0: none).
 
-    Each closed-loop run (``closed``) that took longer than its ``C1 + f B C2`` proposes the per-chunk cost
-    that explains it, ``phi = (L - C1) / (f B n)``; the proposal with the lowest E2E MAPE over every run is
-    kept if it gains :data:`FRONTEND_MIN_GAIN_PCT` on no floor (the smallest on a tie).
+    Each closed-loop run of streamed answers (``closed``) that took longer than its ``C1 + f B C2``
+    proposes the per-chunk cost that explains it, ``phi = (L - C1) / (f B n)``; the proposal with the
+    lowest E2E MAPE over every run is kept if it gains :data:`FRONTEND_MIN_GAIN_PCT` on no floor (the
+    smallest on a tie).
     """
     import numpy as np
 
@@ -102,7 +103,8 @@ def with_frontend_floor(fit: PooledFit, runs: list[BenchmarkRun],
     """
     import numpy as np
 
-    closed = np.array([r.concurrency is not None for r in runs])
+    # only closed loops whose answers were streamed measure the frontend's work per chunk
+    closed = np.array([r.concurrency is not None and r.streamed for r in runs])
     parts = floor_parts(fit, runs)
     phi = floor_per_chunk(parts, closed)
     if phi == 0.0:

@@ -106,3 +106,15 @@ def test_the_floor_kept_is_the_proposal_with_the_lowest_error() -> None:
     close = frontend.FloorParts(latency=numpy.array([1.503, 1.5, 1.5]), c1=numpy.full(3, 0.5),
                                 c2=numpy.full(3, 0.1), load=numpy.full(3, 10.0), chunks=numpy.full(3, 100.0))
     assert frontend.floor_per_chunk(close, closed) == 0.0  # 0.07% better: noise
+
+
+def test_only_streamed_answers_measure_the_frontend() -> None:
+    from sdplan.frozen import replace
+    from sdplan.runs import silicon
+
+    # AIConfigurator's rows are static batches, not streamed: the reader says so ...
+    rows, _ = read_results(DATA / "aic-silicon" / "silicon_sample.csv", "auto",
+                           silicon.Selection.parse(["model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4"]))
+    assert rows and not any(run.streamed for run in rows)
+    # ... and runs not streamed propose no floor: the same acc41 points, marked so, keep none
+    assert fit_pooled([replace(run, streamed=False) for run in runs(CALIBRATION)]).frontend_chunk_s == 0.0
