@@ -368,12 +368,8 @@ def _fit_notes(values: dict[str, float], errors: dict[str, float], identified: d
 def _residuals(runs: list[BenchmarkRun], latency: Any, predicted: Any, predicted_ttft: Any,
                weight: Any) -> tuple[PointResidual, ...]:
     """Each run's measured and fitted E2E and TTFT, with its robust weight (balance divided out)."""
-    return tuple(
-        PointResidual(source=run.source, load_level=run.load_level, draft_length=run.draft_length,
-                      measured_s=float(latency[i]), predicted_s=float(predicted[i]),
-                      measured_ttft_s=run.mean_ttft_s if run.mean_ttft_s and run.mean_ttft_s > 0 else None,
-                      predicted_ttft_s=float(predicted_ttft[i]), weight=float(weight[i]))
-        for i, run in enumerate(runs))
+    return tuple(PointResidual.of(run, float(predicted[i]), float(predicted_ttft[i]), float(weight[i]))
+                 for i, run in enumerate(runs))
 
 
 # ----------------------------------------------------------------------------- per configuration

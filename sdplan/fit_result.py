@@ -8,11 +8,14 @@
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS, Coefficients
 from sdplan.frozen import frozen, replace
 from sdplan.runmodel import PARAMETERS, SPECULATIVE_PARAMETERS, coefficients_from_vector, coefficients_table
+
+if TYPE_CHECKING:
+    from sdplan.runs import BenchmarkRun
 
 
 def weakly_determined(values: dict[str, float], stderr: dict[str, float], identified: dict[str, bool]) -> list[str]:
@@ -35,6 +38,14 @@ class PointResidual:
     measured_ttft_s: float | None
     predicted_ttft_s: float | None
     weight: float
+
+    @classmethod
+    def of(cls, run: BenchmarkRun, predicted_s: float, predicted_ttft_s: float, weight: float) -> PointResidual:
+        """A run's residual: its measured mean latency and TTFT (None when not recorded) beside the fit's."""
+        return cls(source=run.source, load_level=run.load_level, draft_length=run.draft_length,
+                   measured_s=run.mean_e2e_latency_s, predicted_s=predicted_s,
+                   measured_ttft_s=run.mean_ttft_s if run.mean_ttft_s and run.mean_ttft_s > 0 else None,
+                   predicted_ttft_s=predicted_ttft_s, weight=weight)
 
     @property
     def error_pct(self) -> float:

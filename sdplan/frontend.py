@@ -71,17 +71,17 @@ def floor_parts(fit: PooledFit, runs: list[BenchmarkRun]) -> FloorParts:
                       chunks=np.array([r.output_tokens / run_tokens_per_cycle(r) for r in runs]))
 
 
-def floor_per_chunk(parts: FloorParts, closed: Any) -> float:
+def floor_per_chunk(parts: FloorParts, proposers: Any) -> float:
     """The frontend's seconds per streamed chunk the runs show (0: none).
 
-    Each closed-loop run of streamed answers (``closed``) that took longer than its ``C1 + f B C2``
+    Each closed-loop run of streamed answers (``proposers``) that took longer than its ``C1 + f B C2``
     proposes the per-chunk cost that explains it, ``phi = (L - C1) / (f B n)``; the proposal with the
     lowest E2E MAPE over every run is kept if it gains :data:`FRONTEND_MIN_GAIN_PCT` on no floor (the
     smallest on a tie).
     """
     import numpy as np
 
-    usable = closed & (parts.load > 0) & (parts.chunks > 0) & (parts.latency > parts.c1)
+    usable = proposers & (parts.load > 0) & (parts.chunks > 0) & (parts.latency > parts.c1)
     denominator = np.where(usable, parts.load * parts.chunks, 1.0)
     implied = np.where(usable, (parts.latency - parts.c1) / denominator, 0.0)
     best_phi, best = 0.0, math.inf
@@ -104,9 +104,9 @@ def with_frontend_floor(fit: PooledFit, runs: list[BenchmarkRun],
     import numpy as np
 
     # only closed loops whose answers were streamed measure the frontend's work per chunk
-    closed = np.array([r.concurrency is not None and r.streamed for r in runs])
+    proposers = np.array([r.concurrency is not None and r.streamed for r in runs])
     parts = floor_parts(fit, runs)
-    phi = floor_per_chunk(parts, closed)
+    phi = floor_per_chunk(parts, proposers)
     if phi == 0.0:
         return fit
     fitted = np.ones(len(runs), dtype=bool)  # the runs the coefficients were fitted to
@@ -114,7 +114,7 @@ def with_frontend_floor(fit: PooledFit, runs: list[BenchmarkRun],
     again = refit([run for run, kept in zip(runs, rest) if kept])
     if again is not None:
         again_parts = floor_parts(again, runs)
-        again_phi = floor_per_chunk(again_parts, closed)
+        again_phi = floor_per_chunk(again_parts, proposers)
         if again_phi > 0.0:
             fit, parts, phi, fitted = again, again_parts, again_phi, rest
     floored = replace(fit, frontend_chunk_s=phi)
@@ -139,9 +139,5 @@ def _residuals(fit: PooledFit, runs: list[BenchmarkRun], fitted: Any, prediction
             residuals.append(replace(next(own), predicted_s=float(value)))
             continue
         ttft = predict_ttft(fit.coefficients_at(run.prompt_tokens, run.output_tokens), run, float(value))
-        residuals.append(PointResidual(
-            source=run.source, load_level=run.load_level, draft_length=run.draft_length,
-            measured_s=run.mean_e2e_latency_s, predicted_s=float(value),
-            measured_ttft_s=run.mean_ttft_s if run.mean_ttft_s and run.mean_ttft_s > 0 else None,
-            predicted_ttft_s=ttft, weight=0.0))
+        residuals.append(PointResidual.of(run, float(value), ttft, 0.0))
     return tuple(residuals)

@@ -31,7 +31,7 @@ k=4 against g/E = 4.76 and (g-1)/E = 4.46).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, overload
 
 from sdplan.acceptance import expected_tokens_per_cycle
 from sdplan.frozen import frozen
@@ -88,25 +88,32 @@ def demand_from_tokens(
     cycles = coeffs.output_tokens / tokens_per_cycle
     c1 = coeffs.c1p_s + cycles * (coeffs.c1v_s + k * coeffs.c1d_s)
     c2 = coeffs.c2p_s + cycles * (coeffs.c2v_s + k * coeffs.c2d_s)
-    return c1, frontend_floor(coeffs, c2, cycles)
+    return c1, frontend_floor(coeffs, c2, tokens_per_cycle)
 
 
-def frontend_floor(coeffs: Coefficients, c2: FloatArray | float, chunks: FloatArray | float) -> FloatArray:
-    """``C2`` no lower than the serving frontend's work for the request's streamed chunks.
+def frontend_floor_s(coeffs: Coefficients, tokens_per_cycle: FloatArray | float = 1.0) -> FloatArray | float:
+    """The floor of ``C2`` (:func:`frontend_floor`), ``(g/E) frontend_chunk_s`` (s; ``E = 1`` without SD)."""
+    return coeffs.output_tokens / tokens_per_cycle * coeffs.frontend_chunk_s
 
-    ``C2_eff = max(C2, n_chunks * frontend_chunk_s)`` (``docs/model.md#frontend-floor``). A streamed answer
-    arrives in one chunk per step that emits tokens: ``g`` chunks without SD, ``g/E`` with it. The serving
-    frontend (vLLM's API server and engine-core output handling) does a fixed amount of work per chunk,
-    beside the model's steps, so the chunks of the other requests in flight load each request at least
-    that much; where the steps are cheap per chunk (short prompts, long answers, no SD) that work, not the
-    steps, sets the saturation (no SD at 16/192 tokens on a 2-core CPU: plateau 9.46 req/s where the steps
-    alone allow 12.2). ``frontend_chunk_s = 0`` (every calibration that did not measure it) leaves ``C2``.
+
+@overload
+def frontend_floor(coeffs: Coefficients, c2: float, tokens_per_cycle: float = 1.0) -> float: ...
+@overload
+def frontend_floor(coeffs: Coefficients, c2: FloatArray, tokens_per_cycle: FloatArray | float = 1.0) -> FloatArray: ...
+def frontend_floor(coeffs: Coefficients, c2: Any, tokens_per_cycle: Any = 1.0) -> Any:
+    """``C2`` no lower than the serving frontend's work for the answer's streamed chunks.
+
+    ``C2_eff = max(C2, (g/E) frontend_chunk_s)``: one chunk per step that emits tokens (``E = 1`` without
+    SD), on each of which vLLM's API server and engine core work beside the steps; where the steps are
+    cheap per chunk that work sets the saturation (``docs/model.md#frontend-floor``, with the measurement).
+    ``frontend_chunk_s = 0`` returns ``c2`` as it is, a negative draw included; a scalar stays a float.
     """
     import numpy as np
 
-    if not np.any(coeffs.frontend_chunk_s):  # no floor: C2 as it is, a negative draw included
-        return np.asarray(c2, dtype=np.float64)
-    return np.maximum(np.asarray(c2, dtype=np.float64), np.asarray(chunks, dtype=np.float64) * coeffs.frontend_chunk_s)
+    if not np.any(coeffs.frontend_chunk_s):
+        return c2
+    floored = np.maximum(c2, frontend_floor_s(coeffs, tokens_per_cycle))
+    return floored if np.ndim(floored) else float(floored)
 
 
 @frozen
@@ -166,14 +173,9 @@ def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
     (``docs/model.md#demand-decomposition``; the prefill emits the first token), ``C2_D`` no lower than
     the frontend's work for the answer's ``g`` streamed chunks (:func:`frontend_floor`).
     """
-    import numpy as np
-
     steps = baseline_steps(coeffs.output_tokens)
-    c2 = coeffs.c2p_s + steps * coeffs.baseline_c2_step_s
-    if np.any(coeffs.frontend_chunk_s):
-        floor = coeffs.output_tokens * coeffs.frontend_chunk_s
-        c2 = np.maximum(c2, floor) if np.ndim(c2) else max(c2, floor)
-    return coeffs.c1p_s + steps * coeffs.baseline_c1_step_s, c2
+    return (coeffs.c1p_s + steps * coeffs.baseline_c1_step_s,
+            frontend_floor(coeffs, coeffs.c2p_s + steps * coeffs.baseline_c2_step_s))
 
 
 def utilisation(c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:

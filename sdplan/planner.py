@@ -335,7 +335,7 @@ def frontend_bound_options(coeffs: Coefficients, draft_lengths: Sequence[int], c
         return []
     c2_arr, tokens = np.broadcast_arrays(np.asarray(c2, dtype=np.float64),
                                          np.asarray(tokens_per_cycle, dtype=np.float64))
-    floor = coeffs.output_tokens / tokens * coeffs.frontend_chunk_s
+    floor = model.frontend_floor_s(coeffs, tokens)
     bound = np.isclose(c2_arr, floor, rtol=1e-9, atol=0.0).reshape(-1, len(draft_lengths)).any(axis=0)
     return ["off" if k == 0 else f"k={k}" for k, flag in zip(draft_lengths, bound) if flag]
 

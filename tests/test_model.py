@@ -65,7 +65,7 @@ def test_frontend_floor_binds_where_the_steps_are_cheap_per_streamed_chunk() -> 
     high = coefficients(frontend_chunk_s=1e-3)
     assert float(model.speculative_demand(high, alpha, k)[1]) == pytest.approx(500 / tokens * 1e-3)
     # phi = 0 (every calibration that did not measure it) leaves C2 as it is, a negative draw included
-    assert float(model.frontend_floor(coefficients(), -0.01, 500.0)) == -0.01
+    assert float(model.frontend_floor(coefficients(), -0.01)) == -0.01
     # and the option table the planner reads carries the floor in column 0 only
     demands = model.option_demands(floored, [3], numpy.array([tokens]))
     assert demands.c2_s[0] == pytest.approx(0.1)
