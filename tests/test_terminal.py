@@ -60,6 +60,10 @@ def test_fit_and_validate_fit_80_columns(sdplan, narrow, tmp_path) -> None:
     assert validate.exit_code == 0, validate.output
     assert_fits(validate.stdout, 80)
     assert validate.stdout.startswith("Answer: MAPE")
+    # and show of what fit wrote: its sources' sha256 digests are whole words longer than the value column
+    shown = sdplan("show", "-c", str(out))
+    assert shown.exit_code == 0, shown.output
+    assert_fits(shown.stdout, 80)
 
 
 def test_wide_tables_are_never_cut_even_past_the_width(sdplan, narrow) -> None:

@@ -81,6 +81,14 @@ def render_listing(entries: list[tuple[str, Calibration | None, str | None]], fm
     return render_rich(draw, style, terminal)
 
 
+def _short_digests(text: str) -> str:
+    """``sha256:`` digests cut to their first 12 hex digits, as git shortens commits: a whole digest is a
+    71-character word, wider than a table's value column at 80 columns (the file and JSON keep it whole)."""
+    import re
+
+    return re.sub(r"(sha256:[0-9a-f]{12})[0-9a-f]+", r"\1", text)
+
+
 def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: tuple[float, float],
                        fmt: OutputFormat, style: Style, terminal: bool) -> str:
     """One calibration: provenance, forms, and the coefficients at a workload."""
@@ -116,7 +124,7 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         for key, value in cal.provenance.items():
             if isinstance(value, list):
                 value = "\n".join(f"- {item}" for item in value)
-            prov.add_row(key, str(_plain(value)))
+            prov.add_row(key, _short_digests(str(_plain(value))))
         ref = cal.document["reference_workload"]
         prov.add_row("reference workload",
                      f"{ref['prompt_tokens']} prompt tokens, {ref['output_tokens']} output tokens")
