@@ -208,12 +208,19 @@ class FakeServer:
     def display_command(self) -> str:
         return "vllm serve " + " ".join([self.model, *self.arguments])
 
-    def start(self, on_wait: Any = None) -> None:
+    def start(self, on_wait: Any = None, spare: Any = None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text("INFO reserved_cpus=[1]\n")
         self.live = True
         self.start_order = sum(1 for s in FakeServer.registry if s.start_order is not None)
         FakeServer.current = self
+        self.spare = spare
+        if spare is not None:
+            spare.hand_over()
+        if on_wait is not None:
+            on_wait(1.0)
+
+    spare: Any = None
 
     def stop(self) -> None:
         self.live = False
@@ -224,6 +231,31 @@ class FakeServer:
     current: Any = None
     #: Requests run at once without --max-num-seqs (vLLM's default on a CPU; None: a user's --endpoint).
     default_max_num_seqs: Any = 128
+
+
+@dataclass(eq=False)
+class FakeSpare:
+    """Stands in for ``SpareLauncher``: records whether it was handed to a server, stopped, or left waiting."""
+
+    state: str = "waiting"
+    launched: Any = None  # every spare launched, in order (set by the fixture)
+
+    @classmethod
+    def launch(cls, python: str, folder: Path) -> FakeSpare:
+        spare = cls()
+        cls.launched.append(spare)
+        return spare
+
+    def wait_ready(self, timeout_s: float = 120.0) -> bool:
+        return self.state == "waiting"
+
+    def hand_over(self) -> None:
+        assert self.state == "waiting", "a spare was handed over twice or after it stopped"
+        self.state = "handed"
+
+    def stop(self) -> None:
+        if self.state == "waiting":
+            self.state = "stopped"
 
 
 @dataclass

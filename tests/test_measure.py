@@ -15,7 +15,7 @@ from sdplan.frozen import fields, replace
 from sdplan.runs import others_in_flight, read_results
 
 sys.path.insert(0, str(Path(__file__).parent))
-from served_fakes import FakeClient, FakeEngine, FakeServer, run_load  # noqa: E402
+from served_fakes import FakeClient, FakeEngine, FakeServer, FakeSpare, run_load  # noqa: E402
 
 
 @pytest.fixture
@@ -41,6 +41,8 @@ def fake_served(monkeypatch, tmp_path):
     fake_served.clients = clients
     monkeypatch.setattr(sdplan._vllm, "installed_distribution", lambda: ("vllm", "0.0.0"))
     monkeypatch.setattr(sdplan.measure.server, "ServedEngine", FakeServer)
+    FakeSpare.launched = []
+    monkeypatch.setattr(sdplan.measure.server, "SpareLauncher", FakeSpare)
     monkeypatch.setattr(sdplan.measure.client, "BenchClient", client)
     monkeypatch.setattr(sdplan.measure.quiet, "machine_busy_s", lambda: None)
     monkeypatch.setattr(sdplan.measure.options, "dataset_reader_installed", lambda: True)
@@ -313,6 +315,21 @@ def test_repeats_run_in_rounds_of_fresh_servers_in_alternating_order(sdplan, tmp
     measurement = load_calibration(tmp_path / "cal.toml").document["measurement"]
     assert measurement["points"] == 28 and measurement["repeat_spread_max_pct"] < 10  # a steady machine
     assert "remeasure" not in result.stderr
+
+
+def test_each_server_after_the_first_starts_in_the_spare_launched_while_the_one_before_started(
+        sdplan, tmp_path, fake_served) -> None:
+    result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2,4", "--grid", "quick", "--max-num-seqs", "16")
+    assert result.exit_code == 0, result.output
+    started = sorted((s for s in FakeServer.registry if s.start_order is not None), key=lambda s: s.start_order)
+    assert [s.log_path.stem for s in started] == ["server-nosd", "server-k2", "server-k4", "server-k4-instance2",
+                                                  "server-k2-instance2", "server-nosd-instance2"]
+    # one spare per server start; each server but the first runs in the one launched during the start before
+    assert len(FakeSpare.launched) == len(started)
+    assert started[0].spare is None
+    assert [s.spare for s in started[1:]] == FakeSpare.launched[:-1]
+    # none is left waiting: the last, which no server needed, is stopped
+    assert [spare.state for spare in FakeSpare.launched] == ["handed"] * (len(started) - 1) + ["stopped"]
 
 
 def test_a_machine_that_drifts_between_rounds_is_seen_and_averaged(sdplan, tmp_path, fake_served) -> None:

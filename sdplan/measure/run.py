@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,7 +137,13 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
     """Round 1 over every configuration (each on a server of its own), later rounds in alternating order on
     fresh servers, then a re-measure round of the configurations with points whose repeats disagree (see
     :mod:`sdplan.measure.sweep`)."""
-    from sdplan.measure.server import ServedEngine, kv_cache_tokens
+    from sdplan.measure.server import ServedEngine, SpareLauncher, kv_cache_tokens
+
+    spares: list[SpareLauncher] = []  # at most one: imports vLLM's server while a server starts
+
+    def launch_spare(waited_s: float) -> None:
+        if not spares:
+            spares.append(SpareLauncher.launch(options.python, options.results_dir))
 
     def serve(configuration: Configuration, keys: list[str], work: Any, suffix: str) -> None:
         arguments = [*options.serve_arguments, *configuration.serve_arguments()]
@@ -151,7 +157,9 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
             return
         events.on_point(f"{configuration.name}: starting vllm serve" + (f" ({suffix[1:]})" if suffix else ""))
         try:
-            server.start()
+            server.start(on_wait=launch_spare, spare=spares.pop() if spares else None)
+            if spares and not spares[0].wait_ready():  # nothing but the server may use the CPU from here on
+                spares.clear()
             sweep.record_kv_cache(configuration.name, kv_cache_tokens(server.base_url))
             if not measurement.binding:
                 measurement.binding = summarise_binding(server.log_path.read_text(encoding="utf-8", errors="replace"))
@@ -161,6 +169,15 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
         finally:
             server.stop()
 
+    try:
+        _serve_rounds(sweep, plans, serve)
+    finally:
+        for spare in spares:
+            spare.stop()
+
+
+def _serve_rounds(sweep: Sweep, plans: list[Configuration], serve: Callable[..., None]) -> None:
+    """Each round's configurations, in order, through ``serve(configuration, keys, work, suffix)``."""
     for configuration in plans:
         serve(configuration, _keys(sweep, configuration),
               lambda server, bench, c=configuration: sweep.run_configuration(c, server, bench), "")

@@ -7,6 +7,12 @@ shutdown), then SIGTERM, then SIGKILL. ``atexit`` and the CLI's signal handlers
 call it too, so no server outlives ``sdplan calibrate``. vLLM leaves its ZeroMQ
 IPC sockets behind (about seven per start, in the temp folder); a server's go
 to a folder of its own (``VLLM_RPC_BASE_PATH``), removed when it stops.
+
+A server starts in about 33 s on a 2-core CPU (tiny models), and 10 s of it is
+the API server importing vLLM. A :class:`SpareLauncher` does that import while
+the server before it starts, then waits without using the CPU; the next server
+runs in it and skips the import. Its engine core and workers start as they
+would (vLLM spawns them), so the server it runs is the same.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from typing import Any
 
 from sdplan.errors import EngineError, InvalidValueError
 
-#: Every server started by this process and not yet stopped.
-_LIVE: set[ServedEngine] = set()
+#: Every server (and spare launcher) started by this process and not yet stopped.
+_LIVE: set[ServedEngine | SpareLauncher] = set()
 
 
 def stop_all() -> None:
@@ -154,7 +160,7 @@ class ServedEngine:
     startup_timeout_s: float = 900.0
     environment: dict[str, str] = field(default_factory=dict)
     port: int = 0
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[Any] | None = None
     started_s: float = 0.0
     #: Where this server's vLLM puts its IPC sockets (None: the user's ``VLLM_RPC_BASE_PATH``).
     socket_folder: str | None = None
@@ -164,9 +170,13 @@ class ServedEngine:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def cli_arguments(self) -> list[str]:
+        """The command line after ``vllm``."""
+        return ["serve", self.model, "--host", "127.0.0.1", "--port", str(self.port), *self.arguments]
+
+    @property
     def command(self) -> list[str]:
-        return [self.python, "-m", "sdplan._vllm.launch", "serve", self.model, "--host", "127.0.0.1", "--port",
-                str(self.port), *self.arguments]
+        return [self.python, "-m", "sdplan._vllm.launch", *self.cli_arguments]
 
     def display_command(self) -> str:
         """The command as a user would type it (``vllm serve ...``), port omitted."""
@@ -175,8 +185,11 @@ class ServedEngine:
         shown = ["vllm", "serve", self.model, *self.arguments]
         return " ".join(shlex.quote(part) for part in shown)
 
-    def start(self, on_wait: Callable[[float], None] | None = None) -> None:
+    def start(self, on_wait: Callable[[float], None] | None = None, spare: SpareLauncher | None = None) -> None:
         """Start the server and wait until ``/health`` answers 200.
+
+        ``spare``: a :class:`SpareLauncher` to run it in (skipping the import of vLLM's server), if it is
+        still alive and this server needs no environment of its own; else, and on ``None``, a new process.
 
         Raises
         ------
@@ -184,31 +197,23 @@ class ServedEngine:
             If the process exits first (the log's last lines are quoted) or
             the wait exceeds ``startup_timeout_s``.
         """
-        from sdplan._vllm.launch import subprocess_environment
-
         self.port = self.port or free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        log.write(f"\n$ {' '.join(self.command)}\n".encode())
-        log.flush()
-        env = subprocess_environment()
-        env.update(self.environment)
-        if "VLLM_RPC_BASE_PATH" not in env:  # short: a socket's path must fit in 107 bytes
-            self.socket_folder = tempfile.mkdtemp(prefix="sdplan-vllm-")
-            env["VLLM_RPC_BASE_PATH"] = self.socket_folder
-        try:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        except OSError as error:
-            self.stop()
-            raise EngineError(f"could not start vllm serve with {self.python}: {error}") from None
-        finally:
-            log.close()
+        with self.log_path.open("ab") as log:
+            log.write(f"\n$ {' '.join(self.command)}\n".encode())
+        if spare is not None and not self.environment and spare.wait_ready():
+            self.process, self.socket_folder = spare.hand_over(self.cli_arguments, self.log_path)
+        else:
+            if spare is not None:
+                spare.stop()
+            self._launch()
         _LIVE.add(self)
+        process = self.process
+        assert process is not None
         begin = time.monotonic()
         while True:
             waited = time.monotonic() - begin
-            status = self.process.poll()
+            status = process.poll()
             if status is not None:
                 tail = log_tail(self.log_path)
                 self.stop()
@@ -225,6 +230,16 @@ class ServedEngine:
                 on_wait(waited)
             time.sleep(0.5)
 
+    def _launch(self) -> None:
+        env, self.socket_folder = server_environment(self.environment)
+        with self.log_path.open("ab") as log:
+            try:
+                self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            except OSError as error:
+                self.stop()
+                raise EngineError(f"could not start vllm serve with {self.python}: {error}") from None
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -238,25 +253,9 @@ class ServedEngine:
                 self.socket_folder = None
 
     def _stop_group(self, grace_s: float) -> None:
-        process = self.process
         _LIVE.discard(self)
-        if process is None:
-            return
-        for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-            # the leader is gone; make sure no child of the group lingers
-            if not _group_alive(process.pid):
-                break
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        self.process = None
+        process, self.process = self.process, None
+        stop_group(process, grace_s)
 
     def process_groups(self) -> set[int]:
         return {self.process.pid} if self.process is not None else set()
@@ -267,6 +266,145 @@ class ServedEngine:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def server_environment(extra: dict[str, str] | None = None) -> tuple[dict[str, str], str | None]:
+    """The environment of a ``vllm serve`` process (:func:`sdplan._vllm.launch.subprocess_environment` and
+    ``extra``), and the folder made for its IPC sockets (None: the user's ``VLLM_RPC_BASE_PATH``)."""
+    from sdplan._vllm.launch import subprocess_environment
+
+    env = subprocess_environment()
+    env.update(extra or {})
+    if "VLLM_RPC_BASE_PATH" in env:
+        return env, None
+    folder = tempfile.mkdtemp(prefix="sdplan-vllm-")  # short: a socket's path must fit in 107 bytes
+    env["VLLM_RPC_BASE_PATH"] = folder
+    return env, folder
+
+
+def stop_group(process: subprocess.Popen[Any] | None, grace_s: float) -> None:
+    """Stop a process group led by ``process``: SIGINT (vLLM's graceful shutdown), SIGTERM, then SIGKILL."""
+    if process is None:
+        return
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; make sure no child of the group lingers
+        if not _group_alive(process.pid):
+            break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@dataclass(eq=False)
+class SpareLauncher:
+    """A launcher that imports vLLM's server ahead of time and runs the next ``vllm serve`` in it.
+
+    :meth:`launch` it while a server starts (the import runs on the core the server's start leaves
+    idle), :meth:`wait_ready` before measuring anything (a spare still importing would compete with the
+    measurement), then pass it to :meth:`ServedEngine.start`. Its output before that goes to a log of its
+    own in ``folder``, copied into the server's log when it takes over.
+    """
+
+    python: str
+    folder: Path
+    process: subprocess.Popen[str] | None = None
+    socket_folder: str | None = None
+    log_path: Path | None = None
+    ready: bool = False
+
+    @classmethod
+    def launch(cls, python: str, folder: Path) -> SpareLauncher:
+        """Start a spare launcher with ``python`` (its log in ``folder``); failing to is not an error: the
+        spare is then dead, and the next server starts as usual."""
+        spare = cls(python=python, folder=folder)
+        env, spare.socket_folder = server_environment()
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix="spare-", suffix=".log", dir=folder)
+        spare.log_path = Path(name)
+        try:
+            spare.process = subprocess.Popen([python, "-m", "sdplan._vllm.launch", "spare"], stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=handle, text=True, env=env,
+                                             start_new_session=True)
+        except OSError:
+            spare.stop()
+        finally:
+            os.close(handle)
+        if spare.process is not None:
+            _LIVE.add(spare)
+        return spare
+
+    def wait_ready(self, timeout_s: float = 120.0) -> bool:
+        """Wait until the spare has imported vLLM's server (True); one that exits, answers anything else or
+        takes longer is stopped (False)."""
+        import select
+
+        if self.ready or self.process is None or self.process.stdout is None:
+            return self.ready
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([self.process.stdout], [], [], min(remaining, 1.0))
+            if readable:
+                self.ready = self.process.stdout.readline().strip() == '{"ready": true}'
+                break
+            if self.process.poll() is not None:
+                break
+        if not self.ready:
+            self.stop()
+        return self.ready
+
+    def hand_over(self, argv: list[str], log_path: Path) -> tuple[subprocess.Popen[str], str | None]:
+        """Run ``vllm`` with ``argv`` in the spare, its output appended to ``log_path``: the process and its
+        socket folder, which the caller now owns.
+
+        Raises
+        ------
+        EngineError
+            If the spare is not ready (use a new process instead).
+        """
+        if not self.wait_ready() or self.process is None or self.process.stdin is None:
+            raise EngineError("the spare vLLM launcher did not start; run again (its log is in "
+                              f"{self.folder})")
+        if self.log_path is not None:
+            with log_path.open("ab") as log:
+                log.write(self.log_path.read_bytes())
+        self.process.stdin.write(json.dumps({"argv": argv, "log": str(log_path)}) + "\n")
+        self.process.stdin.flush()
+        _close(self.process.stdin)  # the server reads and writes neither pipe
+        _close(self.process.stdout)
+        process, folder = self.process, self.socket_folder
+        self.process, self.socket_folder = None, None
+        _LIVE.discard(self)
+        self.stop()
+        return process, folder
+
+    def stop(self) -> None:
+        """Stop the spare if it still waits, and remove its log and socket folder."""
+        _LIVE.discard(self)
+        self.ready = False
+        process, self.process = self.process, None
+        if process is not None:
+            _close(process.stdin)  # a spare waiting for its job exits at the end of its input
+            stop_group(process, 5.0)
+            _close(process.stdout)
+        if self.socket_folder is not None:
+            shutil.rmtree(self.socket_folder, ignore_errors=True)
+            self.socket_folder = None
+        if self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+            self.log_path = None
+
+
+def _close(pipe: Any) -> None:
+    if pipe is not None:
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()
 
 
 def _group_alive(pgid: int) -> bool:
