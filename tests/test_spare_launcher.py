@@ -28,7 +28,10 @@ print(f"fake vllm imported in {os.getpid()}", file=sys.stderr, flush=True)
 
 def main():
     import http.server
+    import signal
 
+    # as vLLM's server does: SIGINT stops it even where it was ignored at startup (a background job)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = sys.argv[1:]
     port = int(argv[argv.index("--port") + 1])
     print(f"fake vllm {' '.join(argv)} pid={os.getpid()} rpc={os.environ.get('VLLM_RPC_BASE_PATH')}", flush=True)
