@@ -49,8 +49,13 @@ def _command(pair: dict[str, Path], out: Path, *extra: str) -> list[str]:
 
 
 def _processes_of(model: Path) -> list[str]:
-    found = subprocess.run(["pgrep", "-af", str(model)], capture_output=True, text=True, check=False).stdout
-    return [line for line in found.splitlines() if "pgrep" not in line]
+    """Processes serving ``model``, and every sdplan launcher: a server that runs in a spare launcher, a
+    spare still waiting and the benchmark client show ``sdplan._vllm.launch`` and not the model."""
+    found = []
+    for pattern in (str(model), "sdplan._vllm.launch"):
+        listed = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, check=False).stdout
+        found += [line for line in listed.splitlines() if "pgrep" not in line and line not in found]
+    return found
 
 
 def _sockets_left_since(began: float) -> list[str]:
