@@ -361,16 +361,9 @@ class SpareLauncher:
 
     def hand_over(self, argv: list[str], log_path: Path) -> tuple[subprocess.Popen[str], str | None]:
         """Run ``vllm`` with ``argv`` in the spare, its output appended to ``log_path``: the process and its
-        socket folder, which the caller now owns.
-
-        Raises
-        ------
-        EngineError
-            If the spare is not ready (use a new process instead).
-        """
-        if not self.wait_ready() or self.process is None or self.process.stdin is None:
-            raise EngineError("the spare vLLM launcher did not start; run again (its log is in "
-                              f"{self.folder})")
+        socket folder, which the caller now owns. Only a spare :meth:`wait_ready` said is ready is handed a
+        server (:meth:`ServedEngine.start` asks first)."""
+        assert self.ready and self.process is not None and self.process.stdin is not None, "spare not ready"
         if self.log_path is not None:
             with log_path.open("ab") as log:
                 log.write(self.log_path.read_bytes())
@@ -380,8 +373,7 @@ class SpareLauncher:
         _close(self.process.stdout)
         process, folder = self.process, self.socket_folder
         self.process, self.socket_folder = None, None
-        _LIVE.discard(self)
-        self.stop()
+        self.stop()  # now only its own log is left to remove
         return process, folder
 
     def stop(self) -> None:
