@@ -268,7 +268,6 @@ class FakeClient:
     calls: int = 0
     interrupt_after: int | None = None
     last_arguments: Any = None  # of the last benchmark any client ran (class-wide)
-    niceness: int | None = -10  # as a driver that could raise its priority
 
     def __enter__(self) -> FakeClient:
         return self

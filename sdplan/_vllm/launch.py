@@ -63,37 +63,13 @@ def _patch_distribution_name() -> None:
     metadata.metadata = answering_for_cpu_build(metadata.metadata)
 
 
-#: The benchmark client's niceness: ahead of the server's processes (niceness 0), so that a client
-#: sharing their cores sends on schedule and reads each chunk when it arrives. On a 2-core CPU the
-#: client at 0 fell behind its schedule in bursts and read late: at 14 req/s its mean E2E was 10-40%
-#: above the same server's with the client at -10 (benchmarks/RESULTS-accuracy-served-2026-11.md).
-CLIENT_NICENESS = -10
-
-
-def _raise_priority(niceness: int) -> int:
-    """Set every thread of this process to ``niceness`` where allowed (root or CAP_SYS_NICE); the niceness
-    it then runs at. Threads started later inherit it from the thread that starts them."""
-    try:
-        threads = [int(task) for task in os.listdir("/proc/self/task")]
-    except OSError:  # not Linux: the calling thread only
-        threads = [0]
-    for thread in threads:
-        try:
-            os.setpriority(os.PRIO_PROCESS, thread, niceness)
-        except OSError:  # not permitted, or the thread has ended
-            continue
-    return os.getpriority(os.PRIO_PROCESS, 0)
-
-
 def _bench_driver() -> int:
     """Run ``vllm bench serve`` once per job line on standard input, in one process.
 
     Each line is a JSON list of ``vllm bench serve`` arguments. The benchmark's
     own output goes to standard error (the caller's log); after each job one
     line ``{"job": i, "status": 0|1, "error": ...}`` is written to standard
-    output. Importing vLLM once saves ~10 s per load point. Once imported, the
-    driver runs at :data:`CLIENT_NICENESS` where it may, and its ready line
-    says the niceness it has: ``{"ready": true, "niceness": n}``.
+    output. Importing vLLM once saves ~10 s per load point.
     """
     import json
     import sys
@@ -103,8 +79,7 @@ def _bench_driver() -> int:
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    niceness = _raise_priority(CLIENT_NICENESS)  # after the import, which runs beside a server's start
-    protocol.write(json.dumps({"ready": True, "niceness": niceness}) + "\n")
+    protocol.write(json.dumps({"ready": True}) + "\n")
     for index, line in enumerate(sys.stdin):
         if not line.strip():
             continue

@@ -150,8 +150,6 @@ class BenchClient:
     process: subprocess.Popen[str] | None = None
     jobs: int = 0
     ready: bool = False
-    #: The niceness the driver runs its benchmarks at (None until it is ready).
-    niceness: int | None = None
 
     def start(self) -> None:
         """Start the driver without waiting for it: it imports vLLM (about 10 s on a 2-core CPU) while the
@@ -175,7 +173,6 @@ class BenchClient:
             self.stop()
             raise EngineError(f"vllm bench serve did not start (log {self.log_path})")
         self.ready = True
-        self.niceness = reply.get("niceness")
 
     def _read(self, timeout_s: float) -> dict[str, Any]:
         assert self.process is not None and self.process.stdout is not None

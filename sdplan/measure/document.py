@@ -164,8 +164,7 @@ def _measurement_table(options: ServedOptions, measurement: ServedMeasurement, k
         "method": "served",
         "server_commands": measurement.server_commands,
         "client": f"vllm bench serve --dataset-name {'random' if options.dataset is None else 'custom'} "
-                  "--ignore-eos --save-detailed (one process, vLLM's own benchmark client"
-                  f"{_client_priority(measurement.client_niceness)})",
+                  "--ignore-eos --save-detailed (one process, vLLM's own benchmark client)",
         "cpu_binding": measurement.binding or "not reported by the server (GPU, or binding disabled)",
         "wall_time_s": round(measurement.wall_s, 1),
         "invocations": measurement.invocations,
@@ -185,18 +184,6 @@ def _measurement_table(options: ServedOptions, measurement: ServedMeasurement, k
         **({"kv_cache_configurations": list(measurement.kv_cache_tokens),
             "kv_cache_tokens": list(measurement.kv_cache_tokens.values())} if measurement.kv_cache_tokens else {}),
     }
-
-
-def _client_priority(niceness: int | None) -> str:
-    """How the measurement table names the client's priority (:data:`sdplan._vllm.launch.CLIENT_NICENESS`)."""
-    from sdplan._vllm.launch import CLIENT_NICENESS
-
-    if niceness is None:
-        return ""
-    if niceness <= CLIENT_NICENESS:
-        return f", at niceness {niceness}, ahead of the server's processes"
-    return (f", at niceness {niceness}: raising it to {CLIENT_NICENESS} needs root or CAP_SYS_NICE, and on "
-            "a machine whose client shares the server's cores its late reads add to the latencies")
 
 
 def _full_load_fields(runs: list[Any]) -> dict[str, Any]:

@@ -41,8 +41,6 @@ class ServedMeasurement:
     kv_cache_tokens: dict[str, int] = field(default_factory=dict)
     #: Server instances that measured each configuration (rounds times instances per round; 1: --endpoint).
     instances: int = 1
-    #: The niceness the benchmark client ran at in this invocation (None: it ran no benchmark).
-    client_niceness: int | None = None
 
     def result_files(self, overloaded: bool = False) -> list[Path]:
         """Result files of the points to fit (``overloaded=True``: of the points the server did not keep up with)."""
@@ -95,7 +93,6 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
                 _measure_endpoint(options, sweep, client, measurement, events)
             else:
                 _measure_rounds(options, sweep, plans, client, measurement, events)
-            measurement.client_niceness = client.niceness
     finally:
         wall = time.monotonic() - started
         store.record_invocation(wall)
