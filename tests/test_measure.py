@@ -1034,6 +1034,16 @@ def test_vllm_subprocesses_use_a_compile_cache_that_loads_on_a_cpu(monkeypatch, 
     assert env["PATH"] == "/usr/bin"
 
 
+@pytest.mark.parametrize(("given", "expected"), [
+    ({}, "75"),  # longer than vllm bench serve keeps an idle connection (60 s), so none is closed under it
+    ({"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "5"}, "5"),  # the user's setting is kept
+])
+def test_servers_keep_idle_connections_longer_than_the_benchmark_client(given, expected) -> None:
+    from sdplan._vllm.launch import subprocess_environment
+
+    assert subprocess_environment(dict(given))["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == expected
+
+
 @pytest.mark.parametrize("line", ['{"invocation_wall_s": "12 s"}', '{"server": "nosd", "kv_cache_tokens": null}'])
 def test_a_damaged_manifest_line_is_a_one_line_error_on_resume(sdplan, tmp_path, fake_served, line) -> None:
     common = ("--draft-lengths", "0", "--max-num-seqs", "8", "--accept-poor-fit")

@@ -22,6 +22,11 @@ from typing import Any
 
 from sdplan._vllm import installed_distribution
 
+#: Seconds a server keeps an idle connection open: longer than ``vllm bench serve`` keeps one (60 s, its
+#: aiohttp connector's ``keepalive_timeout``). With vLLM's 5 s, 14 of 450 requests of four 16/192-token
+#: Poisson runs failed on one server, none with 75 s (benchmarks/RESULTS-accuracy-served-2026-11.md).
+SERVER_KEEP_ALIVE_S = 75
+
 
 def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for vLLM subprocesses: the CPU build needs its platform named.
@@ -32,6 +37,10 @@ def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]
     compiled the model afresh: 45.6 s to a healthy server with a warm cache, against 32.7 s with vLLM's
     older compile cache, which does load (tiny target, 2-core VM). It changes how the compiled model is
     cached, not the model that runs.
+
+    ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` defaults to :data:`SERVER_KEEP_ALIVE_S` (a value the user set is
+    kept): vLLM's server closes a connection idle for 5 s, its benchmark client keeps one for 60 s and
+    may send on it just as the server closes it, and that request fails ("Server disconnected").
     """
     env = dict(os.environ if base is None else base)
     env[PARENT_ENV] = str(os.getpid())
@@ -40,6 +49,7 @@ def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]
         env.setdefault("VLLM_TARGET_DEVICE", "cpu")
     if env.get("VLLM_TARGET_DEVICE") == "cpu":
         env.setdefault("VLLM_USE_AOT_COMPILE", "0")
+    env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", str(SERVER_KEEP_ALIVE_S))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
