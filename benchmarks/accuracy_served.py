@@ -138,6 +138,7 @@ def main() -> int:
         planner_picks,
         poisson_requests,
         poisson_seconds,
+        poisson_seed,
         report_lines,
         run_record,
         summarize,
@@ -324,14 +325,14 @@ def main() -> int:
                 try:
                     for index, ((wp, wg), label) in enumerate(zip(workloads, labels)):
                         for level, (load, rate) in enumerate(zip(loads, rates[label])):
-                            # the same seed for every option: the same prompts at the same arrival times
+                            seed = poisson_seed(f"{run_id}/{attempt}", index, level)
                             run, foreign = measure(server, folder,
                                                    LoadPoint(wp, wg, poisson_requests(rate, seconds), rate_rps=rate),
-                                                   f"k{k}-w{index}-poisson{load:g}", 100 + 10 * index + level)
+                                                   f"k{k}-w{index}-poisson{load:g}", seed)
                             records["runs"].append(run_record(
                                 run, cal.coefficients_at, planned_e2e_s=planned[(label, load)].get(k),
                                 run=run_id, **{"pass": attempt + 1}, workload=label, load=load, rate_rps=rate,
-                                foreign_cpu_cores=foreign))
+                                foreign_cpu_cores=foreign, seed=seed))
                 finally:
                     server.stop()
                 save()

@@ -11,7 +11,8 @@ Records are plain JSON-ready dicts (units in the keys):
   leaves out; the summary's ``kept_by_screen`` scores the others, the goals every run), ``stalled_streams``
   (:func:`sdplan.runs.screen.stalled_share`: the share of its requests whose streamed answer stalled on the way
   to the client; None where the file has no chunk times, and in summaries before acc40; the summary's
-  ``streams_on_time`` scores the runs known to be at or under the share ``fit`` names), ``file``;
+  ``streams_on_time`` scores the runs known to be at or under the share ``fit`` names), ``file``, ``seed``
+  (``vllm bench serve --seed``, :func:`poisson_seed`; absent before acc44);
 - a saturation: ``run``, ``pass``, ``workload``, ``option``, ``measured_rps`` (closed-loop plateau: the
   best throughput of the doubling levels), ``clients`` (the level that reached it), ``predicted_rps`` (the
   model's closed-loop throughput there, ``N/(C1 + f (N - 1) C2)``; before acc37 the open-loop cap rate
@@ -94,6 +95,20 @@ def common_rates(plateaus_rps: Mapping[int, float], loads: Sequence[float]) -> l
     if not slowest > 0:
         raise ValueError(f"a measured plateau must be > 0 req/s: {dict(plateaus_rps)}")
     return [float(f"{load * slowest:.3g}") for load in loads]
+
+
+def poisson_seed(run_id: str, workload_index: int, level: int) -> int:
+    """The ``vllm bench serve --seed`` of a benchmark run's Poisson runs at one workload and load.
+
+    Every option gets the same seed, so the options of one run meet the same prompts at the same arrival
+    times and their regret compares like with like. Each benchmark run gets seeds of its own: vLLM draws the
+    arrival gaps from one seeded stream and scales them by the rate, so one seed for every run (``100 +
+    10 i + level`` up to acc43) is one arrival path, rescaled, in all of them (256/32 at 80%: 34, 52, 50, 35
+    arrivals per 40 expected in acc40-acc43 alike), and pooling the runs could not average its bursts out.
+    """
+    import zlib
+
+    return 1000 * (zlib.crc32(run_id.encode()) % 1_000_000) + 10 * workload_index + level
 
 
 def poisson_requests(rate_rps: float, seconds: float) -> int:

@@ -89,6 +89,14 @@ def test_common_rates_keep_every_option_at_or_below_its_load() -> None:
         bench.common_rates({0: 0.0, 2: 10.0}, loads)
 
 
+def test_each_benchmark_run_draws_arrival_paths_of_its_own() -> None:
+    seeds = {(run, i, level): bench.poisson_seed(run, i, level)
+             for run in ("acc44/0", "acc45/0", "acc44/1") for i in range(3) for level in range(3)}
+    assert len(set(seeds.values())) == len(seeds)  # runs, passes, workloads and loads all differ
+    assert bench.poisson_seed("acc44/0", 2, 1) == seeds[("acc44/0", 2, 1)]  # and the options of one run share
+    assert all(0 <= seed < 2**32 for seed in seeds.values())  # numpy's seed range
+
+
 def test_the_budget_sets_the_length_of_the_poisson_runs() -> None:
     rates = [3.0, 6.0, 9.0] * 9
     overhead = 2.0
@@ -327,6 +335,9 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
         seeds.setdefault((r["workload"], r["load"]), set()).add(
             (bench_file["num_prompts"], tuple(sorted(bench_file["output_lens"]))))
     assert all(len(counts) == 1 for counts in seeds.values())
+    assert {(r["workload"], r["load"], r["seed"]) for r in runs} \
+        == {(w, load, bench.poisson_seed("fake1/0", i, level)) for i, w in enumerate(("128/64", "256/32", "16/192"))
+            for level, load in enumerate((0.3, 0.8))}
     summary = document["summary"]
     assert summary["rates_compared"] == 6 and len(document["records"]["picks"]) == 6
     assert "best-option regret, worst rate" in out and "whole benchmark" in out
