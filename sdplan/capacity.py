@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sdplan import load_curve, model
+from sdplan import model
 from sdplan.errors import InfeasibleError, InvalidValueError
 from sdplan.frozen import frozen, replace
 from sdplan.slo import SLO
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
-    from sdplan.load_curve import LoadCurve
 
     FloatArray = npt.NDArray[np.float64]
 
@@ -64,8 +63,6 @@ class Capacity:
     latency_at_capacity_s: FloatArray
     break_even_rate_rps: FloatArray
     best: int
-    #: The calibration's load curve the latencies were solved on (:mod:`sdplan.load_curve`).
-    load_curve: LoadCurve | None = None
 
     def label(self, index: int) -> str:
         return "off" if index == 0 else f"k={self.draft_lengths[index - 1]}"
@@ -103,7 +100,6 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
             "utilisation<=..."
         )
     ks = np.asarray(draft_lengths, dtype=np.float64)
-    curve = coefficients.load_curve
     if tokens_per_cycle is None:
         from sdplan.acceptance import expected_tokens_per_cycle
 
@@ -122,7 +118,7 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     lowest = np.zeros(c1.shape)
     binding: list[str | None] = [None] * c1.size
     for slo in slos:
-        low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other, curve)
+        low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other)
         tighter = high < highest
         for index in np.flatnonzero(tighter):
             binding[int(index)] = slo.text
@@ -131,14 +127,14 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     saturation = model.saturation_rate(c2)
     highest = np.minimum(highest, saturation)
     if max_batch is not None:
-        cap_rate = load_curve.rate_at(c1, c2, max_batch, curve)
+        cap_rate = model.batch_cap_rate(c1, c2, max_batch)
         for index in np.flatnonzero(cap_rate < highest):
             binding[int(index)] = batch_cap_label(max_batch)
         highest = np.minimum(highest, cap_rate)
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)
-    latency = np.where(feasible, load_curve.mean_latency(c1, c2, max_rate, curve), np.nan)
-    even = load_curve.break_even(float(c1[0]), float(c2[0]), c1[1:], c2[1:], curve)
+    latency = np.where(feasible, model.mean_latency(c1, c2, max_rate), np.nan)
+    even = model.break_even(float(c1[0]), float(c2[0]), c1[1:], c2[1:])
     ranked = np.where(feasible, max_rate, -1.0)
     best = int(np.argmax(ranked)) if np.any(feasible) else -1
     return Capacity(
@@ -154,7 +150,6 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         latency_at_capacity_s=latency,
         break_even_rate_rps=even.rate_rps,
         best=best,
-        load_curve=curve,
     )
 
 
@@ -379,9 +374,10 @@ def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[st
     rates = np.asarray(rates_rps, dtype=np.float64)
     feasible = rates > 0
     ranked = np.where(feasible, rates, -1.0)
+    from sdplan import model
+
     return replace(cap, max_rate_rps=rates, binding_slo=list(binding), feasible=feasible,
-                   latency_at_capacity_s=np.where(feasible, load_curve.mean_latency(cap.c1_s, cap.c2_s, rates,
-                                                                                     cap.load_curve), np.nan),
+                   latency_at_capacity_s=np.where(feasible, model.mean_latency(cap.c1_s, cap.c2_s, rates), np.nan),
                    best=int(np.argmax(ranked)) if np.any(feasible) else -1)
 
 

@@ -9,12 +9,7 @@ derived in ``docs/model.md#demand-decomposition``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sdplan.frozen import frozen
-
-if TYPE_CHECKING:
-    from sdplan.load_curve import LoadCurve
 
 #: TTFT weights (in steps) where no TTFT was fitted: half a running step of wait, and a mixed step and a half
 #: with the others in flight (``docs/model.md#ttft-and-tpot``).
@@ -69,9 +64,6 @@ class Coefficients:
         Only for predicting closed-loop benchmarks (``N`` clients):
         ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fit`). The planner's open-loop
         predictions do not use it.
-    load_curve : LoadCurve or None
-        The factor on ``C1 + B C2`` the served sweep measured at ``B`` others in flight
-        (:mod:`sdplan.load_curve`); None: the line itself.
     """
 
     c1p_s: float
@@ -90,4 +82,3 @@ class Coefficients:
     ttft_prefill_s: float = 0.0
     frontend_chunk_s: float = 0.0
     closed_loop_factor: float = 1.0
-    load_curve: LoadCurve | None = None

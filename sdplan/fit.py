@@ -138,7 +138,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     fit = with_frontend_floor(_fit_at_share(runs, reference, robust, fixed_step_share), runs,
                               lambda rest: _fit_at_share(rest, reference, robust, fixed_step_share)
                               if len(rest) >= MIN_FIT_RUNS and any(run.draft_length == 0 for run in rest) else None)
-    return replace(fit, notes=(*fit.notes, *share_note), load_curve=fit.sweep_curve(runs))
+    return replace(fit, notes=(*fit.notes, *share_note))
 
 
 def _reference_workload(runs: list[BenchmarkRun]) -> tuple[int, int]:
@@ -482,8 +482,6 @@ def fitted_document(fit: PooledFit, runs: list[BenchmarkRun], *, name: str, prov
     document["coefficients"] = fit.coefficients_document()
     document["ttft"] = fit.ttft_document()
     document["closed_loop"] = fit.closed_loop_document()
-    if fit.load_curve is not None:
-        document["load_curve"] = fit.load_curve.document()
     document["uncertainty"] = fit.uncertainty_document()
     document.update(extra or {})
     return document

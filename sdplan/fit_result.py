@@ -15,7 +15,6 @@ from sdplan.frozen import frozen, replace
 from sdplan.runmodel import PARAMETERS, SPECULATIVE_PARAMETERS, coefficients_from_vector, coefficients_table
 
 if TYPE_CHECKING:
-    from sdplan.load_curve import LoadCurve
     from sdplan.runs import BenchmarkRun
 
 
@@ -102,8 +101,6 @@ class PooledFit:
     frontend_chunk_s: float = 0.0
     residuals: tuple[PointResidual, ...] = ()
     notes: tuple[str, ...] = field(default=())
-    #: The sweep's bend away from the fitted line (:meth:`sweep_curve`); None: too few levels.
-    load_curve: LoadCurve | None = None
 
     @property
     def reference(self) -> tuple[int, int]:
@@ -141,31 +138,7 @@ class PooledFit:
                                                 (self.ttft_wait_steps, self.ttft_load_steps), self.fixed_step_share)
         return replace(coefficients, closed_loop_factor=self.closed_loop_factor, ttft_offset_s=self.ttft_offset_s,
                        ttft_prefill_s=(self.ttft_prefill_per_token_s or 0.0) * prompt_tokens,
-                       frontend_chunk_s=self.frontend_chunk_s, load_curve=self.load_curve)
-
-    def sweep_curve(self, runs: list[BenchmarkRun]) -> LoadCurve | None:
-        """The load curve (:func:`sdplan.load_curve.from_sweep`) of the closed-loop runs at the reference workload
-        (lengths within :data:`sdplan.runmodel.LENGTH_GROUP_TOLERANCE`), one sweep per draft length.
-
-        The line is this fit's own closed-loop prediction, ``C1 + f (N - 1) C2`` (:mod:`sdplan.validation`), so
-        the curve is what a closed loop of ``N`` clients measured beyond it.
-        """
-        from sdplan.load_curve import from_sweep
-        from sdplan.model import closed_loop_others
-        from sdplan.runmodel import LENGTH_GROUP_TOLERANCE, run_demand
-
-        line = replace(self, load_curve=None)
-        points = []
-        for run in runs:
-            if run.concurrency is None or not all(
-                    reference / LENGTH_GROUP_TOLERANCE <= value <= reference * LENGTH_GROUP_TOLERANCE
-                    for value, reference in ((run.prompt_tokens, self.reference_prompt_tokens),
-                                             (run.output_tokens, self.reference_output_tokens))):
-                continue
-            c1, c2 = run_demand(line.coefficients_at(run.prompt_tokens, run.output_tokens), run)
-            others = closed_loop_others(run.concurrency, self.closed_loop_factor)
-            points.append((run.draft_length, run.concurrency, others, run.mean_e2e_latency_s, c1 + others * c2))
-        return from_sweep(points)
+                       frontend_chunk_s=self.frontend_chunk_s)
 
     def coefficients_document(self) -> dict[str, Any]:
         """The ``[coefficients]`` table of a calibration."""

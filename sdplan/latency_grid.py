@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sdplan import load_curve, model
+from sdplan import model
 from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
@@ -61,19 +61,17 @@ class SolvedGrid:
 
 
 def dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> SolvedGrid:
-    """``L = C1/(1 - lambda C2)`` per point of a dense target, with the closed-form break-even rates; with the
-    calibration's load curve, ``L = s(lambda L) (C1 + lambda L C2)`` (:mod:`sdplan.load_curve`)."""
+    """``L = C1/(1 - lambda C2)`` per point of a dense target, with the closed-form break-even rates."""
     c1_d, c2_d = model.baseline_demand(coefficients)
     c1, c2 = model.demand_from_tokens(coefficients, tokens, ks[None, :].astype(float))  # (a, k)
     lam = rates[None, :, None]  # (1, r, 1)
-    curve = coefficients.load_curve
-    base_latency = load_curve.mean_latency(c1_d, c2_d, rates, curve)
-    latency = load_curve.mean_latency(c1[:, None, :], c2[:, None, :], lam, curve)  # (a, r, k)
+    base_latency = model.mean_latency(c1_d, c2_d, rates)
+    latency = model.mean_latency(c1[:, None, :], c2[:, None, :], lam)  # (a, r, k)
     return SolvedGrid(c1_d=float(c1_d), c2_d=float(c2_d), base_latency=base_latency,
                       base_batch=model.effective_batch(rates, base_latency),
                       base_utilisation=model.utilisation(c2_d, rates), c1=c1, c2=c2, latency=latency,
                       batch=model.effective_batch(lam, latency), rho=model.utilisation(c2[:, None, :], lam),
-                      even=load_curve.break_even(c1_d, c2_d, c1, c2, curve))
+                      even=model.break_even(c1_d, c2_d, c1, c2))
 
 
 def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray,

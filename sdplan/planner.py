@@ -218,7 +218,7 @@ def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates
     from sdplan.policy import goodput_latency
 
     options = model.option_demands(coefficients, ks, tokens)
-    adaptive = goodput_latency(options.c1_s, options.c2_s, rates, coefficients.load_curve)
+    adaptive = goodput_latency(options.c1_s, options.c2_s, rates)
     zero_load = np.argmin(options.c1_s, axis=1)  # the option tuned at batch size 1, kept at every load
     static = np.take_along_axis(option_latency, np.broadcast_to(zero_load[:, None, None],
                                                                 option_latency.shape[:2] + (1,)), axis=2)[..., 0]

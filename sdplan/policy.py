@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from sdplan.load_curve import LoadCurve
-
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
 
@@ -91,8 +89,7 @@ class PolicyResult:
     iterations: int
 
 
-def goodput_latency(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray,
-                    curve: LoadCurve | None = None) -> PolicyResult:
+def goodput_latency(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray) -> PolicyResult:
     """Smallest fixed point of ``L = min_k (C1_k + lambda L C2_k)`` for every (a, rate).
 
     Parameters
@@ -100,8 +97,6 @@ def goodput_latency(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray,
     c1, c2 : array_like, shape (a, options)
         Demand per option; column 0 is SD off.
     rates_rps : array_like, shape (r,)
-    curve : LoadCurve, optional
-        The calibration's load curve (:mod:`sdplan.load_curve`): ``L = s(lambda L) h(lambda L)``.
 
     Returns
     -------
@@ -121,13 +116,8 @@ def goodput_latency(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray,
     flatter line becomes the lowest (``f > 0`` there, so the root lies beyond),
     and the walk continues on that line. The slope falls at every step, so it
     ends within ``options`` steps.
-
-    With a load curve the policy's latency is the least of the options' (:func:`_on_the_curve`).
     """
     import numpy as np
-
-    if curve is not None:
-        return _on_the_curve(c1, c2, rates_rps, curve)
 
     c1 = np.asarray(c1, dtype=np.float64)[:, None, :]  # (a, 1, o)
     c2 = np.asarray(c2, dtype=np.float64)[:, None, :]
@@ -170,22 +160,3 @@ def goodput_latency(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray,
     batch = np.where(np.isfinite(latency), lam2 * latency, np.inf)
     chosen = goodput_choice(c1b, c2b, np.where(np.isfinite(batch), batch, 0.0))
     return PolicyResult(latency_s=latency, option=chosen, batch=batch, iterations=iterations)
-
-
-def _on_the_curve(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray, curve: LoadCurve) -> PolicyResult:
-    """:func:`goodput_latency` on a load curve: the least of the options' own latencies.
-
-    With ``s`` common to the options, ``s(B) h(B)`` is the lower envelope of the options' own curves
-    ``s(B) (C1_k + B C2_k)``; ``B / lambda`` meets the envelope first where it meets the first of them
-    (:func:`sdplan.load_curve.mean_latency`).
-    """
-    import numpy as np
-
-    from sdplan.load_curve import mean_latency
-
-    c1_ao, c2_ao = (np.asarray(v, dtype=np.float64)[:, None, :] for v in (c1, c2))
-    rates = np.asarray(rates_rps, dtype=np.float64)
-    least = mean_latency(c1_ao, c2_ao, rates[None, :, None], curve).min(axis=-1)
-    batch = np.where(np.isfinite(least), rates[None, :] * least, np.inf)
-    chosen = goodput_choice(c1_ao, c2_ao, np.where(np.isfinite(batch), batch, 0.0))
-    return PolicyResult(latency_s=least, option=chosen, batch=batch, iterations=1)

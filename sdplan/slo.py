@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from sdplan.load_curve import LoadCurve
-
     FloatArray = npt.NDArray[np.float64]
 
 
@@ -194,7 +192,7 @@ def evaluate(slos: list[SLO], point: OperatingPoint) -> list[Verdict]:
 
 def max_rate_under(
     slo: SLO, c1_s: FloatArray, c2_s: FloatArray, ttft_s: FloatArray | float, output_tokens: float,
-    ttft_per_other_s: FloatArray | float = 0.0, curve: LoadCurve | None = None,
+    ttft_per_other_s: FloatArray | float = 0.0,
 ) -> tuple[FloatArray, FloatArray]:
     """Rate bounds ``(lowest, highest)`` in req/s that one SLO allows, per option.
 
@@ -210,8 +208,6 @@ def max_rate_under(
     ttft_per_other_s : array_like
         What each other request in flight adds to TTFT, ``a = w_load tau2`` (s):
         ``TTFT = ttft_s + B a`` with ``B = lambda L`` (:func:`sdplan.model.time_to_first_token`).
-    curve : LoadCurve, optional
-        The calibration's load curve: ``L = s(B) (C1 + B C2)`` (:mod:`sdplan.load_curve`).
 
     Returns
     -------
@@ -232,21 +228,22 @@ def max_rate_under(
       ``K C2 > a C1``; otherwise TPOT does not grow with the rate;
     * ``utilisation <= u``: ``lambda <= u/C2``;
     * ``throughput >= X``: a lower bound, ``lambda >= X/g``.
-    On a load curve each is a bound on ``B`` first (:func:`_on_the_curve`).
     """
     import numpy as np
 
-    from sdplan.load_curve import rate_at
-
-    c1, c2, t0, per_other = np.broadcast_arrays(*(np.asarray(value, dtype=np.float64)
-                                                  for value in (c1_s, c2_s, ttft_s, ttft_per_other_s)))
+    c1 = np.asarray(c1_s, dtype=np.float64)
+    c2 = np.asarray(c2_s, dtype=np.float64)
+    t0 = np.asarray(ttft_s, dtype=np.float64)
+    per_other = np.asarray(ttft_per_other_s, dtype=np.float64)
+    c1, c2, t0, per_other = np.broadcast_arrays(c1, c2, t0, per_other)
     everything = np.full(c1.shape, np.inf)
     zero = np.zeros(c1.shape)
 
     def latency_bound(limit_s: Any) -> FloatArray:
         with np.errstate(divide="ignore", invalid="ignore"):
-            highest = np.where(c2 > 0, (1.0 - c1 / limit_s) / c2, np.inf)
-        return np.where(c1 <= limit_s, highest if curve is None else _on_the_curve(c1, c2, limit_s, 0.0, curve), -1.0)
+            highest = (1.0 - c1 / limit_s) / c2
+        highest = np.where(c2 > 0, highest, np.inf)
+        return np.where(c1 <= limit_s, highest, -1.0)
 
     if slo.metric is Metric.E2E:
         return zero, latency_bound(slo.limit)
@@ -258,33 +255,15 @@ def max_rate_under(
         with np.errstate(divide="ignore", invalid="ignore"):
             bound = (k - c1) / slope
         upper = np.where(c1 <= k, np.where(slope > 0, bound, np.inf), np.where(slope < 0, np.inf, -1.0))
-        if curve is not None:
-            upper = np.where(c1 <= k, _on_the_curve(c1, c2, k, per_other, curve), upper)
         lower = np.where((c1 > k) & (slope < 0), bound, 0.0)
         return lower, upper
     if slo.metric is Metric.TTFT:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             allowed = (slo.limit - t0) / per_other
-            highest = np.where(np.isfinite(allowed), rate_at(c1, c2, np.nan_to_num(allowed), curve), np.inf)
+            highest = np.where(np.isfinite(allowed), allowed / (c1 + allowed * c2), np.inf)
         highest = np.where(per_other > 0, highest, np.inf)
         return zero, np.where(t0 <= slo.limit, highest, -1.0)
     if slo.metric is Metric.UTILISATION:
         with np.errstate(divide="ignore"):
             return zero, np.where(c2 > 0, slo.limit / np.where(c2 > 0, c2, 1.0), np.inf)
     return np.full(c1.shape, slo.limit / output_tokens), everything
-
-
-def _on_the_curve(c1: FloatArray, c2: FloatArray, level: Any, slope: Any, curve: LoadCurve) -> FloatArray:
-    """The highest rate (req/s) at which ``L(B) = s(B) (C1 + B C2)`` stays within ``level + slope B``.
-
-    E2E ``<= T`` is ``level = T``, ``slope = 0``; TPOT ``<= T`` is ``level = K``, ``slope = a`` (the closed
-    forms of :func:`max_rate_under`); TTFT bounds ``B`` directly. The first ``B`` where ``L`` reaches the
-    bound (:func:`sdplan.load_curve.first_root`) is loaded at ``B / L(B)``; ``inf`` where it never does
-    (up to saturation). ``docs/model.md#load-curve``.
-    """
-    import numpy as np
-
-    from sdplan.load_curve import first_root, rate_at
-
-    others = first_root(c1, c2, level, slope, curve)
-    return np.where(np.isfinite(others), rate_at(c1, c2, np.where(np.isfinite(others), others, 0.0), curve), np.inf)

@@ -162,7 +162,7 @@ def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatAr
     """Latency and break-even intervals over the grid (dense targets)."""
     import numpy as np
 
-    from sdplan import load_curve, model
+    from sdplan import model
     from sdplan.acceptance import expected_tokens_per_cycle
 
     alpha = np.asarray(alphas, dtype=np.float64).reshape(-1)
@@ -174,10 +174,9 @@ def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatAr
     for coefficients in draws:
         c1_d, c2_d = model.baseline_demand(coefficients)
         c1, c2 = model.demand_from_tokens(coefficients, tokens, ks[None, :])
-        curve = coefficients.load_curve
-        base.append(load_curve.mean_latency(c1_d, c2_d, rate, curve))
-        options.append(load_curve.mean_latency(c1[:, None, :], c2[:, None, :], rate[None, :, None], curve))
-        crossing = load_curve.break_even(float(c1_d), float(c2_d), c1, c2, curve).rate_rps
+        base.append(model.mean_latency(c1_d, c2_d, rate))
+        options.append(model.mean_latency(c1[:, None, :], c2[:, None, :], rate[None, :, None]))
+        crossing = model.break_even(float(c1_d), float(c2_d), c1, c2).rate_rps
         even.append(crossing)
     even_samples = np.array(even)
     crossed = np.mean(np.isfinite(even_samples), axis=0) >= 0.5  # a crossing in most draws

@@ -45,11 +45,7 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
         Closed loop of ``N``: ``C1 + f (N - 1) C2`` (``f`` the calibration's
         closed-loop factor). Open loop: ``C1/(1 - lambda C2)`` at the
         *arrival* rate (the achieved rate only when the file has no arrival
-        rate), Kong et al. eq. 1. A calibration's load curve ``s(B)``
-        multiplies the line (:mod:`sdplan.load_curve`): ``s(B) (C1 + B C2)``
-        at ``B = f (N - 1)``, and the open loop's ``L`` solves
-        ``L = s(lambda L) (C1 + lambda L C2)``. A MoE target's coverage already
-        bends its step cost with ``B``; it is predicted without the curve.
+        rate), Kong et al. eq. 1.
 
     Notes
     -----
@@ -65,7 +61,7 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
     ``L = C1(lambda L)/(1 - lambda C2(lambda L))`` (:func:`sdplan.moe.solve`).
     The prefill's terms are at ``phi(p)`` either way.
     """
-    from sdplan import load_curve, model
+    from sdplan import model
     from sdplan.runmodel import run_demand
 
     if run.concurrency is None and moe is not None:
@@ -76,13 +72,11 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
         solved = moe_model.solve(a1, full1 - a1, a2, full2 - a2, routed_per_sequence(run), run.arrival_rate_rps,
                                  moe)
         return float(solved.latency_s)
-    curve = coefficients.load_curve if moe is None else None
     if run.concurrency is not None:
         c1, c2 = run_demand(covered(coefficients, run, moe, run_others(run, 0.0)), run)
-        return float(load_curve.latency_at(c1, c2, model.closed_loop_others(run.concurrency,
-                                                                         coefficients.closed_loop_factor), curve))
+        return c1 + model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor) * c2
     c1, c2 = run_demand(coefficients, run)
-    return float(load_curve.mean_latency(c1, c2, run.arrival_rate_rps, curve))
+    return float(model.mean_latency(c1, c2, run.arrival_rate_rps))
 
 
 def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,

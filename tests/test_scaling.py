@@ -36,9 +36,6 @@ def test_direct_form_with_slopes_equals_the_step_model(p: int, g: int) -> None:
     for name in fields(truth):
         if name == "c1p_s":  # the prefill intercept (P.fixed) is not in the direct form: c1p scales with p
             continue
-        if name == "load_curve":  # not a cost: neither file has one
-            assert scaled.load_curve is truth.load_curve is None
-            continue
         assert getattr(scaled, name) == pytest.approx(getattr(truth, name), rel=1e-9), name
 
 

@@ -152,8 +152,6 @@ class Calibration:
                                    ttft_prefill_s=ttft.prefill_per_prompt_token_s * prompt_tokens)
         if records.closed_loop_factor is not None:
             coefficients = replace(coefficients, closed_loop_factor=records.closed_loop_factor)
-        if records.load_curve is not None:
-            coefficients = replace(coefficients, load_curve=records.load_curve)
         return coefficients
 
     @property

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sdplan.errors import InputFileError
 from sdplan.frozen import frozen
-
-if TYPE_CHECKING:
-    from sdplan.load_curve import LoadCurve
 
 #: A ``[min, max]`` range of the ``[validity]`` table.
 Span = tuple[float, float]
@@ -404,35 +401,12 @@ class CalibrationRecords:
     ttft: Ttft | None
     #: A closed loop of N clients loads like ``closed_loop_factor x (N - 1)`` open-loop others (``[closed_loop]``).
     closed_loop_factor: float | None
-    #: The factor on ``C1 + B C2`` the served sweep measured (``[load_curve]``, :mod:`sdplan.load_curve`).
-    load_curve: LoadCurve | None
     acceptance: CalibrationAcceptance | None
     moe: ExpertRouting | None
     uncertainty: Uncertainty | None
     measurement: Measurement | None
     derivation: Derivation | None
     fit_quality: FitQuality | None
-
-
-def read_load_curve(table: Mapping[str, Any] | None, path: str) -> LoadCurve | None:
-    """The record of a schema-checked ``[load_curve]`` table: knots increasing, one factor per knot."""
-    if table is None:
-        return None
-    from sdplan.load_curve import LoadCurve
-
-    others, factor = table["others_requests"], table["latency_factor"]
-    if len(others) != len(factor) or len(others) < 2:
-        raise InputFileError(path, "load_curve.latency_factor",
-                             f"has {len(factor)} values for {len(others)} knots in load_curve.others_requests; give "
-                             "one factor per knot, at least two")
-    if factor[0] != 1 or factor[-1] != 1:
-        raise InputFileError(path, "load_curve.latency_factor",
-                             f"is {factor[0]:g} at the first knot and {factor[-1]:g} at the last; both must be 1 (the "
-                             "line keeps its zero-load latency and its saturation)")
-    if any(b1 <= b0 for b0, b1 in zip(others, others[1:])):
-        raise InputFileError(path, "load_curve.others_requests",
-                             f"{list(others)} is not increasing; list the knots from the fewest others in flight up")
-    return LoadCurve.from_table(table)
 
 
 def read_records(document: Mapping[str, Any], path: str) -> CalibrationRecords:
@@ -454,7 +428,6 @@ def read_records(document: Mapping[str, Any], path: str) -> CalibrationRecords:
         validity=Validity.from_table(document.get("validity")), costs=read_costs(document),
         ttft=None if ttft is None else Ttft.from_table(ttft),
         closed_loop_factor=None if closed is None else float(closed["factor"]),
-        load_curve=read_load_curve(document.get("load_curve"), path),
         acceptance=None if acceptance is None else CalibrationAcceptance.from_table(acceptance),
         moe=None if moe is None else ExpertRouting.from_table(moe),
         uncertainty=None if uncertainty is None else Uncertainty.from_table(uncertainty, path),

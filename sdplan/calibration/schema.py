@@ -166,18 +166,6 @@ CALIBRATION_SCHEMA = Table(
             },
             required=False,
         ),
-        "load_curve": Table(
-            {
-                "others_requests": Field("float_list", "knots of the curve: mean other requests in flight B",
-                                         minimum=0.0, maximum=1e7),
-                "latency_factor": Field("float_list", "factor on C1 + B C2 at each knot (1 at the first and last; 1 "
-                                        "outside them)", minimum=0.5, maximum=2.0),
-                "configurations": Field("int", "configurations whose sweeps the factors average", required=False,
-                                        minimum=1),
-                "source": Field("str", "how the curve was measured", required=False),
-            },
-            required=False,
-        ),
         "uncertainty": Table(
             {
                 "parameters": Field("str_list", "coefficient names, in covariance order"),

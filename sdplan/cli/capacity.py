@@ -159,7 +159,7 @@ def _warnings(scenario: Scenario, cap: Capacity, use_simulator: bool) -> list[st
     from sdplan.capacity import batch_cap_label
     from sdplan.serving import batch_cap_warning
 
-    at_capacity = cap.max_rate_rps * cap.latency_at_capacity_s  # requests in flight at capacity
+    at_capacity = cap.max_rate_rps * model.mean_latency(cap.c1_s, cap.c2_s, cap.max_rate_rps)
     finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
                                                       scenario.workload.output_tokens,

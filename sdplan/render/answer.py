@@ -22,7 +22,6 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sdplan.load_curve import LoadCurve
     from sdplan.planner import Plan, PlanInputs
 
 
@@ -164,8 +163,7 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
             lines.append(f"  best per rate (req/s): {path}.")
         direction = "but C2 (batch time each request adds) rises" if c2[k0] > c2_d else \
             "and C2 (batch time each request adds) falls"
-        why = (f"Why: {latency_law(plan.coefficients.load_curve)}. With k={ks[k0]}, C1 (zero-load latency) falls "
-               f"{_g(c1_d, 4)} -> "
+        why = (f"Why: L = C1/(1 - rate*C2). With k={ks[k0]}, C1 (zero-load latency) falls {_g(c1_d, 4)} -> "
                f"{_g(float(c1[k0]), 4)} s, {direction} {_g(c2_d, 4)} -> {_g(float(c2[k0]), 4)} s")
         if c2[k0] > c2_d:
             even_k0 = float(plan.break_even_rate_rps[ia, k0])
@@ -252,14 +250,6 @@ def capacity_answer(document: dict[str, Any]) -> list[str]:
     lines.extend(caveat_lines(caveats(calibration.get("method", ""), str(acceptance.get("source", "")),
                                       float(document["per_token_alpha"]))))
     return lines
-
-
-def latency_law(curve: LoadCurve | None) -> str:
-    """The latency law the answer rests on: the line's closed form, or its load curve (:mod:`sdplan.load_curve`)."""
-    if curve is None:
-        return "L = C1/(1 - rate*C2)"
-    return (f"L = C1/(1 - rate*C2), bent by the calibration's load curve (latency x{min(curve.latency_factor):.2f}"
-            f"-{max(curve.latency_factor):.2f} between B = 0 and {curve.others_requests[-1]:g} requests in flight)")
 
 
 def capacity_why(document: dict[str, Any]) -> str | None:

@@ -13,7 +13,6 @@ from sdplan.render.plan import METHOD_LABELS
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
     from sdplan.coefficients import Coefficients
-    from sdplan.load_curve import LoadCurve
 
 
 def _plain(value: Any) -> Any:
@@ -167,30 +166,8 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         print_table(console, coeffs,
                     title=f"Coefficients at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "
                     "output tokens")
-        print_load_curve(console, coefficients.load_curve, c1_d, c2_d, style)
 
     return render_rich(draw, style, terminal)
-
-
-def print_load_curve(console: Any, curve: LoadCurve | None, c1_d: float, c2_d: float, style: Style) -> None:
-    """The curve's knots with what they mean for the no-SD option: its line, latency and rate at each ``B``
-    (nothing without a curve)."""
-    if curve is None:
-        return
-    from rich.table import Table
-
-    from sdplan import load_curve
-    from sdplan.render import print_table
-
-    table = Table(box=table_box(style))
-    for header in ("others in flight B", "factor s(B)", "no SD: line (s)", "no SD: latency (s)", "no SD: rate (req/s)"):
-        table.add_column(header, justify="right")
-    for others, factor in zip(curve.others_requests, curve.latency_factor):
-        line = c1_d + others * c2_d
-        table.add_row(f"{others:.3g}", f"{factor:.3f}", f"{line:.4g}", f"{factor * line:.4g}",
-                      f"{float(load_curve.rate_at(c1_d, c2_d, others, curve)):.4g}")
-    print_table(console, table, title="Load curve: measured latency over the line C1 + B C2, averaged over "
-                f"{curve.configurations} configuration(s)")
 
 
 def origin_table(cal: Calibration, style: Style) -> Any:

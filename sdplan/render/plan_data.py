@@ -21,8 +21,7 @@ TPOT_NOTE = "approximation: (L - TTFT)/(g - 1), vLLM's definition (first token e
 DEFINITIONS = {
     "mean_e2e_latency_s": "mean end-to-end latency, arrival to last token (Kong et al. eq. 1)",
     "effective_batch_size": "mean requests in flight, lambda * L (Little's law)",
-    "utilisation": "lambda * C2 = 1 - C1/L on the line (MoE: 1 - L(0)/L, the dense-equivalent load share); "
-    "stable below "
+    "utilisation": "lambda * C2 = 1 - C1/L (MoE: 1 - L(0)/L, the dense-equivalent load share); stable below "
     "1, near_saturation above 0.9",
     "mean_ttft_s": TTFT_NOTE,
     "mean_tpot_s": TPOT_NOTE,
