@@ -135,6 +135,7 @@ def main() -> int:
         option_label,
         parse_workloads,
         pct,
+        planned_intervals,
         planner_picks,
         poisson_requests,
         poisson_seconds,
@@ -210,6 +211,7 @@ def main() -> int:
     records: dict[str, list[dict[str, Any]]] = {"runs": [], "saturation": [], "picks": []}
     rates: dict[str, list[float]] = {}
     planned: dict[tuple[str, float], dict[int, float | None]] = {}
+    bands: dict[tuple[str, float], dict[int, list[float | None]]] = {}
     seconds = args.seconds_per_run
     summary_path = args.summary or work / "accuracy-summary.json"
 
@@ -298,6 +300,8 @@ def main() -> int:
             if attempt == 0:
                 for (wp, wg), label in zip(workloads, labels):
                     rates[label] = common_rates(plateaus[label], loads)
+                    bands.update(zip(((label, load) for load in loads),
+                                     planned_intervals(str(out), (wp, wg), lengths, rates[label]) or []))
                     for load, rate, (picked, latencies) in zip(
                             loads, rates[label], planner_picks(str(out), (wp, wg), lengths, rates[label])):
                         planned[(label, load)] = latencies
@@ -331,6 +335,7 @@ def main() -> int:
                                                    f"k{k}-w{index}-poisson{load:g}", seed)
                             records["runs"].append(run_record(
                                 run, cal.coefficients_at, planned_e2e_s=planned[(label, load)].get(k),
+                                planned_e2e_ci95_s=bands.get((label, load), {}).get(k),
                                 run=run_id, **{"pass": attempt + 1}, workload=label, load=load, rate_rps=rate,
                                 foreign_cpu_cores=foreign, seed=seed))
                 finally:

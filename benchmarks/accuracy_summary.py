@@ -156,10 +156,12 @@ def on_time(record: Mapping[str, Any]) -> bool:
     return share is not None and share <= STALLED_SHARE_NOTED
 
 
-def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None, **meta: Any) -> dict[str, Any]:
+def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None,
+               planned_e2e_ci95_s: Sequence[float | None] | None = None, **meta: Any) -> dict[str, Any]:
     """A Poisson run's record: what it measured and what the model predicts for it (as ``sdplan validate``).
 
-    ``run`` is a :class:`sdplan.runs.BenchmarkRun`; ``coefficients_at(p, g)`` the calibration's coefficients.
+    ``run`` is a :class:`sdplan.runs.BenchmarkRun`; ``coefficients_at(p, g)`` the calibration's coefficients;
+    ``planned_e2e_ci95_s`` the 95% interval ``sdplan plan`` gives at the run's rate (high None: unstable).
     """
     from sdplan import model
     from sdplan.runs import screen
@@ -173,7 +175,9 @@ def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None
     return {**meta, "option": run.draft_length, "e2e_s": run.mean_e2e_latency_s, "ttft_s": run.mean_ttft_s,
             "tpot_s": run.mean_tpot_s, "predicted_e2e_s": finite_or_none(latency),
             "predicted_ttft_s": finite_or_none(ttft), "predicted_tpot_s": finite_or_none(tpot),
-            "planned_e2e_s": planned_e2e_s, "alpha": run.alpha, "flags": screen(run),
+            "planned_e2e_s": planned_e2e_s,
+            **({} if planned_e2e_ci95_s is None else {"planned_e2e_ci95_s": list(planned_e2e_ci95_s)}),
+            "alpha": run.alpha, "flags": screen(run),
             "stalled_streams": run.stalled_streams, "file": run.source}
 
 
@@ -203,6 +207,34 @@ def planner_picks(calibration: str, workload: tuple[int, int], draft_lengths: Se
     return picks
 
 
+def planned_intervals(calibration: str, workload: tuple[int, int], draft_lengths: Sequence[int],
+                      rates_rps: Sequence[float]) -> list[dict[int, list[float | None]]] | None:
+    """Per rate, the 95% interval of each option's mean E2E that ``sdplan plan`` prints (fit uncertainty and
+    the spread between server instances; high None: unstable), or None for a calibration without a covariance.
+    """
+    import numpy as np
+
+    from sdplan.scenario import ScenarioOptions, resolve_scenario
+    from sdplan.uncertainty import coefficient_draws, plan_intervals
+
+    scenario = resolve_scenario(ScenarioOptions(calibration=calibration, prompt_tokens=workload[0],
+                                                output_tokens=workload[1], draft_lengths=list(draft_lengths),
+                                                single_acceptance=False))
+    draws = coefficient_draws(scenario.calibration, workload[0], workload[1],
+                              options=(scenario.draft_lengths, scenario.tokens_per_cycle))
+    if draws is None:
+        return None
+    alphas = np.asarray(scenario.workload.acceptance.alphas)
+    bands = plan_intervals(draws, alphas, np.asarray(rates_rps, dtype=float), np.asarray(scenario.draft_lengths),
+                           scenario.tokens_per_cycle)
+    found = []
+    for index in range(len(rates_rps)):
+        per_option = {0: bands.baseline_latency_s[:, index]}
+        per_option.update({int(k): bands.latency_s[:, 0, index, column] for column, k in enumerate(draft_lengths)})
+        found.append({k: [float(low), finite_or_none(float(high))] for k, (low, high) in per_option.items()})
+    return found
+
+
 # ----------------------------------------------------------------------------------------------- summary
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -226,7 +258,17 @@ def _accuracy(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "tpot_mape_pct": _mean(abs(e) for e in _errors(runs, "tpot_s", "predicted_tpot_s")),
         "planned_e2e_mape_pct": _mean(abs(e) for e in planned),
         "planned_unstable": sum(r["planned_e2e_s"] is None for r in runs),
+        **_coverage(runs),
     }
+
+
+def _coverage(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How many runs' measured mean E2E lies inside the 95% interval ``plan`` gave at their rate (runs recorded
+    without one are left out: summaries before acc46, calibrations without a covariance)."""
+    banded = [r for r in runs if r.get("planned_e2e_ci95_s") is not None]
+    inside = [r for r in banded if r["planned_e2e_ci95_s"][0] <= r["e2e_s"]
+              and (r["planned_e2e_ci95_s"][1] is None or r["e2e_s"] <= r["planned_e2e_ci95_s"][1])]
+    return {"ci95_runs": len(banded), "ci95_coverage_pct": 100.0 * len(inside) / len(banded) if banded else None}
 
 
 def regrets(runs: Sequence[Mapping[str, Any]], picks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -385,6 +427,10 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
             lines.append("saturation bias per benchmark run: " + ", ".join(f"{b:+.1f}%" for b in sat)
                          + f" (standard error {summary['saturation_bias_standard_error_pct']:.1f} points)")
     lines.append(f"saturation: mean abs. error {show(summary['saturation_mape_pct'])}")
+    banded = summary["all"].get("ci95_runs")
+    if banded:
+        lines.append(f"plan's 95% intervals hold {show(summary['all']['ci95_coverage_pct'])} of {banded} runs' "
+                     "measured mean E2E")
     lines.append("")
     rows = goals(summary)
     width = max(len(row[0]) for row in rows)

@@ -116,6 +116,9 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     bounded linear least squares, Huber-reweighted (:func:`sdplan.ttft_fit.fit_ttft`). TTFT is noisier than E2E
     and has terms of its own, so it never pulls the E2E coefficients.
 
+    Runs that repeat a load level also give the spread between repeats (``repeat_sd_pct``,
+    :func:`sdplan.validation.repeat_spread`), which widens the planner's intervals.
+
     Raises
     ------
     InfeasibleError
@@ -138,7 +141,14 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     fit = with_frontend_floor(_fit_at_share(runs, reference, robust, fixed_step_share), runs,
                               lambda rest: _fit_at_share(rest, reference, robust, fixed_step_share)
                               if len(rest) >= MIN_FIT_RUNS and any(run.draft_length == 0 for run in rest) else None)
-    return replace(fit, notes=(*fit.notes, *share_note))
+    from sdplan.validation import repeat_spread
+
+    spread = repeat_spread(runs)
+    spread_note = () if spread is None else (
+        f"{spread.runs} runs repeating {spread.repeated_levels} load levels lay {spread.sd_pct:.2g}% apart (standard "
+        "deviation, repeat_sd_pct); the 95% intervals of plan, capacity and check --pessimistic include it",)
+    return replace(fit, notes=(*fit.notes, *share_note, *spread_note),
+                   repeat_sd_pct=None if spread is None else spread.sd_pct)
 
 
 def _reference_workload(runs: list[BenchmarkRun]) -> tuple[int, int]:

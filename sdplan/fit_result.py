@@ -99,6 +99,9 @@ class PooledFit:
     #: Serving-frontend seconds per streamed chunk, the floor of ``C2`` (:func:`sdplan.model.frontend_floor`;
     #: profiled by :func:`sdplan.fit.fit_pooled`), 0: no floor.
     frontend_chunk_s: float = 0.0
+    #: The spread between repeats of one point (:attr:`sdplan.validation.RepeatSpread.sd_pct`), None
+    #: without repeats: on fresh servers, how far one server instance's speed lies from another's.
+    repeat_sd_pct: float | None = None
     residuals: tuple[PointResidual, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
@@ -166,11 +169,12 @@ class PooledFit:
                 if self.ttft_fitted else "default: half a step of wait, then one mixed step (not measured)"}
 
     def uncertainty_document(self) -> dict[str, Any]:
-        """The ``[uncertainty]`` table: parameters, covariance, what is not identified."""
+        """The ``[uncertainty]`` table: parameters, covariance, what is not identified, the repeats' spread."""
         return {
             "parameters": list(PARAMETERS),
             "covariance_s2": [[float(f"{value:.6g}") for value in row] for row in self.covariance],
             "not_identified": self.not_identified,
             "stderr_above_value": self.stderr_above_value,
             "method": "weighted least squares on relative errors, Huber-reweighted; HC1 sandwich covariance",
+            **({"repeat_sd_pct": round(self.repeat_sd_pct, 2)} if self.repeat_sd_pct is not None else {}),
         }

@@ -12,8 +12,10 @@ saturation, where a draw may be unstable: unstable draws count as ``inf``, so
 an upper bound past saturation reads "unstable", which is the answer.
 
 The intervals cover the uncertainty of the fit (finite, noisy benchmark
-points), not a model-form error or a different machine
-(``docs/model.md#uncertainty``).
+points) and, where the calibration repeated points on fresh server instances,
+the spread between instances (``[uncertainty] repeat_sd_pct``): each draw also
+runs on a server of its own speed. They do not cover a model-form error or a
+different machine (``docs/model.md#uncertainty``).
 """
 
 from __future__ import annotations
@@ -94,7 +96,53 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
             break
     if len(kept) < draws // 4:
         return None
-    return [replace(template, **dict(zip(costs, (float(v) for v in row)))) for row in kept[:draws]]
+    rows = kept[:draws]
+    speed = server_speeds(uncertainty.repeat_sd_pct, len(rows), rng)
+    ttft_costs = {name: getattr(template, name) for name in ("ttft_offset_s", "ttft_prefill_s")}
+    return [replace(template, **{name: float(value) * factor for name, value in zip(costs, row)},
+                    **{name: value * factor for name, value in ttft_costs.items()})
+            for row, factor in zip(rows, speed)]
+
+
+def server_spread_pct(calibration: Calibration) -> float | None:
+    """The calibration's spread between server instances (``[uncertainty] repeat_sd_pct``), None without one."""
+    uncertainty = calibration.records.uncertainty
+    return None if uncertainty is None else uncertainty.repeat_sd_pct
+
+
+def covers(sd_pct: float | None) -> str:
+    """What the intervals cover, in words: the caption of every command that shows them."""
+    if not sd_pct:
+        return "fit uncertainty"
+    return f"fit uncertainty and server-to-server spread {sd_pct:.2g}%"
+
+
+def server_speeds(sd_pct: float | None, count: int, rng: Any) -> FloatArray:
+    """Cost factors of ``count`` server instances: ``exp(sigma z)``, ``z ~ N(0, 1)``, all 1 without a spread.
+
+    Parameters
+    ----------
+    sd_pct : float or None
+        ``sigma`` in percent: the standard deviation of a point's log mean latency between server instances
+        (:attr:`sdplan.validation.RepeatSpread.sd_pct`, ``[uncertainty] repeat_sd_pct``).
+    count : int
+        Draws.
+    rng : numpy.random.Generator
+
+    Notes
+    -----
+    A server instance slower by a factor ``u`` takes ``u`` times every cost, so its latency is
+    ``L = u C1 / (1 - lambda u C2)``: near saturation the factor moves the upper bound far more than the
+    lower, as it does on real servers. On a 2-core CPU the quick grid's repeats lay about 9% apart
+    (``sigma`` 4.5-15.5% over six calibrations), while the fit's own standard errors were a few percent;
+    without this term the 95% intervals held 41% of 162 served runs at other times, workloads and loads,
+    with it 73% (``benchmarks/RESULTS-accuracy-served-2026-11.md``).
+    """
+    import numpy as np
+
+    if not sd_pct:
+        return np.ones(count)
+    return np.asarray(np.exp(rng.standard_normal(count) * sd_pct / 100.0))
 
 
 def physical(drawn: Coefficients, draft_lengths: Any, tokens_per_cycle: Any) -> Any:
@@ -154,12 +202,19 @@ class PlanIntervals:
     latency_s: FloatArray  # (2, a, r, k)
     break_even_rate_rps: FloatArray  # (2, a, k); nan where no crossing
     draws: int
+    #: The spread between server instances the draws include, percent (:func:`server_speeds`); None: none.
+    server_sd_pct: float | None = None
+
+    @property
+    def covers(self) -> str:
+        return covers(self.server_sd_pct)
 
 
 def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatArray,
                    draft_lengths: FloatArray | IntArray,
-                   tokens_per_cycle: FloatArray | None = None) -> PlanIntervals:
-    """Latency and break-even intervals over the grid (dense targets)."""
+                   tokens_per_cycle: FloatArray | None = None, server_sd_pct: float | None = None) -> PlanIntervals:
+    """Latency and break-even intervals over the grid (dense targets); ``server_sd_pct`` says what spread
+    between server instances the ``draws`` include (:func:`coefficient_draws`)."""
     import numpy as np
 
     from sdplan import model
@@ -190,7 +245,7 @@ def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatAr
     high = np.take_along_axis(ordered, high_index[None], axis=0)[0]
     even_interval = np.where(crossed[None], np.stack([low, high]), np.nan)
     return PlanIntervals(baseline_latency_s=interval(np.array(base)), latency_s=interval(np.array(options)),
-                         break_even_rate_rps=even_interval, draws=len(draws))
+                         break_even_rate_rps=even_interval, draws=len(draws), server_sd_pct=server_sd_pct)
 
 
 def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients],

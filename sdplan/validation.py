@@ -165,6 +165,22 @@ class RepeatSpread:
     #: Runs at those levels.
     runs: int
 
+    @property
+    def sd_pct(self) -> float:
+        """The standard deviation of one run's log mean latency between repeats, percent.
+
+        A run measures ``mu exp(eps)`` with ``eps ~ N(0, sigma^2)``, and
+        :attr:`exact_model_mape_pct` estimates ``E|eps| = sigma sqrt(2/pi)``
+        (:func:`exact_model_error_pct`), so
+
+        .. math:: sigma = E sqrt(pi/2).
+
+        Where the repeats ran on fresh server instances (``sdplan calibrate``), it is how far one server's
+        speed lies from another's: the spread :func:`sdplan.uncertainty.coefficient_draws` adds to the
+        intervals.
+        """
+        return self.exact_model_mape_pct * math.sqrt(math.pi / 2.0)
+
 
 @frozen
 class Validation:

@@ -376,3 +376,30 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
     assert all(not server.live for server in served_fakes.FakeServer.registry)
     kept = json.loads((cut / "accuracy-summary.json").read_text())["records"]
     assert [s["option"] for s in kept["saturation"]] == [0, 0, 0] and kept["runs"] == []
+
+
+def test_planned_intervals_are_what_sdplan_plan_prints_and_are_scored(sdplan, passes) -> None:
+    """acc35's real k=2 passes against the 95% intervals of their calibration at their own rates."""
+    runs, calibration = passes
+    path = str(PASSES / "served.toml")
+    rates = sorted({run.requested_rate_rps for run in runs})
+    bands = bench.planned_intervals(path, (128, 64), [2, 4], rates)
+    result = sdplan("plan", "-c", path, "--prompt-tokens", "128", "--output-tokens", "64", "--draft-lengths", "2,4",
+                    "--rates", ",".join(map(str, rates)), "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    for band, row in zip(bands, json.loads(result.stdout)["results"][0]["rates"]):
+        assert band[0] == pytest.approx(row["baseline"]["mean_e2e_latency_ci95_s"])
+        for point in row["speculative"]:
+            assert band[point["draft_length_tokens"]] == pytest.approx(point["mean_e2e_latency_ci95_s"])
+    records = records_of(runs, calibration)
+    for record in records:
+        record["planned_e2e_ci95_s"] = bands[rates.index(record["rate_rps"])][2]
+    inside = sum(low <= r["e2e_s"] and (high is None or r["e2e_s"] <= high)
+                 for r in records for low, high in [r["planned_e2e_ci95_s"]])
+    summary = bench.summarize(records, [], [], [257.0])
+    assert summary["all"]["ci95_runs"] == 9
+    assert summary["all"]["ci95_coverage_pct"] == pytest.approx(100 * inside / 9)
+    assert any("95% intervals hold" in line for line in bench.report_lines(summary))
+    # records written before the intervals were (acc38-45) are left out, not counted as misses
+    older = [{key: value for key, value in r.items() if key != "planned_e2e_ci95_s"} for r in records]
+    assert bench.summarize(older, [], [], [257.0])["all"]["ci95_coverage_pct"] is None

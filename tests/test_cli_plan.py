@@ -41,8 +41,8 @@ def test_plan_json_schema_and_values(sdplan) -> None:
     doc = strict_json(result.stdout)
     assert doc["schema_version"] == 1 and doc["command"] == "plan"
     assert set(doc) == {"schema_version", "sdplan_version", "command", "calibration", "workload", "definitions",
-                        "moe", "coefficients", "baseline", "warnings", "extrapolated", "results"}
-    assert doc["moe"] is None
+                        "moe", "coefficients", "baseline", "intervals", "warnings", "extrapolated", "results"}
+    assert doc["moe"] is None and doc["intervals"] is None  # a derived calibration has no covariance
     assert doc["calibration"]["method"] == "derived"
     assert doc["workload"]["acceptance"]["metric_given"] == "per-token"
     (block,) = doc["results"]

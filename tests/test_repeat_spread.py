@@ -126,3 +126,41 @@ def test_runs_of_equally_named_files_are_named_apart(tmp_path, sdplan) -> None:
     assert "pass2/k2-poisson0.25.json" in sources and "pass3/k2-poisson0.8.json" in sources
     table = sdplan("validate", "-c", str(PASSES / "served.toml"), *files).stdout
     assert "│ pass1/k2-poisson0.55.json" in table and "│ pass2/k2-poisson0.55.json" in table
+
+
+@pytest.mark.parametrize("passes", [2, 3])
+def test_its_standard_deviation_recovers_the_noise(passes: int) -> None:
+    """sd_pct = E sqrt(pi/2): the log-normal noise's own sigma (12%), from any number of repeats."""
+    rng = np.random.default_rng(11)
+    truth = rng.uniform(0.2, 3.0, size=3000)
+    measured = truth[:, None] * np.exp(rng.normal(0.0, 0.12, size=(3000, passes)))
+    template = real_runs()[0]  # one real run, copied to 3000 levels (requested rates) of `passes` repeats
+    runs = [replace(template, mean_e2e_latency_s=float(value), requested_rate_rps=float(level + 1),
+                    source=f"{level}-{index}")
+            for level, values in enumerate(measured) for index, value in enumerate(values)]
+    spread = repeat_spread(runs)
+    assert spread is not None and spread.repeated_levels == 3000
+    assert spread.sd_pct == pytest.approx(12.0, rel=0.05)
+
+
+def test_a_fit_of_repeated_real_runs_stores_their_spread() -> None:
+    """The real quick-grid calibration of acc41 (tests/data/served-frontend-floor-cpu): N = 1 and 64 on two
+    server instances of each configuration."""
+    from sdplan.fit import fit_pooled, fitted_document
+
+    runs = read_results(Path(__file__).parent / "data" / "served-frontend-floor-cpu", "vllm")[0]
+    fit = fit_pooled(runs)
+    spread = repeat_spread(runs)
+    assert spread is not None and spread.repeated_levels == 6 and spread.runs == 12
+    assert fit.repeat_sd_pct == pytest.approx(spread.sd_pct)
+    assert 3.0 < fit.repeat_sd_pct < 20.0
+    assert any("6 load levels" in note and "repeat_sd_pct" in note for note in fit.notes)
+    provenance = {"method": "fit", "hardware": "cpu", "target_model": "t", "draft_model": "d", "engine": "vllm",
+                  "engine_version": "0.32.0", "date": "2026-11-27"}
+    document = fitted_document(fit, runs, name="f", provenance=provenance, description="test")
+    assert document["uncertainty"]["repeat_sd_pct"] == pytest.approx(fit.repeat_sd_pct, abs=0.005)
+    # one instance per configuration: nothing repeats, and the file says nothing
+    once = [run for run in runs if not run.source.endswith("_r1.json")]
+    assert fit_pooled(once).repeat_sd_pct is None
+    assert "repeat_sd_pct" not in fitted_document(fit_pooled(once), once, name="f", provenance=provenance,
+                                                  description="test")["uncertainty"]

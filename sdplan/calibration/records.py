@@ -287,6 +287,8 @@ class Uncertainty:
     not_identified: tuple[str, ...] = ()
     stderr_above_value: tuple[str, ...] = ()
     method: str | None = None
+    #: The spread between repeats of one point, percent (:attr:`sdplan.validation.RepeatSpread.sd_pct`).
+    repeat_sd_pct: float | None = None
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], path: str) -> Uncertainty:
@@ -298,7 +300,8 @@ class Uncertainty:
                                  f"{len(parameters)}; give one row and column per parameter, in that order")
         return cls(parameters=parameters, covariance_s2=tuple(tuple(row) for row in covariance),
                    not_identified=tuple(table.get("not_identified", ())),
-                   stderr_above_value=tuple(table.get("stderr_above_value", ())), method=table.get("method"))
+                   stderr_above_value=tuple(table.get("stderr_above_value", ())), method=table.get("method"),
+                   repeat_sd_pct=table.get("repeat_sd_pct"))
 
     @property
     def without_runs(self) -> tuple[str, ...]:

@@ -174,6 +174,9 @@ CALIBRATION_SCHEMA = Table(
                 "stderr_above_value": Field("str_list", "those of them whose standard error exceeds their value "
                                             "(the others have no runs that could tell them)", required=False),
                 "method": Field("str", "how the covariance was computed", required=False),
+                "repeat_sd_pct": Field("float", "standard deviation of one point's log mean latency between its "
+                                       "repeats (on fresh server instances in calibrate), percent; widens the "
+                                       "intervals", required=False, minimum=0.0),
             },
             required=False,
         ),

@@ -179,7 +179,7 @@ def _warnings(scenario: Scenario, cap: Capacity, use_simulator: bool) -> list[st
 def _intervals(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> dict[str, Any]:
     """95% intervals of each option's capacity from the calibration's covariance (none without one)."""
     from sdplan.capacity import capacity as solve_capacity
-    from sdplan.uncertainty import capacity_intervals, coefficient_draws
+    from sdplan.uncertainty import capacity_intervals, coefficient_draws, covers, server_spread_pct
 
     workload, candidates, tokens = scenario.workload, scenario.draft_lengths, scenario.tokens_per_cycle[0]
     draws = coefficient_draws(scenario.calibration, workload.prompt_tokens, workload.output_tokens,
@@ -189,15 +189,16 @@ def _intervals(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> dict[str, 
     bounds = capacity_intervals(draws, lambda c: solve_capacity(c, candidates, scenario.alpha, slos,
                                                                 tokens_per_cycle=tokens,
                                                                 max_batch=scenario.limits.batch_cap))
-    best = cap.best
+    best, spread = cap.best, server_spread_pct(scenario.calibration)
     if best >= 0:
         click.echo(f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
-                   f"95% interval {float(bounds[0, best]):.4g}-{float(bounds[1, best]):.4g} (fit uncertainty)",
+                   f"95% interval {float(bounds[0, best]):.4g}-{float(bounds[1, best]):.4g} ({covers(spread)})",
                    err=True)
     return {"max_rate_under_slo_ci95_rps": {cap.label(i): [float(bounds[0, i]), float(bounds[1, i])]
                                             for i in range(bounds.shape[1])},
-            "uncertainty": ("95% intervals of each option's capacity from the calibration's covariance "
-                            f"({len(draws)} draws); size with the low end to be safe")}
+            "server_sd_pct": spread,
+            "uncertainty": (f"95% intervals of each option's capacity ({covers(spread)}; {len(draws)} draws); "
+                            "size with the low end to be safe")}
 
 
 def _fleets(scenario: Scenario, cap: Capacity, target: float | None, gpus_per_replica: int | None,

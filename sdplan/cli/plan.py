@@ -141,12 +141,13 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
 
 
 def _intervals(scenario: Scenario, result: Plan) -> PlanIntervals | None:
-    """95% intervals of the plan from the calibration's covariance; None without one."""
-    from sdplan.uncertainty import coefficient_draws, plan_intervals
+    """95% intervals of the plan from the calibration's covariance and server spread; None without a covariance."""
+    from sdplan.uncertainty import coefficient_draws, plan_intervals, server_spread_pct
 
     workload = scenario.workload
     draws = coefficient_draws(scenario.calibration, workload.prompt_tokens, workload.output_tokens,
                               options=(scenario.draft_lengths, scenario.tokens_per_cycle))
     if draws is None:
         return None
-    return plan_intervals(draws, result.alphas, result.rates_rps, result.draft_lengths, scenario.tokens_per_cycle)
+    return plan_intervals(draws, result.alphas, result.rates_rps, result.draft_lengths, scenario.tokens_per_cycle,
+                          server_sd_pct=server_spread_pct(scenario.calibration))

@@ -42,7 +42,7 @@ def _interval_line(plan: Plan, intervals: PlanIntervals, ia: int) -> str:
 
     stable = [ir for ir in range(len(plan.rates_rps)) if int(plan.best_k[ia, ir]) != NONE_STABLE]
     if not stable:
-        return "95% intervals (fit uncertainty): nothing stable on this grid."
+        return f"95% intervals ({intervals.covers}): nothing stable on this grid."
     ir = stable[-1]
     best = int(plan.best_k[ia, ir])
     if best == SD_OFF:
@@ -52,7 +52,7 @@ def _interval_line(plan: Plan, intervals: PlanIntervals, ia: int) -> str:
         ik = list(plan.draft_lengths).index(best)
         low, high = intervals.latency_s[:, ia, ir, ik]
         name = f"k={best}"
-    text = (f"95% intervals (fit uncertainty, {intervals.draws} draws of the covariance): {name} at "
+    text = (f"95% intervals ({intervals.covers}, {intervals.draws} draws): {name} at "
             f"{_num(float(plan.rates_rps[ir]))} req/s {_num(float(low))}-"
             f"{'unstable' if not np.isfinite(high) else _num(float(high))} s")
     k0 = int(np.argmin(plan.c1_s[ia]))

@@ -26,7 +26,8 @@ DEFINITIONS = {
     "mean_ttft_s": TTFT_NOTE,
     "mean_tpot_s": TPOT_NOTE,
     "mean_e2e_latency_ci95_s": "95% interval [low, high] from the calibration's covariance (parametric "
-    "bootstrap over the fitted coefficients); null high: unstable in some draws. Fit uncertainty only",
+    "bootstrap over the fitted coefficients, each draw on a server instance of its own speed where the "
+    "calibration measured their spread: intervals.server_sd_pct); null high: unstable in some draws",
     "speedup": "no-SD latency / SD latency at the same request rate; null where either is unstable",
     "per_token_alpha": "per-token acceptance probability (i.i.d.)",
     "tokens_per_cycle": "tokens per decode step: mean acceptance length E(alpha, k), bonus token "
@@ -138,6 +139,9 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             "saturation_rate_rps": finite_or_none(plan.baseline_saturation_rate_rps),
             "max_output_throughput_tok_s": finite_or_none(g * plan.baseline_saturation_rate_rps),
         },
+        "intervals": None if intervals is None else {
+            "level": 0.95, "draws": intervals.draws, "server_sd_pct": intervals.server_sd_pct,
+            "covers": intervals.covers},
         "warnings": list(inputs.warnings),
         "extrapolated": list(inputs.extrapolated),
         "results": results,
