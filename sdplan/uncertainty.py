@@ -134,9 +134,9 @@ def server_speeds(sd_pct: float | None, count: int, rng: Any) -> FloatArray:
     A server instance slower by a factor ``u`` takes ``u`` times every cost, so its latency is
     ``L = u C1 / (1 - lambda u C2)``: near saturation the factor moves the upper bound far more than the
     lower, as it does on real servers. On a 2-core CPU the quick grid's repeats lay about 9% apart
-    (``sigma`` 4.5-15.5% over six calibrations), while the fit's own standard errors were a few percent;
-    without this term the 95% intervals held 41% of 162 served runs at other times, workloads and loads,
-    with it 73% (``benchmarks/RESULTS-accuracy-served-2026-11.md``).
+    (``sigma`` 4.5-15.5% over seven calibrations), while the fit's own standard errors were a few percent;
+    without this term the 95% intervals held 49% of 189 served runs at other times, workloads and loads,
+    with it 77% (``benchmarks/RESULTS-accuracy-served-2026-11.md``).
     """
     import numpy as np
 
