@@ -224,8 +224,11 @@ def test_served_calibration_end_to_end_predicts_open_loop(sdplan, tmp_path, fake
     assert cal.method == "measured" and measurement["method"] == "served"
     assert len(measurement["server_commands"]) == 3 and "--speculative-config" in measurement["server_commands"][2]
     # 3 x (N 1, 4, 8 + 2 Poisson + N 1 and 8 again on a second instance) + the no-SD probes at N 1 and 8
-    assert measurement["points"] == 3 * (3 + 2 + 2) + 2 * 2 and measurement["disturbed_points"] == 0
-    assert len(measurement["point_errors_pct"]) == 25 and measurement["cpu_binding"] == "INFO reserved_cpus=[1]"
+    # + the SD configurations' prompt-heavy probe at N 1 and 8
+    assert measurement["points"] == 3 * (3 + 2 + 2) + 2 * 2 + 2 * 2 and measurement["disturbed_points"] == 0
+    assert len(measurement["point_errors_pct"]) == 29 and measurement["cpu_binding"] == "INFO reserved_cpus=[1]"
+    assert sorted(p.name for p in (tmp_path / "cal.runs").glob("k*-c*_r0.json")) == [
+        "k2_prompt-c1_r0.json", "k2_prompt-c8_r0.json", "k4_prompt-c1_r0.json", "k4_prompt-c8_r0.json"]
     assert cal.document["ttft"]["source"].startswith("fitted")
     assert all(not server.live for server in FakeServer.registry)  # every server stopped
     # the raw results are ordinary vLLM files that fit reads too
@@ -284,8 +287,9 @@ def test_interrupted_calibration_keeps_points_and_resumes(sdplan, tmp_path, fake
     folder = tmp_path / "cal.runs"
     levels = len(list(folder.glob("*_c*_r0.json")))  # up to the throughput plateau
     repeats = len(list(folder.glob("*_c*_r1.json")))  # on the second instances: N = 1 and the largest N
-    probes = len(list(folder.glob("nosd_*-c*_r0.json")))  # the no-SD probes, 2 workloads at N = 1 and 16
-    assert repeats == 3 * 2 and probes == 4
+    # the probes: no SD both workloads at N = 1 and 16, k=2 and k=4 the prompt-heavy one
+    probes = len(list(folder.glob("*_*-c*_r0.json")))
+    assert repeats == 3 * 2 and probes == 4 + 2 * 2
     assert measurement["invocations"] == 2 and measurement["points"] == levels + repeats + probes + 3 * 2
     result = _calibrate(sdplan, tmp_path, "--resume", "--output-tokens", "32")
     assert result.exit_code == ExitStatus.BAD_INPUT and "other options" in result.stderr
@@ -306,14 +310,15 @@ def test_repeats_run_in_rounds_of_fresh_servers_in_alternating_order(sdplan, tmp
     for configuration in ("nosd", "k2"):
         first = sorted(p.name.replace("_r0", "") for p in folder.glob(f"{configuration}_*_r0.json"))
         again = sorted(p.name.replace("_r1", "") for p in folder.glob(f"{configuration}_*_r1.json"))
-        # N 1, 4, 8 and two Poisson points (and the no-SD probes at N 1 and 8), each in both rounds
-        assert first == again and len(first) == (9 if configuration == "nosd" else 5)
+        # N 1, 4, 8 and two Poisson points, and the probes at N 1 and 8 (k=2: the prompt-heavy one only),
+        # each in both rounds
+        assert first == again and len(first) == (9 if configuration == "nosd" else 7)
         for name in ("p40", "p75"):  # the second round offers the first round's rates: its repeats compare
             rates = {json.loads((folder / f"{configuration}_{name}_r{r}.json").read_text())["request_rate"]
                      for r in (0, 1)}
             assert len(rates) == 1
     measurement = load_calibration(tmp_path / "cal.toml").document["measurement"]
-    assert measurement["points"] == 28 and measurement["repeat_spread_max_pct"] < 10  # a steady machine
+    assert measurement["points"] == 32 and measurement["repeat_spread_max_pct"] < 10  # a steady machine
     assert "remeasure" not in result.stderr
 
 
@@ -348,10 +353,10 @@ def test_a_machine_that_drifts_between_rounds_is_seen_and_averaged(sdplan, tmp_p
     # at 40% slower, round 2's p75 points ran past the server's capacity: flagged and left out
     assert 1 <= len(measurement["overloaded_points"]) <= 2
     assert all("_p75_r1" in p for p in measurement["overloaded_points"])
-    # every one of the 14 points (9 no SD, probes included, 5 k=2) measured 3 times; of those with 3 repeats
+    # every one of the 16 points (9 no SD, 7 k=2, probes included) measured 3 times; of those with 3 repeats
     # kept (not the overloaded ones), rounds 1 and 2 lie 20% from the re-measure
-    kept_thrice = 14 - len(measurement["overloaded_points"])
-    assert measurement["points"] == 42 and measurement["disturbed_points"] == 2 * kept_thrice
+    kept_thrice = 16 - len(measurement["overloaded_points"])
+    assert measurement["points"] == 48 and measurement["disturbed_points"] == 2 * kept_thrice
     assert 25 < measurement["repeat_spread_median_pct"] < 45
     assert "this machine's speed moved" in cal.document["provenance"]["notes"]
     # the fit averages the rounds: its saturation lies between the fast and the slow servers'
@@ -367,7 +372,8 @@ def test_a_machine_that_drifts_between_rounds_is_seen_and_averaged(sdplan, tmp_p
 
 def test_an_interrupted_round_resumes_on_fresh_servers_of_the_configurations_left(sdplan, tmp_path,
                                                                                     fake_served) -> None:
-    fake_served.interrupt_after = 18  # round 1: 2 x (warm-up + 5 points) + 4 probes; round 2: k2's warm-up, one point
+    # round 1: 2 x (warm-up + 5 points) + 4 no-SD and 2 k=2 probes; round 2: k2's warm-up, one point
+    fake_served.interrupt_after = 20
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--max-num-seqs", "8", "--repeats", "2")
     assert result.exit_code == ExitStatus.INTERRUPTED, result.output
     assert all(not server.live for server in FakeServer.registry)
@@ -378,7 +384,7 @@ def test_an_interrupted_round_resumes_on_fresh_servers_of_the_configurations_lef
                         "--resume")
     assert result.exit_code == 0, result.output
     assert _started_servers() == ["server-k2-round2", "server-nosd-round2"]  # round 1 is read back
-    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == 28
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == 32
 
 
 def test_repeats_is_refused_for_the_engine_method(sdplan, tmp_path, fake_served) -> None:
@@ -1160,7 +1166,8 @@ def test_each_configuration_runs_on_two_server_instances_and_their_spread_is_rep
 
 def test_an_interrupted_second_instance_resumes_alone(sdplan, tmp_path, fake_served) -> None:
     common = ("--draft-lengths", "2", "--max-num-seqs", "8", "--accept-poor-fit")
-    fake_served.interrupt_after = 13  # nosd: warm-up, 3 levels, 4 probes; k2: warm-up, 3 levels; k2's 2nd warm-up
+    # nosd: warm-up, 3 levels, 4 probes; k2: warm-up, 3 levels, 2 probes; k2's 2nd warm-up
+    fake_served.interrupt_after = 15
     assert _calibrate(sdplan, tmp_path, *common).exit_code == ExitStatus.INTERRUPTED
     assert not list((tmp_path / "cal.runs").glob("*_r1.json"))
     FakeServer.registry = []
@@ -1168,7 +1175,7 @@ def test_an_interrupted_second_instance_resumes_alone(sdplan, tmp_path, fake_ser
     result = _calibrate(sdplan, tmp_path, *common, "--resume")
     assert result.exit_code == 0, result.output
     assert _started_servers() == ["server-k2-instance2", "server-nosd-instance2"]  # the first ones are read back
-    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == 2 * (3 + 2 + 2) + 4
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == 2 * (3 + 2 + 2) + 4 + 2
 
 
 def test_endpoint_and_repeated_rounds_measure_on_one_instance_per_round(sdplan, tmp_path, fake_served) -> None:

@@ -33,7 +33,9 @@ output x3), are measured as closed loops at two levels each (:func:`probe_points
 ``N = 1`` gives their ``C1``, a larger ``N`` their ``C2``. Their prefill and
 step shares differ from the main workload's, which separates the terms, and
 the calibration's validity range spans them. They run after the main levels,
-on the same server, so that a server's own speed does not enter the split.
+on the same server, so that a server's own speed does not enter the split. SD
+configurations measure the grid's ``speculative_probes`` (quick: the
+prompt-heavy one): their costs do not follow the prompt as the no-SD steps do.
 
 **A configuration is measured on two server instances** where the grid says so
 (the quick grid, with one round): the first runs the closed-loop sweep (and the
@@ -169,9 +171,15 @@ class ServedGrid:
         Default draft lengths to measure (``--draft-lengths`` overrides).
     probes : tuple of Probe
         Workloads beside the main one (none with ``--dataset``, whose lengths are the user's).
-    probe_every_configuration : bool
-        Probes on every configuration; False: on the no-SD one only (the split of ``c1p``, ``c2p`` is
-        shared by all configurations, and the SD steps scale with the context as the no-SD ones do).
+    speculative_probes : tuple of str
+        The names of the probes SD configurations measure too (no SD measures every probe). The split of
+        ``c1p``, ``c2p`` is shared by all configurations, but an SD configuration's costs do not follow the
+        context as the no-SD ones do: on one quick-grid calibration's servers (2-core CPU, tiny pair), SD at 4x
+        the prompt measured 15-26% slower than a fit without SD probes predicted and SD at 3x the output
+        24% faster at N = 64, while the no-SD probes fitted within 7%. With the prompt probe on SD too
+        (22 s of the quick grid), that calibration predicted four earlier benchmark runs' validation runs at
+        16.8, 14.9, 25.3 and 17.9% E2E MAPE instead of 23.2, 15.0, 28.6 and 33.4%; the decode probe as well
+        (62 s more) at 16.1, 14.8, 24.1 and 18.4% (benchmarks/RESULTS-accuracy-served-2026-11.md).
     instances : int
         Server starts per configuration in a single round (1 or 2): with 2 the second repeats the
         sweep's smallest and largest levels and runs the Poisson points. More rounds (``--repeats``)
@@ -186,7 +194,7 @@ class ServedGrid:
     draft_lengths: tuple[int, ...]
     poisson_seconds: float = POISSON_SECONDS
     probes: tuple[Probe, ...] = PROBES
-    probe_every_configuration: bool = False
+    speculative_probes: tuple[str, ...] = ()
     instances: int = 1
 
     def requests(self, clients: int) -> int:
@@ -197,12 +205,14 @@ SERVED_GRIDS = {
     # quick: N in steps of 4 up to 64, the largest batch most deployments run (a sweep that stops at 32 misses
     # the throughput still gained from 32 to 64, and predicted saturation 16-19% low on real runs)
     "quick": ServedGrid(concurrency=(1, 4, 16, 64), requests_per_client=3, min_requests=16, repeats=1,
-                        poisson_fractions=(0.4, 0.75), draft_lengths=(2, 4), poisson_seconds=8.0, instances=2),
+                        poisson_fractions=(0.4, 0.75), draft_lengths=(2, 4), poisson_seconds=8.0, instances=2,
+                        speculative_probes=("prompt",)),
     "standard": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64), requests_per_client=8, min_requests=24, repeats=2,
-                           poisson_fractions=(0.3, 0.55, 0.8), draft_lengths=(1, 2, 4), probe_every_configuration=True),
+                           poisson_fractions=(0.3, 0.55, 0.8), draft_lengths=(1, 2, 4),
+                           speculative_probes=("prompt", "decode")),
     "thorough": ServedGrid(concurrency=(1, 2, 4, 8, 16, 32, 64, 128), requests_per_client=10, min_requests=32,
                            repeats=3, poisson_fractions=(0.25, 0.5, 0.75), draft_lengths=(1, 2, 3, 4, 6),
-                           probe_every_configuration=True),
+                           speculative_probes=("prompt", "decode")),
 }
 
 
@@ -220,9 +230,10 @@ def concurrency_levels(grid: ServedGrid, max_clients: int) -> list[int]:
 
 def probe_points(grid: ServedGrid, prompt_tokens: int, output_tokens: int, top_level: int, *,
                  max_model_len: int | None = None, extra_tokens: int = 0,
-                 requests_held: Callable[[int, int], int | None] = lambda prompt, output: None) -> list[LoadPoint]:
-    """The closed-loop points of a grid's probes (:class:`Probe`) for a main workload of ``prompt_tokens`` /
-    ``output_tokens``.
+                 requests_held: Callable[[int, int], int | None] = lambda prompt, output: None,
+                 names: tuple[str, ...] | None = None) -> list[LoadPoint]:
+    """The closed-loop points of a grid's probes (:class:`Probe`; only those ``names`` where given) for a main
+    workload of ``prompt_tokens`` / ``output_tokens``.
 
     Each probe's levels are capped at ``top_level`` (the configuration's largest measured level) and at
     ``requests_held(prompt, output)``, the requests of the probe's lengths the server's KV cache holds
@@ -234,6 +245,8 @@ def probe_points(grid: ServedGrid, prompt_tokens: int, output_tokens: int, top_l
 
     points = []
     for probe in grid.probes:
+        if names is not None and probe.name not in names:
+            continue
         prompt, output = probe.lengths(prompt_tokens, output_tokens)
         longest = int(prompt * (1 + LENGTH_SPREAD)) + int(output * (1 + LENGTH_SPREAD)) + extra_tokens
         if max_model_len is not None and longest > max_model_len:

@@ -119,15 +119,15 @@ class Sweep:
 
     def probes(self, configuration: Configuration, levels: list[int] | None = None) -> list[LoadPoint]:
         """The probe points of a configuration (:func:`probe_points`) after its main ``levels`` (default: those
-        round 1 measured): none with ``--dataset``, and on SD configurations only where the grid probes every
-        configuration."""
+        round 1 measured): none with ``--dataset``; on SD configurations the grid's ``speculative_probes``."""
         measured = self.main_levels(configuration.name) if levels is None else levels
-        if self.dataset is not None or not measured or (configuration.draft_length != 0
-                                                         and not self.grid.probe_every_configuration):
+        names = None if configuration.draft_length == 0 else self.grid.speculative_probes
+        if self.dataset is not None or not measured or names == ():
             return []
         return probe_points(self.grid, self.prompt_tokens, self.output_tokens, max(measured),
                             max_model_len=self.max_model_len, extra_tokens=self.draft_tokens,
-                            requests_held=lambda prompt, output: self.kv_bound(configuration.name, prompt, output))
+                            requests_held=lambda prompt, output: self.kv_bound(configuration.name, prompt, output),
+                            names=names)
 
     def main_levels(self, configuration: str) -> list[int]:
         """The closed-loop levels of the main workload round 1 measured for a configuration, in order."""
