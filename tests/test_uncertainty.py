@@ -131,18 +131,25 @@ SERVED_AT_A_BOUND = {
 }
 
 
-def test_intervals_hold_the_estimate_when_a_coefficient_sits_at_its_bound(sdplan, write_calibration,
-                                                                          direct_document) -> None:
-    """Clipping each drawn coefficient at 0 pushed every draw's C1 up by about 0.15 s here, and the capacity's
-    whole interval (0.53-19.5 req/s) below its estimate (20.3); draws are kept whole where their demands are
-    physical instead."""
+def _served_at_a_bound(direct_document: dict, spread_pct: float | None) -> dict:
+    """acc27's calibration document (:data:`SERVED_AT_A_BOUND`), with ``repeat_sd_pct`` where given."""
     document = direct_document
     document["reference_workload"] = {"prompt_tokens": 128, "output_tokens": 64}
     document["coefficients"] = SERVED_AT_A_BOUND["coefficients"]
     document["uncertainty"] = {"parameters": ["c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s",
                                               "c2v_s", "c1d_s", "c2d_s"],
                                "covariance_s2": SERVED_AT_A_BOUND["covariance_s2"], "not_identified": []}
-    path = str(write_calibration(document, "bound"))
+    if spread_pct is not None:
+        document["uncertainty"]["repeat_sd_pct"] = spread_pct
+    return document
+
+
+def test_intervals_hold_the_estimate_when_a_coefficient_sits_at_its_bound(sdplan, write_calibration,
+                                                                          direct_document) -> None:
+    """Clipping each drawn coefficient at 0 pushed every draw's C1 up by about 0.15 s here, and the capacity's
+    whole interval (0.53-19.5 req/s) below its estimate (20.3); draws are kept whole where their demands are
+    physical instead."""
+    path = str(write_calibration(_served_at_a_bound(direct_document, None), "bound"))
     result = sdplan("capacity", "-c", path, "--slo", "e2e:mean<=1s", "--acceptance", "0.9", "-k", "2,4",
                     "-f", "json")
     assert result.exit_code == 0, result.output
@@ -157,18 +164,6 @@ def test_intervals_hold_the_estimate_when_a_coefficient_sits_at_its_bound(sdplan
     c1 = np.array([model.baseline_demand(c)[0] for c in draws])
     assert abs(np.median(c1) - model.baseline_demand(load_calibration(Path(path)).coefficients_at(128, 64))[0]) < 0.01
     assert all(model.demand_from_tokens(c, 2.71, 2)[0] > 0 for c in draws)
-
-
-def _served_at_a_bound(direct_document: dict, spread_pct: float | None) -> dict:
-    document = direct_document
-    document["reference_workload"] = {"prompt_tokens": 128, "output_tokens": 64}
-    document["coefficients"] = SERVED_AT_A_BOUND["coefficients"]
-    document["uncertainty"] = {"parameters": ["c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s",
-                                              "c2v_s", "c1d_s", "c2d_s"],
-                               "covariance_s2": SERVED_AT_A_BOUND["covariance_s2"], "not_identified": []}
-    if spread_pct is not None:
-        document["uncertainty"]["repeat_sd_pct"] = spread_pct
-    return document
 
 
 def test_server_speeds_are_log_normal_with_the_measured_spread() -> None:
