@@ -181,6 +181,16 @@ def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None
             "stalled_streams": run.stalled_streams, "file": run.source}
 
 
+def _plan_scenario(calibration: str, workload: tuple[int, int], draft_lengths: Sequence[int]) -> Any:
+    """What ``sdplan plan -c CAL --prompt-tokens P --output-tokens G --draft-lengths ...`` resolves: the
+    calibration's own acceptance, per position where it has one."""
+    from sdplan.scenario import ScenarioOptions, resolve_scenario
+
+    return resolve_scenario(ScenarioOptions(calibration=calibration, prompt_tokens=workload[0],
+                                            output_tokens=workload[1], draft_lengths=list(draft_lengths),
+                                            single_acceptance=False))
+
+
 def planner_picks(calibration: str, workload: tuple[int, int], draft_lengths: Sequence[int],
                   rates_rps: Sequence[float]) -> list[tuple[int | None, dict[int, float | None]]]:
     """Per rate, the option ``sdplan plan -c CAL --prompt-tokens P --output-tokens G --draft-lengths ...``
@@ -189,11 +199,8 @@ def planner_picks(calibration: str, workload: tuple[int, int], draft_lengths: Se
     The acceptance is the calibration's own, as ``plan`` uses it when the user gives none.
     """
     from sdplan import planner
-    from sdplan.scenario import ScenarioOptions, resolve_scenario
 
-    scenario = resolve_scenario(ScenarioOptions(calibration=calibration, prompt_tokens=workload[0],
-                                                output_tokens=workload[1], draft_lengths=list(draft_lengths),
-                                                single_acceptance=False))
+    scenario = _plan_scenario(calibration, workload, draft_lengths)
     result = planner.plan(scenario.coefficients, list(rates_rps), scenario.draft_lengths,
                           list(scenario.workload.acceptance.alphas), tokens_per_cycle=scenario.tokens_per_cycle,
                           moe=scenario.moe)
@@ -214,12 +221,9 @@ def planned_intervals(calibration: str, workload: tuple[int, int], draft_lengths
     """
     import numpy as np
 
-    from sdplan.scenario import ScenarioOptions, resolve_scenario
     from sdplan.uncertainty import coefficient_draws, plan_intervals
 
-    scenario = resolve_scenario(ScenarioOptions(calibration=calibration, prompt_tokens=workload[0],
-                                                output_tokens=workload[1], draft_lengths=list(draft_lengths),
-                                                single_acceptance=False))
+    scenario = _plan_scenario(calibration, workload, draft_lengths)
     draws = coefficient_draws(scenario.calibration, workload[0], workload[1],
                               options=(scenario.draft_lengths, scenario.tokens_per_cycle))
     if draws is None:
