@@ -1199,3 +1199,71 @@ def test_a_calibration_whose_streams_stalled_says_so(sdplan, tmp_path, fake_serv
                         "-o", str(tmp_path / "clean.toml"))
     assert result.exit_code == 0, result.output
     assert "stalled" not in load_calibration(tmp_path / "clean.toml").document["provenance"]["notes"]
+
+
+def test_a_signal_reaches_every_started_process_before_any_is_stopped(tmp_path) -> None:
+    """calibrate's processes stop one after another in ``finally`` blocks (each up to 20 s of graceful
+    shutdown); the signal handler first sends SIGINT to all of them, so their shutdowns overlap."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from sdplan.measure import server as server_module
+    from sdplan.measure.run import interruptible
+
+    child = ("import signal, sys, time\n"
+             "def stop(*_):\n"
+             "    open(sys.argv[1], 'w').close()\n"
+             "    sys.exit(0)\n"
+             "signal.signal(signal.SIGINT, stop)\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(60)\n")
+
+    class Owned:
+        def __init__(self, marker: Path) -> None:
+            self.process = subprocess.Popen([sys.executable, "-c", child, str(marker)], stdout=subprocess.PIPE,
+                                            text=True, start_new_session=True)
+            assert self.process.stdout is not None and self.process.stdout.readline().strip() == "ready"
+            self.stops = 0
+            server_module.track(self)
+
+        def process_groups(self) -> set[int]:
+            return {self.process.pid}
+
+        def stop(self) -> None:
+            self.stops += 1
+            server_module.untrack(self)
+            server_module.stop_group(self.process, 5.0)
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+
+    owned = [Owned(tmp_path / f"interrupted-{i}") for i in range(3)]
+    try:
+        with pytest.raises(KeyboardInterrupt), interruptible():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5.0)  # the handler raises before this ends
+        for process in (o.process for o in owned):
+            process.wait(timeout=10.0)  # each exits on the SIGINT it got, none was stopped yet
+        assert [o.stops for o in owned] == [0, 0, 0]
+        assert all((tmp_path / f"interrupted-{i}").exists() for i in range(3))
+    finally:
+        for o in owned:
+            o.stop()
+
+
+def test_a_signal_the_caller_ignores_stays_ignored() -> None:
+    """``nohup sdplan calibrate`` keeps running when its terminal closes; a background job ignores Ctrl-C."""
+    import signal
+
+    from sdplan.measure.run import interruptible
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with interruptible():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+

@@ -22,6 +22,7 @@ from typing import Any
 
 from sdplan.errors import EngineError
 from sdplan.frozen import frozen
+from sdplan.measure.server import track, untrack
 
 #: Lengths are drawn uniformly within +-25% of the means (vLLM's --random-range-ratio) unless a point says otherwise.
 LENGTH_SPREAD = 0.25
@@ -163,6 +164,7 @@ class BenchClient:
                                         env=subprocess_environment(), start_new_session=True)
         log.close()
         self.ready = False
+        track(self)
 
     def wait_ready(self) -> None:
         """Block until the driver has imported vLLM; raises :class:`EngineError` if it failed to."""
@@ -211,6 +213,7 @@ class BenchClient:
         return {self.process.pid} if self.process is not None else set()
 
     def stop(self) -> None:
+        untrack(self)
         process = self.process
         self.process = None
         if process is None:

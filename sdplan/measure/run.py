@@ -261,13 +261,20 @@ def _open_loop_keys(sweep: Sweep, configuration: Configuration) -> list[str]:
 
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt, so every ``finally`` stops its processes."""
+    """SIGINT (Ctrl-C), SIGTERM and SIGHUP raise KeyboardInterrupt (where not ignored), so every
+    ``finally`` stops its processes; first every process started gets SIGINT at once
+    (:func:`sdplan.measure.server.interrupt_all`), so that their shutdowns overlap."""
     import signal
 
+    from sdplan.measure.server import interrupt_all
+
     def handler(signum: int, frame: Any) -> None:
+        interrupt_all()
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # a signal the caller ignores stays ignored (nohup's SIGHUP, SIGINT of a background job)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:
