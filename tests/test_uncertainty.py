@@ -97,7 +97,8 @@ def test_capacity_reports_an_interval(sdplan, tmp_path) -> None:
     for option in document["options"]:
         low, high = intervals[option["option"]]
         assert low <= option["max_rate_under_slo_rps"] <= high
-    assert "95% interval" in result.stderr
+    assert "95% interval" in result.stderr and "(fit uncertainty" in result.stderr
+    assert max(len(line) for line in result.stderr.splitlines()) <= 80, result.stderr  # a terminal's width
 
 
 def test_plan_refuses_sd_from_a_baseline_only_fit(sdplan, tmp_path) -> None:

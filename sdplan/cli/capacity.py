@@ -192,7 +192,7 @@ def _intervals(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> dict[str, 
     best, spread = cap.best, server_spread_pct(scenario.calibration)
     if best >= 0:
         click.echo(f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
-                   f"95% interval {float(bounds[0, best]):.4g}-{float(bounds[1, best]):.4g} ({covers(spread)})",
+                   f"95% interval {float(bounds[0, best]):.4g}-{float(bounds[1, best]):.4g}\n  ({covers(spread)})",
                    err=True)
     return {"max_rate_under_slo_ci95_rps": {cap.label(i): [float(bounds[0, i]), float(bounds[1, i])]
                                             for i in range(bounds.shape[1])},
