@@ -89,9 +89,7 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     provenance = _provenance(options, measurement, kept, version,
                              [*fit.notes, *measurement.notes, *spread_note, *([stalled] if stalled else []),
                               *left_out])
-    table = _measurement_table(options, measurement, kept, fit, overloaded, spread_fields)
-    if screened:
-        table["screened_points"] = screened
+    table = _measurement_table(options, measurement, kept, fit, overloaded, screened, spread_fields)
     document = fitted_document(
         fit, kept, name=name, provenance=provenance,
         description=f"{provenance['target_model']} served by vLLM on {provenance['hardware']}, measured with "
@@ -168,7 +166,7 @@ def _provenance(options: ServedOptions, measurement: ServedMeasurement, kept: li
 
 
 def _measurement_table(options: ServedOptions, measurement: ServedMeasurement, kept: list[Any], fit: Any,
-                       overloaded: list[str], spread_fields: dict[str, Any]) -> dict[str, Any]:
+                       overloaded: list[str], screened: list[str], spread_fields: dict[str, Any]) -> dict[str, Any]:
     """The ``[measurement]`` table: how the points were measured, how far they lay apart, and each point's
     error under the fit."""
     return {
@@ -185,6 +183,7 @@ def _measurement_table(options: ServedOptions, measurement: ServedMeasurement, k
         **spread_fields,
         **_full_load_fields(kept),
         **({"overloaded_points": overloaded} if overloaded else {}),
+        **({"screened_points": screened} if screened else {}),
         "results_dir": str(measurement.folder),
         "point_labels": [f"{r.load_level} k={r.draft_length} ({r.source})" for r in fit.residuals],
         "point_errors_pct": [round(r.error_pct, 3) for r in fit.residuals],
