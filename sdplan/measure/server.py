@@ -54,7 +54,9 @@ _INTERRUPTED: set[int] = set()
 
 
 def track(owner: _Owned) -> None:
-    """Register a started process, so that :func:`stop_all` and :func:`interrupt_all` reach it."""
+    """Register a started process, so that :func:`stop_all` and :func:`interrupt_all` reach it. A new
+    process was not interrupted, whatever one that had its pid before was."""
+    _INTERRUPTED.difference_update(owner.process_groups())
     _LIVE.add(owner)
 
 
@@ -337,7 +339,6 @@ def stop_group(process: subprocess.Popen[Any] | None, grace_s: float) -> None:
             break
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    _INTERRUPTED.discard(process.pid)  # the pid may be reused
 
 
 @dataclass(eq=False)
