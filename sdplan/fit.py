@@ -55,7 +55,9 @@ from sdplan.runmodel import (
     DesignRows,
     configuration_groups,
     design_rows,
+    floor_notes,
     r2,
+    verify_floor,
 )
 from sdplan.ttft_fit import fit_ttft
 
@@ -189,20 +191,20 @@ def _fit_at_share(runs: list[BenchmarkRun], reference: tuple[int, int], robust: 
     import numpy as np
 
     latency = np.array([r.mean_e2e_latency_s for r in runs])
-    problem = _E2EProblem(design_rows(runs, reference, fixed_step_share), latency)
-    rows = problem.rows
+    rows, floor = design_rows(runs, reference, fixed_step_share), verify_floor(runs)
+    problem = _E2EProblem(rows.times(floor), latency)
     fit_factor = bool(rows.closed.any() and (~rows.closed).any())
     balance = _balance_weights(rows.closed, fit_factor)
     theta_upper = np.full(8, np.inf)
     theta_upper[PARAMETERS.index("c1p_s")] = prefill_bound(runs, reference)
     x, weights = _solve_e2e(problem, balance, theta_upper, fit_factor, robust)
-    theta, factor = x[:8], float(x[8])
-    identified, covariance, stderr = _covariance_and_stderr(problem, x, weights, fit_factor)
+    theta, factor = floor @ x[:8], float(x[8])
+    identified, covariance, stderr = _covariance_and_stderr(problem, x, weights, fit_factor, floor)
     predicted = rows.e2e(factor) @ theta
     ttft = fit_ttft(runs, rows, theta, factor, robust)
     values, errors = dict(zip(PARAMETERS, (float(v) for v in theta))), dict(zip(PARAMETERS, stderr))
     notes = _fit_notes(values, errors, dict(zip(PARAMETERS, identified)), factor if fit_factor else None,
-                       int((weights < 0.999 * balance).sum()))
+                       int((weights < 0.999 * balance).sum())) + floor_notes(floor, x[:8])
     return PooledFit(
         values=values, stderr=errors, covariance=[[float(v) for v in row] for row in covariance],
         identified=dict(zip(PARAMETERS, identified)),
@@ -331,21 +333,22 @@ def _joint_solve(problem: _E2EProblem, x: Any, weights: Any, theta_upper: Any) -
                          method="trf", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200).x
 
 
-def _covariance_and_stderr(problem: _E2EProblem, x: Any, weights: Any,
-                           fit_factor: bool) -> tuple[list[bool], Any, list[float]]:
+def _covariance_and_stderr(problem: _E2EProblem, x: Any, weights: Any, fit_factor: bool,
+                           floor: Any) -> tuple[list[bool], Any, list[float]]:
     """Which coefficients are identified, their HC1 sandwich covariance (s^2) and standard errors (s).
 
-    The covariance is that of the weighted relative residuals at the final weights, in ``(theta, f)`` when ``f``
-    was fitted (then cut to ``theta``); an unidentified coefficient's standard error is ``inf``.
+    The covariance is that of the weighted relative residuals at the final weights, in ``(theta', f)`` when
+    ``f`` was fitted (cut to ``theta'`` and mapped by ``floor`` to ``theta = floor theta'``,
+    :func:`~sdplan.runmodel.verify_floor`); an unidentified coefficient's standard error is ``inf``.
     """
     import numpy as np
 
     design = problem.design(float(x[8]), weights)
-    identified = identified_parameters(design)
+    identified = identified_parameters(design @ np.linalg.inv(floor))
     jacobian = problem.jacobian(x, weights) if fit_factor else design
     covariance = sandwich_covariance(jacobian, problem.residual(x, weights),
                                      sum(identified) + (1 if fit_factor else 0))
-    covariance = covariance[:len(PARAMETERS), :len(PARAMETERS)]
+    covariance = floor @ covariance[:len(PARAMETERS), :len(PARAMETERS)] @ floor.T
     stderr = [float(math.sqrt(max(covariance[j, j], 0.0))) if identified[j] else math.inf
               for j in range(len(PARAMETERS))]
     return identified, np.asarray(covariance), stderr

@@ -159,6 +159,11 @@ class DesignRows:
     tau2: Any
     load_first: Any
 
+    def times(self, matrix: Any) -> DesignRows:
+        """The rows in other coefficients ``theta'`` with ``theta = matrix @ theta'`` (each row times ``matrix``)."""
+        return _replace(self, c1=self.c1 @ matrix, c2=self.c2 @ matrix, c1p=self.c1p @ matrix,
+                        tau1=self.tau1 @ matrix, tau2=self.tau2 @ matrix)
+
     def factor(self, closed_loop_factor: float) -> Any:
         import numpy as np
 
@@ -166,6 +171,43 @@ class DesignRows:
 
     def e2e(self, closed_loop_factor: float = 1.0) -> Any:
         return self.c1 + (self.factor(closed_loop_factor) * self.load)[:, None] * self.c2
+
+
+def verify_floor(runs: list[BenchmarkRun]) -> Any:
+    """The map ``theta = T theta'`` that keeps ``c2v >= c2_step`` in a fit with ``theta' >= 0``.
+
+    Notes
+    -----
+    In the per-step form (``docs/model.md#per-step-form``) ``c2v = T.seq +
+    T.tok + s T.ctx + o_seq`` and ``c2_step = T.seq + T.tok + s T.ctx``: an SD
+    cycle's verify pass does at least the work of a plain decode step for each
+    other sequence (the same weights and KV context, with more query tokens),
+    so ``c2v = c2_step + o_seq`` with ``o_seq >= 0``. The fit solves for
+    ``o_seq`` in the place of ``c2v``. Without the floor, SD runs at several
+    prompt lengths moved all of a CPU calibration's ``c2v`` into ``c2d``
+    (0 and 0.48 ms; c2_step 0.50 ms), which does not grow with the context:
+    at 4x the context SD's latency was predicted to grow 4.0x where it was
+    measured growing 6.6-6.8x (benchmarks/RESULTS-accuracy-served-2026-11.md).
+
+    The identity where the runs lack SD or no-SD: then one side alone
+    determines its coefficients.
+    """
+    import numpy as np
+
+    matrix = np.eye(len(PARAMETERS))
+    kinds = {run.draft_length > 0 for run in runs}
+    if kinds == {True, False}:
+        matrix[PARAMETERS.index("c2v_s"), PARAMETERS.index("baseline_c2_step_s")] = 1.0
+    return matrix
+
+
+def floor_notes(floor: Any, solved: Any) -> tuple[str, ...]:
+    """The fit's note where :func:`verify_floor` held ``c2v`` at ``c2_step`` (``solved``: ``theta'``)."""
+    step, verify = PARAMETERS.index("baseline_c2_step_s"), PARAMETERS.index("c2v_s")
+    if not floor[verify, step] or solved[verify] > 1e-9 * max(solved[step], 1e-300):
+        return ()
+    return (f"c2v held at c2_step ({solved[step]:.3g} s): the runs put less on each other sequence's verify "
+            "pass than on its plain decode step, which it cannot cost (docs/model.md#fitting)",)
 
 
 def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step_share: float = 0.0) -> DesignRows:
