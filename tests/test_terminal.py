@@ -278,3 +278,36 @@ def test_every_help_fits_80_columns(sdplan, narrow, command: str) -> None:
     assert result.exit_code == 0
     for line in result.stdout.splitlines():
         assert len(line) <= 80, f"{len(line)} columns: {line!r}"
+
+
+def test_warnings_wrap_on_a_terminal_and_keep_one_line_in_a_pipe() -> None:
+    """stderr warnings: wrapped to the terminal's width with a hanging indent, one line each in a pipe."""
+    import pty
+
+    served = ROOT / "tests" / "data" / "served-passes-cpu" / "served.toml"
+    args = [sys.executable, "-m", "sdplan", "plan", "-c", str(served), "--prompt-tokens", "1024",
+            "--output-tokens", "512", "-f", "json"]
+    env = dict(os.environ, COLUMNS="80", NO_COLOR="1")
+    piped = subprocess.run(args, capture_output=True, text=True, env=env, check=True)
+    one_line = piped.stderr.splitlines()
+    assert one_line and all(line.startswith("warning: ") for line in one_line)
+    assert max(map(len, one_line)) > 80  # what a terminal now gets wrapped
+
+    leader, follower = pty.openpty()
+    subprocess.run(args, stdout=subprocess.DEVNULL, stderr=follower, env=env, check=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    wrapped = b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
+    assert_fits("\n".join(wrapped), 80)
+    assert all(line.startswith(("warning: ", "  ")) for line in wrapped)
+    assert sum(line.startswith("warning: ") for line in wrapped) == len(one_line)
+    assert " ".join(" ".join(wrapped).split()) == " ".join(" ".join(one_line).split())  # nothing lost

@@ -45,7 +45,3 @@ def simulation_settings(params: dict[str, Any]) -> Any:
     return SimulationSettings(requests=params["requests"], seeds=params["seeds"], seed=params["seed"],
                               arrival_cv=params["arrival_cv"])
 
-
-def echo_warnings(warnings: list[str]) -> None:
-    for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)

@@ -8,7 +8,7 @@ import click
 
 from sdplan.cli._inputs import workload_file_option
 from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
-from sdplan.cli._simulation import echo_warnings, simulation_options
+from sdplan.cli._simulation import simulation_options
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -91,7 +91,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     from sdplan.cli._inputs import command_scenario, draft_lengths_given
     from sdplan.cli._options import check_plot_request
     from sdplan.errors import InfeasibleError, InvalidValueError
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.check import capacity_document, render_capacity
     from sdplan.workload import resolve_slos
 
@@ -116,7 +116,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     if use_simulator:
         cap = _simulated_capacity(scenario, cap, parsed)
     warnings = _warnings(scenario, cap, use_simulator)
-    echo_warnings(warnings)
+    warn(warnings)
     context = scenario.context()
     context["speculative_method"] = scenario.method
     context["warnings"] = warnings
@@ -248,9 +248,8 @@ def _export(fmt: str, plan: EngineSchedule, method: str, calibration: Calibratio
             output: str | None) -> None:
     """Write the engine config of ``plan`` (or say "SD off" and write nothing)."""
     from sdplan import export
-    from sdplan.cli._simulation import echo_warnings
     from sdplan.methods import METHODS, draft_weights
-    from sdplan.render import emit
+    from sdplan.render import emit, warn
 
     if plan.off:
         click.echo(f"sdplan capacity: SD off: {METHODS[method].label} does not beat no SD at any batch size "
@@ -272,7 +271,7 @@ def _export(fmt: str, plan: EngineSchedule, method: str, calibration: Calibratio
                      "optimum")
     elif plan.goodput_loss_pct > 0:
         notes.append(f"--min-k costs up to {plan.goodput_loss_pct:.2g}% goodput at some batch sizes")
-    echo_warnings(config.warnings + notes)
+    warn(config.warnings + notes)
     emit(config.text, output)
     click.echo(f"sdplan capacity: {METHODS[method].label} ({method}), k by batch size 1-{plan.max_num_seqs}: "
                + ", ".join(f"{a}-{b}: {k}" for a, b, k in plan.tiers) + f"\nuse: {config.usage}", err=True)

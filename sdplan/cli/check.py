@@ -9,7 +9,7 @@ import click
 
 from sdplan.cli._inputs import workload_file_option
 from sdplan.cli._options import calibration_option, draft_choice_callback, output_options, workload_options
-from sdplan.cli._simulation import echo_warnings, simulation_options
+from sdplan.cli._simulation import simulation_options
 
 if TYPE_CHECKING:
     from sdplan.check import CheckReport
@@ -70,7 +70,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     from sdplan.check import run_check
     from sdplan.cli._inputs import command_scenario, draft_lengths_given
     from sdplan.errors import InvalidValueError
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.check import check_summary, github_annotations, render_check
     from sdplan.workload import measured_draft_lengths, resolve_slos
 
@@ -104,7 +104,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     if use_simulator:
         report = _simulated(scenario, report, parsed, limits)
     warnings = _warnings(scenario, report, limits)
-    echo_warnings(warnings)
+    warn(warnings)
     context = scenario.context()
     context["warnings"] = warnings
     if intervals is not None:

@@ -84,7 +84,7 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
     from sdplan.cli._inputs import command_scenario
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
     from sdplan.limits import check_grid, check_table
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.plan import render_plan
 
     check_plot_request(plot, plot_file, fmt)
@@ -120,9 +120,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
         intervals=(_intervals(scenario, result)  # only a fitted calibration has draws
                    if scenario.moe is None and policy != "goodput" and "uncertainty" in cal.document else None),
     )
-    for warning in inputs.warnings:
-        if fmt != "table":
-            click.echo(f"warning: {warning}", err=True)
+    if fmt != "table":
+        warn(inputs.warnings)
     terminal = output in (None, "-") and stdout_is_terminal()
     batch_cap = (cal.document.get("validity") or {}).get("batch_size", [None, None])[-1]
     text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal, wide=wide,

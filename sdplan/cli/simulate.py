@@ -63,10 +63,10 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     from sdplan import planner
     from sdplan.cli._inputs import command_scenario
     from sdplan.cli._options import check_plot_request, parse_int_list
-    from sdplan.cli._simulation import echo_warnings, simulation_settings
+    from sdplan.cli._simulation import simulation_settings
     from sdplan.errors import InvalidValueError
     from sdplan.limits import check_simulation, check_table
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.simulate import render_simulate, simulate_document
 
     check_plot_request(plot, plot_file, fmt)
@@ -88,7 +88,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
                           tokens_per_cycle=scenario.tokens_per_cycle)
     summaries, limits = _simulate_rates(scenario, result, draft_length, settings)
     warnings = _warnings(scenario, summaries, limits)
-    echo_warnings(warnings)
+    warn(warnings)
     workload = scenario.workload
     context = {"calibration": {"name": scenario.calibration.name, "path": scenario.calibration.path,
                                "method": scenario.calibration.method},

@@ -58,7 +58,7 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     from sdplan.calibration import resolve_calibration
     from sdplan.cli._options import check_plot_request, terminal_plot_settings
     from sdplan.errors import ExitStatus
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.fit import render_validate, validate_document
     from sdplan.runs import load_runs
     from sdplan.validation import validate as run_validation
@@ -78,14 +78,13 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
         from sdplan.frozen import replace
 
         runs = [replace(r, alpha=alpha_default) if r.draft_length > 0 and r.alpha is None else r for r in runs]
-    for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+    warn(warnings)
     result = run_validation(cal.coefficients_at, runs, cal.moe_at)
     spread = result.repeat_spread
     if max_error is not None and spread is not None and max_error < spread.exact_model_mape_pct:
-        click.echo(f"warning: --max-error {max_error:g}% is below the {spread.exact_model_mape_pct:.1f}% an exact "
-                   f"model would score on these runs (the spread of their {spread.runs} repeats): the gate fails on "
-                   "noise; measure longer or more runs, or raise the limit", err=True)
+        warn([f"--max-error {max_error:g}% is below the {spread.exact_model_mape_pct:.1f}% an exact model "
+              f"would score on these runs (the spread of their {spread.runs} repeats): the gate fails on noise; "
+              "measure longer or more runs, or raise the limit"])
     context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method}}
     document = validate_document(result, context, max_error)
     terminal = output in (None, "-") and stdout_is_terminal()

@@ -190,6 +190,27 @@ def emit(text: str, output: str | None) -> None:
         atomic_write_text(Path(output), text)
 
 
+def warning_text(message: str, terminal: bool) -> str:
+    """``warning: MESSAGE``: on a terminal wrapped to its width (:func:`output_width`) with a two-space
+    hanging indent; elsewhere (a pipe, a CI log) one line per warning, for ``grep``."""
+    text = f"warning: {message}"
+    if not terminal:
+        return text
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, output_width(True), subsequent_indent="  ", break_long_words=False,
+                                   break_on_hyphens=False))
+
+
+def warn(warnings: list[str] | tuple[str, ...]) -> None:
+    """Write each warning to stderr (:func:`warning_text`)."""
+    import click
+
+    terminal = sys.stderr.isatty()
+    for message in warnings:
+        click.echo(warning_text(message, terminal), err=True)
+
+
 def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
