@@ -49,7 +49,6 @@ from sdplan.regression import (
     sandwich_covariance,
 )
 from sdplan.runmodel import (
-    LENGTH_GROUP_TOLERANCE,
     PARAMETERS,
     SPECULATIVE_PARAMETERS,
     DesignRows,
@@ -59,6 +58,7 @@ from sdplan.runmodel import (
     r2,
     verify_floor,
 )
+from sdplan.step_share import profile_fixed_step_share, spans_several_contexts
 from sdplan.ttft_fit import fit_ttft
 
 if TYPE_CHECKING:
@@ -87,11 +87,6 @@ def prefill_bound(runs: list[BenchmarkRun], reference: tuple[int, int]) -> float
     return min(bounds) if bounds else math.inf
 
 
-#: Shares of ``c2_step`` that do not grow with the context, profiled by :func:`fit_pooled` where the no-SD runs
-#: span several contexts (0: all of it scales with the context, the default of one workload).
-FIXED_STEP_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-
-
 def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = None,
                robust: bool = True, fixed_step_share: float | None = None) -> PooledFit:
     """Pooled fit: the eight coefficients and the closed-loop factor from E2E, then TTFT's own terms.
@@ -99,11 +94,10 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     The no-SD decode step costs each other running sequence ``c2_step(s) =
     c2_step (share + (1 - share) s/s_ref)`` at mean context ``s`` (the
     ``c2_step_fixed_s`` of :func:`sdplan.calibration.scale_direct`). Where the
-    no-SD runs span mean contexts more than :data:`LENGTH_GROUP_TOLERANCE`
-    apart and no ``fixed_step_share`` is given, the share is profiled: the fit
-    is made at each of :data:`FIXED_STEP_SHARES` and the one with the lowest
-    mean absolute relative E2E error on these runs is kept (the smallest on a
-    tie). One context cannot tell the parts apart, and keeps share 0. On
+    no-SD runs span mean contexts more than 10% apart and no
+    ``fixed_step_share`` is given, the share is profiled and the mean of its
+    profile likelihood kept (:mod:`sdplan.step_share`). One context cannot
+    tell the parts apart, and keeps share 0. On
     AIConfigurator's measured rows (79 GPU configurations, every other
     interior concurrency held out; benchmarks/RESULTS-accuracy-silicon-2026-11.md)
     a fixed part took held-out E2E MAPE from 9.9% to 6.1% and TPOT from 10.3% to 6.6%.
@@ -136,10 +130,11 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         reference = _reference_workload(runs)
     share_note: tuple[str, ...] = ()
     if fixed_step_share is None:
-        if not _spans_several_contexts(runs):
+        if not spans_several_contexts(runs):
             fixed_step_share = 0.0
         else:
-            fixed_step_share, share_note = _profile_fixed_step_share(runs, reference, robust)
+            share, note = profile_fixed_step_share(lambda phi: _fit_at_share(runs, reference, robust, phi), len(runs))
+            fixed_step_share, share_note = share, (note,)
     fit = with_frontend_floor(_fit_at_share(runs, reference, robust, fixed_step_share), runs,
                               lambda rest: _fit_at_share(rest, reference, robust, fixed_step_share)
                               if len(rest) >= MIN_FIT_RUNS and any(run.draft_length == 0 for run in rest) else None)
@@ -159,30 +154,6 @@ def _reference_workload(runs: list[BenchmarkRun]) -> tuple[int, int]:
     for run in runs:
         counts[(round(run.prompt_tokens), round(run.output_tokens))] += 1
     return max(counts, key=lambda item: (counts[item], item))
-
-
-def _spans_several_contexts(runs: list[BenchmarkRun]) -> bool:
-    """Whether the no-SD runs' mean contexts lie more than :data:`LENGTH_GROUP_TOLERANCE` apart."""
-    from sdplan.calibration import mean_context
-
-    contexts = [mean_context(r.prompt_tokens, r.output_tokens) for r in runs if r.draft_length == 0]
-    return max(contexts) > LENGTH_GROUP_TOLERANCE * min(contexts)
-
-
-def _profile_fixed_step_share(runs: list[BenchmarkRun], reference: tuple[int, int],
-                              robust: bool) -> tuple[float, tuple[str]]:
-    """The one of :data:`FIXED_STEP_SHARES` whose fit has the lowest E2E MAPE (the smallest on a tie), and
-    the note that says so."""
-    best: PooledFit | None = None
-    for share in FIXED_STEP_SHARES:
-        candidate = _fit_at_share(runs, reference, robust, share)
-        if best is None or candidate.mape_pct < best.mape_pct - 1e-9:
-            best = candidate
-    assert best is not None
-    note = (f"c2_step: {best.fixed_step_share:.0%} of it does not grow with the context (c2_step_fixed_s; "
-            f"profiled over {FIXED_STEP_SHARES[0]:.0%}-{FIXED_STEP_SHARES[-1]:.0%} on runs at several "
-            "contexts)")
-    return best.fixed_step_share, (note,)
 
 
 def _fit_at_share(runs: list[BenchmarkRun], reference: tuple[int, int], robust: bool,

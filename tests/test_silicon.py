@@ -160,13 +160,12 @@ def test_held_out_concurrencies_meet_the_goal(select: str) -> None:
 
 def test_a_fixed_part_of_the_step_cost_is_fitted_where_contexts_vary() -> None:
     """Qwen3-32B TP4 spans mean contexts 1088-4608: the per-sequence step cost is affine in the context."""
-    from sdplan.fit import FIXED_STEP_SHARES
-
     runs, _ = load_runs([str(DATA)], "auto", None, None, silicon.Selection.parse([QWEN_TP4]))
     fit = fit_pooled(runs)
-    assert 0 < fit.fixed_step_share <= 1 and fit.fixed_step_share in FIXED_STEP_SHARES
+    assert 0.2 < fit.fixed_step_share < 0.4  # 30%: a sharp profile keeps its minimum
+    assert any("the runs determine it" in note for note in fit.notes), fit.notes
     proportional = fit_pooled(runs, fixed_step_share=0.0)
-    assert fit.mape_pct < proportional.mape_pct  # chosen on these rows: the profile's own criterion
+    assert fit.mape_pct < 0.5 * proportional.mape_pct  # 0.8% against 3.4%
     one_shape = [r for r in runs if (r.prompt_tokens, r.output_tokens) == (1024.0, 1024.0)]
     assert fit_pooled(one_shape).fixed_step_share == 0.0  # one context cannot tell the parts apart
 
