@@ -129,12 +129,14 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     if reference is None:
         reference = _reference_workload(runs)
     share_note: tuple[str, ...] = ()
+    share_sd: float | None = None
     if fixed_step_share is None:
         if not spans_several_contexts(runs):
             fixed_step_share = 0.0
         else:
-            share, note = profile_fixed_step_share(lambda phi: _fit_at_share(runs, reference, robust, phi), len(runs))
-            fixed_step_share, share_note = share, (note,)
+            fixed_step_share, share_sd, note = profile_fixed_step_share(
+                lambda phi: _fit_at_share(runs, reference, robust, phi), len(runs))
+            share_note = (note,)
     fit = with_frontend_floor(_fit_at_share(runs, reference, robust, fixed_step_share), runs,
                               lambda rest: _fit_at_share(rest, reference, robust, fixed_step_share)
                               if len(rest) >= MIN_FIT_RUNS and any(run.draft_length == 0 for run in rest) else None)
@@ -145,7 +147,8 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         f"{spread.runs} runs repeating {spread.repeated_levels} load levels lay {spread.sd_pct:.2g}% apart (standard "
         "deviation, repeat_sd_pct); the 95% intervals of plan, capacity and check --pessimistic include it",)
     return replace(fit, notes=(*fit.notes, *share_note, *spread_note),
-                   repeat_sd_pct=None if spread is None else spread.sd_pct)
+                   repeat_sd_pct=None if spread is None else spread.sd_pct,
+                   step_share_sd_pct=None if share_sd is None else 100.0 * share_sd)
 
 
 def _reference_workload(runs: list[BenchmarkRun]) -> tuple[int, int]:

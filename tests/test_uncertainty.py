@@ -222,6 +222,7 @@ def test_the_spread_covers_other_servers_plateaus() -> None:
     covered = {}
     for spread in (True, False):
         variant = copy.deepcopy(document)
+        del variant["uncertainty"]["step_share_sd_pct"]  # the servers' spread alone (the share: test_step_share)
         if not spread:
             del variant["uncertainty"]["repeat_sd_pct"]
         calibration = parse_calibration(variant, "acc41.toml")

@@ -289,6 +289,9 @@ class Uncertainty:
     method: str | None = None
     #: The spread between repeats of one point, percent (:attr:`sdplan.validation.RepeatSpread.sd_pct`).
     repeat_sd_pct: float | None = None
+    #: The standard deviation of the share of ``c2_step`` that does not grow with the context, percentage points
+    #: (:func:`sdplan.step_share.profile_mean`).
+    step_share_sd_pct: float | None = None
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], path: str) -> Uncertainty:
@@ -301,7 +304,7 @@ class Uncertainty:
         return cls(parameters=parameters, covariance_s2=tuple(tuple(row) for row in covariance),
                    not_identified=tuple(table.get("not_identified", ())),
                    stderr_above_value=tuple(table.get("stderr_above_value", ())), method=table.get("method"),
-                   repeat_sd_pct=table.get("repeat_sd_pct"))
+                   repeat_sd_pct=table.get("repeat_sd_pct"), step_share_sd_pct=table.get("step_share_sd_pct"))
 
     @property
     def without_runs(self) -> tuple[str, ...]:

@@ -177,6 +177,10 @@ CALIBRATION_SCHEMA = Table(
                 "repeat_sd_pct": Field("float", "standard deviation of one point's log mean latency between its "
                                        "repeats (on fresh server instances in calibrate), percent; widens the "
                                        "intervals", required=False, minimum=0.0),
+                "step_share_sd_pct": Field("float", "standard deviation of the share of c2_step that does not "
+                                           "grow with the context (c2_step_fixed_s / c2_step_s), percentage "
+                                           "points; widens the intervals away from the reference context",
+                                           required=False, minimum=0.0, maximum=100.0),
             },
             required=False,
         ),
