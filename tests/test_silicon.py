@@ -179,8 +179,12 @@ def test_the_written_calibration_predicts_what_the_fit_did(sdplan, tmp_path: Pat
     calibration = load_calibration(out)
     baseline = calibration.document["coefficients"]["baseline"]
     assert 0 < baseline["c2_step_fixed_s"] <= baseline["c2_step_s"]
-    share = json.loads(report.stdout)["pooled"]["c2_step_fixed_share"]
+    pooled = json.loads(report.stdout)["pooled"]
+    share = pooled["c2_step_fixed_share"]
     assert baseline["c2_step_fixed_s"] == pytest.approx(share * baseline["c2_step_s"])
+    # a sharp profile: the share's spread is small, and written where the intervals read it
+    sd_pct = calibration.document["uncertainty"]["step_share_sd_pct"]
+    assert sd_pct == pytest.approx(pooled["c2_step_fixed_share_sd_pct"], abs=0.01) and 0 < sd_pct < 10
     runs, _ = load_runs([str(DATA)], "auto", None, None, silicon.Selection.parse([QWEN_TP4]))
     fit = fit_pooled(runs)
     for run in runs:
