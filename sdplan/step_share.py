@@ -73,8 +73,7 @@ def profile_mean(shares: Sequence[float], squares: Sequence[float], points: int)
     best = min(squares)
     variance = best / max(points - len(PARAMETERS) - 1, 1)
     if variance <= 0.0:
-        index = min(range(len(squares)), key=lambda i: squares[i])
-        return float(shares[index]), 0.0
+        return float(shares[list(squares).index(best)]), 0.0
     weights = [math.exp(-(s - best) / (2.0 * variance)) for s in squares]
     total = sum(weights)
     mean = sum(phi * w for phi, w in zip(shares, weights)) / total
@@ -90,7 +89,7 @@ def profile_fixed_step_share(fit_at: Callable[[float], PooledFit], points: int) 
     """
     squares = [weighted_squares(fit_at(share)) for share in FIXED_STEP_SHARES]
     share, sd = profile_mean(FIXED_STEP_SHARES, squares, points)
-    lowest = FIXED_STEP_SHARES[min(range(len(squares)), key=lambda i: squares[i])]
+    lowest = FIXED_STEP_SHARES[squares.index(min(squares))]
     how = ("the runs determine it" if sd < 0.1 else
            f"the runs hardly tell the shares apart (sd {sd:.0%}; alone the best fit is at {lowest:.0%}), so "
            "the middle of the range weighs in and the intervals away from the reference context carry it")

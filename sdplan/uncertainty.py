@@ -16,8 +16,9 @@ points), the share of ``c2_step`` that does not grow with the context where
 the fit profiled it (``[uncertainty] step_share_sd_pct``, which matters away
 from the reference context) and, where the calibration repeated points on
 fresh server instances, the spread between instances (``[uncertainty]
-repeat_sd_pct``): each draw also runs on a server of its own speed. They do not cover a model-form error or a
-different machine (``docs/model.md#uncertainty``).
+repeat_sd_pct``): each draw also runs on a server of its own speed. They do
+not cover a model-form error or a different machine
+(``docs/model.md#uncertainty``).
 """
 
 from __future__ import annotations
@@ -94,8 +95,13 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     # moves with it): where the fit profiled the share, each draw also draws its share, N(phi, sd) within [0, 1].
     share = fixed_step_share(calibration.document["coefficients"])
     share_sd = (uncertainty.step_share_sd_pct or 0.0) / 100.0
-    basis = basis_at(share)
-    per_share = basis_at(1.0) - basis_at(0.0) if share_sd > 0 else None
+    per_share = None
+    if share_sd > 0:
+        at_zero = basis_at(0.0)
+        per_share = basis_at(1.0) - at_zero
+        basis = at_zero + share * per_share
+    else:
+        basis = basis_at(share)
     share_rng = np.random.default_rng([seed, 1])  # its own stream: the other draws are as without a share spread
     ks, tokens = (np.ravel(a).astype(np.float64) for a in np.broadcast_arrays(*options)) if options else ([], [])
     kept = np.empty((0, len(costs)))
