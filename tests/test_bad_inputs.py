@@ -304,3 +304,30 @@ def test_values_with_newlines_are_echoed_on_one_line(sdplan: Run) -> None:
     result = sdplan("check", "--rate", "4", "--slo", "e2e:mean<=4s\nrm -rf /")
     assert result.exit_code == ExitStatus.USAGE
     assert "e2e:mean<=4s\\nrm -rf /" in error_line(result)
+
+
+def optional_derivation_keys() -> list[str]:
+    from sdplan.calibration.schema import CALIBRATION_SCHEMA
+
+    table = CALIBRATION_SCHEMA.fields["derivation"]
+    return sorted(name for name, spec in table.fields.items() if not spec.required)
+
+
+@pytest.mark.parametrize("key", optional_derivation_keys())
+def test_a_derivation_without_an_optional_key_still_shows(sdplan: Run, tmp_path: Path, key: str) -> None:
+    """Each optional key of ``[derivation]`` may be missing on its own (a hand-edited file, another
+    deriver): show prints what is there. Leaving out the draft's largest error alone was an internal error."""
+    import tomllib
+
+    from sdplan.calibration import resolve_calibration
+
+    anchored = "2xh100-sxm_qwen3-32b_eagle3_derived"  # has every optional key, the anchor's too
+    document = tomllib.loads(Path(resolve_calibration(anchored).path).read_text())
+    assert key in document["derivation"]
+    del document["derivation"][key]
+    path = tmp_path / "cal.toml"
+    path.write_text(dumps_toml(document))
+    result = sdplan("show", "-c", str(path), "--ascii")
+    assert result.exit_code == 0, result.stderr
+    assert "measured vs derived" in result.stdout or key == "anchor_rows"
+

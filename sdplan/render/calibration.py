@@ -170,6 +170,23 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
     return render_rich(draw, style, terminal)
 
 
+def anchor_summary(derivation: dict[str, Any]) -> str:
+    """The anchor's TPOT gap before and after, from the ``anchor_*`` keys the file gives (each optional)."""
+
+    def given(key: str, form: str) -> str | None:
+        return form.format(derivation[key]) if key in derivation else None
+
+    before = [part for part in (given("anchor_gap_mape_pct", "MAPE {:.1f}%"),
+                                given("anchor_gap_bias_pct", "bias {:+.1f}%")) if part]
+    after = [part for part in (given("anchor_anchored_mape_pct", "MAPE {:.1f}%"),
+                               given("anchor_decode_scale", "decode x{:.3f}"),
+                               given("anchor_prefill_scale", "prefill x{:.3f}")) if part]
+    text = f"over {derivation['anchor_rows']} rows"
+    if before:
+        text = f"TPOT gap before anchoring: {', '.join(before)} {text}"
+    return text + (f"; after: {', '.join(after)}" if after else "")
+
+
 def origin_table(cal: Calibration, style: Style) -> Any:
     """What the file measured, derived and assumed, with versions (:meth:`Calibration.origin`)."""
     from rich.table import Table
@@ -185,18 +202,14 @@ def origin_table(cal: Calibration, style: Style) -> Any:
     derivation = cal.document.get("derivation")
     if derivation:
         for component in ("target", "draft", "prefill", "interference"):
-            if f"{component}_mean_error_pct" in derivation:
-                table.add_row(f"{component} step form",
-                              f"mean {derivation[f'{component}_mean_error_pct']:.1f}%, max "
-                              f"{derivation[f'{component}_max_error_pct']:.1f}% from the priced curve")
+            # each error is optional on its own (the draft's are): show what the file gives
+            errors = [f"{stat} {derivation[key]:.1f}%" for stat in ("mean", "max")
+                      if (key := f"{component}_{stat}_error_pct") in derivation]
+            if errors:
+                table.add_row(f"{component} step form", ", ".join(errors) + " from the priced curve")
         table.add_row("anchor", str(derivation["anchor"]))
         if "anchor_rows" in derivation:
-            table.add_row("measured vs derived",
-                          f"TPOT gap before anchoring: MAPE {derivation['anchor_gap_mape_pct']:.1f}%, bias "
-                          f"{derivation['anchor_gap_bias_pct']:+.1f}% over {derivation['anchor_rows']} rows; after: "
-                          f"MAPE {derivation['anchor_anchored_mape_pct']:.1f}% (decode x"
-                          f"{derivation['anchor_decode_scale']:.3f}, prefill "
-                          f"x{derivation['anchor_prefill_scale']:.3f})")
+            table.add_row("measured vs derived", anchor_summary(derivation))
     return table
 
 
