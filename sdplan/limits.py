@@ -42,9 +42,15 @@ MAX_DRAFT_LENGTH = 1024
 MAX_TOKENS = 100_000_000
 #: Largest batch size (vLLM max_num_seqs).
 MAX_BATCH_SIZE = 1_000_000
-#: Highest request rate the simulator draws arrivals at, req/s: far past any replica, and far enough below
-#: the float range that the arrival gaps do not underflow (at 1e308 req/s they all round to one instant).
-MAX_SIMULATED_RATE_RPS = 1e9
+#: Highest request rate, req/s: far past any replica. A result file's rates above it are refused (a mistyped
+#: or corrupted field: with 1e308 req/s the load lambda L of a run overflows the fit), and the simulator
+#: draws arrivals no faster, far enough below the float range that the gaps do not underflow (at 1e308
+#: req/s they all round to one instant).
+MAX_RATE_RPS = 1e9
+MAX_SIMULATED_RATE_RPS = MAX_RATE_RPS
+#: Longest mean latency a result file may give, s (about 4 months): with the rate and token bounds it keeps
+#: every product the fit forms (lambda L, tokens x seconds) inside the float range.
+MAX_LATENCY_S = 1e7
 #: Lowest request rate the simulator draws arrivals at, req/s (one request in about 30 years): below it the
 #: arrival times and the trace's spans overflow the float range.
 MIN_SIMULATED_RATE_RPS = 1e-9

@@ -331,3 +331,26 @@ def test_a_derivation_without_an_optional_key_still_shows(sdplan: Run, tmp_path:
     assert result.exit_code == 0, result.stderr
     assert "measured vs derived" in result.stdout or key == "anchor_rows"
 
+
+@pytest.mark.parametrize(("key", "value", "quantity"), [
+    ("request_rate", 1e308, "request rate of 1e+308 req/s"),
+    ("total_input_tokens", 1e308, "mean prompt length"),
+    ("total_output_tokens", 1e300, "mean output length"),
+])
+def test_finite_but_impossible_numbers_in_a_result_are_refused(sdplan: Run, tmp_path: Path, key: str, value: float,
+                                                                quantity: str) -> None:
+    """Finite values past any server overflowed the fit's products: 1e308 req/s made its load lambda L
+    infinite (an SVD that did not converge), 1e308 prompt tokens its length scaling (exit 70, both)."""
+    import shutil
+
+    folder = tmp_path / "runs"
+    shutil.copytree(Path(__file__).parent / "data" / "served-quick-floor-cpu", folder)
+    poisson = folder / "k2_p40_r0.json"
+    document = json.loads(poisson.read_text())
+    document[key] = value
+    poisson.write_text(json.dumps(document))
+    for command in (["fit", str(folder), "-o", str(tmp_path / "fit.toml")], ["validate", str(poisson)]):
+        result = sdplan(*command)
+        assert result.exit_code == ExitStatus.BAD_INPUT, result.stderr
+        assert f"{poisson}: {quantity}" in error_line(result) and "past any real server" in error_line(result)
+    assert not (tmp_path / "fit.toml").exists()

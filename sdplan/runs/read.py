@@ -22,7 +22,7 @@ from sdplan.frozen import frozen, replace
 from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
-from sdplan.runs.record import BenchmarkRun, read_text, sweep_files
+from sdplan.runs.record import BenchmarkRun, check_domain, read_text, sweep_files
 from sdplan.runs.screen import stalled_note
 
 
@@ -141,7 +141,11 @@ def read_results(path: Path, input_format: str = "auto",
         raise InvalidValueError(f"--select {selection.describe()}: picks rows of AIConfigurator silicon files "
                                 f"(--input-format {silicon.NAME}); {name} is not one")
     if text_reader is not None:
-        return text_reader.read(name, text, selection) if text_reader.selects else text_reader.read(name, text)
+        found, warnings = (text_reader.read(name, text, selection) if text_reader.selects
+                           else text_reader.read(name, text))
+        own = path.name  # rows are named file:line; the error names the path given
+        return [check_domain(run, name + run.source[len(own):] if run.source.startswith(own) else name)
+                for run in found], warnings
     runs, warnings = [], []
     for suffix, document in _json_documents(text, name, forced=forced is not None):
         where = name + suffix
@@ -150,7 +154,7 @@ def read_results(path: Path, input_format: str = "auto",
             raise InputFileError(where, None, f"expected a JSON object for a {reader.name} result, got "
                                               f"{type(document).__name__}")
         found, notes = reader.read(where, document)
-        runs += found
+        runs += [check_domain(run, where) for run in found]
         warnings += notes
     return runs, warnings
 

@@ -185,6 +185,33 @@ class BenchmarkRun:
         return self.requested_rate_rps if self.requested_rate_rps is not None else self.achieved_rate_rps
 
 
+def check_domain(run: BenchmarkRun, where: str) -> BenchmarkRun:
+    """``run`` if its lengths, rates and latencies lie within :mod:`sdplan.limits`' domain bounds.
+
+    The readers check that numbers are finite and positive; a value that is finite but past any real
+    server (a mean prompt of 1e306 tokens, a request rate of 1e308 req/s) would overflow the fit's
+    products into inf and NaN, so it is refused here, naming the file and the quantity.
+
+    Raises
+    ------
+    InputFileError
+        Naming ``where`` and the quantity out of bounds.
+    """
+    from sdplan.limits import MAX_LATENCY_S, MAX_RATE_RPS, MAX_TOKENS
+
+    bounds = (("mean prompt length", run.prompt_tokens, MAX_TOKENS, "tokens"),
+              ("mean output length", run.output_tokens, MAX_TOKENS, "tokens"),
+              ("request rate", run.requested_rate_rps, MAX_RATE_RPS, "req/s"),
+              ("achieved rate", run.achieved_rate_rps, MAX_RATE_RPS, "req/s"),
+              ("mean E2E latency", run.mean_e2e_latency_s, MAX_LATENCY_S, "s"),
+              ("mean TTFT", run.mean_ttft_s, MAX_LATENCY_S, "s"))
+    for quantity, value, bound, unit in bounds:
+        if value is not None and math.isfinite(value) and value > bound:
+            raise InputFileError(where, None, f"{quantity} of {value:.3g} {unit} is past any real server (at most "
+                                              f"{bound:g} {unit}): check the field it comes from")
+    return run
+
+
 def read_text(path: Path) -> str:
     """A result file's text: UTF-8 (a byte-order mark allowed) or UTF-16 with its mark; one-line errors else."""
     name = str(path)
