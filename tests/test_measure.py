@@ -756,6 +756,49 @@ def test_store_refuses_a_foreign_manifest(tmp_path) -> None:
         ResultStore(tmp_path / "runs", {"a": 1}).start(resume=True)
 
 
+def _record(name: str, **changes: object) -> dict:
+    key = name
+    entry = {"key": key, "file": f"{key}.json", "configuration": "nosd", "draft_length": 0, "label": "c1",
+             "repeat": 0, "foreign_cpu_cores": 0.01, "disturbed": False, "wall_s": 3.5, "overloaded": False}
+    return {**entry, **changes}
+
+
+def test_a_line_cut_short_keeps_the_manifest_and_the_next_line_apart(tmp_path) -> None:
+    """A crash while a line is written leaves it without its newline. The next append used to be glued onto it,
+    and the whole manifest was then refused ("not a measurement manifest": exit 3, advice to remove the
+    folder); now the cut line is skipped (its point is measured again) and the next line starts its own."""
+    from sdplan.measure.store import ResultStore
+    from sdplan.runs.manifest import PointRecord
+
+    store = ResultStore(tmp_path / "runs", {"a": 1})
+    store.start(resume=False)
+    store.append(PointRecord(**_record("nosd_c1_r0")))
+    with store.path.open("a") as stream:
+        stream.write(json.dumps(_record("nosd_c4_r0"))[:40])  # killed mid-line
+    resumed = ResultStore(tmp_path / "runs", {"a": 1})
+    assert list(resumed.start(resume=True)) == ["nosd_c1_r0"]
+    resumed.append(PointRecord(**_record("nosd_c16_r0")))
+    resumed.record_invocation(12.0)
+    assert list(ResultStore(tmp_path / "runs", {"a": 1}).start(resume=True)) == ["nosd_c1_r0", "nosd_c16_r0"]
+    assert resumed.invocation_seconds() == (12.0, 1)
+
+
+@pytest.mark.parametrize(("field", "value"), [("key", []), ("label", {}), ("repeat", None), ("repeat", "x"),
+                                              ("repeat", -1), ("draft_length", True), ("wall_s", "3"),
+                                              ("disturbed", 0), ("surprise", 1)])
+def test_a_manifest_line_of_the_wrong_type_is_named(tmp_path, field: str, value: object) -> None:
+    """Edited point lines: a list as the key or a None repeat were internal errors (exit 70) on --resume."""
+    from sdplan.measure.store import ResultStore
+
+    store = ResultStore(tmp_path / "runs", {"a": 1})
+    store.start(resume=False)
+    with store.path.open("a") as stream:
+        stream.write(json.dumps(_record("nosd_c1_r0", **{field: value})) + "\n")
+    with pytest.raises(InputFileError, match=f"not a measurement manifest \\(.*{field}") as raised:
+        ResultStore(tmp_path / "runs", {"a": 1}).start(resume=True)
+    assert "result files stay as they are" in str(raised.value)
+
+
 def test_endpoint_measures_one_configuration_per_invocation_and_merges(sdplan, tmp_path, fake_served,
                                                                        monkeypatch) -> None:
     """--endpoint: a server the user runs; each invocation adds one configuration to the same results folder."""

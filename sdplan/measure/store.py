@@ -76,8 +76,8 @@ class ResultStore:
         """A non-negative number of a manifest line; anything else means the manifest was edited or damaged."""
         value = entry[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise InputFileError(str(self.path), key, f"{value!r} is not a non-negative number; remove the folder "
-                                                      "or choose another --results-dir")
+            raise InputFileError(str(self.path), key, f"{value!r} is not a non-negative number; mend or move the "
+                                                      "manifest, or choose another --results-dir")
         return float(value)
 
     def record_kv_cache(self, configuration: str, tokens: int) -> None:
@@ -105,7 +105,19 @@ class ResultStore:
         return self.folder / f"{key}.json"
 
     def _write(self, entry: dict[str, Any], mode: str = "a") -> None:
+        # a line cut short by a crash (or an edit) has no newline: the next line must not be glued onto it,
+        # which would make both unreadable
+        cut = mode == "a" and self.path.exists() and not _ends_with_newline(self.path)
         with self.path.open(mode, encoding="utf-8") as stream:
-            stream.write(json.dumps(entry) + "\n")
+            stream.write(("\n" if cut else "") + json.dumps(entry) + "\n")
             stream.flush()
             os.fsync(stream.fileno())
+
+
+def _ends_with_newline(path: Path) -> bool:
+    """Whether ``path`` is empty or its last byte is a newline."""
+    with path.open("rb") as stream:
+        if stream.seek(0, os.SEEK_END) == 0:
+            return True
+        stream.seek(-1, os.SEEK_END)
+        return stream.read(1) == b"\n"

@@ -40,6 +40,28 @@ class PointRecord:
     overloaded: bool = False
 
 
+#: The JSON types of a point record's fields (bool is not an int here).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "key": (str,), "file": (str,), "configuration": (str,), "draft_length": (int,), "label": (str,),
+    "repeat": (int,), "foreign_cpu_cores": (int, float, type(None)), "disturbed": (bool,), "wall_s": (int, float),
+    "overloaded": (bool,),
+}
+
+
+def point_record(entry: dict[str, Any]) -> PointRecord:
+    """A manifest line as a :class:`PointRecord`; ``ValueError`` naming the field if one has the wrong type."""
+    for name, value in entry.items():
+        types = _FIELD_TYPES.get(name)
+        if types is None:
+            raise ValueError(f"unknown field {name!r}")
+        counts = name in ("draft_length", "repeat")
+        wrong = (isinstance(value, bool) and bool not in types) or not isinstance(value, types)
+        if wrong or (counts and int(value) < 0):
+            raise ValueError(f"{name} = {value!r} is not a {' or '.join(t.__name__ for t in types)}"
+                             + (" >= 0" if counts else ""))
+    return PointRecord(**entry)
+
+
 def read_manifest(path: Path, options: dict[str, Any] | None = None) -> list[PointRecord]:
     """The point records of a manifest, checking its options against ``options`` when given.
 
@@ -52,8 +74,9 @@ def read_manifest(path: Path, options: dict[str, Any] | None = None) -> list[Poi
     try:
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         header = json.loads(lines[0]) if lines else {}
-        if header.get("format") != FORMAT:
-            raise ValueError("not a manifest")
+        well_formed = isinstance(header, dict) and isinstance(header.get("options"), dict)
+        if not well_formed or header.get("format") != FORMAT:
+            raise ValueError("no header line with its format and options")
         if options is not None and header.get("options") != options:
             changed = sorted(key for key in set(header.get("options", {})) | set(options)
                              if header.get("options", {}).get(key) != options.get(key))
@@ -62,15 +85,18 @@ def read_manifest(path: Path, options: dict[str, Any] | None = None) -> list[Poi
                                  "--results-dir")
         records = []
         for line in lines[1:]:
-            entry = json.loads(line)
-            if "key" in entry:
-                records.append(PointRecord(**entry))
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash: its point is measured again
+            if isinstance(entry, dict) and "key" in entry:
+                records.append(point_record(entry))
         return records
     except InputFileError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, OSError) as error:
-        raise InputFileError(str(path), None, f"not a measurement manifest ({error}); remove the folder or "
-                                              "choose another --results-dir") from None
+        raise InputFileError(str(path), None, f"not a measurement manifest ({error}); mend or move it, or choose "
+                                              "another --results-dir (the result files stay as they are)") from None
 
 
 def overloaded_files(folder: Path) -> set[str]:
