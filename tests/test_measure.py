@@ -754,6 +754,10 @@ def test_store_refuses_a_foreign_manifest(tmp_path) -> None:
     (tmp_path / "runs" / "manifest.jsonl").write_text("garbage\n")
     with pytest.raises(InputFileError, match="not a measurement manifest"):
         ResultStore(tmp_path / "runs", {"a": 1}).start(resume=True)
+    newer = {"format": "sdplan-served-measurements", "version": 2, "options": {"a": 1}}
+    (tmp_path / "runs" / "manifest.jsonl").write_text(json.dumps(newer) + "\n")
+    with pytest.raises(InputFileError, match="version 2, this sdplan reads version 1"):
+        ResultStore(tmp_path / "runs", {"a": 1}).start(resume=True)
 
 
 def _record(name: str, **changes: object) -> dict:
@@ -785,6 +789,7 @@ def test_a_line_cut_short_keeps_the_manifest_and_the_next_line_apart(tmp_path) -
 
 @pytest.mark.parametrize(("field", "value"), [("key", []), ("label", {}), ("repeat", None), ("repeat", "x"),
                                               ("repeat", -1), ("draft_length", True), ("wall_s", "3"),
+                                              ("wall_s", -1.0), ("foreign_cpu_cores", 1e309),
                                               ("disturbed", 0), ("surprise", 1)])
 def test_a_manifest_line_of_the_wrong_type_is_named(tmp_path, field: str, value: object) -> None:
     """Edited point lines: a list as the key or a None repeat were internal errors (exit 70) on --resume."""

@@ -12,6 +12,7 @@ layer above it.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,11 @@ def point_record(entry: dict[str, Any]) -> PointRecord:
         types = _FIELD_TYPES.get(name)
         if types is None:
             raise ValueError(f"unknown field {name!r}")
-        counts = name in ("draft_length", "repeat")
+        numeric = float in types or name in ("draft_length", "repeat")
         wrong = (isinstance(value, bool) and bool not in types) or not isinstance(value, types)
-        if wrong or (counts and int(value) < 0):
+        if wrong or (numeric and value is not None and not 0 <= value < math.inf):
             raise ValueError(f"{name} = {value!r} is not a {' or '.join(t.__name__ for t in types)}"
-                             + (" >= 0" if counts else ""))
+                             + (" >= 0" if numeric else ""))
     return PointRecord(**entry)
 
 
@@ -77,6 +78,8 @@ def read_manifest(path: Path, options: dict[str, Any] | None = None) -> list[Poi
         well_formed = isinstance(header, dict) and isinstance(header.get("options"), dict)
         if not well_formed or header.get("format") != FORMAT:
             raise ValueError("no header line with its format and options")
+        if header.get("version") != VERSION:
+            raise ValueError(f"version {header.get('version')!r}, this sdplan reads version {VERSION}")
         if options is not None and header.get("options") != options:
             changed = sorted(key for key in set(header.get("options", {})) | set(options)
                              if header.get("options", {}).get(key) != options.get(key))
