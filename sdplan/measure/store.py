@@ -19,7 +19,7 @@ from typing import Any
 
 from sdplan.errors import InputFileError
 from sdplan.frozen import asdict
-from sdplan.runs.manifest import FORMAT, MANIFEST, VERSION, PointRecord, read_manifest
+from sdplan.runs.manifest import FORMAT, MANIFEST, VERSION, PointRecord, non_negative_number, read_manifest
 
 
 class ResultStore:
@@ -75,7 +75,7 @@ class ResultStore:
     def _number(self, entry: dict[str, Any], key: str) -> float:
         """A non-negative number of a manifest line; anything else means the manifest was edited or damaged."""
         value = entry[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        if not non_negative_number(value):
             raise InputFileError(str(self.path), key, f"{value!r} is not a non-negative number; mend or move the "
                                                       "manifest, or choose another --results-dir")
         return float(value)

@@ -49,6 +49,11 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def non_negative_number(value: Any) -> bool:
+    """Whether a manifest value is a finite number >= 0 (a JSON true or false is not a number)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < math.inf
+
+
 def point_record(entry: dict[str, Any]) -> PointRecord:
     """A manifest line as a :class:`PointRecord`; ``ValueError`` naming the field if one has the wrong type."""
     for name, value in entry.items():
@@ -57,7 +62,7 @@ def point_record(entry: dict[str, Any]) -> PointRecord:
             raise ValueError(f"unknown field {name!r}")
         numeric = float in types or name in ("draft_length", "repeat")
         wrong = (isinstance(value, bool) and bool not in types) or not isinstance(value, types)
-        if wrong or (numeric and value is not None and not 0 <= value < math.inf):
+        if wrong or (numeric and value is not None and not non_negative_number(value)):
             raise ValueError(f"{name} = {value!r} is not a {' or '.join(t.__name__ for t in types)}"
                              + (" >= 0" if numeric else ""))
     return PointRecord(**entry)
@@ -80,9 +85,9 @@ def read_manifest(path: Path, options: dict[str, Any] | None = None) -> list[Poi
             raise ValueError("no header line with its format and options")
         if header.get("version") != VERSION:
             raise ValueError(f"version {header.get('version')!r}, this sdplan reads version {VERSION}")
-        if options is not None and header.get("options") != options:
-            changed = sorted(key for key in set(header.get("options", {})) | set(options)
-                             if header.get("options", {}).get(key) != options.get(key))
+        if options is not None and header["options"] != options:
+            changed = sorted(key for key in set(header["options"]) | set(options)
+                             if header["options"].get(key) != options.get(key))
             raise InputFileError(str(path), "options", "was measured with other options ("
                                  + ", ".join(changed[:6]) + "); use the same options with --resume, or another "
                                  "--results-dir")
