@@ -16,7 +16,10 @@
    acceptance it measured, as ``sdplan validate`` does), the signed E2E bias, the E2E MAPE at the highest
    load, the saturation errors and their signed bias, and the best-option regret at every rate: the measured
    latency of the option ``sdplan plan`` picks over that of the fastest option measured there, minus 1
-   (:func:`sdplan.validation.option_regret`). Then the goals, met or not, and the wall times.
+   (:func:`sdplan.validation.option_regret`). Beside them what the servers' spread leaves to any model
+   (:mod:`floors`): the E2E error of a model exact but for the servers' speeds, from the calibration's
+   ``repeat_sd_pct``, and the regret against latencies pooled over runs. Then the goals, met or not, and the
+   wall times.
 5. Writes every record and the summary as JSON (``--summary``, default ``WORKDIR/accuracy-summary.json``).
    ``--pool A.json B.json ...`` pools several runs' summaries (each run its own calibration) without
    measuring: the signed biases are judged only over at least three runs, since one run's bias is mostly
@@ -146,6 +149,7 @@ def main() -> int:
         workload_label,
         workload_role,
     )
+    from floors import calibration_spread
     from tiny_models import served_pair
 
     from sdplan import model
@@ -215,13 +219,20 @@ def main() -> int:
     seconds = args.seconds_per_run
     summary_path = args.summary or work / "accuracy-summary.json"
 
+    # the spread between the calibration's server instances, which no model can predict (benchmarks/floors.py)
+    spread = {"repeat_sd_pct": cal.document.get("uncertainty", {}).get("repeat_sd_pct"),
+              "instances": cal.document.get("measurement", {}).get("server_instances_per_configuration", 1)}
+    known = calibration_spread({"calibration_spread": spread})
+
     def save() -> dict[str, Any]:
         """The records so far and their summary, written after every server: a run cut short keeps them."""
-        summary = summarize(records["runs"], records["saturation"], records["picks"], [calibrate_s])
+        summary = summarize(records["runs"], records["saturation"], records["picks"], [calibrate_s],
+                            None if known is None else {run_id: known})
         document = {"version": summary["version"], "run_id": run_id, "started_utc": started_utc,
                     "workdir": str(work), "settings": {key: (str(value) if isinstance(value, Path) else value)
                                                        for key, value in vars(args).items() if key != "pool"},
-                    "poisson_seconds": seconds, "calibration": str(out), "calibrate_wall_s": calibrate_s,
+                    "poisson_seconds": seconds, "calibration": str(out), "calibration_spread": spread,
+                    "calibrate_wall_s": calibrate_s,
                     "wall_s": time.monotonic() - started, "records": records, "summary": summary}
         summary_path.write_text(json.dumps(document, indent=1, allow_nan=False))
         return summary

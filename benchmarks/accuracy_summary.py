@@ -307,8 +307,14 @@ def _spread(values: Sequence[float]) -> float | None:
 
 
 def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[str, Any]],
-              picks: Sequence[Mapping[str, Any]], calibrate_wall_s: Sequence[float] = ()) -> dict[str, Any]:
-    """Every figure the benchmark judges, per workload and over all of them, from the records."""
+              picks: Sequence[Mapping[str, Any]], calibrate_wall_s: Sequence[float] = (),
+              spreads: Mapping[str, tuple[float, int]] | None = None) -> dict[str, Any]:
+    """Every figure the benchmark judges, per workload and over all of them, from the records; beside them
+    (``noise``, :mod:`floors`) what the servers' spread leaves to any model, for the benchmark runs
+    whose calibration's spread ``spreads`` gives (run id: repeat_sd_pct, server instances per configuration).
+    """
+    from floors import noise_summary
+
     by_workload: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in runs:
         by_workload[r["workload"]].append(r)
@@ -348,6 +354,7 @@ def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[st
         "rates_over_regret_goal": sum(v > REGRET_GOAL_PCT for v in regret_values),
         "rates_compared": len(regret_values),
         "calibrate_wall_s": list(calibrate_wall_s),
+        "noise": noise_summary(runs, saturation, picks, spreads or {}, REGRET_GOAL_PCT),
     }
 
 
@@ -435,6 +442,11 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
     if banded:
         lines.append(f"plan's 95% intervals hold {show(summary['all']['ci95_coverage_pct'])} of {banded} runs' "
                      "measured mean E2E")
+    noise = summary.get("noise")  # absent from summaries written before acc50
+    if noise:
+        from floors import report_lines as noise_lines
+
+        lines += noise_lines(noise, REGRET_GOAL_PCT)
     lines.append("")
     rows = goals(summary)
     width = max(len(row[0]) for row in rows)
@@ -445,7 +457,10 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def pool(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The summary over several benchmark runs' JSON documents (each run is its own calibration)."""
+    from floors import calibration_spread
+
     runs, saturation, picks, walls = [], [], [], []
+    spreads: dict[str, tuple[float, int]] = {}
     seen = set()
     for document in documents:
         if document.get("version") != SUMMARY_VERSION:
@@ -458,7 +473,10 @@ def pool(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         saturation += document["records"]["saturation"]
         picks += document["records"]["picks"]
         walls.append(document["calibrate_wall_s"])
-    return summarize(runs, saturation, picks, walls)
+        spread = calibration_spread(document)
+        if spread is not None:
+            spreads[identity] = spread
+    return summarize(runs, saturation, picks, walls, spreads)
 
 
 def read_document(path: Path) -> dict[str, Any]:

@@ -1,0 +1,131 @@
+"""benchmarks/floors.py: what the servers' spread leaves to any model, and regret that noise cannot fake.
+
+The floor is checked against a simulation of the benchmark's own protocol (a calibration on ``m`` server
+instances, a validation run on another), the regrets against hand-computed geometric means, and the pooling
+on the stored summaries of real benchmark runs (benchmarks/summaries). Nothing here starts vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import accuracy_summary as bench  # noqa: E402
+import floors  # noqa: E402
+
+SUMMARIES = ROOT / "benchmarks" / "summaries"
+
+
+def simulated_error(load: float, sigma: float, instances: int, draws: int = 400_000) -> float:
+    """The benchmark's protocol drawn server by server: the calibration fits ``instances`` servers (its costs are
+    their geometric mean), the validation runs on one more, both at the rate that loads the mean server to
+    ``load``; the prediction's mean absolute error, each capped at 1 (an unstable prediction or server: 1)."""
+    rng = np.random.default_rng(11)
+    c1, c2 = 0.25, 0.004
+    rate = load / c2
+    calibrated = np.exp(rng.normal(0.0, sigma, size=(draws, instances)).mean(axis=1))
+    validation = np.exp(rng.normal(0.0, sigma, size=draws))
+
+    def latency(speed: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(rate * c2 * speed < 1.0, c1 * speed / (1.0 - rate * c2 * speed), np.inf)
+
+    predicted, measured = latency(calibrated), latency(validation)
+    with np.errstate(invalid="ignore"):
+        error = np.where(np.isfinite(predicted) & np.isfinite(measured), np.abs(predicted / measured - 1.0), 1.0)
+    return float(np.minimum(error, 1.0).mean())
+
+
+@pytest.mark.parametrize(("load", "sigma", "instances"), [(0.3, 0.10, 2), (0.55, 0.13, 2), (0.8, 0.10, 1),
+                                                          (0.8, 0.15, 2), (0.9, 0.08, 4)])
+def test_the_floor_is_what_the_protocol_gives_a_model_exact_for_its_servers(load, sigma, instances) -> None:
+    floor = floors.perfect_model_error(load, sigma, instances)
+    assert floor == pytest.approx(simulated_error(load, sigma, instances), abs=0.01)
+
+
+def test_the_floor_grows_with_the_spread_and_the_load_and_shrinks_with_instances() -> None:
+    assert floors.perfect_model_error(0.8, 0.0, 2) == 0.0
+    by_sigma = [floors.perfect_model_error(0.55, s, 2) for s in (0.02, 0.05, 0.10, 0.15)]
+    by_load = [floors.perfect_model_error(rho, 0.10, 2) for rho in (0.1, 0.3, 0.55, 0.8)]
+    by_instances = [floors.perfect_model_error(0.55, 0.10, m) for m in (1, 2, 4, 16)]
+    assert by_sigma == sorted(by_sigma) and by_load == sorted(by_load)
+    assert by_instances == sorted(by_instances, reverse=True)
+    # the first-order value at low load: |d_c - d_v| has sd sigma sqrt(1 + 1/m), mean sd sqrt(2/pi)
+    assert floors.perfect_model_error(0.01, 0.02, 2) == pytest.approx(0.02 * math.sqrt(1.5 * 2 / math.pi), rel=0.03)
+    # past saturation every draw counts 1: at rho 0.99 and sigma 0.5 most draws of either server are
+    assert floors.perfect_model_error(0.99, 0.5, 1) > 0.9
+
+
+def records(latencies: dict[str, dict[int, float]]) -> list[dict]:
+    return [{"run": run, "pass": 1, "workload": "256/32", "load": 0.55, "option": option, "e2e_s": value}
+            for run, per in latencies.items() for option, value in per.items()]
+
+
+#: Three runs at one rate: k=2 fastest in two, k=4 in the third; every run's drift of its own.
+MEASURED = {"a": {0: 1.20, 2: 1.00, 4: 1.05}, "b": {0: 2.60, 2: 2.20, 4: 2.00}, "c": {0: 0.60, 2: 0.475, 4: 0.51}}
+
+
+def relative(runs: list[str]) -> dict[int, float]:
+    """Each option's log latency over the run's geometric mean, averaged over ``runs`` (by hand)."""
+    out = {}
+    for option in (0, 2, 4):
+        values = []
+        for run in runs:
+            centre = sum(math.log(v) for v in MEASURED[run].values()) / 3
+            values.append(math.log(MEASURED[run][option]) - centre)
+        out[option] = sum(values) / len(values)
+    return out
+
+
+def test_regret_against_pooled_latencies_cancels_each_runs_drift() -> None:
+    pooled = floors.pooled_latencies(records(MEASURED))
+    assert pooled[("256/32", 0.55)] == pytest.approx(relative(["a", "b", "c"]))
+    picks = [{"run": run, "workload": "256/32", "load": 0.55, "picked": picked}
+             for run, picked in (("a", 2), ("b", 4), ("c", 0))]
+    expected = relative(["a", "b", "c"])
+    best = min(expected.values())
+    assert floors.pooled_regret(records(MEASURED), picks) == pytest.approx(
+        [0.0, 100 * (math.exp(expected[4] - best) - 1), 100 * (math.exp(expected[0] - best) - 1)])
+    nothing = floors.pooled_regret(records(MEASURED), [{"run": "a", "workload": "256/32", "load": 0.55,
+                                                         "picked": None}])
+    assert nothing == [math.inf]
+    elsewhere = [{"run": "a", "workload": "16/192", "load": 0.55, "picked": 2}]
+    assert floors.pooled_regret(records(MEASURED), elsewhere) == []
+
+
+def test_an_oracle_right_in_expectation_still_loses_single_runs() -> None:
+    regrets = floors.oracle_regret(records(MEASURED))
+    expected = []
+    for run in ("a", "b", "c"):
+        others = relative([r for r in MEASURED if r != run])
+        pick = min(others, key=lambda option: others[option])
+        expected.append(100 * (MEASURED[run][pick] / min(MEASURED[run].values()) - 1))
+    assert regrets == pytest.approx(expected)
+    assert regrets[1] == pytest.approx(10.0)  # run b: k=2 is best elsewhere, k=4 ran 10% faster here
+    assert floors.oracle_regret(records({"a": MEASURED["a"]})) == []  # no other run to learn from
+
+
+def test_pooling_the_stored_runs_reports_the_floors_beside_the_goals() -> None:
+    paths = sorted(p for p in SUMMARIES.glob("acc*.json") if p.name != "acc45.json")  # acc45 as the line predicted
+    documents = [bench.read_document(path) for path in paths]
+    with_spread = {d["run_id"] for d in documents if floors.calibration_spread(d) is not None}
+    assert with_spread and with_spread < {d["run_id"] for d in documents}  # acc38, acc39, acc48 record none
+    summary = bench.pool(documents)
+    noise = summary["noise"]
+    assert set(noise["spreads"]) == with_spread
+    assert noise["poisson_runs"] == sum(len(d["records"]["runs"]) for d in documents if d["run_id"] in with_spread)
+    loads = [noise["by_load"][key]["perfect_model_e2e_mape_pct"] for key in sorted(noise["by_load"], key=float)]
+    assert loads == sorted(loads) and len(loads) == 3
+    assert noise["pooled_regret_rates"] == noise["oracle_regret_rates"] == summary["rates_compared"]
+    lines = bench.report_lines(summary)
+    assert any(line.startswith("a model exact but for the servers' speeds") for line in lines)
+    assert any("pooled over every run" in line for line in lines)
+    json.dumps(summary, allow_nan=False)  # the pooled summary is written as strict JSON
