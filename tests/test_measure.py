@@ -1110,6 +1110,61 @@ def test_a_damaged_manifest_line_is_a_one_line_error_on_resume(sdplan, tmp_path,
     assert f"manifest.jsonl: {key}" in result.stderr and "Traceback" not in result.output
 
 
+def _point_files(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.glob("*_r*.json"))}
+
+
+def test_resume_never_measures_over_a_file_no_manifest_line_records(sdplan, tmp_path, fake_served) -> None:
+    """A manifest that lost its point lines (a damaged or truncated file) with the result files still on disk:
+    every file is kept under a name no reader takes for a point, the points are measured again, and the fit
+    reads each point once."""
+    common = ("--draft-lengths", "0", "--max-num-seqs", "8", "--accept-poor-fit")
+    assert _calibrate(sdplan, tmp_path, *common).exit_code == 0
+    folder = tmp_path / "cal.runs"
+    measured = _point_files(folder)
+    points = load_calibration(tmp_path / "cal.toml").document["measurement"]["points"]
+    assert len(measured) == points > 0
+    manifest = folder / "manifest.jsonl"
+    manifest.write_text("".join(line + "\n" for line in manifest.read_text().splitlines() if '"key"' not in line))
+    result = _calibrate(sdplan, tmp_path, *common, "--resume")
+    assert result.exit_code == 0, result.output
+    for name, content in measured.items():
+        assert (folder / f"{name}.unrecorded-1").read_bytes() == content  # nothing lost
+    assert "no manifest line records it" in result.output
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == points
+    runs, _ = read_results(folder)
+    assert len(runs) == points  # the kept files are not read as points
+
+
+@pytest.mark.parametrize("edit", ["line names another file", "file deleted"])
+def test_a_point_whose_file_is_missing_is_measured_again(sdplan, tmp_path, fake_served, edit) -> None:
+    """The fit reads the file a line names, so the sweep reads a point back from that file too, and measures
+    it again where that file is gone; the key's own file, which an edited line no longer records, is kept
+    aside, not measured over."""
+    common = ("--draft-lengths", "0", "--max-num-seqs", "8", "--accept-poor-fit")
+    assert _calibrate(sdplan, tmp_path, *common).exit_code == 0
+    folder = tmp_path / "cal.runs"
+    manifest = folder / "manifest.jsonl"
+    lines = manifest.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"key"' in line)
+    entry = json.loads(lines[index])
+    original = (folder / entry["file"]).read_bytes()
+    if edit == "file deleted":
+        (folder / entry["file"]).unlink()
+    else:
+        lines[index] = json.dumps({**entry, "file": "moved-away.json"})
+        manifest.write_text("\n".join(lines) + "\n")
+    points = load_calibration(tmp_path / "cal.toml").document["measurement"]["points"]
+    result = _calibrate(sdplan, tmp_path, *common, "--resume")
+    assert result.exit_code == 0, result.output
+    kept = folder / f"{entry['file']}.unrecorded-1"
+    assert kept.read_bytes() == original if edit != "file deleted" else not kept.exists()
+    assert (folder / entry["file"]).is_file()  # measured again, under its key
+    latest = [json.loads(line) for line in manifest.read_text().splitlines() if f'"key": "{entry["key"]}"' in line]
+    assert latest[-1]["file"] == entry["file"]
+    assert load_calibration(tmp_path / "cal.toml").document["measurement"]["points"] == points
+
+
 # ----------------------------------------------------------------------------- probes and server instances
 
 

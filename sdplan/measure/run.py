@@ -152,7 +152,7 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
                               startup_timeout_s=options.server_timeout_s)
         if not suffix:
             measurement.server_commands.append(server.display_command())
-        if all(key in sweep.done for key in keys):
+        if all(sweep.measured(key) for key in keys):
             work(_Endpoint(""), ReadBack())  # every point measured: read back only
             return
         events.on_point(f"{configuration.name}: starting vllm serve" + (f" ({suffix[1:]})" if suffix else ""))

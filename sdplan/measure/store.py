@@ -104,6 +104,23 @@ class ResultStore:
     def result_path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
 
+    def set_aside(self, path: Path) -> Path | None:
+        """Move a result file no manifest line records out of the way of the point about to be measured into
+        it; returns where it went (None: there was none).
+
+        Such a file is a measurement all the same: one that finished as the process was stopped (between the
+        file and its line), one whose line a damaged manifest lost, or another run's file in a reused folder.
+        Measuring over it would lose it. It is kept as ``NAME.json.unrecorded-N``, which no reader takes for a
+        point (:func:`sdplan.runs.sweep_files` reads ``*.json``).
+        """
+        if not path.exists():
+            return None
+        number = 1
+        while (kept := path.with_name(f"{path.name}.unrecorded-{number}")).exists():
+            number += 1
+        path.rename(kept)
+        return kept
+
     def _write(self, entry: dict[str, Any], mode: str = "a") -> None:
         # a line cut short by a crash (or an edit) has no newline: the next line must not be glued onto it,
         # which would make both unreadable

@@ -256,7 +256,7 @@ class Sweep:
             sustained = self._overloaded(configuration, outcomes)
             lower = point_key(name, label + LOWER_RATE_SUFFIX, 0)
             # reading back a folder measured before points were judged: flagged now, but there is no server
-            reading_back = isinstance(client, ReadBack) and lower not in self.done
+            reading_back = isinstance(client, ReadBack) and not self.measured(lower)
             if sustained is not None and not reading_back:  # once more at the same fraction of what it sustained
                 peak = min(peak, sustained)
                 lowered = self._poisson(configuration, label + LOWER_RATE_SUFFIX, fraction * peak, server, client,
@@ -320,7 +320,7 @@ class Sweep:
         found = []
         for point in self.plans.get(configuration.name, []):
             outcomes = self._repeats_of(configuration, point.label, below_repeat)
-            if len(outcomes) >= 2 and _disagree(outcomes):
+            if len(outcomes) >= 2 and disagree([o.mean_latency_s for o in outcomes]):
                 found.append(point)
         return found
 
@@ -343,7 +343,7 @@ class Sweep:
         points = self.disagreeing(configuration, self.rounds)
         if not points:
             return []
-        if any(key not in self.done for key in self.round_keys(configuration, self.rounds)):
+        if not all(self.measured(key) for key in self.round_keys(configuration, self.rounds)):
             gaps = ", ".join(f"{point.label} +{self._gap(configuration, point.label):.0%}" for point in points)
             self.events.on_note(f"{configuration.name}: repeats on fresh servers differ by more than "
                                 f"{REPEAT_DISAGREEMENT:.0%} (slowest over fastest: {gaps}); "
@@ -351,7 +351,7 @@ class Sweep:
         results = self.repeat_configuration(configuration, server, client, self.rounds, warm_up=warm_up)
         for point in self.plans[configuration.name]:
             outcomes = self._repeats_of(configuration, point.label, self.rounds + 1)
-            if len(outcomes) >= 3 and _disagree(outcomes):
+            if len(outcomes) >= 3 and disagree([o.mean_latency_s for o in outcomes]):
                 median = sorted(o.mean_latency_s for o in outcomes)[len(outcomes) // 2]
                 for o in outcomes:
                     if abs(o.mean_latency_s - median) > REPEAT_DISAGREEMENT * median and not o.record.disturbed:
@@ -428,11 +428,14 @@ class Sweep:
         alone; on a server the user runs (no restart between rounds), each repeat draws its own."""
         return point_key(configuration.name, point.label, 0) if self.fresh_servers else key
 
-    def _stored(self, key: str) -> PointOutcome | None:
-        """The outcome of a point already measured (recorded, its result file present), else None."""
+    def measured(self, key: str) -> bool:
+        """Whether a point is measured: recorded, and the file its line names (which the fit reads) on disk."""
         record = self.done.get(key)
-        path = self.store.result_path(key)
-        return _outcome(record, path) if record is not None and path.exists() else None
+        return record is not None and (self.store.folder / record.file).is_file()
+
+    def _stored(self, key: str) -> PointOutcome | None:
+        """The outcome of a point already measured (:meth:`measured`), else None."""
+        return _outcome(self.done[key], self.store.folder / self.done[key].file) if self.measured(key) else None
 
     def _measure(self, configuration: Configuration, point: LoadPoint, repeat: int, server: Server,
                  client: Client) -> PointOutcome:
@@ -444,6 +447,9 @@ class Sweep:
         if stored is not None:
             return stored
         path = self.store.result_path(key)
+        if (kept := self.store.set_aside(path)) is not None:
+            self.events.on_note(f"{path.name} is on disk but no manifest line records it: kept as {kept.name}, "
+                                "and the point is measured again")
         attempts = 0
         while True:
             self.events.on_point(f"{configuration.name} {point.label}"
@@ -483,12 +489,6 @@ class ReadBack:
 
     def process_groups(self) -> set[int]:
         return set()
-
-
-
-def _disagree(outcomes: list[PointOutcome]) -> bool:
-    return disagree([o.mean_latency_s for o in outcomes])
-
 
 
 def _outcome(record: PointRecord, path: Path) -> PointOutcome:
