@@ -118,17 +118,36 @@ def pooled_latencies(runs: Sequence[Mapping[str, Any]],
     return {key: {option: sum(values) / len(values) for option, values in per.items()} for key, per in sums.items()}
 
 
-def pooled_regret(runs: Sequence[Mapping[str, Any]], picks: Sequence[Mapping[str, Any]]) -> list[float]:
-    """Each pick's regret (%) against the pooled latencies (:func:`pooled_latencies`): ``exp(r_pick - min r) - 1``;
-    inf where nothing was picked. Picks at a (workload, load) no run measured whole are left out."""
+def pooled_regret(runs: Sequence[Mapping[str, Any]],
+                  picks: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """Each pick's regret (%) against the pooled latencies (:func:`pooled_latencies`), ``exp(r_pick - min r) - 1``,
+    and the low end of its 95% interval: ``exp(m - 2 se) - 1`` of the runs' own ``ln(L_pick / L_best)`` (mean
+    ``m``, standard error ``se``; -inf below two runs). (inf, inf) where nothing was picked; picks at a
+    (workload, load) no run measured whole are left out.
+
+    Where two options lie within the runs' noise of each other the pooled best can flip with one more run,
+    and so can whether a pick's regret is over a goal; the low end says whether it is over beyond that noise.
+    """
     pooled = pooled_latencies(runs)
+    cells = _cells(runs)
     regrets = []
     for pick in picks:
         relative = pooled.get((pick["workload"], pick["load"]))
         if relative is None or (pick["picked"] is not None and pick["picked"] not in relative):
             continue
-        regrets.append(math.inf if pick["picked"] is None
-                       else 100.0 * (math.exp(relative[pick["picked"]] - min(relative.values())) - 1.0))
+        if pick["picked"] is None:
+            regrets.append((math.inf, math.inf))
+            continue
+        best = min(relative, key=lambda option: relative[option])
+        ratios = [math.log(latencies[pick["picked"]] / latencies[best]) for (_, _, workload, load), latencies
+                  in cells.items() if (workload, load) == (pick["workload"], pick["load"])
+                  and set(latencies) == set(relative)]
+        low = -math.inf
+        if len(ratios) > 1:
+            mean = sum(ratios) / len(ratios)
+            error = math.sqrt(sum((x - mean) ** 2 for x in ratios) / (len(ratios) - 1) / len(ratios))
+            low = 100.0 * (math.exp(mean - 2.0 * error) - 1.0)
+        regrets.append((100.0 * (math.exp(relative[pick["picked"]] - relative[best]) - 1.0), low))
     return regrets
 
 
@@ -175,8 +194,11 @@ def noise_summary(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mappin
         "e2e_mape_pct": mean([row["error_pct"] for row in scored]),
         "by_load": by_load,
         "pooled_regret_rates": len(pooled),
-        "pooled_regret_over_goal": sum(value > regret_goal_pct for value in pooled),
-        "pooled_regret_max_pct": max(pooled) if pooled and math.isfinite(max(pooled)) else None,
+        "pooled_regret_over_goal": sum(value > regret_goal_pct for value, _ in pooled),
+        # over the goal beyond the runs' noise: the low end of the 95% interval too
+        "pooled_regret_clearly_over_goal": sum(low > regret_goal_pct for _, low in pooled),
+        "pooled_regret_max_pct": (max(value for value, _ in pooled)
+                                  if pooled and math.isfinite(max(value for value, _ in pooled)) else None),
         "oracle_regret_rates": len(oracle),
         "oracle_regret_over_goal": sum(value > regret_goal_pct for value in oracle),
     }
@@ -207,7 +229,8 @@ def report_lines(noise: Mapping[str, Any], regret_goal_pct: float) -> list[str]:
         worst = noise["pooled_regret_max_pct"]
         lines.append(f"regret against the options' latencies pooled over every run: {noise['pooled_regret_over_goal']} "
                      f"of {noise['pooled_regret_rates']} picks over {regret_goal_pct:g}%"
-                     + (f" (worst {worst:.1f}%)" if worst is not None else " (a pick of none stable)"))
+                     + (f" (worst {worst:.1f}%)" if worst is not None else " (a pick of none stable)")
+                     + f", {noise['pooled_regret_clearly_over_goal']} beyond the runs' noise (95% interval)")
     if noise["oracle_regret_rates"]:
         lines.append(f"picking the option fastest over the other runs, against each run: "
                      f"{noise['oracle_regret_over_goal']} of {noise['oracle_regret_rates']} rates over "

@@ -92,11 +92,23 @@ def test_regret_against_pooled_latencies_cancels_each_runs_drift() -> None:
              for run, picked in (("a", 2), ("b", 4), ("c", 0))]
     expected = relative(["a", "b", "c"])
     best = min(expected.values())
-    assert floors.pooled_regret(records(MEASURED), picks) == pytest.approx(
+    regrets = floors.pooled_regret(records(MEASURED), picks)
+    assert [value for value, _ in regrets] == pytest.approx(
         [0.0, 100 * (math.exp(expected[4] - best) - 1), 100 * (math.exp(expected[0] - best) - 1)])
+    # the low end of the interval, from the runs' own ratios to the pooled best (k=2)
+    for (_, low), picked in zip(regrets, (2, 4, 0)):
+        ratios = [math.log(MEASURED[run][picked] / MEASURED[run][2]) for run in MEASURED]
+        mean = sum(ratios) / 3
+        error = math.sqrt(sum((x - mean) ** 2 for x in ratios) / 2 / 3)
+        assert low == pytest.approx(100 * (math.exp(mean - 2 * error) - 1))
+    # no SD is 20-27% slower in every run: over 5% beyond the noise; k=4 (+5%, -9%, +7%) is not
+    assert regrets[2][1] > 5.0 and regrets[1][1] < 5.0
     nothing = floors.pooled_regret(records(MEASURED), [{"run": "a", "workload": "256/32", "load": 0.55,
                                                          "picked": None}])
-    assert nothing == [math.inf]
+    assert nothing == [(math.inf, math.inf)]
+    single = floors.pooled_regret(records({"a": MEASURED["a"]}), [{"run": "a", "workload": "256/32",
+                                                                     "load": 0.55, "picked": 0}])
+    assert single[0][0] == pytest.approx(20.0) and single[0][1] == -math.inf  # one run: no interval
     elsewhere = [{"run": "a", "workload": "16/192", "load": 0.55, "picked": 2}]
     assert floors.pooled_regret(records(MEASURED), elsewhere) == []
 
