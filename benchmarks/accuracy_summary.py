@@ -241,7 +241,7 @@ def planned_intervals(calibration: str, workload: tuple[int, int], draft_lengths
 
 # ----------------------------------------------------------------------------------------------- summary
 
-def _mean(values: Iterable[float]) -> float | None:
+def mean_or_none(values: Iterable[float]) -> float | None:
     found = list(values)
     return sum(found) / len(found) if found else None
 
@@ -256,11 +256,11 @@ def _accuracy(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "poisson_runs": len(runs),
         "predicted_unstable": sum(r["predicted_e2e_s"] is None for r in runs),
-        "e2e_mape_pct": _mean(abs(e) for e in e2e),
-        "e2e_bias_pct": _mean(e2e),
-        "ttft_mape_pct": _mean(abs(e) for e in _errors(runs, "ttft_s", "predicted_ttft_s")),
-        "tpot_mape_pct": _mean(abs(e) for e in _errors(runs, "tpot_s", "predicted_tpot_s")),
-        "planned_e2e_mape_pct": _mean(abs(e) for e in planned),
+        "e2e_mape_pct": mean_or_none(abs(e) for e in e2e),
+        "e2e_bias_pct": mean_or_none(e2e),
+        "ttft_mape_pct": mean_or_none(abs(e) for e in _errors(runs, "ttft_s", "predicted_ttft_s")),
+        "tpot_mape_pct": mean_or_none(abs(e) for e in _errors(runs, "tpot_s", "predicted_tpot_s")),
+        "planned_e2e_mape_pct": mean_or_none(abs(e) for e in planned),
         "planned_unstable": sum(r["planned_e2e_s"] is None for r in runs),
         **_coverage(runs),
     }
@@ -298,7 +298,7 @@ def regrets(runs: Sequence[Mapping[str, Any]], picks: Sequence[Mapping[str, Any]
     return rows
 
 
-def _spread(values: Sequence[float]) -> float | None:
+def standard_error(values: Sequence[float]) -> float | None:
     """Standard error of the mean of per-run values (None below two)."""
     if len(values) < 2:
         return None
@@ -322,9 +322,9 @@ def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[st
     top = [r for r in runs if r["load"] == top_load]
     ids = sorted({r["run"] for r in runs} | {s["run"] for s in saturation})
     saturation_errors = [e for e in (pct(s["predicted_rps"], s["measured_rps"]) for s in saturation) if e is not None]
-    e2e_per_run = [b for b in (_mean(_errors([r for r in runs if r["run"] == i], "e2e_s", "predicted_e2e_s"))
+    e2e_per_run = [b for b in (mean_or_none(_errors([r for r in runs if r["run"] == i], "e2e_s", "predicted_e2e_s"))
                                for i in ids) if b is not None]
-    saturation_per_run = [b for b in (_mean(e for s in saturation if s["run"] == i
+    saturation_per_run = [b for b in (mean_or_none(e for s in saturation if s["run"] == i
                                             for e in [pct(s["predicted_rps"], s["measured_rps"])] if e is not None)
                                       for i in ids) if b is not None]
     regret_rows = regrets(runs, picks)
@@ -344,11 +344,11 @@ def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[st
         "top_load_e2e_mape_pct": top_accuracy["e2e_mape_pct"],
         "top_load_e2e_bias_pct": top_accuracy["e2e_bias_pct"],
         "e2e_bias_per_run_pct": e2e_per_run,
-        "e2e_bias_standard_error_pct": _spread(e2e_per_run),
-        "saturation_bias_pct": _mean(saturation_errors),
-        "saturation_mape_pct": _mean(abs(e) for e in saturation_errors),
+        "e2e_bias_standard_error_pct": standard_error(e2e_per_run),
+        "saturation_bias_pct": mean_or_none(saturation_errors),
+        "saturation_mape_pct": mean_or_none(abs(e) for e in saturation_errors),
         "saturation_bias_per_run_pct": saturation_per_run,
-        "saturation_bias_standard_error_pct": _spread(saturation_per_run),
+        "saturation_bias_standard_error_pct": standard_error(saturation_per_run),
         "regret": regret_rows,
         "max_regret_pct": finite_or_none(max(regret_values)) if regret_values else None,
         "rates_over_regret_goal": sum(v > REGRET_GOAL_PCT for v in regret_values),

@@ -25,6 +25,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from accuracy_summary import mean_or_none, standard_error
+
 #: Quadrature of the floor: the speed factors' standard normal deviates on this many nodes over +-Z_SPAN.
 NODES = 241
 Z_SPAN = 6.0
@@ -142,11 +144,8 @@ def pooled_regret(runs: Sequence[Mapping[str, Any]],
         ratios = [math.log(latencies[pick["picked"]] / latencies[best]) for (_, _, workload, load), latencies
                   in cells.items() if (workload, load) == (pick["workload"], pick["load"])
                   and set(latencies) == set(relative)]
-        low = -math.inf
-        if len(ratios) > 1:
-            mean = sum(ratios) / len(ratios)
-            error = math.sqrt(sum((x - mean) ** 2 for x in ratios) / (len(ratios) - 1) / len(ratios))
-            low = 100.0 * (math.exp(mean - 2.0 * error) - 1.0)
+        error = standard_error(ratios)
+        low = -math.inf if error is None else 100.0 * (math.exp(sum(ratios) / len(ratios) - 2.0 * error) - 1.0)
         regrets.append((100.0 * (math.exp(relative[pick["picked"]] - relative[best]) - 1.0), low))
     return regrets
 
@@ -175,30 +174,26 @@ def noise_summary(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mappin
                   regret_goal_pct: float) -> dict[str, Any]:
     """The floors beside the scores: by load and over all, for the runs whose calibration's spread is known."""
     scored = floor_rows(runs, saturation, spreads)
-
-    def mean(values: list[float]) -> float | None:
-        return sum(values) / len(values) if values else None
-
     by_load = {}
     for load in sorted({row["load"] for row in scored}):
         members = [row for row in scored if row["load"] == load]
         by_load[f"{load:g}"] = {"poisson_runs": len(members),
-                                "perfect_model_e2e_mape_pct": mean([row["floor_pct"] for row in members]),
-                                "e2e_mape_pct": mean([row["error_pct"] for row in members])}
+                                "perfect_model_e2e_mape_pct": mean_or_none([row["floor_pct"] for row in members]),
+                                "e2e_mape_pct": mean_or_none([row["error_pct"] for row in members])}
     pooled, oracle = pooled_regret(runs, picks), oracle_regret(runs)
+    worst = max((value for value, _ in pooled), default=None)
     return {
         "spreads": {run: {"repeat_sd_pct": sd, "instances": instances} for run, (sd, instances) in spreads.items()},
         # each error capped at 100%, the floor's and the scored alike (floors.perfect_model_error)
         "poisson_runs": len(scored),
-        "perfect_model_e2e_mape_pct": mean([row["floor_pct"] for row in scored]),
-        "e2e_mape_pct": mean([row["error_pct"] for row in scored]),
+        "perfect_model_e2e_mape_pct": mean_or_none([row["floor_pct"] for row in scored]),
+        "e2e_mape_pct": mean_or_none([row["error_pct"] for row in scored]),
         "by_load": by_load,
         "pooled_regret_rates": len(pooled),
         "pooled_regret_over_goal": sum(value > regret_goal_pct for value, _ in pooled),
         # over the goal beyond the runs' noise: the low end of the 95% interval too
         "pooled_regret_clearly_over_goal": sum(low > regret_goal_pct for _, low in pooled),
-        "pooled_regret_max_pct": (max(value for value, _ in pooled)
-                                  if pooled and math.isfinite(max(value for value, _ in pooled)) else None),
+        "pooled_regret_max_pct": worst if worst is not None and math.isfinite(worst) else None,
         "oracle_regret_rates": len(oracle),
         "oracle_regret_over_goal": sum(value > regret_goal_pct for value in oracle),
     }
