@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sdplan import model
+from sdplan import knee, model
 from sdplan.errors import InfeasibleError, InvalidValueError
 from sdplan.frozen import frozen, replace
 from sdplan.slo import SLO
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
+    from sdplan.knee import KneeDemands
 
     FloatArray = npt.NDArray[np.float64]
 
@@ -46,6 +47,8 @@ class Capacity:
     saturation_rate_rps : (k+1,)
     latency_at_capacity_s : (k+1,) mean latency at ``max_rate_rps``.
     break_even_rate_rps : (k,) nan where SD and no SD never cross.
+    knee : KneeDemands, optional
+        The demands past the target's compute-bound knee (:mod:`sdplan.knee`); None is no knee.
     best : int
         Index of the option with the highest capacity (ties: no SD, then the
         shorter draft); -1 if none is feasible.
@@ -63,6 +66,7 @@ class Capacity:
     latency_at_capacity_s: FloatArray
     break_even_rate_rps: FloatArray
     best: int
+    knee: KneeDemands | None = None
 
     def label(self, index: int) -> str:
         return "off" if index == 0 else f"k={self.draft_lengths[index - 1]}"
@@ -117,24 +121,30 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     highest = np.full(c1.shape, np.inf)
     lowest = np.zeros(c1.shape)
     binding: list[str | None] = [None] * c1.size
+    above = demands.knee
     for slo in slos:
         low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other)
+        if knee.has_knee(coefficients):  # a rate whose batch is past the knee: the demands above it hold there
+            low_above, high_above = max_rate_under(slo, above.c1_above_s, above.c2_above_s, ttft, g, ttft_per_other)
+            high = np.where(knee.past_knee(c1, c2, above, high), high_above, high)
+            low = np.where(knee.past_knee(c1, c2, above, low), low_above, low)
         tighter = high < highest
         for index in np.flatnonzero(tighter):
             binding[int(index)] = slo.text
         highest = np.minimum(highest, high)
         lowest = np.maximum(lowest, low)
-    saturation = model.saturation_rate(c2)
+    saturation = model.saturation_rate(above.c2_above_s)
     highest = np.minimum(highest, saturation)
     if max_batch is not None:
-        cap_rate = model.batch_cap_rate(c1, c2, max_batch)
+        cap_rate = model.batch_cap_rate(*knee.batch_cap_demands(c1, c2, above, max_batch), max_batch)
         for index in np.flatnonzero(cap_rate < highest):
             binding[int(index)] = batch_cap_label(max_batch)
         highest = np.minimum(highest, cap_rate)
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)
-    latency = np.where(feasible, model.mean_latency(c1, c2, max_rate), np.nan)
-    even = model.break_even(float(c1[0]), float(c2[0]), c1[1:], c2[1:])
+    latency = np.where(feasible, knee.mean_latency(c1, c2, above, max_rate), np.nan)
+    even_rate, faster_below = knee.break_even(float(c1[0]), float(c2[0]), knee.take(above, slice(0, 1)),
+                                              c1[1:], c2[1:], knee.take(above, slice(1, None)))
     ranked = np.where(feasible, max_rate, -1.0)
     best = int(np.argmax(ranked)) if np.any(feasible) else -1
     return Capacity(
@@ -148,9 +158,17 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         feasible=feasible,
         saturation_rate_rps=saturation,
         latency_at_capacity_s=latency,
-        break_even_rate_rps=even.rate_rps,
+        break_even_rate_rps=even_rate,
         best=best,
+        knee=above,
     )
+
+
+def latency_at(cap: Capacity, rates_rps: FloatArray) -> FloatArray:
+    """Mean latency (s) of every option at ``rates_rps`` (one rate per option), past the knee where it is."""
+    if cap.knee is None:
+        return model.mean_latency(cap.c1_s, cap.c2_s, rates_rps)
+    return knee.mean_latency(cap.c1_s, cap.c2_s, cap.knee, rates_rps)
 
 
 def batch_cap_label(max_batch: float) -> str:
@@ -374,10 +392,9 @@ def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[st
     rates = np.asarray(rates_rps, dtype=np.float64)
     feasible = rates > 0
     ranked = np.where(feasible, rates, -1.0)
-    from sdplan import model
 
     return replace(cap, max_rate_rps=rates, binding_slo=list(binding), feasible=feasible,
-                   latency_at_capacity_s=np.where(feasible, model.mean_latency(cap.c1_s, cap.c2_s, rates), np.nan),
+                   latency_at_capacity_s=np.where(feasible, latency_at(cap, rates), np.nan),
                    best=int(np.argmax(ranked)) if np.any(feasible) else -1)
 
 

@@ -60,6 +60,10 @@ class Coefficients:
         Serving-frontend seconds per streamed chunk (one chunk per step that emits tokens): ``C2`` is at
         least the answer's chunks times this (:func:`sdplan.model.frontend_floor`). 0 (no floor) unless a
         calibration measured it.
+    knee_tokens, knee_per_token_s : float
+        The compute-bound knee of the target's step (:mod:`sdplan.knee`): a decode or verification
+        step of ``T`` token rows costs ``knee_per_token_s * max(0, T - knee_tokens)`` (s) beyond its
+        linear step model. ``knee_per_token_s = 0`` (the default) is no knee.
     closed_loop_factor : float
         Only for predicting closed-loop benchmarks (``N`` clients):
         ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fit`). The planner's open-loop
@@ -82,3 +86,5 @@ class Coefficients:
     ttft_prefill_s: float = 0.0
     frontend_chunk_s: float = 0.0
     closed_loop_factor: float = 1.0
+    knee_tokens: float = 0.0
+    knee_per_token_s: float = 0.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sdplan import model
+from sdplan import knee, model
 from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ class SolvedGrid:
 
 def dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> SolvedGrid:
     """``L = C1/(1 - lambda C2)`` per point of a dense target, with the closed-form break-even rates."""
+    if knee.has_knee(coefficients):
+        return knee_grid(coefficients, rates, ks, tokens)
     c1_d, c2_d = model.baseline_demand(coefficients)
     c1, c2 = model.demand_from_tokens(coefficients, tokens, ks[None, :].astype(float))  # (a, k)
     lam = rates[None, :, None]  # (1, r, 1)
@@ -72,6 +74,37 @@ def dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, toke
                       base_utilisation=model.utilisation(c2_d, rates), c1=c1, c2=c2, latency=latency,
                       batch=model.effective_batch(lam, latency), rho=model.utilisation(c2[:, None, :], lam),
                       even=model.break_even(c1_d, c2_d, c1, c2))
+
+
+def knee_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> SolvedGrid:
+    """A dense target whose step has a compute-bound knee (:mod:`sdplan.knee`): two pieces per option.
+
+    The latency at each point is ``C1/(1 - lambda C2)`` with the demands that hold at that rate, the
+    utilisation ``lambda C2`` with the same demands, and the break-even found piece by piece
+    (:func:`sdplan.knee.break_even`). ``c1``/``c1_d`` are the zero-load demands, ``c2``/``c2_d`` the
+    demands past the knee: the ones that set the saturation rate ``1/C2``.
+    """
+    import numpy as np
+
+    g = coefficients.output_tokens
+    k_ak = ks[None, :].astype(np.float64)
+    c1_d, c2_d = model.baseline_demand(coefficients)
+    c1, c2 = model.demand_from_tokens(coefficients, tokens, k_ak)  # (a, k)
+    knee_d = knee.knee_demands(coefficients, c1_d, c2_d, model.baseline_steps(g), 1.0)
+    knee_sd = knee.knee_demands(coefficients, c1, c2, g / tokens, k_ak + 1.0)
+    lam = rates[None, :, None]  # (1, r, 1)
+    per_point = knee.take(knee_sd, (slice(None), None, slice(None)))
+    base_c1, base_c2 = knee.demands_at(c1_d, c2_d, knee_d, rates)
+    point_c1, point_c2 = knee.demands_at(c1[:, None, :], c2[:, None, :], per_point, lam)
+    base_latency = model.mean_latency(base_c1, base_c2, rates)
+    latency = model.mean_latency(point_c1, point_c2, lam)  # (a, r, k)
+    rate, faster_below = knee.break_even(float(c1_d), float(c2_d), knee_d, c1, c2, knee_sd)
+    return SolvedGrid(c1_d=float(c1_d), c2_d=float(knee_d.c2_above_s), base_latency=base_latency,
+                      base_batch=model.effective_batch(rates, base_latency),
+                      base_utilisation=model.utilisation(base_c2, rates), c1=c1, c2=knee_sd.c2_above_s,
+                      latency=latency, batch=model.effective_batch(lam, latency),
+                      rho=model.utilisation(point_c2, lam),
+                      even=model.BreakEven(rate_rps=rate, sd_faster_below=faster_below))
 
 
 def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from sdplan.acceptance import expected_tokens_per_cycle
 from sdplan.frozen import frozen
+from sdplan.knee import KneeDemands, knee_demands
 
 if TYPE_CHECKING:
     import numpy as np
@@ -120,15 +121,16 @@ def frontend_floor(coeffs: Coefficients, c2: Any, tokens_per_cycle: Any = 1.0) -
 class OptionDemands:
     """The options a replica can run: "off" (no SD) in column 0, ``draft_lengths[i-1]`` in column i.
 
-    ``draft_lengths`` (n+1,) is 0 then the draft lengths; ``tokens_per_cycle`` (..., n+1) is 1 for "off" and
-    ``E`` for SD; ``c1_s, c2_s`` (..., n+1) are :func:`baseline_demand` for "off", else
-    :func:`demand_from_tokens`.
+    ``draft_lengths`` (n+1,): 0, then the draft lengths; ``tokens_per_cycle`` (..., n+1): 1 for "off", else
+    ``E``; ``c1_s, c2_s`` (..., n+1): :func:`baseline_demand` for "off", else :func:`demand_from_tokens`;
+    ``knee``: past the compute-bound knee (:func:`sdplan.knee.knee_demands`).
     """
 
     draft_lengths: npt.NDArray[np.int64]
     tokens_per_cycle: FloatArray
     c1_s: FloatArray
     c2_s: FloatArray
+    knee: KneeDemands
 
 
 def option_lengths(draft_lengths: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -157,8 +159,10 @@ def option_demands(coeffs: Coefficients, draft_lengths: Sequence[int] | npt.NDAr
     def with_off(off: float, columns: FloatArray) -> FloatArray:
         return np.concatenate([np.full(lead + (1,), off), np.broadcast_to(columns, lead + (ks.size - 1,))], axis=-1)
 
-    return OptionDemands(draft_lengths=ks, tokens_per_cycle=with_off(1.0, tokens), c1_s=with_off(c1_d, c1_sd),
-                         c2_s=with_off(c2_d, c2_sd))
+    c1, c2, per_cycle = with_off(c1_d, c1_sd), with_off(c2_d, c2_sd), with_off(1.0, tokens)
+    steps = np.where(ks == 0, baseline_steps(coeffs.output_tokens), coeffs.output_tokens / per_cycle)  # g-1, g/E
+    return OptionDemands(draft_lengths=ks, tokens_per_cycle=per_cycle, c1_s=c1, c2_s=c2,
+                         knee=knee_demands(coeffs, c1, c2, steps, ks.astype(np.float64) + 1.0))
 
 
 def baseline_steps(output_tokens: float) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sdplan import model
+from sdplan import knee, model
 from sdplan.acceptance import AcceptanceSpec, expected_tokens_per_cycle
 from sdplan.errors import InvalidValueError
 from sdplan.frozen import frozen
@@ -218,10 +218,17 @@ def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates
     from sdplan.policy import goodput_latency
 
     options = model.option_demands(coefficients, ks, tokens)
-    adaptive = goodput_latency(options.c1_s, options.c2_s, rates)
     zero_load = np.argmin(options.c1_s, axis=1)  # the option tuned at batch size 1, kept at every load
     static = np.take_along_axis(option_latency, np.broadcast_to(zero_load[:, None, None],
                                                                 option_latency.shape[:2] + (1,)), axis=2)[..., 0]
+    if knee.has_knee(coefficients):
+        # Each option's latency is the smallest fixed point of an increasing h_k(B) (two pieces), and the
+        # smallest fixed point of min_k h_k is the least of them (docs/model.md#goodput-adaptive-draft-length).
+        chosen = np.argmin(option_latency, axis=2)
+        best = np.take_along_axis(option_latency, chosen[..., None], axis=2)[..., 0]
+        return _Goodput(latency_s=best, k=np.where(np.isfinite(best), options.draft_lengths[chosen], NONE_STABLE),
+                        zero_load_k=options.draft_lengths[zero_load], zero_load_k_latency_s=static)
+    adaptive = goodput_latency(options.c1_s, options.c2_s, rates)
     return _Goodput(latency_s=adaptive.latency_s,
                     k=np.where(np.isfinite(adaptive.latency_s), options.draft_lengths[adaptive.option], NONE_STABLE),
                     zero_load_k=options.draft_lengths[zero_load], zero_load_k_latency_s=static)
@@ -363,12 +370,11 @@ def default_rates(
     """
     import numpy as np
 
-    _, c2_d = model.baseline_demand(coefficients)
     a = np.asarray(alphas, dtype=np.float64)[:, None]
     k = np.asarray(draft_lengths, dtype=np.float64)[None, :]
     tokens = expected_tokens_per_cycle(a, k) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
-    _, c2 = model.demand_from_tokens(coefficients, tokens, k)
-    saturation = np.concatenate([[model.saturation_rate(c2_d)], model.saturation_rate(c2).ravel()])
+    # the demands past the compute-bound knee set the saturation (the same as C2 without a knee)
+    saturation = model.saturation_rate(model.option_demands(coefficients, draft_lengths, tokens).knee.c2_above_s)
     finite = saturation[np.isfinite(saturation)]
     top = float(finite.max()) if finite.size else 1.0
     top *= 0.995

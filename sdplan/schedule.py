@@ -43,12 +43,14 @@ def step_times(coefficients: Coefficients, draft_lengths: list[int], sizes: Floa
     """Step time ``tau_k(n)`` in seconds, shape ``(n, 1 + len(draft_lengths))``; column 0 is no SD."""
     import numpy as np
 
+    from sdplan.knee import step_excess_s
     from sdplan.model import option_lengths, step_costs
 
     ks = option_lengths(draft_lengths).astype(np.float64)  # "off" (0) first
     n = np.asarray(sizes, dtype=np.float64)[:, None]
     fixed, per_other = step_costs(coefficients, ks)
-    tau = fixed[None, :] + (n - 1.0) * per_other[None, :]
+    # past the target's compute-bound knee every further token row of the step costs more (sdplan.knee)
+    tau = fixed[None, :] + (n - 1.0) * per_other[None, :] + step_excess_s(coefficients, n * (ks + 1.0)[None, :])
     if moe is not None:
         cover = moe.coverage
         phi = moe.phi(n * (ks + 1.0)[None, :])

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from sdplan import knee
 from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
 from sdplan.frozen import frozen
@@ -45,7 +46,8 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
         Closed loop of ``N``: ``C1 + f (N - 1) C2`` (``f`` the calibration's
         closed-loop factor). Open loop: ``C1/(1 - lambda C2)`` at the
         *arrival* rate (the achieved rate only when the file has no arrival
-        rate), Kong et al. eq. 1.
+        rate), Kong et al. eq. 1. Past the target's compute-bound knee, with
+        the demands above it (:mod:`sdplan.knee`).
 
     Notes
     -----
@@ -74,9 +76,22 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
         return float(solved.latency_s)
     if run.concurrency is not None:
         c1, c2 = run_demand(covered(coefficients, run, moe, run_others(run, 0.0)), run)
-        return c1 + model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor) * c2
+        others = model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor)
+        c1_at, c2_at = knee.batch_cap_demands(c1, c2, run_knee(coefficients, run, c1, c2), others)
+        return float(c1_at + others * c2_at)
     c1, c2 = run_demand(coefficients, run)
-    return float(model.mean_latency(c1, c2, run.arrival_rate_rps))
+    return float(knee.mean_latency(c1, c2, run_knee(coefficients, run, c1, c2), run.arrival_rate_rps))
+
+
+def run_knee(coefficients: Coefficients, run: BenchmarkRun, c1: float, c2: float) -> knee.KneeDemands:
+    """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.knee`)."""
+    from sdplan import model
+    from sdplan.runmodel import run_tokens_per_cycle
+
+    if run.draft_length == 0:
+        return knee.knee_demands(coefficients, c1, c2, model.baseline_steps(coefficients.output_tokens), 1.0)
+    return knee.knee_demands(coefficients, c1, c2, coefficients.output_tokens / run_tokens_per_cycle(run),
+                             run.draft_length + 1.0)
 
 
 def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,

@@ -126,10 +126,13 @@ def per_size_optimum(max_num_seqs: int, ks: list[int], alpha: float) -> list[int
 
     c = resolve_calibration(DEFAULT).coefficients_at(1024, 512)
     best = []
+    def past_knee(rows: int) -> float:  # the target's compute-bound knee: each row past it costs this much more
+        return c.knee_per_token_s * max(rows - c.knee_tokens, 0.0)
+
     for n in range(1, max_num_seqs + 1):
-        options = [(1.0 / (c.baseline_c1_step_s + (n - 1) * c.baseline_c2_step_s), 0)]
+        options = [(1.0 / (c.baseline_c1_step_s + (n - 1) * c.baseline_c2_step_s + past_knee(n)), 0)]
         for k in ks:
-            tau = c.c1v_s + k * c.c1d_s + (n - 1) * (c.c2v_s + k * c.c2d_s)
+            tau = c.c1v_s + k * c.c1d_s + (n - 1) * (c.c2v_s + k * c.c2d_s) + past_knee(n * (k + 1))
             options.append((float(expected_tokens_per_cycle(alpha, k)) / tau, k))
         best.append(max(options, key=lambda item: (item[0], -item[1]))[1])
     return best

@@ -25,7 +25,8 @@ def direct_document(name: str, slopes: bool) -> tuple[object, dict]:
                  "c2d_per_context_token_s": draft["per_context_token_s"]}
         base |= {"c2_step_per_context_token_s": target["per_context_token_s"]}
     document = {"reference_workload": {"prompt_tokens": 1024, "output_tokens": 512},
-                "coefficients": {"c1p_s": ref.c1p_s, "c2p_s": ref.c2p_s, "speculative": spec, "baseline": base}}
+                "coefficients": {"c1p_s": ref.c1p_s, "c2p_s": ref.c2p_s, "speculative": spec, "baseline": base,
+                                 "knee_tokens": ref.knee_tokens, "knee_per_token_s": ref.knee_per_token_s}}
     return cal, document
 
 

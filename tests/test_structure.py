@@ -173,22 +173,14 @@ def test_the_checks_see_a_cycle_and_a_private_import(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- sizes
 
-#: At most this many lines in a module of ``sdplan/``.
-MODULE_LINES = 500
-#: At most this many lines in a function, from its ``def`` to its last line (decorators not counted).
-FUNCTION_LINES = 80
+# Length is for review, not for a test: module and function line caps shaped code to fit them (two modules at
+# exactly 500 lines, functions at 77-80). A cap on parameters stays: a long signature is a missing record.
 #: At most this many parameters of a function, ``self`` and ``*args``/``**kwargs`` included; click commands,
 #: whose signature is their option list, are excepted.
 FUNCTION_PARAMETERS = 12
 
-#: The one function allowed over FUNCTION_LINES for good: the simulator's event loop, kept whole because it is
-#: the hot loop.
-EVENT_LOOP = {"sdplan/simulate/engine.py:simulate"}
-
 #: Known offenders, each at most its size today. Split them and remove the entry: the test fails while an entry
-#: names something that is gone or back within the limit, so these lists only shrink.
-LONG_MODULES: dict[str, int] = {}
-LONG_FUNCTIONS: dict[str, int] = {}
+#: names something that is gone or back within the limit, so the list only shrinks.
 MANY_PARAMETERS: dict[str, int] = {}
 
 
@@ -251,17 +243,6 @@ def over_limit(measured: dict[str, int], limit: int, allowed: dict[str, int], un
 @pytest.fixture(scope="module")
 def measured() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
     return sizes()
-
-
-def test_no_module_is_over_500_lines(measured: tuple[dict[str, int], dict[str, int], dict[str, int]]) -> None:
-    assert over_limit(measured[0], MODULE_LINES, LONG_MODULES, "lines") == []
-
-
-def test_no_function_is_over_80_lines(measured: tuple[dict[str, int], dict[str, int], dict[str, int]]) -> None:
-    event_loop = {name: measured[1].get(name, 0) for name in EVENT_LOOP}
-    assert all(size > FUNCTION_LINES for size in event_loop.values()), f"no longer over the limit: {event_loop}"
-    others = {name: size for name, size in measured[1].items() if name not in EVENT_LOOP}
-    assert over_limit(others, FUNCTION_LINES, LONG_FUNCTIONS, "lines") == []
 
 
 def test_no_function_has_more_than_12_parameters(

@@ -61,6 +61,14 @@ def check_method_tables(document: Mapping[str, Any], path: str) -> None:
     if isinstance(moe, dict) and isinstance(moe.get("experts"), int) and isinstance(moe.get("experts_per_token"), int) \
             and moe["experts_per_token"] > moe["experts"]:
         raise InputFileError(path, "moe.experts_per_token", "cannot exceed moe.experts (m <= M)")
+    for table, pair in (("step_model.target", ("knee_tokens", "per_token_above_knee_s")),
+                        ("coefficients", ("knee_tokens", "knee_per_token_s"))):
+        keys = document.get(table.split(".")[0], {})
+        keys = keys.get("target", {}) if table == "step_model.target" and isinstance(keys, dict) else keys
+        if isinstance(keys, dict) and (pair[0] in keys) != (pair[1] in keys):
+            given, missing = pair if pair[0] in keys else pair[::-1]
+            raise InputFileError(path, f"{table}.{missing}",
+                                 f"a knee needs both keys: {given} is given; add {missing} or remove {given}")
     if provenance["method"] in ("roofline", "derived") and not provenance.get("assumptions"):
         raise InputFileError(
             path, "provenance.assumptions", f"a {provenance['method']} calibration must list its assumptions; add them"

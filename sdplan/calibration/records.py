@@ -180,6 +180,9 @@ class DirectCoefficients:
     c2d_per_context_token_s: float | None
     #: Serving-frontend seconds per streamed chunk (:func:`sdplan.model.frontend_floor`); 0 when absent.
     frontend_chunk_s: float = 0.0
+    #: The target step's compute-bound knee (:mod:`sdplan.knee`); 0 when absent (no knee).
+    knee_tokens: float = 0.0
+    knee_per_token_s: float = 0.0
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> DirectCoefficients:
@@ -192,23 +195,33 @@ class DirectCoefficients:
                    c1v_s=spec["c1v_s"], c2v_s=spec["c2v_s"], c1d_s=spec["c1d_s"], c2d_s=spec["c2d_s"],
                    c2v_per_context_token_s=spec.get("c2v_per_context_token_s"),
                    c2d_per_context_token_s=spec.get("c2d_per_context_token_s"),
-                   frontend_chunk_s=float(table.get("frontend_chunk_s", 0.0)))
+                   frontend_chunk_s=float(table.get("frontend_chunk_s", 0.0)),
+                   knee_tokens=float(table.get("knee_tokens", 0.0)),
+                   knee_per_token_s=float(table.get("knee_per_token_s", 0.0)))
 
 
 @frozen(kw_only=True)
 class StepCost:
-    """A linear step-time model of one model's forward step (``[step_model.target]``, ``.draft``), seconds."""
+    """A linear step-time model of one model's forward step (``[step_model.target]``, ``.draft``), seconds.
+
+    ``knee_tokens`` and ``per_token_above_knee_s``: the target's compute-bound knee (:mod:`sdplan.knee`);
+    0 where the file gives none.
+    """
 
     fixed_s: float
     per_sequence_s: float
     per_query_token_s: float
     per_context_token_s: float
+    knee_tokens: float = 0.0
+    per_token_above_knee_s: float = 0.0
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> StepCost:
-        """The record of a schema-checked step table."""
+        """The record of a schema-checked step table (no knee where the table gives none)."""
         return cls(fixed_s=table["fixed_s"], per_sequence_s=table["per_sequence_s"],
-                   per_query_token_s=table["per_query_token_s"], per_context_token_s=table["per_context_token_s"])
+                   per_query_token_s=table["per_query_token_s"], per_context_token_s=table["per_context_token_s"],
+                   knee_tokens=float(table.get("knee_tokens", 0.0)),
+                   per_token_above_knee_s=float(table.get("per_token_above_knee_s", 0.0)))
 
 
 @frozen(kw_only=True)

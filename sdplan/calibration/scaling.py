@@ -107,6 +107,8 @@ def direct_coefficients_at(direct: DirectCoefficients, reference: ReferenceWorkl
         prompt_tokens=float(prompt_tokens),
         output_tokens=float(output_tokens),
         frontend_chunk_s=direct.frontend_chunk_s,  # per chunk, whatever the lengths
+        knee_tokens=direct.knee_tokens,  # token rows of a step, whatever the lengths
+        knee_per_token_s=direct.knee_per_token_s,
     )
 
 
@@ -130,7 +132,9 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
         c1p = P.fixed + p P.tok                   c2p = p P.load_tok
         baseline: c2_step = T.seq + T.tok + s T.ctx,  c1_step = T.fixed + c2_step
 
-    The draft's KV context is taken equal to the target's.
+    The draft's KV context is taken equal to the target's. The target's
+    compute-bound knee, where the file gives one, is carried as it is
+    (:mod:`sdplan.knee`): it does not depend on the workload.
     """
     target, draft, prefill = steps.target, steps.draft, steps.prefill
     context = mean_context(prompt_tokens, output_tokens)
@@ -149,4 +153,6 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
         baseline_c2_step_s=target_per_sequence,
         prompt_tokens=float(prompt_tokens),
         output_tokens=float(output_tokens),
+        knee_tokens=target.knee_tokens,
+        knee_per_token_s=target.per_token_above_knee_s,
     )

@@ -29,6 +29,18 @@ _STEP = Table(
     }
 )
 
+#: The target's step: the linear model, and optionally the knee past which the step is bound by compute
+#: (``docs/model.md#compute-bound-knee``).
+_TARGET_STEP = Table(
+    {
+        **_STEP.fields,
+        "knee_tokens": Field("float", "token rows in one step (sequences x query tokens) past which the step is "
+                             "bound by compute; needs per_token_above_knee_s", required=False, minimum=1.0),
+        "per_token_above_knee_s": _cost("seconds each token row past knee_tokens adds beyond per_query_token_s",
+                                        required=False),
+    }
+)
+
 CALIBRATION_SCHEMA = Table(
     {
         "schema_version": Field("int", f"calibration schema version; this sdplan reads {SCHEMA_VERSION}"),
@@ -114,6 +126,11 @@ CALIBRATION_SCHEMA = Table(
                 "frontend_chunk_s": _cost(
                     "serving-frontend seconds per streamed chunk: C2 is at least the answer's chunks (g without "
                     "SD, g/E with it) times this; 0 or absent: no floor", required=False),
+                "knee_tokens": Field("float", "token rows in one target step past which it is bound by compute "
+                                     "(docs/model.md#compute-bound-knee); needs knee_per_token_s", required=False,
+                                     minimum=1.0),
+                "knee_per_token_s": _cost("seconds each token row past knee_tokens adds to a target step",
+                                          required=False),
                 "baseline": Table(
                     {
                         "c1_step_s": _cost("plain decode step: seconds per step"),
@@ -255,6 +272,9 @@ CALIBRATION_SCHEMA = Table(
                     "float", f"{stat} relative error of the fitted {component} step form over the priced grid, percent",
                     required=component != "draft", minimum=0.0)
                    for component in ("target", "draft", "prefill", "interference") for stat in ("mean", "max")},
+                **{f"target_linear_{stat}_error_pct": Field(
+                    "float", f"{stat} relative error of a straight-line target step (no knee) over the priced grid, "
+                    "percent, where the knee was kept", required=False, minimum=0.0) for stat in ("mean", "max")},
                 "anchor": Field("str", "how the no-SD part was anchored to measured rows, or why not"),
                 "anchor_rows": Field("int", "measured rows anchored to", required=False, minimum=0),
                 "anchor_decode_scale": Field("float", "factor on every step cost", required=False, minimum=0.0),
@@ -272,7 +292,7 @@ CALIBRATION_SCHEMA = Table(
         ),
         "step_model": Table(
             {
-                "target": _STEP,
+                "target": _TARGET_STEP,
                 "draft": _STEP,
                 "prefill": Table(
                     {

@@ -156,10 +156,10 @@ def _warnings(scenario: Scenario, cap: Capacity, use_simulator: bool) -> list[st
     import numpy as np
 
     from sdplan import model
-    from sdplan.capacity import batch_cap_label
+    from sdplan.capacity import batch_cap_label, latency_at
     from sdplan.serving import batch_cap_warning
 
-    at_capacity = cap.max_rate_rps * model.mean_latency(cap.c1_s, cap.c2_s, cap.max_rate_rps)
+    at_capacity = cap.max_rate_rps * latency_at(cap, cap.max_rate_rps)
     finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
                                                       scenario.workload.output_tokens,

@@ -61,6 +61,9 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
         ("verification of k+1 tokens per sequence: every op but attention at batch x (k+1) token rows, as "
         "AIConfigurator prices MTP verification; attention at batch sequences (each sequence's KV read once per "
         "step, as multi-query attention kernels do)"),
+        ("the target's step is fitted with a compute-bound knee where one fits AIConfigurator's step costs "
+         "better than a straight line: flat in the token rows while bound by memory, then a second slope per row "
+         "(step_model.target.knee_tokens; derivation.target_linear_* give the straight line's error)"),
         "chain drafting (top-k 1): one token per draft step, k + 1 tokens verified; tree drafting is not modelled",
         f"SD bookkeeping and rejection sampling: {SD_CYCLE_OVERHEAD_S * 1e3:g} ms per cycle (assumed, not priced)",
         ("chunked prefill: a concurrent prompt's prefill delays the decode step it joins by AIConfigurator's mixed "
@@ -139,8 +142,12 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
     spec_overhead = (NGRAM_HOST_FIXED_S if method == "ngram" else 0.0) + SD_CYCLE_OVERHEAD_S
     per_sequence_overhead = NGRAM_HOST_PER_SEQUENCE_S if method == "ngram" else 0.0
     fixed, per_token, load = fitted.prefill
+    target = {key: rounded(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.target)}
+    knee_tokens, above_knee = fitted.knee
+    if above_knee > 0.0:
+        target.update(knee_tokens=knee_tokens, per_token_above_knee_s=rounded(above_knee * decode_scale))
     return {
-        "target": {key: rounded(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.target)},
+        "target": target,
         "draft": {key: rounded(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.draft)},
         "prefill": {"fixed_s": rounded(fixed * prefill_scale),
                     "per_prompt_token_s": rounded(per_token * prefill_scale),

@@ -14,6 +14,7 @@ fitted form against the priced curve.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sdplan.derive.pricing import Pricer
 from sdplan.derive.request import (
@@ -82,6 +83,56 @@ def step_rows(points: list[tuple[int, int, int]], routing: tuple[int, int] | Non
     return rows
 
 
+#: Token rows per step tried as the target's knee (:func:`fit_knee`): a step of B sequences of q query
+#: tokens has B q rows; the grids price up to 256 x 6.
+KNEE_CANDIDATES = (32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768)
+#: A knee is kept only where it lowers the mean relative error of the target's fit by at least this share:
+#: a straight line that fits as well needs no second slope.
+KNEE_MIN_GAIN = 0.2
+
+
+@dataclass(frozen=True)
+class KneeFit:
+    """The target's step fitted with a compute-bound knee (:func:`fit_knee`)."""
+
+    target: list[float]
+    knee_tokens: float
+    per_token_above_knee_s: float
+    mean_error_pct: float
+    max_error_pct: float
+
+
+def fit_knee(points: list[tuple[int, int, int]], values: list[float]) -> KneeFit | None:
+    """The target's step with a knee: ``T = fixed + B (seq + q tok + s ctx) + b max(0, B q - R)``.
+
+    Notes
+    -----
+    A step streams the weights once and multiplies its ``B q`` token rows by them: flat while memory
+    bound, then ``b`` more per row once the rows keep the matrix units busy longer than the weights take
+    to stream (``docs/model.md#compute-bound-knee``). AIConfigurator's GEMM timings show it (Llama-3.1-8B
+    on H100, vLLM 0.24 database: the non-attention ops cost 5.7 ms at 1 row, 6.7 ms at 128, 11.2 ms at 512,
+    21.6 ms at 1,024 rows, 20 us a row past the knee), and one slope over all rows prices small batches too
+    dear and large ones too cheap. For each knee ``R`` of :data:`KNEE_CANDIDATES` within the rows priced,
+    the five costs are fitted by :func:`fit_linear`; the knee of least mean relative error is kept if it
+    lowers the straight line's by :data:`KNEE_MIN_GAIN` or more. None otherwise.
+    """
+    straight_rows = step_rows(points)
+    _, straight_mean, _ = fit_linear(straight_rows, values)
+    most = max(b * q for b, q, _ in points)
+    best: KneeFit | None = None
+    for knee in KNEE_CANDIDATES:
+        if knee >= most:
+            break
+        rows = [[*row, float(max(b * q - knee, 0))] for row, (b, q, _) in zip(straight_rows, points)]
+        coefficients, mean, worst = fit_linear(rows, values)
+        if coefficients[4] > 0.0 and (best is None or mean < best.mean_error_pct):
+            best = KneeFit(target=coefficients[:4], knee_tokens=float(knee), per_token_above_knee_s=coefficients[4],
+                           mean_error_pct=mean, max_error_pct=worst)
+    if best is None or best.mean_error_pct > (1.0 - KNEE_MIN_GAIN) * straight_mean:
+        return None
+    return best
+
+
 @frozen
 class FittedSteps:
     """The step model fitted to one request's priced steps (seconds), before any anchoring.
@@ -103,6 +154,9 @@ class FittedSteps:
         KV cache tokens AIConfigurator's memory model allows (None where it cannot say).
     points : int
         Target steps priced.
+    knee : tuple of float
+        ``knee_tokens, per_token_above_knee_s`` of the target's step (:func:`fit_knee`); ``(0, 0)``
+        where a straight line fits as well, or for an MoE target.
     """
 
     target: list[float]
@@ -113,6 +167,7 @@ class FittedSteps:
     batches: list[int]
     kv_tokens: int | None
     points: int
+    knee: tuple[float, float] = (0.0, 0.0)
 
 
 def fit_steps(request: DeriveRequest, pricer: Pricer, note: Callable[[str], None]) -> FittedSteps:
@@ -127,6 +182,13 @@ def fit_steps(request: DeriveRequest, pricer: Pricer, note: Callable[[str], None
     target, target_mean, target_max = fit_linear(step_rows(points, pricer.routing), target_values)
     experts = target[4] if pricer.routing is not None else 0.0
     errors = {"target": (target_mean, target_max)}
+    knee = (0.0, 0.0)
+    if pricer.routing is None:
+        found = fit_knee(points, target_values)
+        if found is not None:
+            target, knee = found.target, (found.knee_tokens, found.per_token_above_knee_s)
+            errors["target_linear"] = errors["target"]
+            errors["target"] = (found.mean_error_pct, found.max_error_pct)
 
     draft = [0.0, 0.0, 0.0, 0.0]
     if request.method != "ngram":
@@ -153,4 +215,4 @@ def fit_steps(request: DeriveRequest, pricer: Pricer, note: Callable[[str], None
                                              for p, b in mix])
     errors["interference"] = (l_mean, l_max)
     return FittedSteps(target=target[:4], draft=draft, prefill=(p_fixed, p_tok, load_tok), experts_s=experts,
-                       errors=errors, batches=batches, kv_tokens=kv_tokens, points=len(points))
+                       errors=errors, batches=batches, kv_tokens=kv_tokens, points=len(points), knee=knee)

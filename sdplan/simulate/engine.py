@@ -94,6 +94,12 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     c = coefficients
     rates_all = np.asarray(config.position_rates, dtype=np.float64)
 
+    knee_tokens, knee_slope = c.knee_tokens, c.knee_per_token_s
+
+    def knee_excess(rows: float) -> float:
+        """Seconds a step of ``rows`` decode token rows costs past the compute-bound knee (sdplan.knee)."""
+        return knee_slope * (rows - knee_tokens) if rows > knee_tokens and knee_slope > 0.0 else 0.0
+
     def step_costs(draft: int) -> tuple[float, float]:
         if draft:
             return c.c1v_s + draft * c.c1d_s, c.c2v_s + draft * c.c2d_s
@@ -197,7 +203,8 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             # admission, no other chunk) until its last chunk or the next completion; leap over those steps
             # (a prompt of 10^8 tokens is 10^4 steps of chunked prefill).
             repeats = math.ceil(prefilling[0][1] / budget) - 1
-            step = ((fixed + (batch - 1) * per_sequence) if batch else idle_overhead) + budget * per_prompt_token
+            step = ((fixed + (batch - 1) * per_sequence + knee_excess(batch * (k + 1))) if batch else idle_overhead) \
+                + budget * per_prompt_token
             if batch and decode is None:
                 repeats = min(repeats, heap[0][0] - counter - 1)
             if adaptive and not queue and next_arrival < n:  # an arrival changes the goodput policy's choice of k
@@ -238,7 +245,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             budget -= take
             chunk_tokens += take
             prefilling.append([request, prompt_list[request] - take])
-        step = (fixed + (batch - 1) * per_sequence) if batch else 0.0
+        step = (fixed + (batch - 1) * per_sequence + knee_excess(batch * (k + 1))) if batch else 0.0
         engine = batch + len(prefilling)
         if chunk_tokens > 0:
             step += chunk_tokens * per_prompt_token + (idle_overhead if batch == 0 else 0.0)
