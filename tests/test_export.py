@@ -403,13 +403,15 @@ def test_method_costs_have_their_shapes() -> None:
     assert eagle.c1d_s < 0.5 * draft.c1d_s and eagle.c2d_s < draft.c2d_s
     target = ngram_cal.document["step_model"]["target"]
     assert ngram.c1d_s == ngram.c2d_s == pytest.approx(target["per_query_token_s"])  # verify the extra token only
-    assert ngram.c1v_s > eagle.c1v_s and ngram.c2v_s > eagle.c2v_s  # host proposer: per cycle and per sequence
+    # n-gram matching on the host costs a small share of the step, per cycle and per sequence; a proposer that
+    # runs a model pays the drafting phase's launch and bookkeeping per cycle instead
+    assert ngram.c2v_s > eagle.c2v_s and ngram.c1v_s < eagle.c1v_s
 
 
 def test_trtllm_cuts_longer_drafts_to_the_batch_1_length(sdplan) -> None:
-    """DeepSeek-V3's roofline schedule drafts more at mid batch sizes than at 1 (expert coverage saturates);
+    """Qwen3-30B-A3B's schedule drafts more at mid batch sizes than at 1 (expert coverage saturates);
     TensorRT-LLM needs the batch-1 length to be the longest, so later tiers are cut and equal ones merged."""
-    name = "8xh200_deepseek-v3_mtp_derived"
+    name = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived"
     vllm = json.loads(sdplan("capacity", "-c", name, "--acceptance", "0.8", "-f", "vllm-config").stdout)
     schedule = vllm["num_speculative_tokens_per_batch_size"]
     assert max(k for _, _, k in schedule) > schedule[0][2]

@@ -237,7 +237,8 @@ class PrefillCost:
 class StepModel:
     """The per-step form (``[step_model]``): the target's, the draft's and prefill's step models.
 
-    The speculation overheads are 0 where the file has no ``[step_model.speculation]``.
+    The speculation overheads are 0 where the file has no ``[step_model.speculation]``, the engine's step
+    overhead (every step, SD or not) 0 where it has no ``[step_model.engine]``.
     """
 
     target: StepCost
@@ -245,6 +246,7 @@ class StepModel:
     prefill: PrefillCost
     overhead_fixed_s: float = 0.0
     overhead_per_sequence_s: float = 0.0
+    step_overhead_s: float = 0.0
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> StepModel:
@@ -255,7 +257,8 @@ class StepModel:
                    prefill=PrefillCost(fixed_s=prefill["fixed_s"], per_prompt_token_s=prefill["per_prompt_token_s"],
                                        load_per_prompt_token_s=prefill["load_per_prompt_token_s"]),
                    overhead_fixed_s=overhead["overhead_fixed_s"],
-                   overhead_per_sequence_s=overhead["overhead_per_sequence_s"])
+                   overhead_per_sequence_s=overhead["overhead_per_sequence_s"],
+                   step_overhead_s=table.get("engine", {}).get("step_overhead_s", 0.0))
 
 
 def read_costs(document: Mapping[str, Any]) -> DirectCoefficients | StepModel:

@@ -128,9 +128,11 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
 
         c2v = T.seq + T.tok + s T.ctx + overhead_seq
         c2d = T.tok + D.seq + D.tok + s D.ctx     (the k extra verified tokens)
-        c1v = T.fixed + overhead_fixed + c2v      c1d = D.fixed + c2d
+        c1v = T.fixed + o_step + overhead_fixed + c2v      c1d = D.fixed + c2d
         c1p = P.fixed + p P.tok                   c2p = p P.load_tok
-        baseline: c2_step = T.seq + T.tok + s T.ctx,  c1_step = T.fixed + c2_step
+        baseline: c2_step = T.seq + T.tok + s T.ctx,  c1_step = T.fixed + o_step + c2_step
+
+    with ``o_step`` the engine's host overhead per step (``[step_model.engine]``), SD or not.
 
     The draft's KV context is taken equal to the target's. The target's
     compute-bound knee, where the file gives one, is carried as it is
@@ -145,11 +147,11 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
     return Coefficients(
         c1p_s=prefill.fixed_s + prompt_tokens * prefill.per_prompt_token_s,
         c2p_s=prompt_tokens * prefill.load_per_prompt_token_s,
-        c1v_s=target.fixed_s + steps.overhead_fixed_s + c2v,
+        c1v_s=target.fixed_s + steps.step_overhead_s + steps.overhead_fixed_s + c2v,
         c2v_s=c2v,
         c1d_s=draft.fixed_s + c2d,
         c2d_s=c2d,
-        baseline_c1_step_s=target.fixed_s + target_per_sequence,
+        baseline_c1_step_s=target.fixed_s + steps.step_overhead_s + target_per_sequence,
         baseline_c2_step_s=target_per_sequence,
         prompt_tokens=float(prompt_tokens),
         output_tokens=float(output_tokens),

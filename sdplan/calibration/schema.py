@@ -310,6 +310,13 @@ CALIBRATION_SCHEMA = Table(
                     },
                     required=False,
                 ),
+                "engine": Table(
+                    {
+                        "step_overhead_s": _cost("the engine's host seconds per step, SD or not (scheduling, "
+                                                 "input preparation, sampling, output processing)"),
+                    },
+                    required=False,
+                ),
             },
             required=False,
         ),

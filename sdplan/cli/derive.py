@@ -28,6 +28,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str) -> tu
               help="Version of that database. Default: AIConfigurator's current one for the system.")
 @click.option("--tensor-parallel-size", "--tp", "tensor_parallel_size", type=click.IntRange(1, 64), default=1,
               show_default=True, help="GPUs per replica.")
+@click.option("--draft-tp", "draft_tensor_parallel_size", type=click.IntRange(1, 64), metavar="N",
+              help="GPUs the draft model runs on (vLLM's draft_tensor_parallel_size). Default: the target's.")
 @click.option("--precision", default="bf16", show_default=True, type=click.Choice(("bf16", "fp8", "fp8_block")),
               help="Weights precision (fp8_block: DeepSeek's blockwise FP8).")
 @click.option("--draft-lengths", default="1-5", show_default=True, callback=_draft_lengths, metavar="LIST",
@@ -47,7 +49,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str) -> tu
               help="Calibration TOML to write (atomically); - for stdout.")
 @output_options(formats=("table", "json"), to_file=False)
 def derive(target_model: str, system: str, speculative_method: str, draft_model: str | None, backend: str,
-           backend_version: str | None, tensor_parallel_size: int, precision: str, draft_lengths: tuple[int, ...],
+           backend_version: str | None, tensor_parallel_size: int, draft_tensor_parallel_size: int | None,
+           precision: str, draft_lengths: tuple[int, ...],
            max_num_seqs: int, prompt_tokens: int, output_tokens: int, no_anchor: bool, date_text: str | None,
            name: str | None, calibration_out: str, fmt: str, ascii_only: bool) -> None:
     """Derive a calibration from NVIDIA AIConfigurator's silicon-measured op database.
@@ -91,7 +94,8 @@ def derive(target_model: str, system: str, speculative_method: str, draft_model:
     request = DeriveRequest(
         target_model=target_model, system=system, method=speculative_method, draft_model=draft_model,
         backend=backend, backend_version=backend_version, tensor_parallel_size=tensor_parallel_size,
-        precision=precision, draft_lengths=draft_lengths, max_num_seqs=max_num_seqs, prompt_tokens=prompt_tokens,
+        draft_tensor_parallel_size=draft_tensor_parallel_size, precision=precision, draft_lengths=draft_lengths,
+        max_num_seqs=max_num_seqs, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, name=name or (None if to_stdout else out.stem), date=date, anchor=not no_anchor)
     result = run_derive(request, progress=lambda text: click.echo(text, err=True))
     calibration = parse_calibration(result.document, str(out))

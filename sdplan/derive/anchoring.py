@@ -13,7 +13,7 @@ from typing import Any
 
 from sdplan.derive.fitting import fit_linear
 from sdplan.derive.pricing import Pricer
-from sdplan.derive.request import MS, DeriveRequest, model_key
+from sdplan.derive.request import ENGINE_STEP_OVERHEAD_S, MS, DeriveRequest, model_key
 from sdplan.errors import MissingDependencyError
 from sdplan.frozen import frozen
 from sdplan.runs import silicon
@@ -62,7 +62,8 @@ def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) ->
     tokens runs ``N`` sequences per decode step and admits ``N / g`` new
     prompts per step, each adding its prefill to the step it is chunked into
     (sdplan's ``c2p``: ``sdplan-calibration(5)``). Its time per output token is
-    then ``TPOT = a D(N, s) + b (N / g) P(p)`` with ``D`` AIConfigurator's
+    then ``TPOT = a D(N, s) + b (N / g) P(p) + o`` with ``o`` the engine's host
+    overhead per step (:data:`~sdplan.derive.request.ENGINE_STEP_OVERHEAD_S`, fixed), and ``D`` AIConfigurator's
     decode step at the mean context ``s = p + g/2`` and ``P`` its prefill of one
     prompt. ``a`` and ``b`` are fitted by
     :func:`~sdplan.derive.fitting.fit_linear` to the measured rows whose
@@ -79,14 +80,21 @@ def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) ->
             continue
         decode = pricer.decode(pricer.target, clients, prompt + output // 2)
         prefill = float(pricer.target.predict_prefill_latency(1, prompt)) * MS * clients / output
-        design.append([decode, prefill])
+        design.append([decode, prefill, 1.0])
         measured_s.append(run.mean_tpot_s)
         used.append((clients, version))
     if len(design) < 3:
         return None
-    (decode_scale, prefill_scale), mape, worst = fit_linear(design, measured_s)
-    raw = [abs(d + p - m) / m * 100.0 for (d, p), m in zip(design, measured_s)]
-    bias = sum((d + p - m) / m * 100.0 for (d, p), m in zip(design, measured_s)) / len(measured_s)
+    # The engine's step overhead is part of every measured step but no op AIConfigurator prices: it is fixed
+    # at its sourced value, and a and b scale what remains.
+    o = ENGINE_STEP_OVERHEAD_S
+    (decode_scale, prefill_scale), _, _ = fit_linear([row[:2] for row in design],
+                                                     [max(m - o, 1e-6) for m in measured_s])
+    fitted = [decode_scale * d + prefill_scale * p + o for d, p, _ in design]
+    errors = [abs(f - m) / m * 100.0 for f, m in zip(fitted, measured_s)]
+    mape, worst = sum(errors) / len(errors), max(errors)
+    raw = [abs(d + p + o - m) / m * 100.0 for (d, p, _), m in zip(design, measured_s)]
+    bias = sum((d + p + o - m) / m * 100.0 for (d, p, _), m in zip(design, measured_s)) / len(measured_s)
     return {
         "rows": len(used),
         "rows_left_out": len(measured.runs) - len(used),

@@ -19,9 +19,9 @@ from sdplan.derive.request import (
     ARCHITECTURES,
     CONTEXT_GRID,
     EAGLE3_DRAFT_VOCAB,
+    ENGINE_STEP_OVERHEAD_S,
     MODEL_ALIASES,
-    NGRAM_HOST_FIXED_S,
-    NGRAM_HOST_PER_SEQUENCE_S,
+    NGRAM_DRAFT_SHARE,
     PROMPT_GRID,
     SD_CYCLE_OVERHEAD_S,
     SYSTEMS,
@@ -35,9 +35,9 @@ PRECISION_TEXT = {"bf16": "bfloat16 weights, activations and KV cache",
                   "fp8": "float8 weights and activations (per tensor), bfloat16 KV cache",
                   "fp8_block": "float8 weights (blockwise), bfloat16 KV cache"}
 STEP_KEYS = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
-ANCHOR_HOW = ("a closed loop's TPOT = a x AIConfigurator decode step + b x (N/g) x its prefill, fitted to the "
-              "measured rows; every step cost x a, every prefill cost x b (AIConfigurator's SD-to-no-SD step "
-              "ratios kept)")
+ANCHOR_HOW = ("a closed loop's TPOT = a x AIConfigurator decode step + b x (N/g) x its prefill + the engine's "
+              "step overhead, fitted to the measured rows; every step cost x a, every prefill cost x b "
+              "(AIConfigurator's SD-to-no-SD step ratios kept)")
 
 
 def hardware_of(request: DeriveRequest) -> str:
@@ -65,7 +65,12 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
          "better than a straight line: flat in the token rows while bound by memory, then a second slope per row "
          "(step_model.target.knee_tokens; derivation.target_linear_* give the straight line's error)"),
         "chain drafting (top-k 1): one token per draft step, k + 1 tokens verified; tree drafting is not modelled",
-        f"SD bookkeeping and rejection sampling: {SD_CYCLE_OVERHEAD_S * 1e3:g} ms per cycle (assumed, not priced)",
+        (f"the engine's host overhead per step, SD or not: {ENGINE_STEP_OVERHEAD_S * 1e3:.3g} ms "
+         "(step_model.engine; SpecDecode-Bench's fit to vLLM 0.10.1 on one H100, arXiv 2601.11580), taken for "
+         "every GPU and engine version"),
+        (f"the SD cycle's own overhead (drafting-phase launch, rejection sampling, bookkeeping): "
+         f"{SD_CYCLE_OVERHEAD_S * 1e3:.3g} ms per cycle for a proposer that runs a model (the same source's "
+         "EAGLE-3 drafting phase less the head steps AIConfigurator prices)"),
         ("chunked prefill: a concurrent prompt's prefill delays the decode step it joins by AIConfigurator's mixed "
         "step minus its decode step"),
     ]
@@ -77,12 +82,16 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
         found.append("the MTP module is priced by AIConfigurator's own MTP model: its nextn = k step minus "
                      "the verification step, per draft token, averaged over the draft lengths priced")
     elif method == "ngram":
-        found.append(f"n-gram lookup has no device work; its host cost, {NGRAM_HOST_FIXED_S * 1e6:g} us per "
-                     f"cycle and {NGRAM_HOST_PER_SEQUENCE_S * 1e6:g} us per sequence, is assumed (vLLM "
-                     "ngram_proposer, numba on the host), not priced")
+        found.append(f"n-gram lookup has no device work; its host cost per cycle is {NGRAM_DRAFT_SHARE * 100:g}% "
+                     "of the verification step (the same source's n-gram share, vLLM ngram_proposer on the host)")
     else:
-        found.append(f"the draft model runs with the target's tensor parallelism ({request.tensor_parallel_size}) "
-                     "and precision on the same GPUs, sharing their memory; its prefill is paid with the target's")
+        if request.draft_tensor_parallel_size in (None, request.tensor_parallel_size):
+            found.append(f"the draft model runs with the target's tensor parallelism ({request.tensor_parallel_size}) "
+                         "and precision on the same GPUs, sharing their memory; its prefill is paid with the target's")
+        else:
+            found.append(f"the draft model runs on {request.draft_tensor_parallel_size} of the target's "
+                         f"{request.tensor_parallel_size} GPUs (draft_tensor_parallel_size) with the target's "
+                         "precision, sharing their memory; its prefill is paid with the target's")
     for name in (request.target_model, request.draft_model):
         if name in MODEL_ALIASES and MODEL_ALIASES[name] != name:
             found.append(f"{name} is priced with AIConfigurator's {MODEL_ALIASES[name]} (same architecture)")
@@ -139,8 +148,11 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
 
 def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, prefill_scale: float) -> dict[str, Any]:
     """``[step_model]``: every step cost x ``decode_scale``, every prefill cost x ``prefill_scale``."""
-    spec_overhead = (NGRAM_HOST_FIXED_S if method == "ngram" else 0.0) + SD_CYCLE_OVERHEAD_S
-    per_sequence_overhead = NGRAM_HOST_PER_SEQUENCE_S if method == "ngram" else 0.0
+    # n-gram: its share of the verification step (k + 1 = 4 rows priced at the source's k = 3), no phase to
+    # launch; a proposer that runs a model: the SD cycle's own overhead.
+    verify_fixed, verify_per_sequence = fitted.target[0], fitted.target[1] + 4 * fitted.target[2]
+    spec_overhead = NGRAM_DRAFT_SHARE * verify_fixed * decode_scale if method == "ngram" else SD_CYCLE_OVERHEAD_S
+    per_sequence_overhead = NGRAM_DRAFT_SHARE * verify_per_sequence * decode_scale if method == "ngram" else 0.0
     fixed, per_token, load = fitted.prefill
     target = {key: rounded(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.target)}
     knee_tokens, above_knee = fitted.knee
@@ -154,6 +166,7 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
                     "load_per_prompt_token_s": rounded(load * prefill_scale)},
         "speculation": {"overhead_fixed_s": rounded(spec_overhead),
                         "overhead_per_sequence_s": rounded(per_sequence_overhead)},
+        "engine": {"step_overhead_s": rounded(ENGINE_STEP_OVERHEAD_S)},
     }
 
 

@@ -24,6 +24,7 @@ from sdplan.derive.request import (
     MS,
     DeriveRequest,
     aic_version,
+    draft_tp,
     quant_modes,
 )
 from sdplan.errors import InvalidValueError
@@ -107,7 +108,7 @@ class Pricer:
         self.draft: Any = None
         if request.method == "draft_model":
             self.draft_path = models.path(str(request.draft_model))
-            self.draft = self.compile(self.draft_path)
+            self.draft = self.compile(self.draft_path, tp=draft_tp(request))
         elif request.method in ("eagle", "eagle3"):
             head = eagle_head_config(shapes)
             self.draft_path = models.path(f"{request.draft_model}--priced-head", head)
@@ -119,9 +120,9 @@ class Pricer:
         requested = self.request.backend_version or "current"
         return str(perf_database.resolve_query_version(self.request.system, self.request.backend, requested))
 
-    def compile(self, path: str, nextn: int = 0) -> Any:
+    def compile(self, path: str, nextn: int = 0, tp: int | None = None) -> Any:
         request = self.request
-        tp = request.tensor_parallel_size
+        tp = tp or request.tensor_parallel_size
         return self.engine.EngineHandle.compile(
             path, request.system, request.backend, backend_version=self.version, tp_size=tp,
             moe_tp_size=tp, moe_ep_size=1, nextn=nextn, **quant_modes(request.precision))
@@ -195,24 +196,24 @@ class Pricer:
 
         quant = quant_modes(self.request.precision)
 
-        def estimate(path: str) -> dict[str, Any] | None:
+        def estimate(path: str, tp: int) -> dict[str, Any] | None:
             try:
                 return estimate_kv_cache(
                     path, self.request.system, self.request.backend, self.version,
                     max_num_tokens=8192, max_batch_size=self.request.max_num_seqs, memory_fraction_kind="of_total",
-                    memory_fraction_value=GPU_MEMORY_UTILIZATION, tp_size=self.request.tensor_parallel_size,
-                    moe_tp_size=self.request.tensor_parallel_size, moe_ep_size=1,
+                    memory_fraction_value=GPU_MEMORY_UTILIZATION, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
                     gemm_quant_mode=quant["gemm_quant_mode"], moe_quant_mode=quant["moe_quant_mode"])
             except (ValueError, KeyError, TypeError, AttributeError):
                 return None
 
-        target = estimate(self.target_path)
+        tp = self.request.tensor_parallel_size
+        target = estimate(self.target_path, tp)
         if target is None:
             return None
         free, per_token = float(target["total_kv_size_bytes"]), float(target["kv_size_per_token_bytes"])
         if self.draft_path is not None:
-            draft = estimate(self.draft_path)
-            if draft is not None:
+            draft = estimate(self.draft_path, draft_tp(self.request))
+            if draft is not None:  # a draft on fewer GPUs loads its weights and KV onto those: as much per GPU
                 free -= float(draft["memory_breakdown"]["weights_bytes"])
                 per_token += float(draft["kv_size_per_token_bytes"])
         return max(int(free / per_token), 0) if per_token > 0 else None

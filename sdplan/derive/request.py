@@ -56,11 +56,24 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 #: Draft vocabulary of the public EAGLE-3 heads (yuhuili/EAGLE3-*, AngelSlim/*_eagle3: draft_vocab_size).
 EAGLE3_DRAFT_VOCAB = 32000
-#: Host cost of vLLM's n-gram proposer (numba, CPU) per SD cycle and per running sequence: assumed, not priced.
-NGRAM_HOST_FIXED_S = 50e-6
-NGRAM_HOST_PER_SEQUENCE_S = 10e-6
-#: Rejection sampling and SD bookkeeping per cycle: assumed (AIConfigurator prices device steps only).
-SD_CYCLE_OVERHEAD_S = 0.5e-3
+#: The engine's overheads, which AIConfigurator's op database does not price (it times device ops). Source:
+#: SpecDecode-Bench's step-cost model fitted to real vLLM 0.10.1 runs of Llama-3.1-8B with EAGLE-3 on one
+#: H100 (Liu et al., arXiv 2601.11580; SpecDecode-Bench/simulator@2fdccbd6:predictor.py, class Llama8BH100;
+#: benchmarks/data/sd-measured/specdecode_bench_2601.11580.json, fitted_step_model).
+#: Host time every engine step pays, SD or not (scheduling, input preparation, sampling, output processing):
+#: ``overhead_constant_per_step``.
+ENGINE_STEP_OVERHEAD_S = 1.20683946e-3
+#: Their EAGLE-3 drafting phase per SD cycle at k = 3, its fixed part: ``draft_c_fixed``.
+EAGLE_DRAFT_PHASE_S = 2.13526175e-3
+#: AIConfigurator's price of one EAGLE-3 head step of that setup (Llama-3.1-8B on h100_sxm, vLLM 0.24.0
+#: database, batch 1): the device work inside that phase.
+EAGLE_HEAD_STEP_PRICED_S = 0.325e-3
+#: The SD cycle's own overhead (launching the drafting phase, rejection sampling, bookkeeping): the measured
+#: phase less the three head steps priced, about 1.16 ms; taken for every proposer that runs a model.
+SD_CYCLE_OVERHEAD_S = EAGLE_DRAFT_PHASE_S - 3 * EAGLE_HEAD_STEP_PRICED_S
+#: vLLM's n-gram proposer (numba, on the host) per cycle, as a share of the verification step it precedes:
+#: ``ngram_draft_percentage``, the same source.
+NGRAM_DRAFT_SHARE = 0.005875
 #: Share of GPU memory vLLM gives the model and its KV cache (--gpu-memory-utilization default).
 GPU_MEMORY_UTILIZATION = 0.9
 #: Grids priced: batch sizes (capped by max_num_seqs and the KV cache), mean contexts and prompt lengths.
@@ -82,6 +95,8 @@ class DeriveRequest:
     backend: str = "vllm"
     backend_version: str | None = None
     tensor_parallel_size: int = 1
+    #: GPUs the draft model runs on (vLLM's draft_tensor_parallel_size); None: the target's.
+    draft_tensor_parallel_size: int | None = None
     precision: str = "bf16"
     draft_lengths: tuple[int, ...] = (1, 2, 3, 4, 5)
     max_num_seqs: int = 256
@@ -101,6 +116,10 @@ class DeriveRequest:
             raise InvalidValueError(f"--system {self.system}: sdplan derives for {', '.join(SYSTEMS)}")
         if self.method in ("draft_model", "eagle", "eagle3") and not self.draft_model:
             raise InvalidValueError(f"--method {self.method} needs --draft-model (the draft LM or the head's name)")
+        draft_tp = self.draft_tensor_parallel_size
+        if draft_tp is not None and (draft_tp < 1 or draft_tp > self.tensor_parallel_size):
+            raise InvalidValueError(f"--draft-tp {draft_tp}: a draft runs on 1 to the target's "
+                                    f"{self.tensor_parallel_size} GPUs")
         if not self.draft_lengths or min(self.draft_lengths) < 1:
             raise InvalidValueError("--draft-lengths: give draft lengths of at least 1, e.g. 1-5")
 
@@ -136,6 +155,11 @@ def model_key(name: str) -> str:
     for suffix in ("-fp8", "-instruct"):
         text = text.removesuffix(suffix)
     return text
+
+
+def draft_tp(request: DeriveRequest) -> int:
+    """GPUs the draft model runs on: ``draft_tensor_parallel_size``, else the target's."""
+    return request.draft_tensor_parallel_size or request.tensor_parallel_size
 
 
 def quant_modes(precision: str) -> dict[str, str]:
