@@ -280,12 +280,11 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
     import runpy
     import shutil
 
-    import served_fakes
-
     import sdplan.measure.client
     import sdplan.measure.quiet
     import sdplan.measure.server
     import sdplan.testing.tiny_models
+    from tests import served_fakes
 
     served_fakes.FakeServer.registry = []
     monkeypatch.setattr(sdplan.measure.server, "ServedEngine", served_fakes.FakeServer)
