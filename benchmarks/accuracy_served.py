@@ -17,7 +17,7 @@
    load, the saturation errors and their signed bias, and the best-option regret at every rate: the measured
    latency of the option ``sdplan plan`` picks over that of the fastest option measured there, minus 1
    (:func:`sdplan.validation.option_regret`). Beside them what the servers' spread leaves to any model
-   (:mod:`floors`): the E2E error of a model exact but for the servers' speeds, from the calibration's
+   (:mod:`sdplan.accuracy.floors`): the E2E error of a model exact but for the servers' speeds, from the calibration's
    ``repeat_sd_pct``, and the regret against latencies pooled over runs. Then the goals, met or not, and the
    wall times.
 5. Writes every record and the summary as JSON (``--summary``, default ``WORKDIR/accuracy-summary.json``).
@@ -56,10 +56,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def arguments() -> argparse.Namespace:
@@ -103,7 +99,7 @@ def arguments() -> argparse.Namespace:
 
 def pool_main(paths: list[Path], out: Path | None) -> int:
     """``--pool``: the summary over several runs' JSON summaries, printed (and written to ``out``)."""
-    from accuracy_summary import pool, read_document, report_lines
+    from sdplan.accuracy.summary import pool, read_document, report_lines
 
     try:
         documents = [read_document(path) for path in paths]
@@ -131,7 +127,9 @@ def main() -> int:
     if args.pool:
         return pool_main(args.pool, args.summary)
 
-    from accuracy_summary import (
+    from sdplan import model
+    from sdplan.accuracy.floors import calibration_spread
+    from sdplan.accuracy.summary import (
         common_rates,
         contrast_workloads,
         finite_or_none,
@@ -149,16 +147,13 @@ def main() -> int:
         workload_label,
         workload_role,
     )
-    from floors import calibration_spread
-    from tiny_models import served_pair
-
-    from sdplan import model
     from sdplan.calibration import load_calibration
     from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
     from sdplan.measure.quiet import ForeignCpu
     from sdplan.measure.server import ServedEngine
     from sdplan.runmodel import run_demand
     from sdplan.runs import read_results
+    from sdplan.testing.tiny_models import served_pair
 
     p, g = args.prompt_tokens, args.output_tokens
     try:
@@ -219,7 +214,7 @@ def main() -> int:
     seconds = args.seconds_per_run
     summary_path = args.summary or work / "accuracy-summary.json"
 
-    # the spread between the calibration's server instances, which no model can predict (benchmarks/floors.py)
+    # the spread between the calibration's server instances, which no model can predict (sdplan/accuracy/floors.py)
     spread = {"repeat_sd_pct": cal.document.get("uncertainty", {}).get("repeat_sd_pct"),
               "instances": cal.document.get("measurement", {}).get("server_instances_per_configuration", 1)}
     known = calibration_spread({"calibration_spread": spread})
@@ -398,8 +393,7 @@ def main() -> int:
 
 def noise_floor(runs: list[dict[str, Any]], saturation: list[dict[str, Any]], passes: int) -> None:
     """With several passes: pass 1 as the prediction of the later ones, and what an exact model would score."""
-    from accuracy_summary import pct
-
+    from sdplan.accuracy.summary import pct
     from sdplan.validation import exact_model_error_pct
 
     def key(r: dict[str, Any]) -> tuple[Any, ...]:

@@ -22,9 +22,10 @@ Splits (documented; nothing is tuned on the held-out rows):
 
 The fit is ``sdplan.fit.fit_pooled`` (what ``sdplan fit`` runs), after the same steady-state screen;
 predictions are ``sdplan.validation.predict_latency``/``predict_ttft`` (what ``sdplan validate``
-prints) and TPOT = (E2E - TTFT)/(OSL - 1), vLLM's definition. Beside them, where
-``scripts/derive_roofline.py`` knows the model and the GPU, the datasheet roofline's prediction of
-the same held-out rows (weights at the rows' precision: 1 byte for fp8, else 2). With ``--aic``,
+prints) and TPOT = (E2E - TTFT)/(OSL - 1), vLLM's definition. Beside them, where the datasheet
+roofline (``sdplan.derive.roofline``, what ``scripts/derive_roofline.py`` writes) knows the model and
+the GPU, its prediction of the same held-out rows (weights at the rows' precision: 1 byte for fp8,
+else 2). With ``--aic``,
 also AIConfigurator's own estimate of the same rows from its compiled engine
 (``aiconfigurator_core.sdk.engine.EngineHandle``, ``run_static``: a static batch of N requests,
 context then generation; TTFT = its context latency, TPOT = generation / (OSL - 1)), at the rows'
@@ -53,18 +54,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import math
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from sdplan.fit import fit_configurations, fit_pooled  # noqa: E402  (the checkout's sdplan, inserted above)
-from sdplan.runs import screen, silicon  # noqa: E402
-from sdplan.validation import predict_latency, predict_ttft  # noqa: E402
+from sdplan.derive import roofline
+from sdplan.fit import fit_configurations, fit_pooled
+from sdplan.runs import screen, silicon
+from sdplan.validation import predict_latency, predict_ttft
 
 BACKENDS = ("vllm", "sglang")
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
@@ -190,16 +187,7 @@ def errors_of(coefficients_at, runs: list, moe_at=None) -> Errors:
 # ----------------------------------------------------------------------------- the roofline beside
 
 
-def _roofline_module():
-    spec = importlib.util.spec_from_file_location("derive_roofline", ROOT / "scripts" / "derive_roofline.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["derive_roofline"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-def roofline_predictor(configuration: silicon.SiliconConfiguration, roofline):
+def roofline_predictor(configuration: silicon.SiliconConfiguration):
     """``coefficients_at`` of the datasheet roofline of this configuration, or None where it has no model/GPU."""
     from sdplan.calibration import parse_calibration
 
@@ -392,7 +380,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = silicon.resolve_path(args.csv)
     text = path.read_text(encoding="utf-8")
-    roofline = _roofline_module()
     table = []
     pooled, pooled_roof, pooled_aic, sdplan_aic = Errors.empty(), Errors.empty(), Errors.empty(), Errors.empty()
     aic_failures: list[str] = []
@@ -417,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(abs((shape.c1_s + r.mean_others * shape.c2_s) / r.mean_e2e_latency_s - 1) for r in members)
             per_shape[kind].append((shape.r2, worst))
         errors = errors_of(fit.coefficients_at, held)
-        predictor = roofline_predictor(configuration, roofline)
+        predictor = roofline_predictor(configuration)
         roof = errors_of(predictor, held) if predictor is not None else None
         aic = None
         if args.aic:

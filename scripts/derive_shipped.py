@@ -24,11 +24,10 @@ import datetime
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from sdplan.derive import AIC_VERSION, DeriveRequest, aic_version, derive, file_stem
+from sdplan.fileio import atomic_write_text, dumps_toml
 
-from sdplan.derive import AIC_VERSION, DeriveRequest, aic_version, derive, file_stem  # noqa: E402
-from sdplan.fileio import atomic_write_text, dumps_toml  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 #: Fixed so that re-running the script reproduces the shipped files byte for byte.
 DERIVED_ON = datetime.date(2026, 11, 25)

@@ -1,7 +1,7 @@
 """Bad-input fuzzing of the whole command line: input strategies and the property every input must meet.
 
 Shared by the property test in the suite (``tests/test_fuzz_cli.py``, derandomised, a few thousand inputs)
-and the long run (``scripts/fuzz_cli.py``, >= 10^4 inputs, figures printed). Each input is a command
+and the long run (:func:`main`, >= 10^4 inputs, figures printed). Each input is a command
 line for one command plus the files it names (calibrations, workloads, length histograms, benchmark
 results, mutated at the byte and the key level), an output path (folders, '', /dev/full and /dev/null, long names,
 a mode-000 folder, an existing file) and sometimes an environment variable. The property:
@@ -16,7 +16,18 @@ Strategies are of two kinds. :func:`cases` covers every command with inputs that
 parsing, SLOs, calibrations, workloads, length files, budgets and output paths; for ``fit``,
 ``validate`` and ``calibrate`` it only varies options and output paths around a valid results file.
 :func:`reader_cases` mutates the *content* of benchmark result files (vLLM, GuideLLM, CSV) for the
-readers of ``fit``/``validate``; it runs in the suite, and at length with ``scripts/fuzz_cli.py --readers``.
+readers of ``fit``/``validate``; it runs in the suite, and at length with ``python -m tests.fuzz_cli --readers``.
+
+The long run, from the repository's root: the property of ``tests/test_fuzz_cli.py`` (no exit 70, no
+traceback, nothing half-written, bounded time) on many more inputs, with larger simulations than the suite
+allows. It prints: inputs run, exit statuses, time percentiles, the slowest inputs, peak memory, and every
+input that broke the property (grouped by problem). Exit status 1 if any did.
+
+    python -m tests.fuzz_cli                 # 10,000 inputs, seed 0
+    python -m tests.fuzz_cli -n 20000 --seed 7 --time-limit 60
+    python -m tests.fuzz_cli -n 2000 --large    # simulations at default sizes (slow)
+    python -m tests.fuzz_cli --readers       # also mutate result files, speculation profiles and
+                                             # InferenceX rows, and simulate huge prompts
 """
 
 from __future__ import annotations
@@ -35,6 +46,9 @@ from hypothesis import strategies as st
 
 from sdplan.errors import ExitStatus
 from sdplan.fileio import dumps_toml
+
+#: What ``python -m tests.fuzz_cli --help`` says it is.
+LONG_RUN = "Long bad-input run of the whole CLI: >= 10^4 inputs, figures printed."
 
 #: Exit statuses a user may see (sdplan(1), EXIT STATUS), 70 excluded.
 DOCUMENTED = {status.value for status in ExitStatus} - {ExitStatus.INTERNAL.value}
@@ -238,12 +252,9 @@ def lengths_file(draw: st.DrawFn) -> bytes:
 
 def results_csv() -> str:
     """A valid benchmark CSV (fit/validate input) from the model itself."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import tempfile
 
-    from results_fixtures import write_csv  # noqa: PLC0415
+    from tests.results_fixtures import write_csv
 
     with tempfile.TemporaryDirectory() as folder:
         return write_csv(Path(folder) / "runs.csv").read_text()
@@ -766,3 +777,83 @@ def no_warnings_escape() -> None:
 def environment_ok() -> bool:
     """The property needs SIGALRM (POSIX) to bound time."""
     return hasattr(signal, "setitimer") and os.name == "posix"
+
+
+# ----------------------------------------------------------------------------- the long run
+
+
+def main() -> int:
+    """The long run: >= 10^4 inputs, figures printed (exit status 1 if any input broke the property)."""
+    import argparse
+    import collections
+    import resource
+    import sys
+    import tempfile
+
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+
+    parser = argparse.ArgumentParser(description=LONG_RUN)
+    parser.add_argument("-n", "--inputs", type=int, default=10_000, help="inputs to run (default 10000)")
+    parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds allowed per input (default 60)")
+    parser.add_argument("--large", action="store_true",
+                        help="simulations at their default sizes (seconds each) instead of the suite's small ones")
+    parser.add_argument("--plots", action="store_true", help="also write figures (--plot-file; slower)")
+    parser.add_argument("--readers", action="store_true",
+                        help="also mutate benchmark result files and speculation profiles")
+    parser.add_argument("--show", type=int, default=5, help="failing inputs shown per problem (default 5)")
+    args = parser.parse_args()
+    no_warnings_escape()
+
+    outcomes: list[Outcome] = []
+    strategies = [cases(small=not args.large, plots=args.plots), focused_cases()]
+    strategy = (st.one_of(*strategies, reader_cases(), field_cases()) if args.readers
+                else st.one_of(*strategies))
+    started = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="sdplan-fuzz-"))
+
+    @settings(max_examples=args.inputs, deadline=None, database=None, derandomize=False,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+    @given(case=strategy)
+    def run(case):  # type: ignore[no-untyped-def]
+        outcome = run_case(case, args.time_limit, root)
+        outcomes.append(outcome)
+        if len(outcomes) % 1000 == 0:
+            print(f"  {len(outcomes):,} inputs, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+
+    seed(args.seed)(run)()
+    elapsed = time.perf_counter() - started
+
+    exits = collections.Counter(outcome.exit_code for outcome in outcomes)
+    times = sorted(outcome.seconds for outcome in outcomes)
+    commands = collections.Counter(outcome.case.argv[0] for outcome in outcomes)
+    problems: dict[str, list[Outcome]] = collections.defaultdict(list)
+    for outcome in outcomes:
+        for problem in outcome.problems:
+            problems[problem.split(":")[0][:80]].append(outcome)
+
+    def pct(q: float) -> float:
+        return times[min(len(times) - 1, int(q * len(times)))]
+
+    print(f"inputs: {len(outcomes):,} in {elapsed:.0f} s "
+          f"(seed {args.seed}, time limit {args.time_limit:g} s per input)")
+    print("commands: " + ", ".join(f"{name} {count}" for name, count in commands.most_common()))
+    print("exit statuses: " + ", ".join(f"{code}: {count}" for code, count in sorted(exits.items())))
+    print(f"seconds per input: median {pct(0.5):.3f}, p90 {pct(0.9):.3f}, p99 {pct(0.99):.3f}, max {times[-1]:.2f}; "
+          f"over 30 s: {sum(1 for t in times if t > 30)}; exit 70: {exits.get(70, 0)}")
+    print(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print("slowest inputs:")
+    for outcome in sorted(outcomes, key=lambda o: -o.seconds)[:5]:
+        print(f"  {outcome.seconds:6.2f} s  exit {outcome.exit_code}  {str(outcome.case)[:160]}")
+    failing = sum(1 for outcome in outcomes if outcome.problems)
+    print(f"inputs breaking the property: {failing}")
+    for problem, found in sorted(problems.items(), key=lambda item: -len(item[1])):
+        print(f"  {len(found)} x {problem}")
+        for outcome in found[: args.show]:
+            print(f"      {str(outcome.case)[:200]}")
+            print(f"        -> {outcome.stderr.strip().splitlines()[-1][:200] if outcome.stderr.strip() else ''}")
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,29 +1,28 @@
-"""The pure parts of benchmarks/accuracy_served.py, on real served runs (tests/data/served-*-cpu).
+"""The pure parts of benchmarks/accuracy_served.py (sdplan.accuracy), on real served runs (tests/data/served-*-cpu).
 
 Regret, the workload and rate choice, the time budget, the records and their summary, and pooling
-several benchmark runs' summaries. Nothing here starts vLLM.
+several benchmark runs' summaries; then the benchmark program itself, on the fake served engine. Nothing here
+starts vLLM.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from sdplan.accuracy import summary as bench
 from sdplan.calibration import load_calibration
 from sdplan.runs import read_results
 from sdplan.validation import option_regret, validate
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import accuracy_summary as bench  # noqa: E402
-
+#: The benchmark program, run as ``python benchmarks/accuracy_served.py`` runs it.
+BENCHMARK = ROOT / "benchmarks" / "accuracy_served.py"
 DATA = Path(__file__).parent / "data"
 #: acc35's k=2 runs: three passes at 25/55/80% load on fresh servers, and the calibration of the same run.
 PASSES = DATA / "served-passes-cpu"
@@ -254,37 +253,38 @@ def test_pooling_judges_the_bias_only_over_three_runs(passes, tmp_path) -> None:
         path.write_text(json.dumps(item))
         paths.append(str(path))
     out = tmp_path / "pooled.json"
-    script = str(ROOT / "benchmarks" / "accuracy_served.py")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = str(BENCHMARK)
     done = subprocess.run([sys.executable, script, "--pool", *paths, "--summary", str(out)], capture_output=True,
-                          text=True, env=env, timeout=120)
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"{bias:+.1f}%" in done.stdout and "signed E2E bias, pooled" in done.stdout
     assert json.loads(out.read_text())["summary"]["all"]["e2e_bias_pct"] == pytest.approx(bias)
     assert "vllm" not in done.stderr
     again = subprocess.run([sys.executable, script, "--pool", paths[0], paths[0]], capture_output=True, text=True,
-                           env=env, timeout=120)
+                           timeout=120)
     assert again.returncode == 2 and again.stderr.strip().count("\n") == 0 and "twice" in again.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     refused = subprocess.run([sys.executable, script, "--pool", str(bad)], capture_output=True, text=True,
-                             env=env, timeout=120)
+                             timeout=120)
     assert refused.returncode == 2 and "not written by" in refused.stderr
 
 
 def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatch, capsys) -> None:
     """The orchestration, with the step-level fake server and client of the calibrate tests standing in for vLLM
     and the real acc35 calibration standing in for ``sdplan calibrate``: every option at every workload's common
-    rates, with the same requests, and a summary that --pool reads back."""
-    import importlib
-    import shutil
+    rates, with the same requests, and a summary that --pool reads back.
 
-    import served_fakes
-    import tiny_models
+    The program runs as ``python benchmarks/accuracy_served.py ARGS`` would (:func:`runpy.run_path`, as
+    ``__main__``), in this process so that the fakes stand in for what it imports from the package."""
+    import runpy
+    import shutil
 
     import sdplan.measure.client
     import sdplan.measure.quiet
     import sdplan.measure.server
+    import sdplan.testing.tiny_models
+    from tests import served_fakes
 
     served_fakes.FakeServer.registry = []
     monkeypatch.setattr(sdplan.measure.server, "ServedEngine", served_fakes.FakeServer)
@@ -302,8 +302,8 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
             return 0.0
 
     monkeypatch.setattr(sdplan.measure.quiet, "ForeignCpu", Quiet)
-    monkeypatch.setattr(tiny_models, "served_pair", lambda root, **_: {"target": root / "t", "draft": root / "d"})
-    script = importlib.import_module("accuracy_served")
+    monkeypatch.setattr(sdplan.testing.tiny_models, "served_pair",
+                        lambda root, **_: {"target": root / "t", "draft": root / "d"})
     calls = []
 
     def calibrate(command, **kwargs):
@@ -312,11 +312,18 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
         kwargs["stdout"].write("wrote served.toml\n")
         return subprocess.CompletedProcess(command, 0)
 
-    monkeypatch.setattr(script.subprocess, "run", calibrate)
+    monkeypatch.setattr(subprocess, "run", calibrate)
+
+    def benchmark(*args: str) -> object:
+        """``python benchmarks/accuracy_served.py ARGS``: its exit status."""
+        monkeypatch.setattr(sys, "argv", [str(BENCHMARK), *args])
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(BENCHMARK), run_name="__main__")
+        return done.value.code
+
     work = tmp_path / "acc"
-    monkeypatch.setattr(sys, "argv", ["accuracy_served.py", "--workdir", str(work), "--loads", "0.3,0.8",
-                                      "--max-num-seqs", "16", "--seconds-per-run", "1", "--run-id", "fake1"])
-    assert script.main() == 0
+    assert benchmark("--workdir", str(work), "--loads", "0.3,0.8", "--max-num-seqs", "16", "--seconds-per-run", "1",
+                     "--run-id", "fake1") == 0
     out = capsys.readouterr().out
     assert len(calls) == 1 and "--grid" in calls[0]  # calibrated once
     document = json.loads((work / "accuracy-summary.json").read_text())
@@ -350,10 +357,8 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
 
     # two passes at the first pass's rates, one other workload, a budget too small for 60-request runs
     again = tmp_path / "acc2"
-    monkeypatch.setattr(sys, "argv", ["accuracy_served.py", "--workdir", str(again), "--loads", "0.5",
-                                      "--max-num-seqs", "8", "--workloads", "256/32", "--passes", "2",
-                                      "--budget-s", "1"])
-    assert script.main() == 0
+    assert benchmark("--workdir", str(again), "--loads", "0.5", "--max-num-seqs", "8", "--workloads", "256/32",
+                     "--passes", "2", "--budget-s", "1") == 0
     out = capsys.readouterr().out
     assert "the budget will overrun" in out and "noise floor" in out and "an exact model" in out
     second = json.loads((again / "accuracy-summary.json").read_text())
@@ -370,9 +375,8 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
     cut = tmp_path / "acc3"
     monkeypatch.setattr(sdplan.measure.client, "BenchClient",
                         lambda log_path: served_fakes.FakeClient(log_path=log_path, interrupt_after=6))
-    monkeypatch.setattr(sys, "argv", ["accuracy_served.py", "--workdir", str(cut), "--max-num-seqs", "8"])
     with pytest.raises(KeyboardInterrupt):
-        script.main()
+        benchmark("--workdir", str(cut), "--max-num-seqs", "8")
     assert all(not server.live for server in served_fakes.FakeServer.registry)
     kept = json.loads((cut / "accuracy-summary.json").read_text())["records"]
     assert [s["option"] for s in kept["saturation"]] == [0, 0, 0] and kept["runs"] == []

@@ -1,4 +1,4 @@
-"""benchmarks/floors.py: what the servers' spread leaves to any model, and regret that noise cannot fake.
+"""sdplan.accuracy.floors: what the servers' spread leaves to any model, and regret that noise cannot fake.
 
 The floor is checked against a simulation of the benchmark's own protocol (a calibration on ``m`` server
 instances, a validation run on another), the regrets against hand-computed geometric means, and the pooling
@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from sdplan.accuracy import floors
+from sdplan.accuracy import summary as bench
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import accuracy_summary as bench  # noqa: E402
-import floors  # noqa: E402
-
 SUMMARIES = ROOT / "benchmarks" / "summaries"
 
 

@@ -185,10 +185,7 @@ def test_reference_acceptance_simulator_matches_published_counts() -> None:
 
     The counts are in docs/engines.md#successor-test-models.
     """
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from tiny_models import simulate_acceptance
+    from sdplan.testing.tiny_models import simulate_acceptance
 
     prompt = list(range(10, 42))
     published = {None: (16, 48, 48), 2: (32, 96, 32), 3: (21, 63, 42), 5: (25, 75, 38)}

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_calibrate_core import TRUE_TARGET, SyntheticRunner  # noqa: E402
+from tests.test_calibrate_core import TRUE_TARGET, SyntheticRunner
 
 
 class FakeVllmRunner(SyntheticRunner):

@@ -117,6 +117,16 @@ def test_slug_follows_github() -> None:
     assert slug("What sdplan relies on in vLLM (0.33)") == "what-sdplan-relies-on-in-vllm-033"
 
 
+def test_the_readme_shows_how_to_install_and_test_on_its_first_screen() -> None:
+    """A user who opens the README sees, before scrolling, how to install sdplan and run its tests."""
+    first_screen = (ROOT / "README.md").read_text().splitlines()[:40]
+    fences = [number for number, line in enumerate(first_screen) if line.startswith("```")]
+    commands = [line.split("#")[0].strip() for start, end in zip(fences[::2], fences[1::2])
+                for line in first_screen[start + 1:end]]
+    assert "pip install -e '.[test]'" in commands and "pytest" in commands
+    assert not any("<" in command for command in commands), "a placeholder where a command should be"
+
+
 def test_docs_index_lists_every_page() -> None:
     index = (DOCS / "README.md").read_text()
     pages = sorted(path.name for path in DOCS.glob("*.md") if path.name != "README.md")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,7 @@ from sdplan.fit import fit_configurations, fit_pooled
 from sdplan.runmodel import PARAMETERS
 from sdplan.runs import load_runs, read_results, screen
 from sdplan.validation import validate
-
-sys.path.insert(0, str(Path(__file__).parent))
-from results_fixtures import TRUE, write_csv, write_guidellm, write_vllm  # noqa: E402
+from tests.results_fixtures import TRUE, write_csv, write_guidellm, write_vllm
 
 FITTED = ("c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s", "c1d_s", "c2d_s")
 

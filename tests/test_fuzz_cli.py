@@ -2,7 +2,7 @@
 
 Derandomised hypothesis runs of a few thousand command lines across every command, in-process with
 click's CliRunner, each bounded in time (see ``tests/fuzz_cli.py`` for the strategies and the property;
-``scripts/fuzz_cli.py`` runs the same property on >= 10^4 inputs and prints figures).
+``python -m tests.fuzz_cli`` runs the same property on >= 10^4 inputs and prints figures).
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fuzz_cli import Case, cases, environment_ok, field_cases, focused_cases, reader_cases, run_case
 from hypothesis import HealthCheck, given, settings
+
+from tests.fuzz_cli import Case, cases, environment_ok, field_cases, focused_cases, reader_cases, run_case
 
 #: Per-input time bound in the suite (generous: a loaded 2-core CI machine).
 TIME_LIMIT_S = 20.0

@@ -13,9 +13,7 @@ from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InputFileError
 from sdplan.frozen import fields, replace
 from sdplan.runs import others_in_flight, read_results
-
-sys.path.insert(0, str(Path(__file__).parent))
-from served_fakes import FakeClient, FakeEngine, FakeServer, FakeSpare, run_load  # noqa: E402
+from tests.served_fakes import FakeClient, FakeEngine, FakeServer, FakeSpare, run_load
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 from sdplan.errors import ExitStatus
-
-sys.path.insert(0, str(Path(__file__).parent))
-from results_fixtures import write_vllm  # noqa: E402
+from tests.results_fixtures import write_vllm
 
 PLAN = ["plan", "--acceptance", "0.8", "--draft-lengths", "1-4", "--rates", "0.5:13:0.5"]
 

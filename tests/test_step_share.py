@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_verify_floor import growth, quick_grid  # noqa: E402
 
 from sdplan.fit import fit_pooled
 from sdplan.step_share import FIXED_STEP_SHARES, profile_mean
+from tests.test_verify_floor import growth, quick_grid
 
 
 def squares_around(minimum: float, curvature: float, floor: float = 0.02) -> list[float]:

@@ -9,7 +9,11 @@ core; the core, measured runs included, under the measurement code).
 Sizes: no module over 500 lines, no function over 80 lines (the simulator's
 event loop excepted) and none with more than 12 parameters (click commands
 excepted); today's offenders are listed by name and may only shrink. Only
-``sdplan/_vllm/`` imports vLLM or torch, and only when used.
+``sdplan/_vllm/`` imports vLLM or torch (and ``sdplan/testing/``, the tiny models of the tests and benchmarks,
+torch), and only when used.
+
+Beside the package, ``tests/``, ``benchmarks/`` and ``scripts/`` each run on their own against the installed
+package: none imports a module of another, and none sets the import path by hand.
 """
 
 from __future__ import annotations
@@ -299,12 +303,102 @@ def engine_imports(path: Path, module_level_only: bool = False) -> list[str]:
 
 
 def test_only_the_vllm_package_imports_vllm() -> None:
-    """vLLM and torch are imported in ``sdplan/_vllm/`` only, and there only when used, never on import."""
+    """vLLM and torch are imported in ``sdplan/_vllm/`` only, and there only when used, never on import.
+
+    ``sdplan/testing/`` builds the tiny models of the real-engine tests and benchmarks: it imports torch, never
+    vLLM, and also only when used.
+    """
     outside = {path.relative_to(PACKAGE.parent).as_posix(): engine_imports(path)
                for path in sorted(PACKAGE.rglob("*.py")) if "_vllm" not in path.relative_to(PACKAGE).parts}
-    assert {name: lines for name, lines in outside.items() if lines} == {}
+    testing = {name: [line for line in lines if line.split()[1].split(".")[0] == "torch"]
+               for name, lines in outside.items() if name.startswith("sdplan/testing/")}
+    assert any(testing.values())  # the check sees the tiny models' torch, inside functions
+    assert {name: lines for name, lines in outside.items() if lines and lines != testing.get(name)} == {}
+    assert {name: engine_imports(PACKAGE.parent / name, module_level_only=True) for name in testing} == {
+        name: [] for name in testing}
     inside = sorted((PACKAGE / "_vllm").glob("*.py"))
     assert [path.name for path in inside] == ["__init__.py", "engine.py", "launch.py"]
     assert all(engine_imports(path) for path in inside[1:])  # the check sees their imports inside functions
     assert {path.name: engine_imports(path, module_level_only=True) for path in inside} == {
         path.name: [] for path in inside}
+
+
+# ----------------------------------------------------------------------------- tests, benchmarks and scripts
+
+#: The trees beside the package. What two of them share lives in ``sdplan/`` (``sdplan.testing`` for tests and
+#: benchmarks); what only the tests share, in ``tests/`` (imported as ``tests.<module>``).
+TREES = ("tests", "benchmarks", "scripts")
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The absolute module names an import statement or an ``importlib.import_module``/``__import__`` call names."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""] if node.level == 0 else []
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str):
+        function = node.func
+        name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+        if name in ("import_module", "__import__"):
+            return [node.args[0].value]
+    return []
+
+
+def _sets_the_path(node: ast.AST) -> str | None:
+    """What in ``node`` sets where imports come from by hand: ``sys.path``, or a module loaded by its file path."""
+    if isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) \
+            and node.value.id == "sys":
+        return "uses sys.path"
+    if isinstance(node, ast.Attribute) and node.attr in ("spec_from_file_location", "SourceFileLoader"):
+        return f"loads a module by its path ({node.attr})"
+    return None
+
+
+def tree_problems(root: Path) -> list[str]:
+    """``file:line what`` for each import of another tree's module and each import path set by hand.
+
+    A tree's modules are its ``*.py`` files. A test imports the tests' helpers as ``tests.<module>``; a benchmark
+    or a script may import a sibling by its bare name (its folder is first on the path when it runs), so a name
+    of its own tree is its own even where another tree has a file of that name. Running another tree's program
+    (a subprocess, or :func:`runpy.run_path` as ``__main__``, as a test of a benchmark does) is not an import.
+    """
+    names = {tree: {path.stem for path in (root / tree).rglob("*.py")} for tree in TREES}
+    problems = []
+    for tree in TREES:
+        own = set() if tree == "tests" else names[tree]
+        foreign = {name for other in TREES if other != tree for name in names[other] | {other}} - own
+        for path in sorted((root / tree).rglob("*.py")):
+            found: list[tuple[int, str]] = []
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+                found += [(node.lineno, f"imports {name}") for name in _imported(node) if name.split(".")[0] in foreign]
+                what = _sets_the_path(node)
+                if what:
+                    found.append((getattr(node, "lineno", 0), what))
+            problems += [f"{path.relative_to(root).as_posix()}:{line} {what}" for line, what in sorted(found)]
+    return problems
+
+
+def test_tests_benchmarks_and_scripts_import_only_the_package_and_their_own() -> None:
+    import tomllib
+
+    assert tree_problems(PACKAGE.parent) == []
+    pytest_options = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "pythonpath" not in pytest_options  # pytest's own sys.path entries: the same by another name
+
+
+def test_the_tree_check_sees_imports_across_trees_and_paths_set_by_hand(tmp_path: Path) -> None:
+    for tree, files in {"tests": {"helpers.py": "", "test_a.py": "import sys\nsys.path.insert(0, 'benchmarks')\n"
+                                  "from floors import x\nfrom tests.helpers import y\nimport sdplan\n"},
+                        "benchmarks": {"floors.py": "import importlib\nimportlib.import_module('tests.helpers')\n",
+                                       "run.py": "import floors\nfrom tests import helpers\n"},
+                        "scripts": {"go.py": "import importlib.util\n"
+                                    "importlib.util.spec_from_file_location('floors', 'benchmarks/floors.py')\n",
+                                    "floors.py": ""}}.items():
+        (tmp_path / tree).mkdir()
+        for name, text in files.items():
+            (tmp_path / tree / name).write_text(text)
+    assert tree_problems(tmp_path) == [
+        "tests/test_a.py:2 uses sys.path", "tests/test_a.py:3 imports floors",
+        "benchmarks/floors.py:2 imports tests.helpers", "benchmarks/run.py:2 imports tests",
+        "scripts/go.py:2 loads a module by its path (spec_from_file_location)"]

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from results_fixtures import write_vllm  # noqa: E402
+from tests.results_fixtures import write_vllm
 
 ROOT = Path(__file__).resolve().parent.parent
 ELLIPSIS = "\u2026"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +14,7 @@ from sdplan.errors import ExitStatus
 from sdplan.fit import fit_pooled, fitted_document
 from sdplan.runs import read_results
 from sdplan.uncertainty import coefficient_draws, plan_intervals
-
-sys.path.insert(0, str(Path(__file__).parent))
-from results_fixtures import TRUE, write_vllm  # noqa: E402
+from tests.results_fixtures import TRUE, write_vllm
 
 PROVENANCE = {"method": "fit", "hardware": "test", "target_model": "t", "draft_model": "d", "engine": "vllm",
               "engine_version": "0", "date": "2026-11-22"}

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import dummy_config, simulate_acceptance, successor_models  # noqa: E402
+from sdplan.testing.tiny_models import dummy_config, simulate_acceptance, successor_models
 
 # vLLM, torch and transformers emit warnings of their own; they are not ours to fail on.
 pytestmark = [pytest.mark.vllm, pytest.mark.filterwarnings("default")]

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import served_pair  # noqa: E402
+from sdplan.testing.tiny_models import served_pair
 
 pytestmark = [pytest.mark.vllm, pytest.mark.filterwarnings("default")]
 
@@ -162,7 +161,7 @@ def test_interrupted_served_calibration_keeps_points_stops_servers_and_resumes(p
 
 def test_ngram_served_calibration_measures_acceptance_on_a_dataset(pair, tmp_path) -> None:
     """--spec-method ngram against a real server, on prompts whose continuation repeats them."""
-    from tiny_models import successor_prompt_file
+    from sdplan.testing.tiny_models import successor_prompt_file
 
     dataset = successor_prompt_file(tmp_path / "repeating.jsonl", 200, 48, 24, vocab=128)
     out = tmp_path / "ngram.toml"
@@ -221,7 +220,7 @@ def _serve_method(monkeypatch, tmp_path: Path, target: Path, method: str, k: int
 
 def test_served_eagle_head(pair, tmp_path_factory, monkeypatch) -> None:
     """--spec-method eagle with a tiny EAGLE-1 head whose proposals the target always accepts."""
-    from tiny_models import eagle_head
+    from sdplan.testing.tiny_models import eagle_head
 
     tmp_path = tmp_path_factory.mktemp("head-method")
     head = eagle_head(pair["target"], tmp_path / "head-e1")
@@ -231,7 +230,7 @@ def test_served_eagle_head(pair, tmp_path_factory, monkeypatch) -> None:
 
 def test_served_mtp_layers(pair, tmp_path_factory, monkeypatch) -> None:
     """--spec-method mtp on a tiny MiMo target whose MTP layer proposes exactly the target's next token."""
-    from tiny_models import mtp_successor
+    from sdplan.testing.tiny_models import mtp_successor
 
     tmp_path = tmp_path_factory.mktemp("layer-method")
     target = mtp_successor(tmp_path / "mimo-successor", hidden=128)

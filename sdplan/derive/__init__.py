@@ -16,7 +16,9 @@ Its modules, in the order a derivation runs: :mod:`~sdplan.derive.request`
 (what is asked, the grids and assumed costs), :mod:`~sdplan.derive.pricing`
 (AIConfigurator's step costs), :mod:`~sdplan.derive.fitting` (the step model
 fitted to them), :mod:`~sdplan.derive.anchoring` (the no-SD part scaled to
-measured rows) and :mod:`~sdplan.derive.document` (the file).
+measured rows) and :mod:`~sdplan.derive.document` (the file). Apart from them,
+:mod:`~sdplan.derive.roofline` prices the same form from datasheets alone, without
+AIConfigurator (``scripts/derive_roofline.py``).
 
 The step model fitted (``sdplan/calibration.py`` ``_coefficients_from_steps``)::
 

@@ -1,11 +1,14 @@
-"""Tiny Llama models built at test time (no downloads) for the real-engine tests.
+"""Tiny Llama models built at test time (no downloads) for the real-engine tests and the served accuracy benchmark.
 
 * :func:`dummy_config`: a folder with only ``config.json``, for ``--load-format dummy`` timing.
 * :func:`successor_models`: hand-built "successor" models with exactly known greedy behaviour
   (``docs/engines.md#successor-test-models``): the target's next token is ``t + 1``; draft ``mX`` instead predicts
   ``t + 2`` after every token with ``t % X == X - 1``, so acceptance is known exactly.
 
-Needs torch and transformers (installed with vLLM), imported lazily.
+* :func:`served_pair`: a successor target and draft with word-level tokenizers, for ``vllm serve``
+  (``tests/test_vllm_served.py``, ``benchmarks/accuracy_served.py``).
+
+Needs torch and transformers (installed with vLLM), imported lazily: importing this module needs neither.
 """
 
 from __future__ import annotations

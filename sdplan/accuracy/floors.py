@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from accuracy_summary import mean_or_none, standard_error
+from sdplan.accuracy.means import mean_or_none, standard_error
 
 #: Quadrature of the floor: the speed factors' standard normal deviates on this many nodes over +-Z_SPAN.
 NODES = 241

@@ -25,9 +25,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from sdplan.accuracy.floors import calibration_spread, noise_summary
+from sdplan.accuracy.floors import report_lines as noise_lines
+from sdplan.accuracy.means import mean_or_none, standard_error
 
 #: Goals of the benchmark (the module docstring of accuracy_served.py states them).
 E2E_MAPE_GOAL_PCT = 15.0
@@ -163,6 +167,8 @@ def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None
     ``run`` is a :class:`sdplan.runs.BenchmarkRun`; ``coefficients_at(p, g)`` the calibration's coefficients;
     ``planned_e2e_ci95_s`` the 95% interval ``sdplan plan`` gives at the run's rate (high None: unstable).
     """
+    import numpy as np
+
     from sdplan import model
     from sdplan.runs import screen
     from sdplan.validation import predict_latency, predict_ttft
@@ -170,7 +176,7 @@ def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None
     coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
     latency = predict_latency(coefficients, run)
     ttft = predict_ttft(coefficients, run, latency)
-    tpot = (float(model.time_per_output_token(latency, ttft, run.output_tokens))
+    tpot = (float(model.time_per_output_token(np.asarray(latency), ttft, run.output_tokens))
             if math.isfinite(latency) and math.isfinite(ttft) else math.inf)
     return {**meta, "option": run.draft_length, "e2e_s": run.mean_e2e_latency_s, "ttft_s": run.mean_ttft_s,
             "tpot_s": run.mean_tpot_s, "predicted_e2e_s": finite_or_none(latency),
@@ -241,11 +247,6 @@ def planned_intervals(calibration: str, workload: tuple[int, int], draft_lengths
 
 # ----------------------------------------------------------------------------------------------- summary
 
-def mean_or_none(values: Iterable[float]) -> float | None:
-    found = list(values)
-    return sum(found) / len(found) if found else None
-
-
 def _errors(runs: Sequence[Mapping[str, Any]], measured: str, predicted: str) -> list[float]:
     return [e for e in (pct(r[predicted], r[measured]) for r in runs) if e is not None]
 
@@ -298,23 +299,13 @@ def regrets(runs: Sequence[Mapping[str, Any]], picks: Sequence[Mapping[str, Any]
     return rows
 
 
-def standard_error(values: Sequence[float]) -> float | None:
-    """Standard error of the mean of per-run values (None below two)."""
-    if len(values) < 2:
-        return None
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
-
-
 def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[str, Any]],
               picks: Sequence[Mapping[str, Any]], calibrate_wall_s: Sequence[float] = (),
               spreads: Mapping[str, tuple[float, int]] | None = None) -> dict[str, Any]:
     """Every figure the benchmark judges, per workload and over all of them, from the records; beside them
-    (``noise``, :mod:`floors`) what the servers' spread leaves to any model, for the benchmark runs
+    (``noise``, :mod:`~sdplan.accuracy.floors`) what the servers' spread leaves to any model, for the benchmark runs
     whose calibration's spread ``spreads`` gives (run id: repeat_sd_pct, server instances per configuration).
     """
-    from floors import noise_summary
-
     by_workload: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in runs:
         by_workload[r["workload"]].append(r)
@@ -444,8 +435,6 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
                      "measured mean E2E")
     noise = summary.get("noise")  # absent from summaries written before acc50
     if noise:
-        from floors import report_lines as noise_lines
-
         lines += noise_lines(noise, REGRET_GOAL_PCT)
     lines.append("")
     rows = goals(summary)
@@ -457,8 +446,6 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def pool(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The summary over several benchmark runs' JSON documents (each run is its own calibration)."""
-    from floors import calibration_spread
-
     runs, saturation, picks, walls = [], [], [], []
     spreads: dict[str, tuple[float, int]] = {}
     seen = set()
