@@ -18,11 +18,11 @@ converting them to ``alpha`` needs that ``k``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     import numpy as np
@@ -250,7 +250,7 @@ def alpha_from_draft_rate(rate: FloatArray | float, k: int) -> FloatArray:
     return alpha_from_mean_length(1.0 + k * rate_arr, k)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AcceptanceSpec:
     """Acceptance as the user gave it, and the per-token alphas it converts to.
 

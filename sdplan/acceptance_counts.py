@@ -6,12 +6,11 @@ The in-process engine (:mod:`sdplan._vllm`) reads them for ``sdplan calibrate
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from sdplan.frozen import frozen
 
-
-@frozen
+@dataclass(frozen=True, slots=True)
 class AcceptanceCounts:
     """vLLM's speculative-decoding counters over a run (differences of before/after snapshots)."""
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sdplan import model
 from sdplan.errors import InfeasibleError, InvalidValueError
-from sdplan.frozen import frozen, replace
 from sdplan.slo import SLO
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 _ROUNDING_SLACK = 1e-9
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Capacity:
     """Per-option capacity. Index 0 is "no SD"; index i >= 1 is ``draft_lengths[i-1]``.
 
@@ -182,7 +182,7 @@ def search_rate(feasible: Callable[[float], str | None], upper_rps: float,
     return low, binding
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Excess:
     """How far a simulated point is past its upper-bound SLOs: ``max_i value_i/limit_i - 1`` (> 0 violated)."""
 
@@ -398,7 +398,7 @@ def replicas_needed(target_rate_rps: float, per_replica_rps: float) -> int | Non
     return max(1, math.ceil(replicas))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Fleet:
     """Replicas for one option at a target rate, with optional GPU and cost figures."""
 

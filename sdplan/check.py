@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sdplan import planner
 from sdplan.errors import ExitStatus, InvalidValueError
-from sdplan.frozen import frozen, replace
 from sdplan.slo import SLO, OperatingPoint, Verdict, evaluate
 
 if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckReport:
     """Outcome of ``sdplan check``.
 

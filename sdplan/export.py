@@ -20,11 +20,10 @@ Sources of the formats (read in the engines' code, cited per builder):
 from __future__ import annotations
 
 import json
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 from sdplan.methods import NGRAM_LOOKUP_TOKENS
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ TRTLLM_DECODING_TYPES = {"eagle": "Eagle", "eagle3": "Eagle3", "mtp": "MTP", "dr
                          "ngram": "NGram"}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     """What to hand the engine (``text``), how (``usage``), and what the engine does differently (``warnings``)."""
 

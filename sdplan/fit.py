@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InfeasibleError
 from sdplan.fit_result import PointResidual, PooledFit, weakly_determined
 from sdplan.frontend import with_frontend_floor
-from sdplan.frozen import frozen, replace
 from sdplan.regression import (
     RIDGE,
     column_scale,
@@ -209,7 +209,7 @@ def _balance_weights(closed: Any, fit_factor: bool) -> Any:
     return balance
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _E2EProblem:
     """Stage 1's weighted relative residuals ``sqrt(w) (X(f) theta / L - 1)`` in ``x = (theta, f)``."""
 
@@ -362,7 +362,7 @@ def _residuals(runs: list[BenchmarkRun], latency: Any, predicted: Any, predicted
 # ----------------------------------------------------------------------------- per configuration
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ConfigurationFit:
     """``L = C1 + B C2`` fitted to the runs of one configuration (two coefficients, linear)."""
 

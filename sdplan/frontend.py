@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sdplan.fit_result import PointResidual, PooledFit
-from sdplan.frozen import frozen, replace
 from sdplan.runmodel import r2
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ FRONTEND_MIN_GAIN_PCT = 0.25
 FLOOR_BINDS = 0.01
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FloorParts:
     """Per run: measured ``L``, fitted ``C1`` and ``C2`` without a floor, the load ``f B``, streamed chunks."""
 

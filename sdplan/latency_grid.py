@@ -10,10 +10,10 @@ from which :func:`sdplan.planner.plan` assembles the :class:`~sdplan.planner.Pla
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan import model
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,7 +33,7 @@ MOE_GRID_RATES = 256
 MOE_CROSSINGS = 4
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MoEResult:
     """What only a mixture-of-experts grid has (see the :class:`sdplan.planner.Plan` fields of the same names)."""
 
@@ -42,7 +42,7 @@ class MoEResult:
     break_even_rates_rps: FloatArray
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SolvedGrid:
     """The model on the grid: no SD per rate ``(r,)``, SD per option ``(a, k)`` and point ``(a, r, k)``."""
 

@@ -31,10 +31,10 @@ k=4 against g/E = 4.76 and (g-1)/E = 4.46).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from sdplan.acceptance import expected_tokens_per_cycle
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     import numpy as np
@@ -116,7 +116,7 @@ def frontend_floor(coeffs: Coefficients, c2: Any, tokens_per_cycle: Any = 1.0) -
     return floored if np.ndim(floored) else float(floored)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class OptionDemands:
     """The options a replica can run: "off" (no SD) in column 0, ``draft_lengths[i-1]`` in column i.
 
@@ -432,7 +432,7 @@ def speedup(
     return np.where(np.isinf(base) & np.isinf(spec), np.nan, ratio)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BreakEven:
     """Where SD and no SD have equal mean latency.
 

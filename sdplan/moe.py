@@ -37,9 +37,8 @@ the dense model, and ``rho -> 1`` as the fixed point runs away.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-
-from sdplan.frozen import frozen, replace
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,7 +56,7 @@ MAX_ITERATIONS = 20_000
 COVERAGE_KEYS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MoESpec:
     """Routing of the target and the coverage increments (seconds at phi = 1)."""
 
@@ -73,7 +72,7 @@ class MoESpec:
         return 1.0 - np.power(miss, np.maximum(np.asarray(tokens, dtype=np.float64), 0.0))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FixedPoint:
     """Solution of ``L = F(L)`` per point: latency (s; inf if unstable), batch, utilisation.
 

@@ -11,12 +11,12 @@ per grid point. The latency at each point comes from :mod:`sdplan.latency_grid`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdplan import model
 from sdplan.acceptance import AcceptanceSpec, expected_tokens_per_cycle
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 from sdplan.latency_grid import SolvedGrid, dense_grid, moe_grid
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ SD_OFF = 0
 NONE_STABLE = -1
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """Model predictions over the grid. Units are in the attribute names' docs.
 
@@ -197,7 +197,7 @@ def _axes(rates_rps: FloatArray | list[float], draft_lengths: IntArray | list[in
     return rates, ks, alpha
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Goodput:
     """The goodput-adaptive policy beside the single k tuned at zero load (see the :class:`Plan` fields)."""
 
@@ -375,7 +375,7 @@ def default_rates(
     return [float(f"{top * (i + 1) / count:.3g}") for i in range(count)]
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlanInputs:
     """What a plan was computed from, for headers and machine-readable output."""
 

@@ -27,9 +27,8 @@ mean (which a mean model cannot show).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -79,7 +78,7 @@ def goodput_choice(c1: FloatArray, c2: FloatArray, batch: FloatArray) -> IntArra
     return chosen
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PolicyResult:
     """Mean latency (s), chosen option index and batch under the goodput policy, shape (a, r)."""
 

@@ -13,11 +13,10 @@ design are the model evaluated on unit coefficient vectors
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
-from sdplan.frozen import frozen
-from sdplan.frozen import replace as _replace
 
 if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
@@ -94,7 +93,7 @@ def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_toke
         "coefficients": coefficients_table(dict(zip(PARAMETERS, theta)), fixed_step_share),
     }
     coefficients = scale_direct(document, prompt_tokens, output_tokens)
-    return _replace(coefficients, ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1])
+    return replace(coefficients, ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1])
 
 
 def run_demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float]:
@@ -142,7 +141,7 @@ def fitted_first_token_load(run: BenchmarkRun) -> float:
     return run.mean_others_at_first_token
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DesignRows:
     """The fit's linear structure, per run and unit coefficient (rows x 8).
 
@@ -161,7 +160,7 @@ class DesignRows:
 
     def times(self, matrix: Any) -> DesignRows:
         """The rows in other coefficients ``theta'`` with ``theta = matrix @ theta'`` (each row times ``matrix``)."""
-        return _replace(self, c1=self.c1 @ matrix, c2=self.c2 @ matrix, c1p=self.c1p @ matrix,
+        return replace(self, c1=self.c1 @ matrix, c2=self.c2 @ matrix, c1p=self.c1p @ matrix,
                         tau1=self.tau1 @ matrix, tau2=self.tau2 @ matrix)
 
     def factor(self, closed_loop_factor: float) -> Any:

@@ -15,11 +15,10 @@ acceptance, the limits its servers ran with), then the default.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 from sdplan.serving import EngineLimits, LimitOptions, resolve_limits
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ LengthHistogram = tuple[list[float], list[float], list[float]]
 DEFAULT_DRAFT_LENGTHS = tuple(range(1, 9))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class AcceptanceGiven:
     """Acceptance as given on the command line, in any one metric (see :func:`sdplan.workload.resolve_workload`)."""
 
@@ -58,7 +57,7 @@ class AcceptanceGiven:
                                                    self.measured_at_k, self.position_rates, self.profile))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScenarioOptions:
     """What the user gave; None (or empty) where not given.
 
@@ -79,7 +78,7 @@ class ScenarioOptions:
     single_acceptance: bool = True
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
     """Everything a command evaluates, resolved.
 
@@ -236,7 +235,7 @@ def resolve_scenario(options: ScenarioOptions) -> Scenario:
         lengths=options.lengths, given_limits=options.limits)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SimulationSettings:
     """How to simulate: requests per replication, replications, the first seed, arrival variability."""
 

@@ -24,9 +24,8 @@ others, so this schedule is also the latency-optimal ``k`` per rate
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     import numpy as np
@@ -129,7 +128,7 @@ def _ranges(per_size: object) -> list[tuple[int, int, int]]:
 TIER_WIDTH_FRACTION = 0.25
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class EngineSchedule:
     """A draft length per batch size an engine can run without flapping.
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
 
 _TYPE_NAMES = {
     "float": "a number",
@@ -32,7 +31,7 @@ _TYPE_NAMES = {
 }
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Field:
     """One scalar or array key.
 
@@ -49,7 +48,7 @@ class Field:
     choices: tuple[str, ...] | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Table:
     """A TOML table whose keys are all known."""
 

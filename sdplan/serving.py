@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -179,7 +179,7 @@ def derived_limits(calibration: Calibration) -> tuple[int | None, float | None]:
 # ----------------------------------------------------------------------------- the limits, resolved once
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class LimitOptions:
     """The limits given on the command line; None where not given (an infinite KV cache is unlimited)."""
 
@@ -188,7 +188,7 @@ class LimitOptions:
     kv_cache_tokens: float | None = None
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineLimits:
     """The engine limits one replica runs under, each with where it came from (a phrase for warnings).
 

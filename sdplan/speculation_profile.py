@@ -36,11 +36,11 @@ NVIDIA/Model-Optimizer). The fields sdplan reads:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sdplan.acceptance import AcceptanceMetric, AcceptanceSpec, make_acceptance, position_rates_from_conditional
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen, replace
 from sdplan.limits import MAX_DRAFT_LENGTH
 
 #: Schema versions this sdplan reads.
@@ -55,7 +55,7 @@ MEAN_TOLERANCE = 0.02
 _CONDITION_KEYS = ("dataset", "engine", "gpu", "hardware", "concurrency", "temperature", "target_model")
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SpeculationProfile:
     """A validated speculation profile.
 

@@ -32,11 +32,10 @@ All fits are linear least squares with non-negative coefficients
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 
 
 def step_key(kind: str, batch: int, draft_length: int, prompt_tokens: int) -> str:
@@ -44,7 +43,7 @@ def step_key(kind: str, batch: int, draft_length: int, prompt_tokens: int) -> st
     return f"{kind}:B={batch}:k={draft_length}:p={prompt_tokens}"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Measurement:
     """The median step time of one task, in seconds, with its mean context."""
 
@@ -61,7 +60,7 @@ class Measurement:
         return step_key(self.kind, self.batch, self.draft_length, self.prompt_tokens)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TermFit:
     """One least-squares fit: coefficients (s), R², residuals (s)."""
 
@@ -76,7 +75,7 @@ class TermFit:
         return dict(zip(self.names, self.values))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CalibrationFit:
     target: TermFit
     speculative: TermFit | None

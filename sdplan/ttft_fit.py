@@ -8,10 +8,10 @@ TTFT's noisier data never pull the E2E coefficients.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
-from sdplan.frozen import frozen
 from sdplan.regression import bounded_solve, column_scale, huber_weights
 from sdplan.runmodel import LENGTH_GROUP_TOLERANCE, DesignRows
 
@@ -24,7 +24,7 @@ MAX_TTFT_WEIGHT = 50.0
 MIN_OPEN_LOOP_TTFT_RUNS = 3
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TtftFit:
     """TTFT's own terms (see :func:`fit_ttft`), the defaults where TTFT was not measured, and the fitted TTFT
     of every run (s)."""

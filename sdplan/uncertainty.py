@@ -23,9 +23,8 @@ not cover a model-form error or a different machine
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
-
-from sdplan.frozen import fields, frozen, replace
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,7 +79,8 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     template = calibration.coefficients_at(prompt_tokens, output_tokens)  # TTFT weights, closed-loop factor
     order = [names.index(name) for name in PARAMETERS]
     # The length scaling is linear in the coefficients: map the unit vectors once, then every draw is a product.
-    costs = [name for name in fields(template) if name.endswith("_s") and not name.startswith("ttft_")]
+    costs = [field.name for field in fields(template)
+             if field.name.endswith("_s") and not field.name.startswith("ttft_")]
 
     def basis_at(share: float) -> FloatArray:
         basis = np.zeros((len(costs), len(PARAMETERS)))
@@ -215,7 +215,7 @@ def interval(samples: FloatArray, level: float = LEVEL) -> FloatArray:
     return bounds
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PlanIntervals:
     """95% intervals of the planner's predictions (axis 0: low, high)."""
 

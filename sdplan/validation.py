@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     from sdplan.moe import MoESpec
@@ -129,7 +129,7 @@ def covered(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None, 
     return moe_model.at_coverage(coefficients, moe, phi)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RunError:
     run: BenchmarkRun
     predicted_s: float
@@ -138,7 +138,7 @@ class RunError:
     ttft_error_pct: float | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class BestKComparison:
     """At one configuration's load level: the fastest draft length measured and predicted."""
 
@@ -154,7 +154,7 @@ class BestKComparison:
         return self.measured_best == self.predicted_best
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RepeatSpread:
     """What the runs' own repeats say about the least error any prediction can show against them."""
 
@@ -182,7 +182,7 @@ class RepeatSpread:
         return self.exact_model_mape_pct * math.sqrt(math.pi / 2.0)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Validation:
     errors: list[RunError]
     skipped: list[tuple[BenchmarkRun, str]]

@@ -11,11 +11,11 @@ against a calibration's defaults, so every command applies the same rules:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sdplan.acceptance import AcceptanceMetric, AcceptanceSpec, make_acceptance, position_rates_from_conditional
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen, replace
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 DEFAULT_ALPHA = 0.7
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
     """Lengths in tokens and the acceptance they are served with."""
 
@@ -241,7 +241,7 @@ def _workload_schema() -> object:
     )
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadFile:
     """A validated workload file; every field is optional and CLI flags override it."""
 

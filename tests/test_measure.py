@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InputFileError
-from sdplan.frozen import fields, replace
 from sdplan.runs import others_in_flight, read_results
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -667,7 +667,7 @@ def test_batch_cap_is_vllms_max_num_seqs(monkeypatch, tmp_path, hardware, flags,
                                             prompt_tokens=128, output_tokens=64, grid_name="quick",
                                             serve_arguments=flags, results_dir=tmp_path / "runs")
     assert options.batch_cap() == cap
-    assert measure_options.ServedOptions(**{**{f: getattr(options, f) for f in fields(options)},
+    assert measure_options.ServedOptions(**{**{f.name: getattr(options, f.name) for f in fields(options)},
                                             "endpoint": "http://x", "serve_arguments": ()}).batch_cap() is None
 
 

@@ -24,12 +24,12 @@ import platform
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sdplan._vllm import INSTALL_HINT
 from sdplan.acceptance_counts import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
-from sdplan.frozen import frozen
 
 _T = TypeVar("_T")
 
@@ -70,7 +70,7 @@ class FixedKProposer:
         return [[int(ids[-1])] * self.k if len(ids) else [] for ids in sampled_token_ids]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class EngineSettings:
     """How engines are built for a calibration."""
 

@@ -24,6 +24,7 @@ from (a path, a shipped name, or the default).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,6 @@ from sdplan.calibration.scaling import costs_at, mean_context, scale_direct
 from sdplan.calibration.schema import CALIBRATION_SCHEMA, METHODS, SCHEMA_VERSION
 from sdplan.coefficients import Coefficients
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen, replace
 from sdplan.schema import read_toml
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ __all__ = [
 DEFAULT_CALIBRATION = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
     """A validated calibration file.
 

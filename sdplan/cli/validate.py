@@ -75,7 +75,7 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
 
     runs, warnings = load_runs(list(results), input_format, draft_length, alpha, Selection.parse(select))
     if alpha_default is not None:
-        from sdplan.frozen import replace
+        from dataclasses import replace
 
         runs = [replace(r, alpha=alpha_default) if r.draft_length > 0 and r.alpha is None else r for r in runs]
     warn(warnings)

@@ -14,6 +14,7 @@ fitted form against the priced curve.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sdplan.derive.pricing import Pricer
 from sdplan.derive.request import (
@@ -23,7 +24,6 @@ from sdplan.derive.request import (
     PROMPT_GRID,
     DeriveRequest,
 )
-from sdplan.frozen import frozen
 
 
 def fit_linear(rows: Sequence[Sequence[float]], values: Sequence[float]) -> tuple[list[float], float, float]:
@@ -82,7 +82,7 @@ def step_rows(points: list[tuple[int, int, int]], routing: tuple[int, int] | Non
     return rows
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FittedSteps:
     """The step model fitted to one request's priced steps (seconds), before any anchoring.
 

@@ -9,11 +9,10 @@ assumed rather than priced (each is recorded in the derived file's
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 from sdplan.errors import InvalidValueError, MissingDependencyError
-from sdplan.frozen import frozen
 
 #: The distribution and version the shipped files were built with (``pyproject.toml`` extra ``derive``).
 AIC_DISTRIBUTION = "aiconfigurator-core"
@@ -71,7 +70,7 @@ INTERFERENCE_BATCHES = (8, 32, 128)
 MS = 1e-3
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeriveRequest:
     """What to derive: a (GPU system, target, proposer) pair served by one engine version."""
 

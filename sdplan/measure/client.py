@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import EngineError
-from sdplan.frozen import frozen
 from sdplan.measure.server import track, untrack
 
 #: Lengths are drawn uniformly within +-25% of the means (vLLM's --random-range-ratio) unless a point says otherwise.
 LENGTH_SPREAD = 0.25
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class LoadPoint:
     """One benchmark run: a closed loop of ``concurrency`` clients or Poisson arrivals at ``rate_rps``.
 
@@ -83,7 +82,7 @@ def bench_arguments(point: LoadPoint, *, base_url: str, model: str, result: Path
     return args + list(extra)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PromptFile:
     """A checked prompt file for ``vllm bench serve --dataset-name custom``."""
 

@@ -78,9 +78,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sdplan.frozen import frozen
 from sdplan.measure.client import LoadPoint
 from sdplan.runs import MIN_KEPT_UP_FRACTION, fell_behind
 
@@ -111,7 +111,7 @@ MIN_THROUGHPUT_GAIN = 1.05
 EXTEND_THROUGHPUT_GAIN = 1.10
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Probe:
     """A workload beside the calibration's own, measured as closed loops to split the demand.
 
@@ -150,7 +150,7 @@ TOP_LEVEL = 1 << 30
 PROBES = (Probe("prompt", 4.0, 0.5, (1, 16)), Probe("decode", 0.25, 3.0, (1, TOP_LEVEL)))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ServedGrid:
     """What to measure per configuration.
 
@@ -259,7 +259,7 @@ def probe_points(grid: ServedGrid, prompt_tokens: int, output_tokens: int, top_l
     return points
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Configuration:
     """One server configuration: no SD (``draft_length = 0``) or SD at one draft length."""
 

@@ -14,11 +14,11 @@ import platform
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InvalidValueError, MissingDependencyError
-from sdplan.frozen import frozen
 from sdplan.measure.levels import SERVED_GRIDS, ServedGrid
 from sdplan.methods import check_method
 
@@ -28,7 +28,7 @@ METHODS_WITH_MODEL = ("draft_model", "eagle", "eagle3")
 _OWNED_FLAGS = ("--host", "--port", "--speculative-config", "--speculative_config")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ServedOptions:
     """Everything ``sdplan calibrate`` (served) needs; validated by :func:`check_options`."""
 

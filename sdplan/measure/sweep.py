@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from sdplan.frozen import replace
 from sdplan.measure.client import LoadPoint
 from sdplan.measure.levels import (
     LOWER_RATE_SUFFIX,

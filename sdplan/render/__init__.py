@@ -13,12 +13,12 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from sdplan.fileio import atomic_write_text
-from sdplan.frozen import frozen
 
 #: Version of every JSON document sdplan prints; bump on incompatible changes.
 JSON_SCHEMA_VERSION = 1
@@ -34,7 +34,7 @@ class OutputFormat(str, Enum):
     CSV = "csv"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Style:
     """How tables are drawn: ASCII boxes and no colour for logs, or rich defaults."""
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from sdplan import __version__
-from sdplan.frozen import asdict
 from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
 from sdplan.render.plan import METHOD_LABELS
 

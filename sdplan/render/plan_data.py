@@ -98,7 +98,7 @@ def _sd_point(plan: Plan, ia: int, ir: int, ik: int) -> dict[str, Any]:
 
 def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
     """The JSON document of a plan (``schema_version`` 1; units in every key)."""
-    from sdplan.frozen import asdict
+    from dataclasses import asdict
 
     g = plan.coefficients.output_tokens
     intervals = inputs.intervals

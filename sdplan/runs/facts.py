@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen, replace
 
 if TYPE_CHECKING:
     from sdplan.runs.record import BenchmarkRun
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RunFacts:
     """Draft length and acceptance to fill in where a file does not record them."""
 

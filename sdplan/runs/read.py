@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.frozen import frozen, replace
 from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
@@ -26,7 +26,7 @@ from sdplan.runs.record import BenchmarkRun, check_domain, read_text, sweep_file
 from sdplan.runs.screen import stalled_note
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Reader:
     """One input format: how to recognise it and how to read it (see the module notes)."""
 

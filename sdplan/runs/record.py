@@ -24,11 +24,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
 
 #: Largest result file read (bytes); a larger one is refused rather than loaded.
 MAX_RESULT_BYTES = 512 * 1024 * 1024
@@ -37,7 +37,7 @@ MAX_RESULT_BYTES = 512 * 1024 * 1024
 SWEEP_SKIP = ("summary.json", "warmup.json")
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BenchmarkRun:
     """One load level of one configuration, in SI units.
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
 from sdplan.runs.record import (
     BenchmarkRun,
     count,
@@ -147,7 +146,7 @@ def _chunk_gaps(document: dict[str, Any], count: int) -> list[list[float]] | Non
     return [[float(x) for x in v] for v in values]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Load:
     """What a result's summary fields say about the load: counts, rates, loop kind and mean lengths."""
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 from sdplan.limits import MAX_SIMULATED_RATE_RPS, MIN_SIMULATED_RATE_RPS
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ WARMUP_FRACTION = 0.1
 PERCENTILES = (50, 90, 99)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimulationConfig:
     """What to simulate. Times in seconds, lengths in tokens."""
 
@@ -92,7 +92,7 @@ class SimulationConfig:
         return prompt, output
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SimulationResult:
     """Per-request samples after warm-up, and time averages."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sdplan.frozen import frozen
 from sdplan.simulate.config import SimulationConfig, SimulationResult
 from sdplan.simulate.engine import simulate
 
@@ -33,7 +33,7 @@ def t_quantile(dof: int) -> float:
     return _T95[max(eligible)] if dof <= 30 else 1.96
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Estimate:
     """Mean over replications and the half-width of its 95% confidence interval (inf with one seed)."""
 
@@ -41,7 +41,7 @@ class Estimate:
     half_width: float
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RateSummary:
     rate_rps: float
     draft_length: int
