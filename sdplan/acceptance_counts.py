@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sdplan.acceptance import alpha_from_mean_length
+
 
 @dataclass(frozen=True, slots=True)
 class AcceptanceCounts:
@@ -46,8 +48,6 @@ class AcceptanceCounts:
     @property
     def per_token_alpha(self) -> float:
         """The i.i.d. alpha with the same mean acceptance length at this draft length."""
-        from sdplan.acceptance import alpha_from_mean_length
-
         k = self.draft_length
         tau = min(max(self.mean_acceptance_length, 1.0), k + 1.0)
         return float(alpha_from_mean_length(tau, k))

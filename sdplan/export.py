@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InvalidValueError
 from sdplan.methods import NGRAM_LOOKUP_TOKENS
+from sdplan.schedule import check_vllm_schedule
 
 if TYPE_CHECKING:
     from sdplan.schedule import EngineSchedule
@@ -72,8 +73,6 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
     inclusive, first range at 1 (``dynamic/utils.py:21-72``), covering the
     engine's ``max_num_seqs``.
     """
-    from sdplan.schedule import check_vllm_schedule
-
     check_vllm_schedule(schedule.tiers)
     config: dict[str, Any] = {"method": method}
     if weights is not None:

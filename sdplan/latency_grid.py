@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sdplan import model
+from sdplan import moe as moe_model
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -81,10 +83,6 @@ def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens
     ``C1`` is the zero-load latency with the coverage of the request's own step, ``C2`` the load-dependent
     demand at full coverage. The speedup lost is against verification that routed only ``B`` tokens.
     """
-    import numpy as np
-
-    from sdplan import moe as moe_model
-
     k_ak = ks[None, :].astype(np.float64)
     lam = rates[None, :, None]
     # C(phi) = C(at phi 0) + phi [C(at phi 1) - C(at phi 0)]: the demands are linear in the coefficients
@@ -132,10 +130,6 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
         load (without a crossing: whether it wins at every stable rate);
         ``crossings`` has shape ``(..., MOE_CROSSINGS)``, ascending, nan-padded.
     """
-    import numpy as np
-
-    from sdplan import moe as moe_model
-
     a1, b1, a2, b2 = (np.asarray(x, dtype=np.float64) for x in sd_args)
     shape = a1.shape
     top = 1.0 / np.maximum(np.maximum(a2 + b2, base_args[2] + base_args[3]), 1e-300)  # lower saturation of the pair

@@ -40,8 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from sdplan import model
+
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -66,8 +69,6 @@ class MoESpec:
 
     def phi(self, tokens: FloatArray | float) -> FloatArray:
         """Expected fraction of experts touched by ``tokens`` routed tokens."""
-        import numpy as np
-
         miss = 1.0 - self.experts_per_token / self.experts
         return 1.0 - np.power(miss, np.maximum(np.asarray(tokens, dtype=np.float64), 0.0))
 
@@ -90,8 +91,6 @@ class FixedPoint:
 
 def routed_tokens(tokens_per_sequence: FloatArray | float, others: FloatArray | float) -> FloatArray:
     """Tokens routed by the step a tagged request is in: ``t (1 + B)`` with ``B`` the others in flight."""
-    import numpy as np
-
     return np.asarray(tokens_per_sequence, dtype=np.float64) * (1.0 + np.asarray(others, dtype=np.float64))
 
 
@@ -146,10 +145,6 @@ def time_to_first_token(coefficients: Coefficients, moe: MoESpec, k: FloatArray 
     ``TTFT(phi) = TTFT(at_coverage(., 0)) + phi [TTFT(at_coverage(., 1)) - TTFT(at_coverage(., 0))]``,
     evaluated per point; ``others`` of ``inf`` (unstable) gives ``inf``.
     """
-    import numpy as np
-
-    from sdplan import model
-
     load = np.asarray(others, dtype=np.float64)
     low = model.time_to_first_token(at_coverage(coefficients, moe, 0.0), k, load, tokens_per_cycle)
     full = model.time_to_first_token(at_coverage(coefficients, moe, 1.0), k, load, tokens_per_cycle)
@@ -165,8 +160,6 @@ def solve(a1: FloatArray | float, b1: FloatArray | float, a2: FloatArray | float
     All arguments broadcast together; ``t`` is the tokens each sequence routes
     per forward (1 for plain decode, ``k + 1`` for verification).
     """
-    import numpy as np
-
     a1, b1, a2, b2, t, lam = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in
                                                    (a1, b1, a2, b2, tokens_per_sequence, rates_rps)))
     shape = a1.shape

@@ -16,6 +16,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from sdplan import model
+from sdplan.acceptance import expected_tokens_per_cycle, with_coverage
+from sdplan.calibration import scale_direct
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
 
 if TYPE_CHECKING:
@@ -86,8 +91,6 @@ def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_toke
     c2_step (share + (1 - share) s/s_ref)``.
     """
 
-    from sdplan.calibration import scale_direct
-
     document = {
         "reference_workload": {"prompt_tokens": reference[0], "output_tokens": reference[1]},
         "coefficients": coefficients_table(dict(zip(PARAMETERS, theta)), fixed_step_share),
@@ -98,20 +101,14 @@ def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_toke
 
 def run_demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float]:
     """``(C1, C2)`` of a run's configuration: the baseline's without SD, else at the run's tokens per cycle."""
-    from sdplan import model
-
     if run.draft_length == 0:
         return model.baseline_demand(coefficients)
-    import numpy as np
-
     c1, c2 = model.demand_from_tokens(coefficients, np.asarray(run_tokens_per_cycle(run)), run.draft_length)
     return float(c1), float(c2)
 
 
 def run_tokens_per_cycle(run: BenchmarkRun) -> float:
     """Tokens per decode step of a run: ``E(alpha, k)``, with its measured draft coverage applied."""
-    from sdplan.acceptance import expected_tokens_per_cycle, with_coverage
-
     if run.draft_length == 0:
         return 1.0
     tokens = expected_tokens_per_cycle(run.alpha if run.alpha is not None else 0.0, run.draft_length)
@@ -120,8 +117,6 @@ def run_tokens_per_cycle(run: BenchmarkRun) -> float:
 
 def ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float, float]:
     """(c1p, tau1, C2/steps) of a run: TTFT = c1p + w_wait tau1 + w_load B (C2/steps)."""
-    from sdplan import model
-
     tau1, _ = model.step_costs(coefficients, run.draft_length)
     per_other = model.ttft_load_cost(coefficients, run.draft_length, run_tokens_per_cycle(run))
     return coefficients.c1p_s, float(tau1), float(per_other)
@@ -164,8 +159,6 @@ class DesignRows:
                         tau1=self.tau1 @ matrix, tau2=self.tau2 @ matrix)
 
     def factor(self, closed_loop_factor: float) -> Any:
-        import numpy as np
-
         return np.where(self.closed, closed_loop_factor, 1.0)
 
     def e2e(self, closed_loop_factor: float = 1.0) -> Any:
@@ -191,8 +184,6 @@ def verify_floor(runs: list[BenchmarkRun]) -> Any:
     The identity where the runs lack SD or no-SD: then one side alone
     determines its coefficients.
     """
-    import numpy as np
-
     matrix = np.eye(len(PARAMETERS))
     kinds = {run.draft_length > 0 for run in runs}
     if kinds == {True, False}:
@@ -216,8 +207,6 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step
     the model's own equations whatever its details (eq. 3, the baseline's
     decode steps, the length scaling): ``C1(theta) = sum_j theta_j C1(e_j)``.
     """
-    import numpy as np
-
     shape = (len(runs), len(PARAMETERS))
     c1, c2, c1p, tau1, tau2 = (np.zeros(shape) for _ in range(5))
     for j in range(len(PARAMETERS)):

@@ -27,8 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.model import option_demands, option_lengths, step_costs
+
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -40,10 +44,6 @@ if TYPE_CHECKING:
 def step_times(coefficients: Coefficients, draft_lengths: list[int], sizes: FloatArray,
                moe: MoESpec | None = None) -> FloatArray:
     """Step time ``tau_k(n)`` in seconds, shape ``(n, 1 + len(draft_lengths))``; column 0 is no SD."""
-    import numpy as np
-
-    from sdplan.model import option_lengths, step_costs
-
     ks = option_lengths(draft_lengths).astype(np.float64)  # "off" (0) first
     n = np.asarray(sizes, dtype=np.float64)[:, None]
     fixed, per_other = step_costs(coefficients, ks)
@@ -84,10 +84,6 @@ def batch_size_schedule(
     sequences in the step (see the module notes); ties go to no SD, then to
     the shorter draft.
     """
-    import numpy as np
-
-    from sdplan.model import option_lengths
-
     goodput = goodput_per_size(coefficients, draft_lengths, alpha, max_batch_size, tokens_per_cycle, moe)
     return _ranges(option_lengths(draft_lengths)[np.argmax(goodput, axis=1)])
 
@@ -98,11 +94,6 @@ def goodput_per_size(coefficients: Coefficients, draft_lengths: list[int], alpha
 
     Row ``n - 1`` is a step of ``n`` sequences; column 0 is no SD (``E = 1``).
     """
-    import numpy as np
-
-    from sdplan.acceptance import expected_tokens_per_cycle
-    from sdplan.model import option_demands
-
     ks = np.asarray(draft_lengths, dtype=np.float64)
     tokens = expected_tokens_per_cycle(alpha, ks) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
     options = option_demands(coefficients, draft_lengths, np.atleast_1d(tokens))
@@ -192,10 +183,6 @@ def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_widt
     neighbours merge. Near a crossing the two ks' goodputs are close, so the
     loss is small; it is reported.
     """
-    import numpy as np
-
-    from sdplan.model import option_lengths
-
     k_with_off = option_lengths(draft_lengths)
     allowed = k_with_off >= min_k
     if not allowed.any():

@@ -10,13 +10,20 @@ what is expected, so every message reads
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomllib's parser as the tomli package (a dependency there)
+    import tomli as tomllib
 
 _TYPE_NAMES = {
     "float": "a number",
@@ -94,11 +101,6 @@ def read_toml(path: Path) -> dict[str, Any]:
     so is UTF-16/32 with a mark; other encodings are refused with a message.
     """
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
-
-    try:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise InputFileError(str(path), None, "no such file; check the path") from None
@@ -121,8 +123,6 @@ def validate(document: Mapping[str, Any], spec: Table, path: str, prefix: str = 
     """Check ``document`` against ``spec``; raise on the first problem."""
     for key in document:
         if key not in spec.fields:
-            import difflib
-
             dotted = f"{prefix}{key}"
             close = difflib.get_close_matches(key, list(spec.fields), n=1)
             hint = f"did you mean '{prefix}{close[0]}'?" if close else _allowed(spec, prefix)

@@ -28,6 +28,7 @@ so a warning can name it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -144,8 +145,6 @@ def served_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tuple
     is). None for no SD without a ``nosd`` server, or a calibration that recorded none. (A file whose
     two lists differ in length does not load.)
     """
-    import re
-
     measurement = calibration.records.measurement
     if measurement is None or not measurement.kv_cache:
         return None

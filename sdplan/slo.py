@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from sdplan.errors import InvalidValueError
 from sdplan.units import Dimension, format_seconds, parse_quantity
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     FloatArray = npt.NDArray[np.float64]
@@ -229,8 +230,6 @@ def max_rate_under(
     * ``utilisation <= u``: ``lambda <= u/C2``;
     * ``throughput >= X``: a lower bound, ``lambda >= X/g``.
     """
-    import numpy as np
-
     c1 = np.asarray(c1_s, dtype=np.float64)
     c2 = np.asarray(c2_s, dtype=np.float64)
     t0 = np.asarray(ttft_s, dtype=np.float64)

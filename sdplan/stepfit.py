@@ -35,7 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from sdplan.errors import InvalidValueError
+from sdplan.regression import bounded_solve, column_scale
 
 
 def step_key(kind: str, batch: int, draft_length: int, prompt_tokens: int) -> str:
@@ -90,10 +93,6 @@ class CalibrationFit:
 
 
 def _nonnegative_fit(columns: list[list[float]], names: tuple[str, ...], y: list[float]) -> TermFit:
-    import numpy as np
-
-    from sdplan.regression import bounded_solve, column_scale
-
     design = np.array(columns, dtype=np.float64).T
     target = np.asarray(y, dtype=np.float64)
     if design.shape[0] < design.shape[1]:
@@ -168,8 +167,6 @@ def fit_calibration(measurements: list[Measurement]) -> CalibrationFit:
             extra,
         )
         # Report the quality of the whole SD step prediction, which is what the planner uses.
-        import numpy as np
-
         c = draft.as_dict()
         predicted = np.array([
             target_step_prediction(target_fit, m.batch, m.draft_length + 1, m.context_tokens)

@@ -17,8 +17,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sdplan import model
+from sdplan import moe as moe_model
 from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
+from sdplan.runmodel import (
+    ALPHA_GROUP_TOLERANCE,
+    LENGTH_GROUP_TOLERANCE,
+    configuration_groups,
+    r2,
+    run_demand,
+    run_tokens_per_cycle,
+)
+from sdplan.runs import screen
 
 if TYPE_CHECKING:
     from sdplan.moe import MoESpec
@@ -61,12 +72,7 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
     ``L = C1(lambda L)/(1 - lambda C2(lambda L))`` (:func:`sdplan.moe.solve`).
     The prefill's terms are at ``phi(p)`` either way.
     """
-    from sdplan import model
-    from sdplan.runmodel import run_demand
-
     if run.concurrency is None and moe is not None:
-        from sdplan import moe as moe_model
-
         a1, a2 = run_demand(moe_model.at_coverage(coefficients, moe, 0.0), run)
         full1, full2 = run_demand(moe_model.at_coverage(coefficients, moe, 1.0), run)
         solved = moe_model.solve(a1, full1 - a1, a2, full2 - a2, routed_per_sequence(run), run.arrival_rate_rps,
@@ -88,14 +94,10 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
     coefficients at the coverage of that load, ``phi(t (1 + B))``
     (:func:`predict_latency`).
     """
-    from sdplan import model
-
     if not math.isfinite(latency_s):
         return math.inf
     others = (model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor)
               if run.concurrency is not None else run.arrival_rate_rps * latency_s)
-    from sdplan.runmodel import run_tokens_per_cycle
-
     covered_coefficients = covered(coefficients, run, moe, run_others(run, latency_s))
     return float(model.time_to_first_token(covered_coefficients, run.draft_length, others,
                                            run_tokens_per_cycle(run)))
@@ -108,8 +110,6 @@ def routed_per_sequence(run: BenchmarkRun) -> float:
 
 def run_others(run: BenchmarkRun, latency_s: float) -> float:
     """Other requests in flight with a run: ``N - 1`` in a closed loop, ``lambda L`` in an open one."""
-    from sdplan import model
-
     if run.concurrency is not None:
         return model.closed_loop_others(run.concurrency)
     return run.arrival_rate_rps * latency_s
@@ -123,8 +123,6 @@ def covered(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None, 
     """
     if moe is None:
         return coefficients
-    from sdplan import moe as moe_model
-
     phi = float(moe.phi(moe_model.routed_tokens(routed_per_sequence(run), others)))
     return moe_model.at_coverage(coefficients, moe, phi)
 
@@ -267,8 +265,6 @@ def repeat_spread(runs: list[BenchmarkRun]) -> RepeatSpread | None:
     :data:`~sdplan.runmodel.ALPHA_GROUP_TOLERANCE`) and share the controlled load
     (``N`` clients, or the requested rate). None when no level was measured twice.
     """
-    from sdplan.runmodel import configuration_groups
-
     repeated: list[list[BenchmarkRun]] = []
     for members in configuration_groups(runs):
         by_level: dict[str, list[BenchmarkRun]] = defaultdict(list)
@@ -293,8 +289,6 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
     :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
     baseline at the same level.
     """
-    from sdplan.runmodel import ALPHA_GROUP_TOLERANCE, LENGTH_GROUP_TOLERANCE
-
     # workloads: mean lengths within 10% are one (random datasets vary a little from run to run)
     workloads: list[tuple[float, float]] = []
     by_level: dict[tuple[Any, ...], list[RunError]] = defaultdict(list)
@@ -343,9 +337,6 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
     Runs the screen rejects are skipped with their reason; an unstable
     prediction for a measured run counts as an infinite error and is the worst.
     """
-    from sdplan.runmodel import r2
-    from sdplan.runs import screen
-
     errors, skipped = [], []
     for run in sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s)):
         reasons = screen(run)

@@ -13,6 +13,7 @@ where a number is expected), as the document they come from does.
 from __future__ import annotations
 
 import datetime as _dt
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -338,8 +339,6 @@ class Measurement:
         InputFileError
             If ``kv_cache_tokens`` and ``kv_cache_configurations`` differ in length.
         """
-        import shlex
-
         commands = tuple(table.get("server_commands", ()))
         arguments = None
         if table["method"] == "served" and commands:

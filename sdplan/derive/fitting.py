@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from sdplan.derive.pricing import Pricer
 from sdplan.derive.request import (
     BATCH_GRID,
@@ -35,7 +37,6 @@ def fit_linear(rows: Sequence[Sequence[float]], values: Sequence[float]) -> tupl
     the step model is a time, ``sdplan-calibration(5)``), by
     :func:`scipy.optimize.nnls` on the rows scaled by ``1 / y_i``.
     """
-    import numpy as np
     from scipy.optimize import nnls
 
     x = np.asarray(rows, dtype=float)

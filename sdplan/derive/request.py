@@ -9,7 +9,9 @@ assumed rather than priced (each is recorded in the derived file's
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 from sdplan.errors import InvalidValueError, MissingDependencyError
@@ -106,8 +108,6 @@ class DeriveRequest:
 
 def load_aic() -> Any:
     """Import ``aiconfigurator_core``'s engine module, or raise the exit-5 error naming the install line."""
-    import logging
-
     try:
         from aiconfigurator_core.sdk import engine
     except ImportError:
@@ -119,8 +119,6 @@ def load_aic() -> Any:
 
 def aic_version() -> str:
     """The installed ``aiconfigurator-core`` version ("unknown" when its metadata is missing)."""
-    from importlib import metadata
-
     try:
         return metadata.version(AIC_DISTRIBUTION)
     except metadata.PackageNotFoundError:

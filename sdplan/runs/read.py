@@ -13,6 +13,7 @@ JSON object goes to the first JSON reader that claims it, in registry order.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -199,8 +200,6 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None, alp
 
 def _relative_names(paths: list[str]) -> list[str]:
     """Each path relative to the folder that holds all of them (``/`` separated; the name alone for one folder)."""
-    import os
-
     absolute = [os.path.abspath(path) for path in paths]
     try:
         base = os.path.commonpath([os.path.dirname(path) for path in absolute]) if absolute else ""

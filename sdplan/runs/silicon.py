@@ -26,6 +26,7 @@ it matches none or several.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,8 +88,6 @@ def resolve_path(argument: str) -> Path:
     """
     if argument != PACKAGED:
         return Path(argument)
-    import importlib.util
-
     spec = importlib.util.find_spec("aiconfigurator_core")  # finds the package without importing it
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     for folder in folders:

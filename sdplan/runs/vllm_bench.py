@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import InputFileError
 from sdplan.runs.record import (
     BenchmarkRun,
@@ -52,8 +53,6 @@ def read(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[
 
 def _acceptance_from_vllm(document: dict[str, Any], path: str) -> tuple[int, float | None, float | None, list[str]]:
     """(draft length, per-token alpha, mean acceptance length, notes) from vLLM's spec_decode fields."""
-    from sdplan.acceptance import alpha_from_mean_length
-
     per_position = document.get("spec_decode_per_position_acceptance_rates")
     drafts = document.get("spec_decode_num_drafts")
     draft_tokens = document.get("spec_decode_draft_tokens")

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sdplan.simulate.config import SimulationConfig, SimulationResult
 from sdplan.simulate.engine import simulate
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -59,8 +60,6 @@ class RateSummary:
 
 
 def _estimate(samples: list[float]) -> Estimate:
-    import numpy as np
-
     values = np.asarray(samples, dtype=np.float64)
     if values.size == 1:
         return Estimate(float(values[0]), math.inf)
@@ -93,8 +92,6 @@ def replicate(coefficients: Coefficients, config: SimulationConfig, seeds: int, 
     ``uniforms`` (one array per replication) fix each replication's arrival
     stream, for common random numbers across rates (see :func:`simulate`).
     """
-    import numpy as np
-
     runs = []
     for index in range(seeds):
         runs.append(simulate(coefficients, config, np.random.default_rng(seed + index), on_progress,
