@@ -295,10 +295,11 @@ def derived_predictors(configuration: silicon.SiliconConfiguration, kept: list, 
     Tries the rows' engine version, then the database's current one (AIConfigurator resolves versions
     through its own slots, so most rows' versions are not queryable).
     """
+    from dataclasses import replace as replaced
+
     from sdplan.calibration import parse_calibration
     from sdplan.derive import MeasuredRows, derive
     from sdplan.errors import InvalidValueError
-    from sdplan.frozen import replace as replaced
 
     why = ""
     for version in (configuration.version, None):

@@ -18,14 +18,15 @@ converting them to ``alpha`` needs that ``k``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     FloatArray = npt.NDArray[np.float64]
@@ -84,8 +85,6 @@ def expected_tokens_per_cycle(alpha: FloatArray | float, k: FloatArray | int) ->
     >>> float(expected_tokens_per_cycle(1.0, 4))
     5.0
     """
-    import numpy as np
-
     alpha_arr = np.asarray(alpha, dtype=np.float64)
     k_arr = np.asarray(k, dtype=np.float64)
     is_one = alpha_arr >= 1.0
@@ -115,8 +114,6 @@ def expected_tokens_per_position(position_rates: FloatArray) -> FloatArray:
     -----
     With every ``a_j = alpha`` this equals :func:`expected_tokens_per_cycle`.
     """
-    import numpy as np
-
     rates = np.asarray(position_rates, dtype=np.float64)
     tokens: FloatArray = 1.0 + np.cumprod(rates, axis=-1).sum(axis=-1)
     return tokens
@@ -141,8 +138,6 @@ def tokens_from_position_rates(position_rates: tuple[float, ...], draft_lengths:
         (``docs/model.md#per-position-acceptance``); equal ``a_j = alpha`` gives
         ``E(alpha, k)``.
     """
-    import numpy as np
-
     ks = np.asarray(draft_lengths, dtype=np.int64)
     if np.any(ks < 1) or np.any(ks > len(position_rates)):
         raise InvalidValueError(
@@ -215,8 +210,6 @@ def alpha_from_mean_length(tau: FloatArray | float, k: int) -> FloatArray:
     so a vectorised bisection converges to the unique root
     (``docs/model.md#acceptance-metrics``).
     """
-    import numpy as np
-
     if k < 1:
         raise InvalidValueError("converting a mean acceptance length needs a draft length k >= 1")
     tau_arr = np.asarray(tau, dtype=np.float64)
@@ -242,15 +235,13 @@ def alpha_from_draft_rate(rate: FloatArray | float, k: int) -> FloatArray:
     The draft acceptance rate ``r`` relates to the mean acceptance length by
     ``tau = 1 + k * r``; the conversion then follows :func:`alpha_from_mean_length`.
     """
-    import numpy as np
-
     rate_arr = np.asarray(rate, dtype=np.float64)
     if np.any(~np.isfinite(rate_arr)) or np.any(rate_arr < 0.0) or np.any(rate_arr > 1.0):
         raise InvalidValueError("draft acceptance rate must lie in [0, 1] (a fraction; write 62% or 0.62)")
     return alpha_from_mean_length(1.0 + k * rate_arr, k)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AcceptanceSpec:
     """Acceptance as the user gave it, and the per-token alphas it converts to.
 
@@ -283,8 +274,6 @@ class AcceptanceSpec:
 
     def tokens_per_cycle(self, draft_lengths: FloatArray | Sequence[int]) -> FloatArray:
         """``E`` per (acceptance row, draft length), shape (a, k), with the draft coverage applied."""
-        import numpy as np
-
         ks = np.asarray(draft_lengths)
         if self.position_rates is not None:
             tokens = tokens_from_position_rates(self.position_rates, ks)[None, :]
@@ -336,8 +325,6 @@ def with_coverage(tokens: FloatArray, coverage: FloatArray | float) -> FloatArra
     (``Scheduler.make_spec_decoding_stats``), so ``c`` is measured apart from
     the acceptance: :func:`sdplan.runs.vllm_bench.draft_coverage`.
     """
-    import numpy as np
-
     return np.asarray(coverage) * np.asarray(tokens) + (1.0 - np.asarray(coverage))
 
 
@@ -352,8 +339,6 @@ def make_acceptance(
         If a value is outside its metric's domain or ``measured_at_k`` is missing
         for a k-dependent metric.
     """
-    import numpy as np
-
     if not values:
         raise InvalidValueError("acceptance needs at least one value")
     arr = np.asarray(values, dtype=np.float64)

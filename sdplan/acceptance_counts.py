@@ -6,12 +6,13 @@ The in-process engine (:mod:`sdplan._vllm`) reads them for ``sdplan calibrate
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from sdplan.frozen import frozen
+from sdplan.acceptance import alpha_from_mean_length
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class AcceptanceCounts:
     """vLLM's speculative-decoding counters over a run (differences of before/after snapshots)."""
 
@@ -47,8 +48,6 @@ class AcceptanceCounts:
     @property
     def per_token_alpha(self) -> float:
         """The i.i.d. alpha with the same mean acceptance length at this draft length."""
-        from sdplan.acceptance import alpha_from_mean_length
-
         k = self.draft_length
         tau = min(max(self.mean_acceptance_length, 1.0), k + 1.0)
         return float(alpha_from_mean_length(tau, k))

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sdplan import knee, model
+from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.check import simulated_value
 from sdplan.errors import InfeasibleError, InvalidValueError
-from sdplan.frozen import frozen, replace
-from sdplan.slo import SLO
+from sdplan.simulate import replicate
+from sdplan.slo import SLO, max_rate_under
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
 _ROUNDING_SLACK = 1e-9
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Capacity:
     """Per-option capacity. Index 0 is "no SD"; index i >= 1 is ``draft_lengths[i-1]``.
 
@@ -74,8 +78,6 @@ class Capacity:
     @property
     def best_speculative(self) -> int:
         """Index of the best SD option (>= 1), or -1 if no SD option is feasible."""
-        import numpy as np
-
         rates = np.where(self.feasible[1:], self.max_rate_rps[1:], -1.0)
         return int(np.argmax(rates)) + 1 if np.any(self.feasible[1:]) else -1
 
@@ -96,8 +98,6 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         If no SLO bounds the rate (capacity would be the saturation rate,
         where latency is unbounded).
     """
-    import numpy as np
-
     if not any(slo.metric.bounds_rate for slo in slos):
         raise InvalidValueError(
             "capacity needs an SLO that bounds the request rate: e2e:mean<=..., ttft:mean<=..., tpot:mean<=... or "
@@ -105,8 +105,6 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         )
     ks = np.asarray(draft_lengths, dtype=np.float64)
     if tokens_per_cycle is None:
-        from sdplan.acceptance import expected_tokens_per_cycle
-
         tokens_per_cycle = expected_tokens_per_cycle(alpha, ks)
     demands = model.option_demands(coefficients, draft_lengths, np.atleast_1d(tokens_per_cycle))
     c1, c2 = demands.c1_s, demands.c2_s
@@ -115,8 +113,6 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     # TTFT = ttft + B * ttft_per_other
     ttft_per_other = coefficients.ttft_load_steps * model.ttft_load_cost(coefficients, options, option_tokens)
     g = coefficients.output_tokens
-
-    from sdplan.slo import max_rate_under
 
     highest = np.full(c1.shape, np.inf)
     lowest = np.zeros(c1.shape)
@@ -200,7 +196,7 @@ def search_rate(feasible: Callable[[float], str | None], upper_rps: float,
     return low, binding
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Excess:
     """How far a simulated point is past its upper-bound SLOs: ``max_i value_i/limit_i - 1`` (> 0 violated)."""
 
@@ -301,11 +297,6 @@ def simulated_capacity(cap: Capacity, coefficients: Coefficients, slos: list[SLO
     ``configure(rate, k)`` returns a :class:`sdplan.simulate.SimulationConfig`.
     Returns the capacity table with simulated rates, and the evaluations run.
     """
-    import numpy as np
-
-    from sdplan.check import simulated_value
-    from sdplan.simulate import replicate
-
     upper_slos = [slo for slo in slos if slo.upper_bound]
     lower_slos = [slo for slo in slos if not slo.upper_bound]
     options = [0, *cap.draft_lengths]
@@ -358,8 +349,6 @@ def upper_slo_excess(slos: list[SLO], summary: object, rate_rps: float, c2_s: fl
     SLO the binding one. ``summary`` is a :class:`sdplan.simulate.RateSummary`; ``rate_rps * c2_s`` is
     the utilisation that ``utilisation<=`` SLOs read.
     """
-    from sdplan.check import simulated_value
-
     if not summary.steady:  # type: ignore[attr-defined]
         return Excess(math.inf, "not steady (queue grows)")
     worst, worst_slo = -math.inf, None
@@ -387,12 +376,9 @@ def mean_model_root(rate_rps: float, excess: float, c2_s: float) -> float:
 
 def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[str | None]) -> Capacity:
     """The analytic capacity table with its rates replaced by simulated ones."""
-    import numpy as np
-
     rates = np.asarray(rates_rps, dtype=np.float64)
     feasible = rates > 0
     ranked = np.where(feasible, rates, -1.0)
-
     return replace(cap, max_rate_rps=rates, binding_slo=list(binding), feasible=feasible,
                    latency_at_capacity_s=np.where(feasible, latency_at(cap, rates), np.nan),
                    best=int(np.argmax(ranked)) if np.any(feasible) else -1)
@@ -415,7 +401,7 @@ def replicas_needed(target_rate_rps: float, per_replica_rps: float) -> int | Non
     return max(1, math.ceil(replicas))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Fleet:
     """Replicas for one option at a target rate, with optional GPU and cost figures."""
 

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from sdplan import planner
+from sdplan import model, planner
 from sdplan.errors import ExitStatus, InvalidValueError
-from sdplan.frozen import frozen, replace
 from sdplan.slo import SLO, OperatingPoint, Verdict, evaluate
 
 if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckReport:
     """Outcome of ``sdplan check``.
 
@@ -63,8 +63,6 @@ def run_check(
     ``mode`` is ``best`` (the latency-optimal option among no SD and
     ``candidates``), ``fixed`` (``draft_length``) or ``off`` (no SD).
     """
-    from sdplan import model
-
     if not slos:
         raise InvalidValueError("no SLO to check; give --slo (e.g. --slo 'e2e:mean<=2s') or slos in the workload file")
     if mode == "fixed":

@@ -9,14 +9,14 @@ derived in ``docs/model.md#demand-decomposition``.
 
 from __future__ import annotations
 
-from sdplan.frozen import frozen
+from dataclasses import dataclass
 
 #: TTFT weights (in steps) where no TTFT was fitted: half a running step of wait, and a mixed step and a half
 #: with the others in flight (``docs/model.md#ttft-and-tpot``).
 DEFAULT_TTFT_WAIT_STEPS = 0.5
 DEFAULT_TTFT_LOAD_STEPS = 1.5
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Coefficients:
     """Cost coefficients of one (hardware, target, draft) pair at one workload.
 

@@ -20,12 +20,12 @@ Sources of the formats (read in the engines' code, cited per builder):
 from __future__ import annotations
 
 import json
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 from sdplan.methods import NGRAM_LOOKUP_TOKENS
+from sdplan.schedule import check_vllm_schedule
 
 if TYPE_CHECKING:
     from sdplan.schedule import EngineSchedule
@@ -40,7 +40,7 @@ TRTLLM_DECODING_TYPES = {"eagle": "Eagle", "eagle3": "Eagle3", "mtp": "MTP", "dr
                          "ngram": "NGram"}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     """What to hand the engine (``text``), how (``usage``), and what the engine does differently (``warnings``)."""
 
@@ -73,8 +73,6 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
     inclusive, first range at 1 (``dynamic/utils.py:21-72``), covering the
     engine's ``max_num_seqs``.
     """
-    from sdplan.schedule import check_vllm_schedule
-
     check_vllm_schedule(schedule.tiers)
     config: dict[str, Any] = {"method": method}
     if weights is not None:

@@ -9,7 +9,9 @@ half-written file and never destroys the previous one.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,8 +56,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise InputFileError(text, None, f"cannot write here ({exc.strerror}); choose another path") from None
     try:
         # the name is cut so that the temporary file's name stays within the file system's limit
-        import tempfile  # with shutil, bz2 and lzma: only where a file is written
-
         handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:64]}.", suffix=".tmp", dir=folder)
     except OSError as exc:
         raise InputFileError(text, None, f"cannot write here ({exc.strerror}); choose a writable path") from None
@@ -101,8 +101,6 @@ def _scalar(value: Any) -> str:
         text = repr(value)
         return text if any(c in text for c in ".eE") else text + ".0"
     if isinstance(value, str):
-        import json
-
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (_dt.date, _dt.datetime)):
         return value.isoformat()

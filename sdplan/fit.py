@@ -33,13 +33,16 @@ data never pull the E2E coefficients.
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from sdplan.errors import InfeasibleError
 from sdplan.fit_result import PointResidual, PooledFit, weakly_determined
 from sdplan.frontend import with_frontend_floor
-from sdplan.frozen import frozen, replace
 from sdplan.regression import (
     RIDGE,
     column_scale,
@@ -60,6 +63,7 @@ from sdplan.runmodel import (
 )
 from sdplan.step_share import profile_fixed_step_share, spans_several_contexts
 from sdplan.ttft_fit import fit_ttft
+from sdplan.validation import repeat_spread
 
 if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun
@@ -140,8 +144,6 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
     fit = with_frontend_floor(_fit_at_share(runs, reference, robust, fixed_step_share), runs,
                               lambda rest: _fit_at_share(rest, reference, robust, fixed_step_share)
                               if len(rest) >= MIN_FIT_RUNS and any(run.draft_length == 0 for run in rest) else None)
-    from sdplan.validation import repeat_spread
-
     spread = repeat_spread(runs)
     spread_note = () if spread is None else (
         f"{spread.runs} runs repeating {spread.repeated_levels} load levels lay {spread.sd_pct:.2g}% apart (standard "
@@ -162,8 +164,6 @@ def _reference_workload(runs: list[BenchmarkRun]) -> tuple[int, int]:
 def _fit_at_share(runs: list[BenchmarkRun], reference: tuple[int, int], robust: bool,
                   fixed_step_share: float) -> PooledFit:
     """Both stages of :func:`fit_pooled` at one share of ``c2_step`` that does not grow with the context."""
-    import numpy as np
-
     latency = np.array([r.mean_e2e_latency_s for r in runs])
     rows, floor = design_rows(runs, reference, fixed_step_share), verify_floor(runs)
     problem = _E2EProblem(rows.times(floor), latency)
@@ -201,15 +201,13 @@ def _balance_weights(closed: Any, fit_factor: bool) -> Any:
     The planner predicts open loops, and a sweep has many more closed-loop points: when both kinds are present
     (``fit_factor``), each open-loop run weighs ``max(1, closed/open)``; otherwise every run weighs 1.
     """
-    import numpy as np
-
     balance = np.ones(len(closed))
     if fit_factor:
         balance[~closed] = max(1.0, closed.sum() / max((~closed).sum(), 1))
     return balance
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _E2EProblem:
     """Stage 1's weighted relative residuals ``sqrt(w) (X(f) theta / L - 1)`` in ``x = (theta, f)``."""
 
@@ -218,26 +216,18 @@ class _E2EProblem:
 
     def design(self, factor: float, weights: Any) -> Any:
         """``sqrt(w) X(f) / L``: the design at load factor ``f`` in relative units."""
-        import numpy as np
-
         return self.rows.e2e(factor) / self.latency[:, None] * np.sqrt(weights)[:, None]
 
     def residual(self, x: Any, weights: Any) -> Any:
-        import numpy as np
-
         return self.design(x[8], weights) @ x[:8] - np.sqrt(weights)
 
     def factor_column(self, theta: Any, weights: Any) -> Any:
         """``d residual / d f``: the closed-loop runs' load term ``B C2 / L`` (0 for open-loop runs)."""
-        import numpy as np
-
         rows = self.rows
         return np.where(rows.closed, rows.load * (rows.c2 @ theta), 0.0) / self.latency * np.sqrt(weights)
 
     def jacobian(self, x: Any, weights: Any) -> Any:
         """Analytic Jacobian of :meth:`residual` in (theta, f)."""
-        import numpy as np
-
         return np.column_stack([self.design(x[8], weights), self.factor_column(x[:8], weights)])
 
 
@@ -249,8 +239,6 @@ def _solve_e2e(problem: _E2EProblem, balance: Any, theta_upper: Any, fit_factor:
     fitted), then updates the Huber weights from the relative residuals; it stops when they settle
     (within 1e-3) or after 6 passes (1 without ``robust``).
     """
-    import numpy as np
-
     weights = balance.copy()
     x = np.concatenate([np.zeros(8), [1.0]])
     for iteration in range(6 if robust else 1):
@@ -270,8 +258,6 @@ def _solve_e2e(problem: _E2EProblem, balance: Any, theta_upper: Any, fit_factor:
 
 def _alternate(problem: _E2EProblem, x: Any, weights: Any, theta_upper: Any, fit_factor: bool) -> Any:
     """Three alternating linear solves, ``theta`` given ``f`` then ``f`` given ``theta``: the joint solve's start."""
-    import numpy as np
-
     x = x.copy()
     rows, latency, root = problem.rows, problem.latency, np.sqrt(weights)
     for _ in range(3):
@@ -287,7 +273,6 @@ def _alternate(problem: _E2EProblem, x: Any, weights: Any, theta_upper: Any, fit
 
 def _joint_solve(problem: _E2EProblem, x: Any, weights: Any, theta_upper: Any) -> Any:
     """``(theta, f)`` jointly (the problem is bilinear): bounded least squares with the analytic Jacobian."""
-    import numpy as np
     from scipy.optimize import least_squares
 
     lower = np.concatenate([np.zeros(8), [CLOSED_LOOP_FACTOR_BOUNDS[0]]])
@@ -315,8 +300,6 @@ def _covariance_and_stderr(problem: _E2EProblem, x: Any, weights: Any, fit_facto
     ``f`` was fitted (cut to ``theta'`` and mapped by ``floor`` to ``theta = floor theta'``,
     :func:`~sdplan.runmodel.verify_floor`); an unidentified coefficient's standard error is ``inf``.
     """
-    import numpy as np
-
     design = problem.design(float(x[8]), weights)
     identified = identified_parameters(design @ np.linalg.inv(floor))
     jacobian = problem.jacobian(x, weights) if fit_factor else design
@@ -362,7 +345,7 @@ def _residuals(runs: list[BenchmarkRun], latency: Any, predicted: Any, predicted
 # ----------------------------------------------------------------------------- per configuration
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ConfigurationFit:
     """``L = C1 + B C2`` fitted to the runs of one configuration (two coefficients, linear)."""
 
@@ -381,8 +364,6 @@ class ConfigurationFit:
 
 def fit_configurations(runs: list[BenchmarkRun]) -> list[ConfigurationFit]:
     """Per-configuration fits of ``L = C1 + B C2`` (configurations with at least two load levels)."""
-    import numpy as np
-
     fits = []
     for members in configuration_groups(runs):
         others = np.array([m.mean_others for m in members])
@@ -415,8 +396,6 @@ def holdout_split(runs: list[BenchmarkRun], how: str, fraction: float,
     """``(train, held)``: ``random`` (a seeded fraction, independent of file order) or
     ``highest-load`` (the most loaded run of every configuration: extrapolation).
     """
-    import random
-
     if how == "highest-load":
         held = []
         for members in configuration_groups(runs):

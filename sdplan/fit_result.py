@@ -7,11 +7,10 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS, Coefficients
-from sdplan.frozen import frozen, replace
 from sdplan.runmodel import PARAMETERS, SPECULATIVE_PARAMETERS, coefficients_from_vector, coefficients_table
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ def weakly_determined(values: dict[str, float], stderr: dict[str, float], identi
 
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PointResidual:
     """One run's measured and fitted mean latency (and TTFT), with its robust weight."""
 
@@ -58,7 +57,7 @@ class PointResidual:
         return (self.predicted_ttft_s - self.measured_ttft_s) / self.measured_ttft_s * 100.0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PooledFit:
     """The pooled direct-form fit with its uncertainty.
 

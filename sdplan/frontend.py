@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from sdplan.fit_result import PointResidual, PooledFit
-from sdplan.frozen import frozen, replace
-from sdplan.runmodel import r2
+from sdplan.runmodel import fitted_load, r2, run_demand, run_tokens_per_cycle
+from sdplan.validation import predict_ttft
 
 if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun
@@ -31,7 +34,7 @@ FRONTEND_MIN_GAIN_PCT = 0.25
 FLOOR_BINDS = 0.01
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FloorParts:
     """Per run: measured ``L``, fitted ``C1`` and ``C2`` without a floor, the load ``f B``, streamed chunks."""
 
@@ -43,8 +46,6 @@ class FloorParts:
 
     def predicted(self, per_chunk_s: float) -> Any:
         """``L = C1 + f B max(C2, n phi)`` of every run (s)."""
-        import numpy as np
-
         return self.c1 + self.load * np.maximum(self.c2, self.chunks * per_chunk_s)
 
     def binding(self, per_chunk_s: float) -> Any:
@@ -53,17 +54,11 @@ class FloorParts:
         return self.predicted(per_chunk_s) > (1.0 + FLOOR_BINDS) * self.predicted(0.0)
 
     def mape_pct(self, per_chunk_s: float) -> float:
-        import numpy as np
-
         return float(np.mean(np.abs(self.predicted(per_chunk_s) - self.latency) / self.latency) * 100.0)
 
 
 def floor_parts(fit: PooledFit, runs: list[BenchmarkRun]) -> FloorParts:
     """The runs' measured latency, and ``C1``, ``C2``, load and chunks under ``fit``'s coefficients."""
-    import numpy as np
-
-    from sdplan.runmodel import fitted_load, run_demand, run_tokens_per_cycle
-
     demands = np.array([run_demand(fit.coefficients_at(r.prompt_tokens, r.output_tokens), r) for r in runs])
     closed = np.array([r.concurrency is not None for r in runs])
     return FloorParts(latency=np.array([r.mean_e2e_latency_s for r in runs]), c1=demands[:, 0], c2=demands[:, 1],
@@ -79,8 +74,6 @@ def floor_per_chunk(parts: FloorParts, proposers: Any) -> float:
     lowest E2E MAPE over every run is kept if it gains :data:`FRONTEND_MIN_GAIN_PCT` on no floor (the
     smallest on a tie).
     """
-    import numpy as np
-
     usable = proposers & (parts.load > 0) & (parts.chunks > 0) & (parts.latency > parts.c1)
     denominator = np.where(usable, parts.load * parts.chunks, 1.0)
     implied = np.where(usable, (parts.latency - parts.c1) / denominator, 0.0)
@@ -101,8 +94,6 @@ def with_frontend_floor(fit: PooledFit, runs: list[BenchmarkRun],
     too few runs left) and the floor is chosen again over every run. The result's quality figures and
     residuals are over every run, with the floor; a run left out of the refit has weight 0.
     """
-    import numpy as np
-
     # only closed loops whose answers were streamed measure the frontend's work per chunk
     proposers = np.array([r.concurrency is not None and r.streamed for r in runs])
     parts = floor_parts(fit, runs)
@@ -130,8 +121,6 @@ def with_frontend_floor(fit: PooledFit, runs: list[BenchmarkRun],
 def _residuals(fit: PooledFit, runs: list[BenchmarkRun], fitted: Any, prediction: Any) -> tuple[PointResidual, ...]:
     """Every run's residual under the floored fit: the fit's own for the runs it was ``fitted`` to (in
     order), else (a run left out of the refit) one with its TTFT from the fit's terms and weight 0."""
-    from sdplan.validation import predict_ttft
-
     own = iter(fit.residuals)
     residuals = []
     for run, was_fitted, value in zip(runs, fitted, prediction):

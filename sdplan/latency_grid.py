@@ -10,13 +10,15 @@ from which :func:`sdplan.planner.plan` assembles the :class:`~sdplan.planner.Pla
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sdplan import knee, model
-from sdplan.frozen import frozen
+from sdplan import moe as moe_model
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -33,7 +35,7 @@ MOE_GRID_RATES = 256
 MOE_CROSSINGS = 4
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MoEResult:
     """What only a mixture-of-experts grid has (see the :class:`sdplan.planner.Plan` fields of the same names)."""
 
@@ -42,7 +44,7 @@ class MoEResult:
     break_even_rates_rps: FloatArray
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SolvedGrid:
     """The model on the grid: no SD per rate ``(r,)``, SD per option ``(a, k)`` and point ``(a, r, k)``."""
 
@@ -84,7 +86,6 @@ def knee_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, token
     (:func:`sdplan.knee.break_even`). ``c1``/``c1_d`` are the zero-load demands, ``c2``/``c2_d`` the
     demands past the knee: the ones that set the saturation rate ``1/C2``.
     """
-    import numpy as np
 
     g = coefficients.output_tokens
     k_ak = ks[None, :].astype(np.float64)
@@ -114,10 +115,6 @@ def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens
     ``C1`` is the zero-load latency with the coverage of the request's own step, ``C2`` the load-dependent
     demand at full coverage. The speedup lost is against verification that routed only ``B`` tokens.
     """
-    import numpy as np
-
-    from sdplan import moe as moe_model
-
     k_ak = ks[None, :].astype(np.float64)
     lam = rates[None, :, None]
     # C(phi) = C(at phi 0) + phi [C(at phi 1) - C(at phi 0)]: the demands are linear in the coefficients
@@ -165,10 +162,6 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
         load (without a crossing: whether it wins at every stable rate);
         ``crossings`` has shape ``(..., MOE_CROSSINGS)``, ascending, nan-padded.
     """
-    import numpy as np
-
-    from sdplan import moe as moe_model
-
     a1, b1, a2, b2 = (np.asarray(x, dtype=np.float64) for x in sd_args)
     shape = a1.shape
     top = 1.0 / np.maximum(np.maximum(a2 + b2, base_args[2] + base_args[3]), 1e-300)  # lower saturation of the pair

@@ -14,16 +14,16 @@ costs (``docs/engines.md#vllm-per-batch-size-schedule``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Method:
     """One SD method: its vLLM name, a label for people, and whether it loads weights of its own."""
 

@@ -31,14 +31,15 @@ k=4 against g/E = 4.76 and (g-1)/E = 4.46).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
+import numpy as np
+
 from sdplan.acceptance import expected_tokens_per_cycle
-from sdplan.frozen import frozen
 from sdplan.knee import KneeDemands, knee_demands
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -109,15 +110,13 @@ def frontend_floor(coeffs: Coefficients, c2: Any, tokens_per_cycle: Any = 1.0) -
     cheap per chunk that work sets the saturation (``docs/model.md#frontend-floor``, with the measurement).
     ``frontend_chunk_s = 0`` returns ``c2`` as it is, a negative draw included; a scalar stays a float.
     """
-    import numpy as np
-
     if not np.any(coeffs.frontend_chunk_s):
         return c2
     floored = np.maximum(c2, frontend_floor_s(coeffs, tokens_per_cycle))
     return floored if np.ndim(floored) else float(floored)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class OptionDemands:
     """The options a replica can run: "off" (no SD) in column 0, ``draft_lengths[i-1]`` in column i.
 
@@ -135,8 +134,6 @@ class OptionDemands:
 
 def option_lengths(draft_lengths: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """``[0, *draft_lengths]``: the draft length of every option, "off" (0) first."""
-    import numpy as np
-
     return np.concatenate([[0], np.asarray(draft_lengths, dtype=np.int64).reshape(-1)]).astype(np.int64)
 
 
@@ -148,8 +145,6 @@ def option_demands(coeffs: Coefficients, draft_lengths: Sequence[int] | npt.NDAr
     axes (e.g. one row per acceptance). Eq. (3) of Kong et al. for SD, ``C1 = c1p + (g/E)(c1v + k c1d)``,
     and ``g - 1`` one-token steps for "off".
     """
-    import numpy as np
-
     ks = option_lengths(draft_lengths)
     tokens = np.atleast_1d(np.asarray(tokens_per_cycle, dtype=np.float64))
     lead = tokens.shape[:-1]
@@ -184,8 +179,6 @@ def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
 
 def utilisation(c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:
     """Utilisation ``rho = lambda*C2`` (dimensionless; the system is stable below 1)."""
-    import numpy as np
-
     return np.asarray(rate_rps, dtype=np.float64) * np.asarray(c2, dtype=np.float64)
 
 
@@ -218,8 +211,6 @@ def mean_latency(c1: FloatArray | float, c2: FloatArray | float, rate_rps: Float
     >>> float(mean_latency(2.0, 0.1, 5.0))
     4.0
     """
-    import numpy as np
-
     rho = utilisation(c2, rate_rps)
     stable = rho < 1.0
     with np.errstate(divide="ignore", invalid="ignore"):  # unstable points are masked below
@@ -229,8 +220,6 @@ def mean_latency(c1: FloatArray | float, c2: FloatArray | float, rate_rps: Float
 
 def effective_batch(rate_rps: FloatArray | float, latency_s: FloatArray | float) -> FloatArray:
     """Mean number of requests in flight, ``B = lambda*L`` (Little's law); ``inf`` when unstable."""
-    import numpy as np
-
     rate = np.asarray(rate_rps, dtype=np.float64)
     latency = np.asarray(latency_s, dtype=np.float64)
     with np.errstate(invalid="ignore"):  # 0 * inf at lambda = 0 cannot happen: L is finite there
@@ -246,8 +235,6 @@ def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: fl
     represent: its latency is then a lower bound
     (``docs/model.md#saturation-and-batch-cap``).
     """
-    import numpy as np
-
     c1_arr = np.asarray(c1, dtype=np.float64)
     c2_arr = np.asarray(c2, dtype=np.float64)
     return max_batch / (c1_arr + max_batch * c2_arr)
@@ -291,8 +278,6 @@ def prefill_interference_warning(c2p: float, c2: FloatArray | float, rho: FloatA
     ``c2p/C2`` 0.85, rho 0.6..0.8 (p=1024, g=64); +32..+61% at ``c2p/C2`` 0.9,
     rho 0.6..0.8 (p=8192, g=64). Flags ``c2p/C2 >= 0.5`` with ``rho >= 0.5``.
     """
-    import numpy as np
-
     c2_arr, rho_arr = np.broadcast_arrays(np.asarray(c2, dtype=np.float64), np.asarray(rho, dtype=np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(c2_arr > 0, c2p / c2_arr, 0.0)
@@ -307,8 +292,6 @@ def prefill_interference_warning(c2p: float, c2: FloatArray | float, rho: FloatA
 
 def saturation_rate(c2: FloatArray | float) -> FloatArray:
     """Largest sustainable arrival rate ``1/C2`` in requests per second (``inf`` if ``C2 = 0``)."""
-    import numpy as np
-
     c2_arr = np.asarray(c2, dtype=np.float64)
     with np.errstate(divide="ignore"):
         return np.where(c2_arr > 0.0, 1.0 / np.where(c2_arr > 0.0, c2_arr, 1.0), np.inf)
@@ -320,8 +303,6 @@ def step_costs(coeffs: Coefficients, k: FloatArray | int) -> tuple[FloatArray, F
     ``k = 0`` is a plain decode step (``c1_step, c2_step``); ``k > 0`` an SD
     cycle (``c1v + k c1d, c2v + k c2d``), broadcasting over ``k``.
     """
-    import numpy as np
-
     k_arr = np.asarray(k, dtype=np.float64)
     tau1 = np.where(k_arr > 0, coeffs.c1v_s + k_arr * coeffs.c1d_s, coeffs.baseline_c1_step_s)
     tau2 = np.where(k_arr > 0, coeffs.c2v_s + k_arr * coeffs.c2d_s, coeffs.baseline_c2_step_s)
@@ -338,8 +319,6 @@ def ttft_load_cost(coeffs: Coefficients, k: FloatArray | int,
     included, and does not depend on how a fit splits ``C2`` between ``c2p``
     and the step terms (one workload cannot tell them apart).
     """
-    import numpy as np
-
     k_arr = np.asarray(k, dtype=np.float64)
     _, tau2 = step_costs(coeffs, k_arr)
     tokens = k_arr + 1.0 if tokens_per_cycle is None else np.asarray(tokens_per_cycle, dtype=np.float64)
@@ -383,8 +362,6 @@ def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: F
     for admission beyond the batch cap is not included (the analytic model
     excludes that regime). Derivation: ``docs/model.md#ttft-and-tpot``.
     """
-    import numpy as np
-
     tau1, _ = step_costs(coeffs, k)
     per_other = ttft_load_cost(coeffs, k, tokens_per_cycle)
     load = np.asarray(others, dtype=np.float64)
@@ -401,8 +378,6 @@ def time_per_output_token(latency_s: FloatArray, ttft_s: FloatArray | float, out
     ``bench serve``. Returns ``inf`` where ``L`` is infinite and ``nan`` for
     ``g <= 1`` (undefined; callers render it as absent).
     """
-    import numpy as np
-
     latency = np.asarray(latency_s, dtype=np.float64)
     if output_tokens <= 1:
         return np.full_like(latency, np.nan)
@@ -425,8 +400,6 @@ def speedup(
     ``S = (C1_D/C1_SD) * (1 - lambda*C2_SD) / (1 - lambda*C2_D)``
     (``docs/model.md#speedup-and-break-even``).
     """
-    import numpy as np
-
     base = np.asarray(latency_baseline_s, dtype=np.float64)
     spec = np.asarray(latency_speculative_s, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -436,7 +409,7 @@ def speedup(
     return np.where(np.isinf(base) & np.isinf(spec), np.nan, ratio)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BreakEven:
     """Where SD and no SD have equal mean latency.
 
@@ -479,8 +452,6 @@ def break_even(c1_d: float, c2_d: float, c1_sd: FloatArray, c2_sd: FloatArray) -
     which exists when ``C1_R - 1`` and ``C2_R - 1`` have opposite signs. It
     always lies below both saturation rates, so the answer is stable.
     """
-    import numpy as np
-
     c1_r = np.asarray(c1_sd, dtype=np.float64) / c1_d
     c2_r = np.asarray(c2_sd, dtype=np.float64) / c2_d
     crosses = (c1_r - 1.0) * (c2_r - 1.0) < 0.0
@@ -494,8 +465,6 @@ def break_even(c1_d: float, c2_d: float, c1_sd: FloatArray, c2_sd: FloatArray) -
 
 def regime(rho: FloatArray) -> npt.NDArray[np.str_]:
     """Regime label per point: ``stable``, ``near_saturation`` (rho > 0.9) or ``unstable`` (rho >= 1)."""
-    import numpy as np
-
     rho_arr = np.asarray(rho, dtype=np.float64)
     return np.where(
         rho_arr >= 1.0,

@@ -37,12 +37,14 @@ the dense model, and ``rho -> 1`` as the fixed point runs away.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from sdplan.frozen import frozen, replace
+import numpy as np
+
+from sdplan import model
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -57,7 +59,7 @@ MAX_ITERATIONS = 20_000
 COVERAGE_KEYS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MoESpec:
     """Routing of the target and the coverage increments (seconds at phi = 1)."""
 
@@ -67,13 +69,11 @@ class MoESpec:
 
     def phi(self, tokens: FloatArray | float) -> FloatArray:
         """Expected fraction of experts touched by ``tokens`` routed tokens."""
-        import numpy as np
-
         miss = 1.0 - self.experts_per_token / self.experts
         return 1.0 - np.power(miss, np.maximum(np.asarray(tokens, dtype=np.float64), 0.0))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FixedPoint:
     """Solution of ``L = F(L)`` per point: latency (s; inf if unstable), batch, utilisation.
 
@@ -91,8 +91,6 @@ class FixedPoint:
 
 def routed_tokens(tokens_per_sequence: FloatArray | float, others: FloatArray | float) -> FloatArray:
     """Tokens routed by the step a tagged request is in: ``t (1 + B)`` with ``B`` the others in flight."""
-    import numpy as np
-
     return np.asarray(tokens_per_sequence, dtype=np.float64) * (1.0 + np.asarray(others, dtype=np.float64))
 
 
@@ -147,10 +145,6 @@ def time_to_first_token(coefficients: Coefficients, moe: MoESpec, k: FloatArray 
     ``TTFT(phi) = TTFT(at_coverage(., 0)) + phi [TTFT(at_coverage(., 1)) - TTFT(at_coverage(., 0))]``,
     evaluated per point; ``others`` of ``inf`` (unstable) gives ``inf``.
     """
-    import numpy as np
-
-    from sdplan import model
-
     load = np.asarray(others, dtype=np.float64)
     low = model.time_to_first_token(at_coverage(coefficients, moe, 0.0), k, load, tokens_per_cycle)
     full = model.time_to_first_token(at_coverage(coefficients, moe, 1.0), k, load, tokens_per_cycle)
@@ -166,8 +160,6 @@ def solve(a1: FloatArray | float, b1: FloatArray | float, a2: FloatArray | float
     All arguments broadcast together; ``t`` is the tokens each sequence routes
     per forward (1 for plain decode, ``k + 1`` for verification).
     """
-    import numpy as np
-
     a1, b1, a2, b2, t, lam = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in
                                                    (a1, b1, a2, b2, tokens_per_sequence, rates_rps)))
     shape = a1.shape

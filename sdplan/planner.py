@@ -11,16 +11,20 @@ per grid point. The latency at each point comes from :mod:`sdplan.latency_grid`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from sdplan import knee, model
+from sdplan import moe as moe_model
 from sdplan.acceptance import AcceptanceSpec, expected_tokens_per_cycle
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 from sdplan.latency_grid import SolvedGrid, dense_grid, moe_grid
+from sdplan.policy import goodput_latency
+from sdplan.serving import batch_cap_warning
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -37,7 +41,7 @@ SD_OFF = 0
 NONE_STABLE = -1
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """Model predictions over the grid. Units are in the attribute names' docs.
 
@@ -163,8 +167,6 @@ def plan(
     draft lengths and "off" (``docs/model.md#best-draft-length``); ties go to "off", then to
     the shorter draft.
     """
-    import numpy as np
-
     rates, ks, alpha = _axes(rates_rps, draft_lengths, alphas)
     if goodput_policy and moe is not None:
         raise InvalidValueError("--policy goodput is not available for MoE calibrations yet (coverage makes C1, C2 "
@@ -181,8 +183,6 @@ def plan(
 def _axes(rates_rps: FloatArray | list[float], draft_lengths: IntArray | list[int],
           alphas: FloatArray | Sequence[float]) -> tuple[FloatArray, IntArray, FloatArray]:
     """The grid axes as flat arrays, each checked against its domain."""
-    import numpy as np
-
     rates = np.asarray(rates_rps, dtype=np.float64).reshape(-1)
     ks = np.asarray(draft_lengths, dtype=np.int64).reshape(-1)
     alpha = np.asarray(alphas, dtype=np.float64).reshape(-1)
@@ -197,7 +197,7 @@ def _axes(rates_rps: FloatArray | list[float], draft_lengths: IntArray | list[in
     return rates, ks, alpha
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Goodput:
     """The goodput-adaptive policy beside the single k tuned at zero load (see the :class:`Plan` fields)."""
 
@@ -213,10 +213,6 @@ def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates
 
     ``option_latency`` is the static latency per option, shape ``(a, r, 1 + k)`` with "off" in column 0.
     """
-    import numpy as np
-
-    from sdplan.policy import goodput_latency
-
     options = model.option_demands(coefficients, ks, tokens)
     zero_load = np.argmin(options.c1_s, axis=1)  # the option tuned at batch size 1, kept at every load
     static = np.take_along_axis(option_latency, np.broadcast_to(zero_load[:, None, None],
@@ -237,16 +233,12 @@ def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates
 def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, ks: IntArray, tokens: FloatArray,
               solved: SolvedGrid, goodput_policy: bool, moe: MoESpec | None = None) -> Plan:
     """The :class:`Plan` of a solved grid: speedups, TTFT/TPOT, the best draft length per point, the policy."""
-    import numpy as np
-
     s, g = solved, coefficients.output_tokens
     k_ak = ks[None, :].astype(np.float64)
     def ttft(*load: Any) -> FloatArray:
         """TTFT at (k, others, E); a MoE target's at the steps' coverage of that load."""
         if moe is None:
             return model.time_to_first_token(coefficients, *load)
-        from sdplan import moe as moe_model  # only for MoE targets: a dense plan does not import it
-
         return moe_model.time_to_first_token(coefficients, moe, *load)
 
     base_ttft = ttft(0, s.base_batch)
@@ -303,10 +295,6 @@ def domain_warnings(result: Plan, limits: EngineLimits) -> list[str]:
     their batch cap, or not one request of the workload fits (a cap of 0), :func:`sdplan.serving.batch_cap_warning`
     says so.
     """
-    import numpy as np
-
-    from sdplan.serving import batch_cap_warning
-
     c2p = result.coefficients.c2p_s
     rho = np.concatenate([np.ravel(result.baseline_utilisation), np.ravel(result.utilisation)])
     c2 = np.concatenate([np.full(np.size(result.baseline_utilisation), result.baseline_c2_s),
@@ -336,8 +324,6 @@ def frontend_bound_options(coeffs: Coefficients, draft_lengths: Sequence[int], c
     ``draft_lengths`` (n,) with 0 for no SD, ``c2`` and ``tokens_per_cycle`` broadcast to (..., n); an
     option is named where its ``C2`` equals ``g/E`` chunks times ``frontend_chunk_s`` at any acceptance.
     """
-    import numpy as np
-
     if not coeffs.frontend_chunk_s:
         return []
     c2_arr, tokens = np.broadcast_arrays(np.asarray(c2, dtype=np.float64),
@@ -349,8 +335,6 @@ def frontend_bound_options(coeffs: Coefficients, draft_lengths: Sequence[int], c
 
 def largest_batch(result: Plan) -> float | None:
     """Largest finite effective batch ``B = lambda L`` over the plan's points (requests), None if none is finite."""
-    import numpy as np
-
     values = np.concatenate([np.ravel(result.baseline_batch), np.ravel(result.batch)])
     finite = values[np.isfinite(values)]
     return float(finite.max()) if finite.size else None
@@ -368,8 +352,6 @@ def default_rates(
     rounding never lifts the last row past it (that row would be unstable for
     every option). The last rows therefore show where each option saturates.
     """
-    import numpy as np
-
     a = np.asarray(alphas, dtype=np.float64)[:, None]
     k = np.asarray(draft_lengths, dtype=np.float64)[None, :]
     tokens = expected_tokens_per_cycle(a, k) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
@@ -381,7 +363,7 @@ def default_rates(
     return [float(f"{top * (i + 1) / count:.3g}") for i in range(count)]
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlanInputs:
     """What a plan was computed from, for headers and machine-readable output."""
 

@@ -27,14 +27,14 @@ mean (which a mean model cannot show).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sdplan.frozen import frozen
+import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    import numpy as np
     import numpy.typing as npt
 
     FloatArray = npt.NDArray[np.float64]
@@ -73,13 +73,11 @@ def goodput_choice(c1: FloatArray, c2: FloatArray, batch: FloatArray) -> IntArra
     ``c1``, ``c2``: shape (..., options); ``batch``: shape (...). Ties go to the
     lower index (SD off, then the shorter draft).
     """
-    import numpy as np
-
     chosen: IntArray = np.argmin(c1 + np.asarray(batch)[..., None] * c2, axis=-1)
     return chosen
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PolicyResult:
     """Mean latency (s), chosen option index and batch under the goodput policy, shape (a, r)."""
 
@@ -117,8 +115,6 @@ def goodput_latency(c1: FloatArray, c2: FloatArray, rates_rps: FloatArray) -> Po
     and the walk continues on that line. The slope falls at every step, so it
     ends within ``options`` steps.
     """
-    import numpy as np
-
     c1 = np.asarray(c1, dtype=np.float64)[:, None, :]  # (a, 1, o)
     c2 = np.asarray(c2, dtype=np.float64)[:, None, :]
     lam = np.asarray(rates_rps, dtype=np.float64)[None, :, None]  # (1, r, 1)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 #: Huber constant (in robust standard deviations) of the reweighting: 1.345, 95% efficiency under Gaussian
 #: noise; 3 predicted independent served runs no better (benchmarks/RESULTS-accuracy-runs-2026-11.md,
 #: docs/model.md#huber-reweighting).
@@ -27,8 +29,6 @@ RIDGE = 1e-9
 
 def column_scale(design: Any) -> Any:
     """Each column's largest magnitude (1 for an empty column): the solvers' units."""
-    import numpy as np
-
     scale = np.abs(design).max(axis=0)
     scale[scale == 0] = 1.0
     return scale
@@ -41,8 +41,6 @@ def identified_parameters(design: Any, tolerance: float = 1e-7) -> list[bool]:
     value (e.g. ``c1v`` against ``c1d`` with one draft length): its value is
     an artefact of the solver and must not be used to extrapolate.
     """
-    import numpy as np
-
     normalised = design / column_scale(design)
     _, singular, vt = np.linalg.svd(normalised, full_matrices=True)
     rank = int((singular > tolerance * max(singular.max(initial=0.0), 1e-300)).sum())
@@ -58,8 +56,6 @@ def huber_weights(relative: Any) -> Any:
     ``w = 1`` for ``|r|/s <= HUBER_K``, else ``HUBER_K s/|r|``, with
     ``s = 1.4826 MAD(r)``, never below 1%.
     """
-    import numpy as np
-
     scale = 1.4826 * float(np.median(np.abs(relative - np.median(relative))))
     scale = max(scale, 0.01)  # never trust residuals below 1% noise more than that
     z = np.abs(relative) / scale
@@ -75,8 +71,6 @@ def sandwich_covariance(jacobian: Any, residual: Any, parameters: int) -> Any:
     overstates some errors by up to 1.6x (Monte Carlo, tests); the sandwich
     matches the spread of the estimates.
     """
-    import numpy as np
-
     n = jacobian.shape[0]
     bread = np.linalg.pinv(jacobian.T @ jacobian)
     meat = (jacobian * (residual**2)[:, None]).T @ jacobian
@@ -89,7 +83,6 @@ def bounded_solve(design: Any, target: Any, lower: Any, upper: Any) -> Any:
     BVLS can land a rounding error outside a bound it holds (``-5.1e-21`` s for a cost bounded at 0, from an
     engine calibration on a CPU), which a calibration file's schema then refuses: the clip keeps the bound.
     """
-    import numpy as np
     from scipy.optimize import lsq_linear
 
     solution = lsq_linear(design, target, bounds=(lower, upper), method="bvls")
@@ -105,8 +98,6 @@ def nonnegative_solve(design: Any, target: Any, upper: Any = None) -> Any:
     vertex of the bounds that gives one all the cost and the other none;
     identified directions move by about ``RIDGE`` relative.
     """
-    import numpy as np
-
     scale = column_scale(design)
     high = np.inf if upper is None else upper * scale
     count = design.shape[1]

@@ -13,11 +13,15 @@ design are the model evaluated on unit coefficient vectors
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from sdplan import model
+from sdplan.acceptance import expected_tokens_per_cycle, with_coverage
+from sdplan.calibration import scale_direct
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
-from sdplan.frozen import frozen
-from sdplan.frozen import replace as _replace
 
 if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
@@ -87,32 +91,24 @@ def coefficients_from_vector(theta: Any, reference: tuple[int, int], prompt_toke
     c2_step (share + (1 - share) s/s_ref)``.
     """
 
-    from sdplan.calibration import scale_direct
-
     document = {
         "reference_workload": {"prompt_tokens": reference[0], "output_tokens": reference[1]},
         "coefficients": coefficients_table(dict(zip(PARAMETERS, theta)), fixed_step_share),
     }
     coefficients = scale_direct(document, prompt_tokens, output_tokens)
-    return _replace(coefficients, ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1])
+    return replace(coefficients, ttft_wait_steps=ttft[0], ttft_load_steps=ttft[1])
 
 
 def run_demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float]:
     """``(C1, C2)`` of a run's configuration: the baseline's without SD, else at the run's tokens per cycle."""
-    from sdplan import model
-
     if run.draft_length == 0:
         return model.baseline_demand(coefficients)
-    import numpy as np
-
     c1, c2 = model.demand_from_tokens(coefficients, np.asarray(run_tokens_per_cycle(run)), run.draft_length)
     return float(c1), float(c2)
 
 
 def run_tokens_per_cycle(run: BenchmarkRun) -> float:
     """Tokens per decode step of a run: ``E(alpha, k)``, with its measured draft coverage applied."""
-    from sdplan.acceptance import expected_tokens_per_cycle, with_coverage
-
     if run.draft_length == 0:
         return 1.0
     tokens = expected_tokens_per_cycle(run.alpha if run.alpha is not None else 0.0, run.draft_length)
@@ -121,8 +117,6 @@ def run_tokens_per_cycle(run: BenchmarkRun) -> float:
 
 def ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float, float]:
     """(c1p, tau1, C2/steps) of a run: TTFT = c1p + w_wait tau1 + w_load B (C2/steps)."""
-    from sdplan import model
-
     tau1, _ = model.step_costs(coefficients, run.draft_length)
     per_other = model.ttft_load_cost(coefficients, run.draft_length, run_tokens_per_cycle(run))
     return coefficients.c1p_s, float(tau1), float(per_other)
@@ -142,7 +136,7 @@ def fitted_first_token_load(run: BenchmarkRun) -> float:
     return run.mean_others_at_first_token
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DesignRows:
     """The fit's linear structure, per run and unit coefficient (rows x 8).
 
@@ -161,12 +155,10 @@ class DesignRows:
 
     def times(self, matrix: Any) -> DesignRows:
         """The rows in other coefficients ``theta'`` with ``theta = matrix @ theta'`` (each row times ``matrix``)."""
-        return _replace(self, c1=self.c1 @ matrix, c2=self.c2 @ matrix, c1p=self.c1p @ matrix,
+        return replace(self, c1=self.c1 @ matrix, c2=self.c2 @ matrix, c1p=self.c1p @ matrix,
                         tau1=self.tau1 @ matrix, tau2=self.tau2 @ matrix)
 
     def factor(self, closed_loop_factor: float) -> Any:
-        import numpy as np
-
         return np.where(self.closed, closed_loop_factor, 1.0)
 
     def e2e(self, closed_loop_factor: float = 1.0) -> Any:
@@ -192,8 +184,6 @@ def verify_floor(runs: list[BenchmarkRun]) -> Any:
     The identity where the runs lack SD or no-SD: then one side alone
     determines its coefficients.
     """
-    import numpy as np
-
     matrix = np.eye(len(PARAMETERS))
     kinds = {run.draft_length > 0 for run in runs}
     if kinds == {True, False}:
@@ -217,8 +207,6 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step
     the model's own equations whatever its details (eq. 3, the baseline's
     decode steps, the length scaling): ``C1(theta) = sum_j theta_j C1(e_j)``.
     """
-    import numpy as np
-
     shape = (len(runs), len(PARAMETERS))
     c1, c2, c1p, tau1, tau2 = (np.zeros(shape) for _ in range(5))
     for j in range(len(PARAMETERS)):

@@ -14,16 +14,22 @@ acceptance, the limits its servers ran with), then the default.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from sdplan.calibration import resolve_calibration
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
+from sdplan.limits import check_simulation_memory
+from sdplan.methods import provenance_method, resolve_method
 from sdplan.serving import EngineLimits, LimitOptions, resolve_limits
+from sdplan.simulate import SimulationConfig
+from sdplan.workload import load_workload_file, measured_draft_lengths, resolve_workload
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.calibration import Calibration
@@ -40,7 +46,7 @@ LengthHistogram = tuple[list[float], list[float], list[float]]
 DEFAULT_DRAFT_LENGTHS = tuple(range(1, 9))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class AcceptanceGiven:
     """Acceptance as given on the command line, in any one metric (see :func:`sdplan.workload.resolve_workload`)."""
 
@@ -58,7 +64,7 @@ class AcceptanceGiven:
                                                    self.measured_at_k, self.position_rates, self.profile))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScenarioOptions:
     """What the user gave; None (or empty) where not given.
 
@@ -79,7 +85,7 @@ class ScenarioOptions:
     single_acceptance: bool = True
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
     """Everything a command evaluates, resolved.
 
@@ -130,8 +136,6 @@ class Scenario:
 
     def context(self) -> dict[str, Any]:
         """Calibration and workload description for JSON output."""
-        from sdplan.methods import provenance_method
-
         provenance = self.calibration.provenance
         return {
             "calibration": {
@@ -206,10 +210,6 @@ def resolve_scenario(options: ScenarioOptions) -> Scenario:
     SdplanError
         For an unreadable or invalid file, or values out of their domain.
     """
-    from sdplan.calibration import resolve_calibration
-    from sdplan.methods import resolve_method
-    from sdplan.workload import load_workload_file, measured_draft_lengths, resolve_workload
-
     file = load_workload_file(options.workload_path) if options.workload_path else None
     calibration = resolve_calibration(options.calibration or (file.calibration if file else None))
     prompt, output = histogram_means(options.lengths, options.prompt_tokens, options.output_tokens)
@@ -236,7 +236,7 @@ def resolve_scenario(options: ScenarioOptions) -> Scenario:
         lengths=options.lengths, given_limits=options.limits)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SimulationSettings:
     """How to simulate: requests per replication, replications, the first seed, arrival variability."""
 
@@ -259,13 +259,6 @@ def simulation_config(scenario: Scenario, rate_rps: float, draft_length: int, li
     InvalidValueError
         If the simulation would need more memory than :func:`sdplan.limits.check_simulation_memory` allows.
     """
-    import math
-
-    import numpy as np
-
-    from sdplan.limits import check_simulation_memory
-    from sdplan.simulate import SimulationConfig
-
     acceptance, lengths = scenario.workload.acceptance, scenario.lengths
     k = max(scenario.draft_lengths) if adaptive else draft_length
     per_cycle = float(acceptance.tokens_per_cycle([k])[0, 0]) if k else 1.0

@@ -24,12 +24,16 @@ others, so this schedule is also the latency-optimal ``k`` per rate
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sdplan.frozen import frozen
+import numpy as np
+
+from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.knee import step_excess_s
+from sdplan.model import option_demands, option_lengths, step_costs
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -41,11 +45,6 @@ if TYPE_CHECKING:
 def step_times(coefficients: Coefficients, draft_lengths: list[int], sizes: FloatArray,
                moe: MoESpec | None = None) -> FloatArray:
     """Step time ``tau_k(n)`` in seconds, shape ``(n, 1 + len(draft_lengths))``; column 0 is no SD."""
-    import numpy as np
-
-    from sdplan.knee import step_excess_s
-    from sdplan.model import option_lengths, step_costs
-
     ks = option_lengths(draft_lengths).astype(np.float64)  # "off" (0) first
     n = np.asarray(sizes, dtype=np.float64)[:, None]
     fixed, per_other = step_costs(coefficients, ks)
@@ -87,10 +86,6 @@ def batch_size_schedule(
     sequences in the step (see the module notes); ties go to no SD, then to
     the shorter draft.
     """
-    import numpy as np
-
-    from sdplan.model import option_lengths
-
     goodput = goodput_per_size(coefficients, draft_lengths, alpha, max_batch_size, tokens_per_cycle, moe)
     return _ranges(option_lengths(draft_lengths)[np.argmax(goodput, axis=1)])
 
@@ -101,11 +96,6 @@ def goodput_per_size(coefficients: Coefficients, draft_lengths: list[int], alpha
 
     Row ``n - 1`` is a step of ``n`` sequences; column 0 is no SD (``E = 1``).
     """
-    import numpy as np
-
-    from sdplan.acceptance import expected_tokens_per_cycle
-    from sdplan.model import option_demands
-
     ks = np.asarray(draft_lengths, dtype=np.float64)
     tokens = expected_tokens_per_cycle(alpha, ks) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
     options = option_demands(coefficients, draft_lengths, np.atleast_1d(tokens))
@@ -131,7 +121,7 @@ def _ranges(per_size: object) -> list[tuple[int, int, int]]:
 TIER_WIDTH_FRACTION = 0.25
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class EngineSchedule:
     """A draft length per batch size an engine can run without flapping.
 
@@ -195,10 +185,6 @@ def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_widt
     neighbours merge. Near a crossing the two ks' goodputs are close, so the
     loss is small; it is reported.
     """
-    import numpy as np
-
-    from sdplan.model import option_lengths
-
     k_with_off = option_lengths(draft_lengths)
     allowed = k_with_off >= min_k
     if not allowed.any():

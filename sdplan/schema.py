@@ -10,14 +10,20 @@ what is expected, so every message reads
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import math
+import sys
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomllib's parser as the tomli package (a dependency there)
+    import tomli as tomllib
 
 _TYPE_NAMES = {
     "float": "a number",
@@ -32,7 +38,7 @@ _TYPE_NAMES = {
 }
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Field:
     """One scalar or array key.
 
@@ -49,7 +55,7 @@ class Field:
     choices: tuple[str, ...] | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Table:
     """A TOML table whose keys are all known."""
 
@@ -95,11 +101,6 @@ def read_toml(path: Path) -> dict[str, Any]:
     so is UTF-16/32 with a mark; other encodings are refused with a message.
     """
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
-
-    try:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise InputFileError(str(path), None, "no such file; check the path") from None
@@ -122,8 +123,6 @@ def validate(document: Mapping[str, Any], spec: Table, path: str, prefix: str = 
     """Check ``document`` against ``spec``; raise on the first problem."""
     for key in document:
         if key not in spec.fields:
-            import difflib
-
             dotted = f"{prefix}{key}"
             close = difflib.get_close_matches(key, list(spec.fields), n=1)
             hint = f"did you mean '{prefix}{close[0]}'?" if close else _allowed(spec, prefix)

@@ -28,11 +28,12 @@ so a warning can name it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -144,8 +145,6 @@ def served_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tuple
     is). None for no SD without a ``nosd`` server, or a calibration that recorded none. (A file whose
     two lists differ in length does not load.)
     """
-    import re
-
     measurement = calibration.records.measurement
     if measurement is None or not measurement.kv_cache:
         return None
@@ -179,7 +178,7 @@ def derived_limits(calibration: Calibration) -> tuple[int | None, float | None]:
 # ----------------------------------------------------------------------------- the limits, resolved once
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class LimitOptions:
     """The limits given on the command line; None where not given (an infinite KV cache is unlimited)."""
 
@@ -188,7 +187,7 @@ class LimitOptions:
     kv_cache_tokens: float | None = None
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineLimits:
     """The engine limits one replica runs under, each with where it came from (a phrase for warnings).
 

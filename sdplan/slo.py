@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 from sdplan.units import Dimension, format_seconds, parse_quantity
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     FloatArray = npt.NDArray[np.float64]
@@ -50,7 +51,7 @@ _SLO = re.compile(r"^\s*(?P<metric>[a-zA-Z_][a-zA-Z0-9_]*)\s*(:\s*(?P<stat>[a-zA
 SUPPORTED = "e2e:mean<=2s, ttft:mean<=300ms, tpot:mean<=40ms, throughput>=2000tok/s, utilisation<=0.8"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SLO:
     """One objective. ``limit`` is in SI units (s, tok/s, or a fraction)."""
 
@@ -150,7 +151,7 @@ def _is_percentile(text: str) -> bool:
         return False
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OperatingPoint:
     """Predicted means at one (rate, option); ``inf`` latencies when unstable."""
 
@@ -170,7 +171,7 @@ class OperatingPoint:
         }[metric]
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
     """One SLO checked at one operating point."""
 
@@ -229,8 +230,6 @@ def max_rate_under(
     * ``utilisation <= u``: ``lambda <= u/C2``;
     * ``throughput >= X``: a lower bound, ``lambda >= X/g``.
     """
-    import numpy as np
-
     c1 = np.asarray(c1_s, dtype=np.float64)
     c2 = np.asarray(c2_s, dtype=np.float64)
     t0 = np.asarray(ttft_s, dtype=np.float64)

@@ -36,12 +36,15 @@ NVIDIA/Model-Optimizer). The fields sdplan reads:
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from sdplan.acceptance import AcceptanceMetric, AcceptanceSpec, make_acceptance, position_rates_from_conditional
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen, replace
 from sdplan.limits import MAX_DRAFT_LENGTH
+from sdplan.schema import decode_text
 
 #: Schema versions this sdplan reads.
 SUPPORTED_VERSIONS = ("1.0",)
@@ -55,7 +58,7 @@ MEAN_TOLERANCE = 0.02
 _CONDITION_KEYS = ("dataset", "engine", "gpu", "hardware", "concurrency", "temperature", "target_model")
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SpeculationProfile:
     """A validated speculation profile.
 
@@ -200,11 +203,6 @@ def load_speculation_profile(path: str) -> SpeculationProfile:
     InputFileError
         If the file cannot be read, is not JSON, or fails :func:`parse_speculation_profile`.
     """
-    import json
-    from pathlib import Path
-
-    from sdplan.schema import decode_text
-
     file = Path(path)
     try:
         if file.is_dir():

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from sdplan.calibration import mean_context
 from sdplan.runmodel import LENGTH_GROUP_TOLERANCE, PARAMETERS
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ FIXED_STEP_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 def spans_several_contexts(runs: Sequence[BenchmarkRun]) -> bool:
     """Whether the no-SD runs' mean contexts lie more than :data:`LENGTH_GROUP_TOLERANCE` apart."""
-    from sdplan.calibration import mean_context
-
     contexts = [mean_context(r.prompt_tokens, r.output_tokens) for r in runs if r.draft_length == 0]
     return bool(contexts) and max(contexts) > LENGTH_GROUP_TOLERANCE * min(contexts)
 

@@ -32,11 +32,13 @@ All fits are linear least squares with non-negative coefficients
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
+from sdplan.regression import bounded_solve, column_scale
 
 
 def step_key(kind: str, batch: int, draft_length: int, prompt_tokens: int) -> str:
@@ -44,7 +46,7 @@ def step_key(kind: str, batch: int, draft_length: int, prompt_tokens: int) -> st
     return f"{kind}:B={batch}:k={draft_length}:p={prompt_tokens}"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Measurement:
     """The median step time of one task, in seconds, with its mean context."""
 
@@ -61,7 +63,7 @@ class Measurement:
         return step_key(self.kind, self.batch, self.draft_length, self.prompt_tokens)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TermFit:
     """One least-squares fit: coefficients (s), R², residuals (s)."""
 
@@ -76,7 +78,7 @@ class TermFit:
         return dict(zip(self.names, self.values))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CalibrationFit:
     target: TermFit
     speculative: TermFit | None
@@ -91,10 +93,6 @@ class CalibrationFit:
 
 
 def _nonnegative_fit(columns: list[list[float]], names: tuple[str, ...], y: list[float]) -> TermFit:
-    import numpy as np
-
-    from sdplan.regression import bounded_solve, column_scale
-
     design = np.array(columns, dtype=np.float64).T
     target = np.asarray(y, dtype=np.float64)
     if design.shape[0] < design.shape[1]:
@@ -169,8 +167,6 @@ def fit_calibration(measurements: list[Measurement]) -> CalibrationFit:
             extra,
         )
         # Report the quality of the whole SD step prediction, which is what the planner uses.
-        import numpy as np
-
         c = draft.as_dict()
         predicted = np.array([
             target_step_prediction(target_fit, m.batch, m.draft_length + 1, m.context_tokens)

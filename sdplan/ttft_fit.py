@@ -8,10 +8,12 @@ TTFT's noisier data never pull the E2E coefficients.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
-from sdplan.frozen import frozen
 from sdplan.regression import bounded_solve, column_scale, huber_weights
 from sdplan.runmodel import LENGTH_GROUP_TOLERANCE, DesignRows
 
@@ -24,7 +26,7 @@ MAX_TTFT_WEIGHT = 50.0
 MIN_OPEN_LOOP_TTFT_RUNS = 3
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TtftFit:
     """TTFT's own terms (see :func:`fit_ttft`), the defaults where TTFT was not measured, and the fitted TTFT
     of every run (s)."""
@@ -65,8 +67,6 @@ def fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: flo
     measured Qwen3-32B rows on H100, tests/data/aic-silicon: 0.13 s at 1024
     and 0.42 s at 4096 prompt tokens, 8 clients, with ``c1p = 0``).
     """
-    import numpy as np
-
     measured = np.array([r.mean_ttft_s if r.mean_ttft_s is not None else np.nan for r in runs])
     has = np.isfinite(measured) & (measured > 0)
     c1p = rows.c1p @ theta

@@ -23,12 +23,18 @@ not cover a model-form error or a different machine
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from sdplan.frozen import fields, frozen, replace
+import numpy as np
+
+from sdplan import model
+from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.runmodel import PARAMETERS, coefficients_from_vector, fixed_step_share, values_from_table
+from sdplan.slo import Verdict
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.calibration import Calibration
@@ -54,19 +60,13 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     drawing more (up to :data:`MAX_DRAW_ROUNDS` rounds) until ``draws`` are. None also when fewer
     than a quarter of that are physical: the covariance says little about those options then.
     """
-    import numpy as np
-
     uncertainty = calibration.records.uncertainty
     if uncertainty is None or calibration.form != "direct":
         return None
-    from sdplan.runmodel import PARAMETERS
-
     names = list(uncertainty.parameters)
     if sorted(names) != sorted(PARAMETERS):
         return None
     covariance = np.asarray(uncertainty.covariance_s2, dtype=np.float64)
-    from sdplan.runmodel import values_from_table
-
     fitted = values_from_table(calibration.document["coefficients"])
     mean = np.array([fitted[name] for name in names])
     covariance = 0.5 * (covariance + covariance.T)
@@ -74,13 +74,12 @@ def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tok
     root = vectors * np.sqrt(np.clip(values, 0.0, None))  # a PSD square root, robust to round-off
     rng = np.random.default_rng(seed)
 
-    from sdplan.runmodel import coefficients_from_vector, fixed_step_share
-
     reference = (calibration.reference_prompt_tokens, calibration.reference_output_tokens)
     template = calibration.coefficients_at(prompt_tokens, output_tokens)  # TTFT weights, closed-loop factor
     order = [names.index(name) for name in PARAMETERS]
     # The length scaling is linear in the coefficients: map the unit vectors once, then every draw is a product.
-    costs = [name for name in fields(template) if name.endswith("_s") and not name.startswith("ttft_")]
+    costs = [field.name for field in fields(template)
+             if field.name.endswith("_s") and not field.name.startswith("ttft_")]
 
     def basis_at(share: float) -> FloatArray:
         basis = np.zeros((len(costs), len(PARAMETERS)))
@@ -159,8 +158,6 @@ def server_speeds(sd_pct: float | None, count: int, rng: Any) -> FloatArray:
     without this term the 95% intervals held 49% of 189 served runs at other times, workloads and loads,
     with it 77% (``benchmarks/RESULTS-accuracy-served-2026-11.md``).
     """
-    import numpy as np
-
     if not sd_pct:
         return np.ones(count)
     return np.asarray(np.exp(rng.standard_normal(count) * sd_pct / 100.0))
@@ -186,10 +183,6 @@ def physical(drawn: Coefficients, draft_lengths: Any, tokens_per_cycle: Any) -> 
     it put a capacity's whole 95% interval (0.53-19.5 req/s) below the estimate (20.3). Keeping
     the draws whose sums are physical is the normal truncated to where the model is defined.
     """
-    import numpy as np
-
-    from sdplan import model
-
     c1_off, c2_off = model.baseline_demand(drawn)
     ok = np.asarray((c1_off > 0) & (c2_off >= 0))
     for k, tokens in zip(np.atleast_1d(draft_lengths), np.atleast_1d(tokens_per_cycle)):
@@ -200,8 +193,6 @@ def physical(drawn: Coefficients, draft_lengths: Any, tokens_per_cycle: Any) -> 
 
 def interval(samples: FloatArray, level: float = LEVEL) -> FloatArray:
     """``[low, high]`` percentiles along axis 0 (``inf`` samples allowed: an unstable upper bound is ``inf``)."""
-    import numpy as np
-
     tail = (1.0 - level) / 2.0 * 100.0
     values = np.sort(np.asarray(samples, dtype=np.float64), axis=0)
     with np.errstate(invalid="ignore"):  # inf - inf between two unstable draws: the bound is inf, set below
@@ -215,7 +206,7 @@ def interval(samples: FloatArray, level: float = LEVEL) -> FloatArray:
     return bounds
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PlanIntervals:
     """95% intervals of the planner's predictions (axis 0: low, high)."""
 
@@ -236,11 +227,6 @@ def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatAr
                    tokens_per_cycle: FloatArray | None = None, server_sd_pct: float | None = None) -> PlanIntervals:
     """Latency and break-even intervals over the grid (dense targets); ``server_sd_pct`` says what spread
     between server instances the ``draws`` include (:func:`coefficient_draws`)."""
-    import numpy as np
-
-    from sdplan import model
-    from sdplan.acceptance import expected_tokens_per_cycle
-
     alpha = np.asarray(alphas, dtype=np.float64).reshape(-1)
     rate = np.asarray(rates, dtype=np.float64).reshape(-1)
     ks = np.asarray(draft_lengths, dtype=np.float64).reshape(-1)
@@ -279,12 +265,6 @@ def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients]
     lower-bound one at the 2.5th. Returns the new report and, per SLO text,
     its interval ``(low, high)``.
     """
-    import math
-
-    import numpy as np
-
-    from sdplan.slo import Verdict
-
     values: dict[str, list[float]] = {slo.text: [] for slo in slos}
     for coefficients in draws:
         drawn = check(coefficients)
@@ -304,6 +284,4 @@ def pessimistic_verdicts(report: Any, slos: list[Any], draws: list[Coefficients]
 
 def capacity_intervals(draws: list[Coefficients], capacity_of: Any) -> FloatArray:
     """``(2, options)`` interval of the capacity (req/s per replica) over coefficient draws."""
-    import numpy as np
-
     return interval(np.array([capacity_of(coefficients).max_rate_rps for coefficients in draws]))

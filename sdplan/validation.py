@@ -14,12 +14,22 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sdplan import knee
+from sdplan import knee, model
+from sdplan import moe as moe_model
 from sdplan.coefficients import Coefficients
 from sdplan.errors import InfeasibleError
-from sdplan.frozen import frozen
+from sdplan.runmodel import (
+    ALPHA_GROUP_TOLERANCE,
+    LENGTH_GROUP_TOLERANCE,
+    configuration_groups,
+    r2,
+    run_demand,
+    run_tokens_per_cycle,
+)
+from sdplan.runs import screen
 
 if TYPE_CHECKING:
     from sdplan.moe import MoESpec
@@ -63,12 +73,7 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
     ``L = C1(lambda L)/(1 - lambda C2(lambda L))`` (:func:`sdplan.moe.solve`).
     The prefill's terms are at ``phi(p)`` either way.
     """
-    from sdplan import model
-    from sdplan.runmodel import run_demand
-
     if run.concurrency is None and moe is not None:
-        from sdplan import moe as moe_model
-
         a1, a2 = run_demand(moe_model.at_coverage(coefficients, moe, 0.0), run)
         full1, full2 = run_demand(moe_model.at_coverage(coefficients, moe, 1.0), run)
         solved = moe_model.solve(a1, full1 - a1, a2, full2 - a2, routed_per_sequence(run), run.arrival_rate_rps,
@@ -85,9 +90,6 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
 
 def run_knee(coefficients: Coefficients, run: BenchmarkRun, c1: float, c2: float) -> knee.KneeDemands:
     """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.knee`)."""
-    from sdplan import model
-    from sdplan.runmodel import run_tokens_per_cycle
-
     if run.draft_length == 0:
         return knee.knee_demands(coefficients, c1, c2, model.baseline_steps(coefficients.output_tokens), 1.0)
     return knee.knee_demands(coefficients, c1, c2, coefficients.output_tokens / run_tokens_per_cycle(run),
@@ -103,14 +105,10 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
     coefficients at the coverage of that load, ``phi(t (1 + B))``
     (:func:`predict_latency`).
     """
-    from sdplan import model
-
     if not math.isfinite(latency_s):
         return math.inf
     others = (model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor)
               if run.concurrency is not None else run.arrival_rate_rps * latency_s)
-    from sdplan.runmodel import run_tokens_per_cycle
-
     covered_coefficients = covered(coefficients, run, moe, run_others(run, latency_s))
     return float(model.time_to_first_token(covered_coefficients, run.draft_length, others,
                                            run_tokens_per_cycle(run)))
@@ -123,8 +121,6 @@ def routed_per_sequence(run: BenchmarkRun) -> float:
 
 def run_others(run: BenchmarkRun, latency_s: float) -> float:
     """Other requests in flight with a run: ``N - 1`` in a closed loop, ``lambda L`` in an open one."""
-    from sdplan import model
-
     if run.concurrency is not None:
         return model.closed_loop_others(run.concurrency)
     return run.arrival_rate_rps * latency_s
@@ -138,13 +134,11 @@ def covered(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None, 
     """
     if moe is None:
         return coefficients
-    from sdplan import moe as moe_model
-
     phi = float(moe.phi(moe_model.routed_tokens(routed_per_sequence(run), others)))
     return moe_model.at_coverage(coefficients, moe, phi)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RunError:
     run: BenchmarkRun
     predicted_s: float
@@ -153,7 +147,7 @@ class RunError:
     ttft_error_pct: float | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class BestKComparison:
     """At one configuration's load level: the fastest draft length measured and predicted."""
 
@@ -169,7 +163,7 @@ class BestKComparison:
         return self.measured_best == self.predicted_best
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RepeatSpread:
     """What the runs' own repeats say about the least error any prediction can show against them."""
 
@@ -197,7 +191,7 @@ class RepeatSpread:
         return self.exact_model_mape_pct * math.sqrt(math.pi / 2.0)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Validation:
     errors: list[RunError]
     skipped: list[tuple[BenchmarkRun, str]]
@@ -282,8 +276,6 @@ def repeat_spread(runs: list[BenchmarkRun]) -> RepeatSpread | None:
     :data:`~sdplan.runmodel.ALPHA_GROUP_TOLERANCE`) and share the controlled load
     (``N`` clients, or the requested rate). None when no level was measured twice.
     """
-    from sdplan.runmodel import configuration_groups
-
     repeated: list[list[BenchmarkRun]] = []
     for members in configuration_groups(runs):
         by_level: dict[str, list[BenchmarkRun]] = defaultdict(list)
@@ -308,8 +300,6 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
     :data:`ALPHA_GROUP_TOLERANCE`) compete with each other and with the
     baseline at the same level.
     """
-    from sdplan.runmodel import ALPHA_GROUP_TOLERANCE, LENGTH_GROUP_TOLERANCE
-
     # workloads: mean lengths within 10% are one (random datasets vary a little from run to run)
     workloads: list[tuple[float, float]] = []
     by_level: dict[tuple[Any, ...], list[RunError]] = defaultdict(list)
@@ -358,9 +348,6 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
     Runs the screen rejects are skipped with their reason; an unstable
     prediction for a measured run counts as an infinite error and is the worst.
     """
-    from sdplan.runmodel import r2
-    from sdplan.runs import screen
-
     errors, skipped = [], []
     for run in sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s)):
         reasons = screen(run)

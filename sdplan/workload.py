@@ -10,12 +10,19 @@ against a calibration's defaults, so every command applies the same rules:
 
 from __future__ import annotations
 
+import csv
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sdplan.acceptance import AcceptanceMetric, AcceptanceSpec, make_acceptance, position_rates_from_conditional
-from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen, replace
+from sdplan.errors import InputFileError, InvalidValueError
+from sdplan.limits import MAX_BATCH_SIZE, MAX_DRAFT_LENGTH, MAX_TOKENS
+from sdplan.schema import Field, Table, decode_text, read_toml, validate
+from sdplan.slo import parse_slo
+from sdplan.speculation_profile import load_speculation_profile
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -25,7 +32,7 @@ if TYPE_CHECKING:
 DEFAULT_ALPHA = 0.7
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
     """Lengths in tokens and the acceptance they are served with."""
 
@@ -72,8 +79,6 @@ def resolve_acceptance(
             "--acceptance-length, --draft-acceptance-rate, --position-acceptance or --acceptance-profile"
         )
     if profile is not None:
-        from sdplan.speculation_profile import load_speculation_profile
-
         if measured_at_k is not None:
             raise InvalidValueError("--acceptance-k does not apply to --acceptance-profile (the profile says the "
                                     "draft length it was measured at)")
@@ -178,9 +183,6 @@ WORKLOAD_SCHEMA_VERSION = 1
 
 
 def _workload_schema() -> object:
-    from sdplan.limits import MAX_BATCH_SIZE, MAX_DRAFT_LENGTH, MAX_TOKENS
-    from sdplan.schema import Field, Table
-
     return Table(
         {
             "schema_version": Field("int", f"workload schema version; this sdplan reads {WORKLOAD_SCHEMA_VERSION}"),
@@ -241,7 +243,7 @@ def _workload_schema() -> object:
     )
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadFile:
     """A validated workload file; every field is optional and CLI flags override it."""
 
@@ -272,11 +274,6 @@ def load_workload_file(path: str) -> WorkloadFile:
     A relative ``calibration`` path is resolved against the file's folder; a
     value that is not an existing path is kept as a shipped calibration name.
     """
-    from pathlib import Path
-
-    from sdplan.errors import InputFileError
-    from sdplan.schema import read_toml, validate
-
     file = Path(path)
     document = read_toml(file)
     version = document.get("schema_version")
@@ -349,9 +346,6 @@ def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None,
     A bad expression on the command line is a usage error (exit 2); in a file
     it is an invalid input file (exit 3) naming ``slos[i]``.
     """
-    from sdplan.errors import InputFileError
-    from sdplan.slo import parse_slo
-
     if len(cli_slos) > MAX_SLOS:
         raise InvalidValueError(f"{len(cli_slos)} SLOs given; at most {MAX_SLOS} (one per metric and statistic)")
     if not cli_slos and file is not None and len(file.slos) > MAX_SLOS:
@@ -390,14 +384,6 @@ def load_lengths_file(path: str) -> tuple[list[float], list[float], list[float]]
     InputFileError
         Naming the file and the line of the first problem.
     """
-    import csv
-    import math
-    from pathlib import Path
-
-    from sdplan.errors import InputFileError
-    from sdplan.limits import MAX_TOKENS
-    from sdplan.schema import decode_text
-
     try:
         raw = Path(path).read_bytes()
     except IsADirectoryError:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sdplan.calibration import load_calibration, parse_calibration, resolve_calibration
+from sdplan.calibration import records as records_module
 from sdplan.calibration.records import DirectCoefficients, StepModel
 from sdplan.errors import InputFileError
 from sdplan.fileio import dumps_toml
@@ -47,6 +48,11 @@ def test_the_records_are_frozen() -> None:
     records = load_calibration(SERVED).records
     with pytest.raises(dataclasses.FrozenInstanceError):
         records.provenance.hardware = "elsewhere"  # type: ignore[misc]
+    # standard frozen dataclasses, so that dataclasses.replace, fields and asdict work on every one
+    classes = [value for value in vars(records_module).values()
+               if isinstance(value, type) and value.__module__ == records_module.__name__]
+    assert "CalibrationRecords" in [cls.__name__ for cls in classes]
+    assert all(dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen for cls in classes)
 
 
 def test_a_step_model_file_reads_as_a_step_model_and_a_date_as_a_date() -> None:

@@ -46,7 +46,7 @@ def test_effective_tokens_lie_between_no_sd_and_full_coverage(alpha: float, k: i
 
 
 def test_acceptance_spec_applies_and_states_its_coverage() -> None:
-    from sdplan.frozen import replace
+    from dataclasses import replace
 
     spec = replace(make_acceptance(AcceptanceMetric.PER_TOKEN, (1.0,), None, "test"), coverage=0.5)
     assert spec.tokens_per_cycle([3])[0, 0] == pytest.approx(0.5 * 4 + 0.5)
@@ -84,8 +84,9 @@ def test_calibration_coverage_lowers_the_planned_speedup(sdplan, tmp_path) -> No
 
 def test_fit_uses_each_runs_coverage(tmp_path) -> None:
     """Two runs alike but for coverage: the one drafting on fewer steps is predicted slower."""
+    from dataclasses import replace
+
     from sdplan.calibration import load_calibration
-    from sdplan.frozen import replace
     from sdplan.validation import predict_latency
 
     shipped = sorted((Path(__file__).parent.parent / "calibrations").glob("*.toml"))[0]

@@ -124,7 +124,7 @@ def test_pooled_fit_with_noise_lies_within_its_standard_errors(tmp_path) -> None
 def test_the_robust_fit_down_weights_a_disturbed_run(tmp_path) -> None:
     """A run slowed 3x by a foreign process weighs least, under half, and the coefficients stay near where the
     undisturbed runs put them, which a plain least-squares fit does not; the note counts it."""
-    from sdplan.frozen import replace
+    from dataclasses import replace
 
     runs = [read_results(p)[0][0] for p in write_vllm(tmp_path, noise=0.02, seed=7)]
     undisturbed = fit_pooled(runs)

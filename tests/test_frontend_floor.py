@@ -117,7 +117,8 @@ def test_the_floor_kept_is_the_proposal_with_the_lowest_error() -> None:
 
 
 def test_only_streamed_answers_measure_the_frontend() -> None:
-    from sdplan.frozen import replace
+    from dataclasses import replace
+
     from sdplan.runs import silicon
 
     # AIConfigurator's rows are static batches, not streamed: the reader says so ...

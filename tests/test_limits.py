@@ -33,7 +33,8 @@ def test_capacity_never_exceeds_the_batch_cap() -> None:
 
 def test_a_full_batch_runs_as_the_closed_loop_the_validation_predicts() -> None:
     """The plateau of a sweep is the closed loop's N / L with L = C1 + f (N - 1) C2, as validation predicts it."""
-    from sdplan.frozen import replace
+    from dataclasses import replace
+
     from sdplan.runmodel import run_demand
     from sdplan.runs import BenchmarkRun
     from sdplan.validation import predict_latency

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InputFileError
-from sdplan.frozen import fields, replace
 from sdplan.runs import others_in_flight, read_results
 from tests.served_fakes import FakeClient, FakeEngine, FakeServer, FakeSpare, run_load
 
@@ -19,11 +19,10 @@ from tests.served_fakes import FakeClient, FakeEngine, FakeServer, FakeSpare, ru
 @pytest.fixture
 def fake_served(monkeypatch, tmp_path):
     """vLLM 'installed', servers and the bench client replaced by fakes, /proc readings quiet."""
-    import sdplan._vllm
-    import sdplan.measure.client
+    import sdplan.measure.document
     import sdplan.measure.options
     import sdplan.measure.quiet
-    import sdplan.measure.server
+    import sdplan.measure.run
 
     FakeServer.registry = []
     FakeServer.current = None
@@ -37,11 +36,13 @@ def fake_served(monkeypatch, tmp_path):
     fake_served.engine = FakeEngine()
     fake_served.interrupt_after = None
     fake_served.clients = clients
-    monkeypatch.setattr(sdplan._vllm, "installed_distribution", lambda: ("vllm", "0.0.0"))
-    monkeypatch.setattr(sdplan.measure.server, "ServedEngine", FakeServer)
+    # each replaced where it is looked up: the modules that import it
+    for module in (sdplan.measure.options, sdplan.measure.document):
+        monkeypatch.setattr(module, "installed_distribution", lambda: ("vllm", "0.0.0"))
+    monkeypatch.setattr(sdplan.measure.run, "ServedEngine", FakeServer)
     FakeSpare.launched = []
-    monkeypatch.setattr(sdplan.measure.server, "SpareLauncher", FakeSpare)
-    monkeypatch.setattr(sdplan.measure.client, "BenchClient", client)
+    monkeypatch.setattr(sdplan.measure.run, "SpareLauncher", FakeSpare)
+    monkeypatch.setattr(sdplan.measure.run, "BenchClient", client)
     monkeypatch.setattr(sdplan.measure.quiet, "machine_busy_s", lambda: None)
     monkeypatch.setattr(sdplan.measure.options, "dataset_reader_installed", lambda: True)
     # a CPU, where vLLM runs up to 128 requests at once unless --max-num-seqs says otherwise (as the fake does)
@@ -590,9 +591,9 @@ def test_sweep_stops_at_vllms_default_max_num_seqs(sdplan, tmp_path, fake_served
 def test_sweep_stops_where_the_kv_cache_holds_no_more_requests(sdplan, tmp_path, fake_served, monkeypatch) -> None:
     """A KV cache of 40 requests of 128 + 64 tokens: past N = 40 vLLM would preempt, so the levels are
     1, 4, 16, 40; the size is kept in the manifest (a resume reads back without a server) and the TOML."""
-    import sdplan.measure.server as server_module
+    import sdplan.measure.run as run_module
 
-    monkeypatch.setattr(server_module, "kv_cache_tokens", lambda url: 40 * (128 + 64) + 100)
+    monkeypatch.setattr(run_module, "kv_cache_tokens", lambda url: 40 * (128 + 64) + 100)
     fake_served.engine = FakeEngine(step_fixed_s=0.01, step_per_request_s=0.00002, prefill_s=0.0)
     common = ("--draft-lengths", "2", "--accept-poor-fit")
     result = _calibrate(sdplan, tmp_path, *common)
@@ -604,7 +605,7 @@ def test_sweep_stops_where_the_kv_cache_holds_no_more_requests(sdplan, tmp_path,
     assert "KV cache holds 7780 tokens, 40 requests of 128 + 64" in result.stderr
     measurement = load_calibration(tmp_path / "cal.toml").document["measurement"]
     assert measurement["kv_cache_configurations"] == ["nosd", "k2"] and measurement["kv_cache_tokens"] == [7780, 7780]
-    monkeypatch.setattr(server_module, "kv_cache_tokens", lambda url: None)  # no server may be asked now
+    monkeypatch.setattr(run_module, "kv_cache_tokens", lambda url: None)  # no server may be asked now
     started = _started_servers()
     result = _calibrate(sdplan, tmp_path, *common, "--resume")
     assert result.exit_code == 0, result.output
@@ -665,7 +666,7 @@ def test_batch_cap_is_vllms_max_num_seqs(monkeypatch, tmp_path, hardware, flags,
                                             prompt_tokens=128, output_tokens=64, grid_name="quick",
                                             serve_arguments=flags, results_dir=tmp_path / "runs")
     assert options.batch_cap() == cap
-    assert measure_options.ServedOptions(**{**{f: getattr(options, f) for f in fields(options)},
+    assert measure_options.ServedOptions(**{**{f.name: getattr(options, f.name) for f in fields(options)},
                                             "endpoint": "http://x", "serve_arguments": ()}).batch_cap() is None
 
 
@@ -850,9 +851,9 @@ vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7e9
 
 def test_random_prompts_served_from_the_prefix_cache_are_reported(sdplan, tmp_path, fake_served,
                                                                   monkeypatch) -> None:
-    import sdplan.measure.server as server_module
+    import sdplan.measure.run as run_module
 
-    monkeypatch.setattr(server_module, "prefix_cache_share", lambda url: 0.3)
+    monkeypatch.setattr(run_module, "prefix_cache_share", lambda url: 0.3)
     result = _calibrate(sdplan, tmp_path, "--draft-lengths", "2", "--accept-poor-fit")
     assert result.exit_code == 0, result.output
     assert "prefix cache served 30%" in result.stderr and "--no-enable-prefix-caching" in result.stderr
@@ -1372,11 +1373,11 @@ def test_a_signal_the_caller_ignores_stays_ignored() -> None:
 def test_a_point_the_screen_leaves_out_is_listed_with_why(sdplan, tmp_path, fake_served, monkeypatch) -> None:
     """A measured point the steady-state screen leaves out of the fit (on a busy 2-core machine: vLLM's
     client fell behind its own schedule) is named in the calibration with its reason, not dropped unseen."""
-    import sdplan.runs as runs_module
+    import sdplan.measure.document as document_module
 
-    real = runs_module.screen
+    real = document_module.screen
     why = "the client fell behind its own schedule (a stand-in)"
-    monkeypatch.setattr(runs_module, "screen",
+    monkeypatch.setattr(document_module, "screen",
                         lambda run: [why] if run.source.endswith("nosd_p75_r0.json") else real(run))
     result = _calibrate(sdplan, tmp_path)
     assert result.exit_code == 0, result.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import fields
 
 import numpy
 import pytest
@@ -14,7 +15,6 @@ from sdplan import planner
 from sdplan.calibration import parse_calibration
 from sdplan.coefficients import Coefficients
 from sdplan.errors import ExitStatus, InputFileError
-from sdplan.frozen import fields
 from sdplan.moe import MoESpec, solve
 
 BASE = Coefficients(c1p_s=0.04, c2p_s=0.01, c1v_s=0.006, c2v_s=1e-4, c1d_s=0.001, c2d_s=5e-5,
@@ -24,7 +24,7 @@ COVERAGE = {"c1v_s": 0.01, "baseline_c1_step_s": 0.01, "c2v_s": 2e-5, "baseline_
 
 def with_coverage(c: Coefficients, phi: float) -> Coefficients:
     """The dense model whose coefficients include phi times the coverage increments."""
-    values = {name: getattr(c, name) for name in fields(c)}
+    values = {field.name: getattr(c, field.name) for field in fields(c)}
     for key, value in COVERAGE.items():
         values[key] += phi * value
     return Coefficients(**values)

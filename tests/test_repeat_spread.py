@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sdplan.frozen import replace
 from sdplan.runs import read_results
 from sdplan.validation import exact_model_error_pct, repeat_spread
 

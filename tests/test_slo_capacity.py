@@ -73,7 +73,7 @@ def test_parse_quantity() -> None:
 @given(st.floats(0.3, 0.95), st.floats(0.0, 3.0), st.floats(1.05, 40.0))
 def test_ttft_slo_binds_capacity_under_load(alpha: float, load_steps: float, headroom: float) -> None:
     """B11: TTFT grows with the effective batch, so a TTFT SLO bounds the rate (equality at capacity)."""
-    from sdplan.frozen import replace
+    from dataclasses import replace
 
     c = replace(coefficients(), ttft_wait_steps=0.5, ttft_load_steps=load_steps)
     ks = [1, 2, 4]

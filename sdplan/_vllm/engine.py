@@ -19,17 +19,20 @@ vLLM itself is imported only when a :class:`VllmRunner` is made.
 from __future__ import annotations
 
 import gc
+import importlib.metadata
+import json
 import os
 import platform
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sdplan._vllm import INSTALL_HINT
 from sdplan.acceptance_counts import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
-from sdplan.frozen import frozen
 
 _T = TypeVar("_T")
 
@@ -70,7 +73,7 @@ class FixedKProposer:
         return [[int(ids[-1])] * self.k if len(ids) else [] for ids in sampled_token_ids]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class EngineSettings:
     """How engines are built for a calibration."""
 
@@ -131,8 +134,6 @@ class VllmRunner:
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the measurements: hardware, engine version, settings."""
-        import importlib.metadata
-
         if self.is_cpu:
             hardware = _cpu_name()
             threads = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
@@ -149,9 +150,6 @@ class VllmRunner:
         return {"hardware": hardware, "engine": "vllm", "engine_version": f"{self.vllm.__version__} ({distribution})"}
 
     def _vocab_size(self) -> int:
-        import json
-        from pathlib import Path
-
         config = Path(self.settings.target) / "config.json"
         if config.exists():
             return int(json.loads(config.read_text()).get("vocab_size", 1000))

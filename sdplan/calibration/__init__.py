@@ -24,8 +24,10 @@ from (a path, a shipped name, or the default).
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sdplan.calibration.checks import MAX_COST_S, MIN_STEP_S, check_document, check_plausible
 from sdplan.calibration.records import (
@@ -39,11 +41,8 @@ from sdplan.calibration.scaling import costs_at, mean_context, scale_direct
 from sdplan.calibration.schema import CALIBRATION_SCHEMA, METHODS, SCHEMA_VERSION
 from sdplan.coefficients import Coefficients
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen, replace
+from sdplan.moe import MoESpec
 from sdplan.schema import read_toml
-
-if TYPE_CHECKING:
-    from sdplan.moe import MoESpec
 
 __all__ = [
     "CALIBRATION_SCHEMA", "DEFAULT_CALIBRATION", "MAX_COST_S", "METHODS", "MIN_STEP_S", "SCHEMA_VERSION",
@@ -55,7 +54,7 @@ __all__ = [
 DEFAULT_CALIBRATION = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
     """A validated calibration file.
 
@@ -177,8 +176,6 @@ class Calibration:
         routing = self.records.moe
         if routing is None:
             return None
-        from sdplan.moe import MoESpec
-
         reference = self.records.reference
         prefill = prompt_tokens / reference.prompt_tokens
         context = mean_context(prompt_tokens, output_tokens) / mean_context(
@@ -208,8 +205,6 @@ class Calibration:
         ``validity.batch_size`` (the batch sizes the step model was fitted or
         derived on: beyond them the linear step model is extrapolated).
         """
-        import math
-
         warnings = [f"{name} {value:g} is outside the calibrated range [{low:g}, {high:g}] of {self.name}; "
                     "predictions are extrapolated"
                     for name, value, low, high in self.outside_measured(prompt_tokens, output_tokens)]

@@ -14,6 +14,8 @@ from sdplan.calibration.records import DirectCoefficients, ReferenceWorkload, Un
 from sdplan.calibration.scaling import costs_at
 from sdplan.calibration.schema import CALIBRATION_SCHEMA, SCHEMA_VERSION
 from sdplan.errors import InputFileError
+from sdplan.limits import MAX_TOKENS
+from sdplan.model import baseline_demand
 from sdplan.schema import validate
 
 #: Longest time any one cost may take, seconds: a step or a prefill of an hour describes no hardware.
@@ -95,8 +97,6 @@ def check_plausible(document: Mapping[str, Any], path: str) -> None:
     InputFileError
         Naming the key and the range it must be in.
     """
-    from sdplan.limits import MAX_TOKENS
-
     def walk(table: Mapping[str, Any], prefix: str) -> None:
         for key, value in table.items():
             dotted = f"{prefix}{key}"
@@ -129,8 +129,6 @@ def _check_costs_take_time(document: Mapping[str, Any], path: str) -> None:
         Where one takes less than :data:`MIN_STEP_S` at the reference workload, or costs nothing per
         concurrent request.
     """
-    from sdplan.model import baseline_demand
-
     reference = ReferenceWorkload.from_table(document["reference_workload"])
     costs = read_costs(document)
     direct = isinstance(costs, DirectCoefficients)

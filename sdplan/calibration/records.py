@@ -13,17 +13,18 @@ where a number is expected), as the document they come from does.
 from __future__ import annotations
 
 import datetime as _dt
+import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
 
 #: A ``[min, max]`` range of the ``[validity]`` table.
 Span = tuple[float, float]
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Provenance:
     """How, on what and with what the numbers were obtained (``[provenance]``)."""
 
@@ -67,7 +68,7 @@ class Provenance:
                    notes=table.get("notes"))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ReferenceWorkload:
     """The lengths the direct-form coefficients were measured at (``[reference_workload]``), tokens."""
 
@@ -80,7 +81,7 @@ class ReferenceWorkload:
         return cls(table["prompt_tokens"], table["output_tokens"])
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Validity:
     """The ranges the calibration covers (``[validity]``); None where the file gives none."""
 
@@ -100,7 +101,7 @@ class Validity:
         return cls(span("prompt_tokens"), span("output_tokens"), span("batch_size"))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FitQuality:
     """How well a fitted or measured calibration fits its points (``[fit_quality]``)."""
 
@@ -117,7 +118,7 @@ class FitQuality:
                    points=table.get("points"), detail=table.get("detail"))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CalibrationAcceptance:
     """Acceptance measured together with a calibration (optional)."""
 
@@ -137,7 +138,7 @@ class CalibrationAcceptance:
                    source=str(table["source"]), draft_coverage=float(table.get("draft_coverage", 1.0)))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExpertRouting:
     """A mixture-of-experts target (``[moe]``): its routing and the costs of full expert coverage.
 
@@ -156,7 +157,7 @@ class ExpertRouting:
                    coverage=dict(table.get("coverage", {})))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DirectCoefficients:
     """The direct form (``[coefficients]``): Kong et al.'s coefficients at the reference workload, seconds.
 
@@ -200,7 +201,7 @@ class DirectCoefficients:
                    knee_per_token_s=float(table.get("knee_per_token_s", 0.0)))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepCost:
     """A linear step-time model of one model's forward step (``[step_model.target]``, ``.draft``), seconds.
 
@@ -224,7 +225,7 @@ class StepCost:
                    per_token_above_knee_s=float(table.get("per_token_above_knee_s", 0.0)))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillCost:
     """The prefill model (``[step_model.prefill]``), seconds."""
 
@@ -233,7 +234,7 @@ class PrefillCost:
     load_per_prompt_token_s: float
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepModel:
     """The per-step form (``[step_model]``): the target's, the draft's and prefill's step models.
 
@@ -268,7 +269,7 @@ def read_costs(document: Mapping[str, Any]) -> DirectCoefficients | StepModel:
     return StepModel.from_table(document["step_model"])
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ttft:
     """The TTFT weights (``[ttft]``); the offset and the per-prompt-token prefill are 0 where absent."""
 
@@ -288,7 +289,7 @@ class Ttft:
                    closed_loop_load_steps=table.get("closed_loop_load_steps"), source=table.get("source"))
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Uncertainty:
     """The covariance of a fitted calibration's coefficients (``[uncertainty]``).
 
@@ -329,7 +330,7 @@ class Uncertainty:
         return tuple(name for name in self.not_identified if name not in weak)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Measurement:
     """How a measured calibration was measured (``[measurement]``): the queries' part of it.
 
@@ -354,8 +355,6 @@ class Measurement:
         InputFileError
             If ``kv_cache_tokens`` and ``kv_cache_configurations`` differ in length.
         """
-        import shlex
-
         commands = tuple(table.get("server_commands", ()))
         arguments = None
         if table["method"] == "served" and commands:
@@ -378,7 +377,7 @@ class Measurement:
                    kv_cache=kv_cache)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Derivation:
     """How a derived calibration was priced (``[derivation]``): the queries' part of it.
 
@@ -410,7 +409,7 @@ class Derivation:
                    target_max_error_pct=table["target_max_error_pct"])
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CalibrationRecords:
     """Everything a calibration file says, typed; optional tables are None where absent."""
 

@@ -1,8 +1,13 @@
 """Command-line entry point: the root group, lazy command loading, error mapping.
 
 Command modules are imported only when their command runs (or when help
-lists them); they import only click at module level, so ``sdplan --help``
-never imports numpy, scipy, rich or vllm.
+lists them, which imports every one). So at module level they import only
+click, the standard library and the modules that need neither numpy nor
+rich (errors, limits, fileio, methods, the option helpers); the core and
+the renderers are imported inside the command functions and their helpers.
+That is the one place sdplan imports lazily, besides the optional heavy
+packages (vLLM, torch, AIConfigurator, matplotlib, plotext, pandas, scipy's
+solvers), and it keeps ``sdplan --help`` free of numpy, scipy, rich and vllm.
 
 Every :class:`~sdplan.errors.SdplanError` becomes a one-line ``Error: ...``
 on stderr with its :class:`~sdplan.errors.ExitStatus`; any other exception is
@@ -12,9 +17,12 @@ an internal error (exit 70, never 1), with the traceback only under
 
 from __future__ import annotations
 
+import errno
 import importlib
+import math
 import os
 import sys
+import warnings
 from typing import Any
 
 import click
@@ -133,8 +141,6 @@ def _guard_numbers(command: click.Command) -> click.Command:
 
 
 def _check_number(param: click.Parameter, value: Any) -> None:
-    import math
-
     if isinstance(value, float) and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite number; give a real value", param=param)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_INTEGER:
@@ -151,8 +157,6 @@ def printable(text: str) -> str:
 
 def _describe_os_error(error: OSError) -> str:
     """One line for an operating-system error that escaped the readers and writers."""
-    import errno
-
     where = error.filename if error.filename is not None else "standard output"
     reason = error.strerror or type(error).__name__
     fixes = {
@@ -223,8 +227,6 @@ def main(argv: list[str] | None = None) -> None:
     saturation are reported as "unstable", not as warnings with source paths
     (the test suite turns warnings into errors, so any that remain are found).
     """
-    import warnings
-
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     try:
         cli.main(args=argv, prog_name="sdplan")

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan.cli._options import complete_file
+from sdplan.cli._options import complete_file, parse_int_list
+from sdplan.serving import LimitOptions
 
 if TYPE_CHECKING:
     from sdplan.scenario import Scenario
@@ -23,8 +24,6 @@ def workload_file_option(fn: Any) -> Any:
 
 def draft_lengths_given(text: str | None) -> list[int] | None:
     """``-k/--draft-lengths`` parsed (list or range, >= 0), None when not given."""
-    from sdplan.cli._options import parse_int_list
-
     if text is None:
         return None
     values = parse_int_list(text, "draft lengths in tokens")
@@ -42,7 +41,6 @@ def command_scenario(draft_lengths: Sequence[int] | None, *, single_acceptance: 
     ``max_num_seqs``, when given, replaces the command's ``--max-num-seqs`` (capacity's old alias).
     """
     from sdplan.scenario import AcceptanceGiven, ScenarioOptions, resolve_scenario
-    from sdplan.serving import LimitOptions
     from sdplan.workload import load_lengths_file
 
     params = click.get_current_context().params

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
 from sdplan.errors import ExitStatus
 from sdplan.limits import MAX_DRAFT_LENGTH, MAX_TOKENS
@@ -146,8 +150,6 @@ def _fraction_list(ctx: click.Context, param: click.Parameter, value: str | None
 
 def complete_calibration(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """Shell completion for ``-c``: shipped calibration names, then files (the shell lists them)."""
-    from click.shell_completion import CompletionItem
-
     from sdplan.calibration import shipped_calibrations
 
     names = [path.stem for path in shipped_calibrations() if path.stem.startswith(incomplete)]
@@ -157,8 +159,6 @@ def complete_calibration(ctx: click.Context, param: click.Parameter, incomplete:
 
 def complete_file(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """Shell completion for options that take a path: let the shell list files."""
-    from click.shell_completion import CompletionItem
-
     return [CompletionItem(incomplete, type="file")]
 
 
@@ -273,10 +273,6 @@ def plot_options(fn: FuncT) -> FuncT:
 
 def terminal_plot_settings(ascii_only: bool) -> tuple[int, bool]:
     """Width and colour for terminal plots: the terminal's width (80 in logs), colour only on a terminal."""
-    import os
-    import shutil
-    import sys
-
     width = shutil.get_terminal_size((80, 24)).columns
     color = sys.stdout.isatty() and not ascii_only and "NO_COLOR" not in os.environ
     return max(60, min(width, 160)), color

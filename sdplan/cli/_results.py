@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from sdplan.cli._options import acceptance_options, apply_options
+from sdplan.errors import InvalidValueError
 
 
 def results_options(fn: Any) -> Any:
@@ -35,8 +36,6 @@ def override_alpha(alpha: list[float] | None, length: list[float] | None, rate: 
                    k: int | None, positions: list[float] | None = None) -> float | None:
     """One per-token alpha from the acceptance flags, or None when none is given."""
     from sdplan.acceptance import AcceptanceMetric, make_acceptance
-    from sdplan.errors import InvalidValueError
-
     if positions is not None:
         raise InvalidValueError("--position-acceptance is not used for result files: fits take one alpha per run "
                                 "(vLLM files carry their own spec_decode fields)")

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
+import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+
+from sdplan import __version__
+from sdplan.cli._options import parse_int_list, usage_error
+from sdplan.errors import ExitStatus, InputFileError, InvalidValueError
+from sdplan.fileio import atomic_write_text, dumps_toml
+from sdplan.methods import check_method
 
 if TYPE_CHECKING:
     from sdplan.measure.engine import EngineOptions
@@ -16,10 +25,6 @@ GRID_NAMES = ("quick", "standard", "thorough")
 
 def _spec_method(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """A method sdplan models, checked before anything starts (exit 2)."""
-    from sdplan.cli._options import usage_error
-    from sdplan.errors import InvalidValueError
-    from sdplan.methods import check_method
-
     try:
         return check_method(value)
     except InvalidValueError as error:
@@ -28,10 +33,6 @@ def _spec_method(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 def _read_prompts(path: str) -> list[list[int]]:
     """Prompt token ids from a JSON Lines file: one {"prompt_token_ids": [...]} per line."""
-    import json
-
-    from sdplan.errors import InputFileError
-
     prompts = []
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -64,8 +65,6 @@ def _relative(path: Path, output: Path) -> str:
 def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
-    from sdplan.cli._options import parse_int_list
-
     lengths = tuple(sorted(set(parse_int_list(value, "--draft-lengths"))))
     if any(k < 0 or k > 64 for k in lengths):
         raise click.BadParameter("draft lengths must lie in 0..64 (0: measure no SD only)")
@@ -298,10 +297,7 @@ def _serving_flags(passthrough: tuple[str, ...], endpoint: str | None, enforce_e
 
 
 def _calibrate_served(options: ServedOptions, output: str, name: str | None, accept_poor_fit: bool) -> None:
-    from sdplan import __version__
     from sdplan.calibration import parse_calibration
-    from sdplan.errors import ExitStatus, InputFileError
-    from sdplan.fileio import atomic_write_text, dumps_toml
     from sdplan.measure.document import served_calibration
     from sdplan.measure.levels import concurrency_levels
     from sdplan.measure.options import check_options
@@ -354,13 +350,8 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
 
 
 def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> None:
-    import datetime
-    import time
-
-    from sdplan import __version__
     from sdplan._vllm.engine import EngineSettings, VllmRunner
     from sdplan.calibration import parse_calibration
-    from sdplan.fileio import atomic_write_text, dumps_toml
     from sdplan.measure.engine import MeasurementStore, calibration_document, measure, plan_tasks
     from sdplan.render import progress_bar
     from sdplan.stepfit import fit_calibration

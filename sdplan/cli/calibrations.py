@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from sdplan.cli._options import output_options
+from sdplan.errors import InputFileError
 
 
 @click.command()
@@ -26,7 +27,6 @@ def calibrations(fmt: str, output: str | None, ascii_only: bool) -> None:
       sdplan calibrations --format json
     """
     from sdplan.calibration import DEFAULT_CALIBRATION, load_calibration, shipped_calibrations
-    from sdplan.errors import InputFileError
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.calibration import render_listing
 

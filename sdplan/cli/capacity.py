@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan.cli._inputs import workload_file_option
-from sdplan.cli._options import calibration_option, output_options, plot_options, workload_options
-from sdplan.cli._simulation import simulation_options
+from sdplan.cli._inputs import command_scenario, draft_lengths_given, workload_file_option
+from sdplan.cli._options import (
+    calibration_option,
+    check_plot_request,
+    output_options,
+    plot_options,
+    terminal_plot_settings,
+    workload_options,
+)
+from sdplan.cli._simulation import simulation_options, simulation_settings
+from sdplan.errors import InfeasibleError, InvalidValueError
+from sdplan.limits import check_grid, check_simulation
+from sdplan.methods import METHODS, draft_weights
+from sdplan.serving import batch_cap_warning
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -88,9 +100,6 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                       -f sglang -o spec.json
     """
     from sdplan.capacity import capacity as solve_capacity
-    from sdplan.cli._inputs import command_scenario, draft_lengths_given
-    from sdplan.cli._options import check_plot_request
-    from sdplan.errors import InfeasibleError, InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.check import capacity_document, render_capacity
     from sdplan.workload import resolve_slos
@@ -137,8 +146,6 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 
 def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSchedule:
     """The goodput-optimal k per batch size 1..max_num_seqs, merged so k does not flap."""
-    from sdplan.errors import InvalidValueError
-    from sdplan.limits import check_grid
     from sdplan.schedule import engine_schedule, goodput_per_size
 
     candidates, cap = scenario.draft_lengths, scenario.limits.max_num_seqs
@@ -157,7 +164,6 @@ def _warnings(scenario: Scenario, cap: Capacity, use_simulator: bool) -> list[st
 
     from sdplan import model
     from sdplan.capacity import batch_cap_label, latency_at
-    from sdplan.serving import batch_cap_warning
 
     at_capacity = cap.max_rate_rps * latency_at(cap, cap.max_rate_rps)
     finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
@@ -222,8 +228,8 @@ def _fleets(scenario: Scenario, cap: Capacity, target: float | None, gpus_per_re
 
 def _plots(scenario: Scenario, document: dict[str, Any], plot: bool, plot_file: str | None, ascii_only: bool) -> str:
     """Each option's capacity as bars: drawn for the terminal (returned) and/or written to ``plot_file``."""
-    from sdplan.cli._options import terminal_plot_settings
     from sdplan.render.answer import alpha_phrase
+    from sdplan.render.plots import file_bars, terminal_bars
 
     labels = [option["option"] for option in document["options"]]
     values = [option["max_rate_under_slo_rps"] for option in document["options"]]
@@ -231,14 +237,8 @@ def _plots(scenario: Scenario, document: dict[str, Any], plot: bool, plot_file: 
              f"{alpha_phrase(scenario.alpha, scenario.workload.acceptance.source)}")
     text = ""
     if plot:
-        from sdplan.render.plots import terminal_bars
-
         text = "\n" + terminal_bars(labels, values, title, "request rate (req/s)", *terminal_plot_settings(ascii_only))
     if plot_file is not None:
-        from pathlib import Path
-
-        from sdplan.render.plots import file_bars
-
         file_bars(labels, values, title + f"\n{scenario.calibration.name}", "max request rate under SLO (req/s)",
                   Path(plot_file), highlight=document["best"])
     return text
@@ -248,7 +248,6 @@ def _export(fmt: str, plan: EngineSchedule, method: str, calibration: Calibratio
             output: str | None) -> None:
     """Write the engine config of ``plan`` (or say "SD off" and write nothing)."""
     from sdplan import export
-    from sdplan.methods import METHODS, draft_weights
     from sdplan.render import emit, warn
 
     if plan.off:
@@ -280,8 +279,6 @@ def _export(fmt: str, plan: EngineSchedule, method: str, calibration: Calibratio
 def _simulated_capacity(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> Capacity:
     """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.simulated_capacity)."""
     from sdplan.capacity import simulated_capacity
-    from sdplan.cli._simulation import simulation_settings
-    from sdplan.limits import check_simulation
     from sdplan.render import progress_bar
     from sdplan.scenario import simulation_config
 

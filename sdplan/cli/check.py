@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan.cli._inputs import workload_file_option
+from sdplan.cli._inputs import command_scenario, draft_lengths_given, workload_file_option
 from sdplan.cli._options import calibration_option, draft_choice_callback, output_options, workload_options
-from sdplan.cli._simulation import simulation_options
+from sdplan.cli._simulation import simulation_options, simulation_settings
+from sdplan.errors import InvalidValueError
+from sdplan.limits import check_simulation
+from sdplan.serving import batch_cap_warning
 
 if TYPE_CHECKING:
     from sdplan.check import CheckReport
@@ -68,8 +72,6 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
       sdplan check -w deploy/chat.toml --format json
     """
     from sdplan.check import run_check
-    from sdplan.cli._inputs import command_scenario, draft_lengths_given
-    from sdplan.errors import InvalidValueError
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.check import check_summary, github_annotations, render_check
     from sdplan.workload import measured_draft_lengths, resolve_slos
@@ -133,7 +135,6 @@ def _pessimistic_context(scenario: Scenario, intervals: dict[str, Any]) -> dict[
 def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tuple[CheckReport, dict[str, Any]]:
     """The report re-checked at the pessimistic end of each prediction's 95% interval, and the intervals."""
     from sdplan.check import run_check
-    from sdplan.errors import InvalidValueError
     from sdplan.uncertainty import coefficient_draws, pessimistic_verdicts
 
     calibration, workload, candidates = scenario.calibration, scenario.workload, scenario.draft_lengths
@@ -160,9 +161,6 @@ def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tu
 def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits: EngineLimits) -> CheckReport:
     """The report with every latency verdict from the simulator's statistics."""
     from sdplan.check import simulated_verdicts
-    from sdplan.cli._simulation import simulation_settings
-    from sdplan.errors import InvalidValueError
-    from sdplan.limits import check_simulation
     from sdplan.scenario import simulation_config
     from sdplan.simulate import replicate
 
@@ -179,11 +177,7 @@ def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits:
 
 def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> list[str]:
     """Where the answer is outside the model's domain: calibrated range, batch cap, prefill load, no steady state."""
-    import math
-
     from sdplan import model
-    from sdplan.serving import batch_cap_warning
-
     rate = report.rate_rps
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
                                                       scenario.workload.output_tokens, report.batch)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
+import sys
+from pathlib import Path
+
 import click
 
 from sdplan.cli._options import output_options, parse_int_list
+from sdplan.fileio import atomic_write_text, dumps_toml
 
 
 def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -74,14 +79,9 @@ def derive(target_model: str, system: str, speculative_method: str, draft_model:
       sdplan derive --target-model meta-llama/Llama-3.1-8B-Instruct \\
         --system h100_sxm --method ngram -o ngram.toml --format json
     """
-    import datetime
-    import sys
-    from pathlib import Path
-
     from sdplan.calibration import parse_calibration
     from sdplan.derive import DeriveRequest
     from sdplan.derive import derive as run_derive
-    from sdplan.fileio import atomic_write_text, dumps_toml
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.calibration import render_derivation
 

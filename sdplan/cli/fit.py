@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from sdplan import __version__
 from sdplan.cli._options import output_options
 from sdplan.cli._results import override_alpha, results_options
+from sdplan.errors import InfeasibleError
+from sdplan.fileio import atomic_write_text, dumps_toml
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from sdplan.runs import BenchmarkRun
     from sdplan.runs.silicon import Selection
 
@@ -71,10 +75,7 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
       sdplan fit aic:silicon_sample -o qwen3-32b-h100-tp4.toml \\
                  --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
-    from pathlib import Path
-
     from sdplan.calibration import parse_calibration
-    from sdplan.fileio import dumps_toml
     from sdplan.fit import fit_configurations, fit_pooled, fitted_document
     from sdplan.render import OutputFormat, Style, stdout_is_terminal
     from sdplan.render.fit import fit_document, render_fit
@@ -115,9 +116,6 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
 def _write(calibration: str, report: str, out: Path | None) -> None:
     """The calibration to ``out`` (atomically) and the report to stdout; without ``out``, the calibration on
     stdout and the report on stderr."""
-    import sys
-
-    from sdplan.fileio import atomic_write_text
     from sdplan.render import emit
 
     if out is None:
@@ -130,9 +128,6 @@ def _write(calibration: str, report: str, out: Path | None) -> None:
 
 def _provenance(paths: list[Path], given: dict[str, str], notes: str) -> dict[str, Any]:
     """The fitted calibration's [provenance]: the options given, the sources with their digests, the counts."""
-    import datetime
-
-    from sdplan import __version__
     from sdplan.runs import file_digest
 
     return {"method": "fit", **given, "engine": "vllm", "date": datetime.date.today(),
@@ -145,7 +140,6 @@ def _screened(runs: list[BenchmarkRun]) -> tuple[list[BenchmarkRun], list[tuple[
 
     Too few kept runs is an error here, before any hold-out, so that the counts are the screen's.
     """
-    from sdplan.errors import InfeasibleError
     from sdplan.fit import MIN_FIT_RUNS
     from sdplan.runs import screen
 

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from sdplan.cli._options import calibration_option, grid_options, output_options, plot_options, workload_options
+from sdplan.cli._inputs import command_scenario
+from sdplan.cli._options import (
+    calibration_option,
+    check_plot_request,
+    grid_options,
+    output_options,
+    plot_options,
+    terminal_plot_settings,
+    workload_options,
+)
+from sdplan.errors import InputFileError
+from sdplan.limits import check_grid, check_table
 
 if TYPE_CHECKING:
     from sdplan.planner import Plan
@@ -19,7 +31,6 @@ def check_speculation_identified(cal: object) -> None:
     missing = set(getattr(cal, "without_runs", ()))
     if not missing:
         return
-    from sdplan.errors import InputFileError
     from sdplan.runmodel import SPECULATIVE_PARAMETERS
 
     if missing >= set(SPECULATIVE_PARAMETERS):
@@ -81,11 +92,9 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
                   -o plan.json
     """
     from sdplan import planner
-    from sdplan.cli._inputs import command_scenario
-    from sdplan.cli._options import check_plot_request, terminal_plot_settings
-    from sdplan.limits import check_grid, check_table
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.plan import render_plan
+    from sdplan.render.plots import file_plan, terminal_plan
 
     check_plot_request(plot, plot_file, fmt)
     scenario = command_scenario(draft_lengths, single_acceptance=False)
@@ -127,14 +136,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
     text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal, wide=wide,
                        batch_cap=batch_cap)
     if plot:
-        from sdplan.render.plots import terminal_plan
-
         text += "\n" + terminal_plan(result, inputs, *terminal_plot_settings(ascii_only))
     if plot_file is not None:
-        from pathlib import Path
-
-        from sdplan.render.plots import file_plan
-
         file_plan(result, inputs, Path(plot_file))
     emit(text, output)
 

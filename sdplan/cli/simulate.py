@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from sdplan.cli._inputs import command_scenario
 from sdplan.cli._options import (
     calibration_option,
+    check_plot_request,
     draft_choice_callback,
     output_options,
+    parse_int_list,
+    parse_number_list,
     plot_options,
+    terminal_plot_settings,
     workload_options,
 )
-from sdplan.cli._simulation import simulation_options
+from sdplan.cli._simulation import simulation_options, simulation_settings
+from sdplan.errors import InvalidValueError
+from sdplan.limits import check_simulation, check_table
+from sdplan.serving import batch_cap_warning
 
 if TYPE_CHECKING:
     from sdplan.planner import Plan
@@ -61,11 +72,6 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
       sdplan simulate --draft-length 3 --seeds 5 --arrival-cv 2 -f json
     """
     from sdplan import planner
-    from sdplan.cli._inputs import command_scenario
-    from sdplan.cli._options import check_plot_request, parse_int_list
-    from sdplan.cli._simulation import simulation_settings
-    from sdplan.errors import InvalidValueError
-    from sdplan.limits import check_simulation, check_table
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.simulate import render_simulate, simulate_document
 
@@ -112,8 +118,6 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
 def _rates(scenario: Scenario, rates: str | None) -> list[float]:
     """The rates to simulate: given, else 25%, 50%, 75% and 90% of the no-SD saturation rate."""
     from sdplan import model
-    from sdplan.cli._options import parse_number_list
-
     if rates is None:
         _, c2_d = model.baseline_demand(scenario.coefficients)
         return [round(f / c2_d, 4) for f in (0.25, 0.5, 0.75, 0.9)]
@@ -126,7 +130,6 @@ def _rates(scenario: Scenario, rates: str | None) -> list[float]:
 def _simulate_rates(scenario: Scenario, result: Plan, draft_length: str,
                     settings: SimulationSettings) -> tuple[list[RateSummary], list[EngineLimits]]:
     """Simulate every rate of ``result`` with the draft length chosen there; with each rate's engine limits."""
-    from sdplan.frozen import replace
     from sdplan.render import progress_bar
     from sdplan.scenario import simulation_config
     from sdplan.simulate import replicate
@@ -161,10 +164,6 @@ def _simulate_rates(scenario: Scenario, result: Plan, draft_length: str,
 
 def _warnings(scenario: Scenario, summaries: list[RateSummary], limits: list[EngineLimits]) -> list[str]:
     """Calibrated range, the rates whose mean batch reaches the batch cap, and rates not at steady state."""
-    import math
-
-    from sdplan.serving import batch_cap_warning
-
     workload = scenario.workload
     batches = [float(summary.rate_rps * summary.analytic_e2e_s) for summary in summaries]
     finite = [b for b in batches if math.isfinite(b)]
@@ -188,21 +187,15 @@ def _plots(scenario: Scenario, summaries: list[RateSummary], plot: bool, plot_fi
     """The E2E latency CDF per rate: drawn for the terminal (returned) and/or written to ``plot_file``."""
     import numpy as np
 
-    from sdplan.cli._options import terminal_plot_settings
     from sdplan.render.answer import alpha_phrase
+    from sdplan.render.plots import file_cdf, terminal_cdf
 
     acceptance = scenario.workload.acceptance
     series = [(f"{s.rate_rps:g} req/s", np.sort(s.e2e_samples_s)) for s in summaries]
     assumption = alpha_phrase(acceptance.alphas[0], acceptance.source, acceptance.position_rates)
     if plot_file is not None:
-        from pathlib import Path
-
-        from sdplan.render.plots import file_cdf
-
         file_cdf(series, f"E2E latency CDF, {scenario.calibration.name}, {assumption}", Path(plot_file))
     if not plot:
         return ""
-    from sdplan.render.plots import terminal_cdf
-
     return "\n" + terminal_cdf(series, f"E2E latency CDF (first replication), {assumption}",
                                  *terminal_plot_settings(ascii_only))

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import click
 
-from sdplan.cli._options import calibration_option, output_options, plot_options
+from sdplan.cli._options import (
+    calibration_option,
+    check_plot_request,
+    output_options,
+    parse_number,
+    plot_options,
+    terminal_plot_settings,
+)
 from sdplan.cli._results import override_alpha, results_options
+from sdplan.errors import ExitStatus
 
 
 def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
-    from sdplan.cli._options import parse_number
-
     text = value.strip()
     number = parse_number(text, "error limit") * (100.0 if text.endswith("%") else 1.0)
     if not text.endswith("%") and number < 1:
@@ -56,10 +65,9 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
                       --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
     from sdplan.calibration import resolve_calibration
-    from sdplan.cli._options import check_plot_request, terminal_plot_settings
-    from sdplan.errors import ExitStatus
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.fit import render_validate, validate_document
+    from sdplan.render.plots import file_scatter, terminal_scatter
     from sdplan.runs import load_runs
     from sdplan.validation import validate as run_validation
 
@@ -75,8 +83,6 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
 
     runs, warnings = load_runs(list(results), input_format, draft_length, alpha, Selection.parse(select))
     if alpha_default is not None:
-        from sdplan.frozen import replace
-
         runs = [replace(r, alpha=alpha_default) if r.draft_length > 0 and r.alpha is None else r for r in runs]
     warn(warnings)
     result = run_validation(cal.coefficients_at, runs, cal.moe_at)
@@ -94,14 +100,8 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
     predicted = [e.predicted_s for e in finite]
     title = f"Measured vs predicted ({cal.name}): MAPE {result.mape_pct:.1f}%"
     if plot and finite:
-        from sdplan.render.plots import terminal_scatter
-
         text += "\n" + terminal_scatter(measured, predicted, title, *terminal_plot_settings(ascii_only))
     if plot_file is not None and finite:
-        from pathlib import Path
-
-        from sdplan.render.plots import file_scatter
-
         labels = ["no SD" if e.run.draft_length == 0 else f"k={e.run.draft_length}" for e in finite]
         file_scatter(measured, predicted, labels, title, Path(plot_file))
     emit(text, output)

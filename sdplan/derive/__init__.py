@@ -44,6 +44,7 @@ mean KV context. What is priced, and how:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sdplan.derive.anchoring import MeasuredRows, fit_anchor, measured_rows
@@ -67,7 +68,6 @@ from sdplan.derive.request import (
     model_key,
 )
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 
 __all__ = [
     "AIC_DISTRIBUTION",
@@ -96,7 +96,7 @@ __all__ = [
 ]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Derivation:
     """A derived calibration document and what the derivation found."""
 

@@ -9,18 +9,18 @@ AIConfigurator's ratios of every SD step to the plain decode step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sdplan.derive.fitting import fit_linear
 from sdplan.derive.pricing import Pricer
 from sdplan.derive.request import ENGINE_STEP_OVERHEAD_S, MS, DeriveRequest, model_key
 from sdplan.errors import MissingDependencyError
-from sdplan.frozen import frozen
 from sdplan.runs import silicon
 from sdplan.runs.record import BenchmarkRun
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MeasuredRows:
     """Closed-loop runs to anchor on, each with the engine version that measured it."""
 

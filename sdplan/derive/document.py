@@ -9,8 +9,10 @@ was assumed rather than priced (``provenance.assumptions``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from sdplan import __version__
 from sdplan.derive.fitting import FittedSteps, rounded
 from sdplan.derive.pricing import Pricer
 from sdplan.derive.request import (
@@ -172,8 +174,6 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
 
 def provenance(request: DeriveRequest, pricer: Pricer, anchor: dict[str, Any] | None) -> dict[str, Any]:
     """``[provenance]`` of a derived file."""
-    from sdplan import __version__
-
     version = aic_version()
     return {
         "method": "derived",
@@ -225,6 +225,4 @@ def document(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
 
 def shown_path(path: str) -> str:
     """A model path for the file: AIConfigurator's name, or the architecture a temporary folder held."""
-    from pathlib import Path
-
     return Path(path).name.replace("--", "/") if Path(path).is_absolute() else path

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from sdplan.derive.pricing import Pricer
 from sdplan.derive.request import (
     BATCH_GRID,
@@ -24,7 +26,6 @@ from sdplan.derive.request import (
     PROMPT_GRID,
     DeriveRequest,
 )
-from sdplan.frozen import frozen
 
 
 def fit_linear(rows: Sequence[Sequence[float]], values: Sequence[float]) -> tuple[list[float], float, float]:
@@ -36,7 +37,6 @@ def fit_linear(rows: Sequence[Sequence[float]], values: Sequence[float]) -> tupl
     the step model is a time, ``sdplan-calibration(5)``), by
     :func:`scipy.optimize.nnls` on the rows scaled by ``1 / y_i``.
     """
-    import numpy as np
     from scipy.optimize import nnls
 
     x = np.asarray(rows, dtype=float)
@@ -133,7 +133,7 @@ def fit_knee(points: list[tuple[int, int, int]], values: list[float]) -> KneeFit
     return best
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FittedSteps:
     """The step model fitted to one request's priced steps (seconds), before any anchoring.
 

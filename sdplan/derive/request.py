@@ -9,11 +9,12 @@ assumed rather than priced (each is recorded in the derived file's
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import field
+import logging
+from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 from sdplan.errors import InvalidValueError, MissingDependencyError
-from sdplan.frozen import frozen
 
 #: The distribution and version the shipped files were built with (``pyproject.toml`` extra ``derive``).
 AIC_DISTRIBUTION = "aiconfigurator-core"
@@ -84,7 +85,7 @@ INTERFERENCE_BATCHES = (8, 32, 128)
 MS = 1e-3
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeriveRequest:
     """What to derive: a (GPU system, target, proposer) pair served by one engine version."""
 
@@ -126,8 +127,6 @@ class DeriveRequest:
 
 def load_aic() -> Any:
     """Import ``aiconfigurator_core``'s engine module, or raise the exit-5 error naming the install line."""
-    import logging
-
     try:
         from aiconfigurator_core.sdk import engine
     except ImportError:
@@ -139,8 +138,6 @@ def load_aic() -> Any:
 
 def aic_version() -> str:
     """The installed ``aiconfigurator-core`` version ("unknown" when its metadata is missing)."""
-    from importlib import metadata
-
     try:
         return metadata.version(AIC_DISTRIBUTION)
     except metadata.PackageNotFoundError:

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdplan.errors import EngineError
-from sdplan.frozen import frozen
-from sdplan.measure.server import track, untrack
+from sdplan._vllm.launch import subprocess_environment
+from sdplan.errors import EngineError, InputFileError
+from sdplan.measure.server import log_tail, track, untrack
 
 #: Lengths are drawn uniformly within +-25% of the means (vLLM's --random-range-ratio) unless a point says otherwise.
 LENGTH_SPREAD = 0.25
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class LoadPoint:
     """One benchmark run: a closed loop of ``concurrency`` clients or Poisson arrivals at ``rate_rps``.
 
@@ -83,7 +83,7 @@ def bench_arguments(point: LoadPoint, *, base_url: str, model: str, result: Path
     return args + list(extra)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PromptFile:
     """A checked prompt file for ``vllm bench serve --dataset-name custom``."""
 
@@ -106,10 +106,6 @@ def read_prompt_file(path: Path) -> PromptFile:
     InputFileError
         Naming the line and what to fix.
     """
-    import json
-
-    from sdplan.errors import InputFileError
-
     where = str(path)
     if path.suffix != ".jsonl":
         raise InputFileError(where, None, "vLLM's custom dataset reads JSON Lines files named *.jsonl; rename it")
@@ -155,8 +151,6 @@ class BenchClient:
     def start(self) -> None:
         """Start the driver without waiting for it: it imports vLLM (about 10 s on a 2-core CPU) while the
         first server starts, and :meth:`run` waits for it to be ready."""
-        from sdplan._vllm.launch import subprocess_environment
-
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("a", encoding="utf-8")
         self.process = subprocess.Popen([self.python, "-m", "sdplan._vllm.launch", "bench-driver"],
@@ -181,8 +175,6 @@ class BenchClient:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.process.poll() is not None:
-                from sdplan.measure.server import log_tail
-
                 raise EngineError(f"vllm bench serve exited with status {self.process.returncode} "
                                   f"(log {self.log_path}): {log_tail(self.log_path)}")
             remaining = deadline - time.monotonic()

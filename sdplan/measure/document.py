@@ -9,13 +9,18 @@ poor, and the caller decides the exit status from
 from __future__ import annotations
 
 import datetime
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from sdplan._vllm import installed_distribution
 from sdplan.errors import InfeasibleError
+from sdplan.fit import fit_pooled, fitted_document
 from sdplan.measure.levels import REPEAT_DISAGREEMENT
 from sdplan.measure.options import ServedOptions, hardware_description
 from sdplan.measure.run import ServedMeasurement
+from sdplan.runs import read_results, screen
+from sdplan.runs.screen import stalled_note
 
 #: A calibration whose own points are predicted worse than this is poor (mean absolute % error of mean E2E).
 POOR_MAPE_PCT = 10.0
@@ -73,9 +78,6 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
     InfeasibleError
         When too few points were measured to fit.
     """
-    from sdplan.fit import fit_pooled, fitted_document
-    from sdplan.runs.screen import stalled_note
-
     kept, overloaded, screened = _fit_points(measurement)
     reference = (options.prompt_tokens, options.output_tokens)
     if options.dataset is not None:  # the dataset's lengths, as served
@@ -102,8 +104,6 @@ def served_calibration(options: ServedOptions, measurement: ServedMeasurement, *
 def _fit_points(measurement: ServedMeasurement) -> tuple[list[Any], list[str], list[str]]:
     """The runs to fit (read and screened, :func:`sdplan.runs.screen`), a line per point the server did
     not keep up with, and a line per point the screen left out, with why (both left out of the fit)."""
-    from sdplan.runs import read_results, screen
-
     runs = []
     for path in measurement.result_files():
         runs += read_results(path, "vllm")[0]
@@ -144,8 +144,6 @@ def _poor_reasons(fit: Any, measurement: ServedMeasurement) -> list[str]:
 def _provenance(options: ServedOptions, measurement: ServedMeasurement, kept: list[Any], version: str,
                 notes: list[str]) -> dict[str, Any]:
     """The ``[provenance]`` table: the machine, the models, vLLM's version, and how the points were measured."""
-    from sdplan._vllm import installed_distribution
-
     lengths = sorted({r.draft_length for r in kept if r.draft_length > 0})
     levels = sorted({r.concurrency for r in kept if r.concurrency}, key=int)
     distribution = installed_distribution()
@@ -216,8 +214,6 @@ def _spread_summary(spreads: dict[str, float]) -> tuple[dict[str, Any], list[str
     while it was measured, server starts included."""
     if not spreads:
         return {}, []
-    import statistics
-
     median = statistics.median(spreads.values())
     worst = max(spreads, key=spreads.__getitem__)
     fields = {"repeat_spread_median_pct": round(100 * median, 2),

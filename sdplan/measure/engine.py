@@ -13,17 +13,17 @@ import csv
 import json
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.frozen import asdict, frozen
 from sdplan.stepfit import CalibrationFit, Measurement, fit_quality_document, step_key, step_model_document
 
 MEASUREMENT_FORMAT_VERSION = 1
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Grid:
     """What to measure. Lengths in tokens."""
 
@@ -46,7 +46,7 @@ GRIDS = {
 }
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Task:
     """One measurement to take. ``kind`` is ``target``, ``speculative`` or ``prefill``."""
 
@@ -236,7 +236,7 @@ def measure(
 # ----------------------------------------------------------------------------- options and the document
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class EngineOptions:
     """Everything ``sdplan calibrate --method engine`` needs, as the command line gave it."""
 

@@ -76,13 +76,15 @@ sustain, which also becomes the peak of the later points.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sdplan.frozen import frozen
-from sdplan.measure.client import LoadPoint
+from sdplan.measure.client import LENGTH_SPREAD, LoadPoint
 from sdplan.runs import MIN_KEPT_UP_FRACTION, fell_behind
+from sdplan.serving import kv_cache_requests
 
 #: Repeats of one point disagree when the slowest's mean latency is more than this above the fastest's.
 REPEAT_DISAGREEMENT = 0.10
@@ -111,7 +113,7 @@ MIN_THROUGHPUT_GAIN = 1.05
 EXTEND_THROUGHPUT_GAIN = 1.10
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Probe:
     """A workload beside the calibration's own, measured as closed loops to split the demand.
 
@@ -150,7 +152,7 @@ TOP_LEVEL = 1 << 30
 PROBES = (Probe("prompt", 4.0, 0.5, (1, 16)), Probe("decode", 0.25, 3.0, (1, TOP_LEVEL)))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ServedGrid:
     """What to measure per configuration.
 
@@ -241,8 +243,6 @@ def probe_points(grid: ServedGrid, prompt_tokens: int, output_tokens: int, top_l
     :data:`sdplan.measure.client.LENGTH_SPREAD` above the means, plus ``extra_tokens`` of drafts) exceeds
     ``max_model_len`` is left out: the server would refuse its requests.
     """
-    from sdplan.measure.client import LENGTH_SPREAD
-
     points = []
     for probe in grid.probes:
         if names is not None and probe.name not in names:
@@ -259,7 +259,7 @@ def probe_points(grid: ServedGrid, prompt_tokens: int, output_tokens: int, top_l
     return points
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Configuration:
     """One server configuration: no SD (``draft_length = 0``) or SD at one draft length."""
 
@@ -337,8 +337,6 @@ def requests_held(kv_cache_tokens: int, prompt_tokens: int, output_tokens: int) 
     """
     if prompt_tokens + output_tokens <= 0:
         return None
-    from sdplan.serving import kv_cache_requests
-
     return max(1, kv_cache_requests(kv_cache_tokens, prompt_tokens, output_tokens))
 
 
@@ -400,8 +398,6 @@ def point_seed(seed: int, key: str, attempt: int) -> int:
     measurement ``attempt``: every point (and re-measure) draws its own prompts, since with vLLM's prefix
     caching on (its default), prompts repeated from an earlier point would skip their prefill and flatter the
     later points."""
-    import hashlib
-
     digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
     return (seed * 1_000_003 + digest + 7919 * attempt) % (2**31)
 

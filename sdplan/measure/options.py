@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
+import os
 import platform
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sdplan._vllm import INSTALL_HINT, installed_distribution
 from sdplan.errors import InvalidValueError, MissingDependencyError
-from sdplan.frozen import frozen
+from sdplan.measure.client import LENGTH_SPREAD, read_prompt_file
 from sdplan.measure.levels import SERVED_GRIDS, ServedGrid
+from sdplan.measure.server import check_model_folder
 from sdplan.methods import check_method
+from sdplan.serving import serve_flag, served_max_num_seqs
 
 #: vLLM SD methods that need a draft model folder.
 METHODS_WITH_MODEL = ("draft_model", "eagle", "eagle3")
@@ -28,7 +34,7 @@ METHODS_WITH_MODEL = ("draft_model", "eagle", "eagle3")
 _OWNED_FLAGS = ("--host", "--port", "--speculative-config", "--speculative_config")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ServedOptions:
     """Everything ``sdplan calibrate`` (served) needs; validated by :func:`check_options`."""
 
@@ -68,8 +74,6 @@ class ServedOptions:
 
     def serve_value(self, flag: str) -> str | None:
         """The value of a ``vllm serve`` flag among the user's arguments (:func:`sdplan.serving.serve_flag`)."""
-        from sdplan.serving import serve_flag
-
         return serve_flag(self.serve_arguments, flag)
 
     def max_clients(self) -> int:
@@ -86,8 +90,6 @@ class ServedOptions:
             return int(value)
         if self.endpoint is not None:
             return None
-        from sdplan.serving import served_max_num_seqs
-
         return served_max_num_seqs(self.serve_arguments, hardware_description())
 
     def manifest_options(self) -> dict[str, Any]:
@@ -112,8 +114,6 @@ class ServedOptions:
 
 def dataset_reader_installed() -> bool:
     """vLLM's custom-dataset reader needs pandas (its ``bench`` extra), which vLLM itself does not require."""
-    import importlib.util
-
     return importlib.util.find_spec("pandas") is not None
 
 
@@ -127,8 +127,6 @@ def check_options(options: ServedOptions) -> None:
     MissingDependencyError
         (exit 5) when vLLM is not installed in this Python.
     """
-    from sdplan._vllm import INSTALL_HINT, installed_distribution
-
     if installed_distribution() is None:
         raise MissingDependencyError(INSTALL_HINT)
     _check_server(options)
@@ -139,8 +137,6 @@ def check_options(options: ServedOptions) -> None:
 
 def _check_server(options: ServedOptions) -> None:
     """The server to measure: one sdplan starts (``--target``) or the user's (``--endpoint``), not both."""
-    from sdplan.measure.server import check_model_folder
-
     if options.endpoint is None and options.target is None:
         raise InvalidValueError("give --target MODEL (sdplan starts vllm serve) or --endpoint URL (a running server)")
     if options.label is not None and (options.endpoint is None or not options.label.replace("-", "").isalnum()):
@@ -157,8 +153,6 @@ def _check_server(options: ServedOptions) -> None:
 
 def _check_speculation(options: ServedOptions) -> None:
     """The SD method, its draft model and draft lengths, and the flags sdplan sets on ``vllm serve`` itself."""
-    from sdplan.measure.server import check_model_folder
-
     check_method(options.method)
     if options.endpoint is None and options.method in METHODS_WITH_MODEL and options.draft is None \
             and options.draft_lengths:
@@ -182,8 +176,6 @@ def _check_speculation(options: ServedOptions) -> None:
                                     "speculative config from --draft/--draft-lengths/--spec-method); remove it")
 def _check_request_lengths(options: ServedOptions) -> None:
     """The prompt file, and the longest calibration request against the server's ``--max-model-len``."""
-    from sdplan.measure.client import LENGTH_SPREAD, read_prompt_file
-
     spread = 1.0 + LENGTH_SPREAD
     k_tokens = max(options.draft_lengths, default=0) + 1
     if options.dataset is not None:
@@ -220,8 +212,6 @@ def _check_serving_flags(options: ServedOptions) -> None:
             "--no-enable-chunked-prefill" in options.serve_arguments:
         raise InvalidValueError(f"--max-num-batched-tokens {batched} < --prompt-tokens {options.prompt_tokens} "
                                 "without chunked prefill: no request could be scheduled")
-    import os
-
     sockets = os.environ.get("VLLM_RPC_BASE_PATH")
     if options.endpoint is None and sockets is not None and not Path(sockets).is_dir():
         raise InvalidValueError(f"VLLM_RPC_BASE_PATH={sockets}: no such folder, and vllm serve puts its IPC sockets "
@@ -248,7 +238,5 @@ def hardware_description() -> str:
             if line.startswith("model name"):
                 name = line.split(":", 1)[1].strip()
                 break
-    import os
-
     return f"{name} (CPU, {os.cpu_count()} cores)"
 

@@ -9,14 +9,19 @@ document (:mod:`sdplan.measure.document`) is built from.
 from __future__ import annotations
 
 import contextlib
+import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sdplan.measure import server as server_module
+from sdplan.measure.client import BenchClient
 from sdplan.measure.levels import LOWER_RATE_SUFFIX, Configuration, configurations, point_key, repeated_levels
 from sdplan.measure.options import ServedOptions
+from sdplan.measure.server import ServedEngine, SpareLauncher, interrupt_all, kv_cache_tokens, prefix_cache_share
 from sdplan.measure.store import ResultStore
 from sdplan.measure.sweep import ReadBack, Sweep, SweepEvents
 from sdplan.runs.manifest import PointRecord
@@ -64,8 +69,6 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
     EngineError
         If a server or the benchmark client fails (their logs are kept in the results folder).
     """
-    from sdplan.measure.client import BenchClient
-
     events = events or SweepEvents()
     started = time.monotonic()
     store = ResultStore(options.results_dir, options.manifest_options())
@@ -108,8 +111,6 @@ def measure_served(options: ServedOptions, events: SweepEvents | None = None) ->
 def _measure_endpoint(options: ServedOptions, sweep: Sweep, client: Any, measurement: ServedMeasurement,
                       events: SweepEvents) -> None:
     """The rounds of one configuration on a server the user runs: back to back, as it cannot be restarted."""
-    from sdplan.measure import server as server_module
-
     assert options.endpoint is not None
     endpoint = _Endpoint(options.endpoint.rstrip("/"))
     sweep.fresh_servers = False
@@ -137,8 +138,6 @@ def _measure_rounds(options: ServedOptions, sweep: Sweep, plans: list[Configurat
     """Round 1 over every configuration (each on a server of its own), later rounds in alternating order on
     fresh servers, then a re-measure round of the configurations with points whose repeats disagree (see
     :mod:`sdplan.measure.sweep`)."""
-    from sdplan.measure.server import ServedEngine, SpareLauncher, kv_cache_tokens
-
     spares: list[SpareLauncher] = []  # at most one: imports vLLM's server while a server starts
 
     def launch_spare(waited_s: float) -> None:
@@ -212,8 +211,6 @@ def _note_prefix_cache(options: ServedOptions, measurement: ServedMeasurement, n
     prefill, more so in longer points. Real vocabularies (32k+ tokens) make this rare. With ``--dataset``
     the repeats are the user's own prompts, which the deployed server caches too.
     """
-    from sdplan.measure.server import prefix_cache_share
-
     share = prefix_cache_share(base_url)
     if share is None:
         return
@@ -264,10 +261,6 @@ def interruptible() -> Iterator[None]:
     """SIGINT (Ctrl-C), SIGTERM and SIGHUP raise KeyboardInterrupt (where not ignored), so every
     ``finally`` stops its processes; first every process started gets SIGINT at once
     (:func:`sdplan.measure.server.interrupt_all`), so that their shutdowns overlap."""
-    import signal
-
-    from sdplan.measure.server import interrupt_all
-
     def handler(signum: int, frame: Any) -> None:
         interrupt_all()
         raise KeyboardInterrupt
@@ -293,8 +286,6 @@ def latest_records(records: dict[str, PointRecord] | list[PointRecord]) -> list[
 
 def summarise_binding(log_text: str) -> str:
     """vLLM's CPU thread binding from a server log (empty on GPUs)."""
-    import re
-
     keep = []
     prefix = re.compile(r"^.*?\[[\w./-]+\.py:\d+\]\s*")  # vLLM's "(Proc pid=..) INFO date [file.py:123] "
     for line in log_text.splitlines():

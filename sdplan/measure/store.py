@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.frozen import asdict
 from sdplan.runs.manifest import FORMAT, MANIFEST, VERSION, PointRecord, non_negative_number, read_manifest
 
 

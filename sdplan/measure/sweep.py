@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from sdplan.frozen import replace
-from sdplan.measure.client import LoadPoint
+from sdplan.measure.client import LoadPoint, bench_arguments
 from sdplan.measure.levels import (
     LOWER_RATE_SUFFIX,
     POISSON_SECONDS,
@@ -36,8 +35,9 @@ from sdplan.measure.levels import (
     requests_held,
     slowest_over_fastest,
 )
-from sdplan.measure.quiet import DISTURBED_FOREIGN_CORES
+from sdplan.measure.quiet import DISTURBED_FOREIGN_CORES, ForeignCpu
 from sdplan.measure.store import ResultStore
+from sdplan.runs import read_results
 from sdplan.runs.manifest import PointRecord
 
 
@@ -167,8 +167,6 @@ class Sweep:
     def warm_up(self, configuration: Configuration, server: Server, client: Client) -> None:
         """One unrecorded closed-loop run at the largest level: compiles and caches every batch shape
         the points will use, so the first point does not pay for them."""
-        from sdplan.measure.client import bench_arguments
-
         clients = max(self.levels(configuration.name))
         # the lengths vary like the points' (+-25%): every prefill and batch shape is compiled here, not in a point
         point = self._load(max(clients, 32), concurrency=clients)
@@ -439,9 +437,6 @@ class Sweep:
 
     def _measure(self, configuration: Configuration, point: LoadPoint, repeat: int, server: Server,
                  client: Client) -> PointOutcome:
-        from sdplan.measure.client import bench_arguments
-        from sdplan.measure.quiet import ForeignCpu
-
         key = point_key(configuration.name, point.label, repeat)
         stored = self._stored(key)
         if stored is not None:
@@ -492,8 +487,6 @@ class ReadBack:
 
 
 def _outcome(record: PointRecord, path: Path) -> PointOutcome:
-    from sdplan.runs import read_results
-
     run = read_results(path, "vllm")[0][0]
     return PointOutcome(record=record, mean_latency_s=run.mean_e2e_latency_s, throughput_rps=run.achieved_rate_rps,
                         offered_rps=run.requested_rate_rps, kept_up=run.kept_up)

@@ -2,23 +2,33 @@
 
 Commands build a result in the core, then call a ``render_*`` function of a
 submodule, which returns a :class:`Rendered` (text for the chosen format);
-:func:`emit` writes it to stdout or, atomically, to ``--output``. Rich is
-imported lazily so that ``--help`` stays light.
+:func:`emit` writes it to stdout or, atomically, to ``--output``. Commands
+import this package inside their bodies (:mod:`sdplan.cli`), so ``--help``
+never loads rich.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import click
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
+
 from sdplan.fileio import atomic_write_text
-from sdplan.frozen import frozen
 
 #: Version of every JSON document sdplan prints; bump on incompatible changes.
 JSON_SCHEMA_VERSION = 1
@@ -34,7 +44,7 @@ class OutputFormat(str, Enum):
     CSV = "csv"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Style:
     """How tables are drawn: ASCII boxes and no colour for logs, or rich defaults."""
 
@@ -49,8 +59,6 @@ def make_console(style: Style, stream: Any, terminal: bool) -> Any:
     80 columns). Colour only on a terminal, unless ``--ascii`` or ``NO_COLOR``.
     Tables printed with :func:`print_table` are never cut to fit.
     """
-    from rich.console import Console
-
     color = terminal and style.color and not style.ascii and "NO_COLOR" not in os.environ
     return Console(
         file=stream,
@@ -88,8 +96,6 @@ def print_table(console: Any, table: Any, title: str | None = None, caption: str
     than the console, the table keeps its natural layout, one line per row
     (the terminal then wraps the line; nothing is lost).
     """
-    from rich.text import Text
-
     if title:
         console.print(Text(title, style="bold"))
     width = _fit_columns(console, table)
@@ -109,8 +115,6 @@ def print_paragraph(console: Any, text: str, style: str | None = None) -> None:
     A line that starts with spaces keeps them and its continuations go two
     further in, so that "Answer:"/"Why:"/"Caveat:" blocks read as blocks.
     """
-    import textwrap
-
     lead = len(text) - len(text.lstrip(" "))
     lines = textwrap.wrap(text, width=max(console.width, 20), subsequent_indent=" " * (lead + 2),
                           break_long_words=False, break_on_hyphens=False)
@@ -120,8 +124,6 @@ def print_paragraph(console: Any, text: str, style: str | None = None) -> None:
 
 def _fit_columns(console: Any, table: Any) -> int:
     """Fix each column's width so that the table fits the console without breaking a word; returns the width."""
-    from rich.measure import Measurement
-
     columns = table.columns
     options = console.options.update_width(100_000)  # measure whole words, however narrow the console
     limits = []
@@ -156,8 +158,6 @@ def _fit_columns(console: Any, table: Any) -> int:
 
 def table_box(style: Style) -> Any:
     """The box style for tables: plain ASCII with ``--ascii``, rounded otherwise."""
-    from rich import box
-
     return box.ASCII if style.ascii else box.ROUNDED
 
 
@@ -170,8 +170,6 @@ def render_rich(draw: Callable[[Any], None], style: Style, terminal: bool) -> st
 
 def to_json(document: dict[str, Any]) -> str:
     """Serialise with ``allow_nan=False``: a NaN or inf slipping through is a bug, not output."""
-    import json
-
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
@@ -196,16 +194,12 @@ def warning_text(message: str, terminal: bool) -> str:
     text = f"warning: {message}"
     if not terminal:
         return text
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, output_width(True), subsequent_indent="  ", break_long_words=False,
                                    break_on_hyphens=False))
 
 
 def warn(warnings: list[str] | tuple[str, ...]) -> None:
     """Write each warning to stderr (:func:`warning_text`)."""
-    import click
-
     terminal = sys.stderr.isatty()
     for message in warnings:
         click.echo(warning_text(message, terminal), err=True)
@@ -223,16 +217,6 @@ class _Progress:
         self.total = total
 
     def __enter__(self) -> Callable[[int, int, str], None]:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         console = Console(stderr=True, no_color="NO_COLOR" in os.environ)
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -21,6 +21,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from sdplan.planner import NONE_STABLE, SD_OFF
+
 if TYPE_CHECKING:
     from sdplan.planner import Plan, PlanInputs
 
@@ -89,8 +93,6 @@ def caveat_lines(items: list[str]) -> list[str]:
 
 def _segments(plan: Plan, ia: int) -> list[tuple[int, float, float]]:
     """Runs of equal best k along the rate grid: (best k, first rate, last rate); unstable rows left out."""
-    from sdplan.planner import NONE_STABLE
-
     runs: list[tuple[int, float, float]] = []
     for ir, rate in enumerate(plan.rates_rps):
         best = int(plan.best_k[ia, ir])
@@ -109,8 +111,6 @@ def _k_name(k: int) -> str:
 
 def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None = None) -> list[str]:
     """The decision for acceptance row ``ia``: 'Answer:', 'Why:' and 'Caveat:' lines."""
-    import numpy as np
-
     ks = [int(k) for k in plan.draft_lengths]
     c1, c2 = plan.c1_s[ia], plan.c2_s[ia]
     c1_d, c2_d = plan.baseline_c1_s, plan.baseline_c2_s
@@ -189,8 +189,6 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
 
 
 def _best_batch(plan: Plan, ia: int, ir: int) -> float:
-    from sdplan.planner import NONE_STABLE, SD_OFF
-
     best = int(plan.best_k[ia, ir])
     if best == NONE_STABLE:
         return math.nan

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import datetime as _dt
+import re
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from rich.table import Table
+
 from sdplan import __version__
-from sdplan.frozen import asdict
-from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
+from sdplan.render import (
+    JSON_SCHEMA_VERSION,
+    OutputFormat,
+    Style,
+    finite_or_none,
+    print_table,
+    render_rich,
+    table_box,
+    to_json,
+)
 from sdplan.render.plan import METHOD_LABELS
 
 if TYPE_CHECKING:
@@ -51,10 +63,6 @@ def render_listing(entries: list[tuple[str, Calibration | None, str | None]], fm
                         "command": "calibrations", "calibrations": items})
 
     def draw(console: Any) -> None:
-        from rich.table import Table
-
-        from sdplan.render import print_table
-
         table = Table(box=table_box(style))
         table.add_column("name; hardware: target + draft")
         table.add_column("method")
@@ -84,8 +92,6 @@ def render_listing(entries: list[tuple[str, Calibration | None, str | None]], fm
 def _short_digests(text: str) -> str:
     """``sha256:`` digests cut to their first 12 hex digits, as git shortens commits: a whole digest is a
     71-character word, wider than a table's value column at 80 columns (the file and JSON keep it whole)."""
-    import re
-
     return re.sub(r"(sha256:[0-9a-f]{12})[0-9a-f]+", r"\1", text)
 
 
@@ -110,10 +116,6 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         })
 
     def draw(console: Any) -> None:
-        from rich.table import Table
-
-        from sdplan.render import print_table
-
         console.print(f"[bold]{cal.name}[/bold]  ({cal.path}): valid, schema version {cal.document['schema_version']}")
         if "description" in cal.document:
             console.print(cal.document["description"])
@@ -189,8 +191,6 @@ def anchor_summary(derivation: dict[str, Any]) -> str:
 
 def origin_table(cal: Calibration, style: Style) -> Any:
     """What the file measured, derived and assumed, with versions (:meth:`Calibration.origin`)."""
-    from rich.table import Table
-
     origin = cal.origin()
     table = Table(box=table_box(style), show_header=False)
     table.add_column("what")
@@ -222,8 +222,6 @@ def render_derivation(cal: Calibration, fmt: OutputFormat, style: Style, termina
                         "step_model": _plain(cal.document["step_model"])})
 
     def draw(console: Any) -> None:
-        from sdplan.render import print_table
-
         console.print(f"[bold]{cal.name}[/bold] -> {cal.path}")
         print_table(console, origin_table(cal, style), title="Measured, derived, assumed")
 

@@ -5,8 +5,23 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from rich.table import Table
+from rich.text import Text
+
 from sdplan import __version__
-from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
+from sdplan.methods import METHODS
+from sdplan.render import (
+    JSON_SCHEMA_VERSION,
+    OutputFormat,
+    Style,
+    finite_or_none,
+    print_paragraph,
+    print_table,
+    render_rich,
+    table_box,
+    to_json,
+)
+from sdplan.render.answer import alpha_phrase, capacity_answer, check_answer, document_positions
 from sdplan.render.plan import METHOD_LABELS
 from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE
 
@@ -97,12 +112,6 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
         })
 
     def draw(console: Any) -> None:
-        from rich.table import Table
-        from rich.text import Text
-
-        from sdplan.render import print_paragraph, print_table
-        from sdplan.render.answer import alpha_phrase, check_answer, document_positions
-
         calibration = context["calibration"]
         acceptance = context.get("workload", {}).get("acceptance", {})
         source = str(acceptance.get("source", ""))
@@ -202,8 +211,6 @@ def capacity_document(cap: Capacity, slos: list[SLO], context: dict[str, Any], t
 
 def method_phrase(method: object) -> str:
     """``EAGLE-3 head (eagle3)``: the SD method a result is for, in words and vLLM's name."""
-    from sdplan.methods import METHODS
-
     if not method:
         return "unknown"
     return f"{METHODS[str(method)].label} ({method})" if str(method) in METHODS else str(method)
@@ -214,12 +221,6 @@ def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, t
         return to_json(document)
 
     def draw(console: Any) -> None:
-        from rich.table import Table
-        from rich.text import Text
-
-        from sdplan.render import print_paragraph, print_table
-        from sdplan.render.answer import alpha_phrase, capacity_answer, document_positions
-
         for line in capacity_answer(document):
             print_paragraph(console, line)
         acceptance = document.get("workload", {}).get("acceptance", {})

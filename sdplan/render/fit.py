@@ -5,8 +5,20 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from rich.table import Table
+from rich.text import Text
+
 from sdplan import __version__
-from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
+from sdplan.render import (
+    JSON_SCHEMA_VERSION,
+    OutputFormat,
+    Style,
+    finite_or_none,
+    print_table,
+    render_rich,
+    table_box,
+    to_json,
+)
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -142,10 +154,6 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
         return to_json(document)
 
     def draw(console: Any) -> None:
-        from rich.table import Table
-
-        from sdplan.render import print_table
-
         pooled = document["pooled"]
         ref = pooled["reference_workload"]
         holdout = document.get("holdout")
@@ -233,8 +241,6 @@ def _option_text(run: dict[str, Any]) -> str:
 
 
 def _error_cell(run: dict[str, Any]) -> Any:
-    from rich.text import Text
-
     error = run["error_pct"]
     if error is None:
         return Text("unstable", style="red")
@@ -271,10 +277,6 @@ def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, t
         return to_json(document)
 
     def draw(console: Any) -> None:
-        from rich.table import Table
-
-        from sdplan.render import print_table
-
         s = document["summary"]
         agree = s["best_k_agreement"]
         worst = s["worst"]

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from rich.table import Table
+from rich.text import Text
+
 from sdplan.methods import METHODS, provenance_method
-from sdplan.render import OutputFormat, Style, render_rich, table_box, to_json
+from sdplan.planner import NONE_STABLE, SD_OFF
+from sdplan.render import OutputFormat, Style, print_paragraph, print_table, render_rich, table_box, to_json
+from sdplan.render.answer import alpha_phrase, caveat_lines, caveats, plan_answer
 from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE, plan_csv, plan_document, regime
 
 if TYPE_CHECKING:
@@ -36,10 +42,6 @@ def render_plan(plan: Plan, inputs: PlanInputs, fmt: OutputFormat, style: Style,
 
 def _interval_line(plan: Plan, intervals: PlanIntervals, ia: int) -> str:
     """One line of 95% intervals: the best option's latency at the most loaded stable rate, and its break-even."""
-    import numpy as np
-
-    from sdplan.planner import NONE_STABLE, SD_OFF
-
     stable = [ir for ir in range(len(plan.rates_rps)) if int(plan.best_k[ia, ir]) != NONE_STABLE]
     if not stable:
         return f"95% intervals ({intervals.covers}): nothing stable on this grid."
@@ -90,8 +92,6 @@ def _sd_faster_text(rate: float, faster_below: bool, moe: bool = False, crossing
 
 
 def _k_text(k: int) -> str:
-    from sdplan.planner import NONE_STABLE, SD_OFF
-
     return "-" if k == NONE_STABLE else ("off" if k == SD_OFF else str(k))
 
 
@@ -102,9 +102,6 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
     The default rate table is compact (best option per rate) and fits 80
     columns; ``wide`` adds one latency column per draft length.
     """
-    from sdplan.render import print_paragraph, print_table
-    from sdplan.render.answer import alpha_phrase, caveat_lines, caveats, plan_answer
-
     method = inputs.calibration_method
     provenance = inputs.calibration_provenance
     source = inputs.acceptance.source
@@ -161,10 +158,6 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
 
 
 def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:
-    from rich.table import Table
-
-    from sdplan.planner import NONE_STABLE, SD_OFF
-
     marker = "*"
     table = Table(box=table_box(style))
     table.add_column("rate (req/s)", justify="right")
@@ -218,8 +211,6 @@ def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:
 
 def _coverage_loss_text(plan: Plan, ia: int, ir: int) -> str:
     """Speedup the best option loses to MoE expert coverage at rate ``ir`` ('-' where nothing compares)."""
-    from sdplan.planner import NONE_STABLE
-
     best = int(plan.best_k[ia, ir])
     if best == NONE_STABLE or plan.best_speedup[ia, ir] == float("inf"):
         return "-"
@@ -251,8 +242,6 @@ def _goodput_cells(plan: Plan, ia: int, ir: int) -> list[str]:
 
 def _extras_table(plan: Plan, ia: int, style: Style) -> Any:
     """Compact mode's second table: speedup lost to MoE expert coverage and the goodput policy, per rate."""
-    from rich.table import Table
-
     table = Table(box=table_box(style))
     table.add_column("rate (req/s)", justify="right")
     table.add_column("best k", justify="right")
@@ -274,8 +263,6 @@ def _extras_table(plan: Plan, ia: int, style: Style) -> Any:
 
 
 def _per_k_table(plan: Plan, ia: int, style: Style) -> Any:
-    from rich.table import Table
-
     per_k = Table(box=table_box(style))
     for header in ("k", "E (tok/ cycle)", "C1 (s)", "C2 (s/req)", "zero-load speedup (x)", "saturation (req/s)",
                    "max output (tok/s)", "SD faster (req/s)"):
@@ -297,8 +284,6 @@ def _per_k_table(plan: Plan, ia: int, style: Style) -> Any:
 
 
 def _cell(value: float, best: bool, marker: str) -> Any:
-    from rich.text import Text
-
     text = _num(value)
     if best:
         return Text(f"{text}{marker}", style="bold green")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import io
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from sdplan import __version__
 from sdplan.methods import provenance_method
+from sdplan.model import NEAR_SATURATION_UTILISATION
+from sdplan.planner import NONE_STABLE, SD_OFF
 from sdplan.render import JSON_SCHEMA_VERSION, finite_or_none
 
 if TYPE_CHECKING:
@@ -48,8 +52,6 @@ def _sd_faster(rate: float, faster_below: bool) -> str:
 
 def speculation(k: int) -> str:
     """A ``best_k``-style value in words: ``unstable`` (nothing stable), ``off`` (no SD) or ``on``."""
-    from sdplan.planner import NONE_STABLE, SD_OFF
-
     return "unstable" if k == NONE_STABLE else ("off" if k == SD_OFF else "on")
 
 
@@ -75,8 +77,6 @@ def _point(latency: float, batch: float, rho: float, tpot: float, ttft: float, r
 
 
 def regime(rho: float) -> str:
-    from sdplan.model import NEAR_SATURATION_UTILISATION
-
     if rho >= 1.0:
         return "unstable"
     return "near_saturation" if rho > NEAR_SATURATION_UTILISATION else "stable"
@@ -98,8 +98,6 @@ def _sd_point(plan: Plan, ia: int, ir: int, ik: int) -> dict[str, Any]:
 
 def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
     """The JSON document of a plan (``schema_version`` 1; units in every key)."""
-    from sdplan.frozen import asdict
-
     g = plan.coefficients.output_tokens
     intervals = inputs.intervals
     results = [{"per_token_alpha": float(alpha),
@@ -251,8 +249,6 @@ CSV_COLUMNS = (
 
 def plan_csv(plan: Plan) -> str:
     """One row per (alpha, rate, k), plus a ``speculation=off`` row per (alpha, rate)."""
-    import csv
-
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)

@@ -10,11 +10,18 @@ measured against predicted latency with the error band.
 
 from __future__ import annotations
 
+import io
 import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from sdplan.errors import InvalidValueError, MissingDependencyError
+from sdplan.fileio import atomic_write_bytes
+from sdplan.planner import NONE_STABLE
+from sdplan.render.answer import acceptance_origin
 
 if TYPE_CHECKING:
     from sdplan.planner import Plan, PlanInputs
@@ -95,8 +102,6 @@ _PENDING_TITLE: list[str] = []
 
 def _title(plt: Any, title: str, width: int) -> None:
     """Set the panel title; one too long for plotext (which would drop it) is printed above, wrapped."""
-    import textwrap
-
     _PENDING_TITLE.clear()
     if len(title) <= width - 6:
         plt.title(title)
@@ -115,8 +120,6 @@ def _finish(plt: Any, color: bool) -> str:
 
 def _label(plan: Plan, ia: int, inputs: PlanInputs | None = None) -> str:
     """``alpha 0.70 assumed``: the acceptance of a panel and where it came from (said in every figure)."""
-    from sdplan.render.answer import acceptance_origin
-
     alpha = plan.alphas[ia]
     origin = acceptance_origin(inputs.acceptance.source) if inputs is not None else "given"
     return f"alpha {alpha:.2f} {origin}"
@@ -127,16 +130,12 @@ def _label(plan: Plan, ia: int, inputs: PlanInputs | None = None) -> str:
 
 def _legend(entries: list[str], width: int) -> str:
     """The legend as text lines under a panel, wrapped at ``width``."""
-    import textwrap
-
     return "\n".join(textwrap.wrap("legend: " + ", ".join(entries), width=width, subsequent_indent="  "))
 
 
 def terminal_plan(plan: Plan, inputs: PlanInputs, width: int, color: bool) -> str:
     """Three plotext panels per acceptance value, as text."""
     import plotext as plt
-
-    from sdplan.planner import NONE_STABLE
 
     blocks = []
     rates = list(map(float, plan.rates_rps))
@@ -231,10 +230,6 @@ def check_plot_path(path: str) -> Path:
 
 
 def _save(figure: Any, path: Path) -> None:
-    import io
-
-    from sdplan.fileio import atomic_write_bytes
-
     buffer = io.BytesIO()
     figure.savefig(buffer, format=path.suffix.lower()[1:], dpi=150, bbox_inches="tight")
     atomic_write_bytes(path, buffer.getvalue())
@@ -243,8 +238,6 @@ def _save(figure: Any, path: Path) -> None:
 def file_plan(plan: Plan, inputs: PlanInputs, path: Path) -> None:
     """Latency, speedup and best-k panels (one row per acceptance value) to PNG or SVG."""
     pyplot = _pyplot()
-    from sdplan.planner import NONE_STABLE
-
     rows = min(len(plan.alphas), MAX_ACCEPTANCE_ROWS)
     figure, axes = pyplot.subplots(rows, 3, figsize=(16, 4.6 * rows), squeeze=False)
     rates = plan.rates_rps
@@ -335,8 +328,6 @@ def file_scatter(measured: list[float], predicted: list[float], labels: list[str
 
 
 def _cdf_points(values: Any, points: int = 200) -> tuple[list[float], list[float]]:
-    import numpy as np
-
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     index = np.linspace(0, ordered.size - 1, min(points, ordered.size)).astype(int)
     return list(map(float, ordered[index])), list(map(float, (index + 1) / ordered.size))

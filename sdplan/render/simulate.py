@@ -7,8 +7,21 @@ import io
 import math
 from typing import TYPE_CHECKING, Any
 
+from rich.table import Table
+
 from sdplan import __version__
-from sdplan.render import JSON_SCHEMA_VERSION, OutputFormat, Style, finite_or_none, render_rich, table_box, to_json
+from sdplan.render import (
+    JSON_SCHEMA_VERSION,
+    OutputFormat,
+    Style,
+    finite_or_none,
+    print_paragraph,
+    print_table,
+    render_rich,
+    table_box,
+    to_json,
+)
+from sdplan.render.answer import alpha_phrase, caveat_lines, caveats
 from sdplan.simulate import METRICS, STATISTICS
 
 if TYPE_CHECKING:
@@ -88,11 +101,6 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
         return simulate_csv(summaries)
 
     def draw(console: Any) -> None:
-        from rich.table import Table
-
-        from sdplan.render import print_paragraph, print_table
-        from sdplan.render.answer import alpha_phrase, caveat_lines, caveats
-
         settings = document["settings"]
         workload = document.get("workload", {})
         alpha = workload.get("per_token_alpha")

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sdplan.acceptance import AcceptanceMetric, alpha_from_mean_length, make_acceptance
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen, replace
+from sdplan.units import Dimension, parse_quantity
 
 if TYPE_CHECKING:
     from sdplan.runs.record import BenchmarkRun
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RunFacts:
     """Draft length and acceptance to fill in where a file does not record them."""
 
@@ -54,8 +56,6 @@ def _with_draft_length(run: BenchmarkRun, k: int) -> BenchmarkRun:
     tau = run.mean_acceptance_length
     if k > 0 and run.alpha is None and tau is not None:
         if 1.0 <= tau <= k + 1:
-            from sdplan.acceptance import alpha_from_mean_length
-
             run = replace(run, alpha=float(alpha_from_mean_length(tau, k)), records_acceptance=True)
         else:
             run = replace(run, notes=run.notes + (f"its mean acceptance length {tau:.3g} tokens per cycle does not "
@@ -69,8 +69,6 @@ def split_file_facts(argument: str) -> tuple[str, RunFacts | None]:
     ``len`` is vLLM's mean acceptance length at ``k`` and ``rate`` its draft
     acceptance rate; both are converted to the per-token alpha.
     """
-    from sdplan.acceptance import AcceptanceMetric, make_acceptance
-
     path, sep, spec = argument.rpartition(":")
     if not sep or "=" not in spec or Path(argument).exists():
         return argument, None
@@ -94,8 +92,6 @@ def split_file_facts(argument: str) -> tuple[str, RunFacts | None]:
         raise InvalidValueError(f"{argument}: give acceptance in one metric only (alpha, len or rate)")
     alpha = None
     if given:
-        from sdplan.units import Dimension, parse_quantity
-
         key = given[0]
         text = values[key]
         try:

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
 from sdplan.runs.record import (
     BenchmarkRun,
     count,
@@ -135,7 +134,7 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRu
     return runs, warnings
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Load:
     """The load a benchmark's strategy set: its kind, arrival rate (req/s) or clients, or why it is unknown."""
 

@@ -32,7 +32,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import InputFileError
+from sdplan.limits import MAX_DRAFT_LENGTH, MAX_TOKENS
 from sdplan.runs.record import BenchmarkRun, count, is_finite_number, number
 
 #: How :mod:`sdplan.runs.read` names this format (``--input-format inferencex``) and describes it in errors.
@@ -92,9 +94,6 @@ def read_row(path: str, document: dict[str, Any]) -> BenchmarkRun:
     InputFileError
         Naming the row and the field, for a missing or malformed value.
     """
-    from sdplan.acceptance import alpha_from_mean_length
-    from sdplan.limits import MAX_DRAFT_LENGTH, MAX_TOKENS
-
     metrics = _metrics(document)
     prefix = "metrics." if metrics is not document else ""
     conc = count(document.get("conc"), path, "conc")

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
 
 MANIFEST = "manifest.jsonl"
 FORMAT = "sdplan-served-measurements"
 VERSION = 1
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PointRecord:
     """One finished load point."""
 

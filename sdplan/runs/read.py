@@ -13,12 +13,13 @@ JSON object goes to the first JSON reader that claims it, in registry order.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.frozen import frozen, replace
 from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
@@ -26,7 +27,7 @@ from sdplan.runs.record import BenchmarkRun, check_domain, read_text, sweep_file
 from sdplan.runs.screen import stalled_note
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Reader:
     """One input format: how to recognise it and how to read it (see the module notes)."""
 
@@ -199,8 +200,6 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None, alp
 
 def _relative_names(paths: list[str]) -> list[str]:
     """Each path relative to the folder that holds all of them (``/`` separated; the name alone for one folder)."""
-    import os
-
     absolute = [os.path.abspath(path) for path in paths]
     try:
         base = os.path.commonpath([os.path.dirname(path) for path in absolute]) if absolute else ""

@@ -24,11 +24,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
+from sdplan.limits import MAX_LATENCY_S, MAX_RATE_RPS, MAX_TOKENS
+from sdplan.model import closed_loop_others
 
 #: Largest result file read (bytes); a larger one is refused rather than loaded.
 MAX_RESULT_BYTES = 512 * 1024 * 1024
@@ -37,7 +41,7 @@ MAX_RESULT_BYTES = 512 * 1024 * 1024
 SWEEP_SKIP = ("summary.json", "warmup.json")
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BenchmarkRun:
     """One load level of one configuration, in SI units.
 
@@ -160,8 +164,6 @@ class BenchmarkRun:
         if self.others_in_flight is not None:
             return self.others_in_flight
         if self.concurrency is not None:
-            from sdplan.model import closed_loop_others
-
             return closed_loop_others(self.concurrency)
         if self.mean_concurrency is not None:
             return self.mean_concurrency
@@ -197,8 +199,6 @@ def check_domain(run: BenchmarkRun, where: str) -> BenchmarkRun:
     InputFileError
         Naming ``where`` and the quantity out of bounds.
     """
-    from sdplan.limits import MAX_LATENCY_S, MAX_RATE_RPS, MAX_TOKENS
-
     bounds = (("mean prompt length", run.prompt_tokens, MAX_TOKENS, "tokens"),
               ("mean output length", run.output_tokens, MAX_TOKENS, "tokens"),
               ("request rate", run.requested_rate_rps, MAX_RATE_RPS, "req/s"),
@@ -319,8 +319,6 @@ def others_in_flight(starts: list[float], latencies: list[float], spans: list[fl
     integral ``A(t)`` is piecewise linear: sort the events, accumulate the area,
     and read ``A`` at the window ends by interpolation (O(n log n)).
     """
-    import numpy as np
-
     start = np.asarray(starts, dtype=np.float64)
     length = np.asarray(latencies, dtype=np.float64)
     window = length if spans is None else np.asarray(spans, dtype=np.float64)
@@ -346,8 +344,6 @@ def in_flight_timeline(start: Any, length: Any) -> tuple[Any, Any]:
     At one instant an end counts before a start, so a request sent the moment another finished is
     never counted together with it.
     """
-    import numpy as np
-
     times = np.concatenate([start, start + length])
     steps = np.concatenate([np.ones_like(start), -np.ones_like(start)])
     order = np.lexsort((steps, times))
@@ -356,8 +352,6 @@ def in_flight_timeline(start: Any, length: Any) -> tuple[Any, Any]:
 
 def percentile_fields(values: list[float], name: str) -> list[tuple[str, float]]:
     """``[(f"{name}_p50_s", p50), (..._p90_s, p90), (..._p99_s, p99)]`` of the finite ``values``."""
-    import numpy as np
-
     array = np.asarray(values, dtype=np.float64)
     array = array[np.isfinite(array)]
     if array.size == 0:
@@ -382,8 +376,6 @@ def full_load_share(starts: list[float], latencies: list[float], clients: int) -
     of a point of few waves under-states the throughput the clients sustain while all are busy. None with
     fewer than two requests or no duration.
     """
-    import numpy as np
-
     start = np.asarray(starts, dtype=np.float64)
     length = np.asarray(latencies, dtype=np.float64)
     if start.size < 2 or start.size != length.size or clients < 1:
@@ -398,7 +390,5 @@ def full_load_share(starts: list[float], latencies: list[float], clients: int) -
 
 def peak_in_flight(starts: list[float], latencies: list[float]) -> int:
     """Most requests in flight at once (:func:`in_flight_timeline`)."""
-    import numpy as np
-
     return int(in_flight_timeline(np.asarray(starts, dtype=np.float64),
                                    np.asarray(latencies, dtype=np.float64))[1].max())

@@ -26,11 +26,12 @@ it matches none or several.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from sdplan.errors import InputFileError, InvalidValueError, MissingDependencyError
-from sdplan.frozen import frozen
 from sdplan.runs.record import BenchmarkRun, read_text
 
 #: How :mod:`sdplan.runs.read` names this format (``--input-format aic-silicon``) and describes it in errors.
@@ -87,8 +88,6 @@ def resolve_path(argument: str) -> Path:
     """
     if argument != PACKAGED:
         return Path(argument)
-    import importlib.util
-
     spec = importlib.util.find_spec("aiconfigurator_core")  # finds the package without importing it
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     for folder in folders:
@@ -99,7 +98,7 @@ def resolve_path(argument: str) -> Path:
                                  "(Apache-2.0), or give the path of a silicon_sample.csv")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Selection:
     """``key=value`` filters on a silicon file's rows (:data:`KEYS`); empty keeps every row."""
 
@@ -171,7 +170,7 @@ def _values(rows: list[dict[str, str]], key: str) -> list[str]:
     return sorted({cell_value(row, key) for row in rows}, key=lambda v: (len(v) if v.isdigit() else 0, v.lower()))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SiliconConfiguration:
     """The configuration the selected rows measured (for provenance)."""
 

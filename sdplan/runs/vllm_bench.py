@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import InputFileError
-from sdplan.frozen import frozen
 from sdplan.runs.record import (
     BenchmarkRun,
     count,
@@ -53,8 +53,6 @@ def read(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkRun], list[
 
 def _acceptance_from_vllm(document: dict[str, Any], path: str) -> tuple[int, float | None, float | None, list[str]]:
     """(draft length, per-token alpha, mean acceptance length, notes) from vLLM's spec_decode fields."""
-    from sdplan.acceptance import alpha_from_mean_length
-
     per_position = document.get("spec_decode_per_position_acceptance_rates")
     drafts = document.get("spec_decode_num_drafts")
     draft_tokens = document.get("spec_decode_draft_tokens")
@@ -147,7 +145,7 @@ def _chunk_gaps(document: dict[str, Any], count: int) -> list[list[float]] | Non
     return [[float(x) for x in v] for v in values]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Load:
     """What a result's summary fields say about the load: counts, rates, loop kind and mean lengths."""
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sdplan.errors import InvalidValueError
-from sdplan.frozen import frozen
 from sdplan.limits import MAX_SIMULATED_RATE_RPS, MIN_SIMULATED_RATE_RPS
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     FloatArray = npt.NDArray[np.float64]
@@ -20,7 +21,7 @@ WARMUP_FRACTION = 0.1
 PERCENTILES = (50, 90, 99)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimulationConfig:
     """What to simulate. Times in seconds, lengths in tokens."""
 
@@ -49,8 +50,6 @@ class SimulationConfig:
         InvalidValueError
             Naming the field and the fix.
         """
-        import numpy as np
-
         n = int(self.requests)
         if n < 10:
             raise InvalidValueError("simulate at least 10 requests")
@@ -84,15 +83,13 @@ class SimulationConfig:
 
     def lengths(self) -> tuple[FloatArray, FloatArray]:
         """Prompt and output tokens of every request, shape ``(requests,)``."""
-        import numpy as np
-
         n = int(self.requests)
         prompt = np.broadcast_to(np.asarray(self.prompt_tokens, dtype=np.float64), (n,)).copy()
         output = np.broadcast_to(np.asarray(self.output_tokens, dtype=np.float64), (n,)).copy()
         return prompt, output
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SimulationResult:
     """Per-request samples after warm-up, and time averages."""
 
@@ -111,8 +108,6 @@ class SimulationResult:
     steady: bool = True
 
     def statistic(self, metric: str, statistic: str) -> float:
-        import numpy as np
-
         values = {"e2e": self.e2e_s, "ttft": self.ttft_s, "tpot": self.tpot_s, "queue": self.queue_s}[metric]
         values = values[np.isfinite(values)]
         if values.size == 0:
@@ -142,8 +137,6 @@ def is_steady(arrival: FloatArray, finish: FloatArray) -> bool:
     at rho 1.05 and above; near rho = 1 (0.92 with the batch cap of 256
     binding) about half, and there the statistics are indeed still transient.
     """
-    import numpy as np
-
     end = float(arrival[-1])
     times = np.linspace(0.2 * end, end, 80)
     in_system = (np.searchsorted(arrival, times, side="right")

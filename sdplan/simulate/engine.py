@@ -51,12 +51,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sdplan.policy import step_choices
 from sdplan.simulate.config import SimulationConfig, SimulationResult, is_steady
 from sdplan.simulate.sampling import AdaptiveDecode, StretchTables, cycles_needed
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -83,8 +84,6 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         On an impossible configuration, or a request larger than the KV
         budget (it could never be admitted).
     """
-    import numpy as np
-
     config.validate()
     n = int(config.requests)
     k = config.draft_length
@@ -317,8 +316,6 @@ def arrival_times(rate_rps: float, arrival_cv: float, n: int, rng: np.random.Gen
     With ``uniforms`` the gaps are their inverse-CDF transform (Poisson:
     ``-log(1 - U)/rate``), so every rate reuses the same stream.
     """
-    import numpy as np
-
     shape = 1.0 / arrival_cv**2
     if uniforms is None:
         gaps = rng.gamma(shape, 1.0 / (rate_rps * shape), size=n)
@@ -340,8 +337,6 @@ def _summarise(config: SimulationConfig, arrival: FloatArray, output: FloatArray
     draft length over busy time, and the busy time; ``fixed_k`` is ``None``
     under the goodput policy (its ``k`` is then the time average).
     """
-    import numpy as np
-
     n = arrival.size
     admit_time, first_token, finish = times
     busy_area, busy_time, k_area = areas

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sdplan.frozen import frozen
+import numpy as np
+
 from sdplan.simulate.config import SimulationConfig, SimulationResult
 from sdplan.simulate.engine import simulate
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from sdplan.coefficients import Coefficients
@@ -33,7 +34,7 @@ def t_quantile(dof: int) -> float:
     return _T95[max(eligible)] if dof <= 30 else 1.96
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Estimate:
     """Mean over replications and the half-width of its 95% confidence interval (inf with one seed)."""
 
@@ -41,7 +42,7 @@ class Estimate:
     half_width: float
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RateSummary:
     rate_rps: float
     draft_length: int
@@ -59,8 +60,6 @@ class RateSummary:
 
 
 def _estimate(samples: list[float]) -> Estimate:
-    import numpy as np
-
     values = np.asarray(samples, dtype=np.float64)
     if values.size == 1:
         return Estimate(float(values[0]), math.inf)
@@ -93,8 +92,6 @@ def replicate(coefficients: Coefficients, config: SimulationConfig, seeds: int, 
     ``uniforms`` (one array per replication) fix each replication's arrival
     stream, for common random numbers across rates (see :func:`simulate`).
     """
-    import numpy as np
-
     runs = []
     for index in range(seeds):
         runs.append(simulate(coefficients, config, np.random.default_rng(seed + index), on_progress,

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    import numpy as np
     import numpy.typing as npt
 
     FloatArray = npt.NDArray[np.float64]
@@ -34,8 +35,6 @@ def cycles_needed(tokens_after_prefill: FloatArray, position_rates: tuple[float,
     random streams aligned across rates and draft lengths. Very long outputs
     fall back to drawing every cycle.
     """
-    import numpy as np
-
     remaining = np.asarray(tokens_after_prefill, dtype=np.int64)
     k = len(position_rates)
     if k == 0:
@@ -59,8 +58,6 @@ def _token_sums(rates: FloatArray, top: int) -> Iterator[FloatArray]:
     of that step. Stops once ``P(S_c >= top) >= 1 - 1e-12`` (or after
     ``4 top + 64`` cycles).
     """
-    import numpy as np
-
     step = np.concatenate([[1.0], rates]) - np.concatenate([rates, [0.0]])  # P(A = a), a = 0..k
     step = np.concatenate([[0.0], np.clip(step, 0.0, None)])  # tokens per cycle: 1 + A
     distribution = np.zeros(top + 1)
@@ -76,8 +73,6 @@ def _token_sums(rates: FloatArray, top: int) -> Iterator[FloatArray]:
 
 def _cycles_exact(remaining: npt.NDArray[np.int64], rates: FloatArray, uniforms: FloatArray) -> FloatArray:
     """Inverse-CDF draw of ``N(m)`` per request from the exact first-passage distribution."""
-    import numpy as np
-
     top = int(remaining.max())
     levels, index = np.unique(remaining, return_inverse=True)
     positive = levels > 0
@@ -95,8 +90,6 @@ def _cycles_exact(remaining: npt.NDArray[np.int64], rates: FloatArray, uniforms:
 
 def _cycles_sampled(remaining: npt.NDArray[np.int64], rates: FloatArray, rng: np.random.Generator) -> FloatArray:
     """``N(m)`` by drawing the tokens of every cycle (long outputs)."""
-    import numpy as np
-
     cycles = np.zeros(remaining.size, dtype=np.float64)
     todo = np.flatnonzero(remaining > 0)
     left = remaining.copy()
@@ -135,8 +128,6 @@ class AdaptiveDecode:
     """
 
     def __init__(self, rates: FloatArray, rng: np.random.Generator, capacity: int) -> None:
-        import numpy as np
-
         self.rates, self.rng = rates, rng
         self.ids = np.empty(max(capacity, 1), dtype=np.int64)
         self.left = np.empty(max(capacity, 1), dtype=np.float64)
@@ -146,8 +137,6 @@ class AdaptiveDecode:
         self.tokens: dict[int, FloatArray] = {}  # draft length -> tokens per cycle of each uniform in the block
 
     def add(self, request: int, tokens_left: float) -> None:
-        import numpy as np
-
         if self.size == self.ids.size:
             self.ids = np.concatenate([self.ids, np.empty_like(self.ids)])
             self.left = np.concatenate([self.left, np.empty_like(self.left)])
@@ -157,8 +146,6 @@ class AdaptiveDecode:
 
     def _cycle_tokens(self, draft: int, count: int) -> FloatArray:
         """Tokens per cycle at ``draft`` for the next ``count`` uniforms of the stream."""
-        import numpy as np
-
         if self.position + count > self.uniforms.size:
             self.uniforms = np.concatenate([self.uniforms[self.position:], self.rng.random(max(UNIFORM_BLOCK, count))])
             self.position = 0
@@ -179,8 +166,6 @@ class AdaptiveDecode:
         ``steps`` is capped at the cycles the longest sequence can still
         need (its tokens left, at one token per cycle).
         """
-        import numpy as np
-
         size = self.size
         left = self.left[:size]
         if steps > 1:
@@ -249,8 +234,6 @@ class StretchTables:
         return cycles * (top + 1) <= STRETCH_TABLE_CELLS
 
     def _build(self, draft: int) -> None:
-        import numpy as np
-
         rows = np.asarray(list(_token_sums(self.rates[:draft], self.top)))  # (c - 1, j): P(S_c = j), c = 1..
         self.below[draft] = np.cumsum(np.vstack([np.eye(1, self.top + 1), rows]), axis=1)  # row c = 0 too
         tails = np.cumsum(rows[:, ::-1], axis=1)[:, ::-1]  # P(S_c >= m)
@@ -258,8 +241,6 @@ class StretchTables:
 
     def first_passage(self, draft: int, tokens: int, uniform: float) -> int:
         """Cycles to produce ``tokens`` (>= 1) at ``draft``, from one uniform in [0, 1)."""
-        import numpy as np
-
         if draft == 0:
             return tokens
         table = self.passage.get(draft)
@@ -273,8 +254,6 @@ class StretchTables:
     def first_passages(self, draft: int, tokens: npt.NDArray[np.int64],
                        uniforms: FloatArray) -> npt.NDArray[np.int64]:
         """:meth:`first_passage` of many sequences at once."""
-        import numpy as np
-
         if draft == 0:
             return tokens.copy()
         table = self.passage.get(draft)
@@ -292,8 +271,6 @@ class StretchTables:
         Inverse CDF of ``S_c`` restricted to ``S_c < m``: with ``U`` in
         (0, 1], the smallest ``j`` with ``P(S_c <= j) >= U P(S_c <= m - 1)``.
         """
-        import numpy as np
-
         if draft == 0:
             return cycles.copy()
         below = self.below[draft]  # built with the stretch's first passages
