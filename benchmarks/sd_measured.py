@@ -90,6 +90,7 @@ class Point:
     """One measured point and the model's prediction of it."""
 
     series: str
+    setup: str
     load: float
     measured: float
     predicted: float
@@ -140,7 +141,7 @@ def decode_time(coefficients: Coefficients, k: int, tokens_per_cycle: float, bat
     return prefill + (g - 1.0) * float(taus[0]), prefill + g / tokens_per_cycle * float(taus[1])
 
 
-def closed_loop(series: dict[str, Any], calibration: Any) -> list[Point]:
+def closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Point]:
     """Throughput ratios at each batch, ``E`` anchored at the smallest batch (module notes)."""
     dataset = next(name for name in DATASET_LENGTHS if f"_{name}_" in series["id"] + "_")
     p, g = DATASET_LENGTHS[dataset]
@@ -155,12 +156,12 @@ def closed_loop(series: dict[str, Any], calibration: Any) -> list[Point]:
     points = []
     for point in series["points"]:
         without, with_sd = decode_time(coefficients, k, tokens_per_cycle, point["batch"])
-        points.append(Point(series["id"], point["batch"], point["speedup"], without / with_sd,
+        points.append(Point(series["id"], setup, point["batch"], point["speedup"], without / with_sd,
                             point is first))
     return points
 
 
-def open_loop(series: dict[str, Any], calibration: Any) -> list[Point]:
+def open_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Point]:
     """Latency ratios (no SD over SD) at each rate; output length and ``E`` anchored at the lowest rate."""
     p = DATASET_LENGTHS["sharegpt" if "sharegpt" in series["id"] else "cnn_dailymail"][0]
     k = int(series["draft"]["k_tokens"])
@@ -190,7 +191,7 @@ def open_loop(series: dict[str, Any], calibration: Any) -> list[Point]:
         result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[lo]]))
         predicted = float(result.baseline_latency_s[0] / result.latency_s[0, 0, 0])
         measured = point["baseline_latency_s"] / point["sd_latency_s"]
-        points.append(Point(series["id"], rate, measured, predicted if math.isfinite(predicted) else 0.0,
+        points.append(Point(series["id"], setup, rate, measured, predicted if math.isfinite(predicted) else 0.0,
                             point is first))
     return points
 
@@ -216,9 +217,11 @@ def main() -> int:
             if key not in SETUPS:
                 continue
             if series["mode"] == "closed_loop_batch" and all("speedup" in p for p in series["points"]):
-                found = closed_loop(series, calibration_of(key))
+                label = f"{key} k={series['draft']['k_tokens']}"
+                found = closed_loop(series, calibration_of(key), label)
             elif series["mode"] == "open_loop_rate" and all("sd_latency_s" in p for p in series["points"]):
-                found = open_loop(series, calibration_of(key))
+                label = f"{key} k={series['draft']['k_tokens']}"
+                found = open_loop(series, calibration_of(key), label)
                 crossings.append((series["id"], crossover(found, "measured"), crossover(found, "predicted")))
             else:
                 continue
@@ -237,8 +240,8 @@ def main() -> int:
           f"MAPE {np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%, worst {worst:+.1f}%")
     print(f"  right sign (SD faster or slower): {sum(sign)} of {len(sign)}")
     print("  by setup (predicted points: within 10% / all, MAPE, bias; the error at the largest batch or rate):")
-    for key in sorted({p.series.split("_")[1] + ":" + p.series.split("_")[-1] for p in scored}):
-        group = [p for p in scored if p.series.split("_")[1] + ":" + p.series.split("_")[-1] == key]
+    for key in sorted({p.setup for p in scored}):
+        group = [p for p in scored if p.setup == key]
         errs = np.array([p.error_pct for p in group])
         last = [p.error_pct for p in group if p.load == max(q.load for q in group)]
         print(f"    {key:28s} {int((np.abs(errs) <= 10).sum()):3d}/{len(group):<3d} MAPE {np.mean(np.abs(errs)):5.1f}% "

@@ -9,7 +9,7 @@ capacity, assuming the target rate is spread evenly over replicas.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -83,7 +83,8 @@ class Capacity:
 
 
 def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO],
-             tokens_per_cycle: FloatArray | None = None, max_batch: float | None = None) -> Capacity:
+             tokens_per_cycle: FloatArray | None = None,
+             max_batch: float | Sequence[float] | None = None) -> Capacity:
     """Highest request rate meeting all SLOs, per option.
 
     With ``max_batch`` (the engine's batch cap, vLLM ``max_num_seqs``, or the
@@ -131,10 +132,11 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         lowest = np.maximum(lowest, low)
     saturation = model.saturation_rate(above.c2_above_s)
     highest = np.minimum(highest, saturation)
-    if max_batch is not None:
-        cap_rate = model.batch_cap_rate(*knee.batch_cap_demands(c1, c2, above, max_batch), max_batch)
+    if max_batch is not None:  # one cap for every option, or one each (no SD first)
+        caps = np.broadcast_to(np.asarray(max_batch, dtype=np.float64), c1.shape)
+        cap_rate = model.batch_cap_rate(*knee.batch_cap_demands(c1, c2, above, caps), caps)
         for index in np.flatnonzero(cap_rate < highest):
-            binding[int(index)] = batch_cap_label(max_batch)
+            binding[int(index)] = batch_cap_label(float(caps[index]))
         highest = np.minimum(highest, cap_rate)
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)

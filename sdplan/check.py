@@ -11,6 +11,7 @@ from sdplan.slo import SLO, OperatingPoint, Verdict, evaluate
 
 if TYPE_CHECKING:
     from sdplan.coefficients import Coefficients
+    from sdplan.serving import EngineLimits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +38,9 @@ class CheckReport:
     simulated: str | None = None
     #: With --simulate: whether every replication reached a steady state (the simulator's own stability).
     steady: bool = True
+    #: What an unstable rate exceeds: ``saturation`` (1/C2), or the option's engine cap as a phrase
+    #: (``the batch cap of 64 sequences: ...``, :meth:`sdplan.serving.EngineLimits.cap_phrase`).
+    limit: str = "saturation"
 
     @property
     def passed(self) -> bool:
@@ -57,11 +61,13 @@ def run_check(
     slos: list[SLO],
     tokens_per_cycle: object = None,
     moe: object = None,
+    limits: EngineLimits | None = None,
 ) -> CheckReport:
     """Evaluate the configuration at ``rate_rps`` and check ``slos``.
 
     ``mode`` is ``best`` (the latency-optimal option among no SD and
-    ``candidates``), ``fixed`` (``draft_length``) or ``off`` (no SD).
+    ``candidates``), ``fixed`` (``draft_length``) or ``off`` (no SD). With ``limits``, each option
+    saturates at its engine cap too (:func:`sdplan.planner.plan`'s ``batch_caps``).
     """
     if not slos:
         raise InvalidValueError("no SLO to check; give --slo (e.g. --slo 'e2e:mean<=2s') or slos in the workload file")
@@ -72,7 +78,7 @@ def run_check(
     else:
         ks = candidates
     result = planner.plan(coefficients, [rate_rps], ks, [alpha], tokens_per_cycle=tokens_per_cycle,  # type: ignore[arg-type]
-                          moe=moe)  # type: ignore[arg-type]
+                          moe=moe, batch_caps=None if limits is None else limits.caps(ks))  # type: ignore[arg-type]
     if mode == "off":
         chosen = 0
     elif mode == "fixed":
@@ -83,10 +89,13 @@ def run_check(
     if chosen == 0:
         latency, batch, rho = (result.baseline_latency_s[0], result.baseline_batch[0], result.baseline_utilisation[0])
         ttft = float(result.baseline_ttft_load_s[0])
+        bound = result.baseline_saturation_limit
     else:
         ik = ks.index(chosen)
         latency, batch, rho = result.latency_s[0, 0, ik], result.batch[0, 0, ik], result.utilisation[0, 0, ik]
         ttft = float(result.ttft_load_s[0, 0, ik])
+        bound = str(result.saturation_limit[0, ik])
+    limit = f"the {limits.cap_phrase(chosen)}" if bound == "cap" and limits is not None else "saturation"
     g = coefficients.output_tokens
     tpot = float(model.time_per_output_token(latency, ttft, g)) if g > 1 else float("nan")
     point = OperatingPoint(
@@ -106,6 +115,7 @@ def run_check(
         batch=float(batch),
         regime=str(model.regime(rho)),
         verdicts=tuple(evaluate(slos, point)),
+        limit=limit,
     )
 
 

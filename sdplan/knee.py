@@ -123,7 +123,7 @@ def demands_at(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands
 
 
 def batch_cap_demands(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
-                      max_batch: float) -> tuple[FloatArray, FloatArray]:
+                      max_batch: FloatArray | float) -> tuple[FloatArray, FloatArray]:
     """``(C1, C2)`` that hold when ``max_batch`` requests are in flight (past the knee if it is over ``B*``)."""
     past = np.asarray(max_batch > knee.knee_batch)
     return (np.where(past, knee.c1_above_s, np.asarray(c1, dtype=np.float64)),

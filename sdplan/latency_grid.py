@@ -10,7 +10,9 @@ from which :func:`sdplan.planner.plan` assembles the :class:`~sdplan.planner.Pla
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,7 +48,11 @@ class MoEResult:
 
 @dataclass(frozen=True, slots=True)
 class SolvedGrid:
-    """The model on the grid: no SD per rate ``(r,)``, SD per option ``(a, k)`` and point ``(a, r, k)``."""
+    """The model on the grid: no SD per rate ``(r,)``, SD per option ``(a, k)`` and point ``(a, r, k)``.
+
+    ``base_cap_rate`` and ``cap_rate`` (a, k): the rate at which each option's batch reaches its engine cap
+    (:func:`with_batch_caps`); inf / None where no cap was applied.
+    """
 
     c1_d: float
     c2_d: float
@@ -60,6 +66,8 @@ class SolvedGrid:
     rho: FloatArray
     even: model.BreakEven
     moe: MoEResult | None = None
+    base_cap_rate: float = math.inf
+    cap_rate: FloatArray | None = None
 
 
 def dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> SolvedGrid:
@@ -106,6 +114,59 @@ def knee_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, token
                       latency=latency, batch=model.effective_batch(lam, latency),
                       rho=model.utilisation(point_c2, lam),
                       even=model.BreakEven(rate_rps=rate, sd_faster_below=faster_below))
+
+
+def with_batch_caps(solved: SolvedGrid, coefficients: Coefficients, rates: FloatArray, ks: IntArray,
+                    tokens: FloatArray, caps: Sequence[float]) -> SolvedGrid:
+    """The grid with each option's engine cap as a throughput bound (``docs/model.md#saturation-and-batch-cap``).
+
+    ``caps`` are the requests each option's engine holds at once, no SD first then ``ks`` (``max_num_seqs``,
+    or what its KV cache holds; inf for none). An option's batch reaches its cap ``N`` at
+    ``lambda_N = N / (C1_N + N C2_N)`` (:func:`sdplan.model.batch_cap_rate`, with the demands that hold at a
+    batch of ``N``: past the compute-bound knee where ``N`` is). From there requests wait for admission and
+    the queue grows without bound once the engine completes no more than it admits, which a server held
+    at ``N`` in flight does within ``C2_N / (C1_N + N C2_N)`` of ``lambda_N``: the points past it are
+    unstable (the cap rate itself is admitted), and the utilisation is ``max(lambda C2, lambda / lambda_N)``.
+    """
+    g = coefficients.output_tokens
+    caps_array = np.asarray(caps, dtype=np.float64)
+    c1_d, c2_d = model.baseline_demand(coefficients)
+    knee_d = knee.knee_demands(coefficients, c1_d, c2_d, model.baseline_steps(g), 1.0)
+    base_cap = float(caps_array[0])
+    base_rate = float(model.batch_cap_rate(*knee.batch_cap_demands(c1_d, c2_d, knee_d, base_cap), base_cap)) \
+        if math.isfinite(base_cap) else math.inf
+    k_ak = ks[None, :].astype(np.float64)
+    c1, c2 = model.demand_from_tokens(coefficients, tokens, k_ak)
+    knee_sd = knee.knee_demands(coefficients, c1, c2, g / tokens, k_ak + 1.0)
+    sd_caps = np.broadcast_to(caps_array[1:][None, :], c1.shape)
+    with np.errstate(invalid="ignore"):  # an infinite cap has no cap rate
+        sd_rate = np.where(np.isfinite(sd_caps), model.batch_cap_rate(
+            *knee.batch_cap_demands(c1, c2, knee_sd, sd_caps), np.where(np.isfinite(sd_caps), sd_caps, 1.0)), np.inf)
+    lam = rates[None, :, None]
+    base_over, over = rates > base_rate, lam > sd_rate[:, None, :]  # at lambda_N the batch is N: admitted
+    base_latency = np.where(base_over, np.inf, solved.base_latency)
+    latency = np.where(over, np.inf, solved.latency)
+    with np.errstate(divide="ignore"):
+        base_rho = np.maximum(solved.base_utilisation, rates / base_rate)
+        rho = np.maximum(solved.rho, lam / sd_rate[:, None, :])
+    return replace(
+        solved, base_latency=base_latency, base_batch=np.where(base_over, np.inf, solved.base_batch),
+        base_utilisation=base_rho, latency=latency, batch=np.where(over, np.inf, solved.batch), rho=rho,
+        even=capped_break_even(solved, base_rate, sd_rate), base_cap_rate=base_rate, cap_rate=sd_rate)
+
+
+def capped_break_even(solved: SolvedGrid, base_rate: float, sd_rate: FloatArray) -> model.BreakEven:
+    """The break-even once the caps bound each option: where SD's cap comes first, SD loses from there.
+
+    An option past its cap rate is unstable; where SD wins below its break-even (or everywhere) but its cap
+    rate lies below both that break-even and no SD's own limit, no SD is the faster one from SD's cap rate on.
+    """
+    even = solved.even
+    base_limit = min(base_rate, 1.0 / solved.c2_d if solved.c2_d > 0 else math.inf)
+    sd_limit = np.minimum(sd_rate, np.where(solved.c2 > 0, 1.0 / np.where(solved.c2 > 0, solved.c2, 1.0), np.inf))
+    earlier = even.sd_faster_below & (sd_limit < base_limit) & ~(even.rate_rps <= sd_limit)
+    return model.BreakEven(rate_rps=np.where(earlier, sd_limit, even.rate_rps),
+                           sd_faster_below=even.sd_faster_below)
 
 
 def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray,

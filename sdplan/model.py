@@ -226,7 +226,7 @@ def effective_batch(rate_rps: FloatArray | float, latency_s: FloatArray | float)
         return np.where(np.isfinite(latency), rate * latency, np.inf)
 
 
-def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: float) -> FloatArray:
+def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: FloatArray | float) -> FloatArray:
     """Rate at which the mean number of requests in flight ``B = lambda L`` reaches ``max_batch``.
 
     From ``lambda C1 / (1 - lambda C2) = N``: ``lambda_N = N / (C1 + N C2)``

@@ -20,7 +20,7 @@ from sdplan import knee, model
 from sdplan import moe as moe_model
 from sdplan.acceptance import AcceptanceSpec, expected_tokens_per_cycle
 from sdplan.errors import InvalidValueError
-from sdplan.latency_grid import SolvedGrid, dense_grid, moe_grid
+from sdplan.latency_grid import SolvedGrid, dense_grid, moe_grid, with_batch_caps
 from sdplan.policy import goodput_latency
 from sdplan.serving import batch_cap_warning
 
@@ -72,6 +72,9 @@ class Plan:
         Best draft length; :data:`SD_OFF` if no SD is best, :data:`NONE_STABLE` if nothing is stable.
     best_latency_s, best_speedup : (a, r)
     saturation_rate_rps : (a, k); baseline_saturation_rate_rps : float
+        The lower of ``1/C2`` and the rate where the option's batch reaches its engine cap (``batch_caps``).
+    saturation_limit : (a, k) str; baseline_saturation_limit : str
+        Which of the two binds: ``"compute"`` (``1/C2``) or ``"cap"`` (the engine's batch or KV cap).
     break_even_rate_rps : (a, k), ``nan`` where SD and no SD never cross.
     sd_faster_below_break_even : (a, k) bool
         For MoE the break-even fields hold the *first* crossing on the solved
@@ -93,6 +96,7 @@ class Plan:
     baseline_utilisation: FloatArray
     baseline_tpot_s: FloatArray
     baseline_saturation_rate_rps: float
+    baseline_saturation_limit: str
     tokens_per_cycle: FloatArray
     c1_s: FloatArray
     c2_s: FloatArray
@@ -108,6 +112,7 @@ class Plan:
     best_latency_s: FloatArray
     best_speedup: FloatArray
     saturation_rate_rps: FloatArray
+    saturation_limit: npt.NDArray[np.str_]
     break_even_rate_rps: FloatArray
     sd_faster_below_break_even: npt.NDArray[np.bool_]
     goodput_latency_s: FloatArray | None = None
@@ -131,6 +136,7 @@ def plan(
     tokens_per_cycle: FloatArray | None = None,
     goodput_policy: bool = False,
     moe: MoESpec | None = None,
+    batch_caps: Sequence[float] | None = None,
 ) -> Plan:
     """Evaluate the SD latency model over the whole grid at once.
 
@@ -155,6 +161,11 @@ def plan(
     goodput_policy : bool
         Also solve the goodput-adaptive policy (:mod:`sdplan.policy`) and the
         single draft length a user would tune at zero load.
+    batch_caps : sequence of float, optional
+        Requests each option's engine holds at once, no SD first, then one per draft length
+        (:meth:`sdplan.serving.EngineLimits.option_caps`); inf for no cap. Each option saturates at the
+        lower of ``1/C2`` and the rate where its batch reaches its cap
+        (:func:`sdplan.latency_grid.with_batch_caps`). Not applied to an MoE target (its warnings say so).
 
     Returns
     -------
@@ -177,6 +188,8 @@ def plan(
         tokens = np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size))
     solved = dense_grid(coefficients, rates, ks, tokens) if moe is None else \
         moe_grid(coefficients, rates, ks, tokens, moe)
+    if batch_caps is not None and moe is None:
+        solved = with_batch_caps(solved, coefficients, rates, ks, tokens, batch_caps)
     return _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy, moe)
 
 
@@ -260,7 +273,8 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
         baseline_batch=s.base_batch,
         baseline_utilisation=s.base_utilisation,
         baseline_tpot_s=model.time_per_output_token(s.base_latency, base_ttft, g),
-        baseline_saturation_rate_rps=float(model.saturation_rate(s.c2_d)),
+        baseline_saturation_rate_rps=min(float(model.saturation_rate(s.c2_d)), s.base_cap_rate),
+        baseline_saturation_limit="compute" if s.base_cap_rate > float(model.saturation_rate(s.c2_d)) else "cap",
         tokens_per_cycle=tokens,
         c1_s=s.c1,
         c2_s=s.c2,
@@ -275,7 +289,9 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
         best_k=np.where(np.isfinite(best_latency), model.option_lengths(ks)[best_column], NONE_STABLE),
         best_latency_s=best_latency,
         best_speedup=model.speedup(np.broadcast_to(s.base_latency[None, :], best_latency.shape), best_latency),
-        saturation_rate_rps=model.saturation_rate(s.c2),
+        saturation_rate_rps=np.minimum(model.saturation_rate(s.c2), np.inf if s.cap_rate is None else s.cap_rate),
+        saturation_limit=np.where((s.cap_rate if s.cap_rate is not None else np.inf) > model.saturation_rate(s.c2),
+                                  "compute", "cap"),
         break_even_rate_rps=s.even.rate_rps,
         sd_faster_below_break_even=s.even.sd_faster_below,
         goodput_latency_s=policy.latency_s if policy else None,
@@ -342,21 +358,19 @@ def largest_batch(result: Plan) -> float | None:
 
 def default_rates(
     coefficients: Coefficients, draft_lengths: list[int], alphas: list[float], count: int = 12,
-    tokens_per_cycle: FloatArray | None = None,
+    tokens_per_cycle: FloatArray | None = None, batch_caps: Sequence[float] | None = None,
 ) -> list[float]:
     """A rate grid spanning zero load to the highest saturation rate of any option.
 
     Returns ``count`` evenly spaced rates from ``max_sat/count`` to ``max_sat``
     (requests/s) rounded to 3 significant digits, where ``max_sat`` is the
-    largest of ``1/C2`` over no SD and every (alpha, k), less 0.5% so that
-    rounding never lifts the last row past it (that row would be unstable for
-    every option). The last rows therefore show where each option saturates.
+    largest saturation rate (:class:`Plan`: ``1/C2``, or the engine cap's rate where it is lower) over no SD
+    and every (alpha, k), less 0.5% so that rounding never lifts the last row past it (that row would be
+    unstable for every option). The last rows therefore show where each option saturates.
     """
-    a = np.asarray(alphas, dtype=np.float64)[:, None]
-    k = np.asarray(draft_lengths, dtype=np.float64)[None, :]
-    tokens = expected_tokens_per_cycle(a, k) if tokens_per_cycle is None else np.asarray(tokens_per_cycle)
-    # the demands past the compute-bound knee set the saturation (the same as C2 without a knee)
-    saturation = model.saturation_rate(model.option_demands(coefficients, draft_lengths, tokens).knee.c2_above_s)
+    at_zero = plan(coefficients, [0.0], draft_lengths, alphas, tokens_per_cycle=tokens_per_cycle,
+                   batch_caps=batch_caps)
+    saturation = np.append(at_zero.saturation_rate_rps.ravel(), at_zero.baseline_saturation_rate_rps)
     finite = saturation[np.isfinite(saturation)]
     top = float(finite.max()) if finite.size else 1.0
     top *= 0.995
@@ -381,3 +395,6 @@ class PlanInputs:
     extrapolated: tuple[str, ...] = ()
     #: 95% intervals from the calibration's covariance (:class:`sdplan.uncertainty.PlanIntervals`), if it has one.
     intervals: PlanIntervals | None = None
+    #: Each option's engine cap as a phrase, no SD first then the draft lengths (``batch cap of 256 sequences:
+    #: ...``), for the answer to say which limit a saturation is (:attr:`Plan.saturation_limit`).
+    cap_phrases: tuple[str, ...] = ()

@@ -160,6 +160,23 @@ def served_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tuple
     return min(speculative) if draft_length > 0 and speculative else None
 
 
+def derived_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tuple[float, str] | None:
+    """The KV cache (tokens) a derived calibration was priced with for one option, and a phrase saying so.
+
+    With SD the draft's weights and KV cache share the memory (``[derivation] kv_cache_tokens``); without
+    it the target has the memory to itself (``kv_cache_tokens_without_draft``, where the file records it;
+    else the SD cache, a lower bound). None for a calibration that is not derived or records no cache.
+    """
+    derivation = calibration.records.derivation
+    if calibration.method != "derived" or derivation is None or not derivation.kv_cache_tokens:
+        return None
+    if draft_length == 0 and derivation.kv_cache_tokens_without_draft:
+        tokens = float(derivation.kv_cache_tokens_without_draft)
+        return tokens, f"KV cache of {tokens:,.0f} tokens without the draft, as the derived calibration priced it"
+    tokens = float(derivation.kv_cache_tokens)
+    return tokens, f"KV cache of {tokens:,.0f} tokens the derived calibration was priced with"
+
+
 def derived_limits(calibration: Calibration) -> tuple[int | None, float | None]:
     """The ``max_num_seqs`` and KV cache tokens a derived calibration was priced for (None where it records none).
 
@@ -215,6 +232,19 @@ class EngineLimits:
     kv_cache_source: str
     batch_cap: int
     batch_cap_source: str
+    option_caps: tuple[tuple[int, int, str], ...] = ()
+
+    def caps(self, draft_lengths: Sequence[int]) -> list[float]:
+        """Requests each option's engine holds at once, no SD first, then ``draft_lengths`` (for
+        :func:`sdplan.planner.plan`): its own cap where one was resolved, else :attr:`batch_cap`."""
+        own = {k: cap for k, cap, _ in self.option_caps}
+        return [float(own.get(k, self.batch_cap)) for k in (0, *draft_lengths)]
+
+    def cap_phrase(self, draft_length: int) -> str:
+        """An option's cap and where it comes from: ``batch cap of 213 sequences: KV cache of ...``."""
+        cap, source = next(((cap, source) for k, cap, source in self.option_caps if k == draft_length),
+                           (self.batch_cap, self.batch_cap_source))
+        return f"batch cap of {cap:g} sequences: {source}"
 
     def reached(self, batch: float) -> bool:
         """Whether a mean batch of ``batch`` requests (``B = lambda L``; ``inf`` past saturation) reaches the cap."""
@@ -306,7 +336,31 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
             cap, cap_source = held, kv_source
     return EngineLimits(max_num_seqs=seqs, max_num_seqs_source=seqs_source, max_num_batched_tokens=batched,
                         max_num_batched_tokens_source=batched_source, kv_cache_tokens=kv, kv_cache_source=kv_source,
-                        batch_cap=cap, batch_cap_source=cap_source)
+                        batch_cap=cap, batch_cap_source=cap_source,
+                        option_caps=tuple(
+                            _option_cap(calibration, given.kv_cache_tokens, k, seqs, seqs_source, prompt_tokens,
+                                        output_tokens) for k in sorted(set(draft_lengths))))
+
+
+def _option_cap(calibration: Calibration, given: float | None, draft_length: int, seqs: int, seqs_source: str,
+                prompt_tokens: float, output_tokens: float) -> tuple[int, int, str]:
+    """``(k, cap, source)``: the requests one option's engine holds, ``min(max_num_seqs, floor(KV / (p + g + k)))``.
+
+    Its KV cache: the one given, else what its calibrated server reported, else what a derived calibration
+    priced for it (:func:`derived_kv_cache_tokens`: no SD without the draft's memory), else unlimited. vLLM
+    keeps ``k`` lookahead slots per running request for the drafted tokens, so an SD request holds
+    ``p + g + k`` tokens of it.
+    """
+    if given is not None:
+        found = (given, f"KV budget of {given:g} tokens") if math.isfinite(given) else None
+    else:
+        served = served_kv_cache_tokens(calibration, draft_length)
+        found = (served[0], f"KV cache of {served[0]:,.0f} tokens the calibrated {served[1]} server reported") \
+            if served else derived_kv_cache_tokens(calibration, draft_length)
+    if found is None:
+        return draft_length, seqs, seqs_source
+    held = kv_cache_requests(found[0], prompt_tokens + draft_length, output_tokens)
+    return (draft_length, held, found[1]) if held < seqs else (draft_length, seqs, seqs_source)
 
 
 def batch_cap_warning(limits: EngineLimits, where: str) -> str:

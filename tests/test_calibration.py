@@ -304,11 +304,13 @@ def test_a_served_calibration_knows_the_kv_cache_of_each_server(write_calibratio
     # check names where its batch cap comes from
     checked = sdplan("check", *workload, "--rate", "20", "--draft-length", "off", "--slo", "e2e:mean<=600s")
     assert "KV cache of 2,000 tokens the calibrated nosd server reported" in " ".join(checked.output.split())
-    # plan's batch-cap caveat: the smallest cache of the servers behind its options, 1000 tokens = 5 requests
-    planned = sdplan("plan", *workload, "--rates", "1,20")
+    # plan: each option saturates at its own server's cap, no SD at its 2,000 tokens = 10 requests of 200
+    planned = sdplan("plan", *workload, "--rates", "1,20", "-k", "2")
     assert planned.exit_code == 0, planned.output
     text = " ".join(planned.output.split())
-    assert "batch cap of 5 sequences (KV cache of 1,000 tokens the calibrated k2 server reported)" in text
+    assert "without SD (its batch cap of 10 sequences: KV cache of 2,000 tokens the calibrated nosd server" in text
+    # k = 2 at its 1,000 tokens: 4 requests, each holding p + g and k lookahead slots (202 tokens)
+    assert "with k=2 (its batch cap of 4 sequences: KV cache of 1,000 tokens the calibrated k2 server" in text
     # a workload that does not fit even once: plan answers, and says the server could not run it
     too_long = sdplan("plan", "-c", path, "--acceptance", "0.7", "--prompt-tokens", "900", "--output-tokens", "200",
                       "--rates", "0.1")

@@ -132,14 +132,16 @@ def test_check_and_capacity_follow_the_workload_files_batch_cap(sdplan, tmp_path
     assert off["binding_slo"] == "batch cap (24 sequences)"
     limit = off["max_rate_under_slo_rps"]
 
-    def check(rate: float) -> Any:
+    def check(rate: float, status: ExitStatus) -> Any:
         result = sdplan("check", "-w", str(workload), "--rate", f"{rate:.6g}", "--draft-length", "off")
-        assert result.exit_code == ExitStatus.OK, result.output
+        assert result.exit_code == status, result.output
         return " ".join(result.stderr.split())
 
-    # just past capacity's batch-cap rate check warns, naming the file; just below it, it does not
-    assert f"batch cap of 24 sequences (deployment.max_batch_size of {workload})" in check(limit * 1.01)
-    assert "batch cap" not in check(limit * 0.99)
+    # the cap bounds the throughput: just past capacity's batch-cap rate the queue grows without bound and check
+    # fails, naming the cap and the file; just below it, it passes and says nothing of the cap
+    assert (f"exceeds the batch cap of 24 sequences: deployment.max_batch_size of {workload}"
+            in check(limit * 1.01, ExitStatus.SLO_VIOLATED))
+    assert "batch cap" not in check(limit * 0.99, ExitStatus.OK)
     # --max-num-seqs still wins over the file, in both
     given = sdplan("capacity", "-w", str(workload), "-f", "json", "--max-num-seqs", "48")
     assert json.loads(given.stdout)["batch_cap_sequences"] == 48

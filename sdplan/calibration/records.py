@@ -397,6 +397,7 @@ class Derivation:
     kv_cache_tokens: int | None
     target_mean_error_pct: float
     target_max_error_pct: float
+    kv_cache_tokens_without_draft: int | None = None
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> Derivation:
@@ -406,7 +407,8 @@ class Derivation:
                    database_version=table["database_version"], measured=table["measured"],
                    max_num_seqs=table["max_num_seqs"], kv_cache_tokens=table.get("kv_cache_tokens"),
                    target_mean_error_pct=table["target_mean_error_pct"],
-                   target_max_error_pct=table["target_max_error_pct"])
+                   target_max_error_pct=table["target_max_error_pct"],
+                   kv_cache_tokens_without_draft=table.get("kv_cache_tokens_without_draft"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

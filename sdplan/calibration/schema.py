@@ -267,6 +267,9 @@ CALIBRATION_SCHEMA = Table(
                 "points": Field("int", "target steps priced", minimum=0),
                 "kv_cache_tokens": Field("int", "tokens the estimator's memory model gives the KV cache",
                                          required=False, minimum=1),
+                "kv_cache_tokens_without_draft": Field(
+                    "int", "the same without the draft's weights and KV cache: no SD's cache", required=False,
+                    minimum=1),
                 "measured": Field("str", "what was measured end to end (the anchor's rows), or nothing"),
                 **{f"{component}_{stat}_error_pct": Field(
                     "float", f"{stat} relative error of the fitted {component} step form over the priced grid, percent",

@@ -121,7 +121,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     limits.require_fit(scenario.request_tokens)
     tokens = scenario.tokens_per_cycle[0]
     cap = solve_capacity(scenario.coefficients, candidates, scenario.alpha, parsed, tokens_per_cycle=tokens,
-                         max_batch=limits.batch_cap)
+                         max_batch=limits.caps(candidates))
     if use_simulator:
         cap = _simulated_capacity(scenario, cap, parsed)
     warnings = _warnings(scenario, cap, use_simulator)
@@ -194,7 +194,7 @@ def _intervals(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> dict[str, 
         return {}
     bounds = capacity_intervals(draws, lambda c: solve_capacity(c, candidates, scenario.alpha, slos,
                                                                 tokens_per_cycle=tokens,
-                                                                max_batch=scenario.limits.batch_cap))
+                                                                max_batch=scenario.limits.caps(candidates)))
     best, spread = cap.best, server_spread_pct(scenario.calibration)
     if best >= 0:
         click.echo(f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "

@@ -94,7 +94,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     tokens = scenario.workload.acceptance.tokens_per_cycle([fixed] if fixed else scenario.draft_lengths)
     parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
     report = run_check(scenario.coefficients, rate, scenario.alpha, mode, fixed, scenario.draft_lengths, parsed,
-                       tokens_per_cycle=tokens, moe=scenario.moe)
+                       tokens_per_cycle=tokens, moe=scenario.moe, limits=scenario.limits)
     intervals = None
     if pessimistic:
         if use_simulator:
@@ -153,7 +153,7 @@ def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tu
 
     def check_draw(drawn: Coefficients) -> CheckReport:
         return run_check(drawn, report.rate_rps, scenario.alpha, "fixed" if chosen else "off", chosen or None,
-                         candidates, slos, tokens_per_cycle=option_tokens, moe=scenario.moe)
+                         candidates, slos, tokens_per_cycle=option_tokens, moe=scenario.moe, limits=scenario.limits)
 
     return pessimistic_verdicts(report, slos, draws, check_draw)
 

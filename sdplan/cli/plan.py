@@ -102,14 +102,16 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
     alphas = list(workload.acceptance.alphas)
     tokens = scenario.tokens_per_cycle
     if rates is None:
-        rates = planner.default_rates(scenario.coefficients, draft_lengths, alphas, tokens_per_cycle=tokens)
+        rates = planner.default_rates(scenario.coefficients, draft_lengths, alphas, tokens_per_cycle=tokens,
+                                      batch_caps=scenario.limits.caps(draft_lengths))
     check_grid(len(rates) * (len(draft_lengths) + 1) * len(alphas),
                f"{len(rates)} rates x {len(draft_lengths) + 1} draft lengths x {len(alphas)} acceptances",
                "give fewer --rates (a larger STEP), --draft-lengths or --acceptance values")
     if fmt == "table":
         check_table(len(alphas), len(alphas) * len(rates), "give fewer --rates or --acceptance values")
     result = planner.plan(scenario.coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
-                          goodput_policy=policy == "goodput", moe=scenario.moe)
+                          goodput_policy=policy == "goodput", moe=scenario.moe,
+                          batch_caps=scenario.limits.caps(draft_lengths))
     check_speculation_identified(cal)
     inputs = planner.PlanInputs(
         calibration_name=cal.name,
@@ -126,6 +128,7 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
                        + identification_warnings(cal) + scenario.notes()),
         extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
                            in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
+        cap_phrases=tuple(scenario.limits.cap_phrase(k) for k in (0, *draft_lengths)),
         intervals=(_intervals(scenario, result)  # only a fitted calibration has draws
                    if scenario.moe is None and policy != "goodput" and "uncertainty" in cal.document else None),
     )

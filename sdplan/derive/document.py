@@ -134,6 +134,9 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
     }
     if fitted.kv_tokens is not None:
         table["kv_cache_tokens"] = fitted.kv_tokens
+    alone = pricer.kv_cache_tokens_without_draft() if pricer.draft_path is not None else None
+    if alone is not None:
+        table["kv_cache_tokens_without_draft"] = alone
     for component, (mean, worst) in fitted.errors.items():
         table[f"{component}_mean_error_pct"] = rounded(mean)
         table[f"{component}_max_error_pct"] = rounded(worst)

@@ -102,7 +102,7 @@ class KneeFit:
     max_error_pct: float
 
 
-def fit_knee(points: list[tuple[int, int, int]], values: list[float]) -> KneeFit | None:
+def fit_knee(points: list[tuple[int, int, int]], values: list[float], floor_s: float = 0.0) -> KneeFit | None:
     """The target's step with a knee: ``T = fixed + B (seq + q tok + s ctx) + b max(0, B q - R)``.
 
     Notes
@@ -115,6 +115,12 @@ def fit_knee(points: list[tuple[int, int, int]], values: list[float]) -> KneeFit
     dear and large ones too cheap. For each knee ``R`` of :data:`KNEE_CANDIDATES` within the rows priced,
     the five costs are fitted by :func:`fit_linear`; the knee of least mean relative error is kept if it
     lowers the straight line's by :data:`KNEE_MIN_GAIN` or more. None otherwise.
+
+    Past the knee a row costs at least ``floor_s``, what the matrix units need for it at peak
+    (:meth:`~sdplan.derive.pricing.Pricer.row_compute_floor_s`): a fit that weighs the many small batches
+    can bend the slope below it. Then the slope is held there, ``tok + b = floor + e`` with ``e >= 0``: the
+    rows past the knee are priced at the floor first and the rest fitted,
+    ``T - floor max(0, Bq - R) = fixed + B seq + tok min(Bq, R) + B s ctx + e max(0, Bq - R)``.
     """
     straight_rows = step_rows(points)
     _, straight_mean, _ = fit_linear(straight_rows, values)
@@ -125,12 +131,28 @@ def fit_knee(points: list[tuple[int, int, int]], values: list[float]) -> KneeFit
             break
         rows = [[*row, float(max(b * q - knee, 0))] for row, (b, q, _) in zip(straight_rows, points)]
         coefficients, mean, worst = fit_linear(rows, values)
+        if coefficients[2] + coefficients[4] < floor_s:
+            coefficients, mean, worst = _fit_at_floor(points, values, knee, floor_s)
         if coefficients[4] > 0.0 and (best is None or mean < best.mean_error_pct):
             best = KneeFit(target=coefficients[:4], knee_tokens=float(knee), per_token_above_knee_s=coefficients[4],
                            mean_error_pct=mean, max_error_pct=worst)
     if best is None or best.mean_error_pct > (1.0 - KNEE_MIN_GAIN) * straight_mean:
         return None
     return best
+
+
+def _fit_at_floor(points: list[tuple[int, int, int]], values: list[float], knee: int,
+                  floor_s: float) -> tuple[list[float], float, float]:
+    """The knee's fit with the slope past it held at ``floor_s`` or above (:func:`fit_knee`'s notes)."""
+    above = [float(max(b * q - knee, 0)) for b, q, _ in points]
+    rows = [[1.0, float(b), float(min(b * q, knee)), float(b * s), extra] for (b, q, s), extra in zip(points, above)]
+    rest = [max(value - floor_s * extra, 1e-9) for value, extra in zip(values, above)]
+    (fixed, seq, tok, ctx, excess), _, _ = fit_linear(rows, rest)
+    coefficients = [fixed, seq, tok, ctx, floor_s - tok + excess]
+    priced = [fixed + b * seq + b * q * tok + b * s * ctx + coefficients[4] * extra
+              for (b, q, s), extra in zip(points, above)]
+    errors = [abs(p - v) / v * 100.0 for p, v in zip(priced, values)]
+    return coefficients, sum(errors) / len(errors), max(errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +206,7 @@ def fit_steps(request: DeriveRequest, pricer: Pricer, note: Callable[[str], None
     errors = {"target": (target_mean, target_max)}
     knee = (0.0, 0.0)
     if pricer.routing is None:
-        found = fit_knee(points, target_values)
+        found = fit_knee(points, target_values, pricer.row_compute_floor_s())
         if found is not None:
             target, knee = found.target, (found.knee_tokens, found.per_token_above_knee_s)
             errors["target_linear"] = errors["target"]

@@ -101,6 +101,7 @@ class Pricer:
         from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
 
         shapes = get_model_config_from_model_path(self.target_path)
+        self.shapes = shapes
         #: (experts per token m, experts per layer M) of an MoE target, None for a dense one
         self.routing = (int(shapes["topk"]), int(shapes["num_experts"])) if shapes.get("num_experts") else None
         self._mtp: dict[int, Any] = {}
@@ -190,29 +191,60 @@ class Pricer:
 
         return delta(self.target) + (delta(self.draft) if self.draft is not None else 0.0)
 
-    def kv_cache_tokens(self) -> int | None:
-        """Tokens of KV cache AIConfigurator's memory model gives the target (the draft's weights and KV taken out)."""
+    def row_compute_floor_s(self) -> float:
+        """Seconds the matrix units need per token row of a target step, at the GPU's peak: ``2 P / (TP F)``.
+
+        ``P`` is the dense target's matmul weights per token (attention projections, MLP and LM head, from its
+        shapes), ``F`` the GPU's peak tensor FLOP/s at the request's precision (AIConfigurator's system file,
+        ``bfloat16_tc_flops`` or ``fp8_tc_flops``). No step of more rows can cost less per further row: the
+        floor :func:`~sdplan.derive.fitting.fit_knee` holds the slope past the knee to. 0 for an MoE target
+        (its rows spread over experts) or a GPU whose file gives no peak.
+        """
+        import aiconfigurator_core
+        import yaml
+
+        shapes = self.shapes
+        if shapes.get("num_experts"):
+            return 0.0
+        hidden, heads, kv_heads, head = (int(shapes[key]) for key in ("hidden_size", "n", "n_kv", "d"))
+        per_layer = (hidden * (heads + 2 * kv_heads) * head + heads * head * hidden
+                     + 3 * hidden * int(shapes["inter_size"]))
+        weights = int(shapes["layers"]) * per_layer + int(shapes["vocab"]) * hidden
+        system = Path(aiconfigurator_core.__file__).parent / "systems" / f"{self.request.system}.yaml"
+        gpu = yaml.safe_load(system.read_text()).get("gpu", {}) if system.is_file() else {}
+        peak = gpu.get("fp8_tc_flops" if self.request.precision.startswith("fp8") else "bfloat16_tc_flops")
+        return 2.0 * weights / (self.request.tensor_parallel_size * float(peak)) if peak else 0.0
+
+    def _kv_estimate(self, path: str, tp: int) -> dict[str, Any] | None:
+        """AIConfigurator's memory model for one model on ``tp`` GPUs (None where it cannot say)."""
         from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
         quant = quant_modes(self.request.precision)
+        try:
+            return estimate_kv_cache(
+                path, self.request.system, self.request.backend, self.version,
+                max_num_tokens=8192, max_batch_size=self.request.max_num_seqs, memory_fraction_kind="of_total",
+                memory_fraction_value=GPU_MEMORY_UTILIZATION, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
+                gemm_quant_mode=quant["gemm_quant_mode"], moe_quant_mode=quant["moe_quant_mode"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
 
-        def estimate(path: str, tp: int) -> dict[str, Any] | None:
-            try:
-                return estimate_kv_cache(
-                    path, self.request.system, self.request.backend, self.version,
-                    max_num_tokens=8192, max_batch_size=self.request.max_num_seqs, memory_fraction_kind="of_total",
-                    memory_fraction_value=GPU_MEMORY_UTILIZATION, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
-                    gemm_quant_mode=quant["gemm_quant_mode"], moe_quant_mode=quant["moe_quant_mode"])
-            except (ValueError, KeyError, TypeError, AttributeError):
-                return None
+    def kv_cache_tokens_without_draft(self) -> int | None:
+        """Tokens of KV cache AIConfigurator's memory model gives the target alone (no SD: no draft loaded)."""
+        target = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
+        if target is None:
+            return None
+        per_token = float(target["kv_size_per_token_bytes"])
+        return max(int(float(target["total_kv_size_bytes"]) / per_token), 0) if per_token > 0 else None
 
-        tp = self.request.tensor_parallel_size
-        target = estimate(self.target_path, tp)
+    def kv_cache_tokens(self) -> int | None:
+        """Tokens of KV cache AIConfigurator's memory model gives the target (the draft's weights and KV taken out)."""
+        target = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
         if target is None:
             return None
         free, per_token = float(target["total_kv_size_bytes"]), float(target["kv_size_per_token_bytes"])
         if self.draft_path is not None:
-            draft = estimate(self.draft_path, draft_tp(self.request))
+            draft = self._kv_estimate(self.draft_path, draft_tp(self.request))
             if draft is not None:  # a draft on fewer GPUs loads its weights and KV onto those: as much per GPU
                 free -= float(draft["memory_breakdown"]["weights_bytes"])
                 per_token += float(draft["kv_size_per_token_bytes"])

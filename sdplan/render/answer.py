@@ -120,7 +120,13 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
     sat = plan.saturation_rate_rps[ia]
     ksat = int(np.nanargmax(np.where(np.isfinite(sat), sat, -np.inf))) if np.isfinite(sat).any() else k0
     lines = []
-    saturates = (f"saturates at {_g(sat_d, 4)} req/s without SD, {_g(float(sat[ksat]), 4)} with k={ks[ksat]}"
+
+    def at_cap(column: int, limit: str) -> str:  # which limit sets a saturation, where it is the engine's cap
+        phrases = inputs.cap_phrases
+        return f" (its {phrases[column]})" if limit == "cap" and column < len(phrases) else ""
+
+    saturates = (f"saturates at {_g(sat_d, 4)} req/s without SD{at_cap(0, plan.baseline_saturation_limit)}, "
+                 f"{_g(float(sat[ksat]), 4)} with k={ks[ksat]}{at_cap(ksat + 1, str(plan.saturation_limit[ia, ksat]))}"
                  if math.isfinite(sat_d) else "never saturates")
     wins = [(k, lo, hi) for k, lo, hi in _segments(plan, ia) if k > 0]
     if zero_speedup[k0] <= 1.0 and wins:  # slower at zero load, faster somewhere on the grid (MoE coverage)
@@ -267,11 +273,11 @@ def capacity_why(document: dict[str, Any]) -> str | None:
 
 
 def check_answer(passed: bool, met: int, total: int, where: str, regime: str, method: str, source: str,
-                 alpha: float, failed: list[str]) -> list[str]:
-    """The verdict of ``sdplan check`` in words, then the caveat."""
+                 alpha: float, failed: list[str], limit: str = "saturation") -> list[str]:
+    """The verdict of ``sdplan check`` in words, then the caveat; ``limit`` is what an unstable rate exceeds."""
     head = f"Answer: {'PASS' if passed else 'FAIL'}: {met}/{total} SLOs met {where}"
     if regime == "unstable":
-        head += "; the rate is past saturation (requests queue without bound)"
+        head += f"; the rate is past {limit} (requests queue without bound)"
     elif failed:
         head += "; missed: " + "; ".join(failed)
     lines = [head + "."]

@@ -60,7 +60,7 @@ def check_summary(report: CheckReport) -> str:
     if report.simulated:
         line += " (simulated)"
     if report.regime == "unstable":
-        return line + " (unstable: the rate exceeds saturation)"
+        return line + f" (unstable: the rate exceeds {report.limit})"
     failed = [v for v in report.verdicts if not v.passed]
     if failed:
         line += ": " + "; ".join(f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in failed)
@@ -119,7 +119,8 @@ def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat
         failed = [f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in report.verdicts if not v.passed]
         where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
         for line in check_answer(report.passed, sum(v.passed for v in report.verdicts), len(report.verdicts), where,
-                                 report.regime, calibration.get("method", ""), source, report.alpha, failed):
+                                 report.regime, calibration.get("method", ""), source, report.alpha, failed,
+                                 report.limit):
             print_paragraph(console, line)
         console.print(f"calibration {calibration['name']} ({METHOD_LABELS.get(calibration['method'], '')})")
         best_of = f" (best of k={','.join(map(str, report.candidates))})" if report.mode == "best" else ""
