@@ -230,7 +230,7 @@ def test_fit_help_is_its_own(sdplan) -> None:
 def test_progress_only_on_a_terminal(sdplan) -> None:
     result = sdplan("simulate", "--rates", "4", "--requests", "100", "--seeds", "2")
     assert result.exit_code == 0 and "simulating" not in result.stderr and "simulating" not in result.stdout
-    from sdplan.render import progress_bar
+    from sdplan.render.progress import progress_bar
 
     with progress_bar("simulating", 10) as advance:  # stderr is not a terminal here: silent, but callable
         advance(5, 10, "half")

@@ -303,7 +303,7 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
     from sdplan.measure.options import check_options
     from sdplan.measure.run import interruptible, measure_served
     from sdplan.measure.sweep import SweepEvents
-    from sdplan.render import progress_bar
+    from sdplan.render.progress import progress_bar
 
     out = Path(output)
     check_options(options)
@@ -353,7 +353,7 @@ def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> No
     from sdplan._vllm.engine import EngineSettings, VllmRunner
     from sdplan.calibration import parse_calibration
     from sdplan.measure.engine import MeasurementStore, calibration_document, measure, plan_tasks
-    from sdplan.render import progress_bar
+    from sdplan.render.progress import progress_bar
     from sdplan.stepfit import fit_calibration
 
     chosen = options.grid

@@ -279,7 +279,7 @@ def _export(fmt: str, plan: EngineSchedule, method: str, calibration: Calibratio
 def _simulated_capacity(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> Capacity:
     """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.simulated_capacity)."""
     from sdplan.capacity import simulated_capacity
-    from sdplan.render import progress_bar
+    from sdplan.render.progress import progress_bar
     from sdplan.scenario import simulation_config
 
     settings = simulation_settings(click.get_current_context().params)

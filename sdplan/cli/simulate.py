@@ -130,7 +130,7 @@ def _rates(scenario: Scenario, rates: str | None) -> list[float]:
 def _simulate_rates(scenario: Scenario, result: Plan, draft_length: str,
                     settings: SimulationSettings) -> tuple[list[RateSummary], list[EngineLimits]]:
     """Simulate every rate of ``result`` with the draft length chosen there; with each rate's engine limits."""
-    from sdplan.render import progress_bar
+    from sdplan.render.progress import progress_bar
     from sdplan.scenario import simulation_config
     from sdplan.simulate import replicate
 
