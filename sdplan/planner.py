@@ -10,8 +10,9 @@ per grid point. The latency at each point comes from :mod:`sdplan.latency_grid`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from sdplan.acceptance import AcceptanceSpec, expected_tokens_per_cycle
 from sdplan.errors import InvalidValueError
 from sdplan.latency_grid import SolvedGrid, dense_grid, moe_grid, with_batch_caps
 from sdplan.policy import goodput_latency
+from sdplan.schedule import step_times
 from sdplan.serving import batch_cap_warning
 
 if TYPE_CHECKING:
@@ -47,6 +49,9 @@ class Plan:
 
     Axes: ``a`` = acceptance (``alphas``), ``r`` = request rate (``rates_rps``),
     ``k`` = draft length (``draft_lengths``).
+
+    ``step_batches`` (n,) and ``step_speedup`` (a, k, n): SD's speedup per engine step at a fixed batch
+    (:func:`step_speedup`), what a closed loop of that many requests measures.
 
     Attributes
     ----------
@@ -122,6 +127,8 @@ class Plan:
     moe_speedup_lost: FloatArray | None = None
     moe_max_residual: float | None = None
     moe_break_even_rates_rps: FloatArray | None = None
+    step_batches: FloatArray | None = None
+    step_speedup: FloatArray | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -190,7 +197,32 @@ def plan(
         moe_grid(coefficients, rates, ks, tokens, moe)
     if batch_caps is not None and moe is None:
         solved = with_batch_caps(solved, coefficients, rates, ks, tokens, batch_caps)
-    return _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy, moe)
+    result = _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy, moe)
+    largest = max((cap for cap in batch_caps or () if math.isfinite(cap)), default=max(STEP_BATCHES))
+    batches = np.asarray([b for b in STEP_BATCHES if b <= largest] or [1], dtype=np.float64)
+    return replace(result, step_batches=batches, step_speedup=step_speedup(coefficients, ks, tokens, batches, moe))
+
+
+#: Batch sizes at which a plan reports SD's speedup per engine step, as closed-loop benchmarks measure it
+#: (SpecDecode-Bench: batch 1, 16, 64, 128).
+STEP_BATCHES = (1, 16, 64, 128, 256)
+
+
+def step_speedup(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, batches: FloatArray,
+                 moe: MoESpec | None = None) -> FloatArray:
+    """SD's speedup per engine step with ``n`` requests in flight: ``E tau_0(n) / tau_k(n)``, shape (a, k, n).
+
+    Notes
+    -----
+    A step of ``n`` sequences commits ``n`` tokens without SD in ``tau_0(n)`` and ``n E`` with it in
+    ``tau_k(n)`` (the step costs of ``docs/model.md#per-step-form``, past the compute-bound knee where the
+    rows are): the throughput ratio of a closed loop of ``n`` requests, prefill aside. It shrinks with
+    ``n`` where SD's ``k + 1`` rows per sequence cost more than they save; an open loop's latency ratio can
+    still grow near no SD's saturation where SD saturates later.
+    """
+    taus = step_times(coefficients, [int(k) for k in ks], batches, moe)  # (n, 1 + k)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a file whose SD steps cost nothing: inf, not a warning
+        return np.asarray(tokens)[:, :, None] * (taus[:, 0][None, None, :] / taus[:, 1:].T[None, :, :])
 
 
 def _axes(rates_rps: FloatArray | list[float], draft_lengths: IntArray | list[int],

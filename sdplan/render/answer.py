@@ -177,8 +177,9 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
                     f"k={ks[k0]}'s speedup shrinks with load" + (f" and is gone at {_g(even_k0)} req/s."
                                                                  if math.isfinite(even_k0) else "."))
         else:
-            why += " (fewer steps outweigh the longer steps): the speedup holds, even grows, under load."
-        lines.append(why)
+            why += (" (fewer steps outweigh the longer steps): SD saturates later, so its latency gain holds, even "
+                    "grows, near no SD's saturation.")
+        lines.append(why + _per_step(plan, ia, k0))
     batch_note = None
     if batch_cap is not None:
         over = [float(rate) for ir, rate in enumerate(plan.rates_rps)
@@ -192,6 +193,18 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
         lines[0] = lines[0].replace("Answer:", "Answer, extrapolated past the measured workloads ("
                                     + "; ".join(inputs.extrapolated) + "):", 1)
     return lines
+
+
+def _per_step(plan: Plan, ia: int, ik: int) -> str:
+    """`` Per engine step ...``: how SD's speedup at a fixed batch moves with the batch, where it moves."""
+    if plan.step_speedup is None or plan.step_batches is None or plan.step_batches.size < 2:
+        return ""
+    first, last = float(plan.step_speedup[ia, ik, 0]), float(plan.step_speedup[ia, ik, -1])
+    if abs(last / first - 1.0) < 0.02:
+        return ""
+    trend = "shrinks" if last < first else "grows"
+    return (f" Per engine step its gain {trend} with the batch: {first:.2f}x with {plan.step_batches[0]:g} request "
+            f"in flight, {last:.2f}x with {plan.step_batches[-1]:g}.")
 
 
 def _best_batch(plan: Plan, ia: int, ir: int) -> float:

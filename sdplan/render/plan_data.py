@@ -135,6 +135,7 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             "c1_s": plan.baseline_c1_s,
             "c2_s": plan.baseline_c2_s,
             "saturation_rate_rps": finite_or_none(plan.baseline_saturation_rate_rps),
+            "saturation_limit": plan.baseline_saturation_limit,
             "max_output_throughput_tok_s": finite_or_none(g * plan.baseline_saturation_rate_rps),
         },
         "intervals": None if intervals is None else {
@@ -158,10 +159,14 @@ def _per_k_entry(plan: Plan, intervals: PlanIntervals | None, ia: int, ik: int) 
         "zero_load_latency_s": c1,
         "zero_load_speedup": plan.baseline_c1_s / c1,
         "saturation_rate_rps": finite_or_none(plan.saturation_rate_rps[ia, ik]),
+        "saturation_limit": str(plan.saturation_limit[ia, ik]),
         "max_output_throughput_tok_s": finite_or_none(g * plan.saturation_rate_rps[ia, ik]),
         "break_even_rate_rps": finite_or_none(plan.break_even_rate_rps[ia, ik]),
         "sd_faster": _sd_faster(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik])),
     }
+    if plan.step_speedup is not None and plan.step_batches is not None:  # a closed loop's throughput ratio
+        entry["step_speedup"] = [{"batch_requests": float(n), "speedup": finite_or_none(float(x))}
+                                 for n, x in zip(plan.step_batches, plan.step_speedup[ia, ik])]
     if intervals is not None:
         entry["break_even_rate_ci95_rps"] = _pair(intervals.break_even_rate_rps[:, ia, ik])
     if plan.moe_break_even_rates_rps is not None:  # MoE: the speedup can cross 1 several times
