@@ -279,8 +279,8 @@ def _max_num_seqs(calibration: Calibration, file: WorkloadFile | None, given: in
 
 
 def _kv_cache(calibration: Calibration, given: float | None, draft_lengths: Sequence[int]) -> tuple[float | None, str]:
-    """The KV cache given, else the smallest the served servers of the options reported, else the one a derived
-    calibration was priced with, else unlimited.
+    """The KV cache given, else the smallest the served servers of the options reported, else the smallest a
+    derived calibration was priced with for them (:func:`derived_kv_cache_tokens`), else unlimited.
 
     The servers of a set of options are the no-SD server (where 0 is among ``draft_lengths``) and the server of
     the longest draft length: shorter draft lengths without a server of their own share the SD servers'
@@ -294,10 +294,8 @@ def _kv_cache(calibration: Calibration, given: float | None, draft_lengths: Sequ
     servers = {longest} | ({0} if 0 in draft_lengths else set())
     caches = [cache for cache in (served_kv_cache_tokens(calibration, k) for k in sorted(servers)) if cache]
     if not caches:
-        _, derived = derived_limits(calibration)
-        if derived is not None:
-            return derived, f"KV cache of {derived:,.0f} tokens the derived calibration was priced with"
-        return None, ""
+        derived = [cache for cache in (derived_kv_cache_tokens(calibration, k) for k in sorted(servers)) if cache]
+        return min(derived) if derived else (None, "")
     tokens, name = min(caches)
     return tokens, f"KV cache of {tokens:,.0f} tokens the calibrated {name} server reported"
 

@@ -183,3 +183,16 @@ def test_a_knee_needs_both_keys() -> None:
     assert costs.baseline_c1_step_s - bare.baseline_c1_step_s == pytest.approx(2e-3)
     assert costs.c1v_s - bare.c1v_s == pytest.approx(2e-3)
     assert (costs.baseline_c2_step_s, costs.c2v_s) == (bare.baseline_c2_step_s, bare.c2v_s)
+
+
+def test_the_simulator_admits_a_request_with_its_lookahead_slots() -> None:
+    """An SD request holds p + g + k tokens of KV cache; a cache one token short never admits it."""
+    from sdplan.errors import InvalidValueError
+    from sdplan.simulate import SimulationConfig
+
+    fits = SimulationConfig(rate_rps=1.0, draft_length=3, position_rates=(0.7, 0.49, 0.343), requests=100,
+                            prompt_tokens=100, output_tokens=50, kv_cache_tokens=153.0)
+    fits.validate()
+    with pytest.raises(InvalidValueError, match=r"153 tokens \(prompt \+ output \+ k\)"):
+        dataclasses.replace(fits, kv_cache_tokens=152.0).validate()
+    dataclasses.replace(fits, draft_length=0, position_rates=(), kv_cache_tokens=150.0).validate()

@@ -162,8 +162,21 @@ def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: t
         if coefficients.frontend_chunk_s > 0:
             coeffs.add_row("frontend_chunk_s", f"{coefficients.frontend_chunk_s:.6g}",
                            "serving frontend, s per streamed chunk: C2 at least chunks x this")
+        if coefficients.knee_per_token_s > 0:
+            coeffs.add_row("knee_tokens", f"{coefficients.knee_tokens:.6g}",
+                           "token rows per step past which the target is compute-bound")
+            coeffs.add_row("knee_per_token_s", f"{coefficients.knee_per_token_s:.6g}",
+                           "s each token row past the knee adds to a step")
+        steps = cal.document.get("step_model", {})
+        engine = steps.get("engine", {}).get("step_overhead_s")
+        if engine is not None:
+            coeffs.add_row("step_overhead_s", f"{engine:.6g}", "engine host time, s per step, SD or not")
+        if "speculation" in steps:
+            coeffs.add_row("overhead_fixed_s", f"{steps['speculation']['overhead_fixed_s']:.6g}",
+                           "SD cycle's own overhead, s per cycle")
         coeffs.add_row("C1_D", f"{c1_d:.6g}", "no SD: zero-load latency, s")
-        coeffs.add_row("C2_D", f"{c2_d:.6g}", "no SD: s per concurrent request")
+        coeffs.add_row("C2_D", f"{c2_d:.6g}", "no SD: s per concurrent request" + (
+            " past the knee" if coefficients.knee_per_token_s > 0 else ""))
         coeffs.add_row("1/C2_D", f"{1.0 / c2_d:.6g}" if c2_d > 0 else "inf", "no SD: saturation rate, req/s")
         print_table(console, coeffs,
                     title=f"Coefficients at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "

@@ -68,9 +68,9 @@ class SimulationConfig:
         prompt, output = self.lengths()
         if np.any(output < 1) or np.any(prompt < 1):
             raise InvalidValueError("prompt and output lengths must be >= 1 token")
-        largest = float(np.max(prompt + output))
+        largest = float(np.max(prompt + output)) + self.draft_length  # with SD, k lookahead slots too
         if largest > self.kv_cache_tokens:
-            raise InvalidValueError(f"a request of {largest:g} tokens (prompt + output) does not fit the KV budget "
+            raise InvalidValueError(f"a request of {largest:g} tokens (prompt + output + k) does not fit the KV budget "
                                     f"of {self.kv_cache_tokens:g} tokens and could never be admitted; raise "
                                     "--kv-cache-tokens or shorten the requests")
         if not 0.0 <= self.warmup_fraction < 1.0:

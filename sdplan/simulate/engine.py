@@ -94,6 +94,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     rates_all = np.asarray(config.position_rates, dtype=np.float64)
 
     knee_tokens, knee_slope = c.knee_tokens, c.knee_per_token_s
+    lookahead = int(config.draft_length)  # KV slots a running request keeps for the drafted tokens
 
     def knee_excess(rows: float) -> float:
         """Seconds a step of ``rows`` decode token rows costs past the compute-bound knee (sdplan.knee)."""
@@ -234,7 +235,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             chunk_tokens += take
         while queue and budget > 0 and batch + len(prefilling) < seq_cap:
             request = queue[0]
-            need = prompt_list[request] + output_list[request]
+            need = prompt_list[request] + output_list[request] + lookahead  # vLLM's k lookahead slots with SD
             if kv_used + need > kv_cap:
                 break
             queue.popleft()
