@@ -36,7 +36,15 @@ if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun
 
 
-def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None = None) -> float:
+def admitted(run: BenchmarkRun, batch_cap: float | None) -> float | None:
+    """Requests a closed loop's server holds at once where its engine cap is below the clients; else None."""
+    if run.concurrency is None or batch_cap is None or not run.concurrency > batch_cap >= 1:
+        return None
+    return float(math.floor(batch_cap))
+
+
+def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None = None,
+                    batch_cap: float | None = None) -> float:
     """Model mean latency (s) of a run from its controlled load; ``inf`` if unstable.
 
     Parameters
@@ -49,6 +57,12 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
         A mixture-of-experts target's routing and coverage increments at the
         run's workload (:meth:`sdplan.calibration.Calibration.moe_at`); None
         for a dense target.
+    batch_cap : float, optional
+        Requests the engine holds at once for the run's workload (``max_num_seqs``, or what its KV cache
+        holds). A closed loop of more clients than that keeps ``N_cap`` in flight and the rest waiting:
+        each admitted request takes ``L_cap = C1 + f (N_cap - 1) C2``, the server completes ``N_cap / L_cap``
+        a second, so by Little's law a client's request takes ``N L_cap / N_cap``
+        (``docs/model.md#saturation-and-batch-cap``).
 
     Returns
     -------
@@ -80,10 +94,13 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
                                  moe)
         return float(solved.latency_s)
     if run.concurrency is not None:
-        c1, c2 = run_demand(covered(coefficients, run, moe, run_others(run, 0.0)), run)
-        others = model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor)
+        held = admitted(run, batch_cap)
+        clients = run.concurrency if held is None else held
+        c1, c2 = run_demand(covered(coefficients, run, moe, model.closed_loop_others(int(clients))), run)
+        others = model.closed_loop_others(int(clients), coefficients.closed_loop_factor)
         c1_at, c2_at = knee.batch_cap_demands(c1, c2, run_knee(coefficients, run, c1, c2), others)
-        return float(c1_at + others * c2_at)
+        service = float(c1_at + others * c2_at)
+        return service if held is None else service * run.concurrency / held
     c1, c2 = run_demand(coefficients, run)
     return float(knee.mean_latency(c1, c2, run_knee(coefficients, run, c1, c2), run.arrival_rate_rps))
 
@@ -97,21 +114,27 @@ def run_knee(coefficients: Coefficients, run: BenchmarkRun, c1: float, c2: float
 
 
 def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,
-                 moe: MoESpec | None = None) -> float:
+                 moe: MoESpec | None = None, batch_cap: float | None = None) -> float:
     """Model mean TTFT (s) of a run, at the ``B`` the model predicts for it.
 
     :func:`sdplan.model.time_to_first_token` with ``B = f (N - 1)`` for a
     closed loop and ``B = lambda L`` for an open loop; with ``moe``, on the
     coefficients at the coverage of that load, ``phi(t (1 + B))``
-    (:func:`predict_latency`).
+    (:func:`predict_latency`). A closed loop past its engine's ``batch_cap`` adds the wait for admission,
+    the predicted latency less the admitted request's own ``L_cap`` (``latency_s (1 - N_cap / N)``).
     """
     if not math.isfinite(latency_s):
         return math.inf
-    others = (model.closed_loop_others(run.concurrency, coefficients.closed_loop_factor)
-              if run.concurrency is not None else run.arrival_rate_rps * latency_s)
-    covered_coefficients = covered(coefficients, run, moe, run_others(run, latency_s))
-    return float(model.time_to_first_token(covered_coefficients, run.draft_length, others,
-                                           run_tokens_per_cycle(run)))
+    held = admitted(run, batch_cap)
+    clients = run.concurrency if held is None else held
+    others = (model.closed_loop_others(int(clients), coefficients.closed_loop_factor)
+              if clients is not None else run.arrival_rate_rps * latency_s)
+    covered_coefficients = covered(coefficients, run, moe, run_others(run, latency_s) if held is None
+                                   else model.closed_loop_others(int(held)))
+    own = float(model.time_to_first_token(covered_coefficients, run.draft_length, others, run_tokens_per_cycle(run)))
+    if held is None:
+        return own
+    return own + latency_s * (1.0 - held / float(run.concurrency))  # type: ignore[arg-type]
 
 
 def routed_per_sequence(run: BenchmarkRun) -> float:
@@ -338,12 +361,15 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
 
 
 def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list[BenchmarkRun],
-             moe_at: Callable[[float, float], MoESpec | None] | None = None) -> Validation:
+             moe_at: Callable[[float, float], MoESpec | None] | None = None,
+             batch_cap_at: Callable[[BenchmarkRun], float | None] | None = None) -> Validation:
     """Predicted vs measured mean latency (and TTFT) for every run.
 
     ``moe_at(prompt, output)`` gives a mixture-of-experts target's coverage at a
     workload (:meth:`sdplan.calibration.Calibration.moe_at`); with it every run is
-    predicted as the planner solves the target (:func:`predict_latency`).
+    predicted as the planner solves the target (:func:`predict_latency`). ``batch_cap_at(run)`` gives
+    the requests the run's engine holds at once (None: no cap), so a closed loop past it waits for
+    admission.
 
     Runs the screen rejects are skipped with their reason; an unstable
     prediction for a measured run counts as an infinite error and is the worst.
@@ -356,10 +382,11 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
             continue
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
         moe = None if moe_at is None else moe_at(run.prompt_tokens, run.output_tokens)
-        predicted = predict_latency(coefficients, run, moe)
+        cap = None if batch_cap_at is None else batch_cap_at(run)
+        predicted = predict_latency(coefficients, run, moe, cap)
         error = ((predicted - run.mean_e2e_latency_s) / run.mean_e2e_latency_s * 100
                  if math.isfinite(predicted) else None)
-        ttft = predict_ttft(coefficients, run, predicted, moe)
+        ttft = predict_ttft(coefficients, run, predicted, moe, cap)
         ttft_error = ((ttft - run.mean_ttft_s) / run.mean_ttft_s * 100
                       if run.mean_ttft_s and math.isfinite(ttft) else None)
         errors.append(RunError(run=run, predicted_s=predicted, error_pct=error,

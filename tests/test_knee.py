@@ -196,3 +196,21 @@ def test_the_simulator_admits_a_request_with_its_lookahead_slots() -> None:
     with pytest.raises(InvalidValueError, match=r"153 tokens \(prompt \+ output \+ k\)"):
         dataclasses.replace(fits, kv_cache_tokens=152.0).validate()
     dataclasses.replace(fits, draft_length=0, position_rates=(), kv_cache_tokens=150.0).validate()
+
+
+def test_a_closed_loop_past_the_cap_waits_for_admission() -> None:
+    """N clients on an engine that holds N_cap: each request takes N L_cap / N_cap, TTFT adds the wait."""
+    from sdplan.runs import BenchmarkRun
+    from sdplan.validation import predict_latency, predict_ttft
+
+    run = BenchmarkRun(source="closed", draft_length=0, prompt_tokens=1024, output_tokens=512, alpha=None,
+                       mean_e2e_latency_s=10.0, concurrency=200, mean_ttft_s=1.0, requested_rate_rps=None,
+                       achieved_rate_rps=20.0)
+    held = dataclasses.replace(run, concurrency=50)
+    c = BASE
+    at_cap = predict_latency(c, held)
+    assert predict_latency(c, run, batch_cap=50) == pytest.approx(at_cap * 200 / 50)
+    assert predict_latency(c, run, batch_cap=400) == pytest.approx(predict_latency(c, run))
+    latency = predict_latency(c, run, batch_cap=50)
+    wait = latency - at_cap
+    assert predict_ttft(c, run, latency, batch_cap=50) == pytest.approx(predict_ttft(c, held, at_cap) + wait)
