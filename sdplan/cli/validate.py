@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sdplan.cli._options import calibration_option, output_options, plot_options
-from sdplan.cli._results import override_alpha, results_options
+from sdplan.cli._results import override_alpha, results_options, window_seconds
 
 
 def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -30,7 +30,7 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @output_options(formats=("table", "json"))
 @plot_options
 def validate(calibration: str | None, results: tuple[str, ...], input_format: str, select: tuple[str, ...],
-             draft_length: int | None,
+             window: str | None, draft_length: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
         position_acceptance: list[float] | None, max_error: float | None,
@@ -73,7 +73,8 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
         alpha_default = None
     from sdplan.runs.silicon import Selection
 
-    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, Selection.parse(select))
+    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, Selection.parse(select),
+                               window_seconds(window))
     if alpha_default is not None:
         from sdplan.frozen import replace
 
