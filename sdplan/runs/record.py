@@ -249,7 +249,9 @@ def file_digest(path: Path) -> str:
             digest.update(member.relative_to(path).as_posix().encode())
             digest.update(member.read_bytes())
     else:
-        digest.update(path.read_bytes())
+        with path.open("rb") as stream:  # in pieces: a metrics file may be gigabytes
+            for piece in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(piece)
     return "sha256:" + digest.hexdigest()
 
 
