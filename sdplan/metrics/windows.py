@@ -6,7 +6,7 @@ differences of the counters between its ends describe the requests that finished
 output lengths (vLLM's per-request token histograms), and SD's drafts and accepted tokens. Its load is
 the arrival rate: per interval between scrapes, ``arrivals = Delta finished + Delta in flight`` (in
 flight = the running and waiting gauges), and Little's law gives the model's ``B = lambda L``
-(``docs/model.md#open-and-closed-loops``).
+(``docs/model.md#open-and-closed-loops``, ``docs/model.md#windows-of-metrics``).
 
 How windows are cut:
 
