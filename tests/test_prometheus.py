@@ -160,7 +160,16 @@ def test_fit_reads_metrics_end_to_end(tmp_path: Path) -> None:
 def test_fixed_windows_count_the_idle_ones(tmp_path: Path) -> None:
     runs, warnings = read_results(DATA / "nosd.scrapes.xz", window_s=10.0)
     assert len(runs) >= 10
-    assert len(warnings) == 1 and "windows with" in warnings[0]
+    assert len(warnings) == 1 and "windows with no completions" in warnings[0]
+
+
+def test_a_metrics_file_is_streamed_not_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-text readers refuse files over MAX_RESULT_BYTES; the scrape reader never reads a file whole."""
+    import sdplan.runs.record as record
+
+    monkeypatch.setattr(record, "MAX_RESULT_BYTES", 4096)
+    runs, _ = read_results(DATA / "nosd.scrapes.xz")
+    assert len(runs) == 4
 
 
 # ----------------------------------------------------------------------------- bad input
