@@ -9,7 +9,8 @@ line is optional then; a header closes the scrape before it). A file may be comp
 Only the lines of the series read (:data:`sdplan.metrics.names.SAMPLE_QUANTITY`) are kept, by a
 prefix test on each line, and those are parsed by the maintained parser of the ``prometheus_client``
 package (``text_string_to_metric_families``); the buckets, the ``# HELP``/``# TYPE`` lines and every
-other family are passed over. Memory holds one scrape's kept lines and one :class:`Point` per scrape.
+other family are passed over. Memory holds one scrape's kept lines and one :class:`Point` per scrape
+(about 3 KiB: a day of 15-second scrapes of one server, 5,800, takes about 20 MiB whatever their size).
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from sdplan.metrics.series import Identity, Point, SeriesBuilder
 
 #: Bytes read from the head of a file to recognise it.
 HEAD_BYTES = 1 << 16
-#: Prefixes of the lines kept: every sample name read, as a line starts with it.
-_KEPT = tuple(names.SAMPLE_QUANTITY)
+#: Prefixes of the lines kept: every sample name read, as a line starts with it; of a histogram's buckets only
+#: the ``+Inf`` one (it stands in for a missing ``_count``): the other ~20 per histogram would be most of the
+#: parsing (the parser takes 80% of a read; keeping every bucket made a day of scrapes 4x slower to read).
+_BUCKETS = tuple(names.INF_BUCKETS.values())
+_KEPT = tuple(name for name in names.SAMPLE_QUANTITY if name not in _BUCKETS)
 _GZIP, _XZ = b"\x1f\x8b", b"\xfd7zXZ\x00"
 
 
@@ -89,6 +93,7 @@ def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], C
         raise MissingDependencyError("reading Prometheus text needs the prometheus_client package; "
                                      "pip install prometheus_client") from None
     builder = SeriesBuilder()
+    servers: dict[Identity, list[Point]] = {}
     skipped: Counter[str] = Counter()
     scrapes = 0
     try:
@@ -104,12 +109,15 @@ def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], C
                             builder.add(time_s, sample.name, sample.labels, float(sample.value))
                 except (ValueError, TypeError, IndexError):
                     skipped[f"scrapes with a malformed line (the first at line {line_number})"] += 1
+                for identity, found in builder.points().items():  # one point per scrape is all that is kept
+                    servers.setdefault(identity, []).extend(found)
+                builder.clear()
     except (EOFError, lzma.LZMAError, OSError) as error:
         raise InputFileError(where, None, f"compressed stream broken ({error}); recompress or decompress it") \
             from None
     for name, count in builder.non_finite.items():
         skipped[f"samples of {name} that were NaN or infinite (their scrapes skip the quantity)"] += count
-    return builder.points(), skipped, scrapes
+    return servers, skipped, scrapes
 
 
 def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float, int, list[str], bool]]:
@@ -130,7 +138,7 @@ def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float, int, list[str]
             time_s, header_line, kept = _header_time(line, where, number), number, []
             ends = " url=" in line  # sdplan scrape's headers name the URL, and its scrapes end with END_MARK
             continue
-        if line.startswith(_KEPT):
+        if line.startswith(_KEPT) or (line.startswith(_BUCKETS) and 'le="+Inf"' in line):
             if time_s is None:
                 saw_samples = True
                 continue
