@@ -10,8 +10,9 @@
 4. Prior scaling: calibrations scaled to the no-SD metrics, predicting the SD server's windows, against the
    same calibrations as they are.
 
-Run from the repository root: ``python benchmarks/prometheus_sources.py [--json OUT]``. Reads only the
-fixtures; nothing is generated from the model.
+Run from the repository root: ``python benchmarks/prometheus_sources.py [--json OUT]``; ``--data DIR
+--rates 2,4,6,8,10`` reads another recording of ``benchmarks/record_prometheus.py``. Reads only recorded
+files; nothing is generated from the model.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from floors import perfect_model_error  # noqa: E402
 
 from sdplan.calibration import parse_calibration, resolve_calibration  # noqa: E402
+from sdplan.errors import InputFileError  # noqa: E402
 from sdplan.fit import fit_configurations, fit_pooled, fitted_document  # noqa: E402
 from sdplan.metrics.prior import gap, scale_prior  # noqa: E402
 from sdplan.runs import load_runs, screen  # noqa: E402
@@ -34,7 +36,7 @@ from sdplan.runs.record import BenchmarkRun  # noqa: E402
 from sdplan.validation import predict_latency  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "prometheus-cpu"
-RATES = (2, 4, 7, 10)
+RATES: tuple[float, ...] = (2, 4, 7, 10)
 #: Server-to-server spread of mean latency measured on these 2-core VMs (repeat_sd_pct of acc40-49,
 #: benchmarks/RESULTS-accuracy-served-2026-11.md): the least and the most.
 SPREADS_PCT = (4.5, 16.3)
@@ -43,6 +45,16 @@ PRIORS = ("cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured", "l40s
 PROVENANCE = {"method": "fit", "hardware": "2-core x86_64 VM", "target_model": "tiny successor",
               "draft_model": "tiny successor draft", "engine": "vllm", "engine_version": "0.32.0",
               "date": "2026-11-29"}
+
+
+def scrapes(option: str) -> Path:
+    """The option's scrape file, compressed (the fixtures) or not (a fresh recording)."""
+    packed = DATA / f"{option}.scrapes.xz"
+    return packed if packed.exists() else DATA / f"{option}.scrapes"
+
+
+def bench_file(option: str, rate: float) -> Path:
+    return DATA / f"{option}-r{rate:g}.json"
 
 
 def kept(paths: list[Path]) -> list[BenchmarkRun]:
@@ -55,10 +67,15 @@ def calibration(runs: list[BenchmarkRun], name: str) -> Any:
                                              description=name), name)
 
 
+def percent(value: float, reference: float) -> float:
+    """``value`` against ``reference`` in percent (infinite where the reference is 0: a C2 fitted as 0)."""
+    return 100 * (value / reference - 1) if reference else float("inf")
+
+
 def two_sources() -> dict[str, Any]:
-    sources = {"scrapes": [DATA / "nosd.scrapes.xz", DATA / "sd.scrapes.xz"],
+    sources = {"scrapes": [scrapes("nosd"), scrapes("sd")],
                "prometheus": [DATA / "nosd.query_range.json", DATA / "sd.query_range.json"],
-               "bench": [DATA / f"{o}-r{r}.json" for o in ("nosd", "sd") for r in RATES]}
+               "bench": [bench_file(o, r) for o in ("nosd", "sd") for r in RATES]}
     runs = {name: kept(paths) for name, paths in sources.items()}
     configurations = {name: {f.draft_length: f for f in fit_configurations(found)} for name, found in runs.items()}
     result: dict[str, Any] = {"kept_runs": {name: len(found) for name, found in runs.items()}, "per_configuration": []}
@@ -68,10 +85,15 @@ def two_sources() -> dict[str, Any]:
             mine = configurations[name][k]
             result["per_configuration"].append({
                 "option": k, "source": name, "c1_s": mine.c1_s, "c2_s": mine.c2_s, "bench_c1_s": bench.c1_s,
-                "bench_c2_s": bench.c2_s, "c1_diff_pct": 100 * (mine.c1_s / bench.c1_s - 1),
-                "c2_diff_pct": 100 * (mine.c2_s / bench.c2_s - 1)})
+                "bench_c2_s": bench.c2_s, "c1_diff_pct": percent(mine.c1_s, bench.c1_s),
+                "c2_diff_pct": percent(mine.c2_s, bench.c2_s)})
     # the pooled calibrations' predictions at the measured rates (the bench files' runs, as they were measured)
-    metrics_cal, bench_cal = calibration(runs["scrapes"], "metrics"), calibration(runs["bench"], "bench")
+    try:
+        metrics_cal, bench_cal = calibration(runs["scrapes"], "metrics"), calibration(runs["bench"], "bench")
+    except InputFileError as error:  # e.g. a C2 fitted as 0: runs whose latency did not grow with the load
+        result["predictions"], result["max_prediction_diff_pct"] = [], None
+        result["no_calibration"] = str(error)
+        return result
     predictions = []
     for run in load_runs([str(p) for p in sources["bench"]], "auto", None, None)[0]:
         ours = predict_latency(metrics_cal.coefficients_at(run.prompt_tokens, run.output_tokens), run)
@@ -84,22 +106,25 @@ def two_sources() -> dict[str, Any]:
 
 
 def acceptance() -> dict[str, Any]:
-    windows = kept([DATA / "sd.scrapes.xz"]) + kept([DATA / "sd.query_range.json"])
+    windows = kept([scrapes("sd")]) + kept([DATA / "sd.query_range.json"])
     worst = 0.0
     for run in windows:
         rate = RATES[int(run.source.split("#w")[1].split("[")[0]) - 1]
-        recorded = json.loads((DATA / f"sd-r{rate}.json").read_text())["spec_decode_per_position_acceptance_rates"]
+        recorded = json.loads(bench_file("sd", rate).read_text())["spec_decode_per_position_acceptance_rates"]
         worst = max(worst, max(abs(a - b) for a, b in zip(run.position_rates or (), recorded)))
     return {"windows": len(windows), "max_abs_diff": worst}
 
 
 def held_out() -> list[dict[str, Any]]:
-    windows = kept([DATA / "nosd.scrapes.xz", DATA / "sd.scrapes.xz"])
+    windows = kept([scrapes("nosd"), scrapes("sd")])
     rows = []
     for index, rate in enumerate(RATES):
         tag = f"#w{index + 1}["
         train = [run for run in windows if tag not in run.source]
-        cal = calibration(train, f"without-{rate}")
+        try:
+            cal = calibration(train, f"without-{rate}")
+        except InputFileError:  # a C2 fitted as 0 (latency flat in the load): no calibration to predict with
+            continue
         for run in (run for run in windows if tag in run.source):
             coefficients = cal.coefficients_at(run.prompt_tokens, run.output_tokens)
             predicted = predict_latency(coefficients, run)
@@ -117,7 +142,7 @@ def held_out() -> list[dict[str, Any]]:
 def held_out_per_option() -> list[dict[str, Any]]:
     """Per option, ``L = C1 + B C2`` fitted to three loads' windows (:func:`sdplan.fit.fit_configurations`), the
     fourth predicted at its arrival rate, ``C1/(1 - lambda C2)``."""
-    windows = kept([DATA / "nosd.scrapes.xz", DATA / "sd.scrapes.xz"])
+    windows = kept([scrapes("nosd"), scrapes("sd")])
     rows = []
     for k in (0, 3):
         mine = [run for run in windows if run.draft_length == k]
@@ -133,8 +158,8 @@ def held_out_per_option() -> list[dict[str, Any]]:
 
 
 def priors() -> list[dict[str, Any]]:
-    base = kept([DATA / "nosd.scrapes.xz"])
-    sd = kept([DATA / "sd.scrapes.xz"])
+    base = kept([scrapes("nosd")])
+    sd = kept([scrapes("sd")])
     rows = []
     for name in PRIORS:
         prior = resolve_calibration(name)
@@ -151,7 +176,12 @@ def priors() -> list[dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path, help="Write every figure here too.")
+    parser.add_argument("--data", type=Path, help="Another recording's folder (default: the fixtures).")
+    parser.add_argument("--rates", help="Its rates, e.g. 2,4,6,8,10 (default 2,4,7,10).")
     args = parser.parse_args()
+    global DATA, RATES
+    DATA = args.data or DATA
+    RATES = tuple(float(v) for v in args.rates.split(",")) if args.rates else RATES
     figures = {"two_sources": two_sources(), "acceptance": acceptance(), "held_out": held_out(),
                "held_out_per_option": held_out_per_option(), "priors": priors()}
     two = figures["two_sources"]
@@ -163,7 +193,10 @@ def main() -> int:
     for row in two["predictions"]:
         print(f"  {row['run']:>14} at {row['rate_rps']:g} req/s: metrics {row['metrics_s']:.4f} s, bench "
               f"{row['bench_s']:.4f} s ({row['diff_pct']:+.1f}%); client measured {row['measured_client_s']:.4f} s")
-    print(f"largest difference of predicted mean E2E: {two['max_prediction_diff_pct']:.1f}%")
+    if two["max_prediction_diff_pct"] is None:
+        print(f"no pooled comparison: {two['no_calibration']}")
+    else:
+        print(f"largest difference of predicted mean E2E: {two['max_prediction_diff_pct']:.1f}%")
     print(f"acceptance per position, {figures['acceptance']['windows']} windows: largest difference from vLLM's "
           f"{figures['acceptance']['max_abs_diff']:.3g}")
     for row in figures["held_out"] + figures["held_out_per_option"]:
