@@ -128,7 +128,8 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
         raise InfeasibleError(f"only {len(runs)} usable runs; a fit needs at least {MIN_FIT_RUNS} (several loads "
                               "per configuration)")
     if not any(run.draft_length == 0 for run in runs):
-        raise InfeasibleError("no run without SD: the no-SD baseline cannot be fitted; include baseline runs")
+        raise InfeasibleError("no run without SD: the no-SD baseline cannot be fitted; include baseline runs, or "
+                              "scale a calibration to these runs with sdplan fit --prior CALIBRATION")
     runs = sorted(runs, key=lambda r: (r.source, r.draft_length, r.load_level, r.mean_e2e_latency_s))
     if reference is None:
         reference = _reference_workload(runs)

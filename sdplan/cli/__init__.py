@@ -42,6 +42,7 @@ COMMANDS = {
     "fit": "sdplan.cli.fit:fit",
     "validate": "sdplan.cli.validate:validate",
     "simulate": "sdplan.cli.simulate:simulate",
+    "scrape": "sdplan.cli.scrape:scrape",
 }
 
 

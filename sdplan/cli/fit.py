@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan import __version__
 from sdplan.cli._options import output_options
-from sdplan.cli._results import override_alpha, results_options
+from sdplan.cli._results import override_alpha, results_options, window_seconds
 from sdplan.errors import InfeasibleError
 from sdplan.fileio import atomic_write_text, dumps_toml
 
@@ -35,26 +33,29 @@ if TYPE_CHECKING:
               help="random: a seeded fraction (--holdout). highest-load: leave out the most loaded run of every "
               "configuration with 3+ runs (tests extrapolation in load).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random --holdout split.")
+@click.option("--prior", metavar="CALIBRATION", help="Instead of fitting, scale this calibration (file or shipped "
+              "name, e.g. a derived one) to reproduce the runs: one factor on its C1 side, one on its C2 side, "
+              "keeping its ratios of every SD step to the plain step; the options the runs did not measure are "
+              "anchored, not measured. Records the gap before and after.")
 @output_options(formats=("table", "json"), to_file=False)
-def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], draft_length: int | None,
-        acceptance_alpha: list[float] | None,
-        acceptance_length: list[float] | None, draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
-        position_acceptance: list[float] | None,
+def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], window: str | None,
+        draft_length: int | None, acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
+        draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
         calibration_out: str, name: str | None, hardware: str, target_model: str, draft_model: str,
-        engine_version: str, holdout: float | None, holdout_by: str, seed: int, fmt: str, ascii_only: bool) -> None:
+        engine_version: str, holdout: float | None, holdout_by: str, seed: int, prior: str | None, fmt: str,
+        ascii_only: bool) -> None:
     """Fit a calibration to real benchmark results.
 
-    Reads vLLM bench serve JSON (one run, --append-result JSON Lines, or a
-    vllm bench sweep output folder), GuideLLM reports or CSV. Fits
-    L = C1 + B*C2 with B the mean number of other requests in flight (an open
-    loop: lambda*L at its arrival rate, the planner's relation; a closed loop
-    of N clients: measured from per-request times when the file has them,
-    else N-1), and TTFT under load,
-    pooled over every (k, acceptance, lengths); prints per-coefficient
-    standard errors and what the data do not identify; leaves out runs not
-    at steady state or not under Poisson arrivals and says why. Writes a
-    method = "fit" calibration with the sources' hashes and the covariance,
-    only after the report succeeded.
+    Reads vLLM bench serve JSON (one run, --append-result JSON Lines, or a vllm
+    bench sweep output folder), GuideLLM reports, CSV, or a vLLM server's metrics
+    (sdplan scrape; Prometheus query_range). Fits L = C1 + B*C2 with B the mean
+    number of other requests in flight (an open loop: lambda*L at its arrival rate,
+    the planner's relation; a closed loop of N clients: measured from per-request
+    times when the file has them, else N-1), and TTFT under load, pooled over every
+    (k, acceptance, lengths); prints per-coefficient standard errors and what the
+    data do not identify; leaves out runs not at steady state or not under Poisson
+    arrivals and says why. Writes a method = "fit" calibration with the sources'
+    hashes and the covariance, only after the report succeeded.
 
     AIConfigurator's measured rows (silicon_sample.csv, or aic:silicon_sample
     for the installed package's own) are closed loops of N clients at given
@@ -72,11 +73,15 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
       sdplan fit base.json guidellm-sd.json:k=4,len=2.8 -o fit.toml
       sdplan fit sweep-output/ -o fit.toml --holdout-by highest-load
       sdplan fit runs.csv -o - --holdout 0.25 > fit.toml
+      sdplan fit nosd.scrapes -o anchored.toml \\
+                 --prior l40s_qwen3-8b_qwen3-0.6b_derived
       sdplan fit aic:silicon_sample -o qwen3-32b-h100-tp4.toml \\
                  --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
     from sdplan.calibration import parse_calibration
+    from sdplan.cli._prior import fit_to_prior, provenance_table
     from sdplan.fit import fit_configurations, fit_pooled, fitted_document
+    from sdplan.metrics.acceptance import acceptance_document
     from sdplan.render import OutputFormat, Style, stdout_is_terminal
     from sdplan.render.fit import fit_document, render_fit
     from sdplan.runs import load_runs, silicon, split_file_facts
@@ -84,23 +89,21 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
 
     alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
                            position_acceptance)
-    selection = silicon.Selection.parse(select)
-    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, selection)
-    kept, dropped = _screened(runs)
-    kept, held = _held_out(kept, holdout, holdout_by, seed)
-    pooled = fit_pooled(kept)
-    configurations = fit_configurations(kept)
-    holdout_result = validate(pooled.coefficients_at, held) if held else None
-    to_stdout = calibration_out == "-"
-    out = Path("fitted.toml" if to_stdout else calibration_out)
+    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, silicon.Selection.parse(select),
+                               window_seconds(window))
+    (kept, dropped), given = _screened(runs), _given(hardware, target_model, engine_version, draft_model)
+    if prior is not None:  # scale a calibration to the runs instead of fitting one (sdplan/metrics/prior.py)
+        return fit_to_prior(prior, results, kept, dropped, warnings, given, name, calibration_out, fmt)
+    to_stdout, out = calibration_out == "-", Path("fitted.toml" if calibration_out == "-" else calibration_out)
     paths = [silicon.resolve_path(split_file_facts(argument)[0]) for argument in results]
-    given = {"hardware": hardware, "target_model": target_model, "engine_version": engine_version,
-             "draft_model": draft_model}
-    provenance = _provenance(paths, given, f"{len(kept)} runs fitted, {len(dropped)} left out by the screen "
+    kept, held = _held_out(kept, holdout, holdout_by, seed)
+    pooled, configurations = fit_pooled(kept), fit_configurations(kept)
+    holdout_result = validate(pooled.coefficients_at, held) if held else None
+    provenance = provenance_table(paths, given, f"{len(kept)} runs fitted, {len(dropped)} left out by the screen "
                              "(sdplan-fit(1))" + (f", {len(held)} held out ({holdout_by})" if held else ""))
-    provenance.update(_measured_provenance(paths, input_format, selection, given))
+    provenance.update(_measured_provenance(paths, input_format, silicon.Selection.parse(select), given))
     document = fitted_document(pooled, kept, name=name or (out.stem if not to_stdout else "fitted"),
-                               provenance=provenance,
+                               provenance=provenance, acceptance=acceptance_document(kept),
                                description=f"fitted from {len(results)} benchmark source(s) with sdplan fit")
     if holdout_result:
         document["fit_quality"]["detail"] += (f"; held-out {len(held)} runs ({holdout_by}): "
@@ -109,8 +112,14 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], dr
     text = dumps_toml(document, header="Fitted with 'sdplan fit' from benchmark results.")
     report = fit_document(pooled, configurations, kept, dropped, holdout_result, "-" if to_stdout else str(out),
                           warnings)
-    rendered = render_fit(report, OutputFormat(fmt), Style(ascii=ascii_only), stdout_is_terminal() and not to_stdout)
-    _write(text, rendered, None if to_stdout else out)
+    _write(text, render_fit(report, OutputFormat(fmt), Style(ascii=ascii_only), stdout_is_terminal() and not to_stdout),
+           None if to_stdout else out)
+
+
+def _given(hardware: str, target_model: str, engine_version: str, draft_model: str) -> dict[str, str]:
+    """The provenance options as given."""
+    return {"hardware": hardware, "target_model": target_model, "engine_version": engine_version,
+            "draft_model": draft_model}
 
 
 def _write(calibration: str, report: str, out: Path | None) -> None:
@@ -124,15 +133,6 @@ def _write(calibration: str, report: str, out: Path | None) -> None:
         return
     atomic_write_text(out, calibration)
     emit(report, None)
-
-
-def _provenance(paths: list[Path], given: dict[str, str], notes: str) -> dict[str, Any]:
-    """The fitted calibration's [provenance]: the options given, the sources with their digests, the counts."""
-    from sdplan.runs import file_digest
-
-    return {"method": "fit", **given, "engine": "vllm", "date": datetime.date.today(),
-            "created_by": f"sdplan fit (sdplan {__version__})",
-            "sources": [f"{path.name} {file_digest(path)}" for path in paths], "notes": notes}
 
 
 def _screened(runs: list[BenchmarkRun]) -> tuple[list[BenchmarkRun], list[tuple[BenchmarkRun, str]]]:

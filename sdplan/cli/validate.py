@@ -15,7 +15,7 @@ from sdplan.cli._options import (
     plot_options,
     terminal_plot_settings,
 )
-from sdplan.cli._results import override_alpha, results_options
+from sdplan.cli._results import override_alpha, results_options, window_seconds
 from sdplan.errors import ExitStatus
 
 
@@ -39,7 +39,7 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @output_options(formats=("table", "json"))
 @plot_options
 def validate(calibration: str | None, results: tuple[str, ...], input_format: str, select: tuple[str, ...],
-             draft_length: int | None,
+             window: str | None, draft_length: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
         position_acceptance: list[float] | None, max_error: float | None,
@@ -81,7 +81,8 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
         alpha_default = None
     from sdplan.runs.silicon import Selection
 
-    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, Selection.parse(select))
+    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, Selection.parse(select),
+                               window_seconds(window))
     if alpha_default is not None:
         runs = [replace(r, alpha=alpha_default) if r.draft_length > 0 and r.alpha is None else r for r in runs]
     warn(warnings)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.runs import csv, guidellm, inferencex, silicon, vllm_bench
+from sdplan.runs import csv, guidellm, inferencex, prometheus_api, prometheus_text, silicon, vllm_bench
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.manifest import overloaded_files
 from sdplan.runs.record import BenchmarkRun, check_domain, read_text, sweep_files
@@ -33,7 +33,9 @@ class Reader:
 
     name: str
     description: str
-    #: ``"text"``: ``read`` gets the file's text; ``"json"``: each decoded JSON object.
+    #: ``"text"``: ``read`` gets the file's text; ``"json"``: each decoded JSON object; ``"stream"``: the path, to
+    #: read in bounded memory (``detects`` gets the head of the file's text, ``read`` the server labels of
+    #: ``--select`` and the window length of ``--window``).
     content: str
     detects: Callable[[Path, Any], bool]
     read: Callable[..., tuple[list[BenchmarkRun], list[str]]]
@@ -46,8 +48,11 @@ def _reader(module: Any, content: str) -> Reader:
                   getattr(module, "SELECTS", False))
 
 
-#: Every input format, in the order ``auto`` tries them (silicon before csv, which claims every ``.csv``).
+#: Every input format, in the order ``auto`` tries them (silicon before csv, which claims every ``.csv``; the
+#: metrics readers first, by the head of a file, since their files may be too large to read whole).
 READERS = (
+    _reader(prometheus_text, "stream"),
+    _reader(prometheus_api, "stream"),
     _reader(vllm_bench, "json"),
     _reader(guidellm, "json"),
     _reader(silicon, "text"),
@@ -100,8 +105,8 @@ def _json_documents(text: str, name: str, forced: bool) -> list[tuple[str, Any]]
     return [("", document)]
 
 
-def read_results(path: Path, input_format: str = "auto",
-                 selection: silicon.Selection | None = None) -> tuple[list[BenchmarkRun], list[str]]:
+def read_results(path: Path, input_format: str = "auto", selection: silicon.Selection | None = None,
+                 window_s: float | None = None) -> tuple[list[BenchmarkRun], list[str]]:
     """Runs of one file or sweep folder, and warnings about it.
 
     ``selection`` (``--select``) is for readers that take one (a silicon
@@ -133,11 +138,17 @@ def read_results(path: Path, input_format: str = "auto",
                              overloaded=member.parent == path and member.name in flagged) for run in found]
             warnings += notes
         return runs, warnings
-    text = read_text(path)
     forced = _BY_NAME.get(input_format)
+    streamed = _stream_reader(path, forced)
+    if streamed is not None:
+        return _read_stream(streamed, path, selection, window_s)
+    text = read_text(path)
     text_reader = forced if forced is not None and forced.content == "text" else next(
         (reader for reader in READERS if forced is None and reader.content == "text" and reader.detects(path, text)),
         None)
+    if selection and selection.labels and text_reader is not None:
+        raise InvalidValueError(f"--select {selection.describe()}: server labels pick a server of a Prometheus "
+                                f"metrics file; {name} is not one")
     if selection and (text_reader is None or not text_reader.selects):
         raise InvalidValueError(f"--select {selection.describe()}: picks rows of AIConfigurator silicon files "
                                 f"(--input-format {silicon.NAME}); {name} is not one")
@@ -161,7 +172,8 @@ def read_results(path: Path, input_format: str = "auto",
 
 
 def load_runs(paths: list[str], input_format: str, draft_length: int | None, alpha: float | None,
-              selection: silicon.Selection | None = None) -> tuple[list[BenchmarkRun], list[str]]:
+              selection: silicon.Selection | None = None,
+              window_s: float | None = None) -> tuple[list[BenchmarkRun], list[str]]:
     """Read every file or folder; flags and per-file facts fill in only what files do not record.
 
     Each argument may carry per-file facts, ``FILE:k=4,len=2.8`` (see
@@ -182,7 +194,7 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None, alp
     prefixes = _relative_names([str(path) for path, _ in arguments])
     seen: dict[str, int] = {}
     for (path, facts), prefix in zip(arguments, prefixes):
-        found, notes = read_results(path, input_format, selection)
+        found, notes = read_results(path, input_format, selection, window_s)
         for run in found:
             if facts is not None:
                 run = facts.force(run)
@@ -196,6 +208,34 @@ def load_runs(paths: list[str], input_format: str, draft_length: int | None, alp
         warnings.extend(notes)
     stalled = stalled_note(runs)
     return runs, warnings + ([stalled] if stalled else [])
+
+
+def _stream_reader(path: Path, forced: Reader | None) -> Reader | None:
+    """The ``"stream"`` reader of a file: the forced one, or the first whose ``detects`` claims its head."""
+    if forced is not None:
+        return forced if forced.content == "stream" else None
+    streams = [reader for reader in READERS if reader.content == "stream"]
+    if not streams or not path.is_file():
+        return None
+    from sdplan.metrics.textfile import head_text
+
+    head = head_text(path)
+    return next((reader for reader in streams if head and reader.detects(path, head)), None)
+
+
+def _read_stream(reader: Reader, path: Path, selection: silicon.Selection | None,
+                 window_s: float | None) -> tuple[list[BenchmarkRun], list[str]]:
+    """The runs of a metrics file (one per window); ``--select`` picks a server by its labels."""
+    name = str(path)
+    if selection and selection.filters:
+        raise InvalidValueError(f"--select {selection.describe()}: picks rows of AIConfigurator silicon files; "
+                                f"pick a server of {name} by its labels, e.g. model_name=NAME or instance=HOST:PORT")
+    if not path.is_file():
+        raise InputFileError(name, None, "no such file; check the path")
+    found, warnings = reader.read(name, path, selection.labels if selection else (), window_s)
+    own = path.name
+    return [check_domain(run, name + run.source[len(own):] if run.source.startswith(own) else name)
+            for run in found], warnings
 
 
 def _relative_names(paths: list[str]) -> list[str]:

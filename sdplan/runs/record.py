@@ -144,6 +144,9 @@ class BenchmarkRun:
     #: shows it. Such a run is left out of fits until ``FILE:k=K`` or ``--draft-length`` gives the length;
     #: read as no SD it would be wrong. None: the draft length is known, or the run has no SD.
     speculation_unrecorded: str | None = None
+    #: Drafts vLLM counted over the run (``vllm:spec_decode_num_drafts``), where a metrics window gives them: the
+    #: weight that pools per-position acceptance over windows into vLLM's own ratio. None: not recorded.
+    spec_decode_drafts: float | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -246,7 +249,9 @@ def file_digest(path: Path) -> str:
             digest.update(member.relative_to(path).as_posix().encode())
             digest.update(member.read_bytes())
     else:
-        digest.update(path.read_bytes())
+        with path.open("rb") as stream:  # in pieces: a metrics file may be gigabytes
+            for piece in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(piece)
     return "sha256:" + digest.hexdigest()
 
 

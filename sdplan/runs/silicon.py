@@ -103,6 +103,8 @@ class Selection:
     """``key=value`` filters on a silicon file's rows (:data:`KEYS`); empty keeps every row."""
 
     filters: tuple[tuple[str, str], ...] = ()
+    #: Server labels (:data:`sdplan.metrics.names.SELECT_LABELS`) that pick a server of a metrics file.
+    labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, texts: tuple[str, ...] | list[str]) -> Selection:
@@ -113,7 +115,10 @@ class Selection:
         InvalidValueError
             On a malformed item or an unknown key (exit 2).
         """
+        from sdplan.metrics.names import SELECT_LABELS
+
         filters: dict[str, str] = {}
+        labels: dict[str, str] = {}
         for text in texts:
             for item in text.split(","):
                 if not item.strip():
@@ -122,19 +127,26 @@ class Selection:
                 key, value = key.strip().lower().replace("-", "_"), value.strip()
                 if not eq or not value:
                     raise InvalidValueError(f"--select {item.strip()!r}: expected KEY=VALUE, e.g. model=Qwen3-32B")
+                if key in SELECT_LABELS:
+                    if key in labels and labels[key] != value:
+                        raise InvalidValueError(f"--select: {key} given twice ({labels[key]}, {value}); give one")
+                    labels[key] = value
+                    continue
                 if key not in KEYS:
                     raise InvalidValueError(f"--select {item.strip()!r}: unknown key {key!r}; one of "
-                                            f"{', '.join(KEYS)}")
+                                            f"{', '.join(KEYS)} (silicon rows) or {', '.join(SELECT_LABELS)} "
+                                            "(servers in metrics)")
                 if key in filters and filters[key] != value:
                     raise InvalidValueError(f"--select: {key} given twice ({filters[key]}, {value}); give one")
                 filters[key] = value
-        return cls(tuple((key, filters[key]) for key in KEYS if key in filters))
+        return cls(tuple((key, filters[key]) for key in KEYS if key in filters),
+                   tuple((key, labels[key]) for key in SELECT_LABELS if key in labels))
 
     def __bool__(self) -> bool:
-        return bool(self.filters)
+        return bool(self.filters or self.labels)
 
     def describe(self) -> str:
-        return ",".join(f"{key}={value}" for key, value in self.filters)
+        return ",".join(f"{key}={value}" for key, value in (*self.filters, *self.labels))
 
 
 def cell_value(row: dict[str, str], key: str) -> str:
@@ -325,6 +337,11 @@ def configuration_in(path: Path, input_format: str, selection: Selection) -> Sil
     """
     if path.is_dir() or input_format not in ("auto", NAME):
         return None
+    if input_format == "auto":  # by the head first: other formats' files may be compressed, or gigabytes
+        with path.open("rb") as stream:
+            head = stream.read(1 << 16)
+        if not head.startswith((b"\xff\xfe", b"\xfe\xff")) and not detects(path, head.decode("utf-8-sig", "replace")):
+            return None
     text = read_text(path)
     if input_format == "auto" and not detects(path, text):
         return None

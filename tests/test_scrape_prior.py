@@ -1,0 +1,164 @@
+"""``sdplan scrape`` (recording a live /metrics) and ``sdplan fit --prior`` (a calibration scaled to metrics)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import lzma
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sdplan.cli import cli
+from sdplan.errors import EngineError, InvalidValueError
+from sdplan.metrics.scrape import END_MARK, SCRAPE_MARK, ScrapeRequest, metrics_url, record_scrapes
+from sdplan.runs import read_results
+
+DATA = Path(__file__).parent / "data" / "prometheus-cpu"
+CPU_PRIOR = "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured"
+
+
+def real_scrape() -> bytes:
+    """One scrape of the real server, as it served it (the fixture's first)."""
+    text = lzma.open(DATA / "nosd.scrapes.xz", "rt").read()
+    body = text.split("\n", 1)[1].split(END_MARK, 1)[0]
+    return body.encode()
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    body = real_scrape()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            status = 200 if self.path == "/metrics" else 404
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            if status == 200:
+                self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_scrape_appends_whole_scrapes_with_their_times(server: str, tmp_path: Path) -> None:
+    out = tmp_path / "live.scrapes"
+    result = CliRunner().invoke(cli, ["scrape", server, "--every", "200ms", "--for", "0.6s", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    first = out.read_text()
+    assert first.count(SCRAPE_MARK + " time=") == first.count(END_MARK) == 4
+    result = CliRunner().invoke(cli, ["scrape", server, "--every", "200ms", "--for", "0.2s", "-o", str(out)])
+    assert result.exit_code == 0 and "appended to" in result.output
+    text = out.read_text()
+    assert text.startswith(first) and text.count(END_MARK) == 6
+    times = [float(line.split("time=")[1].split()[0]) for line in text.splitlines()
+             if line.startswith(SCRAPE_MARK + " ")]
+    assert times == sorted(times)
+    assert real_scrape().decode() in text  # as served, byte for byte
+
+
+def test_ctrl_c_stops_cleanly_after_the_write(server: str, tmp_path: Path) -> None:
+    calls = []
+
+    def sleep(seconds: float) -> None:
+        calls.append(seconds)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "stopped.scrapes"
+    result = record_scrapes(ScrapeRequest(url=server, every_s=0.01, for_s=None, output=out), sleep=sleep)
+    assert result.interrupted and result.scrapes == 3
+    assert out.read_text().count(END_MARK) == 3
+
+
+def test_only_loopback_or_named_hosts(tmp_path: Path) -> None:
+    assert metrics_url("127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"
+    assert metrics_url("http://[::1]:8000/custom") == "http://[::1]:8000/custom"
+    with pytest.raises(InvalidValueError, match="--allow-host 10.0.0.7"):
+        metrics_url("http://10.0.0.7:8000")
+    assert metrics_url("http://gpu7.lab:8000", ("gpu7.lab",)) == "http://gpu7.lab:8000/metrics"
+    with pytest.raises(InvalidValueError, match="http and https"):
+        metrics_url("file:///etc/passwd")
+    result = CliRunner().invoke(cli, ["scrape", "http://example.com", "-o", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "not a loopback" in result.output
+
+
+def test_nothing_serving_is_an_engine_error(tmp_path: Path) -> None:
+    def refuse(url: str, timeout: float) -> bytes:
+        raise OSError("connection refused")
+
+    with pytest.raises(EngineError, match="no metrics"):
+        record_scrapes(ScrapeRequest(url="http://127.0.0.1:9", every_s=1, for_s=1, output=tmp_path / "x"),
+                       fetch=refuse)
+    result = CliRunner().invoke(cli, ["scrape", "http://127.0.0.1:9", "--for", "1s", "--timeout", "1s",
+                                      "-o", str(tmp_path / "y")])
+    assert result.exit_code == 6 and result.output.startswith("Error:")
+
+
+def test_a_failed_scrape_is_counted_and_the_recording_goes_on(tmp_path: Path) -> None:
+    answers = iter([b"vllm:x 1\n", OSError("timeout"), b"vllm:x 2\n"])
+
+    def fetch(url: str, timeout: float) -> bytes:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    result = record_scrapes(ScrapeRequest(url="http://localhost:1", every_s=0.01, for_s=0.02, output=tmp_path / "z"),
+                            fetch=fetch, sleep=lambda s: None)
+    assert (result.scrapes, result.failed, result.last_failure) == (2, 1, "timeout")
+
+
+# ----------------------------------------------------------------------------- --prior
+
+
+def test_a_prior_scaled_to_no_sd_metrics_predicts_the_sd_server_better(tmp_path: Path) -> None:
+    """The shipped CPU calibration (another tiny model, another day) scaled to the no-SD server's windows,
+    then asked about the SD server's windows, which it never saw."""
+    from sdplan.calibration import load_calibration, resolve_calibration
+    from sdplan.metrics.prior import gap
+
+    out = tmp_path / "scaled.toml"
+    result = CliRunner().invoke(cli, ["fit", str(DATA / "nosd.scrapes.xz"), "--prior", CPU_PRIOR, "-o", str(out),
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["measured_options"] == [0] and "not measured" in report["anchored"]
+    assert report["gap_after"]["mape_pct"] < report["gap_before"]["mape_pct"]
+    sd_windows, _ = read_results(DATA / "sd.scrapes.xz")
+    scaled, prior = load_calibration(out), resolve_calibration(CPU_PRIOR)
+    after, before = gap(scaled.coefficients_at, sd_windows), gap(prior.coefficients_at, sd_windows)
+    assert after.mape_pct <= before.mape_pct  # measured: 17.4% against 35.8%
+    assert "anchored, not measured" in out.read_text()
+
+
+def test_one_load_level_scales_both_sides_by_one_factor() -> None:
+    from sdplan.calibration import resolve_calibration
+    from sdplan.metrics.prior import scale_prior
+
+    windows, _ = read_results(DATA / "nosd.scrapes.xz")
+    scaled = scale_prior(resolve_calibration(CPU_PRIOR), windows[:1], name="one", provenance={
+        "method": "fit", "hardware": "cpu", "target_model": "t", "draft_model": "d", "engine": "vllm",
+        "engine_version": "0.32.0", "date": "2026-11-29"})
+    assert scaled.one_factor and scaled.c1_scale == scaled.c2_scale
+    assert scaled.after.mape_pct < 0.1  # one window, one factor: reproduced (to the rounding of its lengths)
+
+
+def test_the_text_report_says_what_is_anchored(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["fit", str(DATA / "nosd.query_range.json"), "--prior",
+                                      "l40s_qwen3-8b_qwen3-0.6b_derived", "-o", str(tmp_path / "a.toml")])
+    assert result.exit_code == 0, result.output
+    assert "anchored, not measured" in result.output and "before" in result.output and "after" in result.output
