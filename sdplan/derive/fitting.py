@@ -114,7 +114,8 @@ def fit_knee(points: list[tuple[int, int, int]], values: list[float], floor_s: f
     21.6 ms at 1,024 rows, 20 us a row past the knee), and one slope over all rows prices small batches too
     dear and large ones too cheap. For each knee ``R`` of :data:`KNEE_CANDIDATES` within the rows priced,
     the five costs are fitted by :func:`fit_linear`; the knee of least mean relative error is kept if it
-    lowers the straight line's by :data:`KNEE_MIN_GAIN` or more. None otherwise.
+    lowers the straight line's by :data:`KNEE_MIN_GAIN` or more, or if the straight line's slope is below
+    ``floor_s`` (it cannot hold at large batches). None otherwise.
 
     Past the knee a row costs at least ``floor_s``, what the matrix units need for it at peak
     (:meth:`~sdplan.derive.pricing.Pricer.row_compute_floor_s`): a fit that weighs the many small batches
@@ -123,7 +124,9 @@ def fit_knee(points: list[tuple[int, int, int]], values: list[float], floor_s: f
     ``T - floor max(0, Bq - R) = fixed + B seq + tok min(Bq, R) + B s ctx + e max(0, Bq - R)``.
     """
     straight_rows = step_rows(points)
-    _, straight_mean, _ = fit_linear(straight_rows, values)
+    straight, straight_mean, _ = fit_linear(straight_rows, values)
+    # a straight line whose slope is below the matrix units' floor cannot hold at large batches: take a knee
+    needed = straight[2] < floor_s
     most = max(b * q for b, q, _ in points)
     best: KneeFit | None = None
     for knee in KNEE_CANDIDATES:
@@ -136,7 +139,7 @@ def fit_knee(points: list[tuple[int, int, int]], values: list[float], floor_s: f
         if coefficients[4] > 0.0 and (best is None or mean < best.mean_error_pct):
             best = KneeFit(target=coefficients[:4], knee_tokens=float(knee), per_token_above_knee_s=coefficients[4],
                            mean_error_pct=mean, max_error_pct=worst)
-    if best is None or best.mean_error_pct > (1.0 - KNEE_MIN_GAIN) * straight_mean:
+    if best is None or (best.mean_error_pct > (1.0 - KNEE_MIN_GAIN) * straight_mean and not needed):
         return None
     return best
 
