@@ -48,7 +48,7 @@ planner applies it, by ``predict_latency``/``predict_ttft`` (what ``sdplan valid
 
 ``--kv-cap`` lets the derived calibrations' KV cache (AIConfigurator's memory model) hold back a closed
 loop past it; off by default: that estimate is below what the measured servers held (the rows whose TTFT
-grows over 5x: E2E 65.7% without it, 69.9% with it; RESULTS-sd-measured-2026-11.md).
+grows over 5x: E2E 65.6% without it, 69.9% with it; RESULTS-sd-measured-2026-11.md).
 
 Goal: pooled held-out MAPE of E2E and TPOT <= 10%, TTFT <= 25%, over >= 20 configurations.
 About 30 s on a 2-core VM (each fit profiles the fixed share of the step cost), a minute more with --aic.
