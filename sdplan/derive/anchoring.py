@@ -14,7 +14,7 @@ from typing import Any
 
 from sdplan.derive.fitting import fit_linear
 from sdplan.derive.pricing import Pricer
-from sdplan.derive.request import ENGINE_STEP_OVERHEAD_S, MS, DeriveRequest, model_key
+from sdplan.derive.request import MS, DeriveRequest, engine_overheads, model_key
 from sdplan.errors import MissingDependencyError
 from sdplan.runs import silicon
 from sdplan.runs.record import BenchmarkRun
@@ -63,7 +63,7 @@ def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) ->
     prompts per step, each adding its prefill to the step it is chunked into
     (sdplan's ``c2p``: ``sdplan-calibration(5)``). Its time per output token is
     then ``TPOT = a D(N, s) + b (N / g) P(p) + o`` with ``o`` the engine's host
-    overhead per step (:data:`~sdplan.derive.request.ENGINE_STEP_OVERHEAD_S`, fixed), and ``D`` AIConfigurator's
+    overhead per step (:func:`~sdplan.derive.request.engine_overheads`, fixed), and ``D`` AIConfigurator's
     decode step at the mean context ``s = p + g/2`` and ``P`` its prefill of one
     prompt. ``a`` and ``b`` are fitted by
     :func:`~sdplan.derive.fitting.fit_linear` to the measured rows whose
@@ -87,7 +87,7 @@ def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) ->
         return None
     # The engine's step overhead is part of every measured step but no op AIConfigurator prices: it is fixed
     # at its sourced value, and a and b scale what remains.
-    o = ENGINE_STEP_OVERHEAD_S
+    o = engine_overheads(pricer.request.backend).step_s
     (decode_scale, prefill_scale), _, _ = fit_linear([row[:2] for row in design],
                                                      [max(m - o, 1e-6) for m in measured_s])
     fitted = [decode_scale * d + prefill_scale * p + o for d, p, _ in design]

@@ -21,14 +21,13 @@ from sdplan.derive.request import (
     ARCHITECTURES,
     CONTEXT_GRID,
     EAGLE3_DRAFT_VOCAB,
-    ENGINE_STEP_OVERHEAD_S,
     MODEL_ALIASES,
-    NGRAM_DRAFT_SHARE,
     PROMPT_GRID,
-    SD_CYCLE_OVERHEAD_S,
     SYSTEMS,
     DeriveRequest,
+    EngineOverheads,
     aic_version,
+    engine_overheads,
     file_stem,
     model_key,
 )
@@ -56,6 +55,7 @@ def draft_name_of(request: DeriveRequest) -> str:
 def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
     """What the file assumes rather than prices, one sentence each."""
     version, method, draft_name = aic_version(), request.method, draft_name_of(request)
+    overheads = engine_overheads(request.backend)
     found = [
         (f"step costs are AIConfigurator {version}'s estimates from its per-operation database measured on "
         f"{request.system} with {request.backend} {pricer.version}; serving overheads outside the GPU ops are in "
@@ -67,12 +67,12 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
          "better than a straight line: flat in the token rows while bound by memory, then a second slope per row "
          "(step_model.target.knee_tokens; derivation.target_linear_* give the straight line's error)"),
         "chain drafting (top-k 1): one token per draft step, k + 1 tokens verified; tree drafting is not modelled",
-        (f"the engine's host overhead per step, SD or not: {ENGINE_STEP_OVERHEAD_S * 1e3:.3g} ms "
-         "(step_model.engine; SpecDecode-Bench's fit to vLLM 0.10.1 on one H100, arXiv 2601.11580), taken for "
-         "every GPU and engine version"),
+        (f"the engine's host overhead per step, SD or not: {overheads.step_s * 1e3:.3g} ms "
+         f"(step_model.engine; {overheads.source}), taken for every GPU and {request.backend} version"),
         (f"the SD cycle's own overhead (drafting-phase launch, rejection sampling, bookkeeping): "
-         f"{SD_CYCLE_OVERHEAD_S * 1e3:.3g} ms per cycle for a proposer that runs a model (the same source's "
-         "EAGLE-3 drafting phase less the head steps AIConfigurator prices)"),
+         f"{overheads.sd_cycle_s * 1e3:.3g} ms per cycle for a proposer that runs a model ("
+         + ("the same source's EAGLE-3 drafting phase less the head steps AIConfigurator prices)"
+            if overheads.measured else f"{overheads.source}: its EAGLE-3 drafting phase less the head steps)")),
         ("chunked prefill: a concurrent prompt's prefill delays the decode step it joins by AIConfigurator's mixed "
         "step minus its decode step"),
     ]
@@ -84,8 +84,8 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
         found.append("the MTP module is priced by AIConfigurator's own MTP model: its nextn = k step minus "
                      "the verification step, per draft token, averaged over the draft lengths priced")
     elif method == "ngram":
-        found.append(f"n-gram lookup has no device work; its host cost per cycle is {NGRAM_DRAFT_SHARE * 100:g}% "
-                     "of the verification step (the same source's n-gram share, vLLM ngram_proposer on the host)")
+        found.append(f"n-gram lookup has no device work; its host cost per cycle is {overheads.ngram_share * 100:g}% "
+                     "of the verification step (SpecDecode-Bench's n-gram share, vLLM ngram_proposer on the host)")
     else:
         if request.draft_tensor_parallel_size in (None, request.tensor_parallel_size):
             found.append(f"the draft model runs with the target's tensor parallelism ({request.tensor_parallel_size}) "
@@ -151,13 +151,15 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
     return table
 
 
-def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, prefill_scale: float) -> dict[str, Any]:
+def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, prefill_scale: float,
+                     overheads: EngineOverheads) -> dict[str, Any]:
     """``[step_model]``: every step cost x ``decode_scale``, every prefill cost x ``prefill_scale``."""
     # n-gram: its share of the verification step (k + 1 = 4 rows priced at the source's k = 3), no phase to
     # launch; a proposer that runs a model: the SD cycle's own overhead.
     verify_fixed, verify_per_sequence = fitted.target[0], fitted.target[1] + 4 * fitted.target[2]
-    spec_overhead = NGRAM_DRAFT_SHARE * verify_fixed * decode_scale if method == "ngram" else SD_CYCLE_OVERHEAD_S
-    per_sequence_overhead = NGRAM_DRAFT_SHARE * verify_per_sequence * decode_scale if method == "ngram" else 0.0
+    share = overheads.ngram_share
+    spec_overhead = share * verify_fixed * decode_scale if method == "ngram" else overheads.sd_cycle_s
+    per_sequence_overhead = share * verify_per_sequence * decode_scale if method == "ngram" else 0.0
     fixed, per_token, load = fitted.prefill
     target = {key: rounded(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.target)}
     knee_tokens, above_knee = fitted.knee
@@ -171,7 +173,7 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
                     "load_per_prompt_token_s": rounded(load * prefill_scale)},
         "speculation": {"overhead_fixed_s": rounded(spec_overhead),
                         "overhead_per_sequence_s": rounded(per_sequence_overhead)},
-        "engine": {"step_overhead_s": rounded(ENGINE_STEP_OVERHEAD_S)},
+        "engine": {"step_overhead_s": rounded(overheads.step_s)},
     }
 
 
@@ -217,7 +219,8 @@ def document(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
         "validity": {"prompt_tokens": [float(PROMPT_GRID[0]), float(PROMPT_GRID[-1])],
                      "output_tokens": [32.0, 4096.0], "batch_size": [1.0, float(fitted.batches[-1])]},
         "derivation": derivation_table(request, pricer, fitted, anchor),
-        "step_model": step_model_table(request.method, fitted, decode_scale, prefill_scale),
+        "step_model": step_model_table(request.method, fitted, decode_scale, prefill_scale,
+                                       engine_overheads(request.backend)),
     }
     if pricer.routing is not None:
         streamed = rounded(fitted.experts_s * decode_scale)
