@@ -402,3 +402,47 @@ def test_the_tree_check_sees_imports_across_trees_and_paths_set_by_hand(tmp_path
         "tests/test_a.py:2 uses sys.path", "tests/test_a.py:3 imports floors",
         "benchmarks/floors.py:2 imports tests.helpers", "benchmarks/run.py:2 imports tests",
         "scripts/go.py:2 loads a module by its path (spec_from_file_location)"]
+
+
+# ----------------------------------------------------------------------------- exit statuses
+
+#: Where a process exit may be written in ``sdplan/``. The CLI maps every error and every verdict a command
+#: returns to its exit status in one place; ``_vllm/launch.py`` is another program (``python -m
+#: sdplan._vllm.launch``, the vLLM launcher sdplan starts as a subprocess), whose exit status its parent reads.
+EXIT_ALLOWED = ("sdplan/cli/__init__.py", "sdplan/_vllm/launch.py")
+
+
+def exits(root: Path = PACKAGE) -> list[str]:
+    """``file:line what`` for each ``SystemExit``, ``sys.exit``, ``exit(``/``quit(`` or ``os._exit`` in ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root.parent).as_posix()
+        in_file: list[tuple[int, str]] = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            what = None
+            if isinstance(node, ast.Name) and node.id in ("SystemExit", "exit", "quit"):
+                what = node.id
+            elif isinstance(node, ast.Attribute) and node.attr in ("exit", "_exit") \
+                    and isinstance(node.value, ast.Name) and node.value.id in ("sys", "os"):
+                what = f"{node.value.id}.{node.attr}"
+            if what:
+                in_file.append((node.lineno, what))
+        found += [f"{where}:{line} {what}" for line, what in sorted(in_file)]
+    return found
+
+
+def test_exit_statuses_are_mapped_in_one_place() -> None:
+    """A command returns its :class:`~sdplan.errors.ExitStatus` or raises a typed error; it never exits."""
+    found = exits()
+    assert any(line.startswith("sdplan/cli/__init__.py:") for line in found)  # the check sees the map's own
+    assert [line for line in found if line.split(":")[0] not in EXIT_ALLOWED] == []
+
+
+def test_the_exit_check_can_fail(tmp_path: Path) -> None:
+    root = tmp_path / "sdplan"
+    root.mkdir()
+    (root / "gate.py").write_text("import os\nimport sys\n\n\ndef f(ok):\n    if ok:\n        sys.exit(1)\n"
+                                  "    try:\n        raise SystemExit(2)\n    finally:\n        exit(3)\n"
+                                  "    os._exit(4)\n")
+    assert exits(root) == ["sdplan/gate.py:7 sys.exit", "sdplan/gate.py:9 SystemExit", "sdplan/gate.py:11 exit",
+                           "sdplan/gate.py:12 os._exit"]

@@ -161,7 +161,7 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
               max_model_len: int | None, load_format: str | None, temperature: float, results_dir: str | None,
               server_timeout: float, accept_poor_fit: bool, enforce_eager: bool | None,
               acceptance_prompts: str | None, acceptance_output_tokens: int, synthetic_acceptance: float | None,
-              measurements_out: str | None, resume: bool, seed: int, extra_serve_args: tuple[str, ...]) -> None:
+              measurements_out: str | None, resume: bool, seed: int, extra_serve_args: tuple[str, ...]) -> ExitStatus:
     """Measure a calibration on this machine with real vLLM.
 
     By default (--method served) it starts `vllm serve` itself on 127.0.0.1
@@ -211,7 +211,7 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
             load_format=load_format or "auto", enforce_eager=enforce_eager, acceptance_prompts=acceptance_prompts,
             acceptance_output_tokens=acceptance_output_tokens, temperature=temperature,
             synthetic_acceptance=synthetic_acceptance, resume=resume, seed=seed), out, name)
-        return
+        return ExitStatus.OK
     if dataset is not None:
         output_tokens = _dataset_output_tokens(output_tokens)
     _refuse_engine_options({"--acceptance-prompts": acceptance_prompts,
@@ -230,7 +230,7 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
         results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
         seed=seed, resume=resume, server_timeout_s=server_timeout, label=label,
         dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds, repeats=repeats)
-    _calibrate_served(options, output, name, accept_poor_fit)
+    return _calibrate_served(options, output, name, accept_poor_fit)
 
 
 def _served_draft_lengths(given: tuple[int, ...] | None, grid: str, draft: str | None, method: str,
@@ -296,7 +296,8 @@ def _serving_flags(passthrough: tuple[str, ...], endpoint: str | None, enforce_e
     return tuple(flags)
 
 
-def _calibrate_served(options: ServedOptions, output: str, name: str | None, accept_poor_fit: bool) -> None:
+def _calibrate_served(options: ServedOptions, output: str, name: str | None, accept_poor_fit: bool) -> ExitStatus:
+    """Measure and write a served calibration; POOR_CALIBRATION (said on stderr) when its fit is poor."""
     from sdplan.calibration import parse_calibration
     from sdplan.measure.document import served_calibration
     from sdplan.measure.levels import concurrency_levels
@@ -335,7 +336,7 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
                    f"({error.key}: {error.problem}); nothing written, the {len(measurement.records)} points are "
                    f"kept in {options.results_dir}: measure again on a quiet machine (--resume adds points) or "
                    "with a larger --grid", err=True)
-        raise SystemExit(int(ExitStatus.POOR_CALIBRATION)) from None
+        return ExitStatus.POOR_CALIBRATION
     atomic_write_text(out, dumps_toml(result.document, header="Measured with 'sdplan calibrate' on a served vLLM; "
                                                                f"raw results in {options.results_dir.name}/."))
     fit = result.fit
@@ -346,7 +347,8 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
         click.echo(f"sdplan calibrate: poor calibration ({'; '.join(result.poor_reasons)}); it was written, but "
                    "check the machine is quiet and re-measure (--resume adds points), or pass --accept-poor-fit",
                    err=True)
-        raise SystemExit(int(ExitStatus.POOR_CALIBRATION))
+        return ExitStatus.POOR_CALIBRATION
+    return ExitStatus.OK
 
 
 def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> None:
