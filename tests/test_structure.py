@@ -446,3 +446,57 @@ def test_the_exit_check_can_fail(tmp_path: Path) -> None:
                                   "    os._exit(4)\n")
     assert exits(root) == ["sdplan/gate.py:7 sys.exit", "sdplan/gate.py:9 SystemExit", "sdplan/gate.py:11 exit",
                            "sdplan/gate.py:12 os._exit"]
+
+
+# ----------------------------------------------------------------------------- options passed explicitly
+
+#: What reads a command's options back from click instead of taking them as arguments.
+CONTEXT_READS = ("get_current_context", "pass_context", "get_parameter_source")
+
+
+def _is_parameter_callback(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Click's parameter-callback signature ``(ctx, param, value)``: the one place a context is handed over."""
+    return [arg.arg for arg in node.args.args][:2] == ["ctx", "param"] and len(node.args.args) == 3
+
+
+def context_reads(root: Path = PACKAGE) -> list[str]:
+    """``file:line what`` for each read of click's context outside a parameter callback.
+
+    A command parses its options into one typed request from its own parameters and passes it on
+    (``sdplan/cli/_inputs.py``); a parameter callback may ask its ``ctx`` how its own value was given.
+    """
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root.parent).as_posix()
+        in_file: list[tuple[int, str]] = []
+
+        def visit(node: ast.AST, in_callback: bool, in_file: list[tuple[int, str]] = in_file) -> None:
+            for child in ast.iter_child_nodes(node):
+                inside = in_callback
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    inside = _is_parameter_callback(child)
+                name = child.attr if isinstance(child, ast.Attribute) else getattr(child, "id", None)
+                if name in CONTEXT_READS and not in_callback:
+                    in_file.append((child.lineno, str(name)))
+                visit(child, inside)
+
+        visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), False)
+        found += [f"{where}:{line} {what}" for line, what in sorted(in_file)]
+    return found
+
+
+def test_no_command_reads_its_options_back_from_click() -> None:
+    assert context_reads() == []
+
+
+def test_the_context_check_can_fail(tmp_path: Path) -> None:
+    root = tmp_path / "sdplan"
+    root.mkdir()
+    (root / "run.py").write_text(
+        "import click\nfrom click import get_current_context\n\n\n"
+        "def given(ctx, param, value):\n    return ctx.get_parameter_source(param.name), value\n\n\n"
+        "def body():\n    params = click.get_current_context().params\n"
+        "    return get_current_context().get_parameter_source('x'), params\n\n\n"
+        "@click.pass_context\ndef command(ctx):\n    pass\n")
+    assert context_reads(root) == ["sdplan/run.py:10 get_current_context", "sdplan/run.py:11 get_current_context",
+                                   "sdplan/run.py:11 get_parameter_source", "sdplan/run.py:14 pass_context"]
