@@ -3,8 +3,9 @@
 No module imports another's private names (``from sdplan.x import _name``),
 no two modules import each other by any path (module-level and function-level
 imports both count; ``if TYPE_CHECKING:`` imports do not run and are left
-out), and no arrow runs up the layers (``cli/`` over ``render/`` over the
-core; the core, measured runs included, under the measurement code).
+out), and no import breaks a layer rule (:data:`LAYER_RULES`: the core never
+imports ``cli/``, ``render/``, ``runs/`` or ``measure/``; ``render/`` never
+imports ``cli/``; only ``sdplan/_vllm/`` imports vLLM).
 
 Sizes: no module over 500 lines, no function over 80 lines (the simulator's
 event loop excepted) and none with more than 12 parameters (click commands
@@ -133,15 +134,61 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def layer(name: str) -> int:
-    """Lower layers never import higher ones: the core 0, measurement 1, render 2, cli 3."""
-    if name.startswith("sdplan.cli") or name == "sdplan.__main__":
-        return 3
-    if name.startswith("sdplan.render"):
-        return 2
-    if name.startswith("sdplan.measure"):
-        return 1
-    return 0
+#: The folders of ``sdplan/`` at the edges; every other module (the flat modules, ``calibration/``,
+#: ``simulate/``, the package itself) is the core. ``sdplan/__main__.py`` belongs to ``cli``.
+EDGES = ("cli", "render", "runs", "measure", "_vllm", "derive", "accuracy", "testing")
+
+
+def area(name: str) -> str:
+    """The edge folder a module lies in (``sdplan.runs.screen`` -> ``runs``), else ``core``."""
+    if name == "sdplan.__main__":
+        return "cli"
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in EDGES else "core"
+
+
+#: Who may import whom: (the areas a rule binds, what they must not import (a prefix of the imported module's
+#: name), why). Only imports that run count (module level or in a function, not ``if TYPE_CHECKING:``).
+LAYER_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    (("core",), ("sdplan.cli", "sdplan.render", "sdplan.runs", "sdplan.measure"),
+     "the model computes and raises: it never parses options, prints, or reads result files"),
+    (("render",), ("sdplan.cli",), "renderers turn results into text; the CLI calls them, not the reverse"),
+    (("runs", "measure", "_vllm", "derive", "accuracy", "testing"), ("sdplan.cli", "sdplan.render"),
+     "readers, measurement and derivation return records; only the CLI shows them"),
+    (("runs",), ("sdplan.measure",), "the readers read any results; measuring writes them with the readers"),
+    (tuple(sorted({"core", *EDGES} - {"_vllm"})), ("vllm",),
+     "vLLM is an optional, heavy extra: sdplan/_vllm/ is its one door"),
+)
+
+#: Imports that break a rule today, each with why it is not fixed yet. The test fails while an entry is no
+#: longer found, so the list only shrinks.
+KNOWN_BREACHES: dict[str, str] = {
+    # validation.validate skips the runs the steady-state screen rejects; the screen reads run records
+    # (runs/record.py) and is shared by every reader, so it cannot move down alone.
+    "sdplan.validation -> sdplan.runs.screen": "the steady-state screen lives with the run records",
+}
+
+
+def imports_by_module(known: dict[str, Path], root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Every module's imports that run: sdplan modules as :func:`import_graph` resolves them, others by name."""
+    edges, _ = import_graph(known, root)
+    for name, path in known.items():
+        for node in runtime_imports(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if node.level == 0 and node.module else [])
+            edges[name] |= {target for target in names if target.split(".")[0] != "sdplan"}
+    return edges
+
+
+def layer_breaches(imports: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for each import a rule of :data:`LAYER_RULES` forbids."""
+    found = set()
+    for name, targets in imports.items():
+        for areas, forbidden, _ in LAYER_RULES:
+            if area(name) in areas:
+                found |= {f"{name} -> {target}" for target in targets
+                          if any(target == prefix or target.startswith(prefix + ".") for prefix in forbidden)}
+    return sorted(found)
 
 
 @pytest.fixture(scope="module")
@@ -157,10 +204,32 @@ def test_no_modules_import_each_other(graph: tuple[dict[str, set[str]], list[str
     assert cycles(graph[0]) == []
 
 
-def test_no_import_runs_up_the_layers(graph: tuple[dict[str, set[str]], list[str]]) -> None:
-    upward = sorted(f"{name} -> {target}" for name, targets in graph[0].items() for target in targets
-                    if target != "sdplan" and layer(target) > layer(name))
-    assert upward == []
+def test_no_import_breaks_a_layer_rule() -> None:
+    assert layer_breaches(imports_by_module(modules())) == sorted(KNOWN_BREACHES)
+
+
+def test_the_layer_rules_can_fail(tmp_path: Path) -> None:
+    """Each kind of area breaks a rule in a crafted tree; imports only for type checking do not count."""
+    root = tmp_path / "sdplan"
+    for folder in ("cli", "render", "runs", "measure", "_vllm"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "__main__.py").write_text("from sdplan.cli import main\n")
+    (root / "cli" / "main.py").write_text("from sdplan.render import text\nfrom sdplan import model\n")
+    (root / "render" / "text.py").write_text("def show():\n    from sdplan.cli import main\n")
+    (root / "runs" / "read.py").write_text("from sdplan import model\n")
+    (root / "measure" / "sweep.py").write_text("from sdplan.runs import read\nimport vllm.engine\n")
+    (root / "_vllm" / "engine.py").write_text("import vllm\nfrom sdplan import model\n")
+    (root / "model.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                   "    from sdplan.render import text\n\n\ndef solve():\n"
+                                   "    from sdplan.runs.read import x\n    from vllm import LLM\n")
+    assert layer_breaches(imports_by_module(modules(root), root)) == [
+        "sdplan.measure.sweep -> vllm.engine", "sdplan.model -> sdplan.runs.read", "sdplan.model -> vllm",
+        "sdplan.render.text -> sdplan.cli.main"]
+    assert [area(name) for name in ("sdplan.__main__", "sdplan.cli.main", "sdplan.calibration.records",
+                                    "sdplan.simulate", "sdplan", "sdplan._vllm.engine")] == [
+        "cli", "cli", "core", "core", "core", "_vllm"]
 
 
 def test_the_checks_see_a_cycle_and_a_private_import(tmp_path: Path) -> None:
