@@ -5,7 +5,8 @@ no two modules import each other by any path (module-level and function-level
 imports both count; ``if TYPE_CHECKING:`` imports do not run and are left
 out), and no import breaks a layer rule (:data:`LAYER_RULES`: the core never
 imports ``cli/``, ``render/``, ``runs/`` or ``measure/``; ``render/`` never
-imports ``cli/``; only ``sdplan/_vllm/`` imports vLLM).
+imports ``cli/``; only ``sdplan/_vllm/`` imports vLLM; drawn in
+``docs/architecture.md#layers``).
 
 Sizes: no module over 500 lines, no function over 80 lines (the simulator's
 event loop excepted) and none with more than 12 parameters (click commands
@@ -149,6 +150,7 @@ def area(name: str) -> str:
 
 #: Who may import whom: (the areas a rule binds, what they must not import (a prefix of the imported module's
 #: name), why). Only imports that run count (module level or in a function, not ``if TYPE_CHECKING:``).
+#: docs/architecture.md#layers draws these rules; change the two together.
 LAYER_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("core",), ("sdplan.cli", "sdplan.render", "sdplan.runs", "sdplan.measure"),
      "the model computes and raises: it never parses options, prints, or reads result files"),
@@ -206,6 +208,17 @@ def test_no_modules_import_each_other(graph: tuple[dict[str, set[str]], list[str
 
 def test_no_import_breaks_a_layer_rule() -> None:
     assert layer_breaches(imports_by_module(modules())) == sorted(KNOWN_BREACHES)
+
+
+def test_the_architecture_page_states_the_same_rules() -> None:
+    """docs/architecture.md#layers tabulates, row by row, what each area must not import."""
+    import re
+
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = [line.split("|")[2] for line in page.split("## Layers", 1)[1].split("\n## ", 1)[0].splitlines()
+            if line.startswith("| ") and not line.startswith("| who ")]
+    assert [tuple(re.findall(r"`([\w.]+)`", cell)) for cell in rows] == [rule[1] for rule in LAYER_RULES]
+    assert all(f"`{breach}`" in page for breach in KNOWN_BREACHES)
 
 
 def test_the_layer_rules_can_fail(tmp_path: Path) -> None:
