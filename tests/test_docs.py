@@ -65,6 +65,12 @@ def test_main_page_lists_every_exit_status() -> None:
         assert re.search(rf"^\.B {status.value}$", section, re.M), f"exit status {status.value} undocumented"
 
 
+def test_root_help_lists_every_exit_status() -> None:
+    sentence = (cli.help or "").split("Exit status:", 1)[1].split("See ", 1)[0]
+    listed = {int(number) for number in re.findall(r"\b(\d+) [A-Za-z]", sentence)}
+    assert listed == {int(status) for status in ExitStatus}
+
+
 # ----------------------------------------------------------------------------- docs/ and references
 
 #: Citations of documents or trackers that are not in the repository: the old notes' section numbers

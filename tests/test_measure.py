@@ -974,6 +974,7 @@ def test_bad_dataset_is_refused_before_anything_starts(sdplan, tmp_path, fake_se
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--prompt-tokens", "64"], "the prompts are the file's"),
+    (["--prompt-tokens", "512"], "the prompts are the file's"),  # given, though equal to the default
     (["--method", "engine"], "--dataset is for served calibrations"),
     (["--max-model-len", "60", "--output-tokens", "8"], "longest prompt of"),
     ([], "not every line has output_tokens; give --output-tokens"),

@@ -9,10 +9,16 @@ That is the one place sdplan imports lazily, besides the optional heavy
 packages (vLLM, torch, AIConfigurator, matplotlib, plotext, pandas, scipy's
 solvers), and it keeps ``sdplan --help`` free of numpy, scipy, rich and vllm.
 
-Every :class:`~sdplan.errors.SdplanError` becomes a one-line ``Error: ...``
-on stderr with its :class:`~sdplan.errors.ExitStatus`; any other exception is
-an internal error (exit 70, never 1), with the traceback only under
-``SDPLAN_DEBUG=1``.
+Exit statuses are decided here and nowhere else (``tests/test_structure.py``
+refuses ``SystemExit``, ``sys.exit`` and ``exit(`` elsewhere in ``sdplan/``,
+bar the vLLM launcher, a process of its own). Every
+:class:`~sdplan.errors.SdplanError` becomes a one-line ``Error: ...`` on
+stderr with its :class:`~sdplan.errors.ExitStatus`; any other exception is an
+internal error (exit 70, never 1), with the traceback only under
+``SDPLAN_DEBUG=1``. A command whose verdict is not an error (``check`` missed
+an SLO, ``validate`` exceeded ``--max-error``, ``calibrate`` wrote a poor
+calibration) says so itself and returns the :class:`ExitStatus`, which
+:meth:`SdplanGroup.invoke` turns into the exit code.
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ class SdplanGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            status = super().invoke(ctx)
         except SdplanError as error:
             raise ReportedError(printable(str(error)), error.exit_status) from error
         except (KeyboardInterrupt, click.Abort):
@@ -103,6 +109,10 @@ class SdplanGroup(click.Group):
                 "(a bug in sdplan; re-run with SDPLAN_DEBUG=1 for the traceback and report it)"
             )
             raise ReportedError(printable(message), ExitStatus.INTERNAL) from error
+        # a command returns its verdict (None: success); the message, if any, is already on stderr
+        if status is not None and status != ExitStatus.OK:
+            raise click.exceptions.Exit(int(ExitStatus(status)))
+        return status
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -215,8 +225,8 @@ def cli() -> None:
 
     Exit status: 0 ok, 1 SLO violated, 2 usage error or too much work asked,
     3 invalid input file or unwritable output, 4 infeasible, 5 missing optional
-    dependency, 6 engine error, 70 internal error, 130 interrupted, 141 output
-    pipe closed.
+    dependency, 6 engine error, 7 poor calibration written, 70 internal error,
+    130 interrupted, 141 output pipe closed.
     See sdplan(1).
     """
 

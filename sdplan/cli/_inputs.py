@@ -1,8 +1,17 @@
-"""From a command's options to its :class:`sdplan.scenario.Scenario` (the core applies the precedence)."""
+"""What a command was given, as typed records, and from them its :class:`sdplan.scenario.Scenario`.
+
+Rule: a command parses its options once, into one frozen request built from
+its own parameters, and passes that request to everything that needs an
+option. Nothing reads options back from click's context
+(``click.get_current_context``): what a function depends on is in its
+signature (``tests/test_structure.py`` refuses it outside a parameter
+callback). The core applies the precedence (:mod:`sdplan.scenario`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -12,6 +21,28 @@ from sdplan.serving import LimitOptions
 
 if TYPE_CHECKING:
     from sdplan.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScenarioFlags:
+    """The options a scenario is resolved from (``plan``, ``check``, ``capacity``, ``simulate``), as click parsed
+    them: None where not given, and where the command has no such option."""
+
+    calibration: str | None = None
+    workload_path: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    acceptance_alpha: list[float] | None = None
+    acceptance_length: list[float] | None = None
+    draft_acceptance_rate: list[float] | None = None
+    acceptance_k: int | None = None
+    position_acceptance: list[float] | None = None
+    acceptance_profile: str | None = None
+    spec_method: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_cache_tokens: float | None = None
+    lengths_file: str | None = None
 
 
 def workload_file_option(fn: Any) -> Any:
@@ -34,31 +65,23 @@ def draft_lengths_given(text: str | None) -> list[int] | None:
     return values
 
 
-def command_scenario(draft_lengths: Sequence[int] | None, *, single_acceptance: bool = True,
-                     max_num_seqs: int | None = None) -> Scenario:
-    """The running command's scenario from its options (those it has; the others count as not given).
-
-    ``max_num_seqs``, when given, replaces the command's ``--max-num-seqs`` (capacity's old alias).
-    """
+def command_scenario(flags: ScenarioFlags, draft_lengths: Sequence[int] | None, *,
+                     single_acceptance: bool = True) -> Scenario:
+    """The scenario of a command's ``flags`` and candidate ``draft_lengths`` (the lengths file is read here)."""
     from sdplan.scenario import AcceptanceGiven, ScenarioOptions, resolve_scenario
     from sdplan.workload import load_lengths_file
 
-    params = click.get_current_context().params
-    lengths_file = params.get("lengths_file")
     return resolve_scenario(ScenarioOptions(
-        calibration=params.get("calibration"),
-        workload_path=params.get("workload_path"),
-        prompt_tokens=params.get("prompt_tokens"),
-        output_tokens=params.get("output_tokens"),
-        acceptance=AcceptanceGiven(alpha=params.get("acceptance_alpha"), mean_length=params.get("acceptance_length"),
-                                   draft_rate=params.get("draft_acceptance_rate"),
-                                   measured_at_k=params.get("acceptance_k"),
-                                   position_rates=params.get("position_acceptance"),
-                                   profile=params.get("acceptance_profile")),
+        calibration=flags.calibration,
+        workload_path=flags.workload_path,
+        prompt_tokens=flags.prompt_tokens,
+        output_tokens=flags.output_tokens,
+        acceptance=AcceptanceGiven(alpha=flags.acceptance_alpha, mean_length=flags.acceptance_length,
+                                   draft_rate=flags.draft_acceptance_rate, measured_at_k=flags.acceptance_k,
+                                   position_rates=flags.position_acceptance, profile=flags.acceptance_profile),
         draft_lengths=draft_lengths,
-        lengths=load_lengths_file(lengths_file) if lengths_file else None,
-        limits=LimitOptions(max_num_seqs=max_num_seqs if max_num_seqs is not None else params.get("max_num_seqs"),
-                            max_num_batched_tokens=params.get("max_num_batched_tokens"),
-                            kv_cache_tokens=params.get("kv_cache_tokens")),
-        spec_method=params.get("spec_method"),
+        lengths=load_lengths_file(flags.lengths_file) if flags.lengths_file else None,
+        limits=LimitOptions(max_num_seqs=flags.max_num_seqs, max_num_batched_tokens=flags.max_num_batched_tokens,
+                            kv_cache_tokens=flags.kv_cache_tokens),
+        spec_method=flags.spec_method,
         single_acceptance=single_acceptance))

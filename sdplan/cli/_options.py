@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -19,6 +20,17 @@ from sdplan.limits import MAX_DRAFT_LENGTH, MAX_TOKENS
 MAX_LIST_VALUES = 100_000
 
 FuncT = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputRequest:
+    """Where and how a command writes its answer: ``output_options`` and ``plot_options`` as click parsed them."""
+
+    fmt: str
+    output: str | None
+    ascii_only: bool
+    plot: bool = False
+    plot_file: str | None = None
 
 
 def apply_options(fn: FuncT, decorators: Sequence[Callable[[FuncT], FuncT]]) -> FuncT:

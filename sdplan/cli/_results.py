@@ -30,7 +30,7 @@ def results_options(fn: Any) -> Any:
                      "version, tp, precision, quant, dp, moe_tp, moe_ep, e.g. "
                      "model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4; or the server of a metrics file with "
                      "several: model_name, instance, job, pod, namespace, node, service, container. Repeatable."),
-        click.option("--window", "window", metavar="DURATION",
+        click.option("--window", "window", metavar="DURATION", callback=window_seconds,
                      help="Metrics files: cut the series into windows of this length (5m, 90s). Default: auto, "
                      "one window per busy stretch between idle scrapes (long ones cut into ~5 min)."),
         click.option("--draft-length", "draft_length", type=click.IntRange(min=0), metavar="K",
@@ -61,10 +61,10 @@ def override_alpha(alpha: list[float] | None, length: list[float] | None, rate: 
     return make_acceptance(metric, tuple(values), k, "command line").alphas[0]
 
 
-def window_seconds(text: str | None) -> float | None:
-    """``--window``'s value in seconds (None: auto)."""
+def window_seconds(ctx: click.Context, param: click.Parameter, text: str | None) -> float | None:
+    """``--window``'s callback: its value in seconds (None: auto)."""
     if text is None or text.strip().lower() == "auto":
         return None
     from sdplan.cli.scrape import parse_duration
 
-    return parse_duration(click.get_current_context(), click.Option(["--window"]), text)
+    return parse_duration(ctx, param, text)

@@ -1,4 +1,7 @@
-"""Options shared by ``simulate``, ``check --simulate`` and ``capacity --simulate``, and their parsing."""
+"""Options shared by ``simulate``, ``check --simulate`` and ``capacity --simulate``.
+
+Each command parses them into a :class:`sdplan.scenario.SimulationSettings` in its request.
+"""
 
 from __future__ import annotations
 
@@ -36,12 +39,4 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
                      help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight; requests "
                      "draw from it (the model uses its means)."),
     ])
-
-
-def simulation_settings(params: dict[str, Any]) -> Any:
-    """The simulation options of the running command, as :class:`sdplan.scenario.SimulationSettings`."""
-    from sdplan.scenario import SimulationSettings
-
-    return SimulationSettings(requests=params["requests"], seeds=params["seeds"], seed=params["seed"],
-                              arrival_cv=params["arrival_cv"])
 

@@ -62,6 +62,16 @@ def _relative(path: Path, output: Path) -> str:
         return str(path)
 
 
+#: Mean prompt and output lengths of the random prompts of a served calibration, unless given.
+PROMPT_TOKENS = 512
+OUTPUT_TOKENS = 128
+
+
+def _none_when_default(ctx: click.Context, param: click.Parameter, value: int) -> int | None:
+    """None when the option was not given (its default shows in the help): with --dataset, given or not differs."""
+    return None if ctx.get_parameter_source(param.name or "") is click.core.ParameterSource.DEFAULT else value
+
+
 def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -91,11 +101,13 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
               "(suffix is refused: its draft length varies per step).")
 @click.option("--draft-lengths", callback=_draft_lengths, metavar="LIST",
               help="Draft lengths k to serve, e.g. 2,4 or 1-4; 0 measures no SD only. Default: the grid's.")
-@click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=512, show_default=True,
-              metavar="TOKENS", help="Mean prompt length of the random prompts (served, +-25%); the calibration's "
+@click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=PROMPT_TOKENS, show_default=True,
+              callback=_none_when_default, metavar="TOKENS",
+              help="Mean prompt length of the random prompts (served, +-25%); the calibration's "
               "reference workload.")
-@click.option("--output-tokens", type=click.IntRange(2, 1_000_000), default=128, show_default=True,
-              metavar="TOKENS", help="Mean output length (served, +-25%; EOS ignored). With --dataset: every "
+@click.option("--output-tokens", type=click.IntRange(2, 1_000_000), default=OUTPUT_TOKENS, show_default=True,
+              callback=_none_when_default, metavar="TOKENS",
+              help="Mean output length (served, +-25%; EOS ignored). With --dataset: every "
               "request's; default there: each line's output_tokens when all lines have one.")
 @click.option("--dataset", metavar="FILE.jsonl",
               help='served: your prompts instead of random ones, vLLM\'s custom format: one {"prompt": "text", '
@@ -154,14 +166,14 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 @click.argument("extra_serve_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- VLLM_SERVE_FLAGS...]")
 def calibrate(target: str | None, draft: str | None, endpoint: str | None, label: str | None, output: str,
               name: str | None,
-              measure_method: str, spec_method: str, draft_lengths: tuple[int, ...] | None, prompt_tokens: int,
-              output_tokens: int, dataset: str | None, grid: str, repeats: int | None,
+              measure_method: str, spec_method: str, draft_lengths: tuple[int, ...] | None,
+              prompt_tokens: int | None, output_tokens: int | None, dataset: str | None, grid: str, repeats: int | None,
               poisson_seconds: float | None, serve_args: tuple[str, ...], max_num_seqs: int | None,
               max_num_batched_tokens: int | None, dtype: str | None, tensor_parallel_size: int | None,
               max_model_len: int | None, load_format: str | None, temperature: float, results_dir: str | None,
               server_timeout: float, accept_poor_fit: bool, enforce_eager: bool | None,
               acceptance_prompts: str | None, acceptance_output_tokens: int, synthetic_acceptance: float | None,
-              measurements_out: str | None, resume: bool, seed: int, extra_serve_args: tuple[str, ...]) -> None:
+              measurements_out: str | None, resume: bool, seed: int, extra_serve_args: tuple[str, ...]) -> ExitStatus:
     """Measure a calibration on this machine with real vLLM.
 
     By default (--method served) it starts `vllm serve` itself on 127.0.0.1
@@ -211,9 +223,9 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
             load_format=load_format or "auto", enforce_eager=enforce_eager, acceptance_prompts=acceptance_prompts,
             acceptance_output_tokens=acceptance_output_tokens, temperature=temperature,
             synthetic_acceptance=synthetic_acceptance, resume=resume, seed=seed), out, name)
-        return
+        return ExitStatus.OK
     if dataset is not None:
-        output_tokens = _dataset_output_tokens(output_tokens)
+        output_tokens = _dataset_output_tokens(prompt_tokens, output_tokens)
     _refuse_engine_options({"--acceptance-prompts": acceptance_prompts,
                             "--synthetic-acceptance": synthetic_acceptance, "--measurements-out": measurements_out})
     passthrough = _serving_flags(serve_args + extra_serve_args, endpoint, enforce_eager, {
@@ -225,12 +237,13 @@ def calibrate(target: str | None, draft: str | None, endpoint: str | None, label
     options = ServedOptions(
         target=target, draft=draft, endpoint=endpoint, method=spec_method,
         draft_lengths=_served_draft_lengths(draft_lengths, grid, draft, spec_method, endpoint),
-        prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens, grid_name=grid, serve_arguments=passthrough,
+        prompt_tokens=prompt_tokens if prompt_tokens is not None else PROMPT_TOKENS,
+        output_tokens=output_tokens if output_tokens is not None else OUTPUT_TOKENS, grid_name=grid,
+        serve_arguments=passthrough,
         results_dir=Path(results_dir) if results_dir else out.with_suffix(".runs"), temperature=temperature,
         seed=seed, resume=resume, server_timeout_s=server_timeout, label=label,
         dataset=Path(dataset) if dataset is not None else None, poisson_seconds=poisson_seconds, repeats=repeats)
-    _calibrate_served(options, output, name, accept_poor_fit)
+    return _calibrate_served(options, output, name, accept_poor_fit)
 
 
 def _served_draft_lengths(given: tuple[int, ...] | None, grid: str, draft: str | None, method: str,
@@ -247,13 +260,12 @@ def _served_draft_lengths(given: tuple[int, ...] | None, grid: str, draft: str |
     return SERVED_GRIDS[grid].draft_lengths if (draft is not None or method not in METHODS_WITH_MODEL) else ()
 
 
-def _dataset_output_tokens(output_tokens: int) -> int:
+def _dataset_output_tokens(prompt_tokens: int | None, output_tokens: int | None) -> int:
     """With --dataset the prompts are the file's: --prompt-tokens is refused, and without --output-tokens each
-    line's own output_tokens are sent (0; checked with the file)."""
-    given = click.get_current_context().get_parameter_source
-    if given("prompt_tokens") is not click.core.ParameterSource.DEFAULT:
+    line's own output_tokens are sent (0; checked with the file). None: the option was not given."""
+    if prompt_tokens is not None:
         raise click.UsageError("--prompt-tokens sets random prompts; with --dataset the prompts are the file's")
-    if given("output_tokens") is click.core.ParameterSource.DEFAULT:
+    if output_tokens is None:
         return 0  # each line's output_tokens, when every line has one (checked with the file)
     return output_tokens
 
@@ -296,7 +308,8 @@ def _serving_flags(passthrough: tuple[str, ...], endpoint: str | None, enforce_e
     return tuple(flags)
 
 
-def _calibrate_served(options: ServedOptions, output: str, name: str | None, accept_poor_fit: bool) -> None:
+def _calibrate_served(options: ServedOptions, output: str, name: str | None, accept_poor_fit: bool) -> ExitStatus:
+    """Measure and write a served calibration; POOR_CALIBRATION (said on stderr) when its fit is poor."""
     from sdplan.calibration import parse_calibration
     from sdplan.measure.document import served_calibration
     from sdplan.measure.levels import concurrency_levels
@@ -335,7 +348,7 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
                    f"({error.key}: {error.problem}); nothing written, the {len(measurement.records)} points are "
                    f"kept in {options.results_dir}: measure again on a quiet machine (--resume adds points) or "
                    "with a larger --grid", err=True)
-        raise SystemExit(int(ExitStatus.POOR_CALIBRATION)) from None
+        return ExitStatus.POOR_CALIBRATION
     atomic_write_text(out, dumps_toml(result.document, header="Measured with 'sdplan calibrate' on a served vLLM; "
                                                                f"raw results in {options.results_dir.name}/."))
     fit = result.fit
@@ -346,7 +359,8 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
         click.echo(f"sdplan calibrate: poor calibration ({'; '.join(result.poor_reasons)}); it was written, but "
                    "check the machine is quiet and re-measure (--resume adds points), or pass --accept-poor-fit",
                    err=True)
-        raise SystemExit(int(ExitStatus.POOR_CALIBRATION))
+        return ExitStatus.POOR_CALIBRATION
+    return ExitStatus.OK
 
 
 def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> None:

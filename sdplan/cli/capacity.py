@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan.cli._inputs import command_scenario, draft_lengths_given, workload_file_option
+from sdplan.cli._inputs import ScenarioFlags, command_scenario, draft_lengths_given, workload_file_option
 from sdplan.cli._options import (
+    OutputRequest,
     calibration_option,
     check_plot_request,
     output_options,
@@ -16,7 +18,7 @@ from sdplan.cli._options import (
     terminal_plot_settings,
     workload_options,
 )
-from sdplan.cli._simulation import simulation_options, simulation_settings
+from sdplan.cli._simulation import simulation_options
 from sdplan.errors import InfeasibleError, InvalidValueError
 from sdplan.limits import check_grid, check_simulation
 from sdplan.methods import METHODS, draft_weights
@@ -25,10 +27,28 @@ from sdplan.serving import batch_cap_warning
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
     from sdplan.capacity import Capacity
-    from sdplan.scenario import Scenario
+    from sdplan.scenario import Scenario, SimulationSettings
     from sdplan.schedule import EngineSchedule
     from sdplan.simulate import SimulationConfig
     from sdplan.slo import SLO
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityRequest:
+    """What ``sdplan capacity`` was given (``--max-batch-size``, the old alias, folded into ``--max-num-seqs``)."""
+
+    scenario: ScenarioFlags
+    slos: tuple[str, ...]
+    draft_lengths: str | None
+    target_rate: float | None
+    gpus_per_replica: int | None
+    gpu_hour_cost: float | None
+    min_k: int
+    min_tier_width: int
+    data_parallel_size: int
+    use_simulator: bool
+    simulation: SimulationSettings
+    output: OutputRequest
 
 
 @click.command()
@@ -99,23 +119,44 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
       sdplan capacity -c h100-sxm_llama-3.1-8b_eagle3_derived --acceptance 0.7 \\
                       -f sglang -o spec.json
     """
+    from sdplan.scenario import SimulationSettings
+
+    _capacity(CapacityRequest(
+        scenario=ScenarioFlags(
+            calibration=calibration, workload_path=workload_path, prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens, acceptance_alpha=acceptance_alpha, acceptance_length=acceptance_length,
+            draft_acceptance_rate=draft_acceptance_rate, acceptance_k=acceptance_k,
+            position_acceptance=position_acceptance, acceptance_profile=acceptance_profile, spec_method=spec_method,
+            # --max-batch-size: the old alias of --max-num-seqs, which it replaces when given
+            max_num_seqs=max_batch_size if max_batch_size is not None else max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, kv_cache_tokens=kv_cache_tokens,
+            lengths_file=lengths_file),
+        slos=slos, draft_lengths=draft_lengths, target_rate=target_rate, gpus_per_replica=gpus_per_replica,
+        gpu_hour_cost=gpu_hour_cost, min_k=min_k, min_tier_width=min_tier_width,
+        data_parallel_size=data_parallel_size, use_simulator=use_simulator,
+        simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv),
+        output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only, plot=plot, plot_file=plot_file)))
+
+
+def _capacity(request: CapacityRequest) -> None:
     from sdplan.capacity import capacity as solve_capacity
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.check import capacity_document, render_capacity
     from sdplan.workload import resolve_slos
 
-    check_plot_request(plot, plot_file, fmt)
-    # --max-batch-size: the old alias of --max-num-seqs
-    scenario = command_scenario(draft_lengths_given(draft_lengths), max_num_seqs=max_batch_size)
+    out, use_simulator, simulation = request.output, request.use_simulator, request.simulation
+    fmt, output, ascii_only = out.fmt, out.output, out.ascii_only
+    check_plot_request(out.plot, out.plot_file, fmt)
+    scenario = command_scenario(request.scenario, draft_lengths_given(request.draft_lengths))
     candidates, limits, file = scenario.draft_lengths, scenario.limits, scenario.file
-    schedule = _schedule(scenario, min_k, min_tier_width)
+    schedule = _schedule(scenario, request.min_k, request.min_tier_width)
     if fmt in ("vllm-config", "sglang", "trtllm"):
-        _export(fmt, schedule, scenario.method, scenario.calibration, data_parallel_size, output)
+        _export(fmt, schedule, scenario.method, scenario.calibration, request.data_parallel_size, output)
         return
     if scenario.moe is not None:
         raise InvalidValueError("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 "
                                 "depend on the load, so the closed-form inverse does not hold; use plan or check")
-    parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
+    parsed = resolve_slos(request.slos, file, allow_percentiles=use_simulator)
     if not parsed:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
     limits.require_fit(scenario.request_tokens)
@@ -123,23 +164,24 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     cap = solve_capacity(scenario.coefficients, candidates, scenario.alpha, parsed, tokens_per_cycle=tokens,
                          max_batch=limits.caps(candidates))
     if use_simulator:
-        cap = _simulated_capacity(scenario, cap, parsed)
+        cap = _simulated_capacity(scenario, cap, parsed, simulation)
     warnings = _warnings(scenario, cap, use_simulator)
     warn(warnings)
     context = scenario.context()
     context["speculative_method"] = scenario.method
     context["warnings"] = warnings
     context["batch_cap_sequences"] = float(limits.batch_cap)
-    context["evaluated_by"] = (f"simulated: bisection on rate, {seeds} x {requests} requests per point"
+    context["evaluated_by"] = (f"simulated: bisection on rate, {simulation.seeds} x {simulation.requests} requests "
+                               "per point"
                                if use_simulator else "analytic model (means), closed-form inverse")
     if not use_simulator:
         context.update(_intervals(scenario, cap, parsed))
-    target = target_rate if target_rate is not None else (file.target_rate_rps if file else None)
-    document = capacity_document(cap, parsed, context, target, _fleets(scenario, cap, target, gpus_per_replica,
-                                                                      gpu_hour_cost), schedule.tiers)
+    target = request.target_rate if request.target_rate is not None else (file.target_rate_rps if file else None)
+    fleets = _fleets(scenario, cap, target, request.gpus_per_replica, request.gpu_hour_cost)
+    document = capacity_document(cap, parsed, context, target, fleets, schedule.tiers)
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
-    emit(text + _plots(scenario, document, plot, plot_file, ascii_only), output)
+    emit(text + _plots(scenario, document, out.plot, out.plot_file, ascii_only), output)
     if cap.best < 0:
         raise InfeasibleError("no option meets the SLOs at any request rate (see the binding SLO per option)")
 
@@ -276,13 +318,12 @@ def _export(fmt: str, plan: EngineSchedule, method: str, calibration: Calibratio
                + ", ".join(f"{a}-{b}: {k}" for a, b, k in plan.tiers) + f"\nuse: {config.usage}", err=True)
 
 
-def _simulated_capacity(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> Capacity:
+def _simulated_capacity(scenario: Scenario, cap: Capacity, slos: list[SLO],
+                        settings: SimulationSettings) -> Capacity:
     """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.simulated_capacity)."""
     from sdplan.capacity import simulated_capacity
     from sdplan.render.progress import progress_bar
     from sdplan.scenario import simulation_config
-
-    settings = simulation_settings(click.get_current_context().params)
 
     def configure(rate: float, k: int) -> SimulationConfig:
         return simulation_config(scenario, rate, k, scenario.limits, settings)

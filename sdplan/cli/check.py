@@ -4,23 +4,45 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan.cli._inputs import command_scenario, draft_lengths_given, workload_file_option
-from sdplan.cli._options import calibration_option, draft_choice_callback, output_options, workload_options
-from sdplan.cli._simulation import simulation_options, simulation_settings
-from sdplan.errors import InvalidValueError
+from sdplan.cli._inputs import ScenarioFlags, command_scenario, draft_lengths_given, workload_file_option
+from sdplan.cli._options import (
+    OutputRequest,
+    calibration_option,
+    draft_choice_callback,
+    output_options,
+    workload_options,
+)
+from sdplan.cli._simulation import simulation_options
+from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.limits import check_simulation
 from sdplan.serving import batch_cap_warning
 
 if TYPE_CHECKING:
     from sdplan.check import CheckReport
     from sdplan.coefficients import Coefficients
-    from sdplan.scenario import Scenario
+    from sdplan.scenario import Scenario, SimulationSettings
     from sdplan.serving import EngineLimits
     from sdplan.slo import SLO
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckRequest:
+    """What ``sdplan check`` was given."""
+
+    scenario: ScenarioFlags
+    rate: float | None
+    slos: tuple[str, ...]
+    draft_length: str | None
+    draft_lengths: str | None
+    use_simulator: bool
+    pessimistic: bool
+    simulation: SimulationSettings
+    output: OutputRequest
 
 
 @click.command()
@@ -51,7 +73,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
           draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
           use_simulator: bool, pessimistic: bool, requests: int, seeds: int, seed: int, arrival_cv: float,
           max_num_seqs: int | None, max_num_batched_tokens: int | None, kv_cache_tokens: float | None,
-          lengths_file: str | None, fmt: str, output: str | None, ascii_only: bool) -> None:
+          lengths_file: str | None, fmt: str, output: str | None, ascii_only: bool) -> ExitStatus:
     """Check SLOs at one request rate; exit 1 if any is missed.
 
     Predicts the mean end-to-end latency, TTFT, TPOT, throughput and
@@ -71,12 +93,30 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
                    --acceptance 0.8
       sdplan check -w deploy/chat.toml --format json
     """
+    from sdplan.scenario import SimulationSettings
+
+    return _check(CheckRequest(
+        scenario=ScenarioFlags(
+            calibration=calibration, workload_path=workload_path, prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens, acceptance_alpha=acceptance_alpha, acceptance_length=acceptance_length,
+            draft_acceptance_rate=draft_acceptance_rate, acceptance_k=acceptance_k,
+            position_acceptance=position_acceptance, acceptance_profile=acceptance_profile, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, kv_cache_tokens=kv_cache_tokens,
+            lengths_file=lengths_file),
+        rate=rate, slos=slos, draft_length=draft_length, draft_lengths=draft_lengths, use_simulator=use_simulator,
+        pessimistic=pessimistic,
+        simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv),
+        output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only)))
+
+
+def _check(request: CheckRequest) -> ExitStatus:
     from sdplan.check import run_check
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.check import check_summary, github_annotations, render_check
     from sdplan.workload import measured_draft_lengths, resolve_slos
 
-    scenario = command_scenario(draft_lengths_given(draft_lengths))
+    rate, draft_length, use_simulator, out = request.rate, request.draft_length, request.use_simulator, request.output
+    scenario = command_scenario(request.scenario, draft_lengths_given(request.draft_lengths))
     file = scenario.file
     if rate is None:
         rate = file.request_rate_rps if file is not None else None
@@ -92,11 +132,11 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     if fixed:
         measured_draft_lengths(scenario.workload.acceptance, [fixed], given=True)  # past the measured k: an error
     tokens = scenario.workload.acceptance.tokens_per_cycle([fixed] if fixed else scenario.draft_lengths)
-    parsed = resolve_slos(slos, file, allow_percentiles=use_simulator)
+    parsed = resolve_slos(request.slos, file, allow_percentiles=use_simulator)
     report = run_check(scenario.coefficients, rate, scenario.alpha, mode, fixed, scenario.draft_lengths, parsed,
                        tokens_per_cycle=tokens, moe=scenario.moe, limits=scenario.limits)
     intervals = None
-    if pessimistic:
+    if request.pessimistic:
         if use_simulator:
             raise click.UsageError("--pessimistic and --simulate do not combine: intervals come from the analytic "
                                    "model over the calibration's covariance")
@@ -104,20 +144,20 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     limits = scenario.limits_for([report.draft_length])  # the server that runs the chosen option
     limits.require_fit(scenario.request_tokens)
     if use_simulator:
-        report = _simulated(scenario, report, parsed, limits)
+        report = _simulated(scenario, report, parsed, limits, request.simulation)
     warnings = _warnings(scenario, report, limits)
     warn(warnings)
     context = scenario.context()
     context["warnings"] = warnings
     if intervals is not None:
         context["pessimistic"] = _pessimistic_context(scenario, intervals)
-    terminal = output in (None, "-") and stdout_is_terminal()
-    emit(render_check(report, context, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)
+    terminal = out.output in (None, "-") and stdout_is_terminal()
+    emit(render_check(report, context, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal), out.output)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(report):
             click.echo(line, err=True)
     click.echo(check_summary(report), err=True)
-    raise SystemExit(int(report.exit_status))
+    return report.exit_status  # 1 when an SLO is missed: sdplan.cli maps it to the exit code
 
 
 def _pessimistic_context(scenario: Scenario, intervals: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +198,8 @@ def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tu
     return pessimistic_verdicts(report, slos, draws, check_draw)
 
 
-def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits: EngineLimits) -> CheckReport:
+def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits: EngineLimits,
+               settings: SimulationSettings) -> CheckReport:
     """The report with every latency verdict from the simulator's statistics."""
     from sdplan.check import simulated_verdicts
     from sdplan.scenario import simulation_config
@@ -168,7 +209,6 @@ def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits:
         raise InvalidValueError("--simulate does not model MoE expert coverage yet")
     if report.rate_rps <= 0:
         raise click.BadParameter("--simulate needs a rate > 0 req/s", param_hint="'--rate'")
-    settings = simulation_settings(click.get_current_context().params)
     check_simulation(settings.requests, settings.seeds, 1, "rate")
     config = simulation_config(scenario, report.rate_rps, report.draft_length, limits, settings)
     summary = replicate(scenario.coefficients, config, settings.seeds, settings.seed, report.point.e2e_s)

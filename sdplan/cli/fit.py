@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sdplan.cli._options import output_options
-from sdplan.cli._results import override_alpha, results_options, window_seconds
+from sdplan.cli._results import override_alpha, results_options
 from sdplan.errors import InfeasibleError
 from sdplan.fileio import atomic_write_text, dumps_toml
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
               "keeping its ratios of every SD step to the plain step; the options the runs did not measure are "
               "anchored, not measured. Records the gap before and after.")
 @output_options(formats=("table", "json"), to_file=False)
-def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], window: str | None,
+def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], window: float | None,
         draft_length: int | None, acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
         draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
         calibration_out: str, name: str | None, hardware: str, target_model: str, draft_model: str,
@@ -90,7 +90,7 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], wi
     alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
                            position_acceptance)
     runs, warnings = load_runs(list(results), input_format, draft_length, alpha, silicon.Selection.parse(select),
-                               window_seconds(window))
+                               window)
     (kept, dropped), given = _screened(runs), _given(hardware, target_model, engine_version, draft_model)
     if prior is not None:  # scale a calibration to the runs instead of fitting one (sdplan/metrics/prior.py)
         return fit_to_prior(prior, results, kept, dropped, warnings, given, name, calibration_out, fmt)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from sdplan.cli._inputs import command_scenario
+from sdplan.cli._inputs import ScenarioFlags, command_scenario
 from sdplan.cli._options import (
+    OutputRequest,
     calibration_option,
     check_plot_request,
     grid_options,
@@ -24,6 +26,18 @@ if TYPE_CHECKING:
     from sdplan.planner import Plan
     from sdplan.scenario import Scenario
     from sdplan.uncertainty import PlanIntervals
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRequest:
+    """What ``sdplan plan`` was given."""
+
+    scenario: ScenarioFlags
+    rates: list[float] | None
+    draft_lengths: list[int] | None
+    policy: str
+    wide: bool
+    output: OutputRequest
 
 
 def check_speculation_identified(cal: object) -> None:
@@ -91,13 +105,26 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
       sdplan plan --acceptance-length 2.9 --acceptance-k 3 --format json \\
                   -o plan.json
     """
+    _plan(PlanRequest(
+        scenario=ScenarioFlags(
+            calibration=calibration, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+            acceptance_alpha=acceptance_alpha, acceptance_length=acceptance_length,
+            draft_acceptance_rate=draft_acceptance_rate, acceptance_k=acceptance_k,
+            position_acceptance=position_acceptance, acceptance_profile=acceptance_profile, spec_method=spec_method),
+        rates=rates, draft_lengths=draft_lengths, policy=policy, wide=wide,
+        output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only, plot=plot, plot_file=plot_file)))
+
+
+def _plan(request: PlanRequest) -> None:
     from sdplan import planner
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.plan import render_plan
     from sdplan.render.plots import file_plan, terminal_plan
 
-    check_plot_request(plot, plot_file, fmt)
-    scenario = command_scenario(draft_lengths, single_acceptance=False)
+    rates, policy, out = request.rates, request.policy, request.output
+    fmt, output, ascii_only = out.fmt, out.output, out.ascii_only
+    check_plot_request(out.plot, out.plot_file, fmt)
+    scenario = command_scenario(request.scenario, request.draft_lengths, single_acceptance=False)
     cal, workload, draft_lengths = scenario.calibration, scenario.workload, scenario.draft_lengths
     alphas = list(workload.acceptance.alphas)
     tokens = scenario.tokens_per_cycle
@@ -136,12 +163,12 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
         warn(inputs.warnings)
     terminal = output in (None, "-") and stdout_is_terminal()
     batch_cap = (cal.document.get("validity") or {}).get("batch_size", [None, None])[-1]
-    text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal, wide=wide,
+    text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal, wide=request.wide,
                        batch_cap=batch_cap)
-    if plot:
+    if out.plot:
         text += "\n" + terminal_plan(result, inputs, *terminal_plot_settings(ascii_only))
-    if plot_file is not None:
-        file_plan(result, inputs, Path(plot_file))
+    if out.plot_file is not None:
+        file_plan(result, inputs, Path(out.plot_file))
     emit(text, output)
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from sdplan.cli._inputs import command_scenario
+from sdplan.cli._inputs import ScenarioFlags, command_scenario
 from sdplan.cli._options import (
+    OutputRequest,
     calibration_option,
     check_plot_request,
     draft_choice_callback,
@@ -21,7 +22,7 @@ from sdplan.cli._options import (
     terminal_plot_settings,
     workload_options,
 )
-from sdplan.cli._simulation import simulation_options, simulation_settings
+from sdplan.cli._simulation import simulation_options
 from sdplan.errors import InvalidValueError
 from sdplan.limits import check_simulation, check_table
 from sdplan.serving import batch_cap_warning
@@ -31,6 +32,18 @@ if TYPE_CHECKING:
     from sdplan.scenario import Scenario, SimulationSettings
     from sdplan.serving import EngineLimits
     from sdplan.simulate import RateSummary
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulateRequest:
+    """What ``sdplan simulate`` was given."""
+
+    scenario: ScenarioFlags
+    rates: str | None
+    draft_length: str
+    draft_lengths: str | None
+    simulation: SimulationSettings
+    output: OutputRequest
 
 
 @click.command()
@@ -71,22 +84,39 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
       sdplan simulate --acceptance 0.8 --rates 4,8,11
       sdplan simulate --draft-length 3 --seeds 5 --arrival-cv 2 -f json
     """
+    from sdplan.scenario import SimulationSettings
+
+    _simulate(SimulateRequest(
+        scenario=ScenarioFlags(
+            calibration=calibration, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+            acceptance_alpha=acceptance_alpha, acceptance_length=acceptance_length,
+            draft_acceptance_rate=draft_acceptance_rate, acceptance_k=acceptance_k,
+            position_acceptance=position_acceptance, acceptance_profile=acceptance_profile, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, kv_cache_tokens=kv_cache_tokens,
+            lengths_file=lengths_file),
+        rates=rates, draft_length=draft_length, draft_lengths=draft_lengths,
+        simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv),
+        output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only, plot=plot, plot_file=plot_file)))
+
+
+def _simulate(request: SimulateRequest) -> None:
     from sdplan import planner
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.simulate import render_simulate, simulate_document
 
-    check_plot_request(plot, plot_file, fmt)
+    draft_length, settings, out = request.draft_length, request.simulation, request.output
+    fmt, output, ascii_only = out.fmt, out.output, out.ascii_only
+    check_plot_request(out.plot, out.plot_file, fmt)
     if draft_length not in ("best", "off", "goodput"):
         candidates: list[int] | None = [int(draft_length)]
-    elif draft_lengths is not None:
-        candidates = sorted({k for k in parse_int_list(draft_lengths, "draft lengths") if k > 0}) or [1]
+    elif request.draft_lengths is not None:
+        candidates = sorted({k for k in parse_int_list(request.draft_lengths, "draft lengths") if k > 0}) or [1]
     else:
         candidates = None
-    scenario = command_scenario(candidates)
+    scenario = command_scenario(request.scenario, candidates)
     if scenario.moe is not None:
         raise InvalidValueError("simulate does not model MoE expert coverage yet; use plan for MoE calibrations")
-    rate_list = _rates(scenario, rates)
-    settings = simulation_settings(click.get_current_context().params)
+    rate_list = _rates(scenario, request.rates)
     check_simulation(settings.requests, settings.seeds, len(rate_list), "rates")
     if fmt == "table":
         check_table(1, len(rate_list), "give fewer --rates")
@@ -99,20 +129,21 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
     context = {"calibration": {"name": scenario.calibration.name, "path": scenario.calibration.path,
                                "method": scenario.calibration.method},
                "workload": {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
-                            "acceptance": workload.acceptance.describe(), "lengths_file": lengths_file,
+                            "acceptance": workload.acceptance.describe(),
+                            "lengths_file": request.scenario.lengths_file,
                             "per_token_alpha": workload.acceptance.alphas[0],
                             "position_acceptance_rates": (list(workload.acceptance.position_rates)
                                                           if workload.acceptance.position_rates else None),
                             "acceptance_source": workload.acceptance.source},
                "warnings": warnings}
-    settings_document = {"replications": seeds, "requests": requests, "seed": seed, "arrival_cv": arrival_cv,
-                         "max_num_seqs": scenario.limits.max_num_seqs,
+    settings_document = {"replications": settings.seeds, "requests": settings.requests, "seed": settings.seed,
+                         "arrival_cv": settings.arrival_cv, "max_num_seqs": scenario.limits.max_num_seqs,
                          "max_num_batched_tokens": scenario.limits.max_num_batched_tokens,
-                         "kv_cache_tokens": kv_cache_tokens, "warmup_fraction": 0.1}
+                         "kv_cache_tokens": request.scenario.kv_cache_tokens, "warmup_fraction": 0.1}
     document = simulate_document(summaries, context, settings_document, limits)
     terminal = output in (None, "-") and stdout_is_terminal()
     text = render_simulate(summaries, document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
-    emit(text + _plots(scenario, summaries, plot, plot_file, ascii_only), output)
+    emit(text + _plots(scenario, summaries, out.plot, out.plot_file, ascii_only), output)
 
 
 def _rates(scenario: Scenario, rates: str | None) -> list[float]:
