@@ -26,8 +26,8 @@ def results_options(fn: Any) -> Any:
                      "version, tp, precision, quant, dp, moe_tp, moe_ep, e.g. "
                      "model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4. Repeatable."),
         click.option("--draft-length", "draft_length", type=click.IntRange(min=0), metavar="K",
-                     help="Draft length of runs whose files do not record it (GuideLLM; vLLM without spec_decode "
-                     "fields). 0 means no SD."),
+                     help="Draft length of runs whose files do not record it (GuideLLM; InferenceX SD rows; vLLM "
+                     "without spec_decode fields). 0 means no SD."),
         lambda f: acceptance_options(f, for_results=True),
     ])
 
