@@ -22,8 +22,10 @@
    wall times.
 5. Writes every record and the summary as JSON (``--summary``, default ``WORKDIR/accuracy-summary.json``).
    ``--pool A.json B.json ...`` pools several runs' summaries (each run its own calibration) without
-   measuring: the signed biases are judged only over at least three runs, since one run's bias is mostly
-   the drift of that run's servers (benchmarks/RESULTS-accuracy-served-2026-11.md).
+   measuring, every prediction re-made by the current code from each run's calibration and result files
+   (:mod:`sdplan.accuracy.repredict`; ``--stored-predictions`` pools the stored ones, labelled so). The
+   signed biases are judged only over at least three runs, since one run's bias is mostly the drift of that
+   run's servers (benchmarks/RESULTS-accuracy-served-2026-11.md).
 
 ``--passes 2`` measures steps 3a and 3c twice on fresh servers at the first pass's rates and prints how well
 one pass predicts another (the machine's noise floor) and what an exact model would score
@@ -86,6 +88,10 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--run-id", help="Name of this benchmark run in the summary (default: the workdir's name).")
     parser.add_argument("--pool", type=Path, nargs="+", metavar="SUMMARY",
                         help="Measure nothing: pool the JSON summaries of several benchmark runs and judge them.")
+    parser.add_argument("--stored-predictions", action="store_true",
+                        help="With --pool: pool the predictions each summary stored (made by that run's code) "
+                        "instead of re-making them with the current code from the run's calibration and result files; "
+                        "the report says the figures may mix models.")
     parser.add_argument("--prefix-caching", action="store_true",
                         help="Leave vLLM's prefix caching on. Off by default here: vLLM's random prompts are runs of "
                         "consecutive token ids from a random start, and with the tiny models' 256-token vocabulary "
@@ -97,12 +103,29 @@ def arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def pool_main(paths: list[Path], out: Path | None) -> int:
-    """``--pool``: the summary over several runs' JSON summaries, printed (and written to ``out``)."""
+def pool_main(paths: list[Path], out: Path | None, stored: bool = False) -> int:
+    """``--pool``: the summary over several runs' JSON summaries, printed (and written to ``out``).
+
+    Every run's predictions are re-made by the current code first (:mod:`sdplan.accuracy.repredict`), so the
+    pooled figures judge one model; ``stored`` pools the predictions as each run's own code stored them, and the
+    report says so.
+    """
+    from sdplan.accuracy.repredict import missing_inputs, repredict
     from sdplan.accuracy.summary import pool, read_document, report_lines
 
     try:
         documents = [read_document(path) for path in paths]
+        if not stored:
+            lacking = [(d["run_id"], missing) for d, path in zip(documents, paths)
+                       for missing in [missing_inputs(d, path)] if missing]
+            if lacking:
+                run_id, missing = lacking[0]
+                print(f"error: cannot re-predict {len(lacking)} of {len(documents)} runs with the current code "
+                      f"({run_id}: {missing[0]} not found{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}"
+                      "); give --stored-predictions to pool the predictions each run's own code stored, labelled so",
+                      file=sys.stderr)
+                return 2
+            documents = [repredict(d, path) for d, path in zip(documents, paths)]
         summary = pool(documents)
     except (ValueError, KeyError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -125,14 +148,13 @@ def pool_main(paths: list[Path], out: Path | None) -> int:
 def main() -> int:
     args = arguments()
     if args.pool:
-        return pool_main(args.pool, args.summary)
+        return pool_main(args.pool, args.summary, args.stored_predictions)
 
-    from sdplan import model
     from sdplan.accuracy.floors import calibration_spread
+    from sdplan.accuracy.repredict import code_version, saturation_prediction
     from sdplan.accuracy.summary import (
         common_rates,
         contrast_workloads,
-        finite_or_none,
         option_label,
         parse_workloads,
         pct,
@@ -151,7 +173,6 @@ def main() -> int:
     from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
     from sdplan.measure.quiet import ForeignCpu
     from sdplan.measure.server import ServedEngine
-    from sdplan.runmodel import run_demand
     from sdplan.runs import read_results
     from sdplan.testing.tiny_models import served_pair
 
@@ -218,6 +239,7 @@ def main() -> int:
     spread = {"repeat_sd_pct": cal.document.get("uncertainty", {}).get("repeat_sd_pct"),
               "instances": cal.document.get("measurement", {}).get("server_instances_per_configuration", 1)}
     known = calibration_spread({"calibration_spread": spread})
+    predicted_by = code_version()
 
     def save() -> dict[str, Any]:
         """The records so far and their summary, written after every server: a run cut short keeps them."""
@@ -227,7 +249,7 @@ def main() -> int:
                     "workdir": str(work), "settings": {key: (str(value) if isinstance(value, Path) else value)
                                                        for key, value in vars(args).items() if key != "pool"},
                     "poisson_seconds": seconds, "calibration": str(out), "calibration_spread": spread,
-                    "calibrate_wall_s": calibrate_s,
+                    "calibrate_wall_s": calibrate_s, "predicted_by": predicted_by,
                     "wall_s": time.monotonic() - started, "records": records, "summary": summary}
         summary_path.write_text(json.dumps(document, indent=1, allow_nan=False))
         return summary
@@ -283,22 +305,13 @@ def main() -> int:
                                 peak, best = last.achieved_rate_rps, last
                             clients *= 2
                         plateaus[label][k] = peak
-                        # acceptance is an input of the model, not a prediction: at the acceptance it measured
-                        coefficients = cal.coefficients_at(best.prompt_tokens, best.output_tokens)
-                        c1, c2 = run_demand(coefficients, best)
-                        uncapped = float(model.saturation_rate(c2))
-                        # the plateau is a closed loop's throughput, predicted by the model's closed-loop relation
-                        # at the level that reached it, X = N/(C1 + f (N - 1) C2): a full batch runs as a closed
-                        # loop. The open-loop cap rate N/(C1 + N C2) (no f) is kept for the runs before acc37.
-                        predicted = model.closed_loop_throughput(c1, c2, best.concurrency,
-                                                                 coefficients.closed_loop_factor)
-                        open_loop_cap = min(uncapped, float(model.batch_cap_rate(c1, c2, args.max_num_seqs)))
+                        # at the acceptance it measured (an input of the model, not a prediction): the model's
+                        # closed-loop throughput at the level that reached the plateau, the open-loop cap, 1/C2
                         records["saturation"].append({"run": run_id, "pass": attempt + 1, "workload": label,
                                                       "option": k, "measured_rps": peak,
                                                       "clients": best.concurrency,
-                                                      "predicted_rps": finite_or_none(predicted),
-                                                      "open_loop_cap_rps": finite_or_none(open_loop_cap),
-                                                      "uncapped_rps": finite_or_none(uncapped)})
+                                                      **saturation_prediction(cal.coefficients_at, best,
+                                                                              args.max_num_seqs)})
                 finally:
                     server.stop()
                 save()

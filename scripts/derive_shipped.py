@@ -10,7 +10,7 @@ Usage::
 
 Every file is priced by :func:`sdplan.derive.derive` with the date fixed
 below, so a rerun with the same ``aiconfigurator-core`` writes the same bytes
-(the tests check one file). The pairs are those of the shipped set; each
+(tests/test_derive.py checks every file). The pairs are those of the shipped set; each
 retired roofline file's pair is among them. Not built: Llama-3.1-8B with
 Llama-3.2-1B on A100 SXM (``scripts/derive_roofline.py`` keeps it):
 AIConfigurator 0.12.0's A100 vLLM 0.14.0 database has no decode attention

@@ -143,6 +143,11 @@ def test_records_predict_as_sdplan_validate_does(passes) -> None:
     per_run = [validate(calibration.coefficients_at, [r for r in runs if name in r.source]).bias_pct
                for name in ("pass1", "pass2", "pass3")]
     assert summary["e2e_bias_per_run_pct"] == pytest.approx(per_run)
+    assert summary["e2e_bias_per_run_median_pct"] == pytest.approx(sorted(per_run)[1])
+    assert summary["e2e_bias_per_run_negative_share"] == pytest.approx(sum(b < 0 for b in per_run) / 3)
+    errors = [100 * (r["predicted_e2e_s"] / r["e2e_s"] - 1) for r in records]
+    assert summary["all"]["e2e_median_error_pct"] == pytest.approx(sorted(errors)[4])
+    assert summary["all"]["e2e_negative_share"] == pytest.approx(sum(e < 0 for e in errors) / 9)
     mean = sum(per_run) / 3
     assert summary["e2e_bias_standard_error_pct"] == pytest.approx(
         math.sqrt(sum((b - mean) ** 2 for b in per_run) / 2 / 3))
@@ -254,14 +259,19 @@ def test_pooling_judges_the_bias_only_over_three_runs(passes, tmp_path) -> None:
         paths.append(str(path))
     out = tmp_path / "pooled.json"
     script = str(BENCHMARK)
-    done = subprocess.run([sys.executable, script, "--pool", *paths, "--summary", str(out)], capture_output=True,
-                          text=True, timeout=120)
+    # these hand-made summaries have no calibration or result files beside them: no re-made predictions, so no pool
+    unmade = subprocess.run([sys.executable, script, "--pool", *paths], capture_output=True, text=True, timeout=120)
+    assert unmade.returncode == 2 and unmade.stderr.strip().count("\n") == 0, unmade.stderr
+    assert "cannot re-predict 3 of 3 runs" in unmade.stderr and "--stored-predictions" in unmade.stderr
+    done = subprocess.run([sys.executable, script, "--pool", *paths, "--summary", str(out), "--stored-predictions"],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"{bias:+.1f}%" in done.stdout and "signed E2E bias, pooled" in done.stdout
+    assert done.stdout.startswith("run pass1") and "predictions as stored" in done.stdout
     assert json.loads(out.read_text())["summary"]["all"]["e2e_bias_pct"] == pytest.approx(bias)
     assert "vllm" not in done.stderr
-    again = subprocess.run([sys.executable, script, "--pool", paths[0], paths[0]], capture_output=True, text=True,
-                           timeout=120)
+    again = subprocess.run([sys.executable, script, "--pool", paths[0], paths[0], "--stored-predictions"],
+                           capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and again.stderr.strip().count("\n") == 0 and "twice" in again.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
@@ -352,6 +362,7 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
     # 3 options x (plateau server + Poisson server)
     assert sum(s.start_order is not None for s in served_fakes.FakeServer.registry) == 6
     assert bench.pool([document])["all"]["e2e_mape_pct"] == pytest.approx(summary["all"]["e2e_mape_pct"])
+    check_repredict(document, work / "accuracy-summary.json")
     met = {what: verdict for what, _, _, verdict in bench.goals(summary)}
     assert met["best-option regret, worst rate"] == ("yes" if summary["rates_over_regret_goal"] == 0 else "NO")
 
@@ -380,6 +391,39 @@ def test_the_benchmark_end_to_end_on_the_fake_served_engine(tmp_path, monkeypatc
     assert all(not server.live for server in served_fakes.FakeServer.registry)
     kept = json.loads((cut / "accuracy-summary.json").read_text())["records"]
     assert [s["option"] for s in kept["saturation"]] == [0, 0, 0] and kept["runs"] == []
+
+
+def check_repredict(document: dict, path: Path) -> None:
+    """Re-made predictions: the same as stored where the code is the same, and stored predictions of other code
+    (here: tampered) replaced, not pooled."""
+    from sdplan.accuracy.repredict import missing_inputs, repredict
+
+    assert missing_inputs(document, path) == [] and document["predicted_by"].startswith("sdplan ")
+    tampered = json.loads(json.dumps(document))
+    for r in tampered["records"]["runs"]:
+        r["predicted_e2e_s"] = 2 * r["predicted_e2e_s"] if r["predicted_e2e_s"] else r["predicted_e2e_s"]
+        r["planned_e2e_s"] = None
+    for s in tampered["records"]["saturation"]:
+        s["predicted_rps"], s["uncapped_rps"] = 1.0, 2.0
+    for p in tampered["records"]["picks"]:
+        p["picked"] = -1
+    tampered["predicted_by"] = "older code"
+    remade = repredict(tampered, path)
+    for key in ("runs", "saturation", "picks"):
+        assert remade["records"][key] == document["records"][key], key
+    assert remade["predicted_by"] == document["predicted_by"]
+    pooled = bench.pool([remade])
+    assert pooled["all"]["e2e_mape_pct"] == pytest.approx(document["summary"]["all"]["e2e_mape_pct"])
+    assert pooled["predicted_by"] == [document["predicted_by"]]
+    assert not any("predictions as stored" in line for line in bench.report_lines(pooled))
+    mixed = bench.pool([tampered, {**remade, "run_id": "fake1-remade"}])  # two versions of the model in one pool
+    assert mixed["predicted_by"] == sorted([document["predicted_by"], "older code"])
+    assert any(line.startswith("predictions as stored") and "older code; sdplan" in line
+               for line in bench.report_lines(mixed))
+    moved = {**document, "workdir": str(path.parent / "gone"), "calibration": "gone.toml"}  # found beside the file
+    assert missing_inputs(moved, path) == [] and missing_inputs(moved, None)
+    with pytest.raises(ValueError, match="cannot re-predict"):
+        repredict(moved, None)
 
 
 def test_planned_intervals_are_what_sdplan_plan_prints_and_are_scored(sdplan, passes) -> None:

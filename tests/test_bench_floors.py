@@ -122,6 +122,24 @@ def test_an_oracle_right_in_expectation_still_loses_single_runs() -> None:
     assert floors.oracle_regret(records({"a": MEASURED["a"]})) == []  # no other run to learn from
 
 
+def test_the_floor_is_taken_at_the_utilisation_lambda_c2_not_at_the_measured_plateau() -> None:
+    """docs/model.md: rho = lambda C2, C2 the calibration's (1/C2 = uncapped_rps); a closed loop tops out below
+    1/C2, so the rate over the measured plateau is higher and would raise the floor."""
+    saturation = [{"run": "a", "pass": 1, "workload": "128/64", "option": 0, "measured_rps": 29.4,
+                   "uncapped_rps": 35.3},
+                  {"run": "a", "pass": 1, "workload": "128/64", "option": 2, "measured_rps": 20.0,
+                   "uncapped_rps": None}]  # C2 <= 0: no saturation
+    runs = [{"run": "a", "pass": 1, "workload": "128/64", "option": option, "load": 0.8, "rate_rps": 16.0,
+             "e2e_s": 1.0, "predicted_e2e_s": 1.2} for option in (0, 2)]
+    rows = floors.floor_rows(runs, saturation, {"a": (10.0, 2)})
+    assert [row["rho"] for row in rows] == pytest.approx([16.0 / 35.3, 0.0])
+    assert [row["plateau_load"] for row in rows] == pytest.approx([16.0 / 29.4, 16.0 / 20.0])
+    assert rows[0]["floor_pct"] == pytest.approx(100 * floors.perfect_model_error(16.0 / 35.3, 0.1, 2))
+    assert rows[0]["floor_pct"] < 100 * floors.perfect_model_error(16.0 / 29.4, 0.1, 2)
+    assert rows[1]["floor_pct"] == pytest.approx(100 * floors.perfect_model_error(0.0, 0.1, 2))
+    assert [row["error_pct"] for row in rows] == pytest.approx([20.0, 20.0])
+
+
 def test_pooling_the_stored_runs_reports_the_floors_beside_the_goals() -> None:
     paths = sorted(p for p in SUMMARIES.glob("acc*.json") if p.name != "acc45.json")  # acc45 as the line predicted
     documents = [bench.read_document(path) for path in paths]
@@ -133,6 +151,14 @@ def test_pooling_the_stored_runs_reports_the_floors_beside_the_goals() -> None:
     assert noise["poisson_runs"] == sum(len(d["records"]["runs"]) for d in documents if d["run_id"] in with_spread)
     loads = [noise["by_load"][key]["perfect_model_e2e_mape_pct"] for key in sorted(noise["by_load"], key=float)]
     assert loads == sorted(loads) and len(loads) == 3
+    # acc40-acc50 at nominal 30/55/80%: rho = lambda C2 below the load on the measured plateau, the floor with it
+    rho = [noise["by_load"][key]["mean_rho"] for key in sorted(noise["by_load"], key=float)]
+    plateau = [noise["by_load"][key]["mean_plateau_load"] for key in sorted(noise["by_load"], key=float)]
+    assert rho == pytest.approx([0.252, 0.461, 0.671], abs=1e-3) and all(r < q for r, q in zip(rho, plateau))
+    assert loads == pytest.approx([15.0, 21.3, 35.7], abs=0.05)
+    # the stored predictions were made by each run's own code, and the report says so
+    assert summary["predicted_by"] == [bench.UNRECORDED_CODE]
+    assert bench.report_lines(summary)[0].startswith("predictions as stored")
     assert noise["pooled_regret_rates"] == noise["oracle_regret_rates"] == summary["rates_compared"]
     lines = bench.report_lines(summary)
     assert any(line.startswith("a model exact but for the servers' speeds") for line in lines)

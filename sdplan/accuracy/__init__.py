@@ -7,7 +7,9 @@ does with the measurements is here, pure and testable without vLLM:
   the planner's picks, the summary per workload and over all, the goals, and pooling several benchmark runs'
   summaries (``accuracy_served.py --pool``);
 * :mod:`~sdplan.accuracy.floors`: what the servers' spread leaves to any model: the floor under the E2E error
-  and the regret against latencies pooled over runs.
+  and the regret against latencies pooled over runs;
+* :mod:`~sdplan.accuracy.repredict`: a stored summary's predictions re-made by the current code from the run's
+  calibration and result files, so that a pool judges one model.
 
 Nothing here is imported by the ``sdplan`` command.
 """

@@ -7,11 +7,11 @@ repeat_sd_pct``, :attr:`sdplan.validation.RepeatSpread.sd_pct`: 4.5-16.3% on the
 even a model exact for the calibration's servers errs against the validation's, and near saturation
 ``L = C1/(1 - lambda C2)`` magnifies the error: at 80% load a server 10% slower runs 83% slower.
 
-Three figures, each from measurements, none from the predictions being judged:
+Three figures, none from the latencies being judged:
 
 - :func:`perfect_model_error`: the mean absolute E2E error (each capped at 100%) a model exact but for the
-  servers' speeds shows against one run, given that run's rate, its option's measured plateau and its
-  calibration's ``sigma``;
+  servers' speeds shows against one run, given that run's utilisation ``rho = lambda C2`` (docs/model.md;
+  ``C2`` the calibration's, at the option and workload) and its calibration's ``sigma``;
 - :func:`pooled_regret`: the regret of each pick against the options' latencies pooled over every run (the
   noise of one run averages out, a wrong model does not);
 - :func:`oracle_regret`: the regret, against single runs, of picking the option that was fastest pooled over
@@ -69,22 +69,31 @@ def perfect_model_error(load: float, sigma: float, instances: int) -> float:
 
 def floor_rows(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[str, Any]],
                spreads: Mapping[str, tuple[float, int]]) -> list[dict[str, Any]]:
-    """Per Poisson run of a benchmark run with a known spread: its load on its option's measured plateau
-    (``rate_rps / measured_rps``, the closed-loop plateau its pass measured at that workload), the floor
-    :func:`perfect_model_error` puts under its E2E error, and the error it scored, capped alike (an unstable
-    prediction counts 100%)."""
-    plateau = {(s["run"], s["pass"], s["workload"], s["option"]): s["measured_rps"] for s in saturation}
+    """Per Poisson run of a benchmark run with a known spread: its utilisation ``rho = lambda C2``, the floor
+    :func:`perfect_model_error` puts under its E2E error there, and the error it scored, capped alike (an
+    unstable prediction counts 100%).
+
+    ``C2`` is the calibration's at the run's option and workload: ``1/C2`` is the saturation record's
+    ``uncapped_rps`` (None: ``C2 <= 0``, no saturation, ``rho = 0``), so ``rho`` is the load of
+    docs/model.md's eq. 1, ``L = C1/(1 - rho)``, on which the floor's law rests. The load on the measured
+    closed-loop plateau (``plateau_load``, kept beside it) is higher: a closed loop of ``N`` clients tops out
+    at ``N/(C1 + f (N - 1) C2)``, below ``1/C2`` (acc50 at 128/64 without SD: 29.4 against 35.3 req/s), and
+    a floor at that load would excuse errors the servers' spread does not make.
+    """
+    plateau = {(s["run"], s["pass"], s["workload"], s["option"]): s for s in saturation}
     rows = []
     for r in runs:
         spread = spreads.get(r["run"])
-        measured_rps = plateau.get((r["run"], r["pass"], r["workload"], r["option"]))
-        if spread is None or not measured_rps:
+        record = plateau.get((r["run"], r["pass"], r["workload"], r["option"]))
+        if spread is None or record is None or not record["measured_rps"]:
             continue
-        load = r["rate_rps"] / measured_rps
+        uncapped = record.get("uncapped_rps")
+        rho = 0.0 if uncapped is None else r["rate_rps"] / uncapped
         predicted = r.get("predicted_e2e_s")
         error = 1.0 if predicted is None else min(abs(predicted / r["e2e_s"] - 1.0), 1.0)
-        rows.append({"run": r["run"], "load": r["load"], "plateau_load": load,
-                     "floor_pct": 100.0 * perfect_model_error(load, spread[0] / 100.0, spread[1]),
+        rows.append({"run": r["run"], "load": r["load"], "rho": rho,
+                     "plateau_load": r["rate_rps"] / record["measured_rps"],
+                     "floor_pct": 100.0 * perfect_model_error(rho, spread[0] / 100.0, spread[1]),
                      "error_pct": 100.0 * error})
     return rows
 
@@ -178,6 +187,8 @@ def noise_summary(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mappin
     for load in sorted({row["load"] for row in scored}):
         members = [row for row in scored if row["load"] == load]
         by_load[f"{load:g}"] = {"poisson_runs": len(members),
+                                "mean_rho": mean_or_none([row["rho"] for row in members]),
+                                "mean_plateau_load": mean_or_none([row["plateau_load"] for row in members]),
                                 "perfect_model_e2e_mape_pct": mean_or_none([row["floor_pct"] for row in members]),
                                 "e2e_mape_pct": mean_or_none([row["error_pct"] for row in members])}
     pooled, oracle = pooled_regret(runs, picks), oracle_regret(runs)
@@ -216,7 +227,9 @@ def report_lines(noise: Mapping[str, Any], regret_goal_pct: float) -> list[str]:
         lines.append(f"a model exact but for the servers' speeds (spread between instances: {spreads}; "
                      "each error capped at 100%, here and in what was scored):")
         for load, figures in noise["by_load"].items():
-            lines.append(f"  at {float(load):.0%} load: E2E MAPE {figures['perfect_model_e2e_mape_pct']:.1f}% "
+            rho = figures.get("mean_rho")  # absent from summaries written before the floor used rho
+            lines.append(f"  at {float(load):.0%} load" + ("" if rho is None else f" (rho = lambda C2 {rho:.2f})")
+                         + f": E2E MAPE {figures['perfect_model_e2e_mape_pct']:.1f}% "
                          f"(scored {figures['e2e_mape_pct']:.1f}%, {figures['poisson_runs']} runs)")
         lines.append(f"  over all: {noise['perfect_model_e2e_mape_pct']:.1f}% (scored {noise['e2e_mape_pct']:.1f}%, "
                      f"{noise['poisson_runs']} runs)")

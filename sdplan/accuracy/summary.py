@@ -31,7 +31,7 @@ from typing import Any
 
 from sdplan.accuracy.floors import calibration_spread, noise_summary
 from sdplan.accuracy.floors import report_lines as noise_lines
-from sdplan.accuracy.means import mean_or_none, standard_error
+from sdplan.accuracy.means import mean_or_none, median_or_none, standard_error
 
 #: Goals of the benchmark (the module docstring of accuracy_served.py states them).
 E2E_MAPE_GOAL_PCT = 15.0
@@ -45,6 +45,8 @@ MIN_POOLED_RUNS = 3
 #: The fewest requests of a Poisson run, whatever its length in seconds.
 MIN_POISSON_REQUESTS = 60
 SUMMARY_VERSION = 1
+#: A summary's ``predicted_by`` where it records none (before acc51): its own day's code made its predictions.
+UNRECORDED_CODE = "unrecorded (the run's own code)"
 
 
 def workload_label(prompt_tokens: int, output_tokens: int) -> str:
@@ -259,6 +261,9 @@ def _accuracy(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "predicted_unstable": sum(r["predicted_e2e_s"] is None for r in runs),
         "e2e_mape_pct": mean_or_none(abs(e) for e in e2e),
         "e2e_bias_pct": mean_or_none(e2e),
+        # the distribution beside the mean: one run far off moves the mean, not these
+        "e2e_median_error_pct": median_or_none(e2e),
+        "e2e_negative_share": sum(e < 0 for e in e2e) / len(e2e) if e2e else None,
         "ttft_mape_pct": mean_or_none(abs(e) for e in _errors(runs, "ttft_s", "predicted_ttft_s")),
         "tpot_mape_pct": mean_or_none(abs(e) for e in _errors(runs, "tpot_s", "predicted_tpot_s")),
         "planned_e2e_mape_pct": mean_or_none(abs(e) for e in planned),
@@ -336,6 +341,8 @@ def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[st
         "top_load_e2e_bias_pct": top_accuracy["e2e_bias_pct"],
         "e2e_bias_per_run_pct": e2e_per_run,
         "e2e_bias_standard_error_pct": standard_error(e2e_per_run),
+        "e2e_bias_per_run_median_pct": median_or_none(e2e_per_run),
+        "e2e_bias_per_run_negative_share": sum(b < 0 for b in e2e_per_run) / len(e2e_per_run) if e2e_per_run else None,
         "saturation_bias_pct": mean_or_none(saturation_errors),
         "saturation_mape_pct": mean_or_none(abs(e) for e in saturation_errors),
         "saturation_bias_per_run_pct": saturation_per_run,
@@ -397,7 +404,12 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
     def show(value: float | None, signed: bool = False) -> str:
         return "-" if value is None else (f"{value:+.1f}%" if signed else f"{value:.1f}%")
 
-    lines = [f"{'workload':>12} {'runs':>5} {'E2E MAPE':>9} {'E2E bias':>9} {'TTFT MAPE':>10} {'TPOT MAPE':>10} "
+    codes = summary.get("predicted_by", [])
+    mixed = len(codes) > 1 or UNRECORDED_CODE in codes
+    lines = [] if not mixed else [
+        f"predictions as stored, not re-made by today's code: made by {'; '.join(codes)}; the pooled figures may "
+        "mix versions of the model", ""]
+    lines += [f"{'workload':>12} {'runs':>5} {'E2E MAPE':>9} {'E2E bias':>9} {'TTFT MAPE':>10} {'TPOT MAPE':>10} "
              f"{'as plan':>8} {'unstable':>8}"]
     table = [*summary["workloads"].items(), ("all", summary["all"])]
     if summary["kept_by_screen"]["poisson_runs"] < summary["all"]["poisson_runs"]:
@@ -423,7 +435,13 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
     per_run = summary["e2e_bias_per_run_pct"]
     if len(per_run) > 1:
         lines.append("E2E bias per benchmark run: " + ", ".join(f"{b:+.1f}%" for b in per_run)
-                     + f" (standard error of the pooled bias {summary['e2e_bias_standard_error_pct']:.1f} points)")
+                     + f" (standard error of the pooled bias {summary['e2e_bias_standard_error_pct']:.1f} points; "
+                     f"median {summary['e2e_bias_per_run_median_pct']:+.1f}%, "
+                     f"{summary['e2e_bias_per_run_negative_share']:.0%} of runs negative)")
+    everything = summary["all"]
+    if everything.get("e2e_median_error_pct") is not None:
+        lines.append(f"E2E error per Poisson run: mean {everything['e2e_bias_pct']:+.1f}%, median "
+                     f"{everything['e2e_median_error_pct']:+.1f}%, {everything['e2e_negative_share']:.0%} negative")
         sat = summary["saturation_bias_per_run_pct"]
         if len(sat) > 1:
             lines.append("saturation bias per benchmark run: " + ", ".join(f"{b:+.1f}%" for b in sat)
@@ -446,7 +464,7 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def pool(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The summary over several benchmark runs' JSON documents (each run is its own calibration)."""
-    runs, saturation, picks, walls = [], [], [], []
+    runs, saturation, picks, walls, codes = [], [], [], [], set()
     spreads: dict[str, tuple[float, int]] = {}
     seen = set()
     for document in documents:
@@ -460,10 +478,12 @@ def pool(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         saturation += document["records"]["saturation"]
         picks += document["records"]["picks"]
         walls.append(document["calibrate_wall_s"])
+        codes.add(document.get("predicted_by") or UNRECORDED_CODE)
         spread = calibration_spread(document)
         if spread is not None:
             spreads[identity] = spread
-    return summarize(runs, saturation, picks, walls, spreads)
+    # which code made the predictions: more than one (or any unrecorded) and the pooled figures mix models
+    return {**summarize(runs, saturation, picks, walls, spreads), "predicted_by": sorted(codes)}
 
 
 def read_document(path: Path) -> dict[str, Any]:

@@ -34,8 +34,8 @@ def results_options(fn: Any) -> Any:
                      help="Metrics files: cut the series into windows of this length (5m, 90s). Default: auto, "
                      "one window per busy stretch between idle scrapes (long ones cut into ~5 min)."),
         click.option("--draft-length", "draft_length", type=click.IntRange(min=0), metavar="K",
-                     help="Draft length of runs whose files do not record it (GuideLLM; vLLM without spec_decode "
-                     "fields). 0 means no SD."),
+                     help="Draft length of runs whose files do not record it (GuideLLM; InferenceX SD rows; vLLM "
+                     "without spec_decode fields). 0 means no SD."),
         lambda f: acceptance_options(f, for_results=True),
     ])
 

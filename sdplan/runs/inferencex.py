@@ -1,30 +1,33 @@
 """InferenceX (SemiAnalysis) benchmark rows as :class:`~sdplan.runs.record.BenchmarkRun` records.
 
-InferenceX publishes one JSON row per (deployment, ISL, OSL, concurrency):
-its API returns ``BenchmarkRow`` objects (``packages/db/src/queries/
-benchmarks.ts`` in SemiAnalysisAI/InferenceX-app) and its runner writes the
-same measurements flat (``utils/process_result.py`` in SemiAnalysisAI/InferenceX).
-Both shapes are read, as one object or a JSON array of them:
+InferenceX publishes one JSON row per (deployment, ISL, OSL, concurrency), in two shapes, read here as one
+object or a JSON array of them (``tests/data/inferencex/README.md`` cites the code, by commit):
 
-* the load: a closed loop of ``conc`` clients (``vllm bench serve
-  --max-concurrency conc`` at an unbounded rate); ``isl``/``osl`` the prompt and
-  output lengths in tokens;
-* the latencies, in **seconds**: ``mean_e2el``, ``mean_ttft``, ``mean_tpot`` and
-  ``median_*``/``p90_*``/``p99_*``, under ``metrics`` (API) or at the top level
-  (runner);
-* SD: ``spec_method`` (API) or ``spec_decoding`` (runner), ``"none"`` without
-  SD, else the method (``mtp``, ``eagle3``, ...). The draft length is
-  ``num_speculative_tokens`` and the acceptance the mean acceptance length in
-  tokens per cycle, bonus token included (``acceptance_length``, or
-  ``synthetic_acceptance_length``: the "golden" length an arm pins with vLLM's
-  synthetic rejection sampler, so it is known exactly), wherever a row carries
-  them (top level, ``techniques`` or ``metrics``). Rows without them leave the
-  draft length and acceptance to ``FILE:k=K,len=L`` or the flags.
+* the runner's flat row (``utils/process_result.py`` in SemiAnalysisAI/InferenceX): the deployment from the
+  runner's environment (``hw``, ``framework``, ``precision``, ``spec_decoding``, ``tp``, ...) beside
+  ``vllm bench serve``'s measurements, every ``*_ms`` key renamed without ``_ms`` and in seconds;
+* the API's ``BenchmarkRow`` (``packages/db/src/queries/benchmarks.ts`` in SemiAnalysisAI/InferenceX-app):
+  the deployment at the top level (``spec_method`` for ``spec_decoding``) and the measurements under
+  ``metrics``.
 
-Rows that are not one replica under one closed loop are left out with a
-warning: failed rows (``error``), agentic trace replays (no ``isl``/``osl``)
-and disaggregated or multi-node deployments (prefill and decode on separate
-GPU pools, which the model's single queue does not describe).
+What a row says: a closed loop of ``conc`` clients (``vllm bench serve --max-concurrency conc`` at an
+unbounded rate); ``isl``/``osl`` the *configured* prompt and output lengths in tokens (the runs draw random
+lengths around them); ``mean_e2el``, ``mean_ttft``, ``mean_tpot`` and ``median_*``/``p90_*``/``p99_*`` in
+seconds; and SD only as the method, ``spec_decoding``/``spec_method`` (``"none"`` or empty without SD, else
+``mtp``, ``eagle3``, ...). No row records the draft length (``num_speculative_tokens`` is in the recipe
+script the row's ``recipe_fingerprint`` names) or the acceptance (``process_result.py`` keeps only the
+``*_ms`` keys of vLLM's result, so its ``spec_decode_*`` counters are dropped). An SD row is therefore read
+with :attr:`~sdplan.runs.record.BenchmarkRun.speculation_unrecorded` set, and the steady-state screen leaves
+it out, saying how to give both: ``FILE:k=K,len=L`` for a file of one SD arm (a runner row, or an array of
+one arm), or ``--draft-length K`` with ``--acceptance-length L --acceptance-k K`` for an array that mixes
+arms (the flags fill in only the SD rows; ``FILE:k=K`` would set ``K`` on every row of the file). Where an
+arm pinned its acceptance with a synthetic sampler, ``L`` is that arm's golden length
+(``golden_al_distribution/`` in SemiAnalysisAI/InferenceX); otherwise the server's own counters
+(``vllm:spec_decode_*``) of the run give it.
+
+Rows that are not one replica under one closed loop are left out with a warning: failed rows (``error``),
+agentic trace replays (no ``isl``/``osl``) and disaggregated or multi-node deployments (prefill and decode on
+separate GPU pools, which the model's single queue does not describe).
 """
 
 from __future__ import annotations
@@ -32,16 +35,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import InputFileError
-from sdplan.limits import MAX_DRAFT_LENGTH, MAX_TOKENS
+from sdplan.limits import MAX_TOKENS
 from sdplan.runs.record import BenchmarkRun, count, is_finite_number, number
 
 #: How :mod:`sdplan.runs.read` names this format (``--input-format inferencex``) and describes it in errors.
 NAME = "inferencex"
 DESCRIPTION = "InferenceX benchmark rows"
-#: Keys that may hold the mean acceptance length (tokens per cycle, bonus token included).
-ACCEPTANCE_LENGTH_KEYS = ("acceptance_length", "synthetic_acceptance_length", "spec_decode_acceptance_length")
 
 
 def _metrics(document: dict[str, Any]) -> dict[str, Any]:
@@ -74,16 +74,12 @@ def _left_out(document: dict[str, Any]) -> str | None:
     return None
 
 
-def _find(document: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
-    """The first of ``keys`` in the row, its ``techniques`` or its ``metrics``: (where, value)."""
-    for table_name in (None, "techniques", "metrics"):
-        table = document if table_name is None else document.get(table_name)
-        if not isinstance(table, dict):
-            continue
-        for key in keys:
-            if table.get(key) is not None:
-                return (f"{table_name}.{key}" if table_name else key), table[key]
-    return None
+def _spec_method(document: dict[str, Any]) -> str:
+    """The SD method, lower case: ``spec_method`` (API) or ``spec_decoding`` (runner); ``none`` when empty."""
+    value = document.get("spec_method", document.get("spec_decoding"))
+    if value in (None, False):
+        return "none"
+    return str(value).strip().lower() or "none"
 
 
 def read_row(path: str, document: dict[str, Any]) -> BenchmarkRun:
@@ -122,32 +118,16 @@ def read_row(path: str, document: dict[str, Any]) -> BenchmarkRun:
         for q, key in ((50, f"median_{metric}"), (90, f"p90_{metric}"), (99, f"p99_{metric}")):
             if is_finite_number(metrics.get(key)) and metrics[key] >= 0:
                 percentiles.append((f"{label}_p{q}_s", float(metrics[key])))
-    method = str(document.get("spec_method", document.get("spec_decoding", "none")) or "none").strip().lower()
-    k, alpha, tau, notes = 0, None, None, []
-    records_k = method == "none"
-    if method != "none":
-        notes.append(f"SD method {method[:40]}")
-        found_k = _find(document, ("num_speculative_tokens",))
-        if found_k is not None:
-            k = count(found_k[1], path, found_k[0])
-            if not 1 <= k <= MAX_DRAFT_LENGTH:
-                raise InputFileError(path, found_k[0], f"must lie in [1, {MAX_DRAFT_LENGTH}], got {k}")
-            records_k = True
-        found_tau = _find(document, ACCEPTANCE_LENGTH_KEYS)
-        if found_tau is not None:
-            tau = number(found_tau[1], path, found_tau[0])
-            top = k + 1 if k else MAX_DRAFT_LENGTH + 1
-            if not 1.0 <= tau <= top:
-                raise InputFileError(path, found_tau[0], f"mean acceptance length must lie in [1, {top}] tokens "
-                                     f"per cycle{f' at k={k}' if k else ''} (bonus token included), got {tau:g}")
-            if k:
-                alpha = float(alpha_from_mean_length(tau, k))
+    method = _spec_method(document)
+    notes = [] if method == "none" else [f"SD method {method[:40]}"]
     name = Path(path.split("#")[0]).name + ("#" + path.split("#")[1] if "#" in path else "")
     return BenchmarkRun(
         source=name, requested_rate_rps=None, achieved_rate_rps=conc / latency, concurrency=conc,
-        draft_length=k, alpha=alpha, mean_acceptance_length=tau, prompt_tokens=lengths[0], output_tokens=lengths[1],
+        draft_length=0, alpha=None, mean_acceptance_length=None, prompt_tokens=lengths[0], output_tokens=lengths[1],
         mean_e2e_latency_s=latency, mean_ttft_s=seconds("mean_ttft"), mean_tpot_s=seconds("mean_tpot"),
-        percentiles_s=tuple(percentiles), records_draft_length=records_k, records_acceptance=alpha is not None,
+        percentiles_s=tuple(percentiles), records_draft_length=method == "none", records_acceptance=False,
         notes=tuple(notes),
-        speculation_unrecorded=None if records_k else f"spec_method {method[:40]} without num_speculative_tokens",
+        speculation_unrecorded=None if method == "none" else (
+            f"{'spec_method' if 'spec_method' in document else 'spec_decoding'} {method[:40]}; InferenceX rows do "
+            "not record num_speculative_tokens or the acceptance"),
     )

@@ -139,8 +139,8 @@ class BenchmarkRun:
     #: What the file leaves unknown about the run's load (a GuideLLM benchmark without a strategy, or of a kind
     #: sdplan does not know): neither an arrival rate nor a number of clients, so it is left out of fits.
     unknown_load: str | None = None
-    #: Where the file shows SD was on but not its draft length (an InferenceX row's ``spec_method`` without
-    #: ``num_speculative_tokens``; a GuideLLM report with more than one token per streamed iteration): what
+    #: Where the file shows SD was on but not its draft length (an InferenceX SD row, whose ``spec_method`` or
+    #: ``spec_decoding`` names the method only; a GuideLLM report with more than one token per streamed iteration): what
     #: shows it. Such a run is left out of fits until ``FILE:k=K`` or ``--draft-length`` gives the length;
     #: read as no SD it would be wrong. None: the draft length is known, or the run has no SD.
     speculation_unrecorded: str | None = None
