@@ -198,8 +198,10 @@ def plan(
     if batch_caps is not None and moe is None:
         solved = with_batch_caps(solved, coefficients, rates, ks, tokens, batch_caps)
     result = _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy, moe)
-    largest = max((cap for cap in batch_caps or () if math.isfinite(cap)), default=max(STEP_BATCHES))
-    batches = np.asarray([b for b in STEP_BATCHES if b <= largest] or [1], dtype=np.float64)
+    # up to the largest batch an SD option's engine holds (its cap itself the last point)
+    largest = max((cap for cap in (batch_caps or ())[1:] if math.isfinite(cap)), default=max(STEP_BATCHES))
+    kept = [b for b in STEP_BATCHES if b < largest] + [min(largest, max(STEP_BATCHES))]
+    batches = np.asarray(kept if largest >= 1 else [1], dtype=np.float64)
     return replace(result, step_batches=batches, step_speedup=step_speedup(coefficients, ks, tokens, batches, moe))
 
 
