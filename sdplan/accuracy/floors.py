@@ -25,6 +25,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from sdplan.accuracy.means import mean_or_none, standard_error
 
 #: Quadrature of the floor: the speed factors' standard normal deviates on this many nodes over +-Z_SPAN.
@@ -53,7 +55,6 @@ def perfect_model_error(load: float, sigma: float, instances: int) -> float:
     prediction past saturation (``rho e^{d_c} >= 1``) or a server past it (``rho e^{d_v} >= 1``, no steady
     latency) counts 1.
     """
-    import numpy as np
 
     z = np.linspace(-Z_SPAN, Z_SPAN, NODES)
     weight = np.exp(-0.5 * z * z)

@@ -25,6 +25,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import sdplan
+from sdplan import model
+from sdplan.accuracy.summary import (
+    contrast_workloads,
+    finite_or_none,
+    parse_workloads,
+    planned_intervals,
+    planner_picks,
+    run_record,
+    workload_label,
+)
+from sdplan.calibration import load_calibration
+from sdplan.runmodel import run_demand
+from sdplan.runs import read_results
+
 
 def _git(root: Path, *args: str) -> str:
     """``git -C root ARGS``'s output, '' where git fails (Popen: tests stand fakes in for ``subprocess.run``)."""
@@ -39,7 +54,6 @@ def _git(root: Path, *args: str) -> str:
 
 def code_version() -> str:
     """``sdplan VERSION`` and, from a git checkout, its commit (``+dirty`` with uncommitted changes)."""
-    import sdplan
 
     root = Path(sdplan.__file__).resolve().parent.parent
     commit = _git(root, "rev-parse", "--short=12", "HEAD")
@@ -51,9 +65,6 @@ def saturation_prediction(coefficients_at: Any, run: Any, max_num_seqs: int) -> 
     """A plateau's predictions: the model's closed-loop throughput at the level that reached it,
     ``N/(C1 + f (N - 1) C2)`` (a full batch runs as a closed loop), the open-loop cap rate ``min(1/C2, N/(C1 +
     N C2))`` (kept for the runs before acc37) and ``1/C2``; the acceptance is the one the run measured."""
-    from sdplan import model
-    from sdplan.accuracy.summary import finite_or_none
-    from sdplan.runmodel import run_demand
 
     coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
     c1, c2 = run_demand(coefficients, run)
@@ -86,7 +97,6 @@ def _pass_folder(folder: Path, attempt: int) -> Path:
 
 def _labels(document: Mapping[str, Any]) -> list[str]:
     """The workloads in the order the benchmark numbered them (``w0``, ``w1``, ...)."""
-    from sdplan.accuracy.summary import contrast_workloads, parse_workloads, workload_label
 
     settings = document.get("settings", {})
     p, g = int(settings.get("prompt_tokens", 128)), int(settings.get("output_tokens", 64))
@@ -118,9 +128,6 @@ def repredict(document: Mapping[str, Any], path: Path | None = None) -> dict[str
     ValueError
         Naming the first input :func:`missing_inputs` finds absent.
     """
-    from sdplan.accuracy.summary import planned_intervals, planner_picks, run_record
-    from sdplan.calibration import load_calibration
-    from sdplan.runs import read_results
 
     missing = missing_inputs(document, path)
     if missing:

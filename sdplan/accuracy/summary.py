@@ -23,15 +23,25 @@ Records are plain JSON-ready dicts (units in the keys):
 
 from __future__ import annotations
 
+import json
 import math
+import zlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from sdplan import model, planner
 from sdplan.accuracy.floors import calibration_spread, noise_summary
 from sdplan.accuracy.floors import report_lines as noise_lines
 from sdplan.accuracy.means import mean_or_none, median_or_none, standard_error
+from sdplan.runs import screen
+from sdplan.runs.screen import STALLED_SHARE_NOTED
+from sdplan.scenario import ScenarioOptions, resolve_scenario
+from sdplan.uncertainty import coefficient_draws, plan_intervals
+from sdplan.validation import option_regret, predict_latency, predict_ttft
 
 #: Goals of the benchmark (the module docstring of accuracy_served.py states them).
 E2E_MAPE_GOAL_PCT = 15.0
@@ -112,7 +122,6 @@ def poisson_seed(run_id: str, workload_index: int, level: int) -> int:
     10 i + level`` up to acc43) is one arrival path, rescaled, in all of them (256/32 at 80%: 34, 52, 50, 35
     arrivals per 40 expected in acc40-acc43 alike), and pooling the runs could not average its bursts out.
     """
-    import zlib
 
     return 1000 * (zlib.crc32(run_id.encode()) % 1_000_000) + 10 * workload_index + level
 
@@ -156,7 +165,6 @@ def finite_or_none(value: float) -> float | None:
 def on_time(record: Mapping[str, Any]) -> bool:
     """Whether a run record is known to have at most :data:`sdplan.runs.screen.STALLED_SHARE_NOTED` of its
     streams stalled (unknown, in records before acc40 or without chunk times: not counted as on time)."""
-    from sdplan.runs.screen import STALLED_SHARE_NOTED
 
     share = record.get("stalled_streams")
     return share is not None and share <= STALLED_SHARE_NOTED
@@ -169,11 +177,7 @@ def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None
     ``run`` is a :class:`sdplan.runs.BenchmarkRun`; ``coefficients_at(p, g)`` the calibration's coefficients;
     ``planned_e2e_ci95_s`` the 95% interval ``sdplan plan`` gives at the run's rate (high None: unstable).
     """
-    import numpy as np
 
-    from sdplan import model
-    from sdplan.runs import screen
-    from sdplan.validation import predict_latency, predict_ttft
 
     coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
     latency = predict_latency(coefficients, run)
@@ -192,7 +196,6 @@ def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None
 def _plan_scenario(calibration: str, workload: tuple[int, int], draft_lengths: Sequence[int]) -> Any:
     """What ``sdplan plan -c CAL --prompt-tokens P --output-tokens G --draft-lengths ...`` resolves: the
     calibration's own acceptance, per position where it has one."""
-    from sdplan.scenario import ScenarioOptions, resolve_scenario
 
     return resolve_scenario(ScenarioOptions(calibration=calibration, prompt_tokens=workload[0],
                                             output_tokens=workload[1], draft_lengths=list(draft_lengths),
@@ -206,7 +209,6 @@ def planner_picks(calibration: str, workload: tuple[int, int], draft_lengths: Se
 
     The acceptance is the calibration's own, as ``plan`` uses it when the user gives none.
     """
-    from sdplan import planner
 
     scenario = _plan_scenario(calibration, workload, draft_lengths)
     result = planner.plan(scenario.coefficients, list(rates_rps), scenario.draft_lengths,
@@ -227,9 +229,7 @@ def planned_intervals(calibration: str, workload: tuple[int, int], draft_lengths
     """Per rate, the 95% interval of each option's mean E2E that ``sdplan plan`` prints (fit uncertainty and
     the spread between server instances; high None: unstable), or None for a calibration without a covariance.
     """
-    import numpy as np
 
-    from sdplan.uncertainty import coefficient_draws, plan_intervals
 
     scenario = _plan_scenario(calibration, workload, draft_lengths)
     draws = coefficient_draws(scenario.calibration, workload[0], workload[1],
@@ -286,7 +286,6 @@ def regrets(runs: Sequence[Mapping[str, Any]], picks: Sequence[Mapping[str, Any]
 
     See :func:`sdplan.validation.option_regret`; a load whose pick was not measured, or with one option, is skipped.
     """
-    from sdplan.validation import option_regret
 
     picked = {(p["run"], p["workload"], p["load"]): p for p in picks}
     measured: dict[tuple[Any, ...], dict[int, float]] = defaultdict(dict)
@@ -487,7 +486,6 @@ def pool(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def read_document(path: Path) -> dict[str, Any]:
-    import json
 
     try:
         document: dict[str, Any] = json.loads(path.read_text())

@@ -5,6 +5,8 @@ Also the fitted calibration's ``[provenance]`` table, which both ways of ``fit``
 
 from __future__ import annotations
 
+import datetime
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +19,6 @@ if TYPE_CHECKING:
 
 def provenance_table(paths: list[Path], given: dict[str, str], notes: str) -> dict[str, Any]:
     """The fitted calibration's [provenance]: the options given, the sources with their digests, the counts."""
-    import datetime
 
     from sdplan import __version__
     from sdplan.runs import file_digest
@@ -72,7 +73,6 @@ def scaling_document(scaled: PriorScaling, written: str, dropped: list[tuple[Ben
 def render_scaling(scaled: PriorScaling, written: str, dropped: list[tuple[BenchmarkRun, str]], warnings: list[str],
                    fmt: str) -> str:
     """The report: the factors, the gap before and after, and what is anchored rather than measured."""
-    import json
 
     document = scaling_document(scaled, written, dropped, warnings)
     if fmt == "json":

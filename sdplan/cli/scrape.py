@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import re
+from pathlib import Path
+
 import click
 
 from sdplan.cli._options import complete_file
@@ -14,8 +18,6 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
     """``15s``, ``30m``, ``2h``, ``500ms`` or plain seconds -> seconds."""
     if value is None:
         return None
-    import math
-    import re
 
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|min|m|h|d)?\s*", value)
     if not match:
@@ -57,7 +59,6 @@ def scrape(url: str, every_s: float, for_s: float | None, output: str, timeout_s
       sdplan scrape http://gpu7.lab:8000 --allow-host gpu7.lab -o gpu7.scrapes
       sdplan fit prod.scrapes -o mybox.toml
     """
-    from pathlib import Path
 
     from sdplan.metrics.scrape import ScrapeRequest, planned_scrapes, record_scrapes
     from sdplan.render.progress import progress_bar

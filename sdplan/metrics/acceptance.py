@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sdplan.acceptance import alpha_from_mean_length
 from sdplan.runs.record import BenchmarkRun
 
 
@@ -20,7 +21,6 @@ def acceptance_document(runs: Sequence[BenchmarkRun]) -> dict[str, object] | Non
     per-token ``alpha`` with that length at ``K``. The schema's per-position rates are conditional,
     ``a_i = r_i / r_(i-1)``.
     """
-    from sdplan.acceptance import alpha_from_mean_length
 
     spec = [r for r in runs if is_window(r) and r.draft_length > 0 and r.spec_decode_drafts]
     if not spec:

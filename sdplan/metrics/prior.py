@@ -19,10 +19,16 @@ one factor scales both.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from sdplan.calibration import parse_calibration
 from sdplan.errors import InfeasibleError, InvalidValueError
+from sdplan.runmodel import PARAMETERS, coefficients_table, r2, run_demand
+from sdplan.validation import predict_latency
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -66,7 +72,6 @@ class PriorScaling:
 
 
 def demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float]:
-    from sdplan.runmodel import run_demand
 
     return run_demand(coefficients, run)
 
@@ -87,7 +92,6 @@ def factors(prior_at: Any, runs: list[BenchmarkRun]) -> tuple[float, float, bool
         Non-negative factors; with ``one_factor`` both equal the single factor ``s`` minimising
         ``sum (s (C1 + B C2)/L - 1)^2``, i.e. ``s = sum x / sum x^2`` with ``x = (C1 + B C2)/L``.
     """
-    import numpy as np
     from scipy.optimize import nnls
 
     rows = []
@@ -109,8 +113,6 @@ def factors(prior_at: Any, runs: list[BenchmarkRun]) -> tuple[float, float, bool
 def gap(coefficients_at: Any, runs: list[BenchmarkRun]) -> Gap:
     """Mean absolute and signed error of the predicted mean E2E (:func:`sdplan.validation.predict_latency`);
     a prediction past saturation counts 100%, and so does any error above it."""
-    from sdplan.runmodel import r2
-    from sdplan.validation import predict_latency
 
     errors, signed, predictions = [], [], []
     for run in runs:
@@ -142,10 +144,7 @@ def scale_prior(prior: Calibration, runs: list[BenchmarkRun], *, name: str, prov
     InvalidValueError
         For a mixture-of-experts prior (its coverage terms are not scaled).
     """
-    from collections import Counter
 
-    from sdplan.calibration import parse_calibration
-    from sdplan.runmodel import PARAMETERS, coefficients_table
 
     if not runs:
         raise InfeasibleError("no usable window to scale the prior to")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import io
 import lzma
+import math
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,7 +154,6 @@ def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float, int, list[str]
 
 def _header_time(line: str, where: str, number: int) -> float:
     """The ``time=`` of a header line (Unix seconds)."""
-    import math
 
     for item in line[len(SCRAPE_MARK):].split():
         if item.startswith("time="):

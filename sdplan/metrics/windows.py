@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import InputFileError
 from sdplan.metrics import names
 from sdplan.metrics.changes import rate_changes
@@ -350,7 +351,6 @@ def _speculation(first: Point, last: Point, finished: float, output: float) -> t
     k = positions or (round(draft_tokens / drafts) if draft_tokens else 0)
     if not k:
         return 0, None, None, None, None, "spec_decode drafts counted without draft tokens or positions"
-    from sdplan.acceptance import alpha_from_mean_length
 
     accepted = _delta(first, last, "accepted") or 0.0
     tau = min(max(1.0 + accepted / drafts, 1.0), k + 1.0)

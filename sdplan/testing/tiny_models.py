@@ -13,6 +13,8 @@ Needs torch and transformers (installed with vLLM), imported lazily: importing t
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 
 HIDDEN = 128  # vocab = hidden for the successor models; head_dim 32 is the CPU kernel's minimum
@@ -136,8 +138,6 @@ def successor_prompt_file(path: Path, count: int, prompt_tokens: int, output_tok
     prompt, so n-gram (prompt lookup) drafts are accepted. The other prompts are random words, on
     which n-gram drafting finds nothing.
     """
-    import json
-    import random
 
     rng = random.Random(seed)
 
