@@ -581,3 +581,39 @@ def test_the_context_check_can_fail(tmp_path: Path) -> None:
         "@click.pass_context\ndef command(ctx):\n    pass\n")
     assert context_reads(root) == ["sdplan/run.py:10 get_current_context", "sdplan/run.py:11 get_current_context",
                                    "sdplan/run.py:11 get_parameter_source", "sdplan/run.py:14 pass_context"]
+
+
+# ----------------------------------------------------------------------------- imports at the top
+
+#: Packages a function may import where it needs them: heavy, optional, or needed by one path only.
+LAZY_ALLOWED = ("vllm", "torch", "transformers", "tokenizers", "safetensors", "aiconfigurator", "aiconfigurator_core",
+                "matplotlib", "plotext", "pandas", "scipy", "prometheus_client", "yaml")
+
+
+def function_level_share(root: Path = PACKAGE) -> tuple[int, int]:
+    """(imports inside functions, outside :data:`LAZY_ALLOWED`; all imports) of the package."""
+    total = inside = 0
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        nested = {id(node) for function in functions for node in ast.walk(function)
+                  if isinstance(node, (ast.Import, ast.ImportFrom))}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                total += 1
+                names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                if id(node) in nested and not any(name.split(".")[0] in LAZY_ALLOWED for name in names):
+                    inside += 1
+    return inside, total
+
+
+def test_imports_go_at_the_top_of_modules() -> None:
+    """At most 10% of imports sit in functions, beside the optional heavy packages: the CLI's lazy command
+    modules keep ``--help`` light, a few readers break an import cycle; everything else imports at the top."""
+    inside, total = function_level_share()
+    assert inside <= 0.10 * total, f"{inside} of {total} imports are inside functions"
+
+
+def test_the_import_share_counts_what_it_should(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("import os\n\ndef f():\n    import json\n    import scipy\n")
+    assert function_level_share(tmp_path) == (1, 3)
