@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 
 def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[float, float]],
-                 largest_batch: int) -> list[int]:
+                 largest_batch: int, rows_per_sequence: Sequence[float] | None = None,
+                 knee: tuple[float, float] = (0.0, 0.0)) -> list[int]:
     """The goodput policy's option index for every batch size ``n = 0 .. largest_batch``.
 
     At a step with ``n`` sequences the policy picks the option with the
@@ -56,13 +57,18 @@ def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[
     runs at least one sequence). The choice depends only on ``n`` and the
     fixed coefficients, so a simulator can look it up instead of scoring
     every option at every step; the expression is evaluated exactly as a
-    per-step evaluation would, so the decisions are the same.
+    per-step evaluation would, so the decisions are the same. With ``knee``
+    ``(R, b)`` and each option's token rows per sequence ``t``, a step also
+    pays ``b max(0, n t - R)`` past the target's compute-bound knee
+    (:mod:`sdplan.knee`).
     """
+    rows = list(rows_per_sequence) if rows_per_sequence is not None else [1.0] * len(expected_tokens)
+    knee_tokens, knee_slope = knee
     choices = []
     for batch in range(largest_batch + 1):
         scheduled = max(batch, 1)
-        goodput = [e / (fixed + (scheduled - 1) * per_sequence)
-                   for e, (fixed, per_sequence) in zip(expected_tokens, step_costs_s)]
+        goodput = [e / (fixed + (scheduled - 1) * per_sequence + knee_slope * max(scheduled * t - knee_tokens, 0.0))
+                   for e, (fixed, per_sequence), t in zip(expected_tokens, step_costs_s, rows)]
         choices.append(goodput.index(max(goodput)))
     return choices
 

@@ -214,3 +214,14 @@ def test_a_closed_loop_past_the_cap_waits_for_admission() -> None:
     latency = predict_latency(c, run, batch_cap=50)
     wait = latency - at_cap
     assert predict_ttft(c, run, latency, batch_cap=50) == pytest.approx(predict_ttft(c, held, at_cap) + wait)
+
+
+def test_the_simulators_goodput_choice_pays_the_knee() -> None:
+    """Past the knee the k + 1 rows of SD cost more per step: the per-step policy switches SD off sooner."""
+    from sdplan.policy import step_choices
+
+    expected, costs = [1.0, 2.5], [(0.010, 0.0001), (0.012, 0.00012)]
+    plain = step_choices(expected, costs, 300)
+    kneed = step_choices(expected, costs, 300, [1.0, 4.0], (128.0, 5e-4))
+    assert plain[300] == 1 and kneed[300] == 0  # at 300 sequences SD's 1,200 rows are far past the knee
+    assert kneed[1] == plain[1] == 1  # one sequence: 4 rows, below the knee, nothing changes

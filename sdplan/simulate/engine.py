@@ -176,7 +176,8 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         if adaptive:  # SmartSpec: highest goodput E(k)/tau_k(n) at the sequences scheduled in this step
             n_step = batch + len(prefilling) + (1 if queue else 0)
             if n_step >= len(choice_by_batch):
-                choice_by_batch = step_choices(expected_by_option, costs, max(2 * n_step, 16))
+                choice_by_batch = step_choices(expected_by_option, costs, max(2 * n_step, 16),
+                                               [o + 1.0 for o in options], (knee_tokens, knee_slope))
             if choice_by_batch[n_step] != option:
                 previous, option = k, choice_by_batch[n_step]
                 k = options[option]
