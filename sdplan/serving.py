@@ -372,5 +372,6 @@ def batch_cap_warning(limits: EngineLimits, where: str) -> str:
         return (f"not one request of the workload fits the {limits.kv_cache_source}: that server cannot run it "
                 "(vLLM refuses a max_model_len over its KV cache); the model assumes memory it does not have")
     return (f"{where} the mean model's batch reaches the batch cap of {limits.batch_cap:g} sequences "
-            f"({limits.batch_cap_source}): requests queue for a batch slot, which the mean model does not "
-            "represent, so its latency is a lower bound there; the simulator models the cap")
+            f"({limits.batch_cap_source}): from there requests wait for a batch slot; the model takes that rate as "
+            "the option's saturation and does not price the wait just below it, so its latency is a lower bound "
+            "there; the simulator models the cap")

@@ -180,7 +180,8 @@ def capacity_document(cap: Capacity, slos: list[SLO], context: dict[str, Any], t
             "binding_slo": cap.binding_slo[index],
             "mean_e2e_latency_at_capacity_s": finite_or_none(cap.latency_at_capacity_s[index]),
             "c1_s": float(cap.c1_s[index]),
-            "c2_s": float(cap.c2_s[index]),
+            # the demand that sets the saturation: past the target's compute-bound knee where it has one
+            "c2_s": float(cap.c2_s[index] if cap.knee is None else cap.knee.c2_above_s[index]),
             "saturation_rate_rps": finite_or_none(cap.saturation_rate_rps[index]),
             "break_even_rate_rps": finite_or_none(cap.break_even_rate_rps[index - 1]) if index else None,
         })
