@@ -176,6 +176,20 @@ def position_rates_from_conditional(conditional: Sequence[float]) -> tuple[float
     return tuple(rates)
 
 
+def conditional_from_position_rates(rates: Sequence[float]) -> tuple[float, ...]:
+    """A calibration's conditional ``a_i = r_i / r_(i-1)`` from vLLM's per-position rates ``r_i``.
+
+    The inverse of :func:`position_rates_from_conditional`; a position after one never accepted is 0.
+    """
+    return tuple(float(rate) / previous if previous > 0 else 0.0
+                 for rate, previous in zip(rates, [1.0, *rates[:-1]]))
+
+
+#: Share of decode steps carrying a draft below which a measured acceptance records its draft coverage: a
+#: draft model drafts on every step, prompt lookup only where the context repeats.
+FULL_DRAFT_COVERAGE = 0.98
+
+
 def mean_length_from_alpha(alpha: FloatArray | float, k: int) -> FloatArray:
     """Mean acceptance length ``tau = E(alpha, k)`` (tokens per cycle)."""
     return expected_tokens_per_cycle(alpha, k)

@@ -113,3 +113,11 @@ def test_make_acceptance_describes_what_it_received() -> None:
     assert "mean acceptance length" in spec.describe()
     assert "k=3" in spec.describe()
     assert spec.alphas[0] == pytest.approx(float(alpha_from_mean_length(3.0, 3)))
+
+
+def test_conditional_rates_invert_vllms_running_products() -> None:
+    from sdplan.acceptance import conditional_from_position_rates, position_rates_from_conditional
+
+    conditional = (0.9, 0.8, 0.5)
+    assert conditional_from_position_rates(position_rates_from_conditional(conditional)) == pytest.approx(conditional)
+    assert conditional_from_position_rates((0.5, 0.0, 0.0)) == (0.5, 0.0, 0.0)  # nothing after a never-accepted one

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdplan._vllm import installed_distribution
+from sdplan.acceptance import FULL_DRAFT_COVERAGE, conditional_from_position_rates
 from sdplan.errors import InfeasibleError
 from sdplan.fit import fit_pooled, fitted_document
 from sdplan.measure.levels import REPEAT_DISAGREEMENT
@@ -55,13 +56,11 @@ def acceptance_document(runs: list[Any], prompts: str = "random-token prompts") 
     positions = [r.position_rates for r in at_k if getattr(r, "position_rates", None) is not None]
     if positions:
         cumulative = [sum(rates[i] for rates in positions) / len(positions) for i in range(k)]
-        document["per_position_rates"] = [
-            round(rate / previous, 6) if previous > 0 else 0.0
-            for rate, previous in zip(cumulative, [1.0, *cumulative[:-1]])]
+        document["per_position_rates"] = [round(rate, 6) for rate in conditional_from_position_rates(cumulative)]
         length_text += ", per position " + ", ".join(f"{rate:.3f}" for rate in cumulative)
     coverages = [r.draft_coverage for r in at_k if r.draft_coverage is not None]
     coverage = sum(coverages) / len(coverages) if coverages else 1.0
-    if coverage < 0.98:  # a draft model drafts on every step; prompt lookup where the context repeats
+    if coverage < FULL_DRAFT_COVERAGE:
         document["draft_coverage"] = round(coverage, 4)
         length_text += f", drafts on {coverage:.0%} of decode steps"
     document["source"] = (f"vLLM spec-decode counters over {len(at_k)} served run(s) at k={k}{length_text}; "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sdplan.acceptance import alpha_from_mean_length
+from sdplan.acceptance import FULL_DRAFT_COVERAGE, alpha_from_mean_length, conditional_from_position_rates
 from sdplan.runs.record import BenchmarkRun
 
 
@@ -38,13 +38,12 @@ def acceptance_document(runs: Sequence[BenchmarkRun]) -> dict[str, object] | Non
         weight = sum(r.spec_decode_drafts or 0.0 for r in with_positions)
         cumulative = [sum((r.position_rates or ())[i] * (r.spec_decode_drafts or 0.0) for r in with_positions)
                       / weight for i in range(k)]
-        document["per_position_rates"] = [round(rate / previous, 6) if previous > 0 else 0.0
-                                          for rate, previous in zip(cumulative, [1.0, *cumulative[:-1]])]
+        document["per_position_rates"] = [round(rate, 6) for rate in conditional_from_position_rates(cumulative)]
         text += ", per position " + ", ".join(f"{rate:.4f}" for rate in cumulative)
     coverages = [(r.draft_coverage, r.spec_decode_drafts or 0.0) for r in at_k if r.draft_coverage is not None]
     if coverages:
         coverage = sum(c * w for c, w in coverages) / sum(w for _, w in coverages)
-        if coverage < 0.98:  # a draft model drafts on every step; prompt lookup where the context repeats
+        if coverage < FULL_DRAFT_COVERAGE:
             document["draft_coverage"] = round(coverage, 4)
             text += f", drafts on {coverage:.0%} of decode steps"
     document["source"] = (f"vLLM's spec_decode counters over {len(at_k)} metrics window(s) at k={k} "
