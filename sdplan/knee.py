@@ -100,26 +100,25 @@ def knee_demands(coefficients: Coefficients, c1: FloatArray | float, c2: FloatAr
                                                                                         t.shape)).copy())
 
 
-def past_knee(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
-              rate_rps: FloatArray | float) -> npt.NDArray[np.bool_]:
-    """Where the operating point at ``rate_rps`` lies past the knee (its batch below the knee is over ``B*``).
-
-    The batch below the knee is ``lambda C1/(1 - lambda C2)``; an unstable point (``lambda C2 >= 1``)
-    is past it too.
-    """
+def batch_below_knee(c1: FloatArray | float, c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:
+    """Others in flight at ``rate_rps`` with the demands below the knee, ``lambda C1/(1 - lambda C2)``;
+    inf where that is unstable (such a point is past the knee too)."""
     lam = np.asarray(rate_rps, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # past saturation is past the knee
         rho = lam * np.asarray(c2, dtype=np.float64)
-        batch = np.where(rho < 1.0, lam * np.asarray(c1, dtype=np.float64) / (1.0 - rho), np.inf)
-    return np.asarray(batch > knee.knee_batch)
+        return np.where(rho < 1.0, lam * np.asarray(c1, dtype=np.float64) / (1.0 - rho), np.inf)
+
+
+def past_knee(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
+              rate_rps: FloatArray | float) -> npt.NDArray[np.bool_]:
+    """Where the operating point at ``rate_rps`` lies past the knee (its batch below the knee is over ``B*``)."""
+    return np.asarray(batch_below_knee(c1, c2, rate_rps) > knee.knee_batch)
 
 
 def demands_at(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
                rate_rps: FloatArray | float) -> tuple[FloatArray, FloatArray]:
     """``(C1, C2)`` that hold at ``rate_rps``: below the knee the option's own, past it the ones above."""
-    past = past_knee(c1, c2, knee, rate_rps)
-    return (np.where(past, knee.c1_above_s, np.asarray(c1, dtype=np.float64)),
-            np.where(past, knee.c2_above_s, np.asarray(c2, dtype=np.float64)))
+    return batch_cap_demands(c1, c2, knee, batch_below_knee(c1, c2, rate_rps))
 
 
 def batch_cap_demands(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,

@@ -94,13 +94,11 @@ def knee_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, token
     (:func:`sdplan.knee.break_even`). ``c1``/``c1_d`` are the zero-load demands, ``c2``/``c2_d`` the
     demands past the knee: the ones that set the saturation rate ``1/C2``.
     """
-
-    g = coefficients.output_tokens
     k_ak = ks[None, :].astype(np.float64)
     c1_d, c2_d = model.baseline_demand(coefficients)
     c1, c2 = model.demand_from_tokens(coefficients, tokens, k_ak)  # (a, k)
-    knee_d = knee.knee_demands(coefficients, c1_d, c2_d, model.baseline_steps(g), 1.0)
-    knee_sd = knee.knee_demands(coefficients, c1, c2, g / tokens, k_ak + 1.0)
+    knee_d = model.baseline_knee(coefficients, c1_d, c2_d)
+    knee_sd = model.speculative_knee(coefficients, c1, c2, tokens, k_ak)
     lam = rates[None, :, None]  # (1, r, 1)
     per_point = knee.take(knee_sd, (slice(None), None, slice(None)))
     base_c1, base_c2 = knee.demands_at(c1_d, c2_d, knee_d, rates)
@@ -128,16 +126,15 @@ def with_batch_caps(solved: SolvedGrid, coefficients: Coefficients, rates: Float
     at ``N`` in flight does within ``C2_N / (C1_N + N C2_N)`` of ``lambda_N``: the points past it are
     unstable (the cap rate itself is admitted), and the utilisation is ``max(lambda C2, lambda / lambda_N)``.
     """
-    g = coefficients.output_tokens
     caps_array = np.asarray(caps, dtype=np.float64)
     c1_d, c2_d = model.baseline_demand(coefficients)
-    knee_d = knee.knee_demands(coefficients, c1_d, c2_d, model.baseline_steps(g), 1.0)
+    knee_d = model.baseline_knee(coefficients, c1_d, c2_d)
     base_cap = float(caps_array[0])
     base_rate = float(model.batch_cap_rate(*knee.batch_cap_demands(c1_d, c2_d, knee_d, base_cap), base_cap)) \
         if math.isfinite(base_cap) else math.inf
     k_ak = ks[None, :].astype(np.float64)
     c1, c2 = model.demand_from_tokens(coefficients, tokens, k_ak)
-    knee_sd = knee.knee_demands(coefficients, c1, c2, g / tokens, k_ak + 1.0)
+    knee_sd = model.speculative_knee(coefficients, c1, c2, tokens, k_ak)
     sd_caps = np.broadcast_to(caps_array[1:][None, :], c1.shape)
     with np.errstate(invalid="ignore"):  # an infinite cap has no cap rate
         sd_rate = np.where(np.isfinite(sd_caps), model.batch_cap_rate(

@@ -177,6 +177,18 @@ def baseline_demand(coeffs: Coefficients) -> tuple[float, float]:
             frontend_floor(coeffs, coeffs.c2p_s + steps * coeffs.baseline_c2_step_s))
 
 
+def baseline_knee(coeffs: Coefficients, c1_d: float, c2_d: float) -> KneeDemands:
+    """No SD's demands past the compute-bound knee: ``g - 1`` steps of one token row (:mod:`sdplan.knee`)."""
+    return knee_demands(coeffs, c1_d, c2_d, baseline_steps(coeffs.output_tokens), 1.0)
+
+
+def speculative_knee(coeffs: Coefficients, c1: FloatArray | float, c2: FloatArray | float,
+                     tokens_per_cycle: FloatArray | float, k: FloatArray | float) -> KneeDemands:
+    """SD's demands past the compute-bound knee: ``g/E`` cycles of ``k + 1`` token rows (:mod:`sdplan.knee`)."""
+    return knee_demands(coeffs, c1, c2, coeffs.output_tokens / np.asarray(tokens_per_cycle, dtype=np.float64),
+                        np.asarray(k, dtype=np.float64) + 1.0)
+
+
 def utilisation(c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:
     """Utilisation ``rho = lambda*C2`` (dimensionless; the system is stable below 1)."""
     return np.asarray(rate_rps, dtype=np.float64) * np.asarray(c2, dtype=np.float64)

@@ -108,9 +108,8 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
 def run_knee(coefficients: Coefficients, run: BenchmarkRun, c1: float, c2: float) -> knee.KneeDemands:
     """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.knee`)."""
     if run.draft_length == 0:
-        return knee.knee_demands(coefficients, c1, c2, model.baseline_steps(coefficients.output_tokens), 1.0)
-    return knee.knee_demands(coefficients, c1, c2, coefficients.output_tokens / run_tokens_per_cycle(run),
-                             run.draft_length + 1.0)
+        return model.baseline_knee(coefficients, c1, c2)
+    return model.speculative_knee(coefficients, c1, c2, run_tokens_per_cycle(run), run.draft_length)
 
 
 def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,

@@ -26,7 +26,7 @@ def show(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
       sdplan show -c calibrations/h100-sxm_llama-3.1-8b_llama-3.2-1b_derived.toml
       sdplan show -c mybox.toml --prompt-tokens 4096 --format json
     """
-    from sdplan import knee, model
+    from sdplan import model
     from sdplan.calibration import resolve_calibration
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.calibration import render_calibration
@@ -38,7 +38,7 @@ def show(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
     terminal = output in (None, "-") and stdout_is_terminal()
     c1_d, c2_d = model.baseline_demand(coefficients)
     # the no-SD demand that sets its saturation: past the compute-bound knee where the file has one
-    past = knee.knee_demands(coefficients, c1_d, c2_d, model.baseline_steps(coefficients.output_tokens), 1.0)
+    past = model.baseline_knee(coefficients, c1_d, c2_d)
     text = render_calibration(cal, coefficients, (c1_d, float(past.c2_above_s)), OutputFormat(fmt),
                               Style(ascii=ascii_only), terminal)
     emit(text, output)
