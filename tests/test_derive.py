@@ -105,6 +105,27 @@ def test_cli_derive_writes_a_valid_file_and_reports_its_origin(sdplan, tmp_path:
         shown.stdout
 
 
+def test_cli_derive_runs_a_draft_on_its_own_gpus(sdplan, tmp_path: Path) -> None:
+    """--draft-tp: a 1B draft beside a 70B target at TP4 runs on one GPU; more GPUs than the target's is refused."""
+    _aic()
+    arguments = ["derive", "--target-model", "meta-llama/Llama-3.1-70B-Instruct", "--system", "h100_sxm", "--tp", "4",
+                 "--method", "draft_model", "--draft-model", "meta-llama/Llama-3.2-1B-Instruct", "--draft-lengths",
+                 "1-2", "--no-anchor", "--date", "2026-11-25"]
+    out = tmp_path / "own-tp.toml"
+    result = sdplan(*arguments, "--draft-tp", "1", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assumptions = " ".join(load_calibration(out).document["provenance"]["assumptions"])
+    assert "the draft model runs on 1 of the target's 4 GPUs" in assumptions
+    shared = tmp_path / "shared-tp.toml"
+    assert sdplan(*arguments, "-o", str(shared)).exit_code == 0
+    # the same draft priced on one GPU costs more per step than split over four
+    own, split = (load_calibration(path).document["step_model"]["draft"]["fixed_s"] for path in (out, shared))
+    assert own > split
+    refused = sdplan(*arguments, "--draft-tp", "8", "-o", str(tmp_path / "x.toml"))
+    assert refused.exit_code == ExitStatus.USAGE and "--draft-tp 8" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
 def test_a_pair_the_database_lacks_is_a_one_line_error(sdplan, tmp_path: Path) -> None:
     _aic()
     result = sdplan("derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "a100_sxm",
