@@ -29,7 +29,7 @@ from sdplan.runmodel import (
     run_demand,
     run_tokens_per_cycle,
 )
-from sdplan.runs import screen
+from sdplan.steady_state import screen
 
 if TYPE_CHECKING:
     from sdplan.moe import MoESpec

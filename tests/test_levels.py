@@ -13,7 +13,7 @@ from sdplan.measure.levels import (
     point_seed,
     requests_held,
 )
-from sdplan.runs.screen import MIN_KEPT_UP_FRACTION
+from sdplan.steady_state import MIN_KEPT_UP_FRACTION
 
 GRID = concurrency_levels(SERVED_GRIDS["quick"], 256)  # 1, 4, 16, 64
 

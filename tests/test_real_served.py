@@ -197,7 +197,7 @@ def test_short_real_runs_whose_drain_is_a_large_share_are_kept_and_overloaded_on
     without them (vllm bench serve without --save-detailed keeps only the latencies, in send order); the run
     at twice the sustained rate (tests/data/served-behind-cpu) is left out either way."""
     from sdplan.runs import MIN_KEPT_UP_FRACTION, screen
-    from sdplan.runs.screen import MIN_ACHIEVED_FRACTION
+    from sdplan.steady_state import MIN_ACHIEVED_FRACTION
 
     def run_of(document: dict, name: str):
         if not detailed:

@@ -163,11 +163,7 @@ LAYER_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
 
 #: Imports that break a rule today, each with why it is not fixed yet. The test fails while an entry is no
 #: longer found, so the list only shrinks.
-KNOWN_BREACHES: dict[str, str] = {
-    # validation.validate skips the runs the steady-state screen rejects; the screen reads run records
-    # (runs/record.py) and is shared by every reader, so it cannot move down alone.
-    "sdplan.validation -> sdplan.runs.screen": "the steady-state screen lives with the run records",
-}
+KNOWN_BREACHES: dict[str, str] = {}
 
 
 def imports_by_module(known: dict[str, Path], root: Path = PACKAGE) -> dict[str, set[str]]:

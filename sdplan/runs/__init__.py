@@ -8,8 +8,10 @@ Modules, each importing only those above it in this list:
 
 * :mod:`~sdplan.runs.record`: :class:`BenchmarkRun`, the number helpers every
   reader shares, and the load each request saw (:func:`others_in_flight`).
-* :mod:`~sdplan.runs.screen`: the steady-state screen (:func:`screen`,
-  :func:`kept_up_fraction`, :func:`held_back`).
+* :mod:`~sdplan.runs.screen`: the per-request measures of the steady-state
+  screen (:func:`kept_up_fraction`, :func:`held_back`); the screen itself is
+  the core's :func:`sdplan.steady_state.screen`, exported here for the readers'
+  callers.
 * one module per input format: :mod:`~sdplan.runs.vllm_bench` (``vllm bench
   serve`` and ``vllm bench sweep``), :mod:`~sdplan.runs.guidellm` (GuideLLM
   reports), :mod:`~sdplan.runs.silicon` (NVIDIA AIConfigurator's measured
@@ -67,8 +69,9 @@ against real GuideLLM 0.8.1 reports, tests/data/guidellm-cpu).
 from sdplan.runs.facts import RunFacts, split_file_facts
 from sdplan.runs.read import FORMATS, READERS, Reader, detect_format, load_runs, read_results
 from sdplan.runs.record import BenchmarkRun, file_digest, is_finite_number, others_in_flight
-from sdplan.runs.screen import MIN_KEPT_UP_FRACTION, fell_behind, held_back, kept_up_fraction, screen
+from sdplan.runs.screen import held_back, kept_up_fraction
 from sdplan.runs.vllm_bench import draft_coverage
+from sdplan.steady_state import MIN_KEPT_UP_FRACTION, fell_behind, screen
 
 __all__ = ["FORMATS", "MIN_KEPT_UP_FRACTION", "READERS", "BenchmarkRun", "Reader", "RunFacts", "detect_format",
            "draft_coverage", "fell_behind", "file_digest", "held_back", "is_finite_number", "kept_up_fraction",
