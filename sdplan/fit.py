@@ -416,17 +416,19 @@ def holdout_split(runs: list[BenchmarkRun], how: str, fraction: float,
 
 def fitted_document(fit: PooledFit, runs: list[BenchmarkRun], *, name: str, provenance: dict[str, Any],
                     description: str, extra: dict[str, Any] | None = None,
-                    acceptance: dict[str, Any] | None = None) -> dict[str, Any]:
+                    acceptance: dict[str, Any] | None = None, holdout: str = "") -> dict[str, Any]:
     """A complete calibration (schema 1, direct form) from a pooled fit.
 
     Holds the coefficients, the TTFT weights, the covariance and which
-    coefficients the data did not identify, the fit quality, and the ranges
-    of lengths and concurrency the runs covered.
+    coefficients the data did not identify, the fit quality (``holdout``, when
+    given, ends its detail: the error on runs held out of the fit), and the
+    ranges of lengths and concurrency the runs covered.
     """
     others = [r.mean_others for r in runs]
     detail = (f"pooled over {fit.points} runs: R2={fit.r2:.4f}, MAPE={fit.mape_pct:.2f}%"
               + (f", TTFT MAPE={fit.ttft_mape_pct:.2f}%" if fit.ttft_mape_pct is not None else "")
-              + (f"; {'; '.join(fit.notes)}" if fit.notes else ""))
+              + (f"; {'; '.join(fit.notes)}" if fit.notes else "")
+              + (f"; {holdout}" if holdout else ""))
     document: dict[str, Any] = {
         "schema_version": 1,
         "name": name,

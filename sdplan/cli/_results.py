@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sdplan.cli._options import acceptance_options, apply_options
-from sdplan.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    from sdplan.measure.result_files import ResultFiles
 
 
 def results_options(fn: Any) -> Any:
@@ -40,25 +42,18 @@ def results_options(fn: Any) -> Any:
     ])
 
 
-def override_alpha(alpha: list[float] | None, length: list[float] | None, rate: list[float] | None,
-                   k: int | None, positions: list[float] | None = None) -> float | None:
-    """One per-token alpha from the acceptance flags, or None when none is given."""
-    from sdplan.acceptance import AcceptanceMetric, make_acceptance
-    if positions is not None:
-        raise InvalidValueError("--position-acceptance is not used for result files: fits take one alpha per run "
-                                "(vLLM files carry their own spec_decode fields)")
-    given = [(m, v) for m, v in ((AcceptanceMetric.PER_TOKEN, alpha), (AcceptanceMetric.MEAN_LENGTH, length),
-                                 (AcceptanceMetric.DRAFT_RATE, rate)) if v is not None]
-    if not given:
-        if k is not None:
-            raise InvalidValueError("--acceptance-k needs --acceptance-length or --draft-acceptance-rate")
-        return None
-    if len(given) > 1:
-        raise InvalidValueError("give acceptance in one metric only")
-    metric, values = given[0]
-    if len(values) != 1:
-        raise InvalidValueError("give a single acceptance value for result files")
-    return make_acceptance(metric, tuple(values), k, "command line").alphas[0]
+def result_files(results: tuple[str, ...], input_format: str, select: tuple[str, ...], window: float | None,
+                 draft_length: int | None, alpha: list[float] | None, length: list[float] | None,
+                 rate: list[float] | None, k: int | None, positions: list[float] | None) -> ResultFiles:
+    """The options of :func:`results_options` as one typed request (checked in the core:
+    :func:`sdplan.measure.result_files.result_alpha`)."""
+    from sdplan.measure.result_files import ResultFiles
+    from sdplan.scenario import AcceptanceGiven
+
+    return ResultFiles(results=results, input_format=input_format, select=select, window_s=window,
+                       draft_length=draft_length,
+                       acceptance=AcceptanceGiven(alpha=alpha, mean_length=length, draft_rate=rate, measured_at_k=k,
+                                                  position_rates=positions))
 
 
 def window_seconds(ctx: click.Context, param: click.Parameter, text: str | None) -> float | None:

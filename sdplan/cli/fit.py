@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
 
 from sdplan.cli._options import output_options
-from sdplan.cli._results import override_alpha, results_options
-from sdplan.errors import InfeasibleError
-from sdplan.fileio import atomic_write_text, dumps_toml
-
-if TYPE_CHECKING:
-    from sdplan.runs import BenchmarkRun
-    from sdplan.runs.silicon import Selection
+from sdplan.cli._results import result_files, results_options
+from sdplan.fileio import atomic_write_text
 
 
 @click.command()
@@ -78,48 +72,22 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], wi
       sdplan fit aic:silicon_sample -o qwen3-32b-h100-tp4.toml \\
                  --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
-    from sdplan.calibration import parse_calibration
-    from sdplan.cli._prior import fit_to_prior, provenance_table
-    from sdplan.fit import fit_configurations, fit_pooled, fitted_document
-    from sdplan.metrics.acceptance import acceptance_document
+    from sdplan.measure.fit_runs import FitRequest, ProvenanceGiven, fit_runs
     from sdplan.render import OutputFormat, Style, stdout_is_terminal
-    from sdplan.render.fit import fit_document, render_fit
-    from sdplan.runs import load_runs, silicon, split_file_facts
-    from sdplan.validation import validate
+    from sdplan.render.fit import render_fit_outcome
 
-    alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
-                           position_acceptance)
-    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, silicon.Selection.parse(select),
-                               window)
-    (kept, dropped), given = _screened(runs), _given(hardware, target_model, engine_version, draft_model)
-    if prior is not None:  # scale a calibration to the runs instead of fitting one (sdplan/metrics/prior.py)
-        return fit_to_prior(prior, results, kept, dropped, warnings, given, name, calibration_out, fmt)
-    to_stdout, out = calibration_out == "-", Path("fitted.toml" if calibration_out == "-" else calibration_out)
-    paths = [silicon.resolve_path(split_file_facts(argument)[0]) for argument in results]
-    kept, held = _held_out(kept, holdout, holdout_by, seed)
-    pooled, configurations = fit_pooled(kept), fit_configurations(kept)
-    holdout_result = validate(pooled.coefficients_at, held) if held else None
-    provenance = provenance_table(paths, given, f"{len(kept)} runs fitted, {len(dropped)} left out by the screen "
-                             "(sdplan-fit(1))" + (f", {len(held)} held out ({holdout_by})" if held else ""))
-    provenance.update(_measured_provenance(paths, input_format, silicon.Selection.parse(select), given))
-    document = fitted_document(pooled, kept, name=name or (out.stem if not to_stdout else "fitted"),
-                               provenance=provenance, acceptance=acceptance_document(kept),
-                               description=f"fitted from {len(results)} benchmark source(s) with sdplan fit")
-    if holdout_result:
-        document["fit_quality"]["detail"] += (f"; held-out {len(held)} runs ({holdout_by}): "
-                                              f"MAPE={holdout_result.mape_pct:.2f}%")
-    parse_calibration(document, str(out))
-    text = dumps_toml(document, header="Fitted with 'sdplan fit' from benchmark results.")
-    report = fit_document(pooled, configurations, kept, dropped, holdout_result, "-" if to_stdout else str(out),
-                          warnings)
-    _write(text, render_fit(report, OutputFormat(fmt), Style(ascii=ascii_only), stdout_is_terminal() and not to_stdout),
-           None if to_stdout else out)
-
-
-def _given(hardware: str, target_model: str, engine_version: str, draft_model: str) -> dict[str, str]:
-    """The provenance options as given."""
-    return {"hardware": hardware, "target_model": target_model, "engine_version": engine_version,
-            "draft_model": draft_model}
+    to_stdout = calibration_out == "-"
+    request = FitRequest(
+        files=result_files(results, input_format, select, window, draft_length, acceptance_alpha, acceptance_length,
+                           draft_acceptance_rate, acceptance_k, position_acceptance),
+        output=None if to_stdout else Path(calibration_out), name=name,
+        given=ProvenanceGiven(hardware=hardware, target_model=target_model, draft_model=draft_model,
+                              engine_version=engine_version),
+        holdout=holdout, holdout_by=holdout_by, seed=seed, prior=prior)
+    outcome = fit_runs(request, on_left_out=lambda line: click.echo(line, err=True))
+    terminal = stdout_is_terminal() and not to_stdout
+    report = render_fit_outcome(outcome, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    _write(outcome.calibration_toml, report, request.output)
 
 
 def _write(calibration: str, report: str, out: Path | None) -> None:
@@ -133,56 +101,3 @@ def _write(calibration: str, report: str, out: Path | None) -> None:
         return
     atomic_write_text(out, calibration)
     emit(report, None)
-
-
-def _screened(runs: list[BenchmarkRun]) -> tuple[list[BenchmarkRun], list[tuple[BenchmarkRun, str]]]:
-    """The runs the steady-state screen keeps, and those it leaves out with why (said on stderr).
-
-    Too few kept runs is an error here, before any hold-out, so that the counts are the screen's.
-    """
-    from sdplan.fit import MIN_FIT_RUNS
-    from sdplan.runs import screen
-
-    kept: list[BenchmarkRun] = []
-    dropped: list[tuple[BenchmarkRun, str]] = []
-    for run in runs:
-        reasons = screen(run)
-        if reasons:
-            dropped.append((run, "; ".join(reasons)))
-            click.echo(f"left out {run.source}: {'; '.join(reasons)}", err=True)
-        else:
-            kept.append(run)
-    if len(kept) < MIN_FIT_RUNS and dropped:
-        raise InfeasibleError(f"only {len(kept)} of {len(runs)} runs usable, the other {len(dropped)} left out "
-                              f"(reasons above); a fit needs at least {MIN_FIT_RUNS} (several loads per "
-                              "configuration)")
-    return kept, dropped
-
-
-def _measured_provenance(paths: list[Path], input_format: str, selection: Selection,
-                         given: dict[str, str]) -> dict[str, Any]:
-    """What AIConfigurator's rows say about themselves, for the keys the options (``given``) left at "unknown"."""
-    from sdplan.runs import silicon
-
-    measured = [(found, path) for path in paths
-                if (found := silicon.configuration_in(path, input_format, selection)) is not None]
-    if not measured:
-        return {}
-    taken: dict[str, Any] = {key: value for key, value in silicon.provenance(*measured[0]).items()
-                             if given.get(key, "unknown").startswith("unknown")}
-    if given["draft_model"].startswith("unknown"):
-        taken["draft_model"] = "none (no SD rows)"
-    return taken
-
-
-def _held_out(kept: list[BenchmarkRun], holdout: float | None, holdout_by: str,
-              seed: int) -> tuple[list[BenchmarkRun], list[BenchmarkRun]]:
-    """The runs to fit and the runs held out (none unless --holdout or --holdout-by highest-load)."""
-    from sdplan.fit import holdout_split
-
-    if not holdout and holdout_by != "highest-load":
-        return kept, []
-    fitted, held = holdout_split(kept, holdout_by, holdout or 0.0, seed)
-    if not held:
-        raise click.UsageError("--holdout-by highest-load needs configurations with 3 or more runs")
-    return fitted, held

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -15,7 +14,7 @@ from sdplan.cli._options import (
     plot_options,
     terminal_plot_settings,
 )
-from sdplan.cli._results import override_alpha, results_options
+from sdplan.cli._results import result_files, results_options
 from sdplan.errors import ExitStatus
 
 
@@ -64,49 +63,32 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
       sdplan validate -c qwen3-32b-h100-tp4.toml aic:silicon_sample \\
                       --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
-    from sdplan.calibration import resolve_calibration
+    from sdplan.measure.validate_runs import ValidateRequest, validate_runs
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
-    from sdplan.render.fit import render_validate, validate_document
+    from sdplan.render.fit import render_validated
     from sdplan.render.plots import file_scatter, terminal_scatter
-    from sdplan.runs import load_runs
-    from sdplan.validation import validate as run_validation
 
     check_plot_request(plot, plot_file, fmt)
-    cal = resolve_calibration(calibration)
-    alpha = override_alpha(acceptance_alpha, acceptance_length, draft_acceptance_rate, acceptance_k,
-                           position_acceptance)
-    if alpha is None and cal.acceptance is not None:
-        alpha_default = cal.acceptance.per_token_alpha
-    else:
-        alpha_default = None
-    from sdplan.runs.silicon import Selection
-
-    runs, warnings = load_runs(list(results), input_format, draft_length, alpha, Selection.parse(select),
-                               window)
-    if alpha_default is not None:
-        runs = [replace(r, alpha=alpha_default) if r.draft_length > 0 and r.alpha is None else r for r in runs]
-    warn(warnings)
-    result = run_validation(cal.coefficients_at, runs, cal.moe_at)
-    spread = result.repeat_spread
-    if max_error is not None and spread is not None and max_error < spread.exact_model_mape_pct:
-        warn([f"--max-error {max_error:g}% is below the {spread.exact_model_mape_pct:.1f}% an exact model "
-              f"would score on these runs (the spread of their {spread.runs} repeats): the gate fails on noise; "
-              "measure longer or more runs, or raise the limit"])
-    context = {"calibration": {"name": cal.name, "path": cal.path, "method": cal.method}}
-    document = validate_document(result, context, max_error)
+    outcome = validate_runs(ValidateRequest(
+        calibration=calibration,
+        files=result_files(results, input_format, select, window, draft_length, acceptance_alpha, acceptance_length,
+                           draft_acceptance_rate, acceptance_k, position_acceptance),
+        max_error_pct=max_error), on_read=warn)
+    warn(outcome.warnings)
+    result = outcome.validation
     terminal = output in (None, "-") and stdout_is_terminal()
-    text = render_validate(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    text = render_validated(outcome, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
     finite = [e for e in result.errors if e.error_pct is not None]
     measured = [e.run.mean_e2e_latency_s for e in finite]
     predicted = [e.predicted_s for e in finite]
-    title = f"Measured vs predicted ({cal.name}): MAPE {result.mape_pct:.1f}%"
+    title = f"Measured vs predicted ({outcome.calibration.name}): MAPE {result.mape_pct:.1f}%"
     if plot and finite:
         text += "\n" + terminal_scatter(measured, predicted, title, *terminal_plot_settings(ascii_only))
     if plot_file is not None and finite:
         labels = ["no SD" if e.run.draft_length == 0 else f"k={e.run.draft_length}" for e in finite]
         file_scatter(measured, predicted, labels, title, Path(plot_file))
     emit(text, output)
-    if not document["passed"]:
+    if not outcome.passed:
         click.echo(f"sdplan validate: FAIL: MAPE {result.mape_pct:.2f}% exceeds {max_error:g}%", err=True)
         return ExitStatus.SLO_VIOLATED  # a verdict, not an error: sdplan.cli maps it to the exit code
     return ExitStatus.OK

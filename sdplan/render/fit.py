@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -9,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sdplan import __version__
+from sdplan.measure.fit_runs import Scaled
 from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
 
     from sdplan.fit import ConfigurationFit
     from sdplan.fit_result import PooledFit
+    from sdplan.measure.fit_runs import Fitted
+    from sdplan.measure.validate_runs import Validated
+    from sdplan.metrics.prior import PriorScaling
     from sdplan.runs import BenchmarkRun
     from sdplan.validation import Validation
 
@@ -214,9 +219,11 @@ def render_fit(document: dict[str, Any], fmt: OutputFormat, style: Style, termin
     return render_rich(draw, style, terminal)
 
 
-def validate_document(result: Validation, context: dict[str, Any], max_error_pct: float | None) -> dict[str, Any]:
+def validate_document(result: Validation, context: dict[str, Any], max_error_pct: float | None,
+                      passed: bool) -> dict[str, Any]:
+    """The report of ``sdplan validate`` as data; ``passed`` is the gate's verdict
+    (:func:`sdplan.measure.validate_runs.passes`)."""
     summary = validation_summary(result)
-    passed = max_error_pct is None or (math.isfinite(result.mape_pct) and result.mape_pct <= max_error_pct)
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "sdplan_version": __version__,
@@ -314,3 +321,59 @@ def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, t
             console.print(("PASS" if document["passed"] else "FAIL") + f": MAPE limit {document['max_error_pct']:g}%")
 
     return render_rich(draw, style, terminal)
+
+
+def render_fit_outcome(outcome: Fitted | Scaled, fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """``sdplan fit``'s report of its result: the fit (:func:`render_fit`) or the scaling (:func:`render_scaling`)."""
+    if isinstance(outcome, Scaled):
+        return render_scaling(outcome.scaling, outcome.written, outcome.dropped, outcome.warnings, fmt.value)
+    return render_fit(fit_document(outcome.pooled, outcome.configurations, outcome.kept, outcome.dropped,
+                                   outcome.holdout, outcome.written, outcome.warnings), fmt, style, terminal)
+
+
+def render_validated(outcome: Validated, fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """``sdplan validate``'s report of its result (:func:`render_validate`)."""
+    calibration = outcome.calibration
+    context = {"calibration": {"name": calibration.name, "path": calibration.path, "method": calibration.method}}
+    return render_validate(validate_document(outcome.validation, context, outcome.max_error_pct, outcome.passed),
+                           fmt, style, terminal)
+
+
+def scaling_document(scaled: PriorScaling, written: str, dropped: list[tuple[BenchmarkRun, str]],
+                     warnings: list[str]) -> dict[str, Any]:
+    """The report of ``sdplan fit --prior`` as data (``--format json``)."""
+    def gap(g: Any) -> dict[str, float]:
+        return {"mape_pct": round(g.mape_pct, 3), "bias_pct": round(g.bias_pct, 3), "worst_pct": round(g.worst_pct, 3),
+                "r2": round(g.r2, 4)}
+
+    return {"command": "fit --prior", "calibration_written": written, "prior": scaled.prior_name,
+            "c1_scale": scaled.c1_scale, "c2_scale": scaled.c2_scale, "one_factor": scaled.one_factor,
+            "runs": scaled.runs, "measured_options": list(scaled.measured_options),
+            "anchored": "every other option: scaled with the measured one, not measured",
+            "gap_before": gap(scaled.before), "gap_after": gap(scaled.after),
+            "runs_dropped": [{"source": run.source, "reason": why} for run, why in dropped], "warnings": warnings}
+
+
+def render_scaling(scaled: PriorScaling, written: str, dropped: list[tuple[BenchmarkRun, str]], warnings: list[str],
+                   fmt: str) -> str:
+    """The report of ``sdplan fit --prior``: the factors, the gap before and after, and what is anchored rather
+    than measured."""
+
+    document = scaling_document(scaled, written, dropped, warnings)
+    if fmt == "json":
+        return json.dumps(document, indent=1, allow_nan=False) + "\n"
+    measured = ", ".join("no SD" if k == 0 else f"k={k}" for k in scaled.measured_options)
+    before, after = scaled.before, scaled.after
+    sides = (f"one factor x{scaled.c1_scale:.4g} on both C1 and C2 (the runs' loads could not tell them apart)"
+             if scaled.one_factor else f"C1 side x{scaled.c1_scale:.4g}, C2 side x{scaled.c2_scale:.4g}")
+    lines = [
+        f"Answer: {scaled.prior_name} scaled to {scaled.runs} runs of {measured}: {sides}; wrote {written}.",
+        f"Gap (mean E2E, {scaled.runs} runs): {before.mape_pct:.1f}% before (bias {before.bias_pct:+.1f}%, worst "
+        f"{before.worst_pct:.1f}%), {after.mape_pct:.1f}% after (bias {after.bias_pct:+.1f}%, worst "
+        f"{after.worst_pct:.1f}%).",
+        f"Caveat: only {measured} was measured; every other option is anchored, not measured: its steps keep "
+        f"{scaled.prior_name}'s ratios to the measured option's, scaled with it.",
+    ]
+    lines += [f"left out {run.source}: {why}" for run, why in dropped]
+    lines += [f"warning: {text}" for text in warnings]
+    return "\n".join(lines) + "\n"
