@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import datetime
-import json
-import time
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from sdplan import __version__
 from sdplan.cli._options import parse_int_list, usage_error
-from sdplan.errors import ExitStatus, InputFileError, InvalidValueError
-from sdplan.fileio import atomic_write_text, dumps_toml
+from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.methods import check_method
 
 if TYPE_CHECKING:
     from sdplan.measure.engine import EngineOptions
     from sdplan.measure.options import ServedOptions
+    from sdplan.measure.sweep import SweepEvents
 
 GRID_NAMES = ("quick", "standard", "thorough")
 
@@ -29,37 +27,6 @@ def _spec_method(ctx: click.Context, param: click.Parameter, value: str) -> str:
         return check_method(value)
     except InvalidValueError as error:
         raise usage_error(str(error)) from None
-
-
-def _read_prompts(path: str) -> list[list[int]]:
-    """Prompt token ids from a JSON Lines file: one {"prompt_token_ids": [...]} per line."""
-    prompts = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise InputFileError(path, None, f"cannot read ({error.strerror}); check the path") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            ids = json.loads(line)["prompt_token_ids"]
-            if not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
-                raise ValueError
-        except (ValueError, KeyError, TypeError):
-            raise InputFileError(path, f"line {number}",
-                                 'expected {"prompt_token_ids": [non-negative integers, ...]}') from None
-        prompts.append(ids)
-    if not prompts:
-        raise InputFileError(path, None, "no prompts; add JSON lines with prompt_token_ids")
-    return prompts
-
-
-def _relative(path: Path, output: Path) -> str:
-    """``path`` relative to the calibration's folder when it lies there (keeps the file portable)."""
-    try:
-        return str(path.resolve().relative_to(output.resolve().parent))
-    except ValueError:
-        return str(path)
 
 
 #: Mean prompt and output lengths of the random prompts of a served calibration, unless given.
@@ -309,21 +276,38 @@ def _serving_flags(passthrough: tuple[str, ...], endpoint: str | None, enforce_e
 
 
 def _calibrate_served(options: ServedOptions, output: str, name: str | None, accept_poor_fit: bool) -> ExitStatus:
-    """Measure and write a served calibration; POOR_CALIBRATION (said on stderr) when its fit is poor."""
-    from sdplan.calibration import parse_calibration
-    from sdplan.measure.document import served_calibration
-    from sdplan.measure.levels import concurrency_levels
-    from sdplan.measure.options import check_options
-    from sdplan.measure.run import interruptible, measure_served
+    """Measure and write a served calibration with a progress bar; POOR_CALIBRATION (said on stderr) when its
+    fit is poor."""
+    from sdplan.measure.calibrate import calibrate_served
+
+    outcome = calibrate_served(options, Path(output), name, accept_poor_fit, _sweep_progress)
+    if outcome.rejected is not None:
+        click.echo(f"sdplan calibrate: poor calibration: the fit of these points is not a usable calibration "
+                   f"({outcome.rejected}); nothing written, the {outcome.points} points are "
+                   f"kept in {outcome.results_dir}: measure again on a quiet machine (--resume adds points) or "
+                   "with a larger --grid", err=True)
+        return ExitStatus.POOR_CALIBRATION
+    fit = outcome.fit
+    ttft = f", TTFT MAPE {fit.ttft_mape_pct:.1f}%" if fit.ttft_mape_pct is not None else ""
+    click.echo(f"wrote {outcome.output}: {fit.points} points, mean E2E MAPE {fit.mape_pct:.1f}%, R2 {fit.r2:.3f}"
+               f"{ttft}; {outcome.wall_s:.0f} s measured", err=True)
+    if outcome.poor:
+        click.echo(f"sdplan calibrate: poor calibration ({'; '.join(outcome.poor_reasons)}); it was written, but "
+                   "check the machine is quiet and re-measure (--resume adds points), or pass --accept-poor-fit",
+                   err=True)
+        return ExitStatus.POOR_CALIBRATION
+    return ExitStatus.OK
+
+
+@contextlib.contextmanager
+def _sweep_progress(planned_points: int) -> Iterator[SweepEvents]:
+    """The sweep's listeners drawing a progress bar of ``planned_points`` (more as the sweep finds more), and
+    its notes on stderr."""
     from sdplan.measure.sweep import SweepEvents
     from sdplan.render.progress import progress_bar
 
-    out = Path(output)
-    check_options(options)
-    configurations = 1 if options.endpoint else 1 + len(options.draft_lengths)
-    levels = concurrency_levels(options.grid, options.max_clients())
-    planned = [configurations * (len(levels) + len(options.grid.poisson_fractions)) * options.rounds]
-    with interruptible(), progress_bar("measuring", planned[0]) as advance:
+    planned = [planned_points]
+    with progress_bar("measuring", planned[0]) as advance:
         count = [0]
 
         def on_point(description: str) -> None:
@@ -338,76 +322,17 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
         def on_note(note: str) -> None:
             click.echo(f"note: {note}", err=True)
 
-        measurement = measure_served(options, SweepEvents(on_point=on_point, on_done=on_done, on_note=on_note))
+        yield SweepEvents(on_point=on_point, on_done=on_done, on_note=on_note)
         advance(planned[0], planned[0], "done")
-    result = served_calibration(options, measurement, name=name or out.stem, version=__version__)
-    try:
-        parse_calibration(result.document, str(out))  # never write a file sdplan itself would reject
-    except InputFileError as error:
-        click.echo(f"sdplan calibrate: poor calibration: the fit of these points is not a usable calibration "
-                   f"({error.key}: {error.problem}); nothing written, the {len(measurement.records)} points are "
-                   f"kept in {options.results_dir}: measure again on a quiet machine (--resume adds points) or "
-                   "with a larger --grid", err=True)
-        return ExitStatus.POOR_CALIBRATION
-    atomic_write_text(out, dumps_toml(result.document, header="Measured with 'sdplan calibrate' on a served vLLM; "
-                                                               f"raw results in {options.results_dir.name}/."))
-    fit = result.fit
-    ttft = f", TTFT MAPE {fit.ttft_mape_pct:.1f}%" if fit.ttft_mape_pct is not None else ""
-    click.echo(f"wrote {out}: {fit.points} points, mean E2E MAPE {fit.mape_pct:.1f}%, R2 {fit.r2:.3f}{ttft}; "
-               f"{measurement.wall_s:.0f} s measured", err=True)
-    if result.poor_reasons and not accept_poor_fit:
-        click.echo(f"sdplan calibrate: poor calibration ({'; '.join(result.poor_reasons)}); it was written, but "
-                   "check the machine is quiet and re-measure (--resume adds points), or pass --accept-poor-fit",
-                   err=True)
-        return ExitStatus.POOR_CALIBRATION
-    return ExitStatus.OK
 
 
 def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> None:
-    from sdplan._vllm.engine import EngineSettings, VllmRunner
-    from sdplan.calibration import parse_calibration
-    from sdplan.measure.engine import MeasurementStore, calibration_document, measure, plan_tasks
+    from sdplan.measure.calibrate import calibrate_engine
     from sdplan.render.progress import progress_bar
-    from sdplan.stepfit import fit_calibration
 
-    chosen = options.grid
-    store_path = options.measurements_path
-    prompts = _read_prompts(options.acceptance_prompts) if options.acceptance_prompts else None
-    settings = EngineSettings(
-        target=options.target, draft=options.draft, dtype=options.dtype,
-        tensor_parallel_size=options.tensor_parallel_size, max_model_len=options.context_tokens(prompts),
-        max_num_seqs=max(max(chosen.batch_sizes), len(prompts or [])), load_format=options.load_format,
-        enforce_eager=options.enforce_eager, seed=options.seed, synthetic_acceptance=options.synthetic_acceptance,
-    )
-    started = time.perf_counter()
-    runner = VllmRunner(settings)  # imports vLLM first: nothing is written when it is missing
-    store = MeasurementStore(store_path, options.store_config())
-    done = store.start(options.resume)
-    try:
-        tasks = plan_tasks(chosen, with_draft=options.draft is not None)
-        with progress_bar("measuring", len(tasks)) as advance:
-            measurements = measure(tasks, runner, chosen, store, done, on_progress=advance)
-        acceptance = None
-        if prompts:
-            if not options.draft:
-                raise click.UsageError("--acceptance-prompts needs --draft")
-            counts = runner.acceptance(prompts, max(chosen.draft_lengths), options.acceptance_output_tokens,
-                                       options.temperature)
-            acceptance = counts.document(f"{len(prompts)} prompts from {options.acceptance_prompts}, temperature "
-                                         f"{options.temperature:g}")
-        engine = runner.describe()
-    finally:
-        runner.close()
-    fit = fit_calibration(measurements)
-    document = calibration_document(
-        options, name=name or out.stem, fit=fit, engine=engine, wall_seconds=time.perf_counter() - started,
-        measurements_path=_relative(store_path, out), acceptance=acceptance, today=datetime.date.today(),
-        version=__version__)
-    parse_calibration(document, str(out))  # never write a file sdplan itself would reject
-    atomic_write_text(out, dumps_toml(document, header="Measured with 'sdplan calibrate'; raw timings in "
-                                                       f"{store_path.name}."))
-    click.echo(f"wrote {out}: fit R2 {fit.r2:.4f} over {len(measurements)} measurements "
-               f"in {time.perf_counter() - started:.1f} s", err=True)
+    outcome = calibrate_engine(options, out, name, progress_bar)
+    click.echo(f"wrote {outcome.output}: fit R2 {outcome.r2:.4f} over {outcome.measurements} measurements "
+               f"in {outcome.seconds:.1f} s", err=True)
 
 
 def _calibration_file(output: str) -> Path:
