@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
 
 from sdplan.cli._options import output_options
-from sdplan.errors import InputFileError
 
 
 @click.command()
@@ -26,18 +23,10 @@ def calibrations(fmt: str, output: str | None, ascii_only: bool) -> None:
       sdplan calibrations
       sdplan calibrations --format json
     """
-    from sdplan.calibration import DEFAULT_CALIBRATION, load_calibration, shipped_calibrations
+    from sdplan.calibration.views import list_shipped
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.calibration import render_listing
 
-    if TYPE_CHECKING:
-        from sdplan.calibration import Calibration
-
-    entries: list[tuple[str, Calibration | None, str | None]] = []
-    for path in shipped_calibrations():
-        try:
-            entries.append((str(path), load_calibration(path), None))
-        except InputFileError as error:
-            entries.append((str(path), None, str(error)))
+    listing = list_shipped()
     terminal = output in (None, "-") and stdout_is_terminal()
-    emit(render_listing(entries, OutputFormat(fmt), Style(ascii=ascii_only), terminal, DEFAULT_CALIBRATION), output)
+    emit(render_listing(listing, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)

@@ -26,19 +26,11 @@ def show(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
       sdplan show -c calibrations/h100-sxm_llama-3.1-8b_llama-3.2-1b_derived.toml
       sdplan show -c mybox.toml --prompt-tokens 4096 --format json
     """
-    from sdplan import model
-    from sdplan.calibration import resolve_calibration
+    from sdplan.calibration.views import ShowRequest, show_calibration
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.calibration import render_calibration
 
-    cal = resolve_calibration(calibration)
-    prompt = prompt_tokens or cal.reference_prompt_tokens
-    out = output_tokens or cal.reference_output_tokens
-    coefficients = cal.coefficients_at(prompt, out)
+    shown = show_calibration(ShowRequest(calibration=calibration, prompt_tokens=prompt_tokens,
+                                         output_tokens=output_tokens))
     terminal = output in (None, "-") and stdout_is_terminal()
-    c1_d, c2_d = model.baseline_demand(coefficients)
-    # the no-SD demand that sets its saturation: past the compute-bound knee where the file has one
-    past = model.baseline_knee(coefficients, c1_d, c2_d)
-    text = render_calibration(cal, coefficients, (c1_d, float(past.c2_above_s)), OutputFormat(fmt),
-                              Style(ascii=ascii_only), terminal)
-    emit(text, output)
+    emit(render_calibration(shown, OutputFormat(fmt), Style(ascii=ascii_only), terminal), output)

@@ -24,7 +24,7 @@ from sdplan.render.plan import METHOD_LABELS
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
-    from sdplan.coefficients import Coefficients
+    from sdplan.calibration.views import CalibrationShown, ShippedListing
 
 
 def _plain(value: Any) -> Any:
@@ -38,9 +38,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def render_listing(entries: list[tuple[str, Calibration | None, str | None]], fmt: OutputFormat,
-                   style: Style, terminal: bool, default_name: str) -> str:
-    """``entries`` are (path, calibration or None, error or None)."""
+def render_listing(listing: ShippedListing, fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """The shipped calibrations (:func:`sdplan.calibration.views.list_shipped`), the default marked."""
+    entries = [(entry.path, entry.calibration, entry.error) for entry in listing.entries]
+    default_name = listing.default_name
     if fmt is OutputFormat.JSON:
         items = []
         for path, cal, error in entries:
@@ -95,10 +96,11 @@ def _short_digests(text: str) -> str:
     return re.sub(r"(sha256:[0-9a-f]{12})[0-9a-f]+", r"\1", text)
 
 
-def render_calibration(cal: Calibration, coefficients: Coefficients, baseline: tuple[float, float],
-                       fmt: OutputFormat, style: Style, terminal: bool) -> str:
-    """One calibration: provenance, forms, and the coefficients at a workload."""
-    c1_d, c2_d = baseline
+def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """One calibration: provenance, forms, and the coefficients at a workload
+    (:func:`sdplan.calibration.views.show_calibration`)."""
+    cal, coefficients = shown.calibration, shown.coefficients
+    c1_d, c2_d = shown.baseline_demand
     derived = asdict(coefficients)
     if fmt is OutputFormat.JSON:
         return to_json({

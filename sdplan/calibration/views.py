@@ -1,0 +1,91 @@
+"""What ``sdplan show`` and ``sdplan calibrations`` answer: one calibration at a workload, and the shipped list.
+
+:func:`show_calibration` resolves a calibration and evaluates it at a
+workload (its reference workload unless lengths are given): the coefficients
+and the no-SD demand that sets its saturation. :func:`list_shipped` loads
+every shipped calibration, keeping the error of one that does not load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sdplan import model
+from sdplan.calibration import (
+    DEFAULT_CALIBRATION,
+    Calibration,
+    load_calibration,
+    resolve_calibration,
+    shipped_calibrations,
+)
+from sdplan.coefficients import Coefficients
+from sdplan.errors import InputFileError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShowRequest:
+    """What ``sdplan show`` was given: the calibration (None: the default) and the lengths to evaluate it at
+    (None: its reference workload's)."""
+
+    calibration: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationShown:
+    """A calibration with its coefficients at the workload, and its no-SD demand ``(C1, C2)``, in s.
+
+    ``baseline_demand`` is the C2 past the compute-bound knee where the file has one
+    (:func:`sdplan.model.baseline_knee`): the demand that sets the no-SD saturation.
+    """
+
+    calibration: Calibration
+    coefficients: Coefficients
+    baseline_demand: tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShippedCalibration:
+    """One shipped calibration file: loaded, or the error that kept it from loading."""
+
+    path: str
+    calibration: Calibration | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShippedListing:
+    """Every shipped calibration, and the name of the default one."""
+
+    entries: list[ShippedCalibration]
+    default_name: str
+
+
+def show_calibration(request: ShowRequest) -> CalibrationShown:
+    """The calibration of ``request`` evaluated at its workload.
+
+    Raises
+    ------
+    InputFileError
+        The calibration cannot be read or is invalid.
+    """
+    cal = resolve_calibration(request.calibration)
+    prompt = request.prompt_tokens or cal.reference_prompt_tokens
+    output = request.output_tokens or cal.reference_output_tokens
+    coefficients = cal.coefficients_at(prompt, output)
+    c1_d, c2_d = model.baseline_demand(coefficients)
+    # the no-SD demand that sets its saturation: past the compute-bound knee where the file has one
+    past = model.baseline_knee(coefficients, c1_d, c2_d)
+    return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)))
+
+
+def list_shipped() -> ShippedListing:
+    """Every shipped calibration, loaded; one that fails to load is listed with its error, not raised."""
+    entries = []
+    for path in shipped_calibrations():
+        try:
+            entries.append(ShippedCalibration(path=str(path), calibration=load_calibration(path), error=None))
+        except InputFileError as error:
+            entries.append(ShippedCalibration(path=str(path), calibration=None, error=str(error)))
+    return ShippedListing(entries=entries, default_name=DEFAULT_CALIBRATION)
