@@ -18,7 +18,14 @@ A calibration must predict the server users deploy, so it is measured on one:
   before any process starts;
 * :mod:`~sdplan.measure.run`: a server per configuration, round after round;
 * :mod:`~sdplan.measure.document`: the fit of the points and the calibration
-  document.
+  document;
+* :mod:`~sdplan.measure.calibrate`: both methods end to end, what the CLI calls
+  (measure, fit, check, write; when a fit is poor).
+
+Beside calibrate's measurement, the use cases that start from result files
+measured elsewhere: :mod:`~sdplan.measure.fit_runs` (``sdplan fit``) and
+:mod:`~sdplan.measure.validate_runs` (``sdplan validate``), with their shared
+options :mod:`~sdplan.measure.result_files`.
 
 :mod:`~sdplan.measure.engine` is the other method, ``--method engine``: bare
 engine steps timed in-process (:mod:`sdplan._vllm`) and fitted by
