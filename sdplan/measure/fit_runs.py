@@ -33,7 +33,7 @@ from sdplan.fit import MIN_FIT_RUNS, fit_configurations, fit_pooled, fitted_docu
 from sdplan.measure.result_files import ResultFiles, read_runs, result_alpha
 from sdplan.metrics.acceptance import acceptance_document
 from sdplan.metrics.prior import scale_prior
-from sdplan.runs import file_digest, silicon, split_file_facts
+from sdplan.runs import BenchmarkRun, file_digest, silicon, split_file_facts
 from sdplan.steady_state import screen
 from sdplan.validation import validate
 
@@ -41,11 +41,10 @@ if TYPE_CHECKING:
     from sdplan.fit import ConfigurationFit
     from sdplan.fit_result import PooledFit
     from sdplan.metrics.prior import PriorScaling
-    from sdplan.runs import BenchmarkRun
     from sdplan.validation import Validation
 
 #: A run left out, with why (the screen's reasons joined by "; ").
-Dropped = tuple["BenchmarkRun", str]
+Dropped = tuple[BenchmarkRun, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
