@@ -44,7 +44,14 @@ planner applies it, by ``predict_latency``/``predict_ttft`` (what ``sdplan valid
 ``[moe]``). About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
-                                          [--kv-cap] [--markdown FILE]
+                                          [--kv-cap] [--rounds R] [--markdown FILE]
+
+A derived file has no fitted TTFT weights, so its closed loops are given the wave they start with: the
+N clients send at once, and the prefills queue in chunks of the engine's token budget (vLLM's default
+``max_num_batched_tokens``, ``sdplan.serving.DEFAULT_MAX_NUM_BATCHED_TOKENS``) before each first token;
+spread over the ``--rounds`` requests each client sends (:data:`ROUNDS`), it adds
+``sdplan.model.closed_loop_wave_s`` to TTFT and E2E (``docs/model.md#ttft-and-tpot``). The fitted
+calibrations are predicted as ``sdplan validate`` predicts them.
 
 ``--kv-cap`` lets the derived calibrations' KV cache (AIConfigurator's memory model) hold back a closed
 loop past it; off by default: that estimate is below what the measured servers held (the rows whose TTFT
@@ -64,13 +71,21 @@ from pathlib import Path
 
 from sdplan.derive import roofline
 from sdplan.fit import fit_configurations, fit_pooled
+from sdplan.model import closed_loop_wave_s
 from sdplan.runs import screen, silicon
+from sdplan.serving import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from sdplan.validation import predict_latency, predict_ttft
 
 BACKENDS = ("vllm", "sglang")
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
 #: Fewest distinct (ISL, OSL, N) points a configuration needs.
 MIN_POINTS = 9
+#: Requests each client sends in a measured closed loop, which the rows do not record: NVIDIA Dynamo's
+#: benchmark script runs ``genai-perf --concurrency N --request-count $((N*10)) --warmup-request-count
+#: $((N*2))`` (ai-dynamo/dynamo benchmarks/llm/perf.sh); AIConfigurator's own generated ``bench_run.sh``
+#: runs ``aiperf --num-requests $((N*20))`` (``--rounds 20``). Spreads the opening wave of the derived
+#: calibrations' closed loops (:func:`sdplan.model.closed_loop_wave_s`).
+ROUNDS = 10.0
 #: Model names (lower case, without the organisation) that are mixtures of experts.
 MOE_MODELS = ("deepseek-r1", "deepseek-v3", "qwen3-235b-a22b-fp8", "qwen3.5-397b-a17b", "kimi-k2.5", "glm-5",
               "minimax-m2.5", "gpt-oss-120b", "qwen3-30b-a3b")
@@ -107,10 +122,10 @@ def cell(values: list[float]) -> str:
     return f"{mape(values):.1f}% ({bias(values):+.1f}%)" if values else "-"
 
 
-def add_to_buckets(buckets: dict[str, Errors], runs: list, errors: Errors) -> None:
+def add_to_buckets(buckets: dict[str, Errors], runs: list, errors: Errors, kind: str | None = None) -> None:
     """Each run's errors into its bucket of prompt length (4,096 tokens) and concurrency (64), and the rows
     where the KV cache binds: TTFT over 5x its lowest-concurrency value at the same lengths (the issue's
-    definition: requests wait for admission)."""
+    definition: requests wait for admission), those also by ``kind`` (dense or MoE) where given."""
     lowest: dict[tuple[float, float], tuple[int, float]] = {}
     for run in runs:
         shape = (run.prompt_tokens, run.output_tokens)
@@ -122,6 +137,8 @@ def add_to_buckets(buckets: dict[str, Errors], runs: list, errors: Errors) -> No
         buckets[key].extend(Errors([e2e], [tpot], [ttft]))
         if run.mean_ttft_s > 5.0 * lowest[(run.prompt_tokens, run.output_tokens)][1]:
             buckets["KV cache binds (TTFT > 5x low load)"].extend(Errors([e2e], [tpot], [ttft]))
+            if kind is not None:
+                buckets[f"KV cache binds, {kind}"].extend(Errors([e2e], [tpot], [ttft]))
 
 
 def group_table(title: str, groups: dict[str, Errors], buckets: dict[str, Errors]) -> list[str]:
@@ -182,9 +199,11 @@ def split(runs: list, how: str) -> tuple[list, list]:
             [r for r in runs if (r.prompt_tokens, r.output_tokens) == middle])
 
 
-def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None) -> Errors:
+def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None, rounds: float | None = None) -> Errors:
     """Held-out errors of E2E, TPOT and TTFT for a ``coefficients_at(prompt, output)`` (and ``moe_at``);
-    ``batch_cap_at(run)``: the requests the engine holds at once for the run (None: no cap)."""
+    ``batch_cap_at(run)``: the requests the engine holds at once for the run (None: no cap); ``rounds``: the
+    requests per client of the closed loops, whose opening wave then adds to TTFT and E2E
+    (``sdplan.model.closed_loop_wave_s``; None: no wave, as a fitted calibration's TTFT weights hold it)."""
     result = Errors.empty()
     for run in runs:
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
@@ -192,6 +211,10 @@ def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None) -> Er
         cap = None if batch_cap_at is None else batch_cap_at(run)
         latency = predict_latency(coefficients, run, moe, cap)
         ttft = predict_ttft(coefficients, run, latency, moe, cap)
+        if rounds is not None and math.isfinite(latency):
+            clients = int(run.concurrency if cap is None else min(run.concurrency, cap))
+            wave = closed_loop_wave_s(coefficients, clients, DEFAULT_MAX_NUM_BATCHED_TOKENS, rounds)
+            latency, ttft = latency + wave, ttft + wave
         tpot = (latency - ttft) / (run.output_tokens - 1.0)
         result.e2e.append(latency / run.mean_e2e_latency_s - 1.0)
         result.tpot.append(tpot / run.mean_tpot_s - 1.0)
@@ -366,7 +389,7 @@ def derived_report(entries: list) -> list[str]:
             pooled["anchored"].extend(anchored)
             pooled["fitted_anchored"].extend(fitted)
             only_anchored.extend(only_held)
-        add_to_buckets(buckets, kept, only)
+        add_to_buckets(buckets, kept, only, kind)
         anchored_cells = (f"{cell(anchored.e2e)} | {cell(anchored.tpot)} | {cell(anchored.ttft)}"
                           if anchored is not None else "- | - | -")
         lines.append(f"| {name} | {kind} | {database} | {len(kept)} | {cell(only.e2e)} | {cell(only.tpot)} | "
@@ -406,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-cap", action="store_true",
                         help="with --derived: a closed loop past the KV cache AIConfigurator's memory model allows "
                         "waits for admission (sdplan.validation.predict_latency's batch_cap)")
+    parser.add_argument("--rounds", type=float, default=ROUNDS,
+                        help=f"with --derived: requests per client of the measured closed loops, over which their "
+                        f"opening wave spreads (default {ROUNDS:g}; 0: no wave, the TTFT before 2026-11-29)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     args = parser.parse_args(argv)
     path = silicon.resolve_path(args.csv)
@@ -459,10 +485,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 kind = "MoE" if configuration.model.rpartition("/")[2].lower() in MOE_MODELS else "dense"
                 cap = kv_cap(only) if args.kv_cap else None
+                rounds = args.rounds or None
                 derived.append((label(configuration), kind, database, kept,
-                                errors_of(only.coefficients_at, kept, only.moe_at, cap),
-                                errors_of(only.coefficients_at, held, only.moe_at, cap),
-                                errors_of(anchored.coefficients_at, held, anchored.moe_at, cap)
+                                errors_of(only.coefficients_at, kept, only.moe_at, cap, rounds),
+                                errors_of(only.coefficients_at, held, only.moe_at, cap, rounds),
+                                errors_of(anchored.coefficients_at, held, anchored.moe_at, cap, rounds)
                                 if anchored is not None else None, errors))
         pooled.extend(errors)
         if roof is not None:

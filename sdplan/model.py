@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.errors import InvalidValueError
 from sdplan.knee import KneeDemands, knee_demands
 
 if TYPE_CHECKING:
@@ -381,6 +382,87 @@ def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: F
         load_part = np.where(np.isinf(load), np.inf, load * coeffs.ttft_load_steps * per_other)
     return (coeffs.c1p_s + coeffs.ttft_offset_s + coeffs.ttft_prefill_s + coeffs.ttft_wait_steps * tau1
             + load_part)
+
+
+def opening_wave_prompts(clients: int, prompt_tokens: float, chunk_tokens: float) -> float:
+    """Mean prompts whose prefill is done when a request of an opening wave gets its first token.
+
+    Parameters
+    ----------
+    clients : int
+        ``N``: requests that arrive together (a closed loop's clients at its start), >= 1.
+    prompt_tokens : float
+        ``p``: tokens of each prompt, > 0.
+    chunk_tokens : float
+        ``M``: prefill tokens the engine schedules per step (vLLM's ``max_num_batched_tokens``), > 0.
+
+    Returns
+    -------
+    float
+        ``m(N) = (1/N) sum_{j=1..N} min(ceil(j p / M) M, N p) / p``, in prompts (1 for ``N = 1``).
+
+    Notes
+    -----
+    Chunked prefill (vLLM's scheduler; ``docs/model.md#ttft-and-tpot``) fills each step's token budget
+    ``M`` with the waiting prompts in arrival order, splitting a prompt across steps where it does not fit.
+    The ``j``-th prompt of the wave is done at the end of step ``ceil(j p / M)``; every step before it
+    was full, so by then ``min(ceil(j p/M) M, N p)`` prompt tokens have been prefilled, its own and
+    those it shares a step with included. With ``M`` a multiple of ``p`` (``c = M/p`` prompts a step)
+    this is ``[c^2 S(S-1)/2 + (N - (S-1)c) N] / N`` with ``S = ceil(N/c)``; with ``p >= M`` (one
+    prompt at a time) it is ``(N + 1)/2``. The decode tokens of the requests already prefilled also
+    take budget, and their steps time; both are left out (a lower bound).
+
+    Raises
+    ------
+    InvalidValueError
+        For no client, or a prompt or budget of no tokens.
+    """
+    if clients < 1 or prompt_tokens <= 0 or chunk_tokens <= 0:
+        raise InvalidValueError("an opening wave needs at least one client and positive prompt and chunk sizes")
+    order = np.arange(1, int(clients) + 1, dtype=np.float64)
+    done = np.minimum(np.ceil(order * prompt_tokens / chunk_tokens) * chunk_tokens, clients * prompt_tokens)
+    return float(np.mean(done)) / prompt_tokens
+
+
+def closed_loop_wave_s(coeffs: Coefficients, clients: int, chunk_tokens: float, rounds: float) -> float:
+    """Mean TTFT a closed loop adds for its opening wave, spread over its rounds (s).
+
+    Parameters
+    ----------
+    coeffs : Coefficients
+        Cost coefficients at the workload (``c2p_s``: what one prompt's prefill adds to a step).
+    clients : int
+        ``N``: clients of the closed loop, all sending their first request at once.
+    chunk_tokens : float
+        ``M``: the engine's prefill token budget per step.
+    rounds : float
+        ``R``: requests each client sends in the measured run (``requests / N``), >= 1.
+
+    Returns
+    -------
+    float
+        ``(m(N) - 1) c2p / R`` (:func:`opening_wave_prompts`).
+
+    Notes
+    -----
+    A closed loop's ``N`` clients send at once, so the first request of each waits for the prefills of
+    the ``m(N) - 1`` prompts done before or with its own, ``c2p`` each (the prefill interference per
+    prompt, which the derived files price from AIConfigurator's mixed steps). Under chunked prefill the
+    wave's queue does not recur: every request finishes ``g - 1`` steps after its prefill step, so the
+    next round arrives as spread out as the prefills were done, and each later prompt finds no queue of
+    the wave in front of it (prompts that shared a step could return together; a measured vLLM row shows
+    none: ``docs/model.md#ttft-and-tpot``). Over ``R`` rounds the mean TTFT grows by
+    this term over :func:`time_to_first_token`'s steady value: about ``(N - 1) c2p / (2 R)`` for prompts
+    of a step's budget or more. Open loops have no wave.
+
+    Raises
+    ------
+    InvalidValueError
+        For ``rounds < 1``, or an empty wave (:func:`opening_wave_prompts`).
+    """
+    if rounds < 1:
+        raise InvalidValueError("a closed loop runs at least one round (rounds = requests / clients >= 1)")
+    return (opening_wave_prompts(clients, coeffs.prompt_tokens, chunk_tokens) - 1.0) * coeffs.c2p_s / rounds
 
 
 def time_per_output_token(latency_s: FloatArray, ttft_s: FloatArray | float, output_tokens: float) -> FloatArray:

@@ -273,3 +273,59 @@ def test_frontend_bound_options_are_those_whose_c2_is_the_floor() -> None:
     demands = model.option_demands(floored, [3, 6], tokens)
     assert planner.frontend_bound_options(floored, [0, 3, 6], demands.c2_s, demands.tokens_per_cycle) == ["off", "k=3"]
     assert planner.frontend_bound_options(coefficients(), [0, 3, 6], demands.c2_s, demands.tokens_per_cycle) == []
+
+
+def wave_by_steps(clients: int, prompt_tokens: int, chunk_tokens: int) -> float:
+    """The opening wave scheduled step by step: each step takes ``chunk_tokens`` prompt tokens in arrival
+    order (a prompt split where it does not fit); returns the mean prompt tokens prefilled by the end of the
+    step each prompt finishes in, in prompts (an independent count of what ``opening_wave_prompts`` sums)."""
+    left = [prompt_tokens] * clients
+    done_tokens, finished = 0, []
+    while len(finished) < clients:
+        budget = chunk_tokens
+        completed_now = []
+        for index, remaining in enumerate(left):
+            if budget == 0:
+                break
+            if remaining == 0:
+                continue
+            take = min(remaining, budget)
+            left[index] -= take
+            budget -= take
+            done_tokens += take
+            if left[index] == 0:
+                completed_now.append(index)
+        finished += [done_tokens] * len(completed_now)
+    return sum(finished) / clients / prompt_tokens
+
+
+@pytest.mark.parametrize(("clients", "prompt", "chunk"), [
+    (1, 1024, 8192), (4, 1024, 8192), (64, 1024, 8192), (63, 1000, 8192), (17, 3000, 8192), (64, 8192, 8192),
+    (9, 20000, 8192), (128, 100, 256), (5, 4096, 2048)])
+def test_opening_wave_matches_a_step_by_step_schedule(clients: int, prompt: int, chunk: int) -> None:
+    assert model.opening_wave_prompts(clients, prompt, chunk) == pytest.approx(
+        wave_by_steps(clients, prompt, chunk), rel=1e-12)
+
+
+@given(st.integers(1, 300), st.integers(1, 64))
+def test_opening_wave_closed_forms(clients: int, per_step: int) -> None:
+    # one prompt at a time: (N + 1)/2; c whole prompts a step: [c^2 S (S - 1)/2 + (N - (S - 1) c) N] / N
+    assert model.opening_wave_prompts(clients, 8192, 4096) == pytest.approx((clients + 1) / 2)
+    steps = -(-clients // per_step)
+    closed = (per_step ** 2 * steps * (steps - 1) / 2 + (clients - (steps - 1) * per_step) * clients) / clients
+    assert model.opening_wave_prompts(clients, 100, 100 * per_step) == pytest.approx(closed)
+
+
+def test_closed_loop_wave_is_the_wave_spread_over_the_rounds() -> None:
+    c = coefficients(c2p_s=0.4, prompt_tokens=8192.0)
+    assert model.closed_loop_wave_s(c, 1, 8192, 1) == 0.0  # one client: no one in front
+    # 64 prompts of a whole step each: (64 - 1)/2 prompts in front on average, c2p each, over 10 rounds
+    assert model.closed_loop_wave_s(c, 64, 8192, 10) == pytest.approx(63 / 2 * 0.4 / 10)
+    assert model.closed_loop_wave_s(c, 64, 8192, 20) == pytest.approx(model.closed_loop_wave_s(c, 64, 8192, 10) / 2)
+    # shorter prompts share steps: a wave of 64 x 1024 tokens is 8 full steps, each prompt waits for its step
+    short = coefficients(c2p_s=0.05, prompt_tokens=1024.0)
+    assert model.closed_loop_wave_s(short, 64, 8192, 1) == pytest.approx((36.0 - 1.0) * 0.05)
+    with pytest.raises(InvalidValueError, match="at least one round"):
+        model.closed_loop_wave_s(c, 4, 8192, 0.5)
+    with pytest.raises(InvalidValueError, match="at least one client"):
+        model.opening_wave_prompts(0, 1024, 8192)
