@@ -34,6 +34,7 @@ class CheckRequest:
 
 
 def _nonnegative_rate(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """``--rate``'s callback: a request rate is >= 0 req/s (the workload file's schema says so of its rate)."""
     if value is not None and value < 0:
         raise click.BadParameter("must be >= 0 req/s", param_hint="'--rate'")
     return value
