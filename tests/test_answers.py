@@ -7,6 +7,7 @@ that moved out of ``cli/`` (precedence, refusals, the workload file's defaults) 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import re
@@ -137,3 +138,34 @@ def test_root_help_lists_every_exit_status(sdplan) -> None:
     listed = text.split("Exit status:", 1)[1].split("See sdplan(1)", 1)[0]
     codes = [int(code) for code in re.findall(r"(\d+) [a-zA-Z]", listed)]
     assert codes == sorted(status.value for status in ExitStatus)
+
+
+#: The commands that render from a typed answer, and must not edit one on the way.
+TYPED_COMMANDS = ("capacity", "check")
+
+
+def edits(source: str) -> list[int]:
+    """Lines of ``source`` that write into a container: ``x[key] = ...``, ``x[key] |= ...``, ``x.update(...)``,
+    ``x.setdefault(...)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        if any(isinstance(target, ast.Subscript) for target in targets):
+            found.append(node.lineno)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "update", "setdefault"):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("command", TYPED_COMMANDS)
+def test_commands_render_the_answer_without_editing_it(command: str) -> None:
+    path = Path(__file__).resolve().parent.parent / "sdplan" / "cli" / f"{command}.py"
+    assert edits(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_edit_check_can_fail() -> None:
+    source = ("def f(answer, context):\n    context['warnings'] = []\n    context.update(answer)\n"
+              "    context['n'] += 1\n    doc: dict = {}\n    return context\n")
+    assert edits(source) == [2, 3, 4]
