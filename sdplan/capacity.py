@@ -76,6 +76,16 @@ class Capacity:
         return "off" if index == 0 else f"k={self.draft_lengths[index - 1]}"
 
     @property
+    def c2_past_knee_s(self) -> FloatArray:
+        """``C2`` per option as it sets the saturation: past the target's compute-bound knee where it has one.
+
+        Past the knee ``B*`` a step is bound by compute and each request adds ``C2_above = C2 + n b t``
+        (:func:`sdplan.knee.knee_demands`); the saturation ``1/C2`` is reached there, so this is the ``C2``
+        that capacity's answer and JSON report.
+        """
+        return self.c2_s if self.knee is None else self.knee.c2_above_s
+
+    @property
     def best_speculative(self) -> int:
         """Index of the best SD option (>= 1), or -1 if no SD option is feasible."""
         rates = np.where(self.feasible[1:], self.max_rate_rps[1:], -1.0)

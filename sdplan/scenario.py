@@ -24,7 +24,7 @@ import numpy as np
 from sdplan.calibration import resolve_calibration
 from sdplan.errors import InvalidValueError
 from sdplan.limits import check_simulation_memory
-from sdplan.methods import provenance_method, resolve_method
+from sdplan.methods import resolve_method
 from sdplan.serving import EngineLimits, LimitOptions, resolve_limits
 from sdplan.simulate import SimulationConfig
 from sdplan.workload import load_workload_file, measured_draft_lengths, resolve_workload
@@ -133,27 +133,6 @@ class Scenario:
     def notes(self) -> list[str]:
         """Notes every command shows as warnings: candidates left out."""
         return [self.lengths_note] if self.lengths_note else []
-
-    def context(self) -> dict[str, Any]:
-        """Calibration and workload description for JSON output."""
-        provenance = self.calibration.provenance
-        return {
-            "calibration": {
-                "name": self.calibration.name,
-                "path": self.calibration.path,
-                "method": self.calibration.method,
-                "hardware": provenance.get("hardware"),
-                "target_model": provenance.get("target_model"),
-                "draft_model": provenance.get("draft_model"),
-                "speculative_method": provenance_method(provenance),
-            },
-            "workload": {
-                "file": self.file.path if self.file else None,
-                "prompt_tokens": self.workload.prompt_tokens,
-                "output_tokens": self.workload.output_tokens,
-                "acceptance": self.workload.acceptance.document(),
-            },
-        }
 
 
 def histogram_means(lengths: LengthHistogram | None, prompt_tokens: int | None,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,35 +19,25 @@ from sdplan.cli._options import (
     workload_options,
 )
 from sdplan.cli._simulation import simulation_options
-from sdplan.errors import InfeasibleError, InvalidValueError
-from sdplan.limits import check_grid, check_simulation
-from sdplan.methods import METHODS, draft_weights
-from sdplan.serving import batch_cap_warning
+from sdplan.errors import InfeasibleError
 
 if TYPE_CHECKING:
-    from sdplan.calibration import Calibration
-    from sdplan.capacity import Capacity
-    from sdplan.scenario import Scenario, SimulationSettings
-    from sdplan.schedule import EngineSchedule
-    from sdplan.simulate import SimulationConfig
-    from sdplan.slo import SLO
+    from collections.abc import Callable
+
+    from sdplan.capacity_answer import CapacityQuery
+
+#: The engine configurations ``--format`` writes (:data:`sdplan.capacity_answer.ENGINES`; not imported here,
+#: so that help does not load the core).
+ENGINE_FORMATS = ("vllm-config", "sglang", "trtllm")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityRequest:
-    """What ``sdplan capacity`` was given (``--max-batch-size``, the old alias, folded into ``--max-num-seqs``)."""
+    """What ``sdplan capacity`` was given: the scenario's options, the query, and where the answer goes."""
 
     scenario: ScenarioFlags
-    slos: tuple[str, ...]
     draft_lengths: str | None
-    target_rate: float | None
-    gpus_per_replica: int | None
-    gpu_hour_cost: float | None
-    min_k: int
-    min_tier_width: int
-    data_parallel_size: int
-    use_simulator: bool
-    simulation: SimulationSettings
+    query: CapacityQuery
     output: OutputRequest
 
 
@@ -83,7 +73,7 @@ class CapacityRequest:
               help="Find each option's capacity with the simulator (bisection on rate) so percentile SLOs "
               "(e2e:p99<=5s) can be used; slower: many simulations.")
 @(lambda fn: simulation_options(fn, requests=4000, seeds=2))
-@output_options(formats=("table", "json", "vllm-config", "sglang", "trtllm"))
+@output_options(formats=("table", "json", *ENGINE_FORMATS))
 @plot_options
 def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...], draft_lengths: str | None,
              target_rate: float | None, gpus_per_replica: int | None, gpu_hour_cost: float | None,
@@ -119,6 +109,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
       sdplan capacity -c h100-sxm_llama-3.1-8b_eagle3_derived --acceptance 0.7 \\
                       -f sglang -o spec.json
     """
+    from sdplan.capacity_answer import CapacityQuery
     from sdplan.scenario import SimulationSettings
 
     _capacity(CapacityRequest(
@@ -131,209 +122,55 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
             max_num_seqs=max_batch_size if max_batch_size is not None else max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, kv_cache_tokens=kv_cache_tokens,
             lengths_file=lengths_file),
-        slos=slos, draft_lengths=draft_lengths, target_rate=target_rate, gpus_per_replica=gpus_per_replica,
-        gpu_hour_cost=gpu_hour_cost, min_k=min_k, min_tier_width=min_tier_width,
-        data_parallel_size=data_parallel_size, use_simulator=use_simulator,
-        simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv),
+        draft_lengths=draft_lengths,
+        query=CapacityQuery(
+            slos=slos, target_rate_rps=target_rate, gpus_per_replica=gpus_per_replica, gpu_hour_cost_usd=gpu_hour_cost,
+            min_k=min_k, min_tier_width=min_tier_width, data_parallel_size=data_parallel_size,
+            use_simulator=use_simulator,
+            simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv)),
         output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only, plot=plot, plot_file=plot_file)))
 
 
 def _capacity(request: CapacityRequest) -> None:
-    from sdplan.capacity import capacity as solve_capacity
+    """Parse, answer, render: the capacity table (text or JSON), or an engine's configuration."""
+    from sdplan.capacity_answer import NO_OPTION_MEETS, answer_capacity, engine_config_answer
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
-    from sdplan.render.check import capacity_document, render_capacity
-    from sdplan.workload import resolve_slos
+    from sdplan.render.check import capacity_interval_note, capacity_plots, engine_config_summary, render_capacity
 
-    out, use_simulator, simulation = request.output, request.use_simulator, request.simulation
-    fmt, output, ascii_only = out.fmt, out.output, out.ascii_only
-    check_plot_request(out.plot, out.plot_file, fmt)
+    out = request.output
+    check_plot_request(out.plot, out.plot_file, out.fmt)
     scenario = command_scenario(request.scenario, draft_lengths_given(request.draft_lengths))
-    candidates, limits, file = scenario.draft_lengths, scenario.limits, scenario.file
-    schedule = _schedule(scenario, request.min_k, request.min_tier_width)
-    if fmt in ("vllm-config", "sglang", "trtllm"):
-        _export(fmt, schedule, scenario.method, scenario.calibration, request.data_parallel_size, output)
+    if out.fmt in ENGINE_FORMATS:
+        config = engine_config_answer(scenario, request.query, out.fmt)
+        if config.config is not None:
+            warn(config.warnings)
+            emit(config.config.text, out.output)
+        click.echo(engine_config_summary(config), err=True)
         return
-    if scenario.moe is not None:
-        raise InvalidValueError("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 "
-                                "depend on the load, so the closed-form inverse does not hold; use plan or check")
-    parsed = resolve_slos(request.slos, file, allow_percentiles=use_simulator)
-    if not parsed:
-        raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
-    limits.require_fit(scenario.request_tokens)
-    tokens = scenario.tokens_per_cycle[0]
-    cap = solve_capacity(scenario.coefficients, candidates, scenario.alpha, parsed, tokens_per_cycle=tokens,
-                         max_batch=limits.caps(candidates))
-    if use_simulator:
-        cap = _simulated_capacity(scenario, cap, parsed, simulation)
-    warnings = _warnings(scenario, cap, use_simulator)
-    warn(warnings)
-    context = scenario.context()
-    context["speculative_method"] = scenario.method
-    context["warnings"] = warnings
-    context["batch_cap_sequences"] = float(limits.batch_cap)
-    context["evaluated_by"] = (f"simulated: bisection on rate, {simulation.seeds} x {simulation.requests} requests "
-                               "per point"
-                               if use_simulator else "analytic model (means), closed-form inverse")
-    if not use_simulator:
-        context.update(_intervals(scenario, cap, parsed))
-    target = request.target_rate if request.target_rate is not None else (file.target_rate_rps if file else None)
-    fleets = _fleets(scenario, cap, target, request.gpus_per_replica, request.gpu_hour_cost)
-    document = capacity_document(cap, parsed, context, target, fleets, schedule.tiers)
-    terminal = output in (None, "-") and stdout_is_terminal()
-    text = render_capacity(document, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
-    emit(text + _plots(scenario, document, out.plot, out.plot_file, ascii_only), output)
-    if cap.best < 0:
-        raise InfeasibleError("no option meets the SLOs at any request rate (see the binding SLO per option)")
+    with ExitStack() as bars:
+        answer = answer_capacity(scenario, request.query, progress=_progress_bar(bars, "simulating capacity"))
+    warn(answer.warnings)
+    note = capacity_interval_note(answer)
+    if note is not None:
+        click.echo(note, err=True)
+    terminal = out.output in (None, "-") and stdout_is_terminal()
+    text = render_capacity(answer, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal)
+    emit(text + capacity_plots(answer, out.plot, out.plot_file, *terminal_plot_settings(out.ascii_only)), out.output)
+    if not answer.feasible:
+        raise InfeasibleError(NO_OPTION_MEETS)
 
 
-def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSchedule:
-    """The goodput-optimal k per batch size 1..max_num_seqs, merged so k does not flap."""
-    from sdplan.schedule import engine_schedule, goodput_per_size
+def _progress_bar(bars: ExitStack, description: str) -> Callable[[int, int, str], None]:
+    """A progress callback that opens its bar (on ``bars``) at the first report: a search that never
+    reports, or fails its budget check first, draws none."""
+    advance: Callable[[int, int, str], None] | None = None
 
-    candidates, cap = scenario.draft_lengths, scenario.limits.max_num_seqs
-    check_grid(cap * len(candidates), f"{cap} batch sizes x {len(candidates)} draft lengths",
-               "lower --max-num-seqs or give fewer --draft-lengths")
-    if min_k > max(candidates):
-        raise InvalidValueError(f"--min-k {min_k} exceeds every draft length ({max(candidates)} at most)")
-    goodput = goodput_per_size(scenario.coefficients, candidates, scenario.alpha, cap,
-                               tokens_per_cycle=scenario.tokens_per_cycle[0], moe=scenario.moe)
-    return engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k)
+    def report(done: int, total: int, label: str) -> None:
+        nonlocal advance
+        if advance is None:
+            from sdplan.render.progress import progress_bar
 
+            advance = bars.enter_context(progress_bar(description, total))
+        advance(done, total, label)
 
-def _warnings(scenario: Scenario, cap: Capacity, use_simulator: bool) -> list[str]:
-    """Calibrated range, prefill interference at capacity, and options whose capacity the batch cap sets."""
-    import numpy as np
-
-    from sdplan import model
-    from sdplan.capacity import batch_cap_label, latency_at
-
-    at_capacity = cap.max_rate_rps * latency_at(cap, cap.max_rate_rps)
-    finite = at_capacity[np.isfinite(at_capacity) & cap.feasible]
-    warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
-                                                      scenario.workload.output_tokens,
-                                                      float(finite.max()) if finite.size else None)
-    if not use_simulator:
-        interference = model.prefill_interference_warning(scenario.coefficients.c2p_s, cap.c2_s[cap.feasible],
-                                                          (cap.max_rate_rps * cap.c2_s)[cap.feasible])
-        if interference is not None:
-            warnings.append(interference)
-    label = batch_cap_label(scenario.limits.batch_cap)
-    capped = [cap.label(index) for index, binding in enumerate(cap.binding_slo) if binding == label]
-    if capped:  # the batch reaches the cap at those options' capacity
-        warnings.append(batch_cap_warning(scenario.limits, f"at the capacity of {', '.join(capped)}"))
-    return warnings + scenario.notes()
-
-
-def _intervals(scenario: Scenario, cap: Capacity, slos: list[SLO]) -> dict[str, Any]:
-    """95% intervals of each option's capacity from the calibration's covariance (none without one)."""
-    from sdplan.capacity import capacity as solve_capacity
-    from sdplan.uncertainty import capacity_intervals, coefficient_draws, covers, server_spread_pct
-
-    workload, candidates, tokens = scenario.workload, scenario.draft_lengths, scenario.tokens_per_cycle[0]
-    draws = coefficient_draws(scenario.calibration, workload.prompt_tokens, workload.output_tokens,
-                              options=(candidates, tokens))
-    if draws is None:
-        return {}
-    bounds = capacity_intervals(draws, lambda c: solve_capacity(c, candidates, scenario.alpha, slos,
-                                                                tokens_per_cycle=tokens,
-                                                                max_batch=scenario.limits.caps(candidates)))
-    best, spread = cap.best, server_spread_pct(scenario.calibration)
-    if best >= 0:
-        click.echo(f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
-                   f"95% interval {float(bounds[0, best]):.4g}-{float(bounds[1, best]):.4g}\n  ({covers(spread)})",
-                   err=True)
-    return {"max_rate_under_slo_ci95_rps": {cap.label(i): [float(bounds[0, i]), float(bounds[1, i])]
-                                            for i in range(bounds.shape[1])},
-            "server_sd_pct": spread,
-            "uncertainty": (f"95% intervals of each option's capacity ({covers(spread)}; {len(draws)} draws); "
-                            "size with the low end to be safe")}
-
-
-def _fleets(scenario: Scenario, cap: Capacity, target: float | None, gpus_per_replica: int | None,
-            gpu_hour_cost: float | None) -> tuple[Any, Any] | None:
-    """Replicas (GPUs, cost) for ``target`` req/s without SD and with the best SD option; None without a target."""
-    from sdplan.capacity import fleet
-
-    if target is None:
-        return None
-    file = scenario.file
-    gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
-        scenario.calibration.provenance.get("tensor_parallel_size")
-    cost = gpu_hour_cost if gpu_hour_cost is not None else (file.gpu_hour_cost_usd if file else None)
-    g = scenario.coefficients.output_tokens
-    no_sd = fleet("off", float(cap.max_rate_rps[0]), target, g, gpus, cost)
-    best_sd = cap.best_speculative
-    with_sd = (fleet(cap.label(best_sd), float(cap.max_rate_rps[best_sd]), target, g, gpus, cost)
-               if best_sd > 0 else None)
-    return no_sd, with_sd
-
-
-def _plots(scenario: Scenario, document: dict[str, Any], plot: bool, plot_file: str | None, ascii_only: bool) -> str:
-    """Each option's capacity as bars: drawn for the terminal (returned) and/or written to ``plot_file``."""
-    from sdplan.render.answer import alpha_phrase
-    from sdplan.render.plots import file_bars, terminal_bars
-
-    labels = [option["option"] for option in document["options"]]
-    values = [option["max_rate_under_slo_rps"] for option in document["options"]]
-    title = (f"Highest request rate under {', '.join(document['slos'])} per replica, "
-             f"{alpha_phrase(scenario.alpha, scenario.workload.acceptance.source)}")
-    text = ""
-    if plot:
-        text = "\n" + terminal_bars(labels, values, title, "request rate (req/s)", *terminal_plot_settings(ascii_only))
-    if plot_file is not None:
-        file_bars(labels, values, title + f"\n{scenario.calibration.name}", "max request rate under SLO (req/s)",
-                  Path(plot_file), highlight=document["best"])
-    return text
-
-
-def _export(fmt: str, plan: EngineSchedule, method: str, calibration: Calibration, data_parallel_size: int,
-            output: str | None) -> None:
-    """Write the engine config of ``plan`` (or say "SD off" and write nothing)."""
-    from sdplan import export
-    from sdplan.render import emit, warn
-
-    if plan.off:
-        click.echo(f"sdplan capacity: SD off: {METHODS[method].label} does not beat no SD at any batch size "
-                   f"1-{plan.max_num_seqs} at this acceptance; serve without a speculative config (nothing written)",
-                   err=True)
-        return
-    weights = draft_weights(method, calibration)
-    if fmt == "vllm-config":
-        config = export.vllm_config(plan, method, weights, data_parallel_size,
-                                    calibration.provenance.get("tensor_parallel_size"))
-    elif fmt == "sglang":
-        config = export.sglang_config(plan, method, weights)
-    else:
-        config = export.trtllm_config(plan, method, weights)
-    notes = []
-    if plan.merged:
-        notes.append(f"merged {plan.merged} tier(s) narrower than --min-tier-width so k does not flap at tier "
-                     f"edges (vllm-project/vllm#49548); goodput within {plan.goodput_loss_pct:.2g}% of the per-size "
-                     "optimum")
-    elif plan.goodput_loss_pct > 0:
-        notes.append(f"--min-k costs up to {plan.goodput_loss_pct:.2g}% goodput at some batch sizes")
-    warn(config.warnings + notes)
-    emit(config.text, output)
-    click.echo(f"sdplan capacity: {METHODS[method].label} ({method}), k by batch size 1-{plan.max_num_seqs}: "
-               + ", ".join(f"{a}-{b}: {k}" for a, b, k in plan.tiers) + f"\nuse: {config.usage}", err=True)
-
-
-def _simulated_capacity(scenario: Scenario, cap: Capacity, slos: list[SLO],
-                        settings: SimulationSettings) -> Capacity:
-    """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.simulated_capacity)."""
-    from sdplan.capacity import simulated_capacity
-    from sdplan.render.progress import progress_bar
-    from sdplan.scenario import simulation_config
-
-    def configure(rate: float, k: int) -> SimulationConfig:
-        return simulation_config(scenario, rate, k, scenario.limits, settings)
-
-    options = len(scenario.draft_lengths) + 1
-    check_simulation(settings.requests, settings.seeds, options * 12, "search steps (about 12 per option)")
-    with progress_bar("simulating capacity", options) as advance:
-        def progress(index: int, rate: float) -> None:
-            advance(index, options, f"{cap.label(index)} at {rate:.3g} req/s")
-
-        result, _ = simulated_capacity(cap, scenario.coefficients, slos, configure, settings.seeds, settings.seed,
-                                       on_evaluation=progress)
-    return result
+    return report

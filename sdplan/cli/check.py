@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,37 +17,33 @@ from sdplan.cli._options import (
     workload_options,
 )
 from sdplan.cli._simulation import simulation_options
-from sdplan.errors import ExitStatus, InvalidValueError
-from sdplan.limits import check_simulation
-from sdplan.serving import batch_cap_warning
+from sdplan.errors import ExitStatus
 
 if TYPE_CHECKING:
-    from sdplan.check import CheckReport
-    from sdplan.coefficients import Coefficients
-    from sdplan.scenario import Scenario, SimulationSettings
-    from sdplan.serving import EngineLimits
-    from sdplan.slo import SLO
+    from sdplan.check_answer import CheckQuery
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckRequest:
-    """What ``sdplan check`` was given."""
+    """What ``sdplan check`` was given: the scenario's options, the query, and where the answer goes."""
 
     scenario: ScenarioFlags
-    rate: float | None
-    slos: tuple[str, ...]
-    draft_length: str | None
     draft_lengths: str | None
-    use_simulator: bool
-    pessimistic: bool
-    simulation: SimulationSettings
+    query: CheckQuery
     output: OutputRequest
+
+
+def _nonnegative_rate(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """``--rate``'s callback: a request rate is >= 0 req/s (the workload file's schema says so of its rate)."""
+    if value is not None and value < 0:
+        raise click.BadParameter("must be >= 0 req/s", param_hint="'--rate'")
+    return value
 
 
 @click.command()
 @workload_file_option
 @calibration_option
-@click.option("-r", "--rate", "rate", type=float, metavar="RPS",
+@click.option("-r", "--rate", "rate", type=float, callback=_nonnegative_rate, metavar="RPS",
               help="Request rate to check, req/s. Default: traffic.request_rate_rps of the workload file.")
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
               help="SLO, repeatable: 'e2e:mean<=2s', 'ttft:mean<=300ms', 'tpot:mean<=40ms', "
@@ -93,6 +88,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
                    --acceptance 0.8
       sdplan check -w deploy/chat.toml --format json
     """
+    from sdplan.check_answer import CheckQuery
     from sdplan.scenario import SimulationSettings
 
     return _check(CheckRequest(
@@ -103,135 +99,29 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
             position_acceptance=position_acceptance, acceptance_profile=acceptance_profile, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, kv_cache_tokens=kv_cache_tokens,
             lengths_file=lengths_file),
-        rate=rate, slos=slos, draft_length=draft_length, draft_lengths=draft_lengths, use_simulator=use_simulator,
-        pessimistic=pessimistic,
-        simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv),
+        draft_lengths=draft_lengths,
+        query=CheckQuery(
+            rate_rps=rate, slos=slos, draft_length=draft_length, use_simulator=use_simulator, pessimistic=pessimistic,
+            simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv)),
         output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only)))
 
 
 def _check(request: CheckRequest) -> ExitStatus:
-    from sdplan.check import run_check
+    """Parse, answer, render; the verdict's exit status is returned for sdplan.cli to map (1: an SLO missed)."""
+    from sdplan.check_answer import answer_check
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
-    from sdplan.render.check import check_summary, github_annotations, render_check
-    from sdplan.workload import measured_draft_lengths, resolve_slos
+    from sdplan.render.check import check_summary, github_annotations, pessimistic_lines, render_check
 
-    rate, draft_length, use_simulator, out = request.rate, request.draft_length, request.use_simulator, request.output
+    out = request.output
     scenario = command_scenario(request.scenario, draft_lengths_given(request.draft_lengths))
-    file = scenario.file
-    if rate is None:
-        rate = file.request_rate_rps if file is not None else None
-    if rate is None:
-        raise InvalidValueError("no request rate to check; give --rate RPS or traffic.request_rate_rps in the workload")
-    if rate < 0:
-        raise click.BadParameter("must be >= 0 req/s", param_hint="'--rate'")
-    if draft_length is None and file is not None and file.mode is not None:
-        draft_length = {"best": "best", "off": "off", "fixed": str(file.draft_length)}[file.mode]
-    choice = draft_length or "best"
-    mode = choice if choice in ("best", "off") else "fixed"
-    fixed = int(choice) if mode == "fixed" else None
-    if fixed:
-        measured_draft_lengths(scenario.workload.acceptance, [fixed], given=True)  # past the measured k: an error
-    tokens = scenario.workload.acceptance.tokens_per_cycle([fixed] if fixed else scenario.draft_lengths)
-    parsed = resolve_slos(request.slos, file, allow_percentiles=use_simulator)
-    report = run_check(scenario.coefficients, rate, scenario.alpha, mode, fixed, scenario.draft_lengths, parsed,
-                       tokens_per_cycle=tokens, moe=scenario.moe, limits=scenario.limits)
-    intervals = None
-    if request.pessimistic:
-        if use_simulator:
-            raise click.UsageError("--pessimistic and --simulate do not combine: intervals come from the analytic "
-                                   "model over the calibration's covariance")
-        report, intervals = _pessimistic(scenario, report, parsed)
-    limits = scenario.limits_for([report.draft_length])  # the server that runs the chosen option
-    limits.require_fit(scenario.request_tokens)
-    if use_simulator:
-        report = _simulated(scenario, report, parsed, limits, request.simulation)
-    warnings = _warnings(scenario, report, limits)
-    warn(warnings)
-    context = scenario.context()
-    context["warnings"] = warnings
-    if intervals is not None:
-        context["pessimistic"] = _pessimistic_context(scenario, intervals)
+    answer = answer_check(scenario, request.query)
+    warn(answer.warnings)
+    for line in pessimistic_lines(answer):
+        click.echo(line, err=True)
     terminal = out.output in (None, "-") and stdout_is_terminal()
-    emit(render_check(report, context, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal), out.output)
+    emit(render_check(answer, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal), out.output)
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in github_annotations(report):
+        for line in github_annotations(answer.report):
             click.echo(line, err=True)
-    click.echo(check_summary(report), err=True)
-    return report.exit_status  # 1 when an SLO is missed: sdplan.cli maps it to the exit code
-
-
-def _pessimistic_context(scenario: Scenario, intervals: dict[str, Any]) -> dict[str, Any]:
-    """The report's ``pessimistic`` table (each interval also said on standard error)."""
-    from sdplan.uncertainty import covers, server_spread_pct
-
-    for text, (low, high) in intervals.items():
-        click.echo(f"pessimistic: {text}: 95% interval {low:.4g}-{high:.4g}; checked at the worse end", err=True)
-    spread = server_spread_pct(scenario.calibration)
-    return {"level": 0.95, "rule": f"each SLO checked at the pessimistic end of its 95% interval ({covers(spread)})",
-            "server_sd_pct": spread, "intervals": {text: [low, high if high != float("inf") else None]
-                                                   for text, (low, high) in intervals.items()}}
-
-
-def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tuple[CheckReport, dict[str, Any]]:
-    """The report re-checked at the pessimistic end of each prediction's 95% interval, and the intervals."""
-    from sdplan.check import run_check
-    from sdplan.uncertainty import coefficient_draws, pessimistic_verdicts
-
-    calibration, workload, candidates = scenario.calibration, scenario.workload, scenario.draft_lengths
-    if "uncertainty" not in calibration.document:
-        raise InvalidValueError(f"--pessimistic needs a calibration with a covariance ([uncertainty]); "
-                                f"{calibration.name} has none: fit one (sdplan fit, sdplan calibrate)")
-    chosen = report.draft_length
-    option_tokens = workload.acceptance.tokens_per_cycle([chosen] if chosen else candidates)
-    draws = coefficient_draws(calibration, workload.prompt_tokens, workload.output_tokens,
-                              options=([chosen] if chosen else candidates, option_tokens))
-    if draws is None:
-        option = f"SD k={chosen}" if chosen else "the candidate draft lengths"
-        raise InvalidValueError(f"--pessimistic: {calibration.name}'s covariance gives positive demands "
-                                f"in under a quarter of its draws at {option}, so the fit does not determine "
-                                "it; measure that draft length (sdplan calibrate --draft-lengths)")
-
-    def check_draw(drawn: Coefficients) -> CheckReport:
-        return run_check(drawn, report.rate_rps, scenario.alpha, "fixed" if chosen else "off", chosen or None,
-                         candidates, slos, tokens_per_cycle=option_tokens, moe=scenario.moe, limits=scenario.limits)
-
-    return pessimistic_verdicts(report, slos, draws, check_draw)
-
-
-def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits: EngineLimits,
-               settings: SimulationSettings) -> CheckReport:
-    """The report with every latency verdict from the simulator's statistics."""
-    from sdplan.check import simulated_verdicts
-    from sdplan.scenario import simulation_config
-    from sdplan.simulate import replicate
-
-    if scenario.moe is not None:
-        raise InvalidValueError("--simulate does not model MoE expert coverage yet")
-    if report.rate_rps <= 0:
-        raise click.BadParameter("--simulate needs a rate > 0 req/s", param_hint="'--rate'")
-    check_simulation(settings.requests, settings.seeds, 1, "rate")
-    config = simulation_config(scenario, report.rate_rps, report.draft_length, limits, settings)
-    summary = replicate(scenario.coefficients, config, settings.seeds, settings.seed, report.point.e2e_s)
-    return simulated_verdicts(report, slos, summary)
-
-
-def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> list[str]:
-    """Where the answer is outside the model's domain: calibrated range, batch cap, prefill load, no steady state."""
-    from sdplan import model
-    rate = report.rate_rps
-    warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
-                                                      scenario.workload.output_tokens, report.batch)
-    if report.simulated is None:
-        if math.isfinite(report.batch) and limits.reached(report.batch):  # unstable: every SLO fails anyway
-            warnings.append(batch_cap_warning(limits, f"at {rate:g} req/s (effective batch {report.batch:.4g} "
-                                              "requests)"))
-        if report.point.utilisation < 1.0:
-            c2 = report.point.utilisation / rate if rate > 0 else 0.0
-            interference = model.prefill_interference_warning(scenario.coefficients.c2p_s, c2,
-                                                              report.point.utilisation)
-            if interference is not None:
-                warnings.append(interference)
-    if report.simulated is not None and not report.steady:
-        warnings.append("the simulation did not reach a steady state at this rate (the queue keeps growing): "
-                        "every SLO fails")
-    return warnings + scenario.notes()
+    click.echo(check_summary(answer.report), err=True)
+    return answer.exit_status

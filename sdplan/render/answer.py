@@ -19,13 +19,15 @@ SD, the speedup shrinks with load and reaches 1 at the break-even rate
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sdplan.planner import NONE_STABLE, SD_OFF
 
 if TYPE_CHECKING:
+    from sdplan.acceptance import AcceptanceSpec
+    from sdplan.capacity_answer import CapacityAnswer
     from sdplan.planner import Plan, PlanInputs
 
 
@@ -58,10 +60,9 @@ def alpha_phrase(alpha: float, source: str, positions: list[float] | tuple[float
     return f"per-token alpha {alpha:.3f} ({acceptance_origin(source)})"
 
 
-def document_positions(acceptance: dict[str, object]) -> list[float] | None:
-    """The per-position rates of a JSON ``acceptance`` document (``AcceptanceSpec.document``), if it has them."""
-    values = acceptance.get("values_given")
-    return list(values) if acceptance.get("metric_given") == "per-position" and isinstance(values, list) else None
+def given_positions(acceptance: AcceptanceSpec) -> list[float] | None:
+    """The per-position rates as given (``--position-acceptance``, a calibration's or a file's), if they were."""
+    return list(acceptance.values) if acceptance.metric.value == "per-position" else None
 
 
 def caveats(method: str, acceptance_source: str, alpha: float, warnings: list[str] | tuple[str, ...] = (),
@@ -226,59 +227,52 @@ def _loaded_speedup(plan: Plan, ia: int) -> tuple[float, float] | None:
     return chosen
 
 
-def capacity_answer(document: dict[str, Any]) -> list[str]:
+def capacity_answer(answer: CapacityAnswer) -> list[str]:
     """The decision of ``sdplan capacity`` in words, with why and the caveat."""
-    options = {option["option"]: option for option in document["options"]}
-    off = options.get("off")
-    best = document.get("best")
-    best_sd = document.get("best_speculative")
-    slos = ", ".join(document["slos"])
+    cap, fleet = answer.capacity, answer.fleet
+    best, best_sd = cap.best, cap.best_speculative
+    slos = ", ".join(slo.text for slo in answer.slos)
     lines = []
-    if best is None:
+    if best < 0:
         lines.append(f"Answer: no option meets {slos} at any request rate; relax the SLOs or use faster hardware.")
     else:
-        top = options[best]
-        rate = top["max_rate_under_slo_rps"]
-        if best == "off":
+        rate = float(cap.max_rate_rps[best])
+        if best == 0:
             head = f"Answer: SD off. Without SD a replica serves {_g(rate)} req/s under {slos}"
-            if best_sd:
-                sd = options[best_sd]
-                head += (f"; the best SD option ({best_sd}) only {_g(sd['max_rate_under_slo_rps'])}"
-                         if sd["feasible"] else "; no SD option meets the SLOs")
+            if best_sd > 0:
+                head += (f"; the best SD option ({cap.label(best_sd)}) only {_g(float(cap.max_rate_rps[best_sd]))}"
+                         if cap.feasible[best_sd] else "; no SD option meets the SLOs")
         else:
-            method = document.get("speculative_method")
-            head = (f"Answer: SD on with {best}" + (f" ({method})" if method else "")
+            method = answer.scenario.method
+            head = (f"Answer: SD on with {cap.label(best)}" + (f" ({method})" if method else "")
                     + f": {_g(rate)} req/s per replica under {slos}")
-            if off is not None:
-                head += (f" vs {_g(off['max_rate_under_slo_rps'])} without SD"
-                         + (f" ({rate / off['max_rate_under_slo_rps']:.2f}x)" if off["feasible"]
-                            and off["max_rate_under_slo_rps"] > 0 else "")
-                         if off["feasible"] else "; without SD the SLOs cannot be met")
-        lines.append(head + f" (binding: {top['binding_slo'] or '-'}).")
-        fleet = document.get("fleet")
-        if fleet and fleet.get("replicas_saved_by_sd") is not None:
-            lines.append(f"  for {fleet['target_rate_rps']:g} req/s: {fleet['no_sd']['replicas']} replicas without "
-                         f"SD, {fleet['best_sd']['replicas']} with {fleet['best_sd']['option']}.")
-        why = capacity_why(document)
+            off = float(cap.max_rate_rps[0])
+            head += (f" vs {_g(off)} without SD" + (f" ({rate / off:.2f}x)" if off > 0 else "")
+                     if cap.feasible[0] else "; without SD the SLOs cannot be met")
+        lines.append(head + f" (binding: {cap.binding_slo[best] or '-'}).")
+        if fleet is not None and fleet.no_sd is not None and fleet.best_sd is not None:
+            lines.append(f"  for {fleet.target_rate_rps:g} req/s: {fleet.no_sd.replicas} replicas without "
+                         f"SD, {fleet.best_sd.replicas} with {fleet.best_sd.option}.")
+        why = capacity_why(answer)
         if why:
             lines.append(why)
-    calibration = document["calibration"]
-    acceptance = document.get("workload", {}).get("acceptance", {})
-    lines.extend(caveat_lines(caveats(calibration.get("method", ""), str(acceptance.get("source", "")),
-                                      float(document["per_token_alpha"]))))
+    calibration = answer.scenario.calibration
+    lines.extend(caveat_lines(caveats(calibration.method or "", answer.scenario.workload.acceptance.source,
+                                      cap.alpha)))
     return lines
 
 
-def capacity_why(document: dict[str, Any]) -> str | None:
-    """Why SD gains (or loses) capacity: C1 and C2 of no SD and of the best SD option."""
-    options = {option["option"]: option for option in document["options"]}
-    best_sd = document.get("best_speculative")
-    if not best_sd or "off" not in options or options["off"].get("c1_s") is None:
+def capacity_why(answer: CapacityAnswer) -> str | None:
+    """Why SD gains (or loses) capacity: C1 and C2 (past the knee) of no SD and of the best SD option."""
+    cap = answer.capacity
+    best_sd = cap.best_speculative
+    if best_sd <= 0:
         return None
-    c1_d, c2_d = options["off"]["c1_s"], options["off"]["c2_s"]
-    c1_k, c2_k = options[best_sd]["c1_s"], options[best_sd]["c2_s"]
+    c2 = cap.c2_past_knee_s
+    c1_d, c2_d = float(cap.c1_s[0]), float(c2[0])
+    c1_k, c2_k = float(cap.c1_s[best_sd]), float(c2[best_sd])
     direction = "rises" if c2_k > c2_d else "falls"
-    text = (f"Why: L = C1/(1 - rate*C2). {best_sd} cuts C1 {_g(c1_d, 4)} -> {_g(c1_k, 4)} s "
+    text = (f"Why: L = C1/(1 - rate*C2). {cap.label(best_sd)} cuts C1 {_g(c1_d, 4)} -> {_g(c1_k, 4)} s "
             f"{'but' if c2_k > c2_d else 'and'} C2 {direction} {_g(c2_d, 4)} -> {_g(c2_k, 4)} s")
     if c2_k > c2_d:
         return text + ": SD helps a latency bound at low load, and costs capacity near saturation."

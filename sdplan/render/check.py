@@ -1,15 +1,20 @@
-"""Views of ``sdplan check`` and ``sdplan capacity`` results."""
+"""Views of ``sdplan check`` and ``sdplan capacity`` answers: text, JSON, plots, the lines on stderr.
+
+Every view reads the typed answer of the core (:class:`sdplan.check_answer.CheckAnswer`,
+:class:`sdplan.capacity_answer.CapacityAnswer`); the JSON is built from it here, in one place.
+"""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
 from sdplan import __version__
-from sdplan.methods import METHODS
+from sdplan.methods import METHODS, provenance_method
 from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
@@ -21,14 +26,18 @@ from sdplan.render import (
     table_box,
     to_json,
 )
-from sdplan.render.answer import alpha_phrase, capacity_answer, check_answer, document_positions
+from sdplan.render.answer import alpha_phrase, capacity_answer, check_answer, given_positions
 from sdplan.render.plan import METHOD_LABELS
 from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE
+from sdplan.render.plots import file_bars, terminal_bars
 
 if TYPE_CHECKING:
-    from sdplan.capacity import Capacity, Fleet
+    from sdplan.capacity import Fleet
+    from sdplan.capacity_answer import CapacityAnswer, EngineConfigAnswer
     from sdplan.check import CheckReport
-    from sdplan.slo import SLO, Verdict
+    from sdplan.check_answer import CheckAnswer
+    from sdplan.scenario import Scenario
+    from sdplan.slo import Verdict
 
 _SUFFIX = {"e2e": "_s", "ttft": "_s", "tpot": "_s", "throughput": "_tok_s", "utilisation": "_fraction"}
 
@@ -77,52 +86,99 @@ def github_annotations(report: CheckReport) -> list[str]:
     ]
 
 
-def render_check(report: CheckReport, context: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
+def scenario_document(scenario: Scenario) -> dict[str, Any]:
+    """The calibration and the workload a check or capacity answer is for, as JSON."""
+    calibration, workload = scenario.calibration, scenario.workload
+    provenance = calibration.provenance
+    return {
+        "calibration": {
+            "name": calibration.name,
+            "path": calibration.path,
+            "method": calibration.method,
+            "hardware": provenance.get("hardware"),
+            "target_model": provenance.get("target_model"),
+            "draft_model": provenance.get("draft_model"),
+            "speculative_method": provenance_method(provenance),
+        },
+        "workload": {
+            "file": scenario.file.path if scenario.file else None,
+            "prompt_tokens": workload.prompt_tokens,
+            "output_tokens": workload.output_tokens,
+            "acceptance": workload.acceptance.document(),
+        },
+    }
+
+
+def pessimistic_lines(answer: CheckAnswer) -> list[str]:
+    """For standard error: each SLO's 95% interval, checked at its worse end (``--pessimistic``)."""
+    if answer.pessimistic is None:
+        return []
+    return [f"pessimistic: {text}: 95% interval {low:.4g}-{high:.4g}; checked at the worse end"
+            for text, (low, high) in answer.pessimistic.intervals.items()]
+
+
+def check_document(answer: CheckAnswer) -> dict[str, Any]:
+    """The answer of ``sdplan check`` as JSON."""
+    report, point = answer.report, answer.report.point
+    stable = report.regime != "unstable"
+    context = scenario_document(answer.scenario)
+    context["warnings"] = list(answer.warnings)
+    pessimistic = answer.pessimistic
+    if pessimistic is not None:
+        context["pessimistic"] = {
+            "level": pessimistic.level,
+            "rule": f"each SLO checked at the pessimistic end of its 95% interval ({pessimistic.covers})",
+            "server_sd_pct": pessimistic.server_sd_pct,
+            "intervals": {text: [low, high if high != float("inf") else None]
+                          for text, (low, high) in pessimistic.intervals.items()}}
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "sdplan_version": __version__,
+        "command": "check",
+        "passed": report.passed,
+        "exit_status": int(report.exit_status),
+        **context,
+        "request_rate_rps": report.rate_rps,
+        "per_token_alpha": report.alpha,
+        "evaluated_by": report.simulated or "analytic model (means)",
+        "speculation": {
+            "mode": report.mode,
+            "enabled": report.draft_length > 0,
+            "draft_length_tokens": report.draft_length or None,
+            "candidates_tokens": list(report.candidates) if report.mode == "best" else None,
+        },
+        "operating_point": {
+            "regime": report.regime,
+            "mean_e2e_latency_s": finite_or_none(point.e2e_s),
+            "mean_ttft_s": point.ttft_s if stable else None,
+            "mean_tpot_s": finite_or_none(point.tpot_s) if stable else None,
+            "output_throughput_tok_s": point.throughput_tok_s if stable else None,
+            "utilisation": point.utilisation,
+            "effective_batch_size": finite_or_none(report.batch),
+        },
+        "definitions": {"mean_ttft_s": TTFT_NOTE, "mean_tpot_s": TPOT_NOTE,
+                        "margin_pct": "headroom relative to the limit; negative when violated"},
+        "verdicts": [verdict_document(v) for v in report.verdicts],
+    }
+
+
+def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """The answer of ``sdplan check``: JSON, or the verdict in words and the verdict table."""
     if fmt is OutputFormat.JSON:
-        point = report.point
-        stable = report.regime != "unstable"
-        return to_json({
-            "schema_version": JSON_SCHEMA_VERSION,
-            "sdplan_version": __version__,
-            "command": "check",
-            "passed": report.passed,
-            "exit_status": int(report.exit_status),
-            **context,
-            "request_rate_rps": report.rate_rps,
-            "per_token_alpha": report.alpha,
-            "evaluated_by": report.simulated or "analytic model (means)",
-            "speculation": {
-                "mode": report.mode,
-                "enabled": report.draft_length > 0,
-                "draft_length_tokens": report.draft_length or None,
-                "candidates_tokens": list(report.candidates) if report.mode == "best" else None,
-            },
-            "operating_point": {
-                "regime": report.regime,
-                "mean_e2e_latency_s": finite_or_none(point.e2e_s),
-                "mean_ttft_s": point.ttft_s if stable else None,
-                "mean_tpot_s": finite_or_none(point.tpot_s) if stable else None,
-                "output_throughput_tok_s": point.throughput_tok_s if stable else None,
-                "utilisation": point.utilisation,
-                "effective_batch_size": finite_or_none(report.batch),
-            },
-            "definitions": {"mean_ttft_s": TTFT_NOTE, "mean_tpot_s": TPOT_NOTE,
-                            "margin_pct": "headroom relative to the limit; negative when violated"},
-            "verdicts": [verdict_document(v) for v in report.verdicts],
-        })
+        return to_json(check_document(answer))
+    report = answer.report
+    calibration, acceptance = answer.scenario.calibration, answer.scenario.workload.acceptance
 
     def draw(console: Any) -> None:
-        calibration = context["calibration"]
-        acceptance = context.get("workload", {}).get("acceptance", {})
-        source = str(acceptance.get("source", ""))
-        positions = document_positions(acceptance)
+        source = acceptance.source
+        positions = given_positions(acceptance)
         failed = [f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in report.verdicts if not v.passed]
         where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
         for line in check_answer(report.passed, sum(v.passed for v in report.verdicts), len(report.verdicts), where,
-                                 report.regime, calibration.get("method", ""), source, report.alpha, failed,
+                                 report.regime, calibration.method or "", source, report.alpha, failed,
                                  report.limit):
             print_paragraph(console, line)
-        console.print(f"calibration {calibration['name']} ({METHOD_LABELS.get(calibration['method'], '')})")
+        console.print(f"calibration {calibration.name} ({METHOD_LABELS.get(calibration.method, '')})")
         best_of = f" (best of k={','.join(map(str, report.candidates))})" if report.mode == "best" else ""
         console.print(f"operating point: {report.rate_rps:g} req/s, {_option(report.draft_length)}{best_of}, "
                       f"{alpha_phrase(report.alpha, source, positions)}: regime {report.regime.replace('_', ' ')}, "
@@ -166,9 +222,10 @@ def _fleet_document(fleet: Fleet | None) -> dict[str, Any] | None:
     }
 
 
-def capacity_document(cap: Capacity, slos: list[SLO], context: dict[str, Any], target_rate: float | None,
-                      fleets: tuple[Fleet | None, Fleet | None] | None,
-                      schedule: list[tuple[int, int, int]] | None) -> dict[str, Any]:
+def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
+    """The answer of ``sdplan capacity`` as JSON."""
+    cap, scenario = answer.capacity, answer.scenario
+    c2 = cap.c2_past_knee_s
     options = []
     for index in range(len(cap.c1_s)):
         options.append({
@@ -180,8 +237,7 @@ def capacity_document(cap: Capacity, slos: list[SLO], context: dict[str, Any], t
             "binding_slo": cap.binding_slo[index],
             "mean_e2e_latency_at_capacity_s": finite_or_none(cap.latency_at_capacity_s[index]),
             "c1_s": float(cap.c1_s[index]),
-            # the demand that sets the saturation: past the target's compute-bound knee where it has one
-            "c2_s": float(cap.c2_s[index] if cap.knee is None else cap.knee.c2_above_s[index]),
+            "c2_s": float(c2[index]),
             "saturation_rate_rps": finite_or_none(cap.saturation_rate_rps[index]),
             "break_even_rate_rps": finite_or_none(cap.break_even_rate_rps[index - 1]) if index else None,
         })
@@ -189,26 +245,48 @@ def capacity_document(cap: Capacity, slos: list[SLO], context: dict[str, Any], t
         "schema_version": JSON_SCHEMA_VERSION,
         "sdplan_version": __version__,
         "command": "capacity",
-        **context,
+        **scenario_document(scenario),
+        "speculative_method": scenario.method,
+        "warnings": list(answer.warnings),
+        "batch_cap_sequences": float(scenario.limits.batch_cap),
+        "evaluated_by": answer.evaluated_by,
+    }
+    intervals = answer.intervals
+    if intervals is not None:
+        bounds = intervals.bounds_rps
+        document["max_rate_under_slo_ci95_rps"] = {cap.label(i): [float(bounds[0, i]), float(bounds[1, i])]
+                                                   for i in range(bounds.shape[1])}
+        document["server_sd_pct"] = intervals.server_sd_pct
+        document["uncertainty"] = (f"95% intervals of each option's capacity ({intervals.covers}; "
+                                   f"{intervals.draws} draws); size with the low end to be safe")
+    document |= {
         "per_token_alpha": cap.alpha,
-        "slos": [slo.text for slo in slos],
-        "evaluated_by": context.get("evaluated_by"),
+        "slos": [slo.text for slo in answer.slos],
         "options": options,
         "best": cap.label(cap.best) if cap.best >= 0 else None,
         "best_speculative": cap.label(cap.best_speculative) if cap.best_speculative > 0 else None,
     }
-    if target_rate is not None and fleets is not None:
-        no_sd, with_sd = fleets
-        saving = (no_sd.replicas - with_sd.replicas) if no_sd is not None and with_sd is not None else None
+    fleet = answer.fleet
+    if fleet is not None:
         document["fleet"] = {
-            "target_rate_rps": target_rate,
-            "no_sd": _fleet_document(no_sd),
-            "best_sd": _fleet_document(with_sd),
-            "replicas_saved_by_sd": saving,
+            "target_rate_rps": fleet.target_rate_rps,
+            "no_sd": _fleet_document(fleet.no_sd),
+            "best_sd": _fleet_document(fleet.best_sd),
+            "replicas_saved_by_sd": fleet.replicas_saved_by_sd,
         }
-    if schedule is not None:
-        document["num_speculative_tokens_per_batch_size"] = [list(item) for item in schedule]
+    document["num_speculative_tokens_per_batch_size"] = [list(item) for item in answer.schedule.tiers]
     return document
+
+
+def capacity_interval_note(answer: CapacityAnswer) -> str | None:
+    """For standard error: the best option's capacity with its 95% interval (None without intervals)."""
+    cap, intervals = answer.capacity, answer.intervals
+    best = cap.best
+    if intervals is None or best < 0:
+        return None
+    low, high = (float(value) for value in intervals.bounds_rps[:, best])
+    return (f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
+            f"95% interval {low:.4g}-{high:.4g}\n  ({intervals.covers})")
 
 
 def method_phrase(method: object) -> str:
@@ -218,69 +296,95 @@ def method_phrase(method: object) -> str:
     return f"{METHODS[str(method)].label} ({method})" if str(method) in METHODS else str(method)
 
 
-def render_capacity(document: dict[str, Any], fmt: OutputFormat, style: Style, terminal: bool) -> str:
+def render_capacity(answer: CapacityAnswer, fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """The answer of ``sdplan capacity``: JSON, or the decision in words, the capacity and fleet tables."""
     if fmt is OutputFormat.JSON:
-        return to_json(document)
+        return to_json(capacity_document(answer))
+    cap, scenario, fleet = answer.capacity, answer.scenario, answer.fleet
+    calibration, acceptance = scenario.calibration, scenario.workload.acceptance
 
     def draw(console: Any) -> None:
-        for line in capacity_answer(document):
+        for line in capacity_answer(answer):
             print_paragraph(console, line)
-        acceptance = document.get("workload", {}).get("acceptance", {})
-        source = str(acceptance.get("source", ""))
-        assumption = alpha_phrase(document["per_token_alpha"], source, document_positions(acceptance))
-        console.print(f"calibration {document['calibration']['name']} "
-                      f"({METHOD_LABELS.get(document['calibration']['method'], '')}); SD method "
-                      f"{method_phrase(document.get('speculative_method'))}")
-        console.print(f"SLOs {', '.join(document['slos'])}; {assumption}"
-                      + (f"; {document['evaluated_by']}" if document.get("evaluated_by") else ""))
+        assumption = alpha_phrase(cap.alpha, acceptance.source, given_positions(acceptance))
+        console.print(f"calibration {calibration.name} "
+                      f"({METHOD_LABELS.get(calibration.method, '')}); SD method "
+                      f"{method_phrase(scenario.method)}")
+        console.print(f"SLOs {', '.join(slo.text for slo in answer.slos)}; {assumption}"
+                      + (f"; {answer.evaluated_by}" if answer.evaluated_by else ""))
         table = Table(box=table_box(style))
         for header in ("option", "max rate under SLO (req/s)", "binding SLO", "latency at capacity (s)",
                        "saturation (req/s)", "break-even (req/s)"):
             table.add_column(header, justify="left" if header in ("option", "binding SLO") else "right")
-        for option in document["options"]:
-            best = option["option"] == document["best"]
-            rate = f"{option['max_rate_under_slo_rps']:.4g}" if option["feasible"] else "infeasible"
-            even = option["break_even_rate_rps"]
+        for index in range(len(cap.c1_s)):
+            best = index == cap.best
+            latency = finite_or_none(cap.latency_at_capacity_s[index])
+            saturation = finite_or_none(cap.saturation_rate_rps[index])
+            even = finite_or_none(cap.break_even_rate_rps[index - 1]) if index else None
             table.add_row(
-                Text(option["option"] + ("*" if best else ""), style="bold green" if best else ""),
-                rate,
-                option["binding_slo"] or "-",
-                "-" if option["mean_e2e_latency_at_capacity_s"] is None
-                else f"{option['mean_e2e_latency_at_capacity_s']:.4g}",
-                "-" if option["saturation_rate_rps"] is None else f"{option['saturation_rate_rps']:.4g}",
-                "-" if option["option"] == "off" else ("none" if even is None else f"{even:.4g}"),
+                Text(cap.label(index) + ("*" if best else ""), style="bold green" if best else ""),
+                f"{float(cap.max_rate_rps[index]):.4g}" if cap.feasible[index] else "infeasible",
+                cap.binding_slo[index] or "-",
+                "-" if latency is None else f"{latency:.4g}",
+                "-" if saturation is None else f"{saturation:.4g}",
+                "-" if index == 0 else ("none" if even is None else f"{even:.4g}"),
             )
-        simulated = str(document.get("evaluated_by", "")).startswith("simulated")
         print_table(console, table, title=f"Capacity per replica under the SLOs, {assumption}",
                     caption="* highest capacity. Capacity = highest request rate meeting every SLO "
-                    + ("(simulated; latency column: the model's mean there)." if simulated else "(model means).")
+                    + ("(simulated; latency column: the model's mean there)." if answer.simulated
+                       else "(model means).")
                     + " break-even: rate where SD and no SD have equal mean latency (none: they never cross).")
-        fleet = document.get("fleet")
-        if fleet:
+        if fleet is not None:
             plan = Table(box=table_box(style))
             for header in ("option", "per replica (req/s)", "replicas", "GPUs", "USD/hour", "USD per 1M output tokens"):
                 plan.add_column(header, justify="left" if header == "option" else "right")
-            for key in ("no_sd", "best_sd"):
-                item = fleet[key]
+            for name, item in (("no SD", fleet.no_sd), ("best SD", fleet.best_sd)):
                 if item is None:
-                    plan.add_row("no SD" if key == "no_sd" else "best SD", "infeasible", "-", "-", "-", "-")
+                    plan.add_row(name, "infeasible", "-", "-", "-", "-")
                     continue
                 plan.add_row(
-                    item["option"], f"{item['per_replica_rate_rps']:.4g}", str(item["replicas"]),
-                    "-" if item["gpus"] is None else str(item["gpus"]),
-                    "-" if item["cost_per_hour_usd"] is None else f"{item['cost_per_hour_usd']:.2f}",
-                    "-" if item["cost_per_million_output_tokens_usd"] is None
-                    else f"{item['cost_per_million_output_tokens_usd']:.3f}",
+                    item.option, f"{item.per_replica_rate_rps:.4g}", str(item.replicas),
+                    "-" if item.gpus is None else str(item.gpus),
+                    "-" if item.cost_per_hour_usd is None else f"{item.cost_per_hour_usd:.2f}",
+                    "-" if item.cost_per_million_output_tokens_usd is None
+                    else f"{item.cost_per_million_output_tokens_usd:.3f}",
                 )
             console.print()
-            print_table(console, plan, title=f"Fleet for {fleet['target_rate_rps']:g} req/s, {assumption}")
-            if fleet["replicas_saved_by_sd"] is not None:
-                console.print(f"SD saves {fleet['replicas_saved_by_sd']} replica(s) "
-                              f"at {fleet['target_rate_rps']:g} req/s")
-        schedule = document.get("num_speculative_tokens_per_batch_size")
-        if schedule:
-            console.print(f"best k by batch size for {method_phrase(document.get('speculative_method'))} "
+            print_table(console, plan, title=f"Fleet for {fleet.target_rate_rps:g} req/s, {assumption}")
+            if fleet.replicas_saved_by_sd is not None:
+                console.print(f"SD saves {fleet.replicas_saved_by_sd} replica(s) "
+                              f"at {fleet.target_rate_rps:g} req/s")
+        tiers = answer.schedule.tiers
+        if tiers:
+            console.print(f"best k by batch size for {method_phrase(scenario.method)} "
                           "(vLLM num_speculative_tokens_per_batch_size): "
-                          + ", ".join(f"{a}-{b}: {k}" for a, b, k in schedule))
+                          + ", ".join(f"{a}-{b}: {k}" for a, b, k in tiers))
 
     return render_rich(draw, style, terminal)
+
+
+def capacity_plots(answer: CapacityAnswer, plot: bool, plot_file: str | None, width: int, color: bool) -> str:
+    """Each option's capacity as bars: drawn for the terminal (returned, with ``plot``) and/or written to
+    ``plot_file``; ``width`` and ``color`` are the terminal's."""
+    cap, scenario = answer.capacity, answer.scenario
+    labels = [cap.label(index) for index in range(len(cap.c1_s))]
+    values = [float(rate) for rate in cap.max_rate_rps]
+    title = (f"Highest request rate under {', '.join(slo.text for slo in answer.slos)} per replica, "
+             f"{alpha_phrase(scenario.alpha, scenario.workload.acceptance.source)}")
+    text = ""
+    if plot:
+        text = "\n" + terminal_bars(labels, values, title, "request rate (req/s)", width, color)
+    if plot_file is not None:
+        file_bars(labels, values, title + f"\n{scenario.calibration.name}", "max request rate under SLO (req/s)",
+                  Path(plot_file), highlight=cap.label(cap.best) if cap.best >= 0 else None)
+    return text
+
+
+def engine_config_summary(answer: EngineConfigAnswer) -> str:
+    """For standard error: the k per batch-size tier and how to use the configuration, or why none is written."""
+    label, schedule = METHODS[answer.method].label, answer.schedule
+    if answer.config is None:
+        return (f"sdplan capacity: SD off: {label} does not beat no SD at any batch size "
+                f"1-{schedule.max_num_seqs} at this acceptance; serve without a speculative config (nothing written)")
+    return (f"sdplan capacity: {label} ({answer.method}), k by batch size 1-{schedule.max_num_seqs}: "
+            + ", ".join(f"{a}-{b}: {k}" for a, b, k in schedule.tiers) + f"\nuse: {answer.config.usage}")
