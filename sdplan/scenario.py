@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -231,7 +231,9 @@ def resolve_scenario(options: ScenarioOptions) -> Scenario:
         calibration=calibration, file=file, workload=workload, method=method, draft_lengths=candidates,
         draft_lengths_given=chosen, lengths_note=note,
         tokens_per_cycle=workload.acceptance.tokens_per_cycle(candidates),
-        coefficients=calibration.coefficients_at(p, g), moe=calibration.moe_at(p, g),
+        # a proposer that drafts on a share of the cycles only verifies 1 + c k rows a sequence (sdplan.model)
+        coefficients=replace(calibration.coefficients_at(p, g), draft_coverage=workload.acceptance.coverage),
+        moe=calibration.moe_at(p, g),
         limits=resolve_limits(calibration, file, options.limits, [0, *candidates], p, g),
         lengths=options.lengths, given_limits=options.limits)
 
