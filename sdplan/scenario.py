@@ -266,12 +266,13 @@ def simulation_config(scenario: Scenario, rate_rps: float, draft_length: int, li
     per_cycle = float(acceptance.tokens_per_cycle([k])[0, 0]) if k else 1.0
     longest = max(lengths[1]) if lengths is not None else scenario.workload.output_tokens
     check_simulation_memory(settings.requests, longest, k, per_cycle, limits.max_num_seqs)
+    # a cycle without a draft accepts nothing: P(A >= j) = c r_j, so E = c E_d + 1 - c (with_coverage)
     if not k:
         rates: tuple[float, ...] = ()
     elif acceptance.position_rates is not None:
-        rates = tuple(acceptance.position_rates[:k])
+        rates = tuple(acceptance.coverage * r for r in acceptance.position_rates[:k])
     else:
-        rates = tuple(acceptance.alphas[0] ** (j + 1) for j in range(k))
+        rates = tuple(acceptance.coverage * acceptance.alphas[0] ** (j + 1) for j in range(k))
     prompts: Any = scenario.workload.prompt_tokens
     outputs: Any = scenario.workload.output_tokens
     if lengths is not None:

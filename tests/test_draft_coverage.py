@@ -22,9 +22,11 @@ from sdplan.calibration import resolve_calibration
 from sdplan.coefficients import Coefficients
 from sdplan.fileio import dumps_toml
 from sdplan.model import option_demands, step_costs
+from sdplan.planner import plan
 from sdplan.runs import draft_coverage, read_results
-from sdplan.scenario import ScenarioOptions, resolve_scenario
+from sdplan.scenario import ScenarioOptions, SimulationSettings, resolve_scenario, simulation_config
 from sdplan.schedule import step_times
+from sdplan.simulate import simulate
 
 
 def test_coverage_from_counters_of_real_vllm_runs() -> None:
@@ -145,3 +147,22 @@ def test_the_scenario_prices_the_workloads_coverage(tmp_path) -> None:
     scenario = resolve_scenario(ScenarioOptions(calibration=str(path)))
     assert scenario.coefficients.draft_coverage == 0.4
     assert resolve_scenario(ScenarioOptions(calibration=str(shipped))).coefficients.draft_coverage == 1.0
+
+
+def test_the_simulator_drafts_and_accepts_at_the_coverage_the_plan_prices(tmp_path) -> None:
+    """At coverage 0.3 the simulated mean latency is the plan's (within 5%), below and well into the load."""
+    shipped = Path(__file__).parent.parent / "calibrations" / "h100-sxm_llama-3.1-8b_ngram_derived.toml"
+    document = tomllib.loads(shipped.read_text())
+    document["acceptance"] = {"per_token_alpha": 0.8, "measured_at_k": 3, "source": "test", "draft_coverage": 0.3}
+    path = tmp_path / "partial.toml"
+    path.write_text(dumps_toml(document))
+    scenario = resolve_scenario(ScenarioOptions(calibration=str(path), prompt_tokens=512, output_tokens=256,
+                                                draft_lengths=[3]))
+    settings = SimulationSettings(requests=400, seeds=1, seed=1, arrival_cv=1.0)
+    for rate in (1.0, 20.0):
+        config = simulation_config(scenario, rate, 3, scenario.limits, settings)
+        simulated = float(numpy.mean(simulate(scenario.coefficients, config, numpy.random.default_rng(1)).e2e_s))
+        planned = float(plan(scenario.coefficients, [rate], [3], [0.8],
+                             tokens_per_cycle=scenario.tokens_per_cycle).latency_s[0, 0, 0])
+        assert simulated == pytest.approx(planned, rel=0.05), rate
+
