@@ -20,6 +20,9 @@ measured:
 
   with ``tau`` the calibration's decode step and SD cycle at ``B`` sequences (the compute-bound knee
   included, :func:`sdplan.schedule.step_times`) and ``P(B) = c1p + (B - 1) c2p`` the batch's prefill.
+  An n-gram series takes its dataset's draft coverage (``NGRAM_DRAFT_COVERAGE``): vLLM's n-gram
+  proposer drafts nothing for a sequence without a match, so its cycle drafts ``c k`` tokens and
+  verifies ``1 + c k`` rows a sequence (``docs/model.md#draft-coverage``).
 * **open-loop rate** (vLLM blog 2024-10-17, Figures 5-7). Latency ratio of no SD to SD at each rate,
   from :func:`sdplan.planner.plan`.
 
@@ -37,7 +40,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,22 @@ DATA = Path(__file__).resolve().parent / "data" / "sd-measured"
 #: ``length_provenance``); used for every model on the same dataset.
 DATASET_LENGTHS = {"gsm8k": (94.5, 166.2), "cnn_dailymail": (837.5, 322.9), "sharegpt": (355.3, 727.6),
                    "instructcoder": (171.2, 262.0)}
+
+#: (dataset, k) -> draft coverage of vLLM's n-gram proposer: the share of cycles in which it drafts (it proposes
+#: nothing for a sequence without a match, which then verifies one token row). From SpecDecode-Bench's n-gram
+#: acceptance traces of Llama-3.1-8B and its simulator's matching probability (``ngram_coverage.py``, which
+#: reproduces these from SpecDecode-Bench/simulator@2fdccbd6:data/llama3.1-8B); used for every model on the
+#: same dataset, as the lengths are. A proposer that runs a model drafts every cycle (coverage 1).
+NGRAM_DRAFT_COVERAGE = {
+    ("gsm8k", 3): 0.268, ("gsm8k", 4): 0.264, ("gsm8k", 5): 0.262,
+    ("cnn_dailymail", 3): 0.486, ("cnn_dailymail", 4): 0.479, ("cnn_dailymail", 5): 0.474,
+    ("sharegpt", 3): 0.328, ("sharegpt", 4): 0.314, ("sharegpt", 5): 0.306,
+    ("instructcoder", 3): 0.874, ("instructcoder", 4): 0.867, ("instructcoder", 5): 0.861,
+}
+#: (dataset, k) -> n-gram tokens per cycle (cycles without a draft included) in the same traces: a check of the
+#: ``E`` each series is anchored at (Llama-3.1-8B only; the traces are its outputs).
+NGRAM_TRACE_TOKENS_PER_CYCLE = {("gsm8k", 3): 1.164, ("cnn_dailymail", 3): 1.334, ("sharegpt", 3): 1.395,
+                                ("instructcoder", 3): 2.028, ("instructcoder", 5): 2.289}
 
 LLAMA_8B, LLAMA_70B = "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct"
 #: Qwama-0.5B (turboderp/Qwama-0.5B-Instruct): Qwen2-0.5B's shapes with Llama-3's vocabulary (its config.json).
@@ -102,6 +121,8 @@ class Point:
 
 
 _CACHE: dict[str, Any] = {}
+#: series id -> the tokens per cycle ``E`` it was anchored at (closed loop).
+ANCHORED: dict[str, float] = {}
 
 
 def calibration_of(key: str) -> Any:
@@ -141,18 +162,27 @@ def decode_time(coefficients: Coefficients, k: int, tokens_per_cycle: float, bat
     return prefill + (g - 1.0) * float(taus[0]), prefill + g / tokens_per_cycle * float(taus[1])
 
 
+def coefficients_of(series: dict[str, Any], calibration: Any, dataset: str, p: float, g: float) -> Coefficients:
+    """The calibration's coefficients at the dataset's lengths, an n-gram proposer's draft coverage applied."""
+    coefficients = calibration.coefficients_at(p, g)
+    if series["draft"]["method"] != "ngram":
+        return coefficients
+    return replace(coefficients, draft_coverage=NGRAM_DRAFT_COVERAGE[dataset, int(series["draft"]["k_tokens"])])
+
+
 def closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Point]:
     """Throughput ratios at each batch, ``E`` anchored at the smallest batch (module notes)."""
     dataset = next(name for name in DATASET_LENGTHS if f"_{name}_" in series["id"] + "_")
     p, g = DATASET_LENGTHS[dataset]
     k = int(series["draft"]["k_tokens"])
-    coefficients = calibration.coefficients_at(p, g)
+    coefficients = coefficients_of(series, calibration, dataset, p, g)
     first = series["points"][0]
     batch = float(first["batch"])
     tau_0, tau_k = step_times(coefficients, [k], np.asarray([batch]))[0]
     prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
     cycles = ((prefill + (g - 1.0) * tau_0) / first["speedup"] - prefill) / tau_k  # g/E at the measured ratio
     tokens_per_cycle = min(max(g / cycles, 1.0), k + 1.0)
+    ANCHORED[series["id"]] = tokens_per_cycle
     points = []
     for point in series["points"]:
         without, with_sd = decode_time(coefficients, k, tokens_per_cycle, point["batch"])
@@ -163,7 +193,8 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Po
 
 def open_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Point]:
     """Latency ratios (no SD over SD) at each rate; output length and ``E`` anchored at the lowest rate."""
-    p = DATASET_LENGTHS["sharegpt" if "sharegpt" in series["id"] else "cnn_dailymail"][0]
+    dataset = "sharegpt" if "sharegpt" in series["id"] else "cnn_dailymail"
+    p = DATASET_LENGTHS[dataset][0]
     k = int(series["draft"]["k_tokens"])
     first = series["points"][0]
 
@@ -175,7 +206,7 @@ def open_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Poin
         middle = math.sqrt(low * high)
         low, high = (middle, high) if baseline_latency(middle, first["rate_rps"]) < first["baseline_latency_s"] \
             else (low, middle)
-    coefficients = calibration.coefficients_at(p, low)
+    coefficients = coefficients_of(series, calibration, dataset, p, low)
 
     def sd_latency(tokens_per_cycle: float, rate: float) -> float:
         result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]))
@@ -209,7 +240,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write every point to this JSON file")
     options = parser.parse_args()
     rows: list[Point] = []
-    crossings = []
+    crossings: list[tuple[str, float | None, float | None, str]] = []
+    source_of: dict[str, str] = {}
     for path in sorted(DATA.glob("*.json")):
         source = json.loads(path.read_text())
         for series in source["series"]:
@@ -219,13 +251,17 @@ def main() -> int:
             if series["mode"] == "closed_loop_batch" and all("speedup" in p for p in series["points"]):
                 label = f"{key} k={series['draft']['k_tokens']}"
                 found = closed_loop(series, calibration_of(key), label)
+                crossed = crossover(found, "measured"), crossover(found, "predicted")
+                if crossed != (None, None):
+                    crossings.append((series["id"], *crossed, "batch"))
             elif series["mode"] == "open_loop_rate" and all("sd_latency_s" in p for p in series["points"]):
                 label = f"{key} k={series['draft']['k_tokens']}"
                 found = open_loop(series, calibration_of(key), label)
-                crossings.append((series["id"], crossover(found, "measured"), crossover(found, "predicted")))
+                crossings.append((series["id"], crossover(found, "measured"), crossover(found, "predicted"), "req/s"))
             else:
                 continue
             rows.extend(found)
+            source_of.update({series["id"]: source["id"]})
             print(f"{source['id']}/{series['id']} ({SETUPS[key] if isinstance(SETUPS[key], str) else 'derived'})")
             print("  load " + " ".join(f"{p.load:>7g}" for p in found))
             print("  meas " + " ".join(f"{p.measured:7.3f}" for p in found))
@@ -239,6 +275,12 @@ def main() -> int:
     print(f"  within 10% of the measured ratio: {int(within.sum())} of {len(scored)}; "
           f"MAPE {np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%, worst {worst:+.1f}%")
     print(f"  right sign (SD faster or slower): {sum(sign)} of {len(sign)}")
+    for source_id in sorted(set(source_of.values())):
+        group = [p for p in scored if source_of[p.series] == source_id]
+        errs = np.array([p.error_pct for p in group])
+        right = sum((p.measured >= 1.0) == (p.predicted >= 1.0) for p in group)
+        print(f"    {source_id}: {int((np.abs(errs) <= 10).sum())} of {len(group)} within 10%, MAPE "
+              f"{np.mean(np.abs(errs)):.1f}%, bias {np.mean(errs):+.1f}%; right sign at {right}")
     print("  by setup (predicted points: within 10% / all, MAPE, bias; the error at the largest batch or rate):")
     for key in sorted({p.setup for p in scored}):
         group = [p for p in scored if p.setup == key]
@@ -246,8 +288,15 @@ def main() -> int:
         last = [p.error_pct for p in group if p.load == max(q.load for q in group)]
         print(f"    {key:28s} {int((np.abs(errs) <= 10).sum()):3d}/{len(group):<3d} MAPE {np.mean(np.abs(errs)):5.1f}% "
               f"bias {np.mean(errs):+6.1f}%  at the largest load {np.mean(last):+6.1f}%")
-    for name, measured, predicted in crossings:
-        print(f"  crossover {name}: measured below 1 from {measured} req/s, predicted from {predicted} req/s")
+    print("  n-gram E anchored at batch 1 against SpecDecode-Bench's Llama-3.1-8B traces (tokens per cycle):")
+    for (dataset, k), traced in NGRAM_TRACE_TOKENS_PER_CYCLE.items():
+        name = f"_llama3.1-8b_{dataset}_ngram" + ("_k5" if k == 5 else "")
+        anchored = next((e for sid, e in ANCHORED.items() if sid.endswith(name)), None)
+        if anchored is not None:
+            print(f"    {dataset:14s} k={k}: anchored {anchored:.3f}, traces {traced:.3f} "
+                  f"({anchored / traced - 1:+.1%})")
+    for name, measured, predicted, unit in crossings:
+        print(f"  crossover {name}: measured below 1 from {unit} {measured}, predicted from {unit} {predicted}")
     if options.json:
         options.json.write_text(json.dumps([p.__dict__ | {"error_pct": p.error_pct} for p in rows], indent=1))
     return 0

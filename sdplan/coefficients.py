@@ -64,6 +64,13 @@ class Coefficients:
         The compute-bound knee of the target's step (:mod:`sdplan.knee`): a decode or verification
         step of ``T`` token rows costs ``knee_per_token_s * max(0, T - knee_tokens)`` (s) beyond its
         linear step model. ``knee_per_token_s = 0`` (the default) is no knee.
+    draft_coverage : float
+        Share of a sequence's SD cycles in which the proposer drafts (``c``, in (0, 1]). A prompt-lookup
+        proposer (vLLM ``ngram``) drafts nothing for a sequence whose context has no match, and that
+        sequence verifies one token row, not ``k + 1``: a cycle drafts ``c k`` tokens and puts ``1 + c k``
+        rows per sequence into the target's step (:func:`sdplan.model.drafted_tokens`). 1 (the default)
+        for a proposer that runs a model. Set from the workload's measured draft coverage
+        (:attr:`sdplan.acceptance.AcceptanceSpec.coverage`), which also scales the tokens per cycle.
     closed_loop_factor : float
         Only for predicting closed-loop benchmarks (``N`` clients):
         ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fit`). The planner's open-loop
@@ -88,3 +95,4 @@ class Coefficients:
     closed_loop_factor: float = 1.0
     knee_tokens: float = 0.0
     knee_per_token_s: float = 0.0
+    draft_coverage: float = 1.0

@@ -89,9 +89,44 @@ def demand_from_tokens(
     frontend's work for the answer's ``g/E`` streamed chunks (:func:`frontend_floor`).
     """
     cycles = coeffs.output_tokens / tokens_per_cycle
-    c1 = coeffs.c1p_s + cycles * (coeffs.c1v_s + k * coeffs.c1d_s)
-    c2 = coeffs.c2p_s + cycles * (coeffs.c2v_s + k * coeffs.c2d_s)
+    drafted = drafted_tokens(coeffs, k)
+    c1 = coeffs.c1p_s + cycles * (coeffs.c1v_s + drafted * coeffs.c1d_s)
+    c2 = coeffs.c2p_s + cycles * (coeffs.c2v_s + drafted * coeffs.c2d_s)
     return c1, frontend_floor(coeffs, c2, tokens_per_cycle)
+
+
+def drafted_tokens(coeffs: Coefficients, k: FloatArray | float) -> FloatArray:
+    """Tokens a sequence drafts per SD cycle of draft length ``k``, on average: ``c k``.
+
+    Parameters
+    ----------
+    coeffs : Coefficients
+        Holds the draft coverage ``c`` (``draft_coverage``), the share of cycles in which the proposer drafts.
+    k : array_like
+        Draft length (0: no SD, 0 tokens).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``c k``. Each drafted token costs ``c1d`` (``c2d`` per other request), and puts one more token row
+        into the verification step, which so has ``1 + c k`` rows per sequence (:func:`verified_rows`).
+
+    Notes
+    -----
+    vLLM's prompt-lookup proposer (``ngram``) drafts for a sequence only where its last n tokens recur in
+    its context; otherwise it proposes nothing and the sequence's verification is a one-token decode (vLLM
+    V1's scheduler gives a request ``num_tokens_with_spec`` minus its computed tokens, ``1 +
+    len(spec_token_ids)`` in decode, ``vllm/v1/core/sched/scheduler.py``; SpecDecode-Bench's simulator
+    prices such a sequence at one verified token and no draft time, ``simulator.py`` ``get_input_len``).
+    A proposer that runs a model drafts ``k`` tokens every cycle (``c = 1``). See
+    ``docs/model.md#draft-coverage``.
+    """
+    return coeffs.draft_coverage * np.asarray(k, dtype=np.float64)
+
+
+def verified_rows(coeffs: Coefficients, k: FloatArray | float) -> FloatArray:
+    """Token rows a sequence puts into the target's step, ``1 + c k`` (1 without SD; :func:`drafted_tokens`)."""
+    return 1.0 + drafted_tokens(coeffs, k)
 
 
 def frontend_floor_s(coeffs: Coefficients, tokens_per_cycle: FloatArray | float = 1.0) -> FloatArray | float:
@@ -158,7 +193,7 @@ def option_demands(coeffs: Coefficients, draft_lengths: Sequence[int] | npt.NDAr
     c1, c2, per_cycle = with_off(c1_d, c1_sd), with_off(c2_d, c2_sd), with_off(1.0, tokens)
     steps = np.where(ks == 0, baseline_steps(coeffs.output_tokens), coeffs.output_tokens / per_cycle)  # g-1, g/E
     return OptionDemands(draft_lengths=ks, tokens_per_cycle=per_cycle, c1_s=c1, c2_s=c2,
-                         knee=knee_demands(coeffs, c1, c2, steps, ks.astype(np.float64) + 1.0))
+                         knee=knee_demands(coeffs, c1, c2, steps, verified_rows(coeffs, ks.astype(np.float64))))
 
 
 def baseline_steps(output_tokens: float) -> float:
@@ -185,9 +220,9 @@ def baseline_knee(coeffs: Coefficients, c1_d: float, c2_d: float) -> KneeDemands
 
 def speculative_knee(coeffs: Coefficients, c1: FloatArray | float, c2: FloatArray | float,
                      tokens_per_cycle: FloatArray | float, k: FloatArray | float) -> KneeDemands:
-    """SD's demands past the compute-bound knee: ``g/E`` cycles of ``k + 1`` token rows (:mod:`sdplan.knee`)."""
+    """SD's demands past the compute-bound knee: ``g/E`` cycles of ``1 + c k`` token rows (:mod:`sdplan.knee`)."""
     return knee_demands(coeffs, c1, c2, coeffs.output_tokens / np.asarray(tokens_per_cycle, dtype=np.float64),
-                        np.asarray(k, dtype=np.float64) + 1.0)
+                        verified_rows(coeffs, k))
 
 
 def utilisation(c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:
@@ -314,11 +349,13 @@ def step_costs(coeffs: Coefficients, k: FloatArray | int) -> tuple[FloatArray, F
     """Per-step cost of an option: fixed seconds ``tau1`` and seconds per other request ``tau2``.
 
     ``k = 0`` is a plain decode step (``c1_step, c2_step``); ``k > 0`` an SD
-    cycle (``c1v + k c1d, c2v + k c2d``), broadcasting over ``k``.
+    cycle (``c1v + c k c1d, c2v + c k c2d``, ``c k`` the tokens drafted: :func:`drafted_tokens`),
+    broadcasting over ``k``.
     """
     k_arr = np.asarray(k, dtype=np.float64)
-    tau1 = np.where(k_arr > 0, coeffs.c1v_s + k_arr * coeffs.c1d_s, coeffs.baseline_c1_step_s)
-    tau2 = np.where(k_arr > 0, coeffs.c2v_s + k_arr * coeffs.c2d_s, coeffs.baseline_c2_step_s)
+    drafted = drafted_tokens(coeffs, k_arr)
+    tau1 = np.where(k_arr > 0, coeffs.c1v_s + drafted * coeffs.c1d_s, coeffs.baseline_c1_step_s)
+    tau2 = np.where(k_arr > 0, coeffs.c2v_s + drafted * coeffs.c2d_s, coeffs.baseline_c2_step_s)
     return tau1, tau2
 
 

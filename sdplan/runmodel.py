@@ -103,8 +103,15 @@ def run_demand(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, fl
     """``(C1, C2)`` of a run's configuration: the baseline's without SD, else at the run's tokens per cycle."""
     if run.draft_length == 0:
         return model.baseline_demand(coefficients)
-    c1, c2 = model.demand_from_tokens(coefficients, np.asarray(run_tokens_per_cycle(run)), run.draft_length)
+    c1, c2 = model.demand_from_tokens(run_coefficients(coefficients, run), np.asarray(run_tokens_per_cycle(run)),
+                                      run.draft_length)
     return float(c1), float(c2)
+
+
+def run_coefficients(coefficients: Coefficients, run: BenchmarkRun) -> Coefficients:
+    """The coefficients with the run's measured draft coverage: its cycles draft ``c k`` tokens (sdplan.model)."""
+    coverage = run.draft_coverage if run.draft_coverage is not None and run.draft_length else 1.0
+    return coefficients if coverage == coefficients.draft_coverage else replace(coefficients, draft_coverage=coverage)
 
 
 def run_tokens_per_cycle(run: BenchmarkRun) -> float:
@@ -117,6 +124,7 @@ def run_tokens_per_cycle(run: BenchmarkRun) -> float:
 
 def ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float, float]:
     """(c1p, tau1, C2/steps) of a run: TTFT = c1p + w_wait tau1 + w_load B (C2/steps)."""
+    coefficients = run_coefficients(coefficients, run)
     tau1, _ = model.step_costs(coefficients, run.draft_length)
     per_other = model.ttft_load_cost(coefficients, run.draft_length, run_tokens_per_cycle(run))
     return coefficients.c1p_s, float(tau1), float(per_other)

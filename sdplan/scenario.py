@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -210,7 +210,9 @@ def resolve_scenario(options: ScenarioOptions) -> Scenario:
         calibration=calibration, file=file, workload=workload, method=method, draft_lengths=candidates,
         draft_lengths_given=chosen, lengths_note=note,
         tokens_per_cycle=workload.acceptance.tokens_per_cycle(candidates),
-        coefficients=calibration.coefficients_at(p, g), moe=calibration.moe_at(p, g),
+        # a proposer that drafts on a share of the cycles only verifies 1 + c k rows a sequence (sdplan.model)
+        coefficients=replace(calibration.coefficients_at(p, g), draft_coverage=workload.acceptance.coverage),
+        moe=calibration.moe_at(p, g),
         limits=resolve_limits(calibration, file, options.limits, [0, *candidates], p, g),
         lengths=options.lengths, given_limits=options.limits)
 
@@ -243,12 +245,13 @@ def simulation_config(scenario: Scenario, rate_rps: float, draft_length: int, li
     per_cycle = float(acceptance.tokens_per_cycle([k])[0, 0]) if k else 1.0
     longest = max(lengths[1]) if lengths is not None else scenario.workload.output_tokens
     check_simulation_memory(settings.requests, longest, k, per_cycle, limits.max_num_seqs)
+    # a cycle without a draft accepts nothing: P(A >= j) = c r_j, so E = c E_d + 1 - c (with_coverage)
     if not k:
         rates: tuple[float, ...] = ()
     elif acceptance.position_rates is not None:
-        rates = tuple(acceptance.position_rates[:k])
+        rates = tuple(acceptance.coverage * r for r in acceptance.position_rates[:k])
     else:
-        rates = tuple(acceptance.alphas[0] ** (j + 1) for j in range(k))
+        rates = tuple(acceptance.coverage * acceptance.alphas[0] ** (j + 1) for j in range(k))
     prompts: Any = scenario.workload.prompt_tokens
     outputs: Any = scenario.workload.output_tokens
     if lengths is not None:

@@ -31,7 +31,7 @@ import numpy as np
 
 from sdplan.acceptance import expected_tokens_per_cycle
 from sdplan.knee import step_excess_s
-from sdplan.model import option_demands, option_lengths, step_costs
+from sdplan.model import option_demands, option_lengths, step_costs, verified_rows
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -48,8 +48,10 @@ def step_times(coefficients: Coefficients, draft_lengths: list[int], sizes: Floa
     ks = option_lengths(draft_lengths).astype(np.float64)  # "off" (0) first
     n = np.asarray(sizes, dtype=np.float64)[:, None]
     fixed, per_other = step_costs(coefficients, ks)
-    # past the target's compute-bound knee every further token row of the step costs more (sdplan.knee)
-    tau = fixed[None, :] + (n - 1.0) * per_other[None, :] + step_excess_s(coefficients, n * (ks + 1.0)[None, :])
+    # past the target's compute-bound knee every further token row of the step costs more (sdplan.knee); a
+    # sequence puts 1 + c k rows into it (c: the draft coverage, 1 but for a prompt-lookup proposer)
+    tau = fixed[None, :] + (n - 1.0) * per_other[None, :] + step_excess_s(coefficients,
+                                                                          n * verified_rows(coefficients, ks)[None, :])
     if moe is not None:
         cover = moe.coverage
         phi = moe.phi(n * (ks + 1.0)[None, :])

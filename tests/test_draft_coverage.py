@@ -8,14 +8,25 @@ and enters the model as ``E_eff = c E + (1 - c)``.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy
 import pytest
+import tomllib
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sdplan.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, with_coverage
+from sdplan.calibration import resolve_calibration
+from sdplan.coefficients import Coefficients
+from sdplan.fileio import dumps_toml
+from sdplan.model import option_demands, step_costs
+from sdplan.planner import plan
 from sdplan.runs import draft_coverage, read_results
+from sdplan.scenario import ScenarioOptions, SimulationSettings, resolve_scenario, simulation_config
+from sdplan.schedule import step_times
+from sdplan.simulate import simulate
 
 
 def test_coverage_from_counters_of_real_vllm_runs() -> None:
@@ -46,8 +57,6 @@ def test_effective_tokens_lie_between_no_sd_and_full_coverage(alpha: float, k: i
 
 
 def test_acceptance_spec_applies_and_states_its_coverage() -> None:
-    from dataclasses import replace
-
     spec = replace(make_acceptance(AcceptanceMetric.PER_TOKEN, (1.0,), None, "test"), coverage=0.5)
     assert spec.tokens_per_cycle([3])[0, 0] == pytest.approx(0.5 * 4 + 0.5)
     assert "drafts on 50% of decode steps" in spec.describe()
@@ -56,13 +65,9 @@ def test_acceptance_spec_applies_and_states_its_coverage() -> None:
 
 def test_calibration_coverage_lowers_the_planned_speedup(sdplan, tmp_path) -> None:
     """A calibration whose acceptance says drafts happen on 40% of steps plans less SD gain than one at 100%."""
-    import tomllib
-
     shipped = Path(__file__).parent.parent / "calibrations" / "h100-sxm_llama-3.1-8b_ngram_derived.toml"
     document = tomllib.loads(shipped.read_text())
     document["acceptance"] = {"per_token_alpha": 0.9, "measured_at_k": 4, "source": "test"}
-    from sdplan.fileio import dumps_toml
-
     full = tmp_path / "full.toml"
     full.write_text(dumps_toml(document))
     document["acceptance"]["draft_coverage"] = 0.4
@@ -84,8 +89,6 @@ def test_calibration_coverage_lowers_the_planned_speedup(sdplan, tmp_path) -> No
 
 def test_fit_uses_each_runs_coverage(tmp_path) -> None:
     """Two runs alike but for coverage: the one drafting on fewer steps is predicted slower."""
-    from dataclasses import replace
-
     from sdplan.calibration import load_calibration
     from sdplan.validation import predict_latency
 
@@ -101,3 +104,65 @@ def test_fit_uses_each_runs_coverage(tmp_path) -> None:
     assert measured.draft_coverage == pytest.approx(3000 / (3000 + 12800 - 100 - 3000 - 6000))
     full = replace(measured, draft_coverage=1.0)
     assert predict_latency(coefficients, measured) > predict_latency(coefficients, full)
+
+
+# ----------------------------------------------------------------------------- the cost side of the coverage
+
+def _ngram_coefficients(coverage: float) -> Coefficients:
+    coefficients = resolve_calibration("h100-sxm_llama-3.1-8b_ngram_derived").coefficients_at(1024, 512)
+    return replace(coefficients, draft_coverage=coverage)
+
+
+def test_a_cycle_drafts_and_verifies_only_its_share_of_k() -> None:
+    """With coverage c a cycle drafts c k tokens and puts 1 + c k rows a sequence into the step, knee included."""
+    c = _ngram_coefficients(0.3)
+    assert c.knee_per_token_s > 0  # the derived file has a knee, so the rows matter
+    tau1, tau2 = step_costs(c, 3)
+    assert float(tau1) == pytest.approx(c.c1v_s + 0.9 * c.c1d_s)
+    assert float(tau2) == pytest.approx(c.c2v_s + 0.9 * c.c2d_s)
+    n = 256.0
+    excess = c.knee_per_token_s * max(0.0, n * 1.9 - c.knee_tokens)
+    assert step_times(c, [3], numpy.array([n]))[0, 1] == pytest.approx(float(tau1) + (n - 1) * float(tau2) + excess)
+    knee_batch = option_demands(c, [3], numpy.array([2.0])).knee.knee_batch
+    assert knee_batch[1] == pytest.approx(c.knee_tokens / 1.9 - 1.0)
+    full = _ngram_coefficients(1.0)
+    assert option_demands(full, [3], numpy.array([2.0])).knee.knee_batch[1] == pytest.approx(full.knee_tokens / 4 - 1)
+
+
+def test_undrafted_sequences_save_rows_where_the_step_is_bound_by_compute() -> None:
+    """At batch 1 the coverage changes an n-gram cycle little; past the knee it saves k rows per undrafted sequence."""
+    sizes = numpy.array([1.0, 128.0])
+    partial = step_times(_ngram_coefficients(0.3), [3], sizes)[:, 1]
+    full = step_times(_ngram_coefficients(1.0), [3], sizes)[:, 1]
+    assert partial[0] == pytest.approx(full[0], rel=0.02)
+    assert partial[1] < 0.8 * full[1]
+
+
+def test_the_scenario_prices_the_workloads_coverage(tmp_path) -> None:
+    shipped = Path(__file__).parent.parent / "calibrations" / "h100-sxm_llama-3.1-8b_ngram_derived.toml"
+    document = tomllib.loads(shipped.read_text())
+    document["acceptance"] = {"per_token_alpha": 0.8, "measured_at_k": 3, "source": "test", "draft_coverage": 0.4}
+    path = tmp_path / "partial.toml"
+    path.write_text(dumps_toml(document))
+    scenario = resolve_scenario(ScenarioOptions(calibration=str(path)))
+    assert scenario.coefficients.draft_coverage == 0.4
+    assert resolve_scenario(ScenarioOptions(calibration=str(shipped))).coefficients.draft_coverage == 1.0
+
+
+def test_the_simulator_drafts_and_accepts_at_the_coverage_the_plan_prices(tmp_path) -> None:
+    """At coverage 0.3 the simulated mean latency is the plan's (within 5%), below and well into the load."""
+    shipped = Path(__file__).parent.parent / "calibrations" / "h100-sxm_llama-3.1-8b_ngram_derived.toml"
+    document = tomllib.loads(shipped.read_text())
+    document["acceptance"] = {"per_token_alpha": 0.8, "measured_at_k": 3, "source": "test", "draft_coverage": 0.3}
+    path = tmp_path / "partial.toml"
+    path.write_text(dumps_toml(document))
+    scenario = resolve_scenario(ScenarioOptions(calibration=str(path), prompt_tokens=512, output_tokens=256,
+                                                draft_lengths=[3]))
+    settings = SimulationSettings(requests=400, seeds=1, seed=1, arrival_cv=1.0)
+    for rate in (1.0, 20.0):
+        config = simulation_config(scenario, rate, 3, scenario.limits, settings)
+        simulated = float(numpy.mean(simulate(scenario.coefficients, config, numpy.random.default_rng(1)).e2e_s))
+        planned = float(plan(scenario.coefficients, [rate], [3], [0.8],
+                             tokens_per_cycle=scenario.tokens_per_cycle).latency_s[0, 0, 0])
+        assert simulated == pytest.approx(planned, rel=0.05), rate
+

@@ -101,9 +101,14 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         return knee_slope * (rows - knee_tokens) if rows > knee_tokens and knee_slope > 0.0 else 0.0
 
     def step_costs(draft: int) -> tuple[float, float]:
-        if draft:
-            return c.c1v_s + draft * c.c1d_s, c.c2v_s + draft * c.c2d_s
+        if draft:  # a share c of the sequences drafts (sdplan.model.drafted_tokens); its rates carry c as well
+            drafted = draft * c.draft_coverage
+            return c.c1v_s + drafted * c.c1d_s, c.c2v_s + drafted * c.c2d_s
         return c.baseline_c1_step_s, c.baseline_c2_step_s
+
+    def rows(sequences: int, draft: int) -> float:
+        """Decode token rows of a step: ``1 + c k`` a sequence (sdplan.model.verified_rows)."""
+        return sequences * (1.0 + c.draft_coverage * draft)
 
     decode: AdaptiveDecode | None = None
     stretch: StretchTables | None = None  # the goodput policy's exact draws per stretch of constant k
@@ -198,13 +203,13 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
                     heap = list(zip(ends.tolist(), running.tolist()))
                     heapq.heapify(heap)
         # Token budget: decode tokens first, then prefill chunks (partial prefills first, then new admissions).
-        budget: float = budget_cap - batch * (k + 1)
+        budget: float = budget_cap - rows(batch, k)
         if prefilling and 0 < budget < prefilling[0][1]:
             # The oldest partial prefill takes the whole budget for several steps: nothing else changes (no
             # admission, no other chunk) until its last chunk or the next completion; leap over those steps
             # (a prompt of 10^8 tokens is 10^4 steps of chunked prefill).
             repeats = math.ceil(prefilling[0][1] / budget) - 1
-            step = ((fixed + (batch - 1) * per_sequence + knee_excess(batch * (k + 1))) if batch else idle_overhead) \
+            step = ((fixed + (batch - 1) * per_sequence + knee_excess(rows(batch, k))) if batch else idle_overhead) \
                 + budget * per_prompt_token
             if batch and decode is None:
                 repeats = min(repeats, heap[0][0] - counter - 1)
@@ -246,7 +251,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             budget -= take
             chunk_tokens += take
             prefilling.append([request, prompt_list[request] - take])
-        step = (fixed + (batch - 1) * per_sequence + knee_excess(batch * (k + 1))) if batch else 0.0
+        step = (fixed + (batch - 1) * per_sequence + knee_excess(rows(batch, k))) if batch else 0.0
         engine = batch + len(prefilling)
         if chunk_tokens > 0:
             step += chunk_tokens * per_prompt_token + (idle_overhead if batch == 0 else 0.0)

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Draft coverage of vLLM's n-gram proposer from SpecDecode-Bench's acceptance traces.
+
+Usage (standard library only; the traces are not vendored, 9 MB)::
+
+    git clone https://github.com/SpecDecode-Bench/simulator        # commit 2fdccbd6 was read
+    python benchmarks/ngram_coverage.py simulator/data/llama3.1-8B
+
+vLLM's n-gram proposer drafts for a sequence only where its last n tokens recur in its context; for a
+sequence without a match it proposes nothing, and that sequence verifies one token row instead of
+``k + 1``. The share of cycles that carry a draft, the draft coverage ``c``, so sets how many token rows
+an n-gram cycle puts into the target's step (``1 + c k`` per sequence, :func:`sdplan.model.verified_rows`).
+
+SpecDecode-Bench (Liu et al., arXiv 2601.11580) recorded, for Llama-3.1-8B-Instruct's greedy outputs on
+GSM8K, CNN/DailyMail, ShareGPT and InstructCoder, the n-gram acceptance length at every output position
+(``combined_<dataset>.jsonl``, ``acc_ngram.acc_len``: 1 + the drafted tokens the target accepts there).
+Its simulator (``simulator.py``: ``get_input_len``, ``_not_matched_ngram``,
+``NGRAM_MATCHING_PROBABILITY``) prices a cycle as follows, and so does this script:
+
+* at a position whose acceptance length is over 1 the proposer drafted (a token was accepted): ``k``
+  tokens drafted, ``min(acc_len, k + 1)`` committed;
+* at a position whose acceptance length is 1 it drafted with the dataset's matching probability ``m``
+  (the authors' figure: ShareGPT 0.2, CNN/DailyMail 0.4, GSM8K 0.2, InstructCoder 0.8), and one token
+  is committed.
+
+Walking each trace cycle by cycle gives ``c`` (cycles with a draft over all cycles) and ``E`` (tokens per
+cycle, cycles without a draft included). ``c`` with ``m = 0`` is the least the traces allow (only the
+drafts that were accepted), with ``m = 1`` the most. The values are printed for ``k = 3`` and ``k = 5``,
+the draft lengths SpecDecode-Bench ran, and ``k = 4``, the vLLM blog's (2024-10-17);
+``benchmarks/sd_measured.py`` carries them as ``NGRAM_DRAFT_COVERAGE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+#: simulator.py's NGRAM_MATCHING_PROBABILITY (SpecDecode-Bench/simulator@2fdccbd6), keyed by trace file.
+MATCHING_PROBABILITY = {"gsm8k": 0.2, "cnn": 0.4, "sharegpt": 0.2, "instructcoder": 0.8}
+#: The trace files' dataset names as sd_measured.py spells them.
+DATASETS = {"gsm8k": "gsm8k", "cnn": "cnn_dailymail", "sharegpt": "sharegpt", "instructcoder": "instructcoder"}
+
+
+def walk(acceptance_lengths: list[int], k: int, matching: float) -> tuple[float, float, int]:
+    """Expected cycles with a draft, and tokens committed, over one trace: ``(drafted cycles, tokens, cycles)``."""
+    drafted = 0.0
+    tokens = cycles = position = 0
+    while position < len(acceptance_lengths):
+        length = acceptance_lengths[position]
+        cycles += 1
+        if length > 1:
+            drafted += 1.0
+            step = min(length, k + 1)
+        else:
+            drafted += matching
+            step = 1
+        tokens += step
+        position += step
+    return drafted, float(tokens), cycles
+
+
+def coverage(path: Path, k: int, matching: float) -> tuple[float, float]:
+    """``(c, E)`` over every request of one trace file."""
+    drafted = tokens = 0.0
+    cycles = 0
+    for line in path.read_text().splitlines():
+        d, t, n = walk(json.loads(line)["acc_ngram"]["acc_len"], k, matching)
+        drafted, tokens, cycles = drafted + d, tokens + t, cycles + n
+    return drafted / cycles, tokens / cycles
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces", type=Path, help="SpecDecode-Bench/simulator's data/llama3.1-8B folder")
+    options = parser.parse_args()
+    print("dataset        k  coverage c  (m=0 .. m=1)   E incl. undrafted cycles")
+    for name, matching in MATCHING_PROBABILITY.items():
+        path = options.traces / f"combined_{name}.jsonl"
+        for k in (3, 4, 5):
+            c, tokens = coverage(path, k, matching)
+            low, _ = coverage(path, k, 0.0)
+            high, _ = coverage(path, k, 1.0)
+            print(f"{DATASETS[name]:14s} {k}  {c:.3f}       ({low:.3f} .. {high:.3f})   {tokens:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
