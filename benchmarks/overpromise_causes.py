@@ -34,6 +34,9 @@ E6  three validation passes on fresh servers, in time order
 E7  the plateau: today's model of each calibration against the fresh servers' measured plateau, as a
     closed loop at its level and as ``1/C2``
 E8  calibrate's load generator: what the fixtures can and cannot tell
+
+E7c applies :func:`sdplan.uncertainty.calibration_speed_margin` (issue 54's item 3) to E7a: the plateau a
+default answer would plan with if it carried the calibration's own speed error, one-sided 95%.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from sdplan.calibration import load_calibration
 from sdplan.fit import PooledFit, fit_configurations, fit_pooled
 from sdplan.runmodel import run_demand
 from sdplan.runs import BenchmarkRun, load_runs, screen
+from sdplan.uncertainty import calibration_speed_margin
 from sdplan.validation import exact_model_error_pct, predict_latency, repeat_spread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -448,10 +452,20 @@ def plateau_relation() -> list[Effect]:
                       f"{closed:.2f} ({pct(closed / measured):+.1f}%), 1/C2 {uncapped:.2f} req/s "
                       f"({pct(uncapped / measured):+.1f}%)")
     floor, note = validation_floor()
+    margins = []
+    for (label, option, _, _), closed in zip(fresh_plateaus(), closed_errors):
+        spread = calibration_spread(json.loads((SUMMARIES / f"{label}.json").read_text()))
+        assert spread is not None
+        margin = calibration_speed_margin(*spread)
+        margins.append(pct((1.0 + closed / 100.0) / margin))
+        detail.append(f"  {label} {OPTIONS[option]}: with the calibration's speed margin u = {margin:.3f} "
+                      f"(sigma {spread[0]:g}%, {spread[1]} instances): {margins[-1]:+.1f}%")
     return [Effect("E7a", "saturation at the calibrated workload (today's code)",
                    "predicted closed-loop plateau over the fresh servers' measured one", closed_errors, floor, note,
                    detail),
-            Effect("E7b", "plateau-to-C2 relation", "1/C2 over the measured plateau", uncapped_errors, floor, note)]
+            Effect("E7b", "plateau-to-C2 relation", "1/C2 over the measured plateau", uncapped_errors, floor, note),
+            Effect("E7c", "item 3: E7a with the calibration's speed margin",
+                   "predicted plateau / exp(1.645 sigma/sqrt(n)) over the measured one", margins, floor, note)]
 
 
 # ----------------------------------------------------------------------------- report
