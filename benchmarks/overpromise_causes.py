@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Issue 54's candidate causes of the over-promise, tested offline on the real served results we hold.
+"""Why served calibrations over-promise: the candidate causes, tested offline on real served results.
 
 Usage::
 
     python benchmarks/overpromise_causes.py
 
 Served calibrations described faster servers than the ones they then predicted (saturation at the calibrated
-workload over-predicted +12...+23%, latency under-predicted -6...-17%; issue 54). New served runs need the
-machine alone; these experiments use only real ``vllm bench serve`` results already in ``tests/data`` (each
-folder's README says how it was measured) and the *measured* plateaus of two stored benchmark summaries
-(``benchmarks/summaries/acc41.json``, ``acc47.json``; their stored predictions are not used). Every prediction
-below is made by today's code (:mod:`sdplan.fit`, :mod:`sdplan.validation`); nothing is fitted to the runs
-being judged, and no constant is chosen here.
+workload over-predicted +12...+23%, latency under-predicted -6...-17% in acc50 and two later tries). New served
+runs need the machine alone; these experiments use only real ``vllm bench serve`` results already in
+``tests/data`` (each folder's README says how it was measured) and the *measured* plateaus of two stored
+benchmark summaries (``benchmarks/summaries/acc41.json``, ``acc47.json``; their stored predictions are not
+used). Every prediction below is made by today's code (:mod:`sdplan.fit`, :mod:`sdplan.validation`); nothing
+is fitted to the runs being judged, and no constant is chosen here.
 
 Each experiment prints its effect as a mean over ``n`` units with the standard error of that mean
 (:func:`sdplan.accuracy.means.standard_error`), and beside it what an exact model would score where that
@@ -35,7 +35,7 @@ E7  the plateau: today's model of each calibration against the fresh servers' me
     closed loop at its level and as ``1/C2``
 E8  calibrate's load generator: what the fixtures can and cannot tell
 
-E7c applies :func:`sdplan.uncertainty.calibration_speed_margin` (issue 54's item 3) to E7a: the plateau a
+E7c applies :func:`sdplan.uncertainty.calibration_speed_margin` (the default answer's margin) to E7a: the plateau a
 default answer would plan with if it carried the calibration's own speed error, one-sided 95%.
 """
 

@@ -197,7 +197,7 @@ def calibration_speed_margin(sd_pct: float | None, instances: int, z: float = MA
 
     Notes
     -----
-    Measured on served quick grids of a 2-core CPU VM (issue 54, ``benchmarks/overpromise_causes.py``):
+    Measured on served quick grids of a 2-core CPU VM (``benchmarks/overpromise_causes.py``):
     the validation's fresh servers ran -4% to +18% from their calibration's at the same load, two instances
     of one calibration -19% to +36% apart, with ``sigma`` 8.6-16.3%; at ``sigma`` 13% and two instances
     ``u`` is 1.16.
