@@ -464,7 +464,7 @@ def plateau_relation() -> list[Effect]:
                    "predicted closed-loop plateau over the fresh servers' measured one", closed_errors, floor, note,
                    detail),
             Effect("E7b", "plateau-to-C2 relation", "1/C2 over the measured plateau", uncapped_errors, floor, note),
-            Effect("E7c", "item 3: E7a with the calibration's speed margin",
+            Effect("E7c", "E7a with the speed margin (default answer)",
                    "predicted plateau / exp(1.645 sigma/sqrt(n)) over the measured one", margins, floor, note)]
 
 
