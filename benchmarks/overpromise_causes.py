@@ -41,6 +41,7 @@ default answer would plan with if it carried the calibration's own speed error, 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -92,10 +93,11 @@ class Effect:
             self.se_pct = standard_error(self.values)
 
 
-def runs_of(folder: str) -> list[BenchmarkRun]:
-    """Every run of a fixture folder, as ``sdplan fit`` reads it (the screen applied by the callers)."""
+@functools.cache
+def runs_of(folder: str) -> tuple[BenchmarkRun, ...]:
+    """Every run of a fixture folder, as ``sdplan fit`` reads it (the screen applied by the callers), read once."""
     found, _ = load_runs([str(DATA / folder)], "vllm", None, None)
-    return found
+    return tuple(found)
 
 
 def name(run: BenchmarkRun) -> str:
@@ -103,7 +105,7 @@ def name(run: BenchmarkRun) -> str:
     return Path(run.source).name.removesuffix(".json")
 
 
-def by_name(runs: list[BenchmarkRun]) -> dict[str, BenchmarkRun]:
+def by_name(runs: Sequence[BenchmarkRun]) -> dict[str, BenchmarkRun]:
     return {name(run): run for run in runs}
 
 

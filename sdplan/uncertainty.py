@@ -172,12 +172,12 @@ def calibration_speed_margin(sd_pct: float | None, instances: int, z: float = MA
     Servers of one configuration run at ``exp(d)`` times the mean server's costs, ``d ~ N(0, sigma^2)``
     (:func:`server_speeds`). A calibration rests on ``n`` of them, so its costs are those of a server
     ``exp(d_c)``, ``d_c ~ N(0, sigma^2 / n)``, and every replica sized on it inherits that one draw: unlike
-    each replica's own speed, it does not average out over a fleet. A server slower than the calibration's by
+    each replica's own speed, it does not average out over a fleet. The mean server is slower than the
+    calibration's by at most
 
     .. math:: u = \\exp(z \\sigma / \\sqrt{n})
 
-    is then the slowest mean server the calibration allows at one-sided level ``Phi(z)``
-    (:data:`MARGIN_Z`: 95%, the level of the intervals).
+    with probability ``Phi(z)`` (:data:`MARGIN_Z`: 95%, the level of the intervals, one-sided).
 
     Parameters
     ----------
