@@ -48,6 +48,9 @@ DRAWS = 400
 LEVEL = 0.95
 #: Rounds of DRAWS draws at most, to find DRAWS with physical demands (:func:`physical`).
 MAX_DRAW_ROUNDS = 10
+#: One-sided standard normal quantile of :func:`calibration_speed_margin`: 95%, the intervals' level, one-sided
+#: (scipy.stats.norm.ppf(0.95)), chosen with the intervals' level, not on any measurement.
+MARGIN_Z = 1.6448536269514722
 
 
 def coefficient_draws(calibration: Calibration, prompt_tokens: float, output_tokens: float,
@@ -161,6 +164,64 @@ def server_speeds(sd_pct: float | None, count: int, rng: Any) -> FloatArray:
     if not sd_pct:
         return np.ones(count)
     return np.asarray(np.exp(rng.standard_normal(count) * sd_pct / 100.0))
+
+
+def calibration_speed_margin(sd_pct: float | None, instances: int, z: float = MARGIN_Z) -> float:
+    """Cost factor of a server as much slower than the calibration's as its own speed error allows, one-sided.
+
+    Servers of one configuration run at ``exp(d)`` times the mean server's costs, ``d ~ N(0, sigma^2)``
+    (:func:`server_speeds`). A calibration rests on ``n`` of them, so its costs are those of a server
+    ``exp(d_c)``, ``d_c ~ N(0, sigma^2 / n)``, and every replica sized on it inherits that one draw: unlike
+    each replica's own speed, it does not average out over a fleet. The mean server is slower than the
+    calibration's by at most
+
+    .. math:: u = \\exp(z \\sigma / \\sqrt{n})
+
+    with probability ``Phi(z)`` (:data:`MARGIN_Z`: 95%, the level of the intervals, one-sided).
+
+    Parameters
+    ----------
+    sd_pct : float or None
+        ``sigma`` in percent (``[uncertainty] repeat_sd_pct``); None or 0: no margin.
+    instances : int
+        Server instances per configuration the calibration measured (``[measurement]
+        server_instances_per_configuration``).
+    z : float
+        The one-sided standard normal quantile.
+
+    Returns
+    -------
+    float
+        ``u >= 1`` (1 without a spread); the costs to plan with are ``u`` times the calibration's
+        (:func:`on_slower_server`).
+
+    Notes
+    -----
+    Measured on served quick grids of a 2-core CPU VM (``benchmarks/overpromise_causes.py``):
+    the validation's fresh servers ran -4% to +18% from their calibration's at the same load, two instances
+    of one calibration -19% to +36% apart, with ``sigma`` 8.6-16.3%; at ``sigma`` 13% and two instances
+    ``u`` is 1.16.
+    """
+    if not sd_pct or sd_pct <= 0 or instances < 1:
+        return 1.0
+    return math.exp(z * sd_pct / 100.0 / math.sqrt(instances))
+
+
+def calibration_margin(calibration: Calibration, z: float = MARGIN_Z) -> float:
+    """:func:`calibration_speed_margin` of a calibration: 1 unless it measured its servers' spread."""
+    measurement = calibration.records.measurement
+    return calibration_speed_margin(server_spread_pct(calibration),
+                                    1 if measurement is None else measurement.server_instances, z)
+
+
+def on_slower_server(coefficients: Coefficients, factor: float) -> Coefficients:
+    """The coefficients of a server ``factor`` times slower: every cost (``*_s``) times ``factor``.
+
+    The server-speed model of :func:`coefficient_draws`: a slower instance takes ``u`` times every cost,
+    TTFT's own included, so ``L = u C1 / (1 - lambda u C2)``.
+    """
+    return replace(coefficients, **{item.name: getattr(coefficients, item.name) * factor
+                                    for item in fields(coefficients) if item.name.endswith("_s")})
 
 
 def physical(drawn: Coefficients, draft_lengths: Any, tokens_per_cycle: Any) -> Any:

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from sdplan import model
 from sdplan.calibration import parse_calibration
 from sdplan.errors import ExitStatus
 from sdplan.fit import fit_pooled, fitted_document
-from sdplan.runs import read_results
-from sdplan.uncertainty import coefficient_draws, plan_intervals
+from sdplan.runs import load_runs, read_results
+from sdplan.uncertainty import (
+    calibration_margin,
+    calibration_speed_margin,
+    coefficient_draws,
+    on_slower_server,
+    plan_intervals,
+)
 from tests.results_fixtures import TRUE, write_vllm
 
 PROVENANCE = {"method": "fit", "hardware": "test", "target_model": "t", "draft_model": "d", "engine": "vllm",
@@ -256,3 +264,50 @@ def test_a_negative_spread_is_refused(sdplan, write_calibration, direct_document
     assert result.exit_code == ExitStatus.BAD_INPUT
     assert "uncertainty.repeat_sd_pct" in result.stderr and "must be >= 0" in result.stderr
     assert "Traceback" not in result.output
+
+
+# ----------------------------------------------------------------------------- the calibration's speed margin
+
+
+def test_speed_margin_is_the_one_sided_95_percent_bound_of_the_calibrations_speed() -> None:
+    """u = exp(z sigma/sqrt(n)): a calibration resting on n servers ``sigma`` apart is at most u times faster
+    than the mean server with probability 95% (checked with the normal CDF, not the formula's own terms)."""
+    for sd_pct, instances in ((9.83, 2), (16.26, 2), (4.5, 1), (12.0, 4)):
+        margin = calibration_speed_margin(sd_pct, instances)
+        assert margin > 1.0
+        assert norm.cdf(np.log(margin) / (sd_pct / 100.0 / np.sqrt(instances))) == pytest.approx(0.95, abs=1e-9)
+    # more instances pin the calibration's speed closer: four halve the log margin of one
+    assert np.log(calibration_speed_margin(10.0, 4)) == pytest.approx(0.5 * np.log(calibration_speed_margin(10.0, 1)))
+    for none in (None, 0.0):
+        assert calibration_speed_margin(none, 2) == 1.0
+
+
+def test_on_slower_server_scales_every_cost_and_so_the_latency_law() -> None:
+    """A server u times slower: L = u C1 / (1 - lambda u C2), TTFT's costs too; lengths and weights unchanged."""
+    base = replace(TRUE, ttft_offset_s=0.01, ttft_prefill_s=2e-5)
+    slowed = on_slower_server(base, 1.2)
+    c1, c2 = model.speculative_demand(base, 0.8, 3)
+    s1, s2 = model.speculative_demand(slowed, 0.8, 3)
+    assert (s1, s2) == pytest.approx((1.2 * c1, 1.2 * c2))
+    assert float(model.mean_latency(s1, s2, 5.0)) == pytest.approx(1.2 * c1 / (1.0 - 5.0 * 1.2 * c2))
+    assert (slowed.ttft_offset_s, slowed.ttft_prefill_s) == pytest.approx((0.012, 2.4e-5))
+    assert (slowed.prompt_tokens, slowed.closed_loop_factor, slowed.ttft_load_steps) == (
+        base.prompt_tokens, base.closed_loop_factor, base.ttft_load_steps)
+    assert on_slower_server(base, 1.0) == base
+
+
+def test_calibration_margin_reads_the_spread_and_instances_a_served_calibration_recorded() -> None:
+    """acc47's quick-grid points (two instances per configuration) fitted as calibrate fits them: the margin is
+    their own repeat_sd_pct over sqrt(2); a calibration without a measured spread gets none."""
+    runs, _ = load_runs([str(Path(__file__).parent / "data" / "served-quick-floor-cpu")], "vllm", None, None)
+    fit = fit_pooled(runs)
+    document = fitted_document(fit, runs, name="acc47", provenance=PROVENANCE, description="test")
+    document["measurement"] = {"method": "served", "server_instances_per_configuration": 2}
+    calibration = parse_calibration(document, "acc47.toml")
+    assert fit.repeat_sd_pct is not None and fit.repeat_sd_pct > 0
+    assert calibration_margin(calibration) == pytest.approx(calibration_speed_margin(fit.repeat_sd_pct, 2), rel=1e-4)
+    document["measurement"] = {"method": "served"}
+    assert calibration_margin(parse_calibration(document, "acc47.toml")) == pytest.approx(
+        calibration_speed_margin(fit.repeat_sd_pct, 1), rel=1e-4)
+    del document["uncertainty"]["repeat_sd_pct"]
+    assert calibration_margin(parse_calibration(document, "acc47.toml")) == 1.0

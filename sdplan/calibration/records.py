@@ -345,6 +345,8 @@ class Measurement:
     server_arguments: tuple[tuple[str, ...], ...] | None = None
     points: int | None = None
     kv_cache: tuple[tuple[str, float], ...] = ()
+    #: Server starts that measured each configuration (``server_instances_per_configuration``; 1 unrecorded).
+    server_instances: int = 1
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], path: str) -> Measurement:
@@ -374,7 +376,7 @@ class Measurement:
             kv_cache = tuple((str(name), float(size)) for name, size in zip(names, sizes))
         return cls(method=table["method"], server_commands=commands,
                    server_arguments=None if arguments is None else tuple(arguments), points=table.get("points"),
-                   kv_cache=kv_cache)
+                   kv_cache=kv_cache, server_instances=int(table.get("server_instances_per_configuration", 1)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
