@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -76,8 +77,15 @@ COMMANDS: list[tuple[str, list[str]]] = [
 
 
 def _run(args: list[str]) -> str:
-    # A fixed scratch folder: paths in the output (and so its line wrapping) are the same each run.
+    # A fixed scratch folder: paths in the output (and so its line wrapping) are the same each run. The lock
+    # keeps two runs of this script (two checkouts on one machine) from deleting each other's files.
     scratch = Path(tempfile.gettempdir()) / "sdplan-output-baseline"
+    with (Path(tempfile.gettempdir()) / "sdplan-output-baseline.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _run_in(scratch, args)
+
+
+def _run_in(scratch: Path, args: list[str]) -> str:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     try:
