@@ -1,0 +1,84 @@
+"""``sdplan derive`` on mixture-of-experts and large targets: the KV cache, the experts' kernels, a target too big."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sdplan.derive.pricing import checkpoint_quant_modes, kv_bytes_per_token
+from sdplan.errors import InvalidValueError
+
+
+def _aic() -> Any:
+    return pytest.importorskip("aiconfigurator_core.sdk.engine",
+                               reason="aiconfigurator-core is not installed (pip install -e '.[test]' on Python 3.11+)")
+
+
+def test_kv_bytes_per_token_is_the_memory_models_own_value_when_its_count_agrees() -> None:
+    # 10 GB free at 128 KiB a token: 76,293 tokens, and that is the count the model gives
+    estimate = {"total_kv_size_bytes": 10e9, "kv_size_per_token_bytes": 131072, "total_kv_size_tokens": 76293}
+    assert kv_bytes_per_token(estimate) == 131072
+    # an estimate without its own count
+    assert kv_bytes_per_token({"total_kv_size_bytes": 10e9, "kv_size_per_token_bytes": 131072}) == 131072
+
+
+def test_a_hybrid_models_per_sequence_state_is_not_charged_per_token() -> None:
+    # Gated DeltaNet layers keep 24 MB of state per sequence: the model's count of 7.7 M tokens holds, not 4,910
+    estimate = {"total_kv_size_bytes": 117_971_000_000.0, "kv_size_per_token_bytes": 24_023_040,
+                "total_kv_size_tokens": 7_678_477}
+    per_token = kv_bytes_per_token(estimate)
+    assert per_token == pytest.approx(117_971_000_000.0 / 7_678_477)
+    assert int(estimate["total_kv_size_bytes"] / per_token) == pytest.approx(7_678_477, abs=1)
+
+
+def test_a_block_scaled_fp8_checkpoint_prices_its_experts_block_scaled() -> None:
+    block = {"num_experts": 128, "topk": 8, "raw_config": {"quant_algo": "fp8_block"}}
+    assert checkpoint_quant_modes("fp8", block) == {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8_block"}
+    # what the request says holds for a per-tensor checkpoint, a dense target, and another precision
+    per_tensor = {"num_experts": 128, "topk": 8, "raw_config": {"quant_algo": "fp8"}}
+    assert checkpoint_quant_modes("fp8", per_tensor) == {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}
+    dense = {"num_experts": 0, "raw_config": {"quant_algo": "fp8_block"}}
+    assert checkpoint_quant_modes("fp8", dense) == {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}
+    assert checkpoint_quant_modes("bf16", block) == {"gemm_quant_mode": "bfloat16", "moe_quant_mode": "bfloat16"}
+
+
+def test_a_target_that_leaves_no_kv_cache_is_refused() -> None:
+    """Qwen3-235B-A22B-FP8 (235 GB of weights) on one H200: no step of it can be served."""
+    _aic()
+    from sdplan.derive import DeriveRequest, derive
+
+    request = DeriveRequest(target_model="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", method="ngram",
+                            tensor_parallel_size=1, precision="fp8", draft_lengths=(1,), anchor=False)
+    with pytest.raises(InvalidValueError, match="does not fit 1x h200_sxm.*no KV cache"):
+        derive(request)
+
+
+def test_a_hybrid_targets_kv_cache_holds_the_batches_it_serves() -> None:
+    """Qwen3.5-397B-A17B on 8x B200: the batches priced reach max_num_seqs, not the 1-2 a per-sequence state allows."""
+    _aic()
+    from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
+    from sdplan.derive.fitting import batch_sizes
+
+    request = DeriveRequest(target_model="Qwen/Qwen3.5-397B-A17B", system="b200_sxm", method="ngram",
+                            backend="sglang", tensor_parallel_size=8, precision="fp8_block", draft_lengths=(1,),
+                            anchor=False)
+    models = Models()
+    try:
+        pricer = Pricer(load_aic(), request, models)
+        tokens = pricer.kv_cache_tokens()
+        estimate = pricer._kv_estimate(pricer.target_path, 8)
+    finally:
+        models.close()
+    assert estimate is not None and tokens == estimate["total_kv_size_tokens"]
+    assert batch_sizes(request, tokens)[-1] == request.max_num_seqs
+
+
+def test_a_block_scaled_checkpoint_says_how_its_experts_were_priced() -> None:
+    _aic()
+    from sdplan.derive import DeriveRequest, derive
+
+    request = DeriveRequest(target_model="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", method="ngram",
+                            tensor_parallel_size=4, precision="fp8", draft_lengths=(1,), anchor=False)
+    assumptions = derive(request).document["provenance"]["assumptions"]
+    assert any("block-scaled fp8" in line and "fp8_block MoE kernels" in line for line in assumptions)
