@@ -82,3 +82,18 @@ def test_a_block_scaled_checkpoint_says_how_its_experts_were_priced() -> None:
                             tensor_parallel_size=4, precision="fp8", draft_lengths=(1,), anchor=False)
     assumptions = derive(request).document["provenance"]["assumptions"]
     assert any("block-scaled fp8" in line and "fp8_block MoE kernels" in line for line in assumptions)
+
+
+def test_a_smaller_batch_never_costs_more_than_a_larger_one() -> None:
+    """Padding to a larger batch bounds a step's cost: noisy small-batch timings are replaced by the least larger."""
+    from sdplan.derive.fitting import padded
+
+    points = [(1, 1, 256), (4, 1, 256), (16, 1, 256), (64, 1, 256), (1, 2, 256), (4, 2, 256),
+              (1, 1, 1024), (4, 1, 1024)]
+    values = [13.0, 11.7, 9.0, 10.9, 5.0, 6.0, 8.0, 9.0]
+    # independently: each value is the least over its own and every larger batch at the same (q, s)
+    expected = [min(v for (b2, q2, s2), v in zip(points, values) if (q2, s2) == (q, s) and b2 >= b)
+                for b, q, s in points]
+    assert padded(points, values) == expected == [9.0, 9.0, 9.0, 10.9, 5.0, 6.0, 8.0, 9.0]
+    # a curve that already rises with the batch is left as priced
+    assert padded(points[:4], [1.0, 2.0, 3.0, 4.0]) == [1.0, 2.0, 3.0, 4.0]
