@@ -41,7 +41,9 @@ weight (bf16, fp8 or fp8_block; a configuration of fp8 GEMMs and fp8_block exper
 fp8_block), attention data parallelism 1 and the experts split by TP alone; it says which
 configurations it cannot price and why. An MoE target's ``[moe]`` expert coverage is applied as the
 planner applies it, by ``predict_latency``/``predict_ttft`` (what ``sdplan validate`` does with a calibration's
-``[moe]``). About 1.5 minutes in all on a 2-core VM.
+``[moe]``). For each dense configuration it also prints the largest share of the GPUs' peak matrix throughput
+a row's closed-loop rate needs (:func:`peak_share`): rows that need nearly all of it did not run as labelled.
+About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
                                           [--kv-cap] [--markdown FILE]
@@ -348,6 +350,32 @@ def derived_predictors(configuration: silicon.SiliconConfiguration, kept: list, 
     return None, None, why
 
 
+def peak_share(configuration: silicon.SiliconConfiguration, runs: list) -> float | None:
+    """The largest share of the GPUs' peak matrix throughput a dense configuration's rows need, or None.
+
+    A closed loop of N clients completes N / E2E requests a second, each multiplying its ISL + OSL token rows
+    by the weights; at the GPU's peak tensor FLOP/s a row takes at least ``Pricer.row_compute_floor_s``
+    (``2 P / (TP F)``), so the rows need ``N / E2E x (ISL + OSL) x floor`` of the matrix units' time. A value
+    near or above 1 says the rows did not run as labelled (fewer GPUs, or prompts served from a prefix cache).
+    """
+    from sdplan.derive import Models, Pricer, load_aic
+
+    request, _ = derive_request(configuration, runs, None)
+    if request is None:
+        return None
+    models = Models()
+    try:
+        floor = Pricer(load_aic(), request, models).row_compute_floor_s()
+    except Exception:  # noqa: BLE001  (a configuration AIConfigurator cannot build: nothing to say)
+        return None
+    finally:
+        models.close()
+    if floor <= 0.0:
+        return None
+    return max(run.concurrency / run.mean_e2e_latency_s * (run.prompt_tokens + run.output_tokens) * floor
+               for run in runs)
+
+
 def derived_report(entries: list) -> list[str]:
     """Markdown lines: derived only on every row, and derived only / anchored / fitted on the held-out rows."""
     lines = [("| configuration | kind | database | rows | derived only: E2E MAPE (bias) | TPOT | TTFT | held rows | "
@@ -420,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     per_shape: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)  # (R2, worst residual)
     derived: list = []  # (label, kind, database, kept, only, only on held, anchored on held, fitted on held)
     not_derived: list[str] = []
+    peak_shares: list[str] = []  # dense configurations: the largest share of peak matrix throughput a row needs
     for configuration, runs, repeats in configurations(text, str(path)):
         kept = [run for run in runs if not screen(run)]
         train, held = split(kept, args.split)
@@ -459,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 kind = "MoE" if configuration.model.rpartition("/")[2].lower() in MOE_MODELS else "dense"
                 cap = kv_cap(only) if args.kv_cap else None
+                if kind == "dense":
+                    share = peak_share(configuration, kept)
+                    if share is not None:
+                        peak_shares.append(f"{label(configuration)} {100 * share:.0f}%")
                 derived.append((label(configuration), kind, database, kept,
                                 errors_of(only.coefficients_at, kept, only.moe_at, cap),
                                 errors_of(only.coefficients_at, held, only.moe_at, cap),
@@ -521,6 +554,10 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", f"## sdplan derive's calibrations ({args.split} split)", ""] + derived_report(derived)
         if not_derived:
             lines.append("\nsdplan derive cannot price: " + "; ".join(not_derived) + ".")
+        if peak_shares:
+            lines.append("\nThe largest share of the GPUs' peak matrix throughput (dense FLOP/s at the rows' "
+                         "precision) a row's closed-loop rate needs, per dense configuration: "
+                         + "; ".join(peak_shares) + ".")
     report = "\n".join(lines)
     print(f"split: {args.split}; data: {path}")
     print(report)
