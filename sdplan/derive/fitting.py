@@ -92,7 +92,7 @@ def padded(points: list[tuple[int, int, int]], values: list[float]) -> list[floa
     ``B'`` padded with idle rows, as vLLM does when it replays the CUDA graph captured for the next batch
     size, so a smaller batch never has to cost more. AIConfigurator's op database breaks this at small
     batches where its GEMM timings are noisy (Llama-3.1-70B FP8 on 4x B200, vLLM 0.24.0 database: a decode
-    step at 1,024 tokens of context costs 13.0 ms at batch 1, 11.7 ms at 4, 9.0 ms at 16); each value is
+    step at 1,500 tokens of context costs 13.0 ms at batch 1, 11.7 ms at 4, 9.0 ms at 16); each value is
     replaced by the least over its own batch and the larger ones priced, ``T(B) = min_{B' >= B} T(B')``.
     """
     least: dict[tuple[int, int, int], float] = {}

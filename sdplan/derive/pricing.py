@@ -302,7 +302,7 @@ def kv_bytes_per_token(estimate: dict[str, Any]) -> float:
     Its ``kv_size_per_token_bytes``, unless its own count of the tokens that fit, ``total_kv_size_tokens``,
     says otherwise: for a hybrid model whose linear-attention layers keep a fixed recurrent state per
     sequence (Qwen3.5's Gated DeltaNet), ``kv_size_per_token_bytes`` holds that state of one whole sequence
-    (24 MB per GPU for Qwen3.5-397B-A17B on 8 GPUs, against 2 KB of attention KV per token), and dividing
+    (24 MB per GPU for Qwen3.5-397B-A17B on 8 GPUs, against 15 KB of attention KV per token), and dividing
     the free bytes by it gives 4,910 tokens where AIConfigurator itself counts 7.7 million. Then the bytes
     per token are the free bytes over its count. For every other model its count is the free bytes over
     ``kv_size_per_token_bytes``, rounded down, and that value is kept unchanged.
