@@ -38,11 +38,14 @@ rows), checked on every screened row of the configuration, none of which it saw;
 (``sdplan.derive.fit_anchor`` on the fitted split's rows only), checked on the held-out rows. Beside
 them, the fitted calibration on the same held-out rows. Derive prices one precision for every
 weight (bf16, fp8 or fp8_block; a configuration of fp8 GEMMs and fp8_block experts is priced as
-fp8_block), attention data parallelism 1 and the experts split by TP alone; it says which
-configurations it cannot price and why. An MoE target's ``[moe]`` expert coverage is applied as the
-planner applies it, by ``predict_latency``/``predict_ttft`` (what ``sdplan validate`` does with a calibration's
-``[moe]``). For each dense configuration it also prints the largest share of the GPUs' peak matrix throughput
-a row's closed-loop rate needs (:func:`peak_share`): rows that need nearly all of it did not run as labelled.
+fp8_block; an fp8 target whose checkpoint is block-scaled has its experts priced block-scaled,
+``docs/model.md#mixture-of-experts``), attention data parallelism 1 and the experts split by TP alone; it
+says which configurations it cannot price and why (a target that leaves no KV cache on its GPUs, too).
+An MoE target's ``[moe]`` expert coverage is applied as the planner applies it, by
+``predict_latency``/``predict_ttft`` (what ``sdplan validate`` does with a calibration's ``[moe]``). For each
+dense configuration it also prints the largest share of the GPUs' peak matrix throughput a row's closed-loop
+rate needs (:func:`peak_share`): rows that need nearly all of it did not run as labelled; and, per kind, the
+derived-only E2E with the measured TTFT in place of the predicted one (how far TPOT alone is off).
 About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
@@ -385,11 +388,15 @@ def derived_report(entries: list) -> list[str]:
     only_anchored = Errors.empty()
     buckets: dict[str, Errors] = collections.defaultdict(Errors.empty)
     by_kind: dict[str, Errors] = collections.defaultdict(Errors.empty)
+    with_ttft: dict[str, list[float]] = collections.defaultdict(list)
     for name, kind, database, kept, only, only_held, anchored, fitted in entries:
         pooled["only"].extend(only)
         pooled["only_held"].extend(only_held)
         pooled["fitted"].extend(fitted)
         by_kind[kind].extend(only)
+        # E2E with the measured TTFT in place of the predicted one: how far TPOT alone is off
+        with_ttft[kind] += [(run.mean_ttft_s + (run.output_tokens - 1.0) * run.mean_tpot_s * (1.0 + tpot))
+                            / run.mean_e2e_latency_s - 1.0 for run, tpot in zip(kept, only.tpot)]
         if anchored is not None:
             pooled["anchored"].extend(anchored)
             pooled["fitted_anchored"].extend(fitted)
@@ -411,6 +418,8 @@ def derived_report(entries: list) -> list[str]:
                  f"({anchored_count} configurations) | {mape(pooled['fitted'].e2e):.1f}% / "
                  f"{mape(pooled['fitted'].tpot):.1f}% |")
     lines += group_table("derived only, rows of", by_kind, buckets)
+    lines.append("\nDerived only, E2E with the measured TTFT in place of the predicted one (TPOT's share of the "
+                 "error): " + "; ".join(f"{kind} {cell(errors)}" for kind, errors in sorted(with_ttft.items())) + ".")
     if pooled["anchored"].e2e:
         lines.append(f"\nOn the {len(pooled['anchored'].e2e)} held-out rows of the {anchored_count} anchored "
                      f"configurations: derived only E2E {cell(only_anchored.e2e)}, TPOT {cell(only_anchored.tpot)}, "
