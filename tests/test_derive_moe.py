@@ -97,3 +97,43 @@ def test_a_smaller_batch_never_costs_more_than_a_larger_one() -> None:
     assert padded(points, values) == expected == [9.0, 9.0, 9.0, 10.9, 5.0, 6.0, 8.0, 9.0]
     # a curve that already rises with the batch is left as priced
     assert padded(points[:4], [1.0, 2.0, 3.0, 4.0]) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_the_coverage_column_is_the_expected_share_of_experts_a_step_touches() -> None:
+    """step_rows' last column against an independent count: 1 - (1 - m/M)^(B q) for m of M experts per token."""
+    from sdplan.derive.fitting import step_rows
+
+    points = [(1, 1, 256), (4, 2, 1024), (16, 1, 2048), (64, 3, 256)]
+    rows = step_rows(points, (8, 128))
+    for (b, q, s), row in zip(points, rows):
+        untouched = 1.0
+        for _ in range(b * q):  # each routed token misses a given expert with probability 1 - 8/128
+            untouched *= 1.0 - 8 / 128
+        assert row == pytest.approx([1.0, b, b * q, b * s, 1.0 - untouched], rel=1e-12)
+    assert [len(row) for row in step_rows(points)] == [4, 4, 4, 4]  # a dense target has no coverage column
+
+
+def test_a_derived_moe_step_reproduces_aiconfigurators_within_its_recorded_error() -> None:
+    """The file's T(B, q, s) with its coverage, at every point priced, within the fit error the file records."""
+    _aic()
+    from sdplan.derive import DeriveRequest, Models, Pricer, derive, load_aic
+    from sdplan.derive.fitting import padded
+
+    request = DeriveRequest(target_model="Qwen/Qwen3-30B-A3B", system="h100_sxm", method="ngram",
+                            draft_lengths=(1,), max_num_seqs=64, anchor=False)
+    document = derive(request).document
+    target, moe = document["step_model"]["target"], document["moe"]
+    worst = document["derivation"]["target_max_error_pct"]
+    models = Models()
+    try:
+        pricer = Pricer(load_aic(), request, models)
+        points = [(b, q, s) for b in (1, 4, 16, 64) for q in (1, 2) for s in (256, 2048)]
+        priced = padded(points, [pricer.verify(b, q, s) for b, q, s in points])
+    finally:
+        models.close()
+    share = moe["experts_per_token"] / moe["experts"]
+    for (b, q, s), cost in zip(points, priced):
+        fitted = (target["fixed_s"] + b * (target["per_sequence_s"] + q * target["per_query_token_s"]
+                                           + s * target["per_context_token_s"])
+                  + (1.0 - (1.0 - share) ** (b * q)) * moe["coverage"]["baseline_c1_step_s"])
+        assert abs(fitted / cost - 1.0) * 100.0 <= worst * 1.001, (b, q, s)
