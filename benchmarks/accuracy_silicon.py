@@ -38,10 +38,15 @@ rows), checked on every screened row of the configuration, none of which it saw;
 (``sdplan.derive.fit_anchor`` on the fitted split's rows only), checked on the held-out rows. Beside
 them, the fitted calibration on the same held-out rows. Derive prices one precision for every
 weight (bf16, fp8 or fp8_block; a configuration of fp8 GEMMs and fp8_block experts is priced as
-fp8_block), attention data parallelism 1 and the experts split by TP alone; it says which
-configurations it cannot price and why. An MoE target's ``[moe]`` expert coverage is applied as the
-planner applies it, by ``predict_latency``/``predict_ttft`` (what ``sdplan validate`` does with a calibration's
-``[moe]``). About 1.5 minutes in all on a 2-core VM.
+fp8_block; an fp8 target whose checkpoint is block-scaled has its experts priced block-scaled,
+``docs/model.md#mixture-of-experts``), attention data parallelism 1 and the experts split by TP alone; it
+says which configurations it cannot price and why (a target that leaves no KV cache on its GPUs, too).
+An MoE target's ``[moe]`` expert coverage is applied as the planner applies it, by
+``predict_latency``/``predict_ttft`` (what ``sdplan validate`` does with a calibration's ``[moe]``). For each
+dense configuration it also prints the largest share of the GPUs' peak matrix throughput a row's closed-loop
+rate needs (:func:`peak_share`): rows that need nearly all of it did not run as labelled; and, per kind, the
+derived-only E2E with the measured TTFT in place of the predicted one (how far TPOT alone is off).
+About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
                                           [--kv-cap] [--rounds R] [--markdown FILE]
@@ -371,6 +376,32 @@ def derived_predictors(configuration: silicon.SiliconConfiguration, kept: list, 
     return None, None, why
 
 
+def peak_share(configuration: silicon.SiliconConfiguration, runs: list) -> float | None:
+    """The largest share of the GPUs' peak matrix throughput a dense configuration's rows need, or None.
+
+    A closed loop of N clients completes N / E2E requests a second, each multiplying its ISL + OSL token rows
+    by the weights; at the GPU's peak tensor FLOP/s a row takes at least ``Pricer.row_compute_floor_s``
+    (``2 P / (TP F)``), so the rows need ``N / E2E x (ISL + OSL) x floor`` of the matrix units' time. A value
+    near or above 1 says the rows did not run as labelled (fewer GPUs, or prompts served from a prefix cache).
+    """
+    from sdplan.derive import Models, Pricer, load_aic
+
+    request, _ = derive_request(configuration, runs, None)
+    if request is None:
+        return None
+    models = Models()
+    try:
+        floor = Pricer(load_aic(), request, models).row_compute_floor_s()
+    except Exception:  # noqa: BLE001  (a configuration AIConfigurator cannot build: nothing to say)
+        return None
+    finally:
+        models.close()
+    if floor <= 0.0:
+        return None
+    return max(run.concurrency / run.mean_e2e_latency_s * (run.prompt_tokens + run.output_tokens) * floor
+               for run in runs)
+
+
 def derived_report(entries: list) -> list[str]:
     """Markdown lines: derived only on every row, and derived only / anchored / fitted on the held-out rows."""
     lines = [("| configuration | kind | database | rows | derived only: E2E MAPE (bias) | TPOT | TTFT | held rows | "
@@ -380,11 +411,15 @@ def derived_report(entries: list) -> list[str]:
     only_anchored = Errors.empty()
     buckets: dict[str, Errors] = collections.defaultdict(Errors.empty)
     by_kind: dict[str, Errors] = collections.defaultdict(Errors.empty)
+    with_ttft: dict[str, list[float]] = collections.defaultdict(list)
     for name, kind, database, kept, only, only_held, anchored, fitted in entries:
         pooled["only"].extend(only)
         pooled["only_held"].extend(only_held)
         pooled["fitted"].extend(fitted)
         by_kind[kind].extend(only)
+        # E2E with the measured TTFT in place of the predicted one: how far TPOT alone is off
+        with_ttft[kind] += [(run.mean_ttft_s + (run.output_tokens - 1.0) * run.mean_tpot_s * (1.0 + tpot))
+                            / run.mean_e2e_latency_s - 1.0 for run, tpot in zip(kept, only.tpot)]
         if anchored is not None:
             pooled["anchored"].extend(anchored)
             pooled["fitted_anchored"].extend(fitted)
@@ -406,6 +441,8 @@ def derived_report(entries: list) -> list[str]:
                  f"({anchored_count} configurations) | {mape(pooled['fitted'].e2e):.1f}% / "
                  f"{mape(pooled['fitted'].tpot):.1f}% |")
     lines += group_table("derived only, rows of", by_kind, buckets)
+    lines.append("\nDerived only, E2E with the measured TTFT in place of the predicted one (TPOT's share of the "
+                 "error): " + "; ".join(f"{kind} {cell(errors)}" for kind, errors in sorted(with_ttft.items())) + ".")
     if pooled["anchored"].e2e:
         lines.append(f"\nOn the {len(pooled['anchored'].e2e)} held-out rows of the {anchored_count} anchored "
                      f"configurations: derived only E2E {cell(only_anchored.e2e)}, TPOT {cell(only_anchored.tpot)}, "
@@ -446,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     per_shape: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)  # (R2, worst residual)
     derived: list = []  # (label, kind, database, kept, only, only on held, anchored on held, fitted on held)
     not_derived: list[str] = []
+    peak_shares: list[str] = []  # dense configurations: the largest share of peak matrix throughput a row needs
     for configuration, runs, repeats in configurations(text, str(path)):
         kept = [run for run in runs if not screen(run)]
         train, held = split(kept, args.split)
@@ -486,6 +524,10 @@ def main(argv: list[str] | None = None) -> int:
                 kind = "MoE" if configuration.model.rpartition("/")[2].lower() in MOE_MODELS else "dense"
                 cap = kv_cap(only) if args.kv_cap else None
                 rounds = args.rounds or None
+                if kind == "dense":
+                    share = peak_share(configuration, kept)
+                    if share is not None:
+                        peak_shares.append(f"{label(configuration)} {100 * share:.0f}%")
                 derived.append((label(configuration), kind, database, kept,
                                 errors_of(only.coefficients_at, kept, only.moe_at, cap, rounds),
                                 errors_of(only.coefficients_at, held, only.moe_at, cap, rounds),
@@ -548,6 +590,10 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", f"## sdplan derive's calibrations ({args.split} split)", ""] + derived_report(derived)
         if not_derived:
             lines.append("\nsdplan derive cannot price: " + "; ".join(not_derived) + ".")
+        if peak_shares:
+            lines.append("\nThe largest share of the GPUs' peak matrix throughput (dense FLOP/s at the rows' "
+                         "precision) a row's closed-loop rate needs, per dense configuration: "
+                         + "; ".join(peak_shares) + ".")
     report = "\n".join(lines)
     print(f"split: {args.split}; data: {path}")
     print(report)

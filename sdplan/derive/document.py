@@ -9,12 +9,11 @@ was assumed rather than priced (``provenance.assumptions``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from sdplan import __version__
 from sdplan.derive.fitting import FittedSteps, rounded
-from sdplan.derive.pricing import Pricer
+from sdplan.derive.pricing import Pricer, shown_path
 from sdplan.derive.request import (
     AIC_DISTRIBUTION,
     AIC_LICENCE,
@@ -94,6 +93,10 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
             found.append(f"the draft model runs on {request.draft_tensor_parallel_size} of the target's "
                          f"{request.tensor_parallel_size} GPUs (draft_tensor_parallel_size) with the target's "
                          "precision, sharing their memory; its prefill is paid with the target's")
+    if pricer.quant["moe_quant_mode"] != pricer.quant["gemm_quant_mode"]:
+        found.append(f"{request.target_model}'s checkpoint is block-scaled fp8 (config.json weight_block_size): its "
+                     f"experts are priced with the engine's {pricer.quant['moe_quant_mode']} MoE kernels, the other "
+                     f"GEMMs at {pricer.quant['gemm_quant_mode']}")
     for name in (request.target_model, request.draft_model):
         if name in MODEL_ALIASES and MODEL_ALIASES[name] != name:
             found.append(f"{name} is priced with AIConfigurator's {MODEL_ALIASES[name]} (same architecture)")
@@ -227,8 +230,3 @@ def document(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
         result["moe"] = {"experts_per_token": pricer.routing[0], "experts": pricer.routing[1],
                          "coverage": {"baseline_c1_step_s": streamed, "c1v_s": streamed}}
     return result
-
-
-def shown_path(path: str) -> str:
-    """A model path for the file: AIConfigurator's name, or the architecture a temporary folder held."""
-    return Path(path).name.replace("--", "/") if Path(path).is_absolute() else path

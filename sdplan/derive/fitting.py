@@ -83,6 +83,25 @@ def step_rows(points: list[tuple[int, int, int]], routing: tuple[int, int] | Non
     return rows
 
 
+def padded(points: list[tuple[int, int, int]], values: list[float]) -> list[float]:
+    """Each step's cost at most that of any larger batch priced at the same query tokens and context.
+
+    Notes
+    -----
+    ``T(B, q, s) <= T(B', q, s)`` for every ``B' > B``: an engine can run ``B`` sequences as a batch of
+    ``B'`` padded with idle rows, as vLLM does when it replays the CUDA graph captured for the next batch
+    size, so a smaller batch never has to cost more. AIConfigurator's op database breaks this at small
+    batches where its GEMM timings are noisy (Llama-3.1-70B FP8 on 4x B200, vLLM 0.24.0 database: a decode
+    step at 1,500 tokens of context costs 13.0 ms at batch 1, 11.7 ms at 4, 9.0 ms at 16); each value is
+    replaced by the least over its own batch and the larger ones priced, ``T(B) = min_{B' >= B} T(B')``.
+    """
+    least: dict[tuple[int, int, int], float] = {}
+    for (b, q, s), value in sorted(zip(points, values), key=lambda item: -item[0][0]):
+        larger = [cost for (b2, q2, s2), cost in least.items() if q2 == q and s2 == s and b2 > b]
+        least[(b, q, s)] = min([value, *larger])
+    return [least[point] for point in points]
+
+
 #: Token rows per step tried as the target's knee (:func:`fit_knee`): a step of B sequences of q query
 #: tokens has B q rows; the grids price up to 256 x 6.
 KNEE_CANDIDATES = (32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768)
@@ -203,7 +222,7 @@ def fit_steps(request: DeriveRequest, pricer: Pricer, note: Callable[[str], None
     note(f"pricing {len(batches)} batch sizes up to {batches[-1]} (KV cache {kv_tokens or 'unknown'} tokens)")
     points = [(b, q, s) for b in batches for q in range(1, longest + 2) for s in CONTEXT_GRID
               if fits_cache(b, s, kv_tokens)]
-    target_values = [pricer.verify(b, q, s) for b, q, s in points]
+    target_values = padded(points, [pricer.verify(b, q, s) for b, q, s in points])
     target, target_mean, target_max = fit_linear(step_rows(points, pricer.routing), target_values)
     experts = target[4] if pricer.routing is not None else 0.0
     errors = {"target": (target_mean, target_max)}

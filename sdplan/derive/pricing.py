@@ -29,6 +29,9 @@ from sdplan.derive.request import (
 )
 from sdplan.errors import InvalidValueError
 
+#: How AIConfigurator's memory model (``estimate_kv_cache``) says the weights and runtime memory fill the GPU.
+NO_KV_BUDGET = "no KV budget"
+
 
 class Models:
     """config.json folders for the architectures AIConfigurator lacks, written once per derivation."""
@@ -66,6 +69,31 @@ class Models:
         self._folder.cleanup()
 
 
+def shown_path(path: str) -> str:
+    """A model path for a file or message: AIConfigurator's name, or the architecture a temporary folder held."""
+    return Path(path).name.replace("--", "/") if Path(path).is_absolute() else path
+
+
+def checkpoint_quant_modes(precision: str, shapes: dict[str, Any]) -> dict[str, str]:
+    """AIConfigurator's GEMM and MoE quantisation modes for a ``--precision`` on a target checkpoint.
+
+    Notes
+    -----
+    :func:`~sdplan.derive.request.quant_modes`, except that an fp8 target whose checkpoint is block-scaled
+    (its config.json gives ``quantization_config.weight_block_size``; AIConfigurator's inferred ``quant_algo``
+    is then ``fp8_block``) has its experts priced at ``fp8_block``. The engine picks its fused-MoE method from
+    the checkpoint's scales: vLLM's ``Fp8MoEMethod`` runs block-scaled experts for such a checkpoint, never the
+    per-tensor ModelOpt kernel that AIConfigurator's ``fp8`` MoE rows time (vLLM 0.24.0 database on H200:
+    0.19 ms a layer for Qwen3-235B-A22B's experts at one token and two GPUs, three times its bf16 kernel and
+    the block-scaled kernel's 0.06 ms). The dense GEMMs keep ``--precision``.
+    """
+    modes = quant_modes(precision)
+    if precision == "fp8" and shapes.get("num_experts") and \
+            (shapes.get("raw_config") or {}).get("quant_algo") == "fp8_block":
+        modes["moe_quant_mode"] = "fp8_block"
+    return modes
+
+
 def eagle_head_config(target: dict[str, Any]) -> dict[str, Any]:
     """A one-layer decoder pricing an EAGLE/EAGLE-3 head on a target of AIConfigurator's parsed shapes.
 
@@ -97,11 +125,13 @@ class Pricer:
         self.engine, self.request = engine, request
         self.version = self._literal_version()
         self.target_path = models.path(request.target_model)
-        self.target = self.compile(self.target_path)
         from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
 
         shapes = get_model_config_from_model_path(self.target_path)
         self.shapes = shapes
+        #: AIConfigurator's quantisation modes for every model priced (:func:`checkpoint_quant_modes`)
+        self.quant = checkpoint_quant_modes(request.precision, shapes)
+        self.target = self.compile(self.target_path)
         #: (experts per token m, experts per layer M) of an MoE target, None for a dense one
         self.routing = (int(shapes["topk"]), int(shapes["num_experts"])) if shapes.get("num_experts") else None
         self._mtp: dict[int, Any] = {}
@@ -126,7 +156,7 @@ class Pricer:
         tp = tp or request.tensor_parallel_size
         return self.engine.EngineHandle.compile(
             path, request.system, request.backend, backend_version=self.version, tp_size=tp,
-            moe_tp_size=tp, moe_ep_size=1, nextn=nextn, **quant_modes(request.precision))
+            moe_tp_size=tp, moe_ep_size=1, nextn=nextn, **self.quant)
 
     def mtp(self, k: int) -> Any:
         if k not in self._mtp:
@@ -216,17 +246,32 @@ class Pricer:
         return 2.0 * weights / (self.request.tensor_parallel_size * float(peak)) if peak else 0.0
 
     def _kv_estimate(self, path: str, tp: int) -> dict[str, Any] | None:
-        """AIConfigurator's memory model for one model on ``tp`` GPUs (None where it cannot say)."""
+        """AIConfigurator's memory model for one model on ``tp`` GPUs (None where it cannot say).
+
+        Raises
+        ------
+        InvalidValueError
+            Where the model says the weights and runtime memory leave no KV cache: the model does not fit
+            these GPUs at this tensor parallelism, and no step of it can be served (Qwen3-235B-A22B-FP8 on
+            one H200: 242 GB of non-KV memory against 151 GB).
+        """
         from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
-        quant = quant_modes(self.request.precision)
+        quant = self.quant
         try:
             return estimate_kv_cache(
                 path, self.request.system, self.request.backend, self.version,
                 max_num_tokens=8192, max_batch_size=self.request.max_num_seqs, memory_fraction_kind="of_total",
                 memory_fraction_value=GPU_MEMORY_UTILIZATION, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
                 gemm_quant_mode=quant["gemm_quant_mode"], moe_quant_mode=quant["moe_quant_mode"])
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except ValueError as error:
+            if str(error).startswith(NO_KV_BUDGET):
+                raise InvalidValueError(
+                    f"{shown_path(path)} does not fit {tp}x {self.request.system} at {self.request.precision}: "
+                    f"AIConfigurator's memory model leaves no KV cache ({str(error).splitlines()[0]}); "
+                    "raise --tp") from None
+            return None
+        except (KeyError, TypeError, AttributeError):
             return None
 
     def kv_cache_tokens_without_draft(self) -> int | None:
@@ -234,18 +279,36 @@ class Pricer:
         target = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
         if target is None:
             return None
-        per_token = float(target["kv_size_per_token_bytes"])
-        return max(int(float(target["total_kv_size_bytes"]) / per_token), 0) if per_token > 0 else None
+        free, per_token = float(target["total_kv_size_bytes"]), kv_bytes_per_token(target)
+        return max(int(free / per_token), 0) if per_token > 0 else None
 
     def kv_cache_tokens(self) -> int | None:
         """Tokens of KV cache AIConfigurator's memory model gives the target (the draft's weights and KV taken out)."""
         target = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
         if target is None:
             return None
-        free, per_token = float(target["total_kv_size_bytes"]), float(target["kv_size_per_token_bytes"])
+        free, per_token = float(target["total_kv_size_bytes"]), kv_bytes_per_token(target)
         if self.draft_path is not None:
             draft = self._kv_estimate(self.draft_path, draft_tp(self.request))
             if draft is not None:  # a draft on fewer GPUs loads its weights and KV onto those: as much per GPU
                 free -= float(draft["memory_breakdown"]["weights_bytes"])
-                per_token += float(draft["kv_size_per_token_bytes"])
+                per_token += kv_bytes_per_token(draft)
         return max(int(free / per_token), 0) if per_token > 0 else None
+
+
+def kv_bytes_per_token(estimate: dict[str, Any]) -> float:
+    """Bytes of KV cache one token of context takes, from AIConfigurator's memory model (``estimate_kv_cache``).
+
+    Its ``kv_size_per_token_bytes``, unless its own count of the tokens that fit, ``total_kv_size_tokens``,
+    says otherwise: for a hybrid model whose linear-attention layers keep a fixed recurrent state per
+    sequence (Qwen3.5's Gated DeltaNet), ``kv_size_per_token_bytes`` holds that state of one whole sequence
+    (24 MB per GPU for Qwen3.5-397B-A17B on 8 GPUs, against 15 KB of attention KV per token), and dividing
+    the free bytes by it gives 4,910 tokens where AIConfigurator itself counts 7.7 million. Then the bytes
+    per token are the free bytes over its count. For every other model its count is the free bytes over
+    ``kv_size_per_token_bytes``, rounded down, and that value is kept unchanged.
+    """
+    free, per_token = float(estimate["total_kv_size_bytes"]), float(estimate["kv_size_per_token_bytes"])
+    counted = estimate.get("total_kv_size_tokens")
+    if per_token > 0 and counted and int(counted) != int(free / per_token):
+        return free / float(counted)
+    return per_token

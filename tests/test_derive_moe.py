@@ -1,0 +1,139 @@
+"""``sdplan derive`` on mixture-of-experts and large targets: the KV cache, the experts' kernels, a target too big."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sdplan.derive.pricing import checkpoint_quant_modes, kv_bytes_per_token
+from sdplan.errors import InvalidValueError
+
+
+def _aic() -> Any:
+    return pytest.importorskip("aiconfigurator_core.sdk.engine",
+                               reason="aiconfigurator-core is not installed (pip install -e '.[test]' on Python 3.11+)")
+
+
+def test_kv_bytes_per_token_is_the_memory_models_own_value_when_its_count_agrees() -> None:
+    # 10 GB free at 128 KiB a token: 76,293 tokens, and that is the count the model gives
+    estimate = {"total_kv_size_bytes": 10e9, "kv_size_per_token_bytes": 131072, "total_kv_size_tokens": 76293}
+    assert kv_bytes_per_token(estimate) == 131072
+    # an estimate without its own count
+    assert kv_bytes_per_token({"total_kv_size_bytes": 10e9, "kv_size_per_token_bytes": 131072}) == 131072
+
+
+def test_a_hybrid_models_per_sequence_state_is_not_charged_per_token() -> None:
+    # Gated DeltaNet layers keep 24 MB of state per sequence: the model's count of 7.7 M tokens holds, not 4,910
+    estimate = {"total_kv_size_bytes": 117_971_000_000.0, "kv_size_per_token_bytes": 24_023_040,
+                "total_kv_size_tokens": 7_678_477}
+    per_token = kv_bytes_per_token(estimate)
+    assert per_token == pytest.approx(117_971_000_000.0 / 7_678_477)
+    assert int(estimate["total_kv_size_bytes"] / per_token) == pytest.approx(7_678_477, abs=1)
+
+
+def test_a_block_scaled_fp8_checkpoint_prices_its_experts_block_scaled() -> None:
+    block = {"num_experts": 128, "topk": 8, "raw_config": {"quant_algo": "fp8_block"}}
+    assert checkpoint_quant_modes("fp8", block) == {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8_block"}
+    # what the request says holds for a per-tensor checkpoint, a dense target, and another precision
+    per_tensor = {"num_experts": 128, "topk": 8, "raw_config": {"quant_algo": "fp8"}}
+    assert checkpoint_quant_modes("fp8", per_tensor) == {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}
+    dense = {"num_experts": 0, "raw_config": {"quant_algo": "fp8_block"}}
+    assert checkpoint_quant_modes("fp8", dense) == {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}
+    assert checkpoint_quant_modes("bf16", block) == {"gemm_quant_mode": "bfloat16", "moe_quant_mode": "bfloat16"}
+
+
+def test_a_target_that_leaves_no_kv_cache_is_refused() -> None:
+    """Qwen3-235B-A22B-FP8 (235 GB of weights) on one H200: no step of it can be served."""
+    _aic()
+    from sdplan.derive import DeriveRequest, derive
+
+    request = DeriveRequest(target_model="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", method="ngram",
+                            tensor_parallel_size=1, precision="fp8", draft_lengths=(1,), anchor=False)
+    with pytest.raises(InvalidValueError, match="does not fit 1x h200_sxm.*no KV cache"):
+        derive(request)
+
+
+def test_a_hybrid_targets_kv_cache_holds_the_batches_it_serves() -> None:
+    """Qwen3.5-397B-A17B on 8x B200: the batches priced reach max_num_seqs, not the 1-2 a per-sequence state allows."""
+    _aic()
+    from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
+    from sdplan.derive.fitting import batch_sizes
+
+    request = DeriveRequest(target_model="Qwen/Qwen3.5-397B-A17B", system="b200_sxm", method="ngram",
+                            backend="sglang", tensor_parallel_size=8, precision="fp8_block", draft_lengths=(1,),
+                            anchor=False)
+    models = Models()
+    try:
+        pricer = Pricer(load_aic(), request, models)
+        tokens = pricer.kv_cache_tokens()
+        estimate = pricer._kv_estimate(pricer.target_path, 8)
+    finally:
+        models.close()
+    assert estimate is not None and tokens == estimate["total_kv_size_tokens"]
+    assert batch_sizes(request, tokens)[-1] == request.max_num_seqs
+
+
+def test_a_block_scaled_checkpoint_says_how_its_experts_were_priced() -> None:
+    _aic()
+    from sdplan.derive import DeriveRequest, derive
+
+    request = DeriveRequest(target_model="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", method="ngram",
+                            tensor_parallel_size=4, precision="fp8", draft_lengths=(1,), anchor=False)
+    assumptions = derive(request).document["provenance"]["assumptions"]
+    assert any("block-scaled fp8" in line and "fp8_block MoE kernels" in line for line in assumptions)
+
+
+def test_a_smaller_batch_never_costs_more_than_a_larger_one() -> None:
+    """Padding to a larger batch bounds a step's cost: noisy small-batch timings are replaced by the least larger."""
+    from sdplan.derive.fitting import padded
+
+    points = [(1, 1, 256), (4, 1, 256), (16, 1, 256), (64, 1, 256), (1, 2, 256), (4, 2, 256),
+              (1, 1, 1024), (4, 1, 1024)]
+    values = [13.0, 11.7, 9.0, 10.9, 5.0, 6.0, 8.0, 9.0]
+    # independently: each value is the least over its own and every larger batch at the same (q, s)
+    expected = [min(v for (b2, q2, s2), v in zip(points, values) if (q2, s2) == (q, s) and b2 >= b)
+                for b, q, s in points]
+    assert padded(points, values) == expected == [9.0, 9.0, 9.0, 10.9, 5.0, 6.0, 8.0, 9.0]
+    # a curve that already rises with the batch is left as priced
+    assert padded(points[:4], [1.0, 2.0, 3.0, 4.0]) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_the_coverage_column_is_the_expected_share_of_experts_a_step_touches() -> None:
+    """step_rows' last column against an independent count: 1 - (1 - m/M)^(B q) for m of M experts per token."""
+    from sdplan.derive.fitting import step_rows
+
+    points = [(1, 1, 256), (4, 2, 1024), (16, 1, 2048), (64, 3, 256)]
+    rows = step_rows(points, (8, 128))
+    for (b, q, s), row in zip(points, rows):
+        untouched = 1.0
+        for _ in range(b * q):  # each routed token misses a given expert with probability 1 - 8/128
+            untouched *= 1.0 - 8 / 128
+        assert row == pytest.approx([1.0, b, b * q, b * s, 1.0 - untouched], rel=1e-12)
+    assert [len(row) for row in step_rows(points)] == [4, 4, 4, 4]  # a dense target has no coverage column
+
+
+def test_a_derived_moe_step_reproduces_aiconfigurators_within_its_recorded_error() -> None:
+    """The file's T(B, q, s) with its coverage, at every point priced, within the fit error the file records."""
+    _aic()
+    from sdplan.derive import DeriveRequest, Models, Pricer, derive, load_aic
+    from sdplan.derive.fitting import padded
+
+    request = DeriveRequest(target_model="Qwen/Qwen3-30B-A3B", system="h100_sxm", method="ngram",
+                            draft_lengths=(1,), max_num_seqs=64, anchor=False)
+    document = derive(request).document
+    target, moe = document["step_model"]["target"], document["moe"]
+    worst = document["derivation"]["target_max_error_pct"]
+    models = Models()
+    try:
+        pricer = Pricer(load_aic(), request, models)
+        points = [(b, q, s) for b in (1, 4, 16, 64) for q in (1, 2) for s in (256, 2048)]
+        priced = padded(points, [pricer.verify(b, q, s) for b, q, s in points])
+    finally:
+        models.close()
+    share = moe["experts_per_token"] / moe["experts"]
+    for (b, q, s), cost in zip(points, priced):
+        fitted = (target["fixed_s"] + b * (target["per_sequence_s"] + q * target["per_query_token_s"]
+                                           + s * target["per_context_token_s"])
+                  + (1.0 - (1.0 - share) ** (b * q)) * moe["coverage"]["baseline_c1_step_s"])
+        assert abs(fitted / cost - 1.0) * 100.0 <= worst * 1.001, (b, q, s)
