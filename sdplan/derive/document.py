@@ -31,11 +31,15 @@ from sdplan.derive.request import (
     file_stem,
     model_key,
 )
+from sdplan.fileio import dumps_toml
 
 PRECISION_TEXT = {"bf16": "bfloat16 weights, activations and KV cache",
                   "fp8": "float8 weights and activations (per tensor), bfloat16 KV cache",
                   "fp8_block": "float8 weights (blockwise), bfloat16 KV cache"}
 STEP_KEYS = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
+#: The comment at the head of a file ``sdplan derive`` writes: where its numbers come from.
+HEADER = ("Derived with 'sdplan derive' from NVIDIA AIConfigurator's op database: see [derivation] and "
+          "provenance.assumptions.")
 ANCHOR_HOW = ("a closed loop's TPOT = a x AIConfigurator decode step + b x (N/g) x its prefill + the engine's "
               "step overhead, fitted to the measured rows; every step cost x a, every prefill cost x b "
               "(AIConfigurator's SD-to-no-SD step ratios kept)")
@@ -232,3 +236,8 @@ def document(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
 def shown_path(path: str) -> str:
     """A model path for the file: AIConfigurator's name, or the architecture a temporary folder held."""
     return Path(path).name.replace("--", "/") if Path(path).is_absolute() else path
+
+
+def file_text(derived: dict[str, Any]) -> str:
+    """The derived calibration ``derived`` as the TOML file ``sdplan derive`` writes, under :data:`HEADER`."""
+    return dumps_toml(derived, header=HEADER)
