@@ -15,6 +15,9 @@ from dataclasses import dataclass
 #: with the others in flight (``docs/model.md#ttft-and-tpot``).
 DEFAULT_TTFT_WAIT_STEPS = 0.5
 DEFAULT_TTFT_LOAD_STEPS = 1.5
+#: Coefficients that only SD runs determine (the verify and draft costs): a fit without SD runs leaves them
+#: unidentified, and SD cannot be planned from it.
+SPECULATIVE_PARAMETERS = ("c1v_s", "c2v_s", "c1d_s", "c2d_s")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Coefficients:

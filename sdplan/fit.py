@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sdplan.coefficients import SPECULATIVE_PARAMETERS
 from sdplan.errors import InfeasibleError
 from sdplan.fit_result import PointResidual, PooledFit, weakly_determined
 from sdplan.frontend import with_frontend_floor
@@ -53,7 +54,6 @@ from sdplan.regression import (
 )
 from sdplan.runmodel import (
     PARAMETERS,
-    SPECULATIVE_PARAMETERS,
     DesignRows,
     configuration_groups,
     design_rows,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS, Coefficients
-from sdplan.runmodel import PARAMETERS, SPECULATIVE_PARAMETERS, coefficients_from_vector, coefficients_table
+from sdplan.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS, SPECULATIVE_PARAMETERS, Coefficients
+from sdplan.runmodel import PARAMETERS, coefficients_from_vector, coefficients_table
 
 if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 #: Direct-form coefficients fitted by the pooled fit, in order.
 PARAMETERS = ("c1p_s", "c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s", "c1d_s", "c2d_s")
-#: Coefficients that only SD runs determine.
-SPECULATIVE_PARAMETERS = ("c1v_s", "c2v_s", "c1d_s", "c2d_s")
 #: Acceptance values closer than this (per-token alpha) are one configuration.
 ALPHA_GROUP_TOLERANCE = 0.03
 #: Mean lengths within this factor of each other are one workload (random datasets vary run to run).

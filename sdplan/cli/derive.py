@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from sdplan.cli._options import output_options, parse_int_list
-from sdplan.fileio import atomic_write_text, dumps_toml
+from sdplan.fileio import atomic_write_text
 
 
 def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -79,9 +79,7 @@ def derive(target_model: str, system: str, speculative_method: str, draft_model:
       sdplan derive --target-model meta-llama/Llama-3.1-8B-Instruct \\
         --system h100_sxm --method ngram -o ngram.toml --format json
     """
-    from sdplan.calibration import parse_calibration
-    from sdplan.derive import DeriveRequest
-    from sdplan.derive import derive as run_derive
+    from sdplan.derive import DeriveRequest, derive_file
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal
     from sdplan.render.calibration import render_derivation
 
@@ -97,15 +95,12 @@ def derive(target_model: str, system: str, speculative_method: str, draft_model:
         draft_tensor_parallel_size=draft_tensor_parallel_size, precision=precision, draft_lengths=draft_lengths,
         max_num_seqs=max_num_seqs, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, name=name or (None if to_stdout else out.stem), date=date, anchor=not no_anchor)
-    result = run_derive(request, progress=lambda text: click.echo(text, err=True))
-    calibration = parse_calibration(result.document, str(out))
-    text = dumps_toml(result.document, header="Derived with 'sdplan derive' from NVIDIA AIConfigurator's op database: "
-                      "see [derivation] and provenance.assumptions.")
-    rendered = render_derivation(calibration, OutputFormat(fmt), Style(ascii=ascii_only),
+    derived = derive_file(request, str(out), progress=lambda text: click.echo(text, err=True))
+    rendered = render_derivation(derived.calibration, OutputFormat(fmt), Style(ascii=ascii_only),
                                  stdout_is_terminal() and not to_stdout)
     if to_stdout:
-        sys.stdout.write(text)
+        sys.stdout.write(derived.text)
         click.echo(rendered, err=True, nl=False)
         return
-    atomic_write_text(out, text)
+    atomic_write_text(out, derived.text)
     emit(rendered, None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -19,13 +18,6 @@ from sdplan.cli._options import (
     terminal_plot_settings,
     workload_options,
 )
-from sdplan.errors import InputFileError
-from sdplan.limits import check_grid, check_table
-
-if TYPE_CHECKING:
-    from sdplan.planner import Plan
-    from sdplan.scenario import Scenario
-    from sdplan.uncertainty import PlanIntervals
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,36 +30,6 @@ class PlanRequest:
     policy: str
     wide: bool
     output: OutputRequest
-
-
-def check_speculation_identified(cal: object) -> None:
-    """Planning SD from a calibration fitted without SD runs is an error, not an extrapolation."""
-    missing = set(getattr(cal, "without_runs", ()))
-    if not missing:
-        return
-    from sdplan.runmodel import SPECULATIVE_PARAMETERS
-
-    if missing >= set(SPECULATIVE_PARAMETERS):
-        raise InputFileError(getattr(cal, "path", "calibration"), "uncertainty.not_identified",
-                             "was fitted from runs without SD, so SD cannot be planned with it; fit SD runs at two "
-                             "or more draft lengths too (sdplan fit, sdplan calibrate --draft-lengths)")
-
-
-def identification_warnings(cal: object) -> list[str]:
-    name = getattr(cal, "name", "the calibration")
-    missing = list(getattr(cal, "without_runs", ()))
-    weak = [n for n in getattr(cal, "not_identified", ()) if n not in missing]
-    found = []
-    if missing:
-        found.append(f"{', '.join(missing)} of {name} were not identified by its benchmark runs: draft lengths "
-                     "other than those measured are extrapolated")
-    if weak:
-        found.append(f"{', '.join(weak)} of {name} have standard errors above their values: its runs did not "
-                     "determine them" + (", so how the latency splits between prefill and decode steps, and "
-                                         "with it any other prompt or output length, is a guess; calibrate at "
-                                         "two or more workloads (sdplan calibrate measures probes of its own)"
-                                         if {"c1p_s", "c2p_s"} & set(weak) else ""))
-    return found
 
 
 @click.command()
@@ -116,70 +78,30 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
 
 
 def _plan(request: PlanRequest) -> None:
-    from sdplan import planner
+    """Parse, answer, render: one call to :func:`sdplan.plan_answer.answer_plan`, intervals where they apply."""
+    from sdplan.plan_answer import PlanQuery, answer_plan
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.plan import render_plan
     from sdplan.render.plots import file_plan, terminal_plan
 
-    rates, policy, out = request.rates, request.policy, request.output
-    fmt, output, ascii_only = out.fmt, out.output, out.ascii_only
-    check_plot_request(out.plot, out.plot_file, fmt)
+    out = request.output
+    check_plot_request(out.plot, out.plot_file, out.fmt)
     scenario = command_scenario(request.scenario, request.draft_lengths, single_acceptance=False)
-    cal, workload, draft_lengths = scenario.calibration, scenario.workload, scenario.draft_lengths
-    alphas = list(workload.acceptance.alphas)
-    tokens = scenario.tokens_per_cycle
-    if rates is None:
-        rates = planner.default_rates(scenario.coefficients, draft_lengths, alphas, tokens_per_cycle=tokens,
-                                      batch_caps=scenario.limits.caps(draft_lengths))
-    check_grid(len(rates) * (len(draft_lengths) + 1) * len(alphas),
-               f"{len(rates)} rates x {len(draft_lengths) + 1} draft lengths x {len(alphas)} acceptances",
-               "give fewer --rates (a larger STEP), --draft-lengths or --acceptance values")
-    if fmt == "table":
-        check_table(len(alphas), len(alphas) * len(rates), "give fewer --rates or --acceptance values")
-    result = planner.plan(scenario.coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
-                          goodput_policy=policy == "goodput", moe=scenario.moe,
-                          batch_caps=scenario.limits.caps(draft_lengths))
-    check_speculation_identified(cal)
-    inputs = planner.PlanInputs(
-        calibration_name=cal.name,
-        calibration_path=cal.path,
-        calibration_method=cal.method,
-        calibration_provenance=cal.provenance,
-        acceptance_description=workload.acceptance.describe(),
-        acceptance=workload.acceptance,
-        prompt_tokens=workload.prompt_tokens,
-        output_tokens=workload.output_tokens,
-        warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
-                                             planner.largest_batch(result))
-                       + planner.domain_warnings(result, scenario.limits)
-                       + identification_warnings(cal) + scenario.notes()),
-        extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
-                           in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
-        cap_phrases=tuple(scenario.limits.cap_phrase(k) for k in (0, *draft_lengths)),
-        intervals=(_intervals(scenario, result)  # only a fitted calibration has draws
-                   if scenario.moe is None and policy != "goodput" and "uncertainty" in cal.document else None),
-    )
-    if fmt != "table":
+    answer = answer_plan(scenario, PlanQuery(
+        rates_rps=tuple(request.rates) if request.rates is not None else None,
+        goodput_policy=request.policy == "goodput", for_table=out.fmt == "table"))
+    if answer.intervals_apply:
+        from sdplan.plan_intervals import with_intervals  # not on a plain plan's path: loads the fit's tables
+
+        answer = with_intervals(scenario, answer)
+    result, inputs = answer.plan, answer.inputs
+    if out.fmt != "table":
         warn(inputs.warnings)
-    terminal = output in (None, "-") and stdout_is_terminal()
-    batch_cap = (cal.document.get("validity") or {}).get("batch_size", [None, None])[-1]
-    text = render_plan(result, inputs, OutputFormat(fmt), Style(ascii=ascii_only), terminal, wide=request.wide,
-                       batch_cap=batch_cap)
+    terminal = out.output in (None, "-") and stdout_is_terminal()
+    text = render_plan(result, inputs, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal,
+                       wide=request.wide, batch_cap=answer.batch_cap)
     if out.plot:
-        text += "\n" + terminal_plan(result, inputs, *terminal_plot_settings(ascii_only))
+        text += "\n" + terminal_plan(result, inputs, *terminal_plot_settings(out.ascii_only))
     if out.plot_file is not None:
         file_plan(result, inputs, Path(out.plot_file))
-    emit(text, output)
-
-
-def _intervals(scenario: Scenario, result: Plan) -> PlanIntervals | None:
-    """95% intervals of the plan from the calibration's covariance and server spread; None without a covariance."""
-    from sdplan.uncertainty import coefficient_draws, plan_intervals, server_spread_pct
-
-    workload = scenario.workload
-    draws = coefficient_draws(scenario.calibration, workload.prompt_tokens, workload.output_tokens,
-                              options=(scenario.draft_lengths, scenario.tokens_per_cycle))
-    if draws is None:
-        return None
-    return plan_intervals(draws, result.alphas, result.rates_rps, result.draft_lengths, scenario.tokens_per_cycle,
-                          server_sd_pct=server_spread_pct(scenario.calibration))
+    emit(text, out.output)

@@ -47,8 +47,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sdplan.calibration import Calibration, parse_calibration
 from sdplan.derive.anchoring import MeasuredRows, fit_anchor, measured_rows
-from sdplan.derive.document import document
+from sdplan.derive.document import document, file_text
 from sdplan.derive.fitting import fit_linear, fit_steps
 from sdplan.derive.pricing import Models, Pricer, eagle_head_config
 from sdplan.derive.request import (
@@ -81,11 +82,13 @@ __all__ = [
     "SYSTEMS",
     "Derivation",
     "DeriveRequest",
+    "DerivedFile",
     "MeasuredRows",
     "Models",
     "Pricer",
     "aic_version",
     "derive",
+    "derive_file",
     "eagle_head_config",
     "file_stem",
     "fit_anchor",
@@ -147,3 +150,30 @@ def derive(request: DeriveRequest, progress: Callable[[str], None] | None = None
         models.close()
     note(f"fitted; anchor: {'none' if anchor is None else str(anchor['rows']) + ' measured rows'}")
     return Derivation(document=document(request, pricer, fitted, anchor), errors=fitted.errors, anchor=anchor)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DerivedFile:
+    """What ``sdplan derive`` writes and reports: the derivation, its file's text, and the calibration it reads as.
+
+    Attributes
+    ----------
+    derivation : Derivation
+        The document and what the derivation found.
+    text : str
+        The TOML file, under its header (:func:`sdplan.derive.document.file_text`).
+    calibration : Calibration
+        The document read as the calibration at the path it is written to, for the report.
+    """
+
+    derivation: Derivation
+    text: str
+    calibration: Calibration
+
+
+def derive_file(request: DeriveRequest, path: str, progress: Callable[[str], None] | None = None,
+                measured: MeasuredRows | None = None) -> DerivedFile:
+    """:func:`derive` a calibration and build the file to write at ``path`` (what :func:`derive` raises)."""
+    derivation = derive(request, progress, measured)
+    calibration = parse_calibration(derivation.document, path)
+    return DerivedFile(derivation=derivation, text=file_text(derivation.document), calibration=calibration)

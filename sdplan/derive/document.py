@@ -30,11 +30,15 @@ from sdplan.derive.request import (
     file_stem,
     model_key,
 )
+from sdplan.fileio import dumps_toml
 
 PRECISION_TEXT = {"bf16": "bfloat16 weights, activations and KV cache",
                   "fp8": "float8 weights and activations (per tensor), bfloat16 KV cache",
                   "fp8_block": "float8 weights (blockwise), bfloat16 KV cache"}
 STEP_KEYS = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
+#: The comment at the head of a file ``sdplan derive`` writes: where its numbers come from.
+HEADER = ("Derived with 'sdplan derive' from NVIDIA AIConfigurator's op database: see [derivation] and "
+          "provenance.assumptions.")
 ANCHOR_HOW = ("a closed loop's TPOT = a x AIConfigurator decode step + b x (N/g) x its prefill + the engine's "
               "step overhead, fitted to the measured rows; every step cost x a, every prefill cost x b "
               "(AIConfigurator's SD-to-no-SD step ratios kept)")
@@ -230,3 +234,8 @@ def document(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
         result["moe"] = {"experts_per_token": pricer.routing[0], "experts": pricer.routing[1],
                          "coverage": {"baseline_c1_step_s": streamed, "c1v_s": streamed}}
     return result
+
+
+def file_text(derived: dict[str, Any]) -> str:
+    """The derived calibration ``derived`` as the TOML file ``sdplan derive`` writes, under :data:`HEADER`."""
+    return dumps_toml(derived, header=HEADER)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from rich.table import Table
 
 from sdplan import __version__
@@ -22,11 +24,14 @@ from sdplan.render import (
     to_json,
 )
 from sdplan.render.answer import alpha_phrase, caveat_lines, caveats
-from sdplan.simulate import METRICS, STATISTICS
+from sdplan.render.plots import file_cdf, terminal_cdf
+from sdplan.simulate import METRICS, STATISTICS, WARMUP_FRACTION
 
 if TYPE_CHECKING:
-    from sdplan.serving import EngineLimits
+    from collections.abc import Sequence
+
     from sdplan.simulate import Estimate, RateSummary
+    from sdplan.simulate_answer import SimulateAnswer
 
 LABELS = {"e2e": "E2E latency", "ttft": "TTFT", "tpot": "TPOT", "queue": "queueing delay"}
 
@@ -35,11 +40,27 @@ def _estimate(estimate: Estimate) -> dict[str, Any]:
     return {"value": finite_or_none(estimate.value), "ci95_half_width": finite_or_none(estimate.half_width)}
 
 
-def simulate_document(summaries: list[RateSummary], context: dict[str, Any], settings: dict[str, Any],
-                      limits: list[EngineLimits]) -> dict[str, Any]:
-    """The JSON document of ``sdplan simulate``; ``limits`` are the engine limits each rate was simulated with."""
+def simulate_document(answer: SimulateAnswer) -> dict[str, Any]:
+    """The JSON document of ``sdplan simulate``: what was simulated, how, and per rate the statistics."""
+    scenario, settings = answer.scenario, answer.query.settings
+    workload, calibration = scenario.workload, scenario.calibration
+    acceptance = workload.acceptance
+    context = {"calibration": {"name": calibration.name, "path": calibration.path, "method": calibration.method},
+               "workload": {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
+                            "acceptance": acceptance.describe(),
+                            "lengths_file": answer.query.lengths_file,
+                            "per_token_alpha": acceptance.alphas[0],
+                            "position_acceptance_rates": (list(acceptance.position_rates)
+                                                          if acceptance.position_rates else None),
+                            "acceptance_source": acceptance.source},
+               "warnings": list(answer.warnings)}
+    settings_document = {"replications": settings.seeds, "requests": settings.requests, "seed": settings.seed,
+                         "arrival_cv": settings.arrival_cv, "max_num_seqs": scenario.limits.max_num_seqs,
+                         "max_num_batched_tokens": scenario.limits.max_num_batched_tokens,
+                         "kv_cache_tokens": scenario.given_limits.kv_cache_tokens,
+                         "warmup_fraction": WARMUP_FRACTION}
     rates = []
-    for summary, its in zip(summaries, limits):
+    for summary, its in zip(answer.summaries, answer.limits):
         stats = {f"{metric}_{statistic}_s": _estimate(summary.stats[(metric, statistic)])
                  for metric in METRICS for statistic in STATISTICS}
         rates.append({
@@ -62,10 +83,10 @@ def simulate_document(summaries: list[RateSummary], context: dict[str, Any], set
             "kv_cache_tokens": its.kv_cache_tokens,
         })
     return {"schema_version": JSON_SCHEMA_VERSION, "sdplan_version": __version__, "command": "simulate",
-            **context, "settings": settings, "rates": rates}
+            **context, "settings": settings_document, "rates": rates}
 
 
-def simulate_csv(summaries: list[RateSummary]) -> str:
+def simulate_csv(summaries: Sequence[RateSummary]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["request_rate_rps", "draft_length_tokens", "metric", "statistic", "value_s", "ci95_half_width_s"])
@@ -93,12 +114,14 @@ def _cell(estimate: Estimate, scale: float, plus_minus: str) -> str:
     return f"{value * scale:.4g}"
 
 
-def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt: OutputFormat, style: Style,
-                    terminal: bool) -> str:
+def render_simulate(answer: SimulateAnswer, fmt: OutputFormat, style: Style, terminal: bool) -> str:
+    """The answer as JSON, CSV, or the text tables (one per rate)."""
+    if fmt is OutputFormat.CSV:
+        return simulate_csv(answer.summaries)
+    document = simulate_document(answer)
     if fmt is OutputFormat.JSON:
         return to_json(document)
-    if fmt is OutputFormat.CSV:
-        return simulate_csv(summaries)
+    summaries = answer.summaries
 
     def draw(console: Any) -> None:
         settings = document["settings"]
@@ -145,3 +168,16 @@ def render_simulate(summaries: list[RateSummary], document: dict[str, Any], fmt:
         console.print("TPOT = (E2E - TTFT)/(output - 1); queueing delay = arrival to admission into the batch.")
 
     return render_rich(draw, style, terminal)
+
+
+def simulate_plots(answer: SimulateAnswer, plot: bool, plot_file: str | None, width: int, color: bool) -> str:
+    """The E2E latency CDF per rate: drawn for the terminal (returned) and/or written to ``plot_file``."""
+    acceptance = answer.scenario.workload.acceptance
+    series = [(f"{s.rate_rps:g} req/s", np.sort(s.e2e_samples_s)) for s in answer.summaries]
+    assumption = alpha_phrase(acceptance.alphas[0], acceptance.source, acceptance.position_rates)
+    if plot_file is not None:
+        file_cdf(series, f"E2E latency CDF, {answer.scenario.calibration.name}, {assumption}", Path(plot_file))
+    if not plot:
+        return ""
+    return "\n" + terminal_cdf(series, f"E2E latency CDF (first replication), {assumption}",
+                                 width, color)
