@@ -9,7 +9,8 @@ from the :class:`CapacityAnswer` alone (``sdplan/render/check.py``).
 Every rule of the command lives here or in the modules it calls: which SLOs
 apply (the command line, else the workload file), the MoE refusal, the
 warnings (calibrated range at the load of each option's capacity, prefill
-interference, the batch cap), the 95% intervals, and where the GPUs per
+interference, the batch cap), the 95% intervals, the servers' speed margin
+(:func:`answer_capacity`), and where the GPUs per
 replica and their price come from (the command line, then the workload file,
 then the calibration's tensor parallel size).
 """
@@ -17,7 +18,7 @@ then the calibration's tensor parallel size).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,7 +32,15 @@ from sdplan.scenario import Scenario, SimulationSettings, simulation_config
 from sdplan.schedule import EngineSchedule, engine_schedule, goodput_per_size
 from sdplan.serving import batch_cap_warning
 from sdplan.slo import SLO
-from sdplan.uncertainty import capacity_intervals, coefficient_draws, covers, server_spread_pct
+from sdplan.uncertainty import (
+    SpeedMargin,
+    capacity_intervals,
+    coefficient_draws,
+    covers,
+    on_slower_server,
+    server_spread_pct,
+    speed_margin,
+)
 from sdplan.workload import resolve_slos
 
 if TYPE_CHECKING:
@@ -74,6 +83,8 @@ class CapacityQuery:
         vLLM's data parallel size the engine configuration is for.
     use_simulator : bool
         Find each option's capacity with the simulator (percentile SLOs allowed), with ``simulation``.
+    at_calibrated_speed : bool
+        Size on the calibration's own costs, without its speed margin (:class:`SpeedMargin`).
     """
 
     slos: tuple[str, ...] = ()
@@ -85,6 +96,7 @@ class CapacityQuery:
     data_parallel_size: int = 1
     use_simulator: bool = False
     simulation: SimulationSettings = SimulationSettings(requests=4000, seeds=2, seed=0, arrival_cv=1.0)
+    at_calibrated_speed: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,6 +140,23 @@ class CapacityIntervals:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OtherSpeed:
+    """The answer on the other side of a speed margin: at the calibration's speed when the margin is applied,
+    on the slower server when not (:class:`sdplan.uncertainty.SpeedMargin`), in closed form.
+
+    Attributes
+    ----------
+    best_rate_rps : float or None
+        The best option's capacity there; None: no option meets the SLOs.
+    fleet : FleetPlan or None
+        The fleet there; None without a target rate.
+    """
+
+    best_rate_rps: float | None
+    fleet: FleetPlan | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityAnswer:
     """Everything ``sdplan capacity`` reports: the views (text, JSON, plots) read this and nothing else.
 
@@ -151,6 +180,11 @@ class CapacityAnswer:
         Replicas for the target rate; None without one.
     schedule : EngineSchedule
         The goodput-optimal k per batch size (vLLM ``num_speculative_tokens_per_batch_size``).
+    speed_margin : SpeedMargin or None
+        The servers' speed the answer is sized for; None for calibrations not measured on servers
+        (roofline, derived).
+    other_speed : OtherSpeed or None
+        The answer on the other side of the margin; None without a measured spread, or when simulated.
     """
 
     scenario: Scenario
@@ -162,6 +196,8 @@ class CapacityAnswer:
     intervals: CapacityIntervals | None
     fleet: FleetPlan | None
     schedule: EngineSchedule
+    speed_margin: SpeedMargin | None = None
+    other_speed: OtherSpeed | None = None
 
     @property
     def feasible(self) -> bool:
@@ -194,36 +230,75 @@ def answer_capacity(scenario: Scenario, query: CapacityQuery, progress: Progress
 
     ``progress`` is called as the simulator's search advances (``query.use_simulator`` only).
 
+    A calibration that measured its servers' spread (``[uncertainty] repeat_sd_pct``) is answered on a server
+    ``u = exp(z sigma / sqrt(n))`` times slower than the calibration's
+    (:func:`sdplan.uncertainty.calibration_speed_margin`, ``z`` = 1.645): the calibration's speed is one draw
+    of its ``n`` instances, which every replica sized on it inherits and which does not average out over a
+    fleet, so the default answer errs on the user's side of it at 95%, one-sided. On served quick grids
+    (``benchmarks/RESULTS-accuracy-served-2026-11.md``, E7) this planned two runs' fresh plateaus at
+    -13.8% +- 3.4 of the measured, all six on the safe side, where at the calibration's speed two of six were
+    over. ``query.at_calibrated_speed`` answers at the calibration's speed instead; either way the answer
+    keeps the other side's figure for its caveat (:class:`SpeedMargin`).
+
+    The 95% intervals are not shifted by ``u``: each of their draws already runs on a server of its own
+    speed, with the whole spread ``sigma`` (:func:`sdplan.uncertainty.coefficient_draws`), around the
+    calibration's speed. Shifting them as well would count the spread twice. Their low end stays the
+    pessimistic answer: ``u`` bounds the calibration's own speed error (``sigma / sqrt(n)``, one-sided), the
+    draws each replica's whole spread, so the margined answer usually lies inside the interval (acc41's
+    quick grid, no SD under e2e 3 s: 20.2 req/s, interval 19.5-28.6).
+
     Raises
     ------
     InvalidValueError
         For an MoE calibration, no SLO, no SLO that bounds the rate, or more work than the budgets allow.
     """
-    schedule = _schedule(scenario, query.min_k, query.min_tier_width)
     if scenario.moe is not None:
+        _schedule(scenario, query.min_k, query.min_tier_width)
         raise InvalidValueError(MOE_REFUSAL)
+    margin = speed_margin(scenario.calibration, query.at_calibrated_speed)
+    measured = margin is not None and margin.measured
+    calibrated = scenario
+    slower = replace(scenario, coefficients=on_slower_server(scenario.coefficients, margin.factor)) \
+        if margin is not None and measured else scenario
+    answered, other = (slower, calibrated) if margin is not None and margin.applied else (calibrated, slower)
+    schedule = _schedule(answered, query.min_k, query.min_tier_width)
     slos = resolve_slos(query.slos, scenario.file, allow_percentiles=query.use_simulator)
     if not slos:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
-    candidates, limits = scenario.draft_lengths, scenario.limits
-    limits.require_fit(scenario.request_tokens)
-    table = capacity(scenario.coefficients, candidates, scenario.alpha, slos,
-                     tokens_per_cycle=scenario.tokens_per_cycle[0], max_batch=limits.caps(candidates))
+    scenario.limits.require_fit(scenario.request_tokens)
+    table = _table(answered, slos)
     settings = query.simulation
     if query.use_simulator:
-        table = _simulated(scenario, table, slos, settings, progress)
+        table = _simulated(answered, table, slos, settings, progress)
         evaluated_by = f"simulated: bisection on rate, {settings.seeds} x {settings.requests} requests per point"
     else:
         evaluated_by = "analytic model (means), closed-form inverse"
     file = scenario.file
     target = query.target_rate_rps if query.target_rate_rps is not None else (file.target_rate_rps if file else None)
     return CapacityAnswer(
-        scenario=scenario, capacity=table, slos=tuple(slos), simulated=query.use_simulator,
-        evaluated_by=evaluated_by, warnings=tuple(_warnings(scenario, table, query.use_simulator)),
-        intervals=None if query.use_simulator else _intervals(scenario, table, slos),
-        fleet=None if target is None else fleet_plan(scenario, table, target, query.gpus_per_replica,
+        scenario=answered, capacity=table, slos=tuple(slos), simulated=query.use_simulator,
+        evaluated_by=evaluated_by, warnings=tuple(_warnings(answered, table, query.use_simulator)),
+        intervals=None if query.use_simulator else _intervals(calibrated, slos),
+        fleet=None if target is None else fleet_plan(answered, table, target, query.gpus_per_replica,
                                                       query.gpu_hour_cost_usd),
-        schedule=schedule)
+        schedule=schedule, speed_margin=margin,
+        other_speed=_other_speed(other, query, slos, target) if measured and not query.use_simulator else None)
+
+
+def _table(scenario: Scenario, slos: list[SLO]) -> Capacity:
+    """Each option's capacity under ``slos`` in closed form, on the scenario's coefficients."""
+    candidates = scenario.draft_lengths
+    return capacity(scenario.coefficients, candidates, scenario.alpha, slos,
+                    tokens_per_cycle=scenario.tokens_per_cycle[0], max_batch=scenario.limits.caps(candidates))
+
+
+def _other_speed(other: Scenario, query: CapacityQuery, slos: list[SLO], target: float | None) -> OtherSpeed:
+    """The best capacity and the fleet on the other side of the margin, in closed form (analytic answers only:
+    a second simulated search would double the run time)."""
+    table = _table(other, slos)
+    return OtherSpeed(best_rate_rps=float(table.max_rate_rps[table.best]) if table.best >= 0 else None,
+                      fleet=None if target is None else fleet_plan(other, table, target, query.gpus_per_replica,
+                                                                    query.gpu_hour_cost_usd))
 
 
 def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) -> EngineConfigAnswer:
@@ -313,7 +388,7 @@ def _warnings(scenario: Scenario, table: Capacity, simulated: bool) -> list[str]
     return warnings + scenario.notes()
 
 
-def _intervals(scenario: Scenario, table: Capacity, slos: list[SLO]) -> CapacityIntervals | None:
+def _intervals(scenario: Scenario, slos: list[SLO]) -> CapacityIntervals | None:
     """95% intervals of each option's capacity from the calibration's covariance (None without one)."""
     workload, candidates, tokens = scenario.workload, scenario.draft_lengths, scenario.tokens_per_cycle[0]
     draws = coefficient_draws(scenario.calibration, workload.prompt_tokens, workload.output_tokens,

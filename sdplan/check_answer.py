@@ -9,15 +9,15 @@ GitHub annotations are built from the :class:`CheckAnswer` alone
 The rules of the gate live here or in :mod:`sdplan.check`: the rate (the
 command line, else the workload file's ``traffic.request_rate_rps``), the
 draft length (the command line, else the workload file's speculation mode,
-else the best), the pessimistic end of each prediction's 95% interval, the
-simulator's verdicts, and the warnings where the answer leaves the model's
-domain.
+else the best), the servers' speed margin, the pessimistic end of each
+prediction's 95% interval, the simulator's verdicts, and the warnings where
+the answer leaves the model's domain.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sdplan import model
 from sdplan.check import CheckReport, run_check, simulated_verdicts
@@ -28,7 +28,16 @@ from sdplan.scenario import Scenario, SimulationSettings, simulation_config
 from sdplan.serving import EngineLimits, batch_cap_warning
 from sdplan.simulate import replicate
 from sdplan.slo import SLO
-from sdplan.uncertainty import LEVEL, coefficient_draws, covers, pessimistic_verdicts, server_spread_pct
+from sdplan.uncertainty import (
+    LEVEL,
+    SpeedMargin,
+    coefficient_draws,
+    covers,
+    on_slower_server,
+    pessimistic_verdicts,
+    server_spread_pct,
+    speed_margin,
+)
 from sdplan.workload import measured_draft_lengths, resolve_slos
 
 
@@ -49,6 +58,8 @@ class CheckQuery:
         Take every latency verdict from the simulator (percentile SLOs allowed), with ``simulation``.
     pessimistic : bool
         Gate on the pessimistic end of each prediction's 95% interval (needs a covariance).
+    at_calibrated_speed : bool
+        Check on the calibration's own costs, without its speed margin (:func:`answer_check`).
     """
 
     rate_rps: float | None = None
@@ -57,6 +68,7 @@ class CheckQuery:
     use_simulator: bool = False
     pessimistic: bool = False
     simulation: SimulationSettings = SimulationSettings(requests=20_000, seeds=3, seed=0, arrival_cv=1.0)
+    at_calibrated_speed: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,12 +109,19 @@ class CheckAnswer:
         Where the answer leaves the model's domain, and candidates left out.
     pessimistic : VerdictIntervals or None
         The intervals the verdicts were checked at (``pessimistic`` queries only).
+    speed_margin : SpeedMargin or None
+        The servers' speed the rate is checked on; None for calibrations not measured on servers.
+    other_speed : CheckReport or None
+        The model's check on the other side of the margin (at the calibration's speed when the margin is
+        applied, on the slower server when not); None without a measured spread or when simulated.
     """
 
     scenario: Scenario
     report: CheckReport
     warnings: tuple[str, ...]
     pessimistic: VerdictIntervals | None = None
+    speed_margin: SpeedMargin | None = None
+    other_speed: CheckReport | None = None
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -112,6 +131,14 @@ class CheckAnswer:
 
 def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
     """Predict the operating point at the rate and check every SLO against it.
+
+    As ``capacity`` (:func:`sdplan.capacity_answer.answer_capacity`), a calibration that measured its servers'
+    spread is checked on a server ``u = exp(z sigma / sqrt(n))`` times slower than its own
+    (:func:`sdplan.uncertainty.calibration_speed_margin`): a rate that ``capacity`` says a replica serves
+    passes ``check`` there, and no faster. ``query.at_calibrated_speed`` checks at the calibration's speed.
+    ``pessimistic`` gates on the 95% intervals of the calibration's draws, which are not shifted by ``u``:
+    each draw already runs on a server of its own speed with the whole spread ``sigma``, so shifting them
+    as well would count the spread twice.
 
     Raises
     ------
@@ -135,8 +162,19 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
         measured_draft_lengths(scenario.workload.acceptance, [fixed], given=True)  # past the measured k: an error
     tokens = scenario.workload.acceptance.tokens_per_cycle([fixed] if fixed else scenario.draft_lengths)
     slos = resolve_slos(query.slos, file, allow_percentiles=query.use_simulator)
-    report = run_check(scenario.coefficients, rate, scenario.alpha, mode, fixed, scenario.draft_lengths, slos,
-                       tokens_per_cycle=tokens, moe=scenario.moe, limits=scenario.limits)
+    margin = speed_margin(scenario.calibration, query.at_calibrated_speed)
+    calibrated = scenario
+    if margin is not None and margin.measured:
+        slower = replace(scenario, coefficients=on_slower_server(scenario.coefficients, margin.factor))
+        scenario, other = (slower, calibrated) if margin.applied else (calibrated, slower)
+    else:
+        other = None
+
+    def check_on(evaluated: Scenario) -> CheckReport:
+        return run_check(evaluated.coefficients, rate, evaluated.alpha, mode, fixed, evaluated.draft_lengths, slos,
+                         tokens_per_cycle=tokens, moe=evaluated.moe, limits=evaluated.limits)
+
+    report = check_on(scenario)
     intervals = None
     if query.pessimistic:
         if query.use_simulator:
@@ -148,7 +186,8 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
     if query.use_simulator:
         report = _simulated(scenario, report, slos, limits, query.simulation)
     return CheckAnswer(scenario=scenario, report=report, warnings=tuple(_warnings(scenario, report, limits)),
-                       pessimistic=intervals)
+                       pessimistic=intervals, speed_margin=margin,
+                       other_speed=None if other is None or query.use_simulator else check_on(other))
 
 
 def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tuple[CheckReport, VerdictIntervals]:

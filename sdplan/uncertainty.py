@@ -214,6 +214,60 @@ def calibration_margin(calibration: Calibration, z: float = MARGIN_Z) -> float:
                                     1 if measurement is None else measurement.server_instances, z)
 
 
+#: Calibration methods measured on real servers, whose answers say how fast they assume the servers
+#: (:class:`SpeedMargin`); roofline and derived calibrations already say they were not measured at all.
+MEASURED_METHODS = ("measured", "fit")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeedMargin:
+    """How much slower than the calibration's servers ``capacity`` and ``check`` answer for.
+
+    Attributes
+    ----------
+    factor : float
+        ``u = exp(z sigma / sqrt(n))`` (:func:`calibration_speed_margin`); 1 without a measured spread.
+    sd_pct : float or None
+        ``sigma``, the spread between server instances (``[uncertainty] repeat_sd_pct``); None: not measured.
+    instances : int
+        ``n``, server instances per configuration the calibration measured.
+    z : float
+        The one-sided normal quantile (:data:`MARGIN_Z`, 95%).
+    applied : bool
+        Whether the answer is on the slower server: ``u > 1`` and not opted out (``--at-calibrated-speed``).
+    """
+
+    factor: float
+    sd_pct: float | None
+    instances: int
+    z: float = MARGIN_Z
+    applied: bool
+
+    @property
+    def slower_pct(self) -> float:
+        """How much slower, in percent of the calibration's costs: ``100 (u - 1)``."""
+        return 100.0 * (self.factor - 1.0)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the calibration measured its servers' spread (``u > 1``)."""
+        return self.factor > 1.0
+
+
+def speed_margin(calibration: Calibration, at_calibrated_speed: bool = False) -> SpeedMargin | None:
+    """The margin an answer on ``calibration`` carries; None for a calibration not measured on servers.
+
+    ``at_calibrated_speed`` keeps the factor for the caveat but answers at the calibration's speed.
+    """
+    if calibration.method not in MEASURED_METHODS:
+        return None
+    measurement = calibration.records.measurement
+    factor = calibration_margin(calibration)
+    return SpeedMargin(factor=factor, sd_pct=server_spread_pct(calibration),
+                       instances=1 if measurement is None else measurement.server_instances,
+                       applied=factor > 1.0 and not at_calibrated_speed)
+
+
 def on_slower_server(coefficients: Coefficients, factor: float) -> Coefficients:
     """The coefficients of a server ``factor`` times slower: every cost (``*_s``) times ``factor``.
 

@@ -68,6 +68,10 @@ class CapacityRequest:
               "1 keeps the per-size optimum.")
 @click.option("--data-parallel-size", type=click.IntRange(1, 100_000), default=1, show_default=True, metavar="N",
               help="vLLM data parallel size the config is for (> 1: vLLM ignores the schedule; warned).")
+@click.option("--at-calibrated-speed", is_flag=True,
+              help="Size on servers exactly as fast as the calibration's. By default a calibration that measured "
+              "its servers' spread (repeat_sd_pct) is sized on servers as much slower as its own speed error "
+              "allows (one-sided 95%); this gives that margin up and can buy too few replicas.")
 @workload_options
 @click.option("--simulate", "use_simulator", is_flag=True,
               help="Find each option's capacity with the simulator (bisection on rate) so percentile SLOs "
@@ -78,7 +82,8 @@ class CapacityRequest:
 def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...], draft_lengths: str | None,
              target_rate: float | None, gpus_per_replica: int | None, gpu_hour_cost: float | None,
              max_batch_size: int | None, spec_method: str | None, min_k: int, min_tier_width: int,
-             data_parallel_size: int, prompt_tokens: int | None, output_tokens: int | None,
+             data_parallel_size: int, at_calibrated_speed: bool, prompt_tokens: int | None,
+             output_tokens: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
              position_acceptance: list[float] | None,
@@ -100,6 +105,13 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     max_batch_size, else the one a served calibration's servers ran with,
     else vLLM's default for the calibration's hardware) and merge narrow
     tiers so k does not flap.
+
+    A calibration that measured how far its server instances lie apart
+    ([uncertainty] repeat_sd_pct, sigma, over n instances per configuration)
+    is answered on servers u = exp(1.645 sigma/sqrt(n)) times slower than its
+    own: the calibration's speed is one draw that every replica inherits. The
+    caveat gives u and the answer at the calibration's speed;
+    --at-calibrated-speed answers there instead.
 
     \b
     Examples:
@@ -126,7 +138,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
         query=CapacityQuery(
             slos=slos, target_rate_rps=target_rate, gpus_per_replica=gpus_per_replica, gpu_hour_cost_usd=gpu_hour_cost,
             min_k=min_k, min_tier_width=min_tier_width, data_parallel_size=data_parallel_size,
-            use_simulator=use_simulator,
+            use_simulator=use_simulator, at_calibrated_speed=at_calibrated_speed,
             simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv)),
         output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only, plot=plot, plot_file=plot_file)))
 

@@ -27,8 +27,9 @@ from sdplan.planner import NONE_STABLE, SD_OFF
 
 if TYPE_CHECKING:
     from sdplan.acceptance import AcceptanceSpec
-    from sdplan.capacity_answer import CapacityAnswer
+    from sdplan.capacity_answer import CapacityAnswer, FleetPlan, OtherSpeed
     from sdplan.planner import Plan, PlanInputs
+    from sdplan.uncertainty import SpeedMargin
 
 
 def _g(value: float, digits: int = 3) -> str:
@@ -257,9 +258,60 @@ def capacity_answer(answer: CapacityAnswer) -> list[str]:
         if why:
             lines.append(why)
     calibration = answer.scenario.calibration
+    margin = answer.speed_margin
     lines.extend(caveat_lines(caveats(calibration.method or "", answer.scenario.workload.acceptance.source,
-                                      cap.alpha)))
+                                      cap.alpha, () if margin is None else
+                                      (speed_caveat(margin, capacity_other_side(answer.other_speed)),))))
     return lines
+
+
+#: What no speed margin covers: a replica's own speed (the intervals), drift, Little's law, other workloads.
+NOT_COVERED = ("Not covered: one replica's own speed (the 95% intervals), the machine's drift over "
+               "hours, the load an open loop's requests meet beyond Little's lambda L (about 6% in runs of 10 s "
+               "or more), and workloads other than the calibrated one.")
+
+
+def speed_caveat(margin: SpeedMargin, other: str | None, verb: str = "sized") -> str:
+    """How fast the answer (``capacity``'s or ``check``'s) assumes the servers: its margin, or that it has none.
+
+    ``other`` is the answer on the other side of the margin, in words (None: not computed); ``verb`` what
+    the command did (``sized``, ``checked``). The texts of
+    ``benchmarks/RESULTS-accuracy-served-2026-11.md`` (over-promise, the proposed rule).
+    """
+    if not margin.measured:
+        return ("this calibration did not measure how far its server instances lie apart (served quick grids on "
+                "2-core CPU VMs: 4.5-16%); the answer assumes servers exactly as fast as the ones it measured")
+    plural = "s" if margin.instances != 1 else ""
+    spread = (f"its servers {margin.sd_pct:.2g}% apart (repeat_sd_pct) over {margin.instances} instance{plural} "
+              "per configuration; one-sided 95% of the calibration's own speed")
+    if margin.applied:
+        there = ("(--at-calibrated-speed): " + other) if other is not None else ": rerun with --at-calibrated-speed"
+        return (f"{verb} for servers up to {margin.slower_pct:.2g}% slower than this calibration's ({spread}). "
+                f"At the calibration's speed {there}. {NOT_COVERED}")
+    there = f", the default: {other}" if other is not None else ": rerun without --at-calibrated-speed"
+    return (f"{verb} at the calibration's speed (--at-calibrated-speed): servers as fast as the ones it measured. "
+            f"On servers up to {margin.slower_pct:.2g}% slower ({spread}){there}.")
+
+
+def capacity_other_side(other: OtherSpeed | None) -> str | None:
+    """The capacity answer on the other side of the margin: the fleet where there is one, else the best rate."""
+    if other is None:
+        return None
+    fleet = other.fleet
+    if fleet is not None and (fleet.no_sd is not None or fleet.best_sd is not None):
+        return _fleet_phrase(fleet)
+    if other.best_rate_rps is None:
+        return "no option meets the SLOs"
+    return f"{_g(other.best_rate_rps)} req/s per replica with the best option"
+
+
+def _fleet_phrase(fleet: FleetPlan) -> str:
+    parts = []
+    if fleet.no_sd is not None:
+        parts.append(f"{fleet.no_sd.replicas} replicas without SD")
+    if fleet.best_sd is not None:
+        parts.append(f"{fleet.best_sd.replicas} with {fleet.best_sd.option}")
+    return ", ".join(parts)
 
 
 def capacity_why(answer: CapacityAnswer) -> str | None:
@@ -280,13 +332,14 @@ def capacity_why(answer: CapacityAnswer) -> str | None:
 
 
 def check_answer(passed: bool, met: int, total: int, where: str, regime: str, method: str, source: str,
-                 alpha: float, failed: list[str], limit: str = "saturation") -> list[str]:
-    """The verdict of ``sdplan check`` in words, then the caveat; ``limit`` is what an unstable rate exceeds."""
+                 alpha: float, failed: list[str], limit: str = "saturation", speed: str | None = None) -> list[str]:
+    """The verdict of ``sdplan check`` in words, then the caveat; ``limit`` is what an unstable rate exceeds,
+    ``speed`` the servers' speed the verdict assumes (:func:`speed_caveat`)."""
     head = f"Answer: {'PASS' if passed else 'FAIL'}: {met}/{total} SLOs met {where}"
     if regime == "unstable":
         head += f"; the rate is past {limit} (requests queue without bound)"
     elif failed:
         head += "; missed: " + "; ".join(failed)
     lines = [head + "."]
-    lines.extend(caveat_lines(caveats(method, source, alpha)))
+    lines.extend(caveat_lines(caveats(method, source, alpha, () if speed is None else (speed,))))
     return lines

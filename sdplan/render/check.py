@@ -26,18 +26,26 @@ from sdplan.render import (
     table_box,
     to_json,
 )
-from sdplan.render.answer import alpha_phrase, capacity_answer, check_answer, given_positions
+from sdplan.render.answer import (
+    alpha_phrase,
+    capacity_answer,
+    capacity_other_side,
+    check_answer,
+    given_positions,
+    speed_caveat,
+)
 from sdplan.render.plan import METHOD_LABELS
 from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE
 from sdplan.render.plots import file_bars, terminal_bars
 
 if TYPE_CHECKING:
     from sdplan.capacity import Fleet
-    from sdplan.capacity_answer import CapacityAnswer, EngineConfigAnswer
+    from sdplan.capacity_answer import CapacityAnswer, EngineConfigAnswer, OtherSpeed
     from sdplan.check import CheckReport
     from sdplan.check_answer import CheckAnswer
     from sdplan.scenario import Scenario
     from sdplan.slo import Verdict
+    from sdplan.uncertainty import SpeedMargin
 
 _SUFFIX = {"e2e": "_s", "ttft": "_s", "tpot": "_s", "throughput": "_tok_s", "utilisation": "_fraction"}
 
@@ -58,6 +66,16 @@ def verdict_document(verdict: Verdict) -> dict[str, Any]:
         "margin_pct": finite_or_none(verdict.margin * 100.0),
         "passed": verdict.passed,
     }
+
+
+def check_other_side(report: CheckReport | None) -> str | None:
+    """The check on the other side of a speed margin, in words (None: not made)."""
+    if report is None:
+        return None
+    met = sum(v.passed for v in report.verdicts)
+    text = f"{'PASS' if report.passed else 'FAIL'}, {met}/{len(report.verdicts)} SLOs met"
+    failed = [f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in report.verdicts if not v.passed]
+    return text + (f" ({'; '.join(failed)})" if failed else "")
 
 
 def check_summary(report: CheckReport) -> str:
@@ -131,6 +149,14 @@ def check_document(answer: CheckAnswer) -> dict[str, Any]:
             "server_sd_pct": pessimistic.server_sd_pct,
             "intervals": {text: [low, high if high != float("inf") else None]
                           for text, (low, high) in pessimistic.intervals.items()}}
+    margin, other = answer.speed_margin, answer.other_speed
+    if margin is not None:
+        other_side = None if other is None else {
+            "at": "calibration's speed" if margin.applied else "slower server (u)",
+            "passed": other.passed,
+            "verdicts": [verdict_document(v) for v in other.verdicts]}
+        context["speed_margin"] = margin_document(margin, check_other_side(other), "checked") | {
+            "other_side": other_side}
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "sdplan_version": __version__,
@@ -174,9 +200,12 @@ def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal:
         positions = given_positions(acceptance)
         failed = [f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in report.verdicts if not v.passed]
         where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
+        speed_margin = answer.speed_margin
+        speed = None if speed_margin is None else speed_caveat(speed_margin, check_other_side(answer.other_speed),
+                                                               "checked")
         for line in check_answer(report.passed, sum(v.passed for v in report.verdicts), len(report.verdicts), where,
                                  report.regime, calibration.method or "", source, report.alpha, failed,
-                                 report.limit):
+                                 report.limit, speed):
             print_paragraph(console, line)
         console.print(f"calibration {calibration.name} ({METHOD_LABELS.get(calibration.method, '')})")
         best_of = f" (best of k={','.join(map(str, report.candidates))})" if report.mode == "best" else ""
@@ -259,6 +288,10 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
         document["server_sd_pct"] = intervals.server_sd_pct
         document["uncertainty"] = (f"95% intervals of each option's capacity ({intervals.covers}; "
                                    f"{intervals.draws} draws); size with the low end to be safe")
+    margin = answer.speed_margin
+    if margin is not None:
+        document["speed_margin"] = margin_document(margin, capacity_other_side(answer.other_speed)) | {
+            "other_side": _other_speed_document(answer.other_speed, margin.applied)}
     document |= {
         "per_token_alpha": cap.alpha,
         "slos": [slo.text for slo in answer.slos],
@@ -278,6 +311,33 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
     return document
 
 
+def margin_document(margin: SpeedMargin, other: str | None, verb: str = "sized") -> dict[str, Any]:
+    """The servers' speed an answer is for (:class:`sdplan.uncertainty.SpeedMargin`), as JSON."""
+    return {
+        "u": margin.factor,
+        "sigma_pct": margin.sd_pct,
+        "instances": margin.instances,
+        "z": margin.z,
+        "applied": margin.applied,
+        "rule": "costs times u = exp(z sigma / sqrt(instances)): servers as much slower than the calibration's as "
+                "its own speed error allows, one-sided 95%; u = 1 without a measured sigma",
+        "caveat": speed_caveat(margin, other, verb),
+    }
+
+
+def _other_speed_document(other: OtherSpeed | None, applied: bool) -> dict[str, Any] | None:
+    if other is None:
+        return None
+    fleet = other.fleet
+    return {
+        "at": "calibration's speed" if applied else "slower server (u)",
+        "best_max_rate_under_slo_rps": other.best_rate_rps,
+        "fleet": None if fleet is None else {"no_sd": _fleet_document(fleet.no_sd),
+                                             "best_sd": _fleet_document(fleet.best_sd),
+                                             "replicas_saved_by_sd": fleet.replicas_saved_by_sd},
+    }
+
+
 def capacity_interval_note(answer: CapacityAnswer) -> str | None:
     """For standard error: the best option's capacity with its 95% interval (None without intervals)."""
     cap, intervals = answer.capacity, answer.intervals
@@ -285,6 +345,11 @@ def capacity_interval_note(answer: CapacityAnswer) -> str | None:
     if intervals is None or best < 0:
         return None
     low, high = (float(value) for value in intervals.bounds_rps[:, best])
+    margin = answer.speed_margin
+    if margin is not None and margin.applied:  # the interval is the calibration's, not shifted by the margin
+        return (f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica on servers "
+                f"{margin.slower_pct:.2g}% slower than the calibration's;\n  95% interval at the calibration's "
+                f"speed {low:.4g}-{high:.4g} ({intervals.covers})")
     return (f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
             f"95% interval {low:.4g}-{high:.4g}\n  ({intervals.covers})")
 
