@@ -16,7 +16,7 @@
    acceptance it measured, as ``sdplan validate`` does), the signed E2E bias, the E2E MAPE at the highest
    load, the saturation errors and their signed bias, and the best-option regret at every rate: the measured
    latency of the option ``sdplan plan`` picks over that of the fastest option measured there, minus 1
-   (:func:`sdplan.validation.option_regret`). Beside them what the servers' spread leaves to any model
+   (:func:`sdplan.fitting.validation.option_regret`). Beside them what the servers' spread leaves to any model
    (:mod:`sdplan.accuracy.floors`): the E2E error of a model exact but for the servers' speeds, from the calibration's
    ``repeat_sd_pct``, and the regret against latencies pooled over runs. Then the goals, met or not, and the
    wall times.
@@ -29,7 +29,7 @@
 
 ``--passes 2`` measures steps 3a and 3c twice on fresh servers at the first pass's rates and prints how well
 one pass predicts another (the machine's noise floor) and what an exact model would score
-(:func:`sdplan.validation.exact_model_error_pct`). ``--budget-s`` fits the whole run into a time: after the
+(:func:`sdplan.fitting.validation.exact_model_error_pct`). ``--budget-s`` fits the whole run into a time: after the
 plateaus, the Poisson runs get as many seconds each as the rest of the budget allows (at least 60 requests,
 at most ``--seconds-per-run``); ``--loads`` and ``--workloads`` trim the grid.
 
@@ -407,7 +407,7 @@ def main() -> int:
 def noise_floor(runs: list[dict[str, Any]], saturation: list[dict[str, Any]], passes: int) -> None:
     """With several passes: pass 1 as the prediction of the later ones, and what an exact model would score."""
     from sdplan.accuracy.summary import pct
-    from sdplan.validation import exact_model_error_pct
+    from sdplan.fitting.validation import exact_model_error_pct
 
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         return (r["workload"], r["option"], r.get("load"))

@@ -20,8 +20,8 @@ Splits (documented; nothing is tuned on the held-out rows):
   context ``ISL + OSL/2`` is the median (the lower of the two middle ones), at every concurrency,
   and fit on the other shapes.
 
-The fit is ``sdplan.fit.fit_pooled`` (what ``sdplan fit`` runs), after the same steady-state screen;
-predictions are ``sdplan.validation.predict_latency``/``predict_ttft`` (what ``sdplan validate``
+The fit is ``sdplan.fitting.fit.fit_pooled`` (what ``sdplan fit`` runs), after the same steady-state screen;
+predictions are ``sdplan.fitting.validation.predict_latency``/``predict_ttft`` (what ``sdplan validate``
 prints) and TPOT = (E2E - TTFT)/(OSL - 1), vLLM's definition. Beside them, where the datasheet
 roofline (``sdplan.derive.roofline``, what ``scripts/derive_roofline.py`` writes) knows the model and
 the GPU, its prediction of the same held-out rows (weights at the rows' precision: 1 byte for fp8,
@@ -53,9 +53,9 @@ About 1.5 minutes in all on a 2-core VM.
 
 A derived file has no fitted TTFT weights, so its closed loops are given the wave they start with: the
 N clients send at once, and the prefills queue in chunks of the engine's token budget (vLLM's default
-``max_num_batched_tokens``, ``sdplan.serving.DEFAULT_MAX_NUM_BATCHED_TOKENS``) before each first token;
+``max_num_batched_tokens``, ``sdplan.inputs.serving.DEFAULT_MAX_NUM_BATCHED_TOKENS``) before each first token;
 spread over the ``--rounds`` requests each client sends (:data:`ROUNDS`), it adds
-``sdplan.model.closed_loop_wave_s`` to TTFT and E2E (``docs/model.md#ttft-and-tpot``). The fitted
+``sdplan.latency.model.closed_loop_wave_s`` to TTFT and E2E (``docs/model.md#ttft-and-tpot``). The fitted
 calibrations are predicted as ``sdplan validate`` predicts them.
 
 ``--kv-cap`` lets the derived calibrations' KV cache (AIConfigurator's memory model) hold back a closed
@@ -75,11 +75,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sdplan.derive import roofline
-from sdplan.fit import fit_configurations, fit_pooled
-from sdplan.model import closed_loop_wave_s
+from sdplan.fitting.fit import fit_configurations, fit_pooled
+from sdplan.fitting.validation import predict_latency, predict_ttft
+from sdplan.inputs.serving import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from sdplan.latency.model import closed_loop_wave_s
 from sdplan.runs import screen, silicon
-from sdplan.serving import DEFAULT_MAX_NUM_BATCHED_TOKENS
-from sdplan.validation import predict_latency, predict_ttft
 
 BACKENDS = ("vllm", "sglang")
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
@@ -89,7 +89,7 @@ MIN_POINTS = 9
 #: benchmark script runs ``genai-perf --concurrency N --request-count $((N*10)) --warmup-request-count
 #: $((N*2))`` (ai-dynamo/dynamo benchmarks/llm/perf.sh); AIConfigurator's own generated ``bench_run.sh``
 #: runs ``aiperf --num-requests $((N*20))`` (``--rounds 20``). Spreads the opening wave of the derived
-#: calibrations' closed loops (:func:`sdplan.model.closed_loop_wave_s`).
+#: calibrations' closed loops (:func:`sdplan.latency.model.closed_loop_wave_s`).
 ROUNDS = 10.0
 #: Model names (lower case, without the organisation) that are mixtures of experts.
 MOE_MODELS = ("deepseek-r1", "deepseek-v3", "qwen3-235b-a22b-fp8", "qwen3.5-397b-a17b", "kimi-k2.5", "glm-5",
@@ -208,7 +208,7 @@ def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None, round
     """Held-out errors of E2E, TPOT and TTFT for a ``coefficients_at(prompt, output)`` (and ``moe_at``);
     ``batch_cap_at(run)``: the requests the engine holds at once for the run (None: no cap); ``rounds``: the
     requests per client of the closed loops, whose opening wave then adds to TTFT and E2E
-    (``sdplan.model.closed_loop_wave_s``; None: no wave, as a fitted calibration's TTFT weights hold it)."""
+    (``sdplan.latency.model.closed_loop_wave_s``; None: no wave, as a fitted calibration's TTFT weights hold it)."""
     result = Errors.empty()
     for run in runs:
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
@@ -335,7 +335,7 @@ def derive_request(configuration: silicon.SiliconConfiguration, runs: list, vers
 def kv_cap(calibration):
     """``batch_cap_at(run)`` of a derived calibration: the requests of the run's lengths its KV cache holds
     (its ``max_num_seqs`` is at least every row's concurrency, :func:`derive_request`)."""
-    from sdplan.serving import derived_kv_cache_tokens, kv_cache_requests
+    from sdplan.inputs.serving import derived_kv_cache_tokens, kv_cache_requests
 
     found = derived_kv_cache_tokens(calibration, 0)
     if found is None:
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also sdplan derive's calibrations, derived only and anchored (needs the package)")
     parser.add_argument("--kv-cap", action="store_true",
                         help="with --derived: a closed loop past the KV cache AIConfigurator's memory model allows "
-                        "waits for admission (sdplan.validation.predict_latency's batch_cap)")
+                        "waits for admission (sdplan.fitting.validation.predict_latency's batch_cap)")
     parser.add_argument("--rounds", type=float, default=ROUNDS,
                         help=f"with --derived: requests per client of the measured closed loops, over which their "
                         f"opening wave spreads (default {ROUNDS:g}; 0: no wave, the TTFT before 2026-11-29)")

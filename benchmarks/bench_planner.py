@@ -38,8 +38,8 @@ def best_time(action: object, repeats: int) -> float:
 def solver_throughput(repeats: int) -> tuple[int, float]:
     import numpy
 
-    from sdplan import planner
     from sdplan.calibration import resolve_calibration
+    from sdplan.planning import planner
 
     cal = resolve_calibration(None)
     coefficients = cal.coefficients_at(1024, 512)
@@ -54,8 +54,8 @@ def moe_throughput(repeats: int) -> tuple[int, float, int]:
     """Grid points per second of the MoE fixed-point solver (10^5 points, loads up to saturation)."""
     import numpy
 
-    from sdplan import planner
     from sdplan.calibration import resolve_calibration
+    from sdplan.planning import planner
 
     cal = resolve_calibration("h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived")
     coefficients = cal.coefficients_at(1024, 512)
@@ -71,8 +71,8 @@ def simulator_throughput() -> tuple[int, float, float]:
     """Requests simulated per second: 20,000 requests at 50% of saturation, default calibration, k = 3."""
     import numpy
 
-    from sdplan import model
     from sdplan.calibration import resolve_calibration
+    from sdplan.latency import model
     from sdplan.simulate import SimulationConfig, simulate
 
     coefficients = resolve_calibration(None).coefficients_at(1024, 512)

@@ -28,8 +28,8 @@ from bench_planner import best_time  # noqa: E402  (benchmarks run as scripts: t
 def simulator_throughput(repeats: int) -> None:
     import numpy
 
-    from sdplan import model
     from sdplan.calibration import resolve_calibration
+    from sdplan.latency import model
     from sdplan.simulate import SimulationConfig, simulate
 
     coefficients = resolve_calibration(None).coefficients_at(1024, 512)
@@ -67,15 +67,15 @@ def command_time(arguments: list[str], repeats: int) -> float:
 
 def capacity_search() -> int:
     """Evaluations of the default capacity --simulate search."""
-    from sdplan.capacity import capacity, simulated_capacity
-    from sdplan.scenario import (
+    from sdplan.inputs.slo import parse_slo
+    from sdplan.planning.capacity import capacity, simulated_capacity
+    from sdplan.planning.scenario import (
         AcceptanceGiven,
         ScenarioOptions,
         SimulationSettings,
         resolve_scenario,
         simulation_config,
     )
-    from sdplan.slo import parse_slo
 
     scenario = resolve_scenario(ScenarioOptions(acceptance=AcceptanceGiven(alpha=[0.8])))
     coefficients = scenario.coefficients

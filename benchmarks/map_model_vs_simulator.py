@@ -18,8 +18,8 @@ import argparse
 def main() -> None:
     import numpy
 
-    from sdplan import model
     from sdplan.calibration import resolve_calibration
+    from sdplan.latency import model
     from sdplan.simulate import SimulationConfig, simulate
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

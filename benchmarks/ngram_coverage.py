@@ -9,7 +9,7 @@ Usage (standard library only; the traces are not vendored, 9 MB)::
 vLLM's n-gram proposer drafts for a sequence only where its last n tokens recur in its context; for a
 sequence without a match it proposes nothing, and that sequence verifies one token row instead of
 ``k + 1``. The share of cycles that carry a draft, the draft coverage ``c``, so sets how many token rows
-an n-gram cycle puts into the target's step (``1 + c k`` per sequence, :func:`sdplan.model.verified_rows`).
+an n-gram cycle puts into the target's step (``1 + c k`` per sequence, :func:`sdplan.latency.model.verified_rows`).
 
 SpecDecode-Bench (Liu et al., arXiv 2601.11580) recorded, for Llama-3.1-8B-Instruct's greedy outputs on
 GSM8K, CNN/DailyMail, ShareGPT and InstructCoder, the n-gram acceptance length at every output position

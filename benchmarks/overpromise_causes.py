@@ -10,12 +10,12 @@ workload over-predicted +12...+23%, latency under-predicted -6...-17% in acc50 a
 runs need the machine alone; these experiments use only real ``vllm bench serve`` results already in
 ``tests/data`` (each folder's README says how it was measured) and the *measured* plateaus of two stored
 benchmark summaries (``benchmarks/summaries/acc41.json``, ``acc47.json``; their stored predictions are not
-used). Every prediction below is made by today's code (:mod:`sdplan.fit`, :mod:`sdplan.validation`); nothing
-is fitted to the runs being judged, and no constant is chosen here.
+used). Every prediction below is made by today's code (:mod:`sdplan.fitting.fit`, :mod:`sdplan.fitting.validation`);
+nothing is fitted to the runs being judged, and no constant is chosen here.
 
 Each experiment prints its effect as a mean over ``n`` units with the standard error of that mean
 (:func:`sdplan.accuracy.means.standard_error`), and beside it what an exact model would score where that
-applies: :func:`sdplan.validation.exact_model_error_pct` from repeated runs of one level, or
+applies: :func:`sdplan.fitting.validation.exact_model_error_pct` from repeated runs of one level, or
 :func:`sdplan.accuracy.floors.perfect_model_error` at zero load (a throughput or zero-load latency of one
 server predicted exactly for another, the servers ``sigma = repeat_sd_pct`` apart).
 
@@ -35,8 +35,8 @@ E7  the plateau: today's model of each calibration against the fresh servers' me
     closed loop at its level and as ``1/C2``
 E8  calibrate's load generator: what the fixtures can and cannot tell
 
-E7c applies :func:`sdplan.uncertainty.calibration_speed_margin` (the default answer's margin) to E7a: the plateau a
-default answer would plan with if it carried the calibration's own speed error, one-sided 95%.
+E7c applies :func:`sdplan.planning.uncertainty.calibration_speed_margin` (the default answer's margin) to E7a: the
+plateau a default answer would plan with if it carried the calibration's own speed error, one-sided 95%.
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ from sdplan.accuracy.floors import calibration_spread, perfect_model_error
 from sdplan.accuracy.means import mean_or_none, standard_error
 from sdplan.accuracy.repredict import saturation_prediction
 from sdplan.calibration import load_calibration
-from sdplan.fit import PooledFit, fit_configurations, fit_pooled
-from sdplan.runmodel import run_demand
+from sdplan.fitting.fit import PooledFit, fit_configurations, fit_pooled
+from sdplan.fitting.runmodel import run_demand
+from sdplan.fitting.validation import exact_model_error_pct, predict_latency, repeat_spread
+from sdplan.planning.uncertainty import calibration_speed_margin
 from sdplan.runs import BenchmarkRun, load_runs, screen
-from sdplan.uncertainty import calibration_speed_margin
-from sdplan.validation import exact_model_error_pct, predict_latency, repeat_spread
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -143,7 +143,7 @@ def closed_to_open() -> list[Effect]:
     """E1: per configuration ``C1``, ``C2`` from one server's closed loops, that server's Poisson runs predicted.
 
     Three predictions of each Poisson run: (a) ``C1/(1 - lambda C2)`` at its arrival rate, ``C1`` and ``C2``
-    fitted to the configuration's closed loops alone (:func:`sdplan.fit.fit_configurations`, ``B`` measured);
+    fitted to the configuration's closed loops alone (:func:`sdplan.fitting.fit.fit_configurations`, ``B`` measured);
     (b) the same through the pooled fit of all the server's closed loops, as ``sdplan fit`` fits and
     ``sdplan validate`` predicts; (c) ``C1 + B C2`` at the run's *measured* others in flight, which leaves
     Little's law out and tests only whether a request's cost per other in flight is the same in both loops.

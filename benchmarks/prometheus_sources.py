@@ -26,11 +26,11 @@ from typing import Any
 from sdplan.accuracy.floors import perfect_model_error
 from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.errors import InputFileError
-from sdplan.fit import fit_configurations, fit_pooled, fitted_document
+from sdplan.fitting.fit import fit_configurations, fit_pooled, fitted_document
+from sdplan.fitting.validation import predict_latency
 from sdplan.metrics.prior import gap, scale_prior
 from sdplan.runs import load_runs, screen
 from sdplan.runs.record import BenchmarkRun
-from sdplan.validation import predict_latency
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "prometheus-cpu"
 RATES: tuple[float, ...] = (2, 4, 7, 10)
@@ -125,7 +125,7 @@ def held_out() -> list[dict[str, Any]]:
         for run in (run for run in windows if tag in run.source):
             coefficients = cal.coefficients_at(run.prompt_tokens, run.output_tokens)
             predicted = predict_latency(coefficients, run)
-            from sdplan.runmodel import run_demand
+            from sdplan.fitting.runmodel import run_demand
 
             _, c2 = run_demand(coefficients, run)
             load = run.arrival_rate_rps * c2
@@ -137,7 +137,7 @@ def held_out() -> list[dict[str, Any]]:
 
 
 def held_out_per_option() -> list[dict[str, Any]]:
-    """Per option, ``L = C1 + B C2`` fitted to three loads' windows (:func:`sdplan.fit.fit_configurations`), the
+    """Per option, ``L = C1 + B C2`` fitted to three loads' windows (:func:`sdplan.fitting.fit.fit_configurations`), the
     fourth predicted at its arrival rate, ``C1/(1 - lambda C2)``."""
     windows = kept([scrapes("nosd"), scrapes("sd")])
     rows = []

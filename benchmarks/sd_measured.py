@@ -19,12 +19,12 @@ measured:
       ratio(B) = [P(B) + (g - 1) tau_0(B)] / [P(B) + (g/E) tau_k(B)]
 
   with ``tau`` the calibration's decode step and SD cycle at ``B`` sequences (the compute-bound knee
-  included, :func:`sdplan.schedule.step_times`) and ``P(B) = c1p + (B - 1) c2p`` the batch's prefill.
+  included, :func:`sdplan.planning.schedule.step_times`) and ``P(B) = c1p + (B - 1) c2p`` the batch's prefill.
   An n-gram series takes its dataset's draft coverage (``NGRAM_DRAFT_COVERAGE``): vLLM's n-gram
   proposer drafts nothing for a sequence without a match, so its cycle drafts ``c k`` tokens and
   verifies ``1 + c k`` rows a sequence (``docs/model.md#draft-coverage``).
 * **open-loop rate** (vLLM blog 2024-10-17, Figures 5-7). Latency ratio of no SD to SD at each rate,
-  from :func:`sdplan.planner.plan`.
+  from :func:`sdplan.planning.planner.plan`.
 
 The sources state no acceptance, and the blog no lengths. So each series is anchored at its lowest
 load only: ``E`` (tokens per cycle) is solved so that the model reproduces the measured ratio at batch
@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from sdplan import planner
 from sdplan.calibration import parse_calibration, resolve_calibration
-from sdplan.coefficients import Coefficients
-from sdplan.schedule import step_times
+from sdplan.latency.coefficients import Coefficients
+from sdplan.planning import planner
+from sdplan.planning.schedule import step_times
 
 DATA = Path(__file__).resolve().parent / "data" / "sd-measured"
 

@@ -12,9 +12,9 @@ import json
 import random
 from pathlib import Path
 
-from sdplan import model
-from sdplan.acceptance import expected_tokens_per_cycle
-from sdplan.coefficients import Coefficients
+from sdplan.inputs.acceptance import expected_tokens_per_cycle
+from sdplan.latency import model
+from sdplan.latency.coefficients import Coefficients
 
 TRUE = Coefficients(c1p_s=0.04, c2p_s=0.02, c1v_s=0.009, c2v_s=1.2e-4, c1d_s=0.0012, c2d_s=5e-5,
                     baseline_c1_step_s=0.007, baseline_c2_step_s=1e-4, prompt_tokens=1024, output_tokens=512,

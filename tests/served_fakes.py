@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sdplan.acceptance import expected_tokens_per_cycle
+from sdplan.inputs.acceptance import expected_tokens_per_cycle
 
 
 @dataclass

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from sdplan.acceptance import (
+from sdplan.errors import InvalidValueError
+from sdplan.inputs.acceptance import (
     AcceptanceMetric,
     alpha_from_draft_rate,
     alpha_from_mean_length,
@@ -18,7 +19,6 @@ from sdplan.acceptance import (
     make_acceptance,
     mean_length_from_alpha,
 )
-from sdplan.errors import InvalidValueError
 
 # E(alpha, k) for k = 1..10 (docs/model.md#cycles), printed to 3-4 significant digits.
 E_TABLE = {
@@ -116,7 +116,7 @@ def test_make_acceptance_describes_what_it_received() -> None:
 
 
 def test_conditional_rates_invert_vllms_running_products() -> None:
-    from sdplan.acceptance import conditional_from_position_rates, position_rates_from_conditional
+    from sdplan.inputs.acceptance import conditional_from_position_rates, position_rates_from_conditional
 
     conditional = (0.9, 0.8, 0.5)
     assert conditional_from_position_rates(position_rates_from_conditional(conditional)) == pytest.approx(conditional)

@@ -17,8 +17,8 @@ import pytest
 
 from sdplan.accuracy import summary as bench
 from sdplan.calibration import load_calibration
+from sdplan.fitting.validation import option_regret, validate
 from sdplan.runs import read_results
-from sdplan.validation import option_regret, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The benchmark program, run as ``python benchmarks/accuracy_served.py`` runs it.

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sdplan import knee
-from sdplan.capacity_answer import CapacityQuery, answer_capacity, engine_config_answer, fleet_plan
-from sdplan.check_answer import CheckQuery, answer_check
 from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.fileio import dumps_toml
+from sdplan.latency import knee
+from sdplan.planning.capacity_answer import CapacityQuery, answer_capacity, engine_config_answer, fleet_plan
+from sdplan.planning.check_answer import CheckQuery, answer_check
+from sdplan.planning.scenario import AcceptanceGiven, ScenarioOptions, resolve_scenario
 from sdplan.render.check import capacity_document, check_document
-from sdplan.scenario import AcceptanceGiven, ScenarioOptions, resolve_scenario
 
 MOE = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived"
 TP4 = "4xh100-sxm_qwen3-32b_eagle3_derived"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sdplan.acceptance_counts import AcceptanceCounts
 from sdplan.errors import InputFileError
+from sdplan.measure.acceptance_counts import AcceptanceCounts
 from sdplan.measure.engine import GRIDS, Grid, MeasurementStore, measure, plan_tasks
-from sdplan.stepfit import fit_calibration, step_model_document
+from sdplan.measure.stepfit import fit_calibration, step_model_document
 
 TRUE_TARGET = {"fixed_s": 0.012, "per_sequence_s": 2e-4, "per_query_token_s": 8e-4, "per_context_token_s": 3e-6}
 TRUE_DRAFT = {"fixed_s": 0.004, "per_sequence_s": 1e-4, "per_context_token_s": 1e-6}
@@ -199,7 +199,7 @@ def test_a_fitted_cost_never_lands_outside_its_bound(monkeypatch: pytest.MonkeyP
     import numpy as np
     import scipy.optimize
 
-    from sdplan import regression
+    from sdplan.fitting import regression
 
     class Rounded:
         x = np.array([-5.1e-21, 0.5, 2.0 + 1e-16])

@@ -207,7 +207,7 @@ def test_validity_warnings(direct_document) -> None:
 def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_calibration, direct_document,
                                                                         sdplan) -> None:
     from sdplan.calibration import load_calibration
-    from sdplan.serving import served_batch_cap
+    from sdplan.inputs.serving import served_batch_cap
 
     assert served_batch_cap(load_calibration(write_calibration(copy.deepcopy(direct_document), "plain"))) is None
     served = copy.deepcopy(direct_document)
@@ -245,7 +245,7 @@ def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_cal
 
 def test_one_rule_for_the_max_num_seqs_a_vllm_serve_runs_with() -> None:
     """calibrate's sweep and a served calibration's planner read a server's batch cap alike."""
-    from sdplan.serving import serve_flag, served_max_num_seqs
+    from sdplan.inputs.serving import serve_flag, served_max_num_seqs
 
     assert serve_flag(["--dtype", "float32", "--max_num_seqs", "96"], "--max-num-seqs") == "96"
     assert serve_flag(["--max-num-seqs=48"], "--max-num-seqs") == "48"
@@ -259,7 +259,7 @@ def test_one_rule_for_the_max_num_seqs_a_vllm_serve_runs_with() -> None:
 def test_one_rule_for_the_requests_a_kv_cache_holds() -> None:
     """vLLM's "maximum concurrency": each running request reserves its prompt and output (the sweep's bound,
     check/simulate's batch cap and plan's caveat all read it)."""
-    from sdplan.serving import kv_cache_requests
+    from sdplan.inputs.serving import kv_cache_requests
 
     assert kv_cache_requests(74_880, 512, 128) == 117
     assert kv_cache_requests(87_296, 2048, 256) == 37
@@ -271,7 +271,7 @@ def test_a_served_calibration_knows_the_kv_cache_of_each_server(write_calibratio
     """check, simulate and capacity default --kv-cache-tokens to the KV cache the calibrated server of the draft
     length reported (the draft's KV shares the memory, so SD servers hold fewer tokens); the option still wins."""
     from sdplan.calibration import load_calibration
-    from sdplan.serving import served_kv_cache_tokens
+    from sdplan.inputs.serving import served_kv_cache_tokens
 
     served = copy.deepcopy(direct_document)
     served["measurement"] = {"method": "served", "server_commands": ["vllm serve /m --max-num-seqs 64"],

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sdplan.fit import fit_pooled, fitted_document
+from sdplan.fitting.fit import fit_pooled, fitted_document
+from sdplan.planning.uncertainty import MARGIN_Z
 from sdplan.runs import read_results
-from sdplan.uncertainty import MARGIN_Z
 
 DATA = Path(__file__).parent / "data"
 CPU = "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured"

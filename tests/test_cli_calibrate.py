@@ -28,7 +28,7 @@ class FakeVllmRunner(SyntheticRunner):
         return {"hardware": "synthetic test engine", "engine": "vllm", "engine_version": "0.0.0 (fake)"}
 
     def acceptance(self, prompts, draft_length, output_tokens, temperature=0.0):
-        from sdplan.acceptance_counts import AcceptanceCounts
+        from sdplan.measure.acceptance_counts import AcceptanceCounts
 
         return AcceptanceCounts(num_drafts=20, num_draft_tokens=20 * draft_length, num_accepted_tokens=30,
                                 accepted_per_position=(15, 10, 5) + (0,) * (draft_length - 3))

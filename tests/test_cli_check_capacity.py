@@ -114,7 +114,7 @@ def test_check_usage_errors_exit_2(sdplan, args, message) -> None:
 
 
 def test_check_internal_error_is_70_not_1(sdplan, monkeypatch) -> None:
-    from sdplan import check as check_module
+    from sdplan.planning import check as check_module
 
     monkeypatch.setattr(check_module, "evaluate", lambda *a: 1 / 0)
     result = sdplan("check", *PASSING)

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy
 import pytest
 
-from sdplan import model
 from sdplan.calibration import DEFAULT_CALIBRATION, resolve_calibration
 from sdplan.errors import ExitStatus
+from sdplan.latency import model
 
 
 def strict_json(text: str) -> dict:
@@ -215,7 +215,7 @@ def test_plan_bad_calibration_file_exits_3(sdplan, tmp_path: Path) -> None:
 
 
 def test_unexpected_exception_is_internal_error_not_1(sdplan, monkeypatch) -> None:
-    from sdplan import planner
+    from sdplan.planning import planner
 
     def explode(*args, **kwargs):
         raise RuntimeError("boom")

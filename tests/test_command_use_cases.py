@@ -18,17 +18,18 @@ import numpy as np
 import pytest
 
 import sdplan.derive
-from sdplan import model, planner
-from sdplan.coefficients import SPECULATIVE_PARAMETERS
 from sdplan.derive import Derivation, DeriveRequest, derive_file
 from sdplan.derive.document import HEADER, file_text
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.plan_answer import PlanQuery, answer_plan
-from sdplan.plan_intervals import with_intervals
+from sdplan.latency import model
+from sdplan.latency.coefficients import SPECULATIVE_PARAMETERS
+from sdplan.planning import planner
+from sdplan.planning.plan_answer import PlanQuery, answer_plan
+from sdplan.planning.plan_intervals import with_intervals
+from sdplan.planning.scenario import AcceptanceGiven, ScenarioOptions, SimulationSettings, resolve_scenario
+from sdplan.planning.simulate_answer import DEFAULT_RATE_FRACTIONS, SimulateQuery, answer_simulate
 from sdplan.render.simulate import simulate_document
-from sdplan.scenario import AcceptanceGiven, ScenarioOptions, SimulationSettings, resolve_scenario
 from sdplan.schema import read_toml
-from sdplan.simulate_answer import DEFAULT_RATE_FRACTIONS, SimulateQuery, answer_simulate
 
 #: A diagonal covariance: every coefficient's standard error 5% of its value (``DIRECT_DOCUMENT`` in conftest).
 DIRECT_VALUES = {"c1p_s": 0.05, "c2p_s": 0.01, "baseline_c1_step_s": 0.008, "baseline_c2_step_s": 0.0001,
@@ -107,8 +108,8 @@ def test_a_plain_plan_loads_no_interval_model() -> None:
              "    assert not exit.code\nsys.stdout = sys.__stdout__\nprint(json.dumps(sorted(sys.modules)))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
-    assert "sdplan.plan_answer" in loaded
-    assert not {"sdplan.plan_intervals", "sdplan.uncertainty", "sdplan.runmodel"} & loaded
+    assert "sdplan.planning.plan_answer" in loaded
+    assert not {"sdplan.planning.plan_intervals", "sdplan.planning.uncertainty", "sdplan.fitting.runmodel"} & loaded
 
 
 SMALL = SimulationSettings(requests=200, seeds=2, seed=5, arrival_cv=1.0)

@@ -17,15 +17,15 @@ import tomllib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sdplan.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, with_coverage
 from sdplan.calibration import resolve_calibration
-from sdplan.coefficients import Coefficients
 from sdplan.fileio import dumps_toml
-from sdplan.model import option_demands, step_costs
-from sdplan.planner import plan
+from sdplan.inputs.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, with_coverage
+from sdplan.latency.coefficients import Coefficients
+from sdplan.latency.model import option_demands, step_costs
+from sdplan.planning.planner import plan
+from sdplan.planning.scenario import ScenarioOptions, SimulationSettings, resolve_scenario, simulation_config
+from sdplan.planning.schedule import step_times
 from sdplan.runs import draft_coverage, read_results
-from sdplan.scenario import ScenarioOptions, SimulationSettings, resolve_scenario, simulation_config
-from sdplan.schedule import step_times
 from sdplan.simulate import simulate
 
 
@@ -90,7 +90,7 @@ def test_calibration_coverage_lowers_the_planned_speedup(sdplan, tmp_path) -> No
 def test_fit_uses_each_runs_coverage(tmp_path) -> None:
     """Two runs alike but for coverage: the one drafting on fewer steps is predicted slower."""
     from sdplan.calibration import load_calibration
-    from sdplan.validation import predict_latency
+    from sdplan.fitting.validation import predict_latency
 
     shipped = sorted((Path(__file__).parent.parent / "calibrations").glob("*.toml"))[0]
     coefficients = load_calibration(shipped).coefficients_at(512, 128)

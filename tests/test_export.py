@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from sdplan.calibration import resolve_calibration, shipped_directory
 from sdplan.errors import ExitStatus
-from sdplan.schedule import engine_schedule, goodput_per_size, vllm_lookup
+from sdplan.inputs.serving import engine_max_num_seqs
+from sdplan.planning.schedule import engine_schedule, goodput_per_size, vllm_lookup
 from sdplan.schema import read_toml
-from sdplan.serving import engine_max_num_seqs
 
 DEFAULT = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"
 
@@ -122,7 +122,7 @@ def method_calibration(write_calibration):
 
 def per_size_optimum(max_num_seqs: int, ks: list[int], alpha: float) -> list[int]:
     """Brute force: the k of highest goodput E_k / tau_k(n) at each n (tau from the step model)."""
-    from sdplan.acceptance import expected_tokens_per_cycle
+    from sdplan.inputs.acceptance import expected_tokens_per_cycle
 
     c = resolve_calibration(DEFAULT).coefficients_at(1024, 512)
     best = []

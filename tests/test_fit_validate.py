@@ -10,10 +10,10 @@ import pytest
 
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InfeasibleError
-from sdplan.fit import fit_configurations, fit_pooled
-from sdplan.runmodel import PARAMETERS
+from sdplan.fitting.fit import fit_configurations, fit_pooled
+from sdplan.fitting.runmodel import PARAMETERS
+from sdplan.fitting.validation import validate
 from sdplan.runs import load_runs, read_results, screen
-from sdplan.validation import validate
 from tests.results_fixtures import TRUE, write_csv, write_guidellm, write_vllm
 
 FITTED = ("c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s", "c1d_s", "c2d_s")

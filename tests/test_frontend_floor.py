@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sdplan import frontend
-from sdplan.fit import fit_pooled, fitted_document
+from sdplan.fitting import frontend
+from sdplan.fitting.fit import fit_pooled, fitted_document
+from sdplan.fitting.validation import predict_latency
 from sdplan.runs import read_results
-from sdplan.validation import predict_latency
 
 DATA = Path(__file__).parent / "data"
 CALIBRATION = DATA / "served-frontend-floor-cpu"
@@ -72,7 +72,7 @@ def test_the_floored_fit_predicts_other_servers_plateaus_better(monkeypatch: pyt
 
 
 def test_the_default_fit_keeps_the_plateaus_within_ten_percent() -> None:
-    # with the step share profiled (48% here, sdplan.step_share) the floored fit's plateaus are 8.0% off
+    # with the step share profiled (48% here, sdplan.fitting.step_share) the floored fit's plateaus are 8.0% off
     # (6.0% without the floor): the share now does part of what the floor did at the decode-heavy top
     errors = plateau_errors_pct(fit_pooled(runs(CALIBRATION)))
     assert sum(abs(e) for e in errors) / len(errors) < 10.0

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import ExitStatus
+from sdplan.inputs.acceptance import alpha_from_mean_length
 from sdplan.runs import load_runs, read_results, screen
 
 DATA = Path(__file__).parent / "data" / "guidellm-sd-cpu"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import ExitStatus, InputFileError
+from sdplan.inputs.acceptance import alpha_from_mean_length
 from sdplan.runs import load_runs, read_results
 from sdplan.runs.inferencex import read as read_row
 from tests.inferencex_schema import API_FIELDS, RUNNER_FIELDS, api_row, runner_row

@@ -1,4 +1,4 @@
-"""The compute-bound knee of the target's step (sdplan/knee.py, docs/model.md#compute-bound-knee)."""
+"""The compute-bound knee of the target's step (sdplan/latency/knee.py, docs/model.md#compute-bound-knee)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from sdplan import knee, model, planner
 from sdplan.calibration import resolve_calibration
 from sdplan.derive.fitting import fit_knee, step_rows
-from sdplan.schedule import step_times
+from sdplan.latency import knee, model
+from sdplan.planning import planner
+from sdplan.planning.schedule import step_times
 
 #: The shipped file without its knee, and with a knee of 2e-5 s a row past 256 rows.
 BASE = dataclasses.replace(resolve_calibration("h100-sxm_llama-3.1-8b_eagle3_derived").coefficients_at(1024, 512),
@@ -151,7 +152,7 @@ def test_each_option_saturates_at_its_own_cap() -> None:
 def test_a_derived_drafts_memory_shrinks_only_sds_cap() -> None:
     """The default file: no SD has the GPU's memory to itself (its cap is max_num_seqs, 256), SD shares it with the
     1B draft's weights and KV cache and each request holds k lookahead slots too."""
-    from sdplan.serving import LimitOptions, resolve_limits
+    from sdplan.inputs.serving import LimitOptions, resolve_limits
 
     calibration = resolve_calibration(None)
     derivation = calibration.records.derivation
@@ -200,8 +201,8 @@ def test_the_simulator_admits_a_request_with_its_lookahead_slots() -> None:
 
 def test_a_closed_loop_past_the_cap_waits_for_admission() -> None:
     """N clients on an engine that holds N_cap: each request takes N L_cap / N_cap, TTFT adds the wait."""
+    from sdplan.fitting.validation import predict_latency, predict_ttft
     from sdplan.runs import BenchmarkRun
-    from sdplan.validation import predict_latency, predict_ttft
 
     run = BenchmarkRun(source="closed", draft_length=0, prompt_tokens=1024, output_tokens=512, alpha=None,
                        mean_e2e_latency_s=10.0, concurrency=200, mean_ttft_s=1.0, requested_rate_rps=None,
@@ -218,7 +219,7 @@ def test_a_closed_loop_past_the_cap_waits_for_admission() -> None:
 
 def test_the_simulators_goodput_choice_pays_the_knee() -> None:
     """Past the knee the k + 1 rows of SD cost more per step: the per-step policy switches SD off sooner."""
-    from sdplan.policy import step_choices
+    from sdplan.latency.policy import step_choices
 
     expected, costs = [1.0, 2.5], [(0.010, 0.0001), (0.012, 0.00012)]
     plain = step_choices(expected, costs, 300)

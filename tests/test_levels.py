@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sdplan.fitting.steady_state import MIN_KEPT_UP_FRACTION
 from sdplan.measure.levels import (
     MIN_THROUGHPUT_GAIN,
     SERVED_GRIDS,
@@ -13,7 +14,6 @@ from sdplan.measure.levels import (
     point_seed,
     requests_held,
 )
-from sdplan.steady_state import MIN_KEPT_UP_FRACTION
 
 GRID = concurrency_levels(SERVED_GRIDS["quick"], 256)  # 1, 4, 16, 64
 

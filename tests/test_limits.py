@@ -10,10 +10,10 @@ import json
 import numpy
 import pytest
 
-from sdplan import model
-from sdplan.capacity import batch_cap_label, capacity
-from sdplan.coefficients import Coefficients
-from sdplan.slo import parse_slo
+from sdplan.inputs.slo import parse_slo
+from sdplan.latency import model
+from sdplan.latency.coefficients import Coefficients
+from sdplan.planning.capacity import batch_cap_label, capacity
 
 C = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
                  baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=1024.0, output_tokens=512.0)
@@ -35,9 +35,9 @@ def test_a_full_batch_runs_as_the_closed_loop_the_validation_predicts() -> None:
     """The plateau of a sweep is the closed loop's N / L with L = C1 + f (N - 1) C2, as validation predicts it."""
     from dataclasses import replace
 
-    from sdplan.runmodel import run_demand
+    from sdplan.fitting.runmodel import run_demand
+    from sdplan.fitting.validation import predict_latency
     from sdplan.runs import BenchmarkRun
-    from sdplan.validation import predict_latency
 
     coefficients = replace(C, closed_loop_factor=0.9)
     run = BenchmarkRun(source="x", requested_rate_rps=None, achieved_rate_rps=10.0, draft_length=0, alpha=None,
@@ -56,7 +56,7 @@ def test_batch_cap_rate_inverts_littles_law() -> None:
     rate = float(model.batch_cap_rate(c1, c2, 10.0))
     assert rate * float(model.mean_latency(c1, c2, rate)) == pytest.approx(10.0)
     from sdplan.calibration import resolve_calibration
-    from sdplan.serving import LimitOptions, batch_cap_warning, resolve_limits
+    from sdplan.inputs.serving import LimitOptions, batch_cap_warning, resolve_limits
 
     limits = resolve_limits(resolve_calibration(None), None, LimitOptions(max_num_seqs=10), [0], 512, 128)
     assert not limits.reached(9.99) and limits.reached(10.0) and limits.reached(float("inf"))

@@ -138,9 +138,9 @@ def test_ttft_load_weight_of_open_loops_is_fitted_apart_from_closed_loops(monkey
     """A closed-loop request arrives at a step's end and waits a whole step; a Poisson arrival waits half
     of one. Fitted together with one load weight, closed loops over-price open-loop TTFT under load; with
     a weight of their own, the open-loop TTFT of independent runs is predicted closely."""
-    import sdplan.ttft_fit
-    from sdplan.fit import fit_pooled
-    from sdplan.validation import validate
+    import sdplan.fitting.ttft_fit
+    from sdplan.fitting.fit import fit_pooled
+    from sdplan.fitting.validation import validate
 
     engine = FakeEngine(prefill_s=0.004, overhead_ttft_s=0.01, closed_loop_lag_steps=1)
 
@@ -158,7 +158,7 @@ def test_ttft_load_weight_of_open_loops_is_fitted_apart_from_closed_loops(monkey
               for k in (0, 2, 4) for f in (0.25, 0.55)]
     split = fit_pooled(calibration)
     assert split.ttft_closed_load_steps is not None and split.ttft_closed_load_steps > split.ttft_load_steps
-    monkeypatch.setattr(sdplan.ttft_fit, "MIN_OPEN_LOOP_TTFT_RUNS", 10**6)  # one weight for all runs
+    monkeypatch.setattr(sdplan.fitting.ttft_fit, "MIN_OPEN_LOOP_TTFT_RUNS", 10**6)  # one weight for all runs
     single = fit_pooled(calibration)
     assert single.ttft_closed_load_steps is None
     split_error = validate(split.coefficients_at, checks).ttft_mape_pct
@@ -234,7 +234,7 @@ def test_served_calibration_end_to_end_predicts_open_loop(sdplan, tmp_path, fake
     runs = [read_results(path)[0][0] for path in sorted((tmp_path / "cal.runs").glob("k*_c*_r0.json"))]
     assert {r.draft_length for r in runs} == {2, 4} and all(r.concurrency for r in runs)
     # calibrated on closed loops, it predicts open-loop (Poisson) runs of the same fake engine
-    from sdplan.validation import validate
+    from sdplan.fitting.validation import validate
 
     engine = fake_served.engine
     open_runs = []
@@ -363,7 +363,7 @@ def test_a_machine_that_drifts_between_rounds_is_seen_and_averaged(sdplan, tmp_p
     tau1, tau2, per_step = engine.step(0)
     # requests of 128 + 64 tokens at full speed: prefill, 64 steps' share, and their mean context of 160 tokens
     fast = 1.0 / (64 / per_step * (tau2 + 160 * engine.step_per_context_token_s) + _prefill_at(engine, 128))
-    from sdplan.model import baseline_demand
+    from sdplan.latency.model import baseline_demand
 
     _, c2 = baseline_demand(cal.coefficients_at(prompt_tokens=128, output_tokens=64))
     assert fast / 1.4 < 1.0 / c2 < fast, (fast, 1.0 / c2)
@@ -1220,7 +1220,7 @@ def test_probes_identify_the_prefill_and_predict_other_workloads(sdplan, tmp_pat
     validity = cal.document["validity"]
     fitted = cal.document["coefficients"]["c1p_s"]
     truth = _prefill_at(engine, 128)
-    from sdplan.validation import validate
+    from sdplan.fitting.validation import validate
 
     other = [read_results_from(run_load(engine, 0, prompt, output, 300, None, rate, seed=3))
              for prompt, output, rate in ((512, 32, 2.0), (32, 192, 0.8))]

@@ -8,10 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from sdplan import model, planner
-from sdplan.acceptance import expected_tokens_per_cycle
-from sdplan.coefficients import Coefficients
 from sdplan.errors import InvalidValueError
+from sdplan.inputs.acceptance import expected_tokens_per_cycle
+from sdplan.latency import model
+from sdplan.latency.coefficients import Coefficients
+from sdplan.planning import planner
 
 
 def coefficients(**overrides: float) -> Coefficients:

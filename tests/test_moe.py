@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdplan import planner
 from sdplan.calibration import parse_calibration
-from sdplan.coefficients import Coefficients
 from sdplan.errors import ExitStatus, InputFileError
-from sdplan.moe import MoESpec, solve
+from sdplan.latency.coefficients import Coefficients
+from sdplan.latency.moe import MoESpec, solve
+from sdplan.planning import planner
 
 BASE = Coefficients(c1p_s=0.04, c2p_s=0.01, c1v_s=0.006, c2v_s=1e-4, c1d_s=0.001, c2d_s=5e-5,
                     baseline_c1_step_s=0.005, baseline_c2_step_s=1e-4, prompt_tokens=1000.0, output_tokens=500.0)
@@ -55,8 +55,8 @@ def test_all_experts_per_token_reduces_to_the_dense_model() -> None:
 def test_ttft_follows_the_coverage_of_the_operating_batch() -> None:
     """A sparse MoE's TTFT at load is that of the coefficients at its step's coverage phi(t (1 + B)), more than
     the calibration's low-coverage coefficients give (TTFT used to ignore coverage)."""
-    from sdplan import model
-    from sdplan.moe import at_coverage
+    from sdplan.latency import model
+    from sdplan.latency.moe import at_coverage
 
     spec = MoESpec(8, 128, COVERAGE)
     plan = planner.plan(BASE, [0.5, 4.0], [2], [0.8], moe=spec)
@@ -169,7 +169,7 @@ def test_moe_break_even_is_where_the_solved_speedup_crosses_one() -> None:
 
 
 def test_latency_rises_with_load_and_round_off_is_not_reported_as_lost_speedup() -> None:
-    from sdplan.latency_grid import SPEEDUP_RESOLUTION
+    from sdplan.latency.latency_grid import SPEEDUP_RESOLUTION
 
     spec = MoESpec(8, 128, COVERAGE)
     dense_c2 = 0.01 + 500 * 1.2e-4
@@ -226,8 +226,8 @@ def test_cli_plan_moe(sdplan) -> None:
 def test_moe_schedule_counts_expert_streaming_per_step() -> None:
     # The vllm-config schedule of an MoE target must include the experts each step streams.
     # Independent brute force: per batch size n and option, tau = c1 + phi(n t) cov_c1 + (n - 1)(c2 + phi cov_c2).
-    from sdplan.acceptance import expected_tokens_per_cycle
-    from sdplan.schedule import batch_size_schedule
+    from sdplan.inputs.acceptance import expected_tokens_per_cycle
+    from sdplan.planning.schedule import batch_size_schedule
 
     spec = MoESpec(8, 128, COVERAGE)
     ks = [1, 2, 3, 4, 6]

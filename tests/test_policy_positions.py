@@ -10,12 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from sdplan import model, planner
-from sdplan.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, tokens_from_position_rates
-from sdplan.coefficients import Coefficients
 from sdplan.errors import ExitStatus, InvalidValueError
-from sdplan.policy import goodput_latency
-from sdplan.schedule import batch_size_schedule
+from sdplan.inputs.acceptance import (
+    AcceptanceMetric,
+    expected_tokens_per_cycle,
+    make_acceptance,
+    tokens_from_position_rates,
+)
+from sdplan.latency import model
+from sdplan.latency.coefficients import Coefficients
+from sdplan.latency.policy import goodput_latency
+from sdplan.planning import planner
+from sdplan.planning.schedule import batch_size_schedule
 
 positive = st.floats(1e-6, 1e-1, allow_nan=False)
 
@@ -72,7 +78,7 @@ def test_goodput_policy_never_worse_than_best_static(c: Coefficients, alpha: flo
         assert numpy.isinf(adaptive)
         return
     assert adaptive <= best * (1 + 1e-9)
-    assert adaptive == pytest.approx(best, rel=1e-9)  # equal in the mean-value model (see sdplan.policy)
+    assert adaptive == pytest.approx(best, rel=1e-9)  # equal in the mean-value model (see sdplan.latency.policy)
     assert adaptive <= result.zero_load_k_latency_s[0, 0] * (1 + 1e-9)
 
 
@@ -114,8 +120,8 @@ def test_schedule_ranks_like_the_mean_model_at_n_minus_one_others() -> None:
                      baseline_c1_step_s=0.008, baseline_c2_step_s=1e-4, prompt_tokens=1000.0, output_tokens=500.0)
     ks = list(range(1, 9))
     schedule = batch_size_schedule(c, ks, 0.8, 256)
-    from sdplan import model
-    from sdplan.acceptance import expected_tokens_per_cycle
+    from sdplan.inputs.acceptance import expected_tokens_per_cycle
+    from sdplan.latency import model
 
     c1_sd, c2_sd = model.demand_from_tokens(c, expected_tokens_per_cycle(0.8, numpy.array(ks, float)),
                                             numpy.array(ks, float))
@@ -184,7 +190,7 @@ def _with_positions(document: dict) -> dict:
 def test_a_calibrations_position_rates_give_each_shorter_draft_its_own_tokens_per_cycle(write_calibration,
                                                                                          direct_document) -> None:
     from sdplan.calibration import load_calibration
-    from sdplan.workload import position_rates_from_conditional, resolve_workload
+    from sdplan.inputs.workload import position_rates_from_conditional, resolve_workload
 
     spec = resolve_workload(load_calibration(write_calibration(_with_positions(direct_document), "pos"))).acceptance
     assert spec.metric is AcceptanceMetric.PER_POSITION and spec.source.startswith("from the calibration")

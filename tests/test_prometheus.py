@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sdplan.cli import cli
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.fit import fit_configurations
+from sdplan.fitting.fit import fit_configurations
 from sdplan.metrics.series import clean
 from sdplan.metrics.textfile import read_scrapes
 from sdplan.metrics.windows import WindowSettings, window_run

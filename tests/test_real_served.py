@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sdplan.fit import fit_pooled, holdout_split
+from sdplan.fitting.fit import fit_pooled, holdout_split
+from sdplan.fitting.validation import validate
 from sdplan.runs import load_runs, read_results
-from sdplan.validation import validate
 
 DATA = Path(__file__).parent / "data" / "served-cpu"
 
@@ -95,7 +95,7 @@ def test_fit_cli_on_a_real_results_folder(sdplan, tmp_path) -> None:
 def test_prefill_never_outlasts_the_first_token_on_real_eagle_runs(sdplan, tmp_path) -> None:
     """Real served EAGLE runs (tests/data/served-eagle-cpu) of one short workload shape: the prefill cost is
     bounded by the measured TTFT, so the decode steps keep their cost and the calibration is usable."""
-    from sdplan.fit import fit_pooled, prefill_bound
+    from sdplan.fitting.fit import fit_pooled, prefill_bound
 
     folder = Path(__file__).parent / "data" / "served-eagle-cpu"
     runs = [run for path in sorted(folder.glob("*.json")) for run in read_results(path)[0]]
@@ -126,7 +126,7 @@ def test_real_eagle_sweeps_give_a_usable_calibration(name) -> None:
     """Two real runs of one EAGLE sweep (k=2 only): the unidentified verify/draft split is settled at the
     minimum-norm point in both, never at a vertex that zeroes the verify step (see the folders' READMEs)."""
     from sdplan.calibration import parse_calibration
-    from sdplan.fit import fit_pooled, fitted_document
+    from sdplan.fitting.fit import fit_pooled, fitted_document
 
     folder = Path(__file__).parent / "data" / name
     runs = [run for path in sorted(folder.glob("*.json")) for run in read_results(path)[0]]
@@ -196,8 +196,8 @@ def test_short_real_runs_whose_drain_is_a_large_share_are_kept_and_overloaded_on
     0.79-0.85 of the requested rate. They kept pace with their arrivals, and are kept, with the send times or
     without them (vllm bench serve without --save-detailed keeps only the latencies, in send order); the run
     at twice the sustained rate (tests/data/served-behind-cpu) is left out either way."""
+    from sdplan.fitting.steady_state import MIN_ACHIEVED_FRACTION
     from sdplan.runs import MIN_KEPT_UP_FRACTION, screen
-    from sdplan.steady_state import MIN_ACHIEVED_FRACTION
 
     def run_of(document: dict, name: str):
         if not detailed:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sdplan.fitting.validation import exact_model_error_pct, repeat_spread
 from sdplan.runs import read_results
-from sdplan.validation import exact_model_error_pct, repeat_spread
 
 #: Real served runs: k=2 at 25/55/80% load, three passes on fresh servers (acc35), and the calibration.
 PASSES = Path(__file__).parent / "data" / "served-passes-cpu"
@@ -146,7 +146,7 @@ def test_its_standard_deviation_recovers_the_noise(passes: int) -> None:
 def test_a_fit_of_repeated_real_runs_stores_their_spread() -> None:
     """The real quick-grid calibration of acc41 (tests/data/served-frontend-floor-cpu): N = 1 and 64 on two
     server instances of each configuration."""
-    from sdplan.fit import fit_pooled, fitted_document
+    from sdplan.fitting.fit import fit_pooled, fitted_document
 
     runs = read_results(Path(__file__).parent / "data" / "served-frontend-floor-cpu", "vllm")[0]
     fit = fit_pooled(runs)

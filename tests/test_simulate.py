@@ -8,9 +8,9 @@ import math
 import numpy
 import pytest
 
-from sdplan import model
-from sdplan.coefficients import Coefficients
 from sdplan.errors import ExitStatus, InvalidValueError
+from sdplan.latency import model
+from sdplan.latency.coefficients import Coefficients
 from sdplan.simulate import SimulationConfig, cycles_needed, simulate
 
 C = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
@@ -138,7 +138,7 @@ def test_check_percentile_slos_with_simulate(sdplan) -> None:
 
 
 def test_search_rate_bisection() -> None:
-    from sdplan.capacity import search_rate
+    from sdplan.planning.capacity import search_rate
 
     rate, binding = search_rate(lambda r: None if r <= 3.0 else "e2e:p99<=1s", 10.0, iterations=12)
     assert 3.0 - 10.0 / 2**12 <= rate <= 3.0 and binding == "e2e:p99<=1s"
@@ -164,7 +164,7 @@ def test_capacity_simulate_with_percentiles(sdplan) -> None:
 
 def test_goodput_policy_in_the_simulator() -> None:
     """Per-step adaptation by goodput: never much worse than the best static k, and its k falls with load."""
-    from sdplan import planner
+    from sdplan.planning import planner
 
     ks = list(range(1, 9))
     position = tuple(0.8 ** (j + 1) for j in range(8))
@@ -242,7 +242,7 @@ def test_past_saturation_is_flagged_not_steady() -> None:
 
 
 def test_search_root_never_overstates_and_brackets_from_a_far_guess() -> None:
-    from sdplan.capacity import Excess, search_root
+    from sdplan.planning.capacity import Excess, search_root
 
     root = 7.3
     for guess in (0.5, 7.0, 7.5, 30.0):
@@ -314,7 +314,7 @@ def test_goodput_step_table_picks_the_per_step_argmax_on_shipped_calibrations() 
     from pathlib import Path
 
     from sdplan.calibration import resolve_calibration
-    from sdplan.policy import step_choices
+    from sdplan.latency.policy import step_choices
 
     names = sorted(path.stem for path in (Path(__file__).resolve().parent.parent / "calibrations").glob("*.toml"))
     assert len(names) >= 5

@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdplan import model, planner
-from sdplan.capacity import capacity, fleet, replicas_needed
-from sdplan.coefficients import Coefficients
 from sdplan.errors import InvalidValueError
-from sdplan.schedule import batch_size_schedule
-from sdplan.slo import Metric, OperatingPoint, evaluate, parse_slo
+from sdplan.inputs.slo import Metric, OperatingPoint, evaluate, parse_slo
+from sdplan.latency import model
+from sdplan.latency.coefficients import Coefficients
+from sdplan.planning import planner
+from sdplan.planning.capacity import capacity, fleet, replicas_needed
+from sdplan.planning.schedule import batch_size_schedule
 from sdplan.units import Dimension, parse_quantity
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sdplan.errors import ExitStatus, InputFileError
-from sdplan.speculation_profile import load_speculation_profile, parse_speculation_profile
+from sdplan.inputs.speculation_profile import load_speculation_profile, parse_speculation_profile
 
 DATA = Path(__file__).parent / "data" / "speculation-profiles"
 EAGLE3 = DATA / "eagle3-k3.json"
@@ -107,7 +107,7 @@ def _disagreeing_profile(tmp_path: Path) -> tuple[Path, float]:
 
 
 def _hand_latency(coefficients: dict[str, float], rate: float, tokens: float, k: int) -> float:
-    """L = C1 / (1 - lambda C2), C1 = c1p + g/E (c1v + k c1d), C2 = c2p + g/E (c2v + k c2d) (sdplan.model)."""
+    """L = C1 / (1 - lambda C2), C1 = c1p + g/E (c1v + k c1d), C2 = c2p + g/E (c2v + k c2d) (sdplan.latency.model)."""
     g = coefficients["output_tokens"]
     c1 = coefficients["c1p_s"] + g / tokens * (coefficients["c1v_s"] + k * coefficients["c1d_s"])
     c2 = coefficients["c2p_s"] + g / tokens * (coefficients["c2v_s"] + k * coefficients["c2d_s"])

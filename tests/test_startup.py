@@ -68,7 +68,7 @@ def imported(*args: str) -> set[str]:
 @pytest.mark.parametrize("args", [["plan"], ["plan", "--format", "json"]])
 def test_plain_plan_imports_only_what_it_uses(args: list[str]) -> None:
     extra = imported(*args) - imported("baseline")
-    assert "sdplan.planner" in extra and "sdplan.calibration" in extra  # the probe did run the command
+    assert "sdplan.planning.planner" in extra and "sdplan.calibration" in extra  # the probe did run the command
     unneeded = sorted(name for name in extra if any(name == banned or name.startswith(banned + ".")
                                                     for banned in NOT_FOR_PLAN))
     assert unneeded == [], f"sdplan {' '.join(args)} imported {unneeded}"

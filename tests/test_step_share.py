@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from sdplan.fit import fit_pooled
-from sdplan.step_share import FIXED_STEP_SHARES, profile_mean
+from sdplan.fitting.fit import fit_pooled
+from sdplan.fitting.step_share import FIXED_STEP_SHARES, profile_mean
 from tests.test_verify_floor import growth, quick_grid
 
 
@@ -60,7 +60,7 @@ def interval_ms(document: dict, prompt_tokens: int, output_tokens: int) -> tuple
     import numpy as np
 
     from sdplan.calibration import parse_calibration
-    from sdplan.uncertainty import coefficient_draws
+    from sdplan.planning.uncertainty import coefficient_draws
 
     draws = coefficient_draws(parse_calibration(document, "served.toml"), prompt_tokens, output_tokens)
     assert draws is not None
@@ -72,7 +72,7 @@ def test_the_share_s_spread_widens_the_intervals_away_from_the_reference_context
     import copy
     import datetime
 
-    from sdplan.fit import fitted_document
+    from sdplan.fitting.fit import fitted_document
 
     points = quick_grid()
     provenance = {"method": "fit", "hardware": "AMD EPYC (CPU, 2 cores)", "target_model": "tiny",

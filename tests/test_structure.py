@@ -4,9 +4,10 @@ No module imports another's private names (``from sdplan.x import _name``),
 no two modules import each other by any path (module-level and function-level
 imports both count; ``if TYPE_CHECKING:`` imports do not run and are left
 out), and no import breaks a layer rule (:data:`LAYER_RULES`: the core never
-imports ``cli/``, ``render/``, ``runs/`` or ``measure/``; ``render/`` never
-imports ``cli/``; only ``sdplan/_vllm/`` imports vLLM; drawn in
-``docs/architecture.md#layers``).
+imports ``cli/``, ``render/``, ``runs/`` or ``measure/``; inside the core,
+``inputs/`` sits under ``latency/``, which sits under ``calibration/``,
+``fitting/`` and ``planning/``; ``render/`` never imports ``cli/``; only
+``sdplan/_vllm/`` imports vLLM; drawn in ``docs/architecture.md#layers``).
 
 Sizes: no function with more than 12 parameters (click commands excepted); today's offenders are listed by
 name and may only shrink. Lines are for review, not for a test. Only
@@ -134,30 +135,44 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-#: The folders of ``sdplan/`` at the edges; every other module (the flat modules, ``calibration/``,
-#: ``simulate/``, the package itself) is the core. ``sdplan/__main__.py`` belongs to ``cli``.
+#: The folders of ``sdplan/`` at the edges. ``sdplan/__main__.py`` belongs to ``cli``.
 EDGES = ("cli", "render", "runs", "metrics", "measure", "_vllm", "derive", "accuracy", "testing")
+
+#: The core's packages, bottom up: what a question starts from, the latency model, calibration files, fitting
+#: the model to runs, the questions the commands answer, the simulator. The modules at the top of ``sdplan/``
+#: (errors, units, file writes, work budgets, the TOML validator) and the package itself are ``core``.
+CORE_PACKAGES = ("inputs", "latency", "calibration", "fitting", "planning", "simulate")
 
 
 def area(name: str) -> str:
-    """The edge folder a module lies in (``sdplan.runs.screen`` -> ``runs``), else ``core``."""
+    """The folder a module lies in (``sdplan.runs.screen`` -> ``runs``), else ``core`` (the top of ``sdplan/``)."""
     if name == "sdplan.__main__":
         return "cli"
     parts = name.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in EDGES else "core"
+    return parts[1] if len(parts) > 1 and parts[1] in EDGES + CORE_PACKAGES else "core"
 
 
 #: Who may import whom: (the areas a rule binds, what they must not import (a prefix of the imported module's
 #: name), why). Only imports that run count (module level or in a function, not ``if TYPE_CHECKING:``).
 #: docs/architecture.md#layers draws these rules; change the two together.
 LAYER_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
-    (("core",), ("sdplan.cli", "sdplan.render", "sdplan.runs", "sdplan.measure"),
+    (("core", *CORE_PACKAGES), ("sdplan.cli", "sdplan.render", "sdplan.runs", "sdplan.measure"),
      "the model computes and raises: it never parses options, prints, or reads result files"),
+    (("core",), tuple(f"sdplan.{package}" for package in CORE_PACKAGES),
+     "the modules at the top (errors, units, file writes, budgets, schemas) serve every package and know none"),
+    (("inputs",), ("sdplan.latency", "sdplan.calibration", "sdplan.fitting", "sdplan.planning", "sdplan.simulate"),
+     "an input is read and checked on its own terms; what it costs is the model's business"),
+    (("latency",), ("sdplan.calibration", "sdplan.fitting", "sdplan.planning", "sdplan.simulate"),
+     "the model computes from the coefficients it is given: it never reads a file, a fit or a question"),
+    (("calibration", "simulate"), ("sdplan.fitting", "sdplan.planning"),
+     "a calibration file and the simulator hold and use coefficients; fitting makes them, planning asks of them"),
+    (("fitting",), ("sdplan.planning", "sdplan.simulate"),
+     "a fit finds coefficients in measured runs; the questions asked of them come after"),
     (("render",), ("sdplan.cli",), "renderers turn results into text; the CLI calls them, not the reverse"),
     (("runs", "metrics", "measure", "_vllm", "derive", "accuracy", "testing"), ("sdplan.cli", "sdplan.render"),
      "readers, measurement and derivation return records; only the CLI shows them"),
     (("runs",), ("sdplan.measure",), "the readers read any results; measuring writes them with the readers"),
-    (tuple(sorted({"core", *EDGES} - {"_vllm"})), ("vllm",),
+    (tuple(sorted({"core", *CORE_PACKAGES, *EDGES} - {"_vllm"})), ("vllm",),
      "vLLM is an optional, heavy extra: sdplan/_vllm/ is its one door"),
 )
 
@@ -219,25 +234,35 @@ def test_the_architecture_page_states_the_same_rules() -> None:
 def test_the_layer_rules_can_fail(tmp_path: Path) -> None:
     """Each kind of area breaks a rule in a crafted tree; imports only for type checking do not count."""
     root = tmp_path / "sdplan"
-    for folder in ("cli", "render", "runs", "measure", "_vllm"):
+    for folder in ("cli", "render", "runs", "measure", "_vllm", "inputs", "latency", "fitting", "planning", "simulate"):
         (root / folder).mkdir(parents=True)
         (root / folder / "__init__.py").write_text("")
     (root / "__init__.py").write_text("")
     (root / "__main__.py").write_text("from sdplan.cli import main\n")
-    (root / "cli" / "main.py").write_text("from sdplan.render import text\nfrom sdplan import model\n")
+    (root / "cli" / "main.py").write_text("from sdplan.render import text\nfrom sdplan.latency import model\n")
     (root / "render" / "text.py").write_text("def show():\n    from sdplan.cli import main\n")
-    (root / "runs" / "read.py").write_text("from sdplan import model\n")
+    (root / "runs" / "read.py").write_text("from sdplan.latency import model\n")
     (root / "measure" / "sweep.py").write_text("from sdplan.runs import read\nimport vllm.engine\n")
-    (root / "_vllm" / "engine.py").write_text("import vllm\nfrom sdplan import model\n")
-    (root / "model.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
-                                   "    from sdplan.render import text\n\n\ndef solve():\n"
-                                   "    from sdplan.runs.read import x\n    from vllm import LLM\n")
+    (root / "_vllm" / "engine.py").write_text("import vllm\nfrom sdplan.latency import model\n")
+    (root / "latency" / "model.py").write_text(
+        "from typing import TYPE_CHECKING\n\nfrom sdplan.inputs import workload\n\nif TYPE_CHECKING:\n"
+        "    from sdplan.render import text\n    from sdplan.fitting import fit\n\n\ndef solve():\n"
+        "    from sdplan.runs.read import x\n    from sdplan.simulate.engine import run\n    from vllm import LLM\n")
+    (root / "simulate" / "engine.py").write_text("from sdplan.fitting import fit\n")
+    (root / "inputs" / "workload.py").write_text("from sdplan.latency.model import solve\n")
+    (root / "fitting" / "fit.py").write_text("from sdplan.latency import model\nfrom sdplan.planning import plan\n")
+    (root / "planning" / "plan.py").write_text("from sdplan.fitting import fit\nfrom sdplan import errors\n")
+    (root / "errors.py").write_text("def hint():\n    from sdplan.planning import plan\n")
     assert layer_breaches(imports_by_module(modules(root), root)) == [
-        "sdplan.measure.sweep -> vllm.engine", "sdplan.model -> sdplan.runs.read", "sdplan.model -> vllm",
-        "sdplan.render.text -> sdplan.cli.main"]
+        "sdplan.errors -> sdplan.planning.plan", "sdplan.fitting.fit -> sdplan.planning.plan",
+        "sdplan.inputs.workload -> sdplan.latency.model", "sdplan.latency.model -> sdplan.runs.read",
+        "sdplan.latency.model -> sdplan.simulate.engine", "sdplan.latency.model -> vllm",
+        "sdplan.measure.sweep -> vllm.engine", "sdplan.render.text -> sdplan.cli.main",
+        "sdplan.simulate.engine -> sdplan.fitting.fit"]
     assert [area(name) for name in ("sdplan.__main__", "sdplan.cli.main", "sdplan.calibration.records",
-                                    "sdplan.simulate", "sdplan", "sdplan._vllm.engine")] == [
-        "cli", "cli", "core", "core", "core", "_vllm"]
+                                    "sdplan.simulate", "sdplan", "sdplan.errors", "sdplan.latency.model",
+                                    "sdplan._vllm.engine")] == [
+        "cli", "cli", "calibration", "simulate", "core", "core", "latency", "_vllm"]
 
 
 def test_the_checks_see_a_cycle_and_a_private_import(tmp_path: Path) -> None:

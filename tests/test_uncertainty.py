@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from sdplan import model
 from sdplan.calibration import parse_calibration
 from sdplan.errors import ExitStatus
-from sdplan.fit import fit_pooled, fitted_document
-from sdplan.runs import load_runs, read_results
-from sdplan.uncertainty import (
+from sdplan.fitting.fit import fit_pooled, fitted_document
+from sdplan.latency import model
+from sdplan.planning.uncertainty import (
     calibration_margin,
     calibration_speed_margin,
     coefficient_draws,
     on_slower_server,
     plan_intervals,
 )
+from sdplan.runs import load_runs, read_results
 from tests.results_fixtures import TRUE, write_vllm
 
 PROVENANCE = {"method": "fit", "hardware": "test", "target_model": "t", "draft_model": "d", "engine": "vllm",
@@ -173,7 +173,7 @@ def test_intervals_hold_the_estimate_when_a_coefficient_sits_at_its_bound(sdplan
 
 
 def test_server_speeds_are_log_normal_with_the_measured_spread() -> None:
-    from sdplan.uncertainty import server_speeds
+    from sdplan.planning.uncertainty import server_speeds
 
     rng = np.random.default_rng(5)
     assert np.all(server_speeds(None, 50, rng) == 1.0) and np.all(server_speeds(0.0, 50, rng) == 1.0)
@@ -214,8 +214,8 @@ def test_the_spread_covers_other_servers_plateaus() -> None:
     import copy
     import datetime
 
-    from sdplan.uncertainty import interval
-    from sdplan.validation import predict_latency
+    from sdplan.fitting.validation import predict_latency
+    from sdplan.planning.uncertainty import interval
 
     data = Path(__file__).parent / "data"
     points = read_results(data / "served-frontend-floor-cpu", "vllm")[0]

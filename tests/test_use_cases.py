@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from sdplan.acceptance import expected_tokens_per_cycle
 from sdplan.calibration.views import ShowRequest, list_shipped, show_calibration
 from sdplan.errors import InvalidValueError
+from sdplan.fitting.steady_state import screen
+from sdplan.inputs.acceptance import expected_tokens_per_cycle
 from sdplan.measure.fit_runs import FitRequest, Fitted, ProvenanceGiven, fit_runs
 from sdplan.measure.result_files import ResultFiles, result_alpha
 from sdplan.measure.validate_runs import ValidateRequest, passes, validate_runs
+from sdplan.planning.scenario import AcceptanceGiven
 from sdplan.runs import load_runs
-from sdplan.scenario import AcceptanceGiven
-from sdplan.steady_state import screen
 
 DATA = Path(__file__).parent / "data"
 UNKNOWN = ProvenanceGiven(hardware="unknown (set --hardware)", target_model="unknown (set --target-model)",

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from sdplan.calibration import load_calibration
-from sdplan.planner import plan
-from sdplan.runmodel import run_tokens_per_cycle
+from sdplan.fitting.runmodel import run_tokens_per_cycle
+from sdplan.fitting.validation import predict_latency, predict_ttft, validate
+from sdplan.planning.planner import plan
 from sdplan.runs import read_results
-from sdplan.validation import predict_latency, predict_ttft, validate
 
 ROOT = Path(__file__).parent.parent
 CALIBRATION = ROOT / "calibrations" / "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived.toml"

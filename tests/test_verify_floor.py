@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sdplan.fit
-from sdplan.fit import fit_pooled
-from sdplan.runmodel import PARAMETERS, verify_floor
+import sdplan.fitting.fit
+from sdplan.fitting.fit import fit_pooled
+from sdplan.fitting.runmodel import PARAMETERS, verify_floor
+from sdplan.fitting.validation import predict_latency
 from sdplan.runs import read_results
-from sdplan.validation import predict_latency
 
 DATA = Path(__file__).parent / "data"
 
@@ -58,7 +58,7 @@ def test_the_floor_holds_c2v_at_c2_step_and_says_so() -> None:
 
 
 def test_without_the_floor_the_same_runs_zero_c2v(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sdplan.fit, "verify_floor", lambda runs: np.eye(len(PARAMETERS)))
+    monkeypatch.setattr(sdplan.fitting.fit, "verify_floor", lambda runs: np.eye(len(PARAMETERS)))
     fit = fit_pooled(quick_grid())
     assert fit.values["c2v_s"] < 1e-6 < fit.values["baseline_c2_step_s"]
     assert not any(note.startswith("c2v held") for note in fit.notes)
@@ -74,7 +74,7 @@ def test_sd_at_four_times_the_context_grows_as_measured(configuration: str) -> N
 @pytest.mark.parametrize("configuration", ["k2", "k4"])
 def test_without_the_floor_sd_at_four_times_the_context_is_far_too_cheap(
         configuration: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sdplan.fit, "verify_floor", lambda runs: np.eye(len(PARAMETERS)))
+    monkeypatch.setattr(sdplan.fitting.fit, "verify_floor", lambda runs: np.eye(len(PARAMETERS)))
     measured, predicted = growth(fit_pooled(quick_grid()), configuration)
     assert predicted < 0.7 * measured  # 3.97x and 4.01x: SD's cost flat in the context
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sdplan._vllm import INSTALL_HINT
-from sdplan.acceptance_counts import AcceptanceCounts
 from sdplan.errors import EngineError, InvalidValueError, MissingDependencyError
+from sdplan.measure.acceptance_counts import AcceptanceCounts
 
 _T = TypeVar("_T")
 

@@ -3,7 +3,7 @@
 A benchmark run (``accuracy_served.py``) predicts servers other than the ones it calibrated on. Servers of one
 configuration started minutes apart run at speeds a factor ``exp(d)`` apart, ``d ~ N(0, sigma^2)``; each
 calibration measures its own ``sigma`` from the levels it repeats on a second instance (``[uncertainty]
-repeat_sd_pct``, :attr:`sdplan.validation.RepeatSpread.sd_pct`: 4.5-16.3% on the 2-core VMs of acc40-49). So
+repeat_sd_pct``, :attr:`sdplan.fitting.validation.RepeatSpread.sd_pct`: 4.5-16.3% on the 2-core VMs of acc40-49). So
 even a model exact for the calibration's servers errs against the validation's, and near saturation
 ``L = C1/(1 - lambda C2)`` magnifies the error: at 80% load a server 10% slower runs 83% slower.
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import sdplan
-from sdplan import model
 from sdplan.accuracy.summary import (
     contrast_workloads,
     finite_or_none,
@@ -37,7 +36,8 @@ from sdplan.accuracy.summary import (
     workload_label,
 )
 from sdplan.calibration import load_calibration
-from sdplan.runmodel import run_demand
+from sdplan.fitting.runmodel import run_demand
+from sdplan.latency import model
 from sdplan.runs import read_results
 
 

@@ -33,15 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from sdplan import model, planner
 from sdplan.accuracy.floors import calibration_spread, noise_summary
 from sdplan.accuracy.floors import report_lines as noise_lines
 from sdplan.accuracy.means import mean_or_none, median_or_none, standard_error
+from sdplan.fitting.validation import option_regret, predict_latency, predict_ttft
+from sdplan.latency import model
+from sdplan.planning import planner
+from sdplan.planning.scenario import ScenarioOptions, resolve_scenario
+from sdplan.planning.uncertainty import coefficient_draws, plan_intervals
 from sdplan.runs import screen
 from sdplan.runs.screen import STALLED_SHARE_NOTED
-from sdplan.scenario import ScenarioOptions, resolve_scenario
-from sdplan.uncertainty import coefficient_draws, plan_intervals
-from sdplan.validation import option_regret, predict_latency, predict_ttft
 
 #: Goals of the benchmark (the module docstring of accuracy_served.py states them).
 E2E_MAPE_GOAL_PCT = 15.0
@@ -284,7 +285,8 @@ def _coverage(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def regrets(runs: Sequence[Mapping[str, Any]], picks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Best-option regret at every (benchmark run, pass, workload, load).
 
-    See :func:`sdplan.validation.option_regret`; a load whose pick was not measured, or with one option, is skipped.
+    See :func:`sdplan.fitting.validation.option_regret`; a load whose pick was not measured, or with one option, is
+    skipped.
     """
 
     picked = {(p["run"], p["workload"], p["load"]): p for p in picks}

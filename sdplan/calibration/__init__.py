@@ -39,9 +39,9 @@ from sdplan.calibration.records import (
 )
 from sdplan.calibration.scaling import costs_at, mean_context, scale_direct
 from sdplan.calibration.schema import CALIBRATION_SCHEMA, METHODS, SCHEMA_VERSION
-from sdplan.coefficients import Coefficients
 from sdplan.errors import InputFileError
-from sdplan.moe import MoESpec
+from sdplan.latency.coefficients import Coefficients
+from sdplan.latency.moe import MoESpec
 from sdplan.schema import read_toml
 
 __all__ = [

@@ -14,8 +14,8 @@ from sdplan.calibration.records import DirectCoefficients, ReferenceWorkload, Un
 from sdplan.calibration.scaling import costs_at
 from sdplan.calibration.schema import CALIBRATION_SCHEMA, SCHEMA_VERSION
 from sdplan.errors import InputFileError
+from sdplan.latency.model import baseline_demand
 from sdplan.limits import MAX_TOKENS
-from sdplan.model import baseline_demand
 from sdplan.schema import validate
 
 #: Longest time any one cost may take, seconds: a step or a prefill of an hour describes no hardware.

@@ -32,7 +32,7 @@ class Provenance:
     hardware: str
     target_model: str
     draft_model: str
-    #: The SD method the costs describe, where the file names it (:func:`sdplan.methods.calibration_method`).
+    #: The SD method the costs describe, where the file names it (:func:`sdplan.inputs.methods.calibration_method`).
     speculative_method: str | None
     engine: str
     engine_version: str
@@ -179,9 +179,9 @@ class DirectCoefficients:
     c2d_s: float
     c2v_per_context_token_s: float | None
     c2d_per_context_token_s: float | None
-    #: Serving-frontend seconds per streamed chunk (:func:`sdplan.model.frontend_floor`); 0 when absent.
+    #: Serving-frontend seconds per streamed chunk (:func:`sdplan.latency.model.frontend_floor`); 0 when absent.
     frontend_chunk_s: float = 0.0
-    #: The target step's compute-bound knee (:mod:`sdplan.knee`); 0 when absent (no knee).
+    #: The target step's compute-bound knee (:mod:`sdplan.latency.knee`); 0 when absent (no knee).
     knee_tokens: float = 0.0
     knee_per_token_s: float = 0.0
 
@@ -205,7 +205,7 @@ class DirectCoefficients:
 class StepCost:
     """A linear step-time model of one model's forward step (``[step_model.target]``, ``.draft``), seconds.
 
-    ``knee_tokens`` and ``per_token_above_knee_s``: the target's compute-bound knee (:mod:`sdplan.knee`);
+    ``knee_tokens`` and ``per_token_above_knee_s``: the target's compute-bound knee (:mod:`sdplan.latency.knee`);
     0 where the file gives none.
     """
 
@@ -304,10 +304,10 @@ class Uncertainty:
     not_identified: tuple[str, ...] = ()
     stderr_above_value: tuple[str, ...] = ()
     method: str | None = None
-    #: The spread between repeats of one point, percent (:attr:`sdplan.validation.RepeatSpread.sd_pct`).
+    #: The spread between repeats of one point, percent (:attr:`sdplan.fitting.validation.RepeatSpread.sd_pct`).
     repeat_sd_pct: float | None = None
     #: The standard deviation of the share of ``c2_step`` that does not grow with the context, percentage points
-    #: (:func:`sdplan.step_share.profile_mean`).
+    #: (:func:`sdplan.fitting.step_share.profile_mean`).
     step_share_sd_pct: float | None = None
 
     @classmethod

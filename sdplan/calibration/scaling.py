@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sdplan.calibration.records import DirectCoefficients, ReferenceWorkload, StepModel
-from sdplan.coefficients import Coefficients
+from sdplan.latency.coefficients import Coefficients
 
 
 def mean_context(prompt_tokens: float, output_tokens: float) -> float:
@@ -74,7 +74,7 @@ def direct_coefficients_at(direct: DirectCoefficients, reference: ReferenceWorkl
     that does not grow with the context, each running sequence's own share of
     a step's work (its matmul rows, sampling); only the rest, ``c2_step -
     c2_step_fixed``, scales as above. Fitted from runs at several contexts
-    (:func:`sdplan.fit.fit_pooled`): on GPUs the per-sequence step cost is
+    (:func:`sdplan.fitting.fit.fit_pooled`): on GPUs the per-sequence step cost is
     affine in the context (AIConfigurator's measured Qwen3-32B rows on H100
     TP4, tests/data/aic-silicon: 0.125 ms per client at 1024/1024 and 0.29 ms
     at 4096/1024, a ratio of 2.3 for a context ratio of 3).
@@ -136,7 +136,7 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
 
     The draft's KV context is taken equal to the target's. The target's
     compute-bound knee, where the file gives one, is carried as it is
-    (:mod:`sdplan.knee`): it does not depend on the workload.
+    (:mod:`sdplan.latency.knee`): it does not depend on the workload.
     """
     target, draft, prefill = steps.target, steps.draft, steps.prefill
     context = mean_context(prompt_tokens, output_tokens)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sdplan import model
 from sdplan.calibration import (
     DEFAULT_CALIBRATION,
     Calibration,
@@ -18,8 +17,9 @@ from sdplan.calibration import (
     resolve_calibration,
     shipped_calibrations,
 )
-from sdplan.coefficients import Coefficients
 from sdplan.errors import InputFileError
+from sdplan.latency import model
+from sdplan.latency.coefficients import Coefficients
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,7 +37,7 @@ class CalibrationShown:
     """A calibration with its coefficients at the workload, and its no-SD demand ``(C1, C2)``, in s.
 
     ``baseline_demand`` is the C2 past the compute-bound knee where the file has one
-    (:func:`sdplan.model.baseline_knee`): the demand that sets the no-SD saturation.
+    (:func:`sdplan.latency.model.baseline_knee`): the demand that sets the no-SD saturation.
     """
 
     calibration: Calibration

@@ -1,11 +1,11 @@
-"""What a command was given, as typed records, and from them its :class:`sdplan.scenario.Scenario`.
+"""What a command was given, as typed records, and from them its :class:`sdplan.planning.scenario.Scenario`.
 
 Rule: a command parses its options once, into one frozen request built from
 its own parameters, and passes that request to everything that needs an
 option. Nothing reads options back from click's context
 (``click.get_current_context``): what a function depends on is in its
 signature (``tests/test_structure.py`` refuses it outside a parameter
-callback). The core applies the precedence (:mod:`sdplan.scenario`).
+callback). The core applies the precedence (:mod:`sdplan.planning.scenario`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sdplan.cli._options import complete_file, parse_int_list
-from sdplan.serving import LimitOptions
+from sdplan.inputs.serving import LimitOptions
 
 if TYPE_CHECKING:
-    from sdplan.scenario import Scenario
+    from sdplan.planning.scenario import Scenario
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,8 +68,8 @@ def draft_lengths_given(text: str | None) -> list[int] | None:
 def command_scenario(flags: ScenarioFlags, draft_lengths: Sequence[int] | None, *,
                      single_acceptance: bool = True) -> Scenario:
     """The scenario of a command's ``flags`` and candidate ``draft_lengths`` (the lengths file is read here)."""
-    from sdplan.scenario import AcceptanceGiven, ScenarioOptions, resolve_scenario
-    from sdplan.workload import load_lengths_file
+    from sdplan.inputs.workload import load_lengths_file
+    from sdplan.planning.scenario import AcceptanceGiven, ScenarioOptions, resolve_scenario
 
     return resolve_scenario(ScenarioOptions(
         calibration=flags.calibration,

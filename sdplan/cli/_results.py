@@ -48,7 +48,7 @@ def result_files(results: tuple[str, ...], input_format: str, select: tuple[str,
     """The options of :func:`results_options` as one typed request (checked in the core:
     :func:`sdplan.measure.result_files.result_alpha`)."""
     from sdplan.measure.result_files import ResultFiles
-    from sdplan.scenario import AcceptanceGiven
+    from sdplan.planning.scenario import AcceptanceGiven
 
     return ResultFiles(results=results, input_format=input_format, select=select, window_s=window,
                        draft_length=draft_length,

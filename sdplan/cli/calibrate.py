@@ -11,7 +11,7 @@ import click
 
 from sdplan.cli._options import parse_int_list, usage_error
 from sdplan.errors import ExitStatus, InvalidValueError
-from sdplan.methods import check_method
+from sdplan.inputs.methods import check_method
 
 if TYPE_CHECKING:
     from sdplan.measure.engine import EngineOptions

@@ -24,9 +24,9 @@ from sdplan.errors import InfeasibleError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sdplan.capacity_answer import CapacityQuery
+    from sdplan.planning.capacity_answer import CapacityQuery
 
-#: The engine configurations ``--format`` writes (:data:`sdplan.capacity_answer.ENGINES`; not imported here,
+#: The engine configurations ``--format`` writes (:data:`sdplan.planning.capacity_answer.ENGINES`; not imported here,
 #: so that help does not load the core).
 ENGINE_FORMATS = ("vllm-config", "sglang", "trtllm")
 
@@ -121,8 +121,8 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
       sdplan capacity -c h100-sxm_llama-3.1-8b_eagle3_derived --acceptance 0.7 \\
                       -f sglang -o spec.json
     """
-    from sdplan.capacity_answer import CapacityQuery
-    from sdplan.scenario import SimulationSettings
+    from sdplan.planning.capacity_answer import CapacityQuery
+    from sdplan.planning.scenario import SimulationSettings
 
     _capacity(CapacityRequest(
         scenario=ScenarioFlags(
@@ -145,7 +145,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 
 def _capacity(request: CapacityRequest) -> None:
     """Parse, answer, render: the capacity table (text or JSON), or an engine's configuration."""
-    from sdplan.capacity_answer import NO_OPTION_MEETS, answer_capacity, engine_config_answer
+    from sdplan.planning.capacity_answer import NO_OPTION_MEETS, answer_capacity, engine_config_answer
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.check import capacity_interval_note, capacity_plots, engine_config_summary, render_capacity
 

@@ -20,7 +20,7 @@ from sdplan.cli._simulation import simulation_options
 from sdplan.errors import ExitStatus
 
 if TYPE_CHECKING:
-    from sdplan.check_answer import CheckQuery
+    from sdplan.planning.check_answer import CheckQuery
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,8 +102,8 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
                    --acceptance 0.8
       sdplan check -w deploy/chat.toml --format json
     """
-    from sdplan.check_answer import CheckQuery
-    from sdplan.scenario import SimulationSettings
+    from sdplan.planning.check_answer import CheckQuery
+    from sdplan.planning.scenario import SimulationSettings
 
     return _check(CheckRequest(
         scenario=ScenarioFlags(
@@ -123,7 +123,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
 
 def _check(request: CheckRequest) -> ExitStatus:
     """Parse, answer, render; the verdict's exit status is returned for sdplan.cli to map (1: an SLO missed)."""
-    from sdplan.check_answer import answer_check
+    from sdplan.planning.check_answer import answer_check
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.check import check_summary, github_annotations, pessimistic_lines, render_check
 

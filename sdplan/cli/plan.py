@@ -78,8 +78,9 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
 
 
 def _plan(request: PlanRequest) -> None:
-    """Parse, answer, render: one call to :func:`sdplan.plan_answer.answer_plan`, intervals where they apply."""
-    from sdplan.plan_answer import PlanQuery, answer_plan
+    """Parse, answer, render: one call to :func:`sdplan.planning.plan_answer.answer_plan`, intervals where they
+    apply."""
+    from sdplan.planning.plan_answer import PlanQuery, answer_plan
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.plan import render_plan
     from sdplan.render.plots import file_plan, terminal_plan
@@ -91,7 +92,7 @@ def _plan(request: PlanRequest) -> None:
         rates_rps=tuple(request.rates) if request.rates is not None else None,
         goodput_policy=request.policy == "goodput", for_table=out.fmt == "table"))
     if answer.intervals_apply:
-        from sdplan.plan_intervals import with_intervals  # not on a plain plan's path: loads the fit's tables
+        from sdplan.planning.plan_intervals import with_intervals  # not on a plain plan's path: loads the fit's tables
 
         answer = with_intervals(scenario, answer)
     result, inputs = answer.plan, answer.inputs

@@ -25,7 +25,7 @@ from sdplan.cli._options import (
 from sdplan.cli._simulation import simulation_options
 
 if TYPE_CHECKING:
-    from sdplan.scenario import SimulationSettings
+    from sdplan.planning.scenario import SimulationSettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,7 +78,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
       sdplan simulate --acceptance 0.8 --rates 4,8,11
       sdplan simulate --draft-length 3 --seeds 5 --arrival-cv 2 -f json
     """
-    from sdplan.scenario import SimulationSettings
+    from sdplan.planning.scenario import SimulationSettings
 
     _simulate(SimulateRequest(
         scenario=ScenarioFlags(
@@ -94,10 +94,10 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
 
 
 def _simulate(request: SimulateRequest) -> None:
-    """Parse, answer, render: one call to :func:`sdplan.simulate_answer.answer_simulate`."""
+    """Parse, answer, render: one call to :func:`sdplan.planning.simulate_answer.answer_simulate`."""
+    from sdplan.planning.simulate_answer import SimulateQuery, answer_simulate
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.simulate import render_simulate, simulate_plots
-    from sdplan.simulate_answer import SimulateQuery, answer_simulate
 
     draft_length, out = request.draft_length, request.output
     check_plot_request(out.plot, out.plot_file, out.fmt)

@@ -72,7 +72,7 @@ def step_rows(points: list[tuple[int, int, int]], routing: tuple[int, int] | Non
 
     For an MoE target routing ``m`` of ``M`` experts per token, the last column
     is the expected fraction of experts a step of ``B q`` tokens touches,
-    ``phi(T) = 1 - (1 - m/M)^T`` (:mod:`sdplan.moe`), whose coefficient is the
+    ``phi(T) = 1 - (1 - m/M)^T`` (:mod:`sdplan.latency.moe`), whose coefficient is the
     time to stream every expert: ``[moe.coverage]`` of ``sdplan-calibration(5)``.
     """
     rows = [[1.0, float(b), float(b * q), float(b * s)] for b, q, s in points]

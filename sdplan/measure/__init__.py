@@ -29,10 +29,10 @@ options :mod:`~sdplan.measure.result_files`.
 
 :mod:`~sdplan.measure.engine` is the other method, ``--method engine``: bare
 engine steps timed in-process (:mod:`sdplan._vllm`) and fitted by
-:mod:`sdplan.stepfit`.
+:mod:`sdplan.measure.stepfit`.
 
 Nothing here imports vLLM: it runs in subprocesses, or in-process for the engine
 method, both started from :mod:`sdplan._vllm`.
-The fit of the measured points is :mod:`sdplan.fit`, the same machinery as
+The fit of the measured points is :mod:`sdplan.fitting.fit`, the same machinery as
 ``sdplan fit``.
 """

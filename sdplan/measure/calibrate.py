@@ -7,7 +7,7 @@ if ``sdplan`` itself would read it; a fit that predicts its own points poorly
 is written but reported poor (exit 7) unless accepted.
 :func:`calibrate_engine` (``--method engine``) times bare engine steps
 in-process (:mod:`sdplan._vllm.engine`), measures acceptance on given prompts,
-fits the steps (:func:`sdplan.stepfit.fit_calibration`) and writes the file.
+fits the steps (:func:`sdplan.measure.stepfit.fit_calibration`) and writes the file.
 
 Both return typed outcomes; the CLI draws the progress (the ``progress``
 callbacks here) and says what happened.
@@ -34,8 +34,8 @@ from sdplan.measure.engine import EngineOptions, MeasurementStore, calibration_d
 from sdplan.measure.levels import concurrency_levels
 from sdplan.measure.options import ServedOptions, check_options
 from sdplan.measure.run import interruptible, measure_served
+from sdplan.measure.stepfit import fit_calibration
 from sdplan.measure.sweep import SweepEvents
-from sdplan.stepfit import fit_calibration
 
 #: ``advance(done, total, label)``: how a measurement reports its progress.
 Advance = Callable[[int, int, str], None]

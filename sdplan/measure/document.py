@@ -1,7 +1,7 @@
 """The calibration document of a served ``sdplan calibrate``: the fit of its points and its provenance.
 
 The points are fitted with the same machinery as ``sdplan fit``
-(:func:`sdplan.fit.fit_pooled`); the calibration is written even when its fit is
+(:func:`sdplan.fitting.fit.fit_pooled`); the calibration is written even when its fit is
 poor, and the caller decides the exit status from
 :attr:`ServedCalibration.poor_reasons`.
 """
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdplan._vllm import installed_distribution
-from sdplan.acceptance import FULL_DRAFT_COVERAGE, conditional_from_position_rates
 from sdplan.errors import InfeasibleError
-from sdplan.fit import fit_pooled, fitted_document
+from sdplan.fitting.fit import fit_pooled, fitted_document
+from sdplan.inputs.acceptance import FULL_DRAFT_COVERAGE, conditional_from_position_rates
 from sdplan.measure.levels import REPEAT_DISAGREEMENT
 from sdplan.measure.options import ServedOptions, hardware_description
 from sdplan.measure.run import ServedMeasurement

@@ -4,7 +4,7 @@ This module never imports vLLM. It drives any :class:`StepRunner` (the real
 one lives in :mod:`sdplan._vllm`; tests use synthetic ones), saves every
 measurement as it arrives so an interrupted run keeps what it measured, and
 writes the calibration of the per-step model fitted to them
-(:mod:`sdplan.stepfit`).
+(:mod:`sdplan.measure.stepfit`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sdplan.errors import InputFileError, InvalidValueError
-from sdplan.stepfit import CalibrationFit, Measurement, fit_quality_document, step_key, step_model_document
+from sdplan.measure.stepfit import CalibrationFit, Measurement, fit_quality_document, step_key, step_model_document
 
 MEASUREMENT_FORMAT_VERSION = 1
 

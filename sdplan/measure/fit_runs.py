@@ -5,13 +5,13 @@ calibration's text with everything its report shows; the CLI renders the
 report and writes both. The workflow, in order:
 
 1. the runs are read (:mod:`sdplan.measure.result_files`) and screened
-   (:func:`sdplan.steady_state.screen`); too few kept runs is an error before
+   (:func:`sdplan.fitting.steady_state.screen`); too few kept runs is an error before
    any hold-out, so that the counts are the screen's;
 2. with ``prior``, the prior is scaled to the kept runs instead
    (:func:`sdplan.metrics.prior.scale_prior`) and nothing is fitted;
 3. otherwise a seeded fraction or the most loaded run of each configuration
    is held out (``holdout``, ``holdout_by``), the rest fitted pooled and per
-   configuration (:mod:`sdplan.fit`), the held-out runs validated, and the
+   configuration (:mod:`sdplan.fitting.fit`), the held-out runs validated, and the
    calibration document built with its provenance (the options given, the
    sources' digests, the counts; AIConfigurator's rows fill in what the
    options left unknown) and checked as ``sdplan`` reads calibrations.
@@ -29,19 +29,19 @@ from sdplan import __version__
 from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.errors import InfeasibleError, InvalidValueError
 from sdplan.fileio import dumps_toml
-from sdplan.fit import MIN_FIT_RUNS, fit_configurations, fit_pooled, fitted_document, holdout_split
+from sdplan.fitting.fit import MIN_FIT_RUNS, fit_configurations, fit_pooled, fitted_document, holdout_split
+from sdplan.fitting.steady_state import screen
+from sdplan.fitting.validation import validate
 from sdplan.measure.result_files import ResultFiles, read_runs, result_alpha
 from sdplan.metrics.acceptance import acceptance_document
 from sdplan.metrics.prior import scale_prior
 from sdplan.runs import BenchmarkRun, file_digest, silicon, split_file_facts
-from sdplan.steady_state import screen
-from sdplan.validation import validate
 
 if TYPE_CHECKING:
-    from sdplan.fit import ConfigurationFit
-    from sdplan.fit_result import PooledFit
+    from sdplan.fitting.fit import ConfigurationFit
+    from sdplan.fitting.fit_result import PooledFit
+    from sdplan.fitting.validation import Validation
     from sdplan.metrics.prior import PriorScaling
-    from sdplan.validation import Validation
 
 #: A run left out, with why (the screen's reasons joined by "; ").
 Dropped = tuple[BenchmarkRun, str]
@@ -122,7 +122,7 @@ def fit_runs(request: FitRequest, on_left_out: Callable[[str], None] = lambda li
     Raises
     ------
     InfeasibleError
-        Fewer than :data:`sdplan.fit.MIN_FIT_RUNS` runs kept by the screen.
+        Fewer than :data:`sdplan.fitting.fit.MIN_FIT_RUNS` runs kept by the screen.
     InvalidValueError
         ``holdout_by="highest-load"`` with no configuration of three or more runs, or bad acceptance options.
     """

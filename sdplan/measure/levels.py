@@ -9,7 +9,7 @@ and loaded by a **closed-loop concurrency sweep**: ``N`` clients, each sending
 its next request as soon as the last one finishes (``vllm bench serve
 --max-concurrency N --request-rate inf``). A closed loop is the fast, stable
 core of a calibration: its load is set exactly (``N - 1`` others per request,
-``L = C1 + (N - 1) C2``, see :mod:`sdplan.fit`), it cannot overload the server,
+``L = C1 + (N - 1) C2``, see :mod:`sdplan.fitting.fit`), it cannot overload the server,
 and it reaches steady state at once. ``N`` steps through the grid's levels
 (quick: 1, 4, 16, 64) up to the server's ``max_num_seqs``, and stops early once
 throughput stops rising (less than 5% more for the next level: saturated).
@@ -18,13 +18,13 @@ Where the next doubling past the grid's largest level is forecast to gain 10%
 (the user's, else vLLM's default for the hardware: 128 on a CPU, 256 or 1024 on
 a GPU), so the plateau is measured, not extrapolated. Then Poisson points at fractions of the measured peak throughput:
 the open-loop regime the planner predicts, which fixes the closed-loop factor of
-the fit (:mod:`sdplan.fit`). Lengths vary by +-25% around the requested means
+the fit (:mod:`sdplan.fitting.fit`). Lengths vary by +-25% around the requested means
 (``--random-range-ratio``), so closed-loop clients do not finish in lockstep
 and prefill together as they would with identical requests.
 
 **Probes tell the prefill from the decode steps.** One workload measures the sums
 ``C1 = c1p + (g - 1) c1_step`` and ``C2 = c2p + (g - 1) c2_step`` (no SD,
-:func:`sdplan.model.baseline_demand`) once each, so how they split between the
+:func:`sdplan.latency.model.baseline_demand`) once each, so how they split between the
 prefill and the steps, which is what a question at another workload needs, is
 not identified (a served calibration at 64/64 tokens put ``c1p`` at 3.5e-17 s
 and was 31-71% wrong at 256/32). A grid's :class:`Probe` workloads, a
@@ -82,9 +82,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sdplan.inputs.serving import kv_cache_requests
 from sdplan.measure.client import LENGTH_SPREAD, LoadPoint
 from sdplan.runs import MIN_KEPT_UP_FRACTION, fell_behind
-from sdplan.serving import kv_cache_requests
 
 #: Repeats of one point disagree when the slowest's mean latency is more than this above the fastest's.
 REPEAT_DISAGREEMENT = 0.10
@@ -147,7 +147,7 @@ TOP_LEVEL = 1 << 30
 #: ``N``. The prompt-heavy probe's is ``N = 16``: 16 clients already put ``(N - 1) C2`` well above ``C1`` on every
 #: machine measured (CPU: ``C2/C1`` 0.1-0.3 per other request). The decode-heavy probe's is the sweep's top: its
 #: steps are the cheapest per streamed chunk, so it is where the frontend's work per chunk, not the steps, can
-#: set the plateau (:mod:`sdplan.frontend`; no SD at 16/192 tokens on a 2-core CPU: 9.5 req/s at N = 64 where
+#: set the plateau (:mod:`sdplan.fitting.frontend`; no SD at 16/192 tokens on a 2-core CPU: 9.5 req/s at N = 64 where
 #: the steps fitted at N <= 16 allow 12.2).
 PROBES = (Probe("prompt", 4.0, 0.5, (1, 16)), Probe("decode", 0.25, 3.0, (1, TOP_LEVEL)))
 
@@ -326,7 +326,7 @@ def next_clients(measured: list[tuple[int, float]], grid_levels: list[int], cap:
 
 def requests_held(kv_cache_tokens: int, prompt_tokens: int, output_tokens: int) -> int | None:
     """The most requests of ``prompt_tokens`` + ``output_tokens`` that fit a server's KV cache of
-    ``kv_cache_tokens`` together (:func:`sdplan.serving.kv_cache_requests`, at least 1: the server started,
+    ``kv_cache_tokens`` together (:func:`sdplan.inputs.serving.kv_cache_requests`, at least 1: the server started,
     so one fits), or None for an empty workload.
 
     Past it vLLM preempts running requests to admit new ones and computes them again: a closed loop of
@@ -363,7 +363,7 @@ def forecast_gain_per_doubling(clients_before: int, throughput_before: float, cl
     """Throughput's growth factor from ``N`` to ``2N`` closed-loop clients, forecast by the line through two levels.
 
     With ``L = N / X`` (Little's law) at levels ``N_a < N_b``, the closed-loop relation ``L = C1 + (N - 1) C2``
-    (:mod:`sdplan.fit`) gives the slope ``C2 = (L_b - L_a) / (N_b - N_a)`` and
+    (:mod:`sdplan.fitting.fit`) gives the slope ``C2 = (L_b - L_a) / (N_b - N_a)`` and
 
     ``X(2 N_b) / X(N_b) = 2 L(N_b) / L(2 N_b) = 2 / (1 + X_b C2)``,
 

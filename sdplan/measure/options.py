@@ -22,11 +22,11 @@ from typing import Any
 
 from sdplan._vllm import INSTALL_HINT, installed_distribution
 from sdplan.errors import InvalidValueError, MissingDependencyError
+from sdplan.inputs.methods import check_method
+from sdplan.inputs.serving import serve_flag, served_max_num_seqs
 from sdplan.measure.client import LENGTH_SPREAD, read_prompt_file
 from sdplan.measure.levels import SERVED_GRIDS, ServedGrid
 from sdplan.measure.server import check_model_folder
-from sdplan.methods import check_method
-from sdplan.serving import serve_flag, served_max_num_seqs
 
 #: vLLM SD methods that need a draft model folder.
 METHODS_WITH_MODEL = ("draft_model", "eagle", "eagle3")
@@ -73,7 +73,7 @@ class ServedOptions:
         return self.grid.repeats if self.repeats is None else self.repeats
 
     def serve_value(self, flag: str) -> str | None:
-        """The value of a ``vllm serve`` flag among the user's arguments (:func:`sdplan.serving.serve_flag`)."""
+        """The value of a ``vllm serve`` flag among the user's arguments (:func:`sdplan.inputs.serving.serve_flag`)."""
         return serve_flag(self.serve_arguments, flag)
 
     def max_clients(self) -> int:
@@ -82,7 +82,7 @@ class ServedOptions:
 
     def batch_cap(self) -> int | None:
         """The most requests the server runs at once (vLLM ``max_num_seqs``): ``--max-num-seqs`` where the
-        serving flags set it, else vLLM's default for this machine (:func:`sdplan.serving.engine_max_num_seqs`,
+        serving flags set it, else vLLM's default for this machine (:func:`sdplan.inputs.serving.engine_max_num_seqs`,
         128 on a CPU), lowered to ``--max-num-batched-tokens`` as vLLM lowers its default. None with
         ``--endpoint``: the server is the user's, its flags unknown."""
         value = self.serve_value("--max-num-seqs")

@@ -4,18 +4,18 @@ Both commands take benchmark result files (or a server's metrics) with the
 facts the files may not record (a draft length, one acceptance value). This
 module turns that request into :class:`~sdplan.runs.BenchmarkRun` records
 with the readers' warnings; the steady-state screen
-(:func:`sdplan.steady_state.screen`) is applied by the use cases after it.
+(:func:`sdplan.fitting.steady_state.screen`) is applied by the use cases after it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sdplan.acceptance import AcceptanceMetric, make_acceptance
 from sdplan.errors import InvalidValueError
+from sdplan.inputs.acceptance import AcceptanceMetric, make_acceptance
+from sdplan.planning.scenario import AcceptanceGiven
 from sdplan.runs import BenchmarkRun, load_runs
 from sdplan.runs.silicon import Selection
-from sdplan.scenario import AcceptanceGiven
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,7 +41,7 @@ def result_alpha(given: AcceptanceGiven) -> float | None:
 
     A fit takes one alpha per run, so exactly one value in one metric; a mean
     acceptance length or draft rate needs the draft length it was measured at
-    (:func:`sdplan.acceptance.make_acceptance` converts it).
+    (:func:`sdplan.inputs.acceptance.make_acceptance` converts it).
 
     Raises
     ------

@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sdplan.calibration import resolve_calibration
+from sdplan.fitting.validation import validate
 from sdplan.measure.result_files import ResultFiles, read_runs, result_alpha
-from sdplan.validation import validate
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
-    from sdplan.validation import Validation
+    from sdplan.fitting.validation import Validation
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +54,7 @@ def passes(mape_pct: float, max_error_pct: float | None) -> bool:
 
 def validate_runs(request: ValidateRequest,
                   on_read: Callable[[list[str]], None] = lambda warnings: None) -> Validated:
-    """The calibration's predictions against the runs of ``request.files`` (:func:`sdplan.validation.validate`).
+    """The calibration's predictions against the runs of ``request.files`` (:func:`sdplan.fitting.validation.validate`).
 
     ``on_read`` hears the readers' warnings once the runs are read, before they are validated (so that they
     are said even when no run is usable).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sdplan.acceptance import FULL_DRAFT_COVERAGE, alpha_from_mean_length, conditional_from_position_rates
+from sdplan.inputs.acceptance import FULL_DRAFT_COVERAGE, alpha_from_mean_length, conditional_from_position_rates
 from sdplan.runs.record import BenchmarkRun
 
 

@@ -9,7 +9,7 @@ the prior's shape and fits two factors to the metrics' windows, one on every loa
     L_r = s1 C1_r + s2 B_r C2_r,      B_r = lambda_r L_r (Little's law)
 
 with ``C1_r``, ``C2_r`` the prior's demand for window ``r``'s option, acceptance and lengths
-(:func:`sdplan.runmodel.run_demand`). Scaling every ``C1`` coefficient (prefill, plain step, verify
+(:func:`sdplan.fitting.runmodel.run_demand`). Scaling every ``C1`` coefficient (prefill, plain step, verify
 step, draft step) by ``s1`` and every ``C2`` one by ``s2`` keeps the prior's ratio of each SD step to
 the plain step, so the options not measured move with the one that was: they are anchored, not
 measured. Where the windows' loads cannot tell the two sides apart (one load level, or all light),
@@ -27,12 +27,12 @@ import numpy as np
 
 from sdplan.calibration import parse_calibration
 from sdplan.errors import InfeasibleError, InvalidValueError
-from sdplan.runmodel import PARAMETERS, coefficients_table, r2, run_demand
-from sdplan.validation import predict_latency
+from sdplan.fitting.runmodel import PARAMETERS, coefficients_table, r2, run_demand
+from sdplan.fitting.validation import predict_latency
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
-    from sdplan.coefficients import Coefficients
+    from sdplan.latency.coefficients import Coefficients
     from sdplan.runs.record import BenchmarkRun
 
 #: The C1 side of the direct form (load-independent seconds) and the C2 side (seconds per other request).
@@ -111,7 +111,7 @@ def factors(prior_at: Any, runs: list[BenchmarkRun]) -> tuple[float, float, bool
 
 
 def gap(coefficients_at: Any, runs: list[BenchmarkRun]) -> Gap:
-    """Mean absolute and signed error of the predicted mean E2E (:func:`sdplan.validation.predict_latency`);
+    """Mean absolute and signed error of the predicted mean E2E (:func:`sdplan.fitting.validation.predict_latency`);
     a prediction past saturation counts 100%, and so does any error above it."""
 
     errors, signed, predictions = [], [], []

@@ -34,8 +34,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import InputFileError
+from sdplan.inputs.acceptance import alpha_from_mean_length
 from sdplan.metrics import names
 from sdplan.metrics.changes import rate_changes
 from sdplan.metrics.series import Identity, Point, Stretches, arrivals, clean, finished_so_far, in_flight
@@ -339,7 +339,7 @@ def _speculation(first: Point, last: Point, finished: float, output: float) -> t
     ``k`` is the number of positions vLLM counts (``vllm:spec_decode_num_accepted_tokens_per_pos``), else
     draft tokens per draft. Per-position rate ``i`` is accepted-at-``i`` over drafts, vLLM's own ratio (as
     ``vllm bench serve`` reports it); the mean acceptance length is ``1 + accepted/drafts``, and ``alpha``
-    solves ``E(alpha, k) = length`` (:func:`sdplan.acceptance.alpha_from_mean_length`).
+    solves ``E(alpha, k) = length`` (:func:`sdplan.inputs.acceptance.alpha_from_mean_length`).
     """
     drafts = _delta(first, last, "drafts")
     positions = len(last.positions) if len(last.positions) == len(first.positions) else 0

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sdplan.planner import NONE_STABLE, SD_OFF
+from sdplan.planning.planner import NONE_STABLE, SD_OFF
 
 if TYPE_CHECKING:
-    from sdplan.acceptance import AcceptanceSpec
-    from sdplan.capacity_answer import CapacityAnswer, FleetPlan, OtherSpeed
-    from sdplan.planner import Plan, PlanInputs
-    from sdplan.uncertainty import SpeedMargin
+    from sdplan.inputs.acceptance import AcceptanceSpec
+    from sdplan.planning.capacity_answer import CapacityAnswer, FleetPlan, OtherSpeed
+    from sdplan.planning.planner import Plan, PlanInputs
+    from sdplan.planning.uncertainty import SpeedMargin
 
 
 def _g(value: float, digits: int = 3) -> str:

@@ -1,7 +1,7 @@
 """Views of ``sdplan check`` and ``sdplan capacity`` answers: text, JSON, plots, the lines on stderr.
 
-Every view reads the typed answer of the core (:class:`sdplan.check_answer.CheckAnswer`,
-:class:`sdplan.capacity_answer.CapacityAnswer`); the JSON is built from it here, in one place.
+Every view reads the typed answer of the core (:class:`sdplan.planning.check_answer.CheckAnswer`,
+:class:`sdplan.planning.capacity_answer.CapacityAnswer`); the JSON is built from it here, in one place.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sdplan import __version__
-from sdplan.methods import METHODS, provenance_method
+from sdplan.inputs.methods import METHODS, provenance_method
 from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
@@ -39,13 +39,13 @@ from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE
 from sdplan.render.plots import file_bars, terminal_bars
 
 if TYPE_CHECKING:
-    from sdplan.capacity import Fleet
-    from sdplan.capacity_answer import CapacityAnswer, EngineConfigAnswer, OtherSpeed
-    from sdplan.check import CheckReport
-    from sdplan.check_answer import CheckAnswer
-    from sdplan.scenario import Scenario
-    from sdplan.slo import Verdict
-    from sdplan.uncertainty import SpeedMargin
+    from sdplan.inputs.slo import Verdict
+    from sdplan.planning.capacity import Fleet
+    from sdplan.planning.capacity_answer import CapacityAnswer, EngineConfigAnswer, OtherSpeed
+    from sdplan.planning.check import CheckReport
+    from sdplan.planning.check_answer import CheckAnswer
+    from sdplan.planning.scenario import Scenario
+    from sdplan.planning.uncertainty import SpeedMargin
 
 _SUFFIX = {"e2e": "_s", "ttft": "_s", "tpot": "_s", "throughput": "_tok_s", "utilisation": "_fraction"}
 
@@ -312,7 +312,7 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
 
 
 def margin_document(margin: SpeedMargin, other: str | None, verb: str = "sized") -> dict[str, Any]:
-    """The servers' speed an answer is for (:class:`sdplan.uncertainty.SpeedMargin`), as JSON."""
+    """The servers' speed an answer is for (:class:`sdplan.planning.uncertainty.SpeedMargin`), as JSON."""
     return {
         "u": margin.factor,
         "sigma_pct": margin.sd_pct,

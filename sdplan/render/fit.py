@@ -25,13 +25,13 @@ from sdplan.render import (
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
-    from sdplan.fit import ConfigurationFit
-    from sdplan.fit_result import PooledFit
+    from sdplan.fitting.fit import ConfigurationFit
+    from sdplan.fitting.fit_result import PooledFit
+    from sdplan.fitting.validation import Validation
     from sdplan.measure.fit_runs import Fitted
     from sdplan.measure.validate_runs import Validated
     from sdplan.metrics.prior import PriorScaling
     from sdplan.runs import BenchmarkRun
-    from sdplan.validation import Validation
 
 
 def _run(run: BenchmarkRun) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Views of a :class:`~sdplan.planner.Plan`: the rich tables, and the JSON document and CSV rows of
+"""Views of a :class:`~sdplan.planning.planner.Plan`: the rich tables, and the JSON document and CSV rows of
 :mod:`sdplan.render.plan_data` by format."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import numpy as np
 from rich.table import Table
 from rich.text import Text
 
-from sdplan.methods import METHODS, provenance_method
-from sdplan.planner import NONE_STABLE, SD_OFF
+from sdplan.inputs.methods import METHODS, provenance_method
+from sdplan.planning.planner import NONE_STABLE, SD_OFF
 from sdplan.render import OutputFormat, Style, print_paragraph, print_table, render_rich, table_box, to_json
 from sdplan.render.answer import alpha_phrase, caveat_lines, caveats, plan_answer
 from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE, plan_csv, plan_document, regime
 
 if TYPE_CHECKING:
-    from sdplan.planner import Plan, PlanInputs
-    from sdplan.uncertainty import PlanIntervals
+    from sdplan.planning.planner import Plan, PlanInputs
+    from sdplan.planning.uncertainty import PlanIntervals
 
 METHOD_LABELS = {
     "measured": "measured with sdplan calibrate",

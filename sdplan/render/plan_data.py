@@ -1,4 +1,4 @@
-"""Machine-readable views of a :class:`~sdplan.planner.Plan`: the JSON document and the CSV rows."""
+"""Machine-readable views of a :class:`~sdplan.planning.planner.Plan`: the JSON document and the CSV rows."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from sdplan import __version__
-from sdplan.methods import provenance_method
-from sdplan.model import NEAR_SATURATION_UTILISATION
-from sdplan.planner import NONE_STABLE, SD_OFF
+from sdplan.inputs.methods import provenance_method
+from sdplan.latency.model import NEAR_SATURATION_UTILISATION
+from sdplan.planning.planner import NONE_STABLE, SD_OFF
 from sdplan.render import JSON_SCHEMA_VERSION, finite_or_none
 
 if TYPE_CHECKING:
-    from sdplan.planner import Plan, PlanInputs
-    from sdplan.uncertainty import PlanIntervals
+    from sdplan.planning.planner import Plan, PlanInputs
+    from sdplan.planning.uncertainty import PlanIntervals
 
 TTFT_NOTE = ("c1p + w_wait x step + B x w_load x per-request step cost: the own prefill, the wait for the running "
              "step and the mixed step with B others (weights fitted where TTFT was measured); queueing beyond the "

@@ -20,11 +20,11 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError, MissingDependencyError
 from sdplan.fileio import atomic_write_bytes
-from sdplan.planner import NONE_STABLE
+from sdplan.planning.planner import NONE_STABLE
 from sdplan.render.answer import acceptance_origin
 
 if TYPE_CHECKING:
-    from sdplan.planner import Plan, PlanInputs
+    from sdplan.planning.planner import Plan, PlanInputs
 
 PLOT_HINT = "figure files need matplotlib: pip install matplotlib (in an sdplan checkout: pip install -e '.[plot]')"
 FILE_FORMATS = (".png", ".svg")

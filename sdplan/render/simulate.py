@@ -30,8 +30,8 @@ from sdplan.simulate import METRICS, STATISTICS, WARMUP_FRACTION
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from sdplan.planning.simulate_answer import SimulateAnswer
     from sdplan.simulate import Estimate, RateSummary
-    from sdplan.simulate_answer import SimulateAnswer
 
 LABELS = {"e2e": "E2E latency", "ttft": "TTFT", "tpot": "TPOT", "queue": "queueing delay"}
 

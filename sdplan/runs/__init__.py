@@ -10,7 +10,7 @@ Modules, each importing only those above it in this list:
   reader shares, and the load each request saw (:func:`others_in_flight`).
 * :mod:`~sdplan.runs.screen`: the per-request measures of the steady-state
   screen (:func:`kept_up_fraction`, :func:`held_back`); the screen itself is
-  the core's :func:`sdplan.steady_state.screen`, exported here for the readers'
+  the core's :func:`sdplan.fitting.steady_state.screen`, exported here for the readers'
   callers.
 * one module per input format: :mod:`~sdplan.runs.vllm_bench` (``vllm bench
   serve`` and ``vllm bench sweep``), :mod:`~sdplan.runs.guidellm` (GuideLLM
@@ -71,7 +71,10 @@ from sdplan.runs.read import FORMATS, READERS, Reader, detect_format, load_runs,
 from sdplan.runs.record import BenchmarkRun, file_digest, is_finite_number, others_in_flight
 from sdplan.runs.screen import held_back, kept_up_fraction
 from sdplan.runs.vllm_bench import draft_coverage
-from sdplan.steady_state import MIN_KEPT_UP_FRACTION, fell_behind, screen
+
+# isort: split
+# After the submodules: these names are the re-exports, not the modules.
+from sdplan.fitting.steady_state import MIN_KEPT_UP_FRACTION, fell_behind, screen
 
 __all__ = ["FORMATS", "MIN_KEPT_UP_FRACTION", "READERS", "BenchmarkRun", "Reader", "RunFacts", "detect_format",
            "draft_coverage", "fell_behind", "file_digest", "held_back", "is_finite_number", "kept_up_fraction",

@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sdplan.acceptance import AcceptanceMetric, alpha_from_mean_length, make_acceptance
 from sdplan.errors import InvalidValueError
+from sdplan.inputs.acceptance import AcceptanceMetric, alpha_from_mean_length, make_acceptance
 from sdplan.units import Dimension, parse_quantity
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _with_draft_length(run: BenchmarkRun, k: int) -> BenchmarkRun:
     A file may record the mean acceptance length (tokens per cycle, bonus included) but not the draft
     length (an InferenceX row without ``num_speculative_tokens``, a GuideLLM report's tokens per streamed
     iteration); with ``k`` given, ``alpha`` solves ``E(alpha, k) = length``
-    (:func:`sdplan.acceptance.alpha_from_mean_length`).
+    (:func:`sdplan.inputs.acceptance.alpha_from_mean_length`).
     """
     run = replace(run, draft_length=k, speculation_unrecorded=None)
     tau = run.mean_acceptance_length

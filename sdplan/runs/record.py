@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from sdplan.errors import InputFileError
+from sdplan.latency.model import closed_loop_others
 from sdplan.limits import MAX_LATENCY_S, MAX_RATE_RPS, MAX_TOKENS
-from sdplan.model import closed_loop_others
 
 #: Largest result file read (bytes); a larger one is refused rather than loaded.
 MAX_RESULT_BYTES = 512 * 1024 * 1024
@@ -109,7 +109,7 @@ class BenchmarkRun:
     #: (None: an open loop, or no per-request times).
     full_load_share: float | None = None
     #: Whether the answers were streamed to a client, a chunk per step (False: AIConfigurator's static-batch
-    #: rows), which the frontend's floor under ``C2`` is measured from (:mod:`sdplan.frontend`).
+    #: rows), which the frontend's floor under ``C2`` is measured from (:mod:`sdplan.fitting.frontend`).
     streamed: bool = True
     #: ``vllm bench serve --ramp-up-strategy``: how the arrival rate rose during the run (None: it did not).
     ramp_up: str | None = None

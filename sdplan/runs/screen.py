@@ -1,7 +1,7 @@
 """The per-request measures the readers record for the steady-state screen.
 
 The screen itself, which decides from a run record whether a fit or validation
-may use it, is the core's (:func:`sdplan.steady_state.screen`): the model says
+may use it, is the core's (:func:`sdplan.fitting.steady_state.screen`): the model says
 what a steady state is, and the readers only measure. Here:
 :func:`kept_up_fraction`, :func:`held_back` and :func:`sent_in_bursts` are the
 per-request measures the readers record for it; :func:`stalled_share` tells

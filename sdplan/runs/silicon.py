@@ -14,7 +14,7 @@ Each row becomes one :class:`~sdplan.runs.record.BenchmarkRun`: a closed loop of
 the mean end-to-end latency from vLLM's definition of TPOT,
 ``TPOT = (E2E - TTFT)/(g - 1)``, so ``E2E = TTFT + (g - 1) TPOT``
 (``vllm/benchmarks/serve.py``; the same relation as
-:func:`sdplan.model.time_per_output_token`). Disaggregated rows (separate
+:func:`sdplan.latency.model.time_per_output_token`). Disaggregated rows (separate
 prefill and decode workers) are not one replica and are not read.
 
 One file holds many configurations and a calibration is for one: a

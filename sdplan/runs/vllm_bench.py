@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sdplan.acceptance import alpha_from_mean_length
 from sdplan.errors import InputFileError
+from sdplan.inputs.acceptance import alpha_from_mean_length
 from sdplan.runs.record import (
     BenchmarkRun,
     count,

@@ -53,14 +53,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sdplan.policy import step_choices
+from sdplan.latency.policy import step_choices
 from sdplan.simulate.config import SimulationConfig, SimulationResult, is_steady
 from sdplan.simulate.sampling import AdaptiveDecode, StretchTables, cycles_needed
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from sdplan.coefficients import Coefficients
+    from sdplan.latency.coefficients import Coefficients
 
     FloatArray = npt.NDArray[np.float64]
 
@@ -97,17 +97,17 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     lookahead = int(config.draft_length)  # KV slots a running request keeps for the drafted tokens
 
     def knee_excess(rows: float) -> float:
-        """Seconds a step of ``rows`` decode token rows costs past the compute-bound knee (sdplan.knee)."""
+        """Seconds a step of ``rows`` decode token rows costs past the compute-bound knee (sdplan.latency.knee)."""
         return knee_slope * (rows - knee_tokens) if rows > knee_tokens and knee_slope > 0.0 else 0.0
 
     def step_costs(draft: int) -> tuple[float, float]:
-        if draft:  # a share c of the sequences drafts (sdplan.model.drafted_tokens); its rates carry c as well
+        if draft:  # a share c of the sequences drafts (sdplan.latency.model.drafted_tokens); its rates carry c as well
             drafted = draft * c.draft_coverage
             return c.c1v_s + drafted * c.c1d_s, c.c2v_s + drafted * c.c2d_s
         return c.baseline_c1_step_s, c.baseline_c2_step_s
 
     def rows(sequences: int, draft: int) -> float:
-        """Decode token rows of a step: ``1 + c k`` a sequence (sdplan.model.verified_rows)."""
+        """Decode token rows of a step: ``1 + c k`` a sequence (sdplan.latency.model.verified_rows)."""
         return sequences * (1.0 + c.draft_coverage * draft)
 
     decode: AdaptiveDecode | None = None

@@ -15,7 +15,7 @@ from sdplan.simulate.engine import simulate
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from sdplan.coefficients import Coefficients
+    from sdplan.latency.coefficients import Coefficients
 
     FloatArray = npt.NDArray[np.float64]
 

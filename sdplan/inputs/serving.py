@@ -1,0 +1,377 @@
+"""The serving setup: the engine limits one replica runs under, resolved once.
+
+A vLLM replica holds at most ``max_num_seqs`` requests in its running batch,
+schedules at most ``max_num_batched_tokens`` tokens per step, and reserves
+each running request's prompt and output in a KV cache of ``kv_cache_tokens``
+tokens. The *batch cap* is the number of requests of the workload it can hold
+at once: ``min(max_num_seqs, floor(kv_cache_tokens / (p + g)))``. Past it
+requests queue for a slot, which the mean model ``L = C1/(1 - lambda C2)``
+(:mod:`sdplan.latency.model`) does not represent; the simulator does.
+
+:func:`resolve_limits` is the one place that decides each limit, with one
+precedence for every command (``plan``, ``check``, ``capacity``,
+``simulate``):
+
+1. the value given on the command line;
+2. the workload file (``[deployment] max_batch_size`` for ``max_num_seqs``);
+3. what the served calibration's servers ran with or reported
+   (``[measurement] server_commands`` and ``kv_cache_tokens``), or what a
+   derived calibration was priced for (``[derivation] max_num_seqs`` and
+   the ``kv_cache_tokens`` of AIConfigurator's memory model);
+4. vLLM's default for the calibration's hardware (:func:`engine_max_num_seqs`;
+   :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS`; an unlimited KV cache).
+
+Every :class:`EngineLimits` field carries a phrase saying where it came from,
+so a warning can name it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sdplan.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    from sdplan.calibration import Calibration
+    from sdplan.inputs.workload import WorkloadFile
+
+#: Token budget per step when neither the command line nor a served calibration's servers set one.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+
+
+# ----------------------------------------------------------------------------- vLLM's rules
+
+
+def serve_flag(arguments: Sequence[str], flag: str) -> str | None:
+    """The value of a ``vllm serve`` flag among ``arguments`` (``--flag V`` or ``--flag=V``), None if absent.
+
+    vLLM's argument parser reads ``--max_num_seqs`` as ``--max-num-seqs``, so the name matches either way.
+    """
+    for index, argument in enumerate(arguments):
+        name, equals, value = argument.partition("=")
+        if not name.startswith("--") or name.replace("_", "-") != flag:
+            continue
+        if equals:
+            return value
+        if index + 1 < len(arguments):
+            return arguments[index + 1]
+    return None
+
+
+def engine_max_num_seqs(hardware: str) -> int:
+    """vLLM's default ``max_num_seqs`` for ``vllm serve`` on this hardware.
+
+    1024 on GPUs of at least 70 GiB other than A100 (H100, H200, B200), 256
+    elsewhere (A100, L40S), 128 per CPU socket
+    (``vllm==0.33.0:vllm/engine/arg_utils.py:2973-3005``; the same table in 0.32).
+    """
+    text = hardware.lower()
+    if "cpu" in text:
+        return 128
+    if any(name in text for name in ("h100", "h200", "h20", "b200", "b300", "gb200", "gb300")):
+        return 1024
+    return 256
+
+
+def served_max_num_seqs(arguments: Sequence[str], hardware: str) -> int:
+    """The ``max_num_seqs`` a ``vllm serve`` with these arguments runs with on this hardware.
+
+    ``--max-num-seqs`` where given, else :func:`engine_max_num_seqs` (doubled with
+    ``--performance-mode throughput``), lowered to ``--max-num-batched-tokens`` as vLLM lowers its default.
+    """
+    value = serve_flag(arguments, "--max-num-seqs")
+    if value and value.isdigit():
+        return int(value)
+    cap = engine_max_num_seqs(hardware)
+    if serve_flag(arguments, "--performance-mode") == "throughput":
+        cap *= 2  # vLLM doubles its default max_num_seqs in throughput mode
+    batched = serve_flag(arguments, "--max-num-batched-tokens")
+    return min(cap, int(batched)) if batched and batched.isdigit() and int(batched) > 0 else cap
+
+
+def kv_cache_requests(kv_cache_tokens: float, prompt_tokens: float, output_tokens: float) -> int:
+    """How many requests of the workload a KV cache holds at once: ``floor(tokens / (p + g))``.
+
+    vLLM's own "maximum concurrency" line at start-up; each running request reserves its prompt and its
+    output. 0 where not one fits (vLLM refuses to start a ``max_model_len`` over the cache).
+    """
+    return max(0, math.floor(kv_cache_tokens / (prompt_tokens + output_tokens)))
+
+
+# ----------------------------------------------------------------------------- what a served calibration ran with
+
+
+def _server_arguments(calibration: Calibration) -> Sequence[Sequence[str]] | None:
+    """The argument lists of a served calibration's ``vllm serve`` commands; None if it was not served."""
+    measurement = calibration.records.measurement
+    return None if measurement is None else measurement.server_arguments
+
+
+def served_batch_cap(calibration: Calibration) -> tuple[int, str] | None:
+    """The ``max_num_seqs`` the calibrated servers ran with, and where that comes from; None if not served.
+
+    A served calibration records its ``vllm serve`` command lines (``[measurement]
+    server_commands``); each ran with :func:`served_max_num_seqs` of its flags on the calibration's
+    hardware, the rule calibrate's sweep used (the smallest, if they differ).
+    """
+    servers = _server_arguments(calibration)
+    if servers is None:
+        return None
+    hardware = calibration.records.provenance.hardware
+    caps = [served_max_num_seqs(words, hardware) for words in servers] or [served_max_num_seqs([], hardware)]
+    given = any((serve_flag(words, "--max-num-seqs") or "").isdigit() for words in servers)
+    return min(caps), ("the calibrated server's max_num_seqs" if given
+                       else "vLLM's default max_num_seqs, which the calibrated server ran with")
+
+
+def served_max_num_batched_tokens(calibration: Calibration) -> int | None:
+    """The smallest ``--max-num-batched-tokens`` the calibrated servers were given; None if none was."""
+    values = [serve_flag(words, "--max-num-batched-tokens") for words in _server_arguments(calibration) or []]
+    given = [int(value) for value in values if value and value.isdigit() and int(value) > 0]
+    return min(given) if given else None
+
+
+def served_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tuple[float, str] | None:
+    """The KV cache (tokens) the calibrated server of a draft length reported, and its configuration.
+
+    A served calibration records each server's KV cache (``[measurement] kv_cache_configurations``,
+    ``kv_cache_tokens``: vLLM's ``num_gpu_blocks x block_size``). Configurations are named ``nosd``
+    and ``k<N>`` (``ep-nosd``/``ep-k<N>`` for ``--endpoint``); a draft length without a server of its
+    own takes the smallest cache of the SD servers (the draft model's KV shares the memory whatever k
+    is). None for no SD without a ``nosd`` server, or a calibration that recorded none. (A file whose
+    two lists differ in length does not load.)
+    """
+    measurement = calibration.records.measurement
+    if measurement is None or not measurement.kv_cache:
+        return None
+    by_length: dict[int, tuple[float, str]] = {}
+    for name, size in measurement.kv_cache:
+        match = re.search(r"(?:^|-)(?:k(\d+)|(nosd))$", name)
+        if match:
+            length = int(match.group(1)) if match.group(1) else 0
+            by_length.setdefault(length, (size, name))
+    if draft_length in by_length:
+        return by_length[draft_length]
+    speculative = [found for length, found in by_length.items() if length > 0]
+    return min(speculative) if draft_length > 0 and speculative else None
+
+
+def derived_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tuple[float, str] | None:
+    """The KV cache (tokens) a derived calibration was priced with for one option, and a phrase saying so.
+
+    With SD the draft's weights and KV cache share the memory (``[derivation] kv_cache_tokens``); without
+    it the target has the memory to itself (``kv_cache_tokens_without_draft``, where the file records it;
+    else the SD cache, a lower bound). None for a calibration that is not derived or records no cache.
+    """
+    derivation = calibration.records.derivation
+    if calibration.method != "derived" or derivation is None or not derivation.kv_cache_tokens:
+        return None
+    if draft_length == 0 and derivation.kv_cache_tokens_without_draft:
+        tokens = float(derivation.kv_cache_tokens_without_draft)
+        return tokens, f"KV cache of {tokens:,.0f} tokens without the draft, as the derived calibration priced it"
+    tokens = float(derivation.kv_cache_tokens)
+    return tokens, f"KV cache of {tokens:,.0f} tokens the derived calibration was priced with"
+
+
+def derived_limits(calibration: Calibration) -> tuple[int | None, float | None]:
+    """The ``max_num_seqs`` and KV cache tokens a derived calibration was priced for (None where it records none).
+
+    ``sdplan derive`` prices batches up to ``[derivation] max_num_seqs`` and records the KV cache
+    AIConfigurator's memory model gives the target with the draft's weights and KV cache taken out
+    (``[derivation] kv_cache_tokens``); with no SD the draft is not loaded and the cache is larger,
+    so for no SD this cache is a lower bound.
+    """
+    derivation = calibration.records.derivation
+    if calibration.method != "derived" or derivation is None:
+        return None, None
+    seqs, tokens = derivation.max_num_seqs, derivation.kv_cache_tokens
+    return (int(seqs) if seqs else None), (float(tokens) if tokens else None)
+
+
+# ----------------------------------------------------------------------------- the limits, resolved once
+
+
+@dataclass(frozen=True, slots=True)
+class LimitOptions:
+    """The limits given on the command line; None where not given (an infinite KV cache is unlimited)."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_cache_tokens: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLimits:
+    """The engine limits one replica runs under, each with where it came from (a phrase for warnings).
+
+    Attributes
+    ----------
+    max_num_seqs : int
+        Largest running batch (vLLM ``max_num_seqs``), requests.
+    max_num_batched_tokens : int
+        Token budget per step (vLLM ``max_num_batched_tokens``), tokens.
+    kv_cache_tokens : float or None
+        KV cache capacity in tokens; None is unlimited.
+    batch_cap : int
+        Requests of the workload the engine holds at once:
+        ``min(max_num_seqs, floor(kv_cache_tokens / (p + g)))``; 0 where not one fits.
+    max_num_seqs_source, max_num_batched_tokens_source, kv_cache_source, batch_cap_source : str
+        Where each came from, as a phrase a warning can quote (e.g. ``the calibrated server's
+        max_num_seqs``); ``kv_cache_source`` is empty for an unlimited cache.
+    """
+
+    max_num_seqs: int
+    max_num_seqs_source: str
+    max_num_batched_tokens: int
+    max_num_batched_tokens_source: str
+    kv_cache_tokens: float | None
+    kv_cache_source: str
+    batch_cap: int
+    batch_cap_source: str
+    option_caps: tuple[tuple[int, int, str], ...] = ()
+
+    def caps(self, draft_lengths: Sequence[int]) -> list[float]:
+        """Requests each option's engine holds at once, no SD first, then ``draft_lengths`` (for
+        :func:`sdplan.planning.planner.plan`): its own cap where one was resolved, else :attr:`batch_cap`."""
+        own = {k: cap for k, cap, _ in self.option_caps}
+        return [float(own.get(k, self.batch_cap)) for k in (0, *draft_lengths)]
+
+    def cap_phrase(self, draft_length: int) -> str:
+        """An option's cap and where it comes from: ``batch cap of 213 sequences: KV cache of ...``."""
+        cap, source = next(((cap, source) for k, cap, source in self.option_caps if k == draft_length),
+                           (self.batch_cap, self.batch_cap_source))
+        return f"batch cap of {cap:g} sequences: {source}"
+
+    def reached(self, batch: float) -> bool:
+        """Whether a mean batch of ``batch`` requests (``B = lambda L``; ``inf`` past saturation) reaches the cap."""
+        return batch >= self.batch_cap
+
+    def require_fit(self, request_tokens: float) -> None:
+        """Refuse a workload of which not even one request (``request_tokens = p + g``) fits the KV cache.
+
+        Raises
+        ------
+        InvalidValueError
+            If the batch cap is 0.
+        """
+        if self.batch_cap < 1:
+            raise InvalidValueError(f"a request of {request_tokens:g} tokens (prompt + output) does not fit the "
+                                    f"{self.kv_cache_source}; raise --kv-cache-tokens")
+
+
+def _max_num_seqs(calibration: Calibration, file: WorkloadFile | None, given: int | None) -> tuple[int, str]:
+    if given is not None:
+        return given, "the max_num_seqs given"
+    if file is not None and file.max_batch_size is not None:
+        return file.max_batch_size, f"deployment.max_batch_size of {file.path}"
+    served = served_batch_cap(calibration)
+    if served is not None:
+        return served
+    derived, _ = derived_limits(calibration)
+    if derived is not None:
+        return derived, "the max_num_seqs the derived calibration was priced for"
+    hardware = calibration.records.provenance.hardware
+    return engine_max_num_seqs(hardware), f"vLLM's default max_num_seqs on {hardware or 'this hardware'}"
+
+
+def _kv_cache(calibration: Calibration, given: float | None, draft_lengths: Sequence[int]) -> tuple[float | None, str]:
+    """The KV cache given, else the smallest the served servers of the options reported, else the smallest a
+    derived calibration was priced with for them (:func:`derived_kv_cache_tokens`), else unlimited.
+
+    The servers of a set of options are the no-SD server (where 0 is among ``draft_lengths``) and the server of
+    the longest draft length: shorter draft lengths without a server of their own share the SD servers'
+    smallest cache (:func:`served_kv_cache_tokens`).
+    """
+    if given is not None and math.isfinite(given):
+        return given, f"KV budget of {given:g} tokens"
+    if given is not None:
+        return None, ""
+    longest = max(draft_lengths, default=0)
+    servers = {longest} | ({0} if 0 in draft_lengths else set())
+    caches = [cache for cache in (served_kv_cache_tokens(calibration, k) for k in sorted(servers)) if cache]
+    if not caches:
+        derived = [cache for cache in (derived_kv_cache_tokens(calibration, k) for k in sorted(servers)) if cache]
+        return min(derived) if derived else (None, "")
+    tokens, name = min(caches)
+    return tokens, f"KV cache of {tokens:,.0f} tokens the calibrated {name} server reported"
+
+
+def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None, given: LimitOptions,
+                   draft_lengths: Sequence[int], prompt_tokens: float, output_tokens: float) -> EngineLimits:
+    """The engine limits of a replica serving ``draft_lengths`` (0: no SD) for a workload of ``p + g`` tokens.
+
+    Each limit is, in this order of precedence (one rule for every command):
+
+    1. ``given`` (the command line);
+    2. ``workload_file`` (``deployment.max_batch_size`` is ``max_num_seqs``);
+    3. what the served calibration's servers ran with (their ``--max-num-seqs`` or vLLM's default on
+       their hardware, their ``--max-num-batched-tokens``) or reported (the KV cache of the no-SD
+       server, where 0 is among ``draft_lengths``, and of the longest draft length's server: the
+       smallest); for a derived calibration, the ``max_num_seqs`` and KV cache it was priced for
+       (:func:`derived_limits`);
+    4. vLLM's default for the calibration's hardware (:func:`engine_max_num_seqs`),
+       :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS`, and an unlimited KV cache.
+
+    The batch cap is ``min(max_num_seqs, floor(kv_cache_tokens / (p + g)))`` (:func:`kv_cache_requests`),
+    named after whichever of the two is smaller.
+    """
+    seqs, seqs_source = _max_num_seqs(calibration, workload_file, given.max_num_seqs)
+    if given.max_num_batched_tokens is not None:
+        batched, batched_source = given.max_num_batched_tokens, "the max_num_batched_tokens given"
+    elif (served := served_max_num_batched_tokens(calibration)) is not None:
+        batched, batched_source = served, "the calibrated server's max_num_batched_tokens"
+    else:
+        batched, batched_source = DEFAULT_MAX_NUM_BATCHED_TOKENS, "sdplan's default max_num_batched_tokens"
+    kv, kv_source = _kv_cache(calibration, given.kv_cache_tokens, draft_lengths)
+    cap, cap_source = seqs, seqs_source
+    if kv is not None:
+        held = kv_cache_requests(kv, prompt_tokens, output_tokens)
+        if held < seqs:
+            cap, cap_source = held, kv_source
+    return EngineLimits(max_num_seqs=seqs, max_num_seqs_source=seqs_source, max_num_batched_tokens=batched,
+                        max_num_batched_tokens_source=batched_source, kv_cache_tokens=kv, kv_cache_source=kv_source,
+                        batch_cap=cap, batch_cap_source=cap_source,
+                        option_caps=tuple(
+                            _option_cap(calibration, given.kv_cache_tokens, k, seqs, seqs_source, prompt_tokens,
+                                        output_tokens) for k in sorted(set(draft_lengths))))
+
+
+def _option_cap(calibration: Calibration, given: float | None, draft_length: int, seqs: int, seqs_source: str,
+                prompt_tokens: float, output_tokens: float) -> tuple[int, int, str]:
+    """``(k, cap, source)``: the requests one option's engine holds, ``min(max_num_seqs, floor(KV / (p + g + k)))``.
+
+    Its KV cache: the one given, else what its calibrated server reported, else what a derived calibration
+    priced for it (:func:`derived_kv_cache_tokens`: no SD without the draft's memory), else unlimited. vLLM
+    keeps ``k`` lookahead slots per running request for the drafted tokens, so an SD request holds
+    ``p + g + k`` tokens of it.
+    """
+    if given is not None:
+        found = (given, f"KV budget of {given:g} tokens") if math.isfinite(given) else None
+    else:
+        served = served_kv_cache_tokens(calibration, draft_length)
+        found = (served[0], f"KV cache of {served[0]:,.0f} tokens the calibrated {served[1]} server reported") \
+            if served else derived_kv_cache_tokens(calibration, draft_length)
+    if found is None:
+        return draft_length, seqs, seqs_source
+    held = kv_cache_requests(found[0], prompt_tokens + draft_length, output_tokens)
+    return (draft_length, held, found[1]) if held < seqs else (draft_length, seqs, seqs_source)
+
+
+def batch_cap_warning(limits: EngineLimits, where: str) -> str:
+    """The one wording of "the mean model's batch reaches the engine's batch cap", ``where`` saying where.
+
+    ``where`` is e.g. ``at 12 req/s`` (see :meth:`EngineLimits.reached`). The mean model has no batch cap:
+    past ``B = batch_cap`` requests queue for a slot (:func:`sdplan.latency.model.batch_cap_rate`), so its latency is
+    a lower bound there. With a cap of 0 the warning says that not one request fits the KV cache.
+    """
+    if limits.batch_cap < 1:
+        return (f"not one request of the workload fits the {limits.kv_cache_source}: that server cannot run it "
+                "(vLLM refuses a max_model_len over its KV cache); the model assumes memory it does not have")
+    return (f"{where} the mean model's batch reaches the batch cap of {limits.batch_cap:g} sequences "
+            f"({limits.batch_cap_source}): from there requests wait for a batch slot; the model takes that rate as "
+            "the option's saturation and does not price the wait just below it, so its latency is a lower bound "
+            "there; the simulator models the cap")

@@ -1,0 +1,187 @@
+"""The compute-bound knee of the target's step: ``C1`` and ``C2`` that change once the batch is large.
+
+A decode or verification step of the target streams its weights once (a
+cost that does not grow with the rows it multiplies) and multiplies every
+token row of the step by them. While the rows are few the step is bound by
+memory and each further row costs little; once the rows exceed what the
+matrix units finish in the time the weights stream, the step is bound by
+compute and each further row costs its FLOPs. Measured and priced steps show
+this as a knee (``docs/model.md#compute-bound-knee``): a step of ``T`` token
+rows costs its linear step model plus
+
+    knee_per_token_s * max(0, T - knee_tokens).
+
+A tagged request with ``B`` others in flight is in steps of
+``T = t (1 + B)`` rows, ``t = 1`` for a plain decode step and ``t = k + 1``
+for a verification step, and it runs ``n`` of them (``g - 1`` steps, ``g/E``
+cycles). Its latency is ``L = C1 + B C2 + n b max(0, t (1 + B) - R)``, with
+``b`` the slope and ``R`` the knee. Past the knee this is again linear in
+``B``, with
+
+    C1_above = C1 - n b (R - t),    C2_above = C2 + n b t,
+
+so with Little's law ``B = lambda L`` the latency is ``C1/(1 - lambda C2)``
+while the batch stays below the knee batch ``B* = R/t - 1``, and
+``C1_above/(1 - lambda C2_above)`` beyond it. The right-hand side is convex
+in ``L``, so the smaller fixed point, the stable operating point, is the
+first of the two whose batch lies in its own region. A file without a knee
+(``knee_per_token_s = 0``) has
+``C1_above = C1``, ``C2_above = C2``, and the model is Kong et al.'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from sdplan.latency.coefficients import Coefficients
+
+    FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class KneeDemands:
+    """The demands past the knee and the batch where they take over, per option (broadcast shapes).
+
+    Attributes
+    ----------
+    c1_above_s, c2_above_s : ndarray
+        ``C1 - n b (R - t)`` and ``C2 + n b t`` (s): the demands once the step is bound by compute.
+    knee_batch : ndarray
+        Others in flight at the knee, ``R/t - 1`` (requests; inf without a knee).
+    """
+
+    c1_above_s: FloatArray
+    c2_above_s: FloatArray
+    knee_batch: FloatArray
+
+
+def has_knee(coefficients: Coefficients) -> bool:
+    """Whether the coefficients carry a compute-bound knee (a positive slope past it)."""
+    return coefficients.knee_per_token_s > 0.0
+
+
+def knee_demands(coefficients: Coefficients, c1: FloatArray | float, c2: FloatArray | float,
+                 steps: FloatArray | float, rows_per_sequence: FloatArray | float) -> KneeDemands:
+    """The demands past the knee of an option of ``steps`` steps of ``rows_per_sequence`` rows each.
+
+    Parameters
+    ----------
+    coefficients : Coefficients
+        Holds the knee ``R`` (``knee_tokens``) and the slope ``b`` (``knee_per_token_s``).
+    c1, c2 : array_like
+        The option's demands below the knee (s): :func:`sdplan.latency.model.baseline_demand` or
+        :func:`sdplan.latency.model.demand_from_tokens`.
+    steps : array_like
+        Target steps per request ``n``: ``g - 1`` without SD, ``g/E`` with it.
+    rows_per_sequence : array_like
+        Token rows each sequence puts in a step ``t``: 1 without SD, ``k + 1`` with it.
+
+    Returns
+    -------
+    KneeDemands
+        ``C1_above = C1 - n b (R - t)``, ``C2_above = C2 + n b t``, ``B* = R/t - 1`` (module notes).
+    """
+    c1_arr, c2_arr = np.asarray(c1, dtype=np.float64), np.asarray(c2, dtype=np.float64)
+    n = np.asarray(steps, dtype=np.float64)
+    t = np.asarray(rows_per_sequence, dtype=np.float64)
+    if not has_knee(coefficients):
+        c1_b, c2_b, _, _ = np.broadcast_arrays(c1_arr, c2_arr, n, t)
+        return KneeDemands(c1_above_s=c1_b.astype(np.float64), c2_above_s=c2_b.astype(np.float64),
+                           knee_batch=np.full(c1_b.shape, np.inf))
+    knee, slope = float(coefficients.knee_tokens), float(coefficients.knee_per_token_s)
+    return KneeDemands(c1_above_s=c1_arr - n * slope * (knee - t), c2_above_s=c2_arr + n * slope * t,
+                       knee_batch=np.broadcast_to(knee / t - 1.0, np.broadcast_shapes(c1_arr.shape, n.shape,
+                                                                                        t.shape)).copy())
+
+
+def batch_below_knee(c1: FloatArray | float, c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:
+    """Others in flight at ``rate_rps`` with the demands below the knee, ``lambda C1/(1 - lambda C2)``;
+    inf where that is unstable (such a point is past the knee too)."""
+    lam = np.asarray(rate_rps, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # past saturation is past the knee
+        rho = lam * np.asarray(c2, dtype=np.float64)
+        return np.where(rho < 1.0, lam * np.asarray(c1, dtype=np.float64) / (1.0 - rho), np.inf)
+
+
+def past_knee(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
+              rate_rps: FloatArray | float) -> npt.NDArray[np.bool_]:
+    """Where the operating point at ``rate_rps`` lies past the knee (its batch below the knee is over ``B*``)."""
+    return np.asarray(batch_below_knee(c1, c2, rate_rps) > knee.knee_batch)
+
+
+def demands_at(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
+               rate_rps: FloatArray | float) -> tuple[FloatArray, FloatArray]:
+    """``(C1, C2)`` that hold at ``rate_rps``: below the knee the option's own, past it the ones above."""
+    return batch_cap_demands(c1, c2, knee, batch_below_knee(c1, c2, rate_rps))
+
+
+def batch_cap_demands(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
+                      max_batch: FloatArray | float) -> tuple[FloatArray, FloatArray]:
+    """``(C1, C2)`` that hold when ``max_batch`` requests are in flight (past the knee if it is over ``B*``)."""
+    past = np.asarray(max_batch > knee.knee_batch)
+    return (np.where(past, knee.c1_above_s, np.asarray(c1, dtype=np.float64)),
+            np.where(past, knee.c2_above_s, np.asarray(c2, dtype=np.float64)))
+
+
+def step_excess_s(coefficients: Coefficients, rows: FloatArray | float) -> FloatArray:
+    """Seconds a target step of ``rows`` token rows costs beyond its linear step model: ``b max(0, T - R)``."""
+    if not has_knee(coefficients):
+        return np.zeros(np.shape(rows))
+    return coefficients.knee_per_token_s * np.maximum(np.asarray(rows, dtype=np.float64)
+                                                      - coefficients.knee_tokens, 0.0)
+
+
+def take(knee: KneeDemands, index: slice | tuple[slice | None, ...]) -> KneeDemands:
+    """The same demands indexed (e.g. ``(slice(None), None, slice(None))`` to insert a rate axis)."""
+    return KneeDemands(c1_above_s=knee.c1_above_s[index], c2_above_s=knee.c2_above_s[index],
+                       knee_batch=knee.knee_batch[index])
+
+
+def mean_latency(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
+                 rate_rps: FloatArray | float) -> FloatArray:
+    """Mean latency with the knee (s): ``C1/(1 - lambda C2)`` with the demands that hold at the rate.
+
+    ``inf`` where unstable. Equals :func:`sdplan.latency.model.mean_latency` where the point stays below the knee.
+    """
+    c1_at, c2_at = demands_at(c1, c2, knee, rate_rps)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # unstable points are masked
+        rho = np.asarray(rate_rps, dtype=np.float64) * c2_at
+        return np.where(rho < 1.0, c1_at / (1.0 - rho), np.inf)
+
+
+def break_even(c1_d: float, c2_d: float, knee_d: KneeDemands, c1_sd: FloatArray, c2_sd: FloatArray,
+               knee_sd: KneeDemands) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """The lowest rate where SD's latency equals no SD's, with the knee; and whether SD wins below it.
+
+    Notes
+    -----
+    Each side's latency is ``C1/(1 - lambda C2)`` on one of two pieces (below and past its knee). On a
+    pair of pieces the latencies are equal at
+    ``lambda* = (C1_SD - C1_D) / (C1_SD C2_D - C1_D C2_SD)`` (Kong et al., App. A.3, with the pieces'
+    demands); a candidate counts where it is positive, both sides are stable there, and each side is on
+    that piece at ``lambda*``. The lowest such rate is the break-even; ``nan`` where there is none. SD wins
+    below it where it is faster at zero load (``C1_SD < C1_D``: at zero load both are below their knees);
+    without a crossing, whether it is faster at zero load says whether it is faster at every stable rate.
+    """
+    c1_sd = np.asarray(c1_sd, dtype=np.float64)
+    c2_sd = np.asarray(c2_sd, dtype=np.float64)
+    base_pieces = ((c1_d, c2_d, False), (knee_d.c1_above_s, knee_d.c2_above_s, True))
+    sd_pieces = ((c1_sd, c2_sd, False), (knee_sd.c1_above_s, knee_sd.c2_above_s, True))
+    first = np.full(np.broadcast_shapes(c1_sd.shape, c2_sd.shape), np.inf)
+    for b1, b2, base_past in base_pieces:
+        for s1, s2, sd_past in sd_pieces:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                rate = (s1 - b1) / (s1 * b2 - b1 * s2)
+            usable = np.isfinite(rate) & (rate > 0.0) & (rate * b2 < 1.0) & (rate * s2 < 1.0)
+            rate = np.where(usable, rate, 0.0)
+            usable &= (past_knee(c1_d, c2_d, knee_d, rate) == base_past)
+            usable &= (past_knee(c1_sd, c2_sd, knee_sd, rate) == sd_past)
+            first = np.minimum(first, np.where(usable, rate, np.inf))
+    faster_at_zero = (c1_sd < c1_d) | ((c1_sd == c1_d) & (c2_sd < c2_d))
+    return np.where(np.isfinite(first), first, np.nan), np.asarray(faster_at_zero)

@@ -1,0 +1,1 @@
+"""The questions the commands answer: plan, check, capacity and their intervals, k schedules, engine configs."""

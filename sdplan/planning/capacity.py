@@ -1,0 +1,455 @@
+"""Capacity under SLOs: the highest request rate each option sustains, and fleet sizing.
+
+An *option* is "no SD" or SD with one draft length. For each option the
+highest rate meeting every SLO follows in closed form from the model
+(:func:`sdplan.inputs.slo.max_rate_under`); replicas follow from the per-replica
+capacity, assuming the target rate is spread evenly over replicas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sdplan.errors import InfeasibleError, InvalidValueError
+from sdplan.inputs.acceptance import expected_tokens_per_cycle
+from sdplan.inputs.slo import SLO, max_rate_under
+from sdplan.latency import knee, model
+from sdplan.planning.check import simulated_value
+from sdplan.simulate import replicate
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from sdplan.latency.coefficients import Coefficients
+    from sdplan.latency.knee import KneeDemands
+
+    FloatArray = npt.NDArray[np.float64]
+
+#: Relative slack when rounding replicas up, so 10.0/2.5 is 4 replicas, not 5.
+_ROUNDING_SLACK = 1e-9
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capacity:
+    """Per-option capacity. Index 0 is "no SD"; index i >= 1 is ``draft_lengths[i-1]``.
+
+    Attributes
+    ----------
+    draft_lengths : (k,) int
+    alpha : float
+        Per-token acceptance used.
+    c1_s, c2_s : (k+1,) demand per option.
+    max_rate_rps : (k+1,) highest rate meeting every SLO; 0 where no rate does.
+    min_rate_rps : (k+1,) lowest rate some SLO (throughput) requires.
+    binding_slo : list of str or None: the SLO that sets ``max_rate_rps``.
+    feasible : (k+1,) bool
+    saturation_rate_rps : (k+1,)
+    latency_at_capacity_s : (k+1,) mean latency at ``max_rate_rps``.
+    break_even_rate_rps : (k,) nan where SD and no SD never cross.
+    knee : KneeDemands, optional
+        The demands past the target's compute-bound knee (:mod:`sdplan.latency.knee`); None is no knee.
+    best : int
+        Index of the option with the highest capacity (ties: no SD, then the
+        shorter draft); -1 if none is feasible.
+    """
+
+    draft_lengths: list[int]
+    alpha: float
+    c1_s: FloatArray
+    c2_s: FloatArray
+    max_rate_rps: FloatArray
+    min_rate_rps: FloatArray
+    binding_slo: list[str | None]
+    feasible: npt.NDArray[np.bool_]
+    saturation_rate_rps: FloatArray
+    latency_at_capacity_s: FloatArray
+    break_even_rate_rps: FloatArray
+    best: int
+    knee: KneeDemands | None = None
+
+    def label(self, index: int) -> str:
+        return "off" if index == 0 else f"k={self.draft_lengths[index - 1]}"
+
+    @property
+    def c2_past_knee_s(self) -> FloatArray:
+        """``C2`` per option as it sets the saturation: past the target's compute-bound knee where it has one.
+
+        Past the knee ``B*`` a step is bound by compute and each request adds ``C2_above = C2 + n b t``
+        (:func:`sdplan.latency.knee.knee_demands`); the saturation ``1/C2`` is reached there, so this is the ``C2``
+        that capacity's answer and JSON report.
+        """
+        return self.c2_s if self.knee is None else self.knee.c2_above_s
+
+    @property
+    def best_speculative(self) -> int:
+        """Index of the best SD option (>= 1), or -1 if no SD option is feasible."""
+        rates = np.where(self.feasible[1:], self.max_rate_rps[1:], -1.0)
+        return int(np.argmax(rates)) + 1 if np.any(self.feasible[1:]) else -1
+
+
+def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO],
+             tokens_per_cycle: FloatArray | None = None,
+             max_batch: float | Sequence[float] | None = None) -> Capacity:
+    """Highest request rate meeting all SLOs, per option.
+
+    With ``max_batch`` (the engine's batch cap, vLLM ``max_num_seqs``, or the
+    sequences the KV budget holds) no capacity beyond the rate where the
+    mean batch ``lambda L`` reaches it is reported
+    (:func:`sdplan.latency.model.batch_cap_rate`): past it the mean model is outside
+    its regime. The binding SLO then reads ``batch cap (N sequences)``.
+
+    Raises
+    ------
+    InvalidValueError
+        If no SLO bounds the rate (capacity would be the saturation rate,
+        where latency is unbounded).
+    """
+    if not any(slo.metric.bounds_rate for slo in slos):
+        raise InvalidValueError(
+            "capacity needs an SLO that bounds the request rate: e2e:mean<=..., ttft:mean<=..., tpot:mean<=... or "
+            "utilisation<=..."
+        )
+    ks = np.asarray(draft_lengths, dtype=np.float64)
+    if tokens_per_cycle is None:
+        tokens_per_cycle = expected_tokens_per_cycle(alpha, ks)
+    demands = model.option_demands(coefficients, draft_lengths, np.atleast_1d(tokens_per_cycle))
+    c1, c2 = demands.c1_s, demands.c2_s
+    options, option_tokens = demands.draft_lengths.astype(np.float64), demands.tokens_per_cycle
+    ttft = model.time_to_first_token(coefficients, options, 0.0, option_tokens)  # zero-load TTFT per option
+    # TTFT = ttft + B * ttft_per_other
+    ttft_per_other = coefficients.ttft_load_steps * model.ttft_load_cost(coefficients, options, option_tokens)
+    g = coefficients.output_tokens
+
+    highest = np.full(c1.shape, np.inf)
+    lowest = np.zeros(c1.shape)
+    binding: list[str | None] = [None] * c1.size
+    above = demands.knee
+    for slo in slos:
+        low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other)
+        if knee.has_knee(coefficients):  # a rate whose batch is past the knee: the demands above it hold there
+            low_above, high_above = max_rate_under(slo, above.c1_above_s, above.c2_above_s, ttft, g, ttft_per_other)
+            high = np.where(knee.past_knee(c1, c2, above, high), high_above, high)
+            low = np.where(knee.past_knee(c1, c2, above, low), low_above, low)
+        tighter = high < highest
+        for index in np.flatnonzero(tighter):
+            binding[int(index)] = slo.text
+        highest = np.minimum(highest, high)
+        lowest = np.maximum(lowest, low)
+    saturation = model.saturation_rate(above.c2_above_s)
+    highest = np.minimum(highest, saturation)
+    if max_batch is not None:  # one cap for every option, or one each (no SD first)
+        caps = np.broadcast_to(np.asarray(max_batch, dtype=np.float64), c1.shape)
+        cap_rate = model.batch_cap_rate(*knee.batch_cap_demands(c1, c2, above, caps), caps)
+        for index in np.flatnonzero(cap_rate < highest):
+            binding[int(index)] = batch_cap_label(float(caps[index]))
+        highest = np.minimum(highest, cap_rate)
+    feasible = (highest > 0) & (highest >= lowest)
+    max_rate = np.where(feasible, highest, 0.0)
+    latency = np.where(feasible, knee.mean_latency(c1, c2, above, max_rate), np.nan)
+    even_rate, faster_below = knee.break_even(float(c1[0]), float(c2[0]), knee.take(above, slice(0, 1)),
+                                              c1[1:], c2[1:], knee.take(above, slice(1, None)))
+    ranked = np.where(feasible, max_rate, -1.0)
+    best = int(np.argmax(ranked)) if np.any(feasible) else -1
+    return Capacity(
+        draft_lengths=[int(k) for k in draft_lengths],
+        alpha=float(alpha),
+        c1_s=c1,
+        c2_s=c2,
+        max_rate_rps=max_rate,
+        min_rate_rps=lowest,
+        binding_slo=binding,
+        feasible=feasible,
+        saturation_rate_rps=saturation,
+        latency_at_capacity_s=latency,
+        break_even_rate_rps=even_rate,
+        best=best,
+        knee=above,
+    )
+
+
+def latency_at(cap: Capacity, rates_rps: FloatArray) -> FloatArray:
+    """Mean latency (s) of every option at ``rates_rps`` (one rate per option), past the knee where it is."""
+    if cap.knee is None:
+        return model.mean_latency(cap.c1_s, cap.c2_s, rates_rps)
+    return knee.mean_latency(cap.c1_s, cap.c2_s, cap.knee, rates_rps)
+
+
+def batch_cap_label(max_batch: float) -> str:
+    """Binding-constraint text when the batch cap limits capacity."""
+    return f"batch cap ({max_batch:g} sequences)"
+
+
+def search_rate(feasible: Callable[[float], str | None], upper_rps: float,
+                iterations: int = 8) -> tuple[float, str | None]:
+    """Highest rate in ``(0, upper)`` at which ``feasible`` reports no violated SLO, by bisection.
+
+    ``feasible(rate)`` returns None when every SLO holds, else the violated
+    SLO's text. Assumes the SLOs get harder with load (true of latency
+    statistics); the answer is resolved to ``upper / 2**iterations`` and is
+    the last rate found feasible, so it never overstates capacity.
+    Returns (rate, the SLO that binds just above it).
+    """
+    low, high = 0.0, upper_rps
+    binding = feasible(high)
+    if binding is None:
+        return high, None
+    for _ in range(iterations):
+        middle = 0.5 * (low + high)
+        violated = feasible(middle)
+        if violated is None:
+            low = middle
+        else:
+            high, binding = middle, violated
+    return low, binding
+
+
+@dataclass(frozen=True, slots=True)
+class Excess:
+    """How far a simulated point is past its upper-bound SLOs: ``max_i value_i/limit_i - 1`` (> 0 violated)."""
+
+    excess: float
+    binding: str | None
+
+
+def search_root(excess: Callable[[float], Excess], guess_rps: float, upper_rps: float, tolerance: float = 0.01,
+                max_evaluations: int = 14,
+                predict: Callable[[float, float], float] | None = None) -> tuple[float, str | None, int]:
+    """Highest rate in ``(0, upper]`` with ``excess(rate) <= 0``, by bracketing then regula falsi.
+
+    ``excess`` rises with the rate (latency statistics under common random
+    numbers are smooth in the rate), so from ``guess_rps`` (e.g. the
+    closed-form capacity) the root is bracketed in a step or two and refined
+    by the Illinois variant of regula falsi, falling back to bisection where
+    the excess is infinite (unstable). Stops when the bracket is within
+    ``tolerance`` (relative) of its upper end. The answer is the highest rate
+    found feasible, so it never overstates capacity (to the tolerance).
+    ``predict(rate, excess)``, when given, estimates the root from one point
+    (e.g. from the mean model's shape); the bracketing step then aims just
+    past that estimate instead of stepping by a fixed factor.
+
+    Returns
+    -------
+    (rate, binding, evaluations)
+        ``binding`` is the SLO violated just above the rate (None if
+        ``upper`` itself is feasible).
+    """
+    evaluations = 0
+
+    def evaluate(rate: float) -> Excess:
+        nonlocal evaluations
+        evaluations += 1
+        return excess(rate)
+
+    low, low_value = 0.0, -1.0
+    high, high_value, binding = math.inf, math.inf, None
+    rate = min(max(guess_rps, upper_rps * 1e-3), upper_rps)
+    while evaluations < max_evaluations:  # bracket
+        point = evaluate(rate)
+        if point.excess <= 0.0:
+            low, low_value = rate, point.excess
+            if rate >= upper_rps:
+                return upper_rps, None, evaluations
+        else:
+            high, high_value, binding = rate, point.excess, point.binding
+        if low > 0.0 and math.isfinite(high):
+            break
+        if high <= upper_rps * 1e-3:
+            return 0.0, binding, evaluations
+        if predict is not None and math.isfinite(point.excess):
+            aim = 1.0 + tolerance if point.excess <= 0.0 else 1.0 - tolerance
+            estimate = predict(rate, point.excess) * aim
+            rate = min(max(estimate, rate * 1.002), rate * 2.0) if point.excess <= 0.0 else \
+                max(min(estimate, rate * 0.998), rate * 0.5)
+            rate = min(rate, upper_rps)
+        else:
+            step = 1.25 if math.isfinite(point.excess) and abs(point.excess) < 0.2 else 2.0
+            rate = min(rate * step, upper_rps) if point.excess <= 0.0 else rate / step
+    side = 0
+    while evaluations < max_evaluations and high - low > tolerance * high:
+        width = high - low
+        if math.isfinite(high_value) and low > 0.0:
+            weight_low = low_value / 2.0 if side == 1 else low_value
+            weight_high = high_value / 2.0 if side == -1 else high_value
+            rate = low + width * (-weight_low) / (weight_high - weight_low)
+            rate = min(max(rate, low + 0.05 * width), high - 0.05 * width)
+        else:
+            rate = 0.5 * (low + high)
+        point = evaluate(rate)
+        if point.excess <= 0.0:
+            low, low_value, side = rate, point.excess, -1
+        else:
+            high, high_value, binding, side = rate, point.excess, point.binding, 1
+    return low, binding, evaluations
+
+
+def simulated_capacity(cap: Capacity, coefficients: Coefficients, slos: list[SLO],
+                       configure: Callable[[float, int], object], seeds: int, seed: int,
+                       tolerance: float = 0.01,
+                       on_evaluation: Callable[[int, float], None] | None = None) -> tuple[Capacity, int]:
+    """Per option, the highest rate whose simulated statistics meet every SLO.
+
+    Upper-bound SLOs (latency, utilisation) get harder with load: their
+    highest rate is found by :func:`search_root`, started at the closed-form
+    capacity corrected by the simulated-to-analytic ratio of the option
+    before. Lower-bound SLOs (``throughput>=``) hold only *above* some rate,
+    so they are checked at that rate: if one fails there, no rate meets
+    every SLO. A point whose queue keeps growing
+    (:attr:`sdplan.simulate.SimulationResult.steady` false) is unstable.
+
+    Every evaluation uses common random numbers: each replication's arrival
+    stream (one uniform per request) and acceptance draws are the same at
+    every rate and option, so the statistics are smooth in the rate and the
+    search needs few evaluations.
+
+    ``configure(rate, k)`` returns a :class:`sdplan.simulate.SimulationConfig`.
+    Returns the capacity table with simulated rates, and the evaluations run.
+    """
+    upper_slos = [slo for slo in slos if slo.upper_bound]
+    lower_slos = [slo for slo in slos if not slo.upper_bound]
+    options = [0, *cap.draft_lengths]
+    streams = [np.random.default_rng([seed + index, 7]).random(int(configure(1.0, 0).requests))  # type: ignore[attr-defined]
+               for index in range(seeds)]
+    rates: list[float] = []
+    binding: list[str | None] = []
+    total = 0
+    correction = 1.0
+    for index, k in enumerate(options):
+        c2 = float(cap.c2_s[index])
+        saturation = float(cap.saturation_rate_rps[index]) * 0.999
+        cache: dict[float, object] = {}
+
+        def summary_at(rate: float, k: int = k, index: int = index, cache: dict[float, object] = cache) -> object:
+            if rate not in cache:
+                cache[rate] = replicate(coefficients, configure(rate, k), seeds, seed, math.nan,  # type: ignore[arg-type]
+                                        uniforms=streams)
+                if on_evaluation is not None:
+                    on_evaluation(index, rate)
+            return cache[rate]
+
+        def excess(rate: float, c2: float = c2) -> Excess:
+            return upper_slo_excess(upper_slos, summary_at(rate), rate, c2)
+
+        def predict(rate: float, over: float, c2: float = c2) -> float:
+            return mean_model_root(rate, over, c2)
+
+        analytic = float(cap.max_rate_rps[index]) if cap.feasible[index] else saturation * 0.5
+        guess = min(analytic * correction, saturation) if analytic > 0 else saturation * 0.5
+        rate, bound, count = search_root(excess, guess, saturation, tolerance, predict=predict)
+        total += count
+        if rate > 0 and lower_slos:
+            summary = summary_at(rate)
+            failed = [slo.text for slo in lower_slos if not slo.holds(simulated_value(slo, summary, rate * c2))]
+            if failed:
+                rate, bound = 0.0, failed[0]
+        if rate > 0 and analytic > 0:
+            correction = rate / analytic
+        rates.append(rate)
+        binding.append(bound)
+    return with_simulated_rates(cap, rates, binding), total
+
+
+def upper_slo_excess(slos: list[SLO], summary: object, rate_rps: float, c2_s: float) -> Excess:
+    """How far a simulated point is past its upper-bound SLOs (:class:`Excess`); infinite where not steady.
+
+    Each SLO's excess is ``value/limit - 1`` (with a zero limit, 0 for a value at or below it, else
+    infinite), at least ``1e-12`` where the SLO does not hold; the point's excess is the largest, and its
+    SLO the binding one. ``summary`` is a :class:`sdplan.simulate.RateSummary`; ``rate_rps * c2_s`` is
+    the utilisation that ``utilisation<=`` SLOs read.
+    """
+    if not summary.steady:  # type: ignore[attr-defined]
+        return Excess(math.inf, "not steady (queue grows)")
+    worst, worst_slo = -math.inf, None
+    for slo in slos:
+        value = simulated_value(slo, summary, rate_rps * c2_s)
+        over = value / slo.limit - 1.0 if slo.limit > 0 else (0.0 if value <= 0 else math.inf)
+        if not slo.holds(value):
+            over = max(over, 1e-12)
+        if over > worst:
+            worst, worst_slo = over, slo.text
+    return Excess(worst, worst_slo)
+
+
+def mean_model_root(rate_rps: float, excess: float, c2_s: float) -> float:
+    """The rate where the excess reaches 0, from one point and the mean model's shape.
+
+    A latency statistic ``v(r)`` scales as ``1/(1 - r C2)`` (:func:`sdplan.latency.model.mean_latency`), so through
+    the point ``(rate, 1 + excess)`` it reaches 1 at ``r* = (1 - (1 - rate C2)(1 + excess)) / C2``; with
+    ``C2 = 0`` at ``rate / (1 + excess)``.
+    """
+    if c2_s > 0:
+        return (1.0 - (1.0 - rate_rps * c2_s) * (1.0 + excess)) / c2_s
+    return rate_rps / (1.0 + excess)
+
+
+def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[str | None]) -> Capacity:
+    """The analytic capacity table with its rates replaced by simulated ones."""
+    rates = np.asarray(rates_rps, dtype=np.float64)
+    feasible = rates > 0
+    ranked = np.where(feasible, rates, -1.0)
+    return replace(cap, max_rate_rps=rates, binding_slo=list(binding), feasible=feasible,
+                   latency_at_capacity_s=np.where(feasible, latency_at(cap, rates), np.nan),
+                   best=int(np.argmax(ranked)) if np.any(feasible) else -1)
+
+
+#: Largest fleet sized (more is no deployment: a typo in the target rate or an SLO).
+MAX_REPLICAS = 1e15
+
+
+def replicas_needed(target_rate_rps: float, per_replica_rps: float) -> int | None:
+    """``ceil(target / per_replica)``, ``None`` if a replica sustains no rate under the SLOs."""
+    if per_replica_rps <= 0:
+        return None
+    if target_rate_rps <= 0:
+        return 0
+    replicas = target_rate_rps / per_replica_rps * (1.0 - _ROUNDING_SLACK)
+    if not replicas <= MAX_REPLICAS:
+        raise InfeasibleError(f"serving {target_rate_rps:g} req/s at {per_replica_rps:.3g} req/s per replica needs "
+                              f"more than {MAX_REPLICAS:.0e} replicas; check --target-rate and the SLOs")
+    return max(1, math.ceil(replicas))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fleet:
+    """Replicas for one option at a target rate, with optional GPU and cost figures."""
+
+    option: str
+    per_replica_rate_rps: float
+    replicas: int
+    gpus: int | None
+    cost_per_hour_usd: float | None
+    cost_per_million_output_tokens_usd: float | None
+
+
+def fleet(
+    option: str,
+    per_replica_rps: float,
+    target_rate_rps: float,
+    output_tokens: float,
+    gpus_per_replica: int | None,
+    gpu_hour_cost_usd: float | None,
+) -> Fleet | None:
+    """Size a fleet for ``option``; ``None`` if it cannot meet the SLOs at any rate.
+
+    Cost per million output tokens is the fleet's hourly cost divided by the
+    output tokens it serves per hour at the target rate, ``target * g * 3600``.
+    """
+    count = replicas_needed(target_rate_rps, per_replica_rps)
+    if count is None:
+        return None
+    gpus = count * gpus_per_replica if gpus_per_replica is not None else None
+    per_hour = gpus * gpu_hour_cost_usd if gpus is not None and gpu_hour_cost_usd is not None else None
+    tokens_per_hour = target_rate_rps * output_tokens * 3600.0
+    per_million = per_hour / tokens_per_hour * 1e6 if per_hour is not None and tokens_per_hour > 0 else None
+    return Fleet(
+        option=option,
+        per_replica_rate_rps=float(per_replica_rps),
+        replicas=count,
+        gpus=gpus,
+        cost_per_hour_usd=per_hour,
+        cost_per_million_output_tokens_usd=per_million,
+    )

@@ -1,0 +1,155 @@
+"""The SLO gate: predict one operating point and check every SLO against it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from sdplan.errors import ExitStatus, InvalidValueError
+from sdplan.inputs.slo import SLO, OperatingPoint, Verdict, evaluate
+from sdplan.latency import model
+from sdplan.planning import planner
+
+if TYPE_CHECKING:
+    from sdplan.inputs.serving import EngineLimits
+    from sdplan.latency.coefficients import Coefficients
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckReport:
+    """Outcome of ``sdplan check``.
+
+    Attributes
+    ----------
+    draft_length : int
+        The draft length evaluated; 0 means SD off.
+    mode : str
+        ``best`` (chosen by the planner among ``candidates``), ``fixed`` or ``off``.
+    """
+
+    rate_rps: float
+    alpha: float
+    mode: str
+    draft_length: int
+    candidates: tuple[int, ...]
+    point: OperatingPoint
+    batch: float
+    regime: str
+    verdicts: tuple[Verdict, ...]
+    simulated: str | None = None
+    #: With --simulate: whether every replication reached a steady state (the simulator's own stability).
+    steady: bool = True
+    #: What an unstable rate exceeds: ``saturation`` (1/C2), or the option's engine cap as a phrase
+    #: (``the batch cap of 64 sequences: ...``, :meth:`sdplan.inputs.serving.EngineLimits.cap_phrase`).
+    limit: str = "saturation"
+
+    @property
+    def passed(self) -> bool:
+        return all(verdict.passed for verdict in self.verdicts)
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return ExitStatus.OK if self.passed else ExitStatus.SLO_VIOLATED
+
+
+def run_check(
+    coefficients: Coefficients,
+    rate_rps: float,
+    alpha: float,
+    mode: str,
+    draft_length: int | None,
+    candidates: list[int],
+    slos: list[SLO],
+    tokens_per_cycle: object = None,
+    moe: object = None,
+    limits: EngineLimits | None = None,
+) -> CheckReport:
+    """Evaluate the configuration at ``rate_rps`` and check ``slos``.
+
+    ``mode`` is ``best`` (the latency-optimal option among no SD and
+    ``candidates``), ``fixed`` (``draft_length``) or ``off`` (no SD). With ``limits``, each option
+    saturates at its engine cap too (:func:`sdplan.planning.planner.plan`'s ``batch_caps``).
+    """
+    if not slos:
+        raise InvalidValueError("no SLO to check; give --slo (e.g. --slo 'e2e:mean<=2s') or slos in the workload file")
+    if mode == "fixed":
+        if draft_length is None or draft_length < 1:
+            raise InvalidValueError("a fixed draft length must be >= 1")
+        ks = [draft_length]
+    else:
+        ks = candidates
+    result = planner.plan(coefficients, [rate_rps], ks, [alpha], tokens_per_cycle=tokens_per_cycle,  # type: ignore[arg-type]
+                          moe=moe, batch_caps=None if limits is None else limits.caps(ks))  # type: ignore[arg-type]
+    if mode == "off":
+        chosen = 0
+    elif mode == "fixed":
+        chosen = int(draft_length)  # type: ignore[arg-type]
+    else:
+        best = int(result.best_k[0, 0])
+        chosen = best if best != planner.NONE_STABLE else 0
+    if chosen == 0:
+        latency, batch, rho = (result.baseline_latency_s[0], result.baseline_batch[0], result.baseline_utilisation[0])
+        ttft = float(result.baseline_ttft_load_s[0])
+        bound = result.baseline_saturation_limit
+    else:
+        ik = ks.index(chosen)
+        latency, batch, rho = result.latency_s[0, 0, ik], result.batch[0, 0, ik], result.utilisation[0, 0, ik]
+        ttft = float(result.ttft_load_s[0, 0, ik])
+        bound = str(result.saturation_limit[0, ik])
+    limit = f"the {limits.cap_phrase(chosen)}" if bound == "cap" and limits is not None else "saturation"
+    g = coefficients.output_tokens
+    tpot = float(model.time_per_output_token(latency, ttft, g)) if g > 1 else float("nan")
+    point = OperatingPoint(
+        e2e_s=float(latency),
+        ttft_s=ttft,
+        tpot_s=tpot,
+        throughput_tok_s=rate_rps * g,
+        utilisation=float(rho),
+    )
+    return CheckReport(
+        rate_rps=float(rate_rps),
+        alpha=float(alpha),
+        mode=mode,
+        draft_length=chosen,
+        candidates=tuple(ks),
+        point=point,
+        batch=float(batch),
+        regime=str(model.regime(rho)),
+        verdicts=tuple(evaluate(slos, point)),
+        limit=limit,
+    )
+
+
+def simulated_value(slo: SLO, summary: object, utilisation: float) -> float:
+    """The simulated counterpart of an SLO's metric (``sdplan.simulate.RateSummary``).
+
+    Latency SLOs use the simulated mean or percentile (averaged over
+    replications); throughput the simulated output tokens per second;
+    utilisation stays the model's ``lambda C2``.
+    """
+    metric = slo.metric.value
+    if metric in ("e2e", "ttft", "tpot"):
+        return float(summary.stats[(metric, slo.statistic)].value)  # type: ignore[attr-defined]
+    if metric == "throughput":
+        return float(summary.throughput_tok_s.value)  # type: ignore[attr-defined]
+    return utilisation
+
+
+def simulated_verdicts(report: CheckReport, slos: list[SLO], summary: object) -> CheckReport:
+    """Re-check ``slos`` with statistics from the simulator (``sdplan.simulate.RateSummary``).
+
+    Values come from :func:`simulated_value`. Stability is the simulator's
+    own (a queue that keeps growing, :attr:`sdplan.simulate.RateSummary.steady`),
+    not the analytic ``lambda C2 < 1`` at the nominal lengths: with a length
+    histogram or a batch cap the two differ.
+    """
+
+    steady = bool(summary.steady)  # type: ignore[attr-defined]
+    verdicts = []
+    for slo in slos:
+        value = simulated_value(slo, summary, report.point.utilisation)
+        passed = steady and slo.holds(value)
+        verdicts.append(Verdict(slo=slo, predicted=value, passed=passed, margin=slo.margin(value)))
+    description = f"simulated, {summary.replications} x {summary.requests} requests"  # type: ignore[attr-defined]
+    regime = "unstable" if not steady else ("stable" if report.regime == "unstable" else report.regime)
+    return replace(report, verdicts=tuple(verdicts), simulated=description, steady=steady, regime=regime)
