@@ -141,7 +141,9 @@ def test_the_floor_is_taken_at_the_utilisation_lambda_c2_not_at_the_measured_pla
 
 
 def test_pooling_the_stored_runs_reports_the_floors_beside_the_goals() -> None:
-    paths = sorted(p for p in SUMMARIES.glob("acc*.json") if p.name != "acc45.json")  # acc45 as the line predicted
+    # the runs of 2026-11-22...28 this test's figures were computed on (acc45 as the line predicted); later runs
+    # (acc60-62) keep their calibrations apart and are pooled by re-prediction instead
+    paths = sorted(p for p in SUMMARIES.glob("acc*.json") if p.name != "acc45.json" and p.stem < "acc60")
     documents = [bench.read_document(path) for path in paths]
     with_spread = {d["run_id"] for d in documents if floors.calibration_spread(d) is not None}
     assert with_spread and with_spread < {d["run_id"] for d in documents}  # acc38, acc39, acc48 record none
