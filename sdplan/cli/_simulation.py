@@ -5,6 +5,8 @@ Each command parses them into a :class:`sdplan.planning.scenario.SimulationSetti
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import click
@@ -40,3 +42,18 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
                      "draw from it (the model uses its means)."),
     ])
 
+
+def progress_reporter(bars: ExitStack, description: str) -> Callable[[int, int, str], None]:
+    """A progress callback that opens its bar (on ``bars``) at the first report: a search that never
+    reports, or fails its budget check first, draws none. Shared by ``simulate`` and ``capacity --simulate``."""
+    advance: Callable[[int, int, str], None] | None = None
+
+    def report(done: int, total: int, label: str) -> None:
+        nonlocal advance
+        if advance is None:
+            from sdplan.render.progress import progress_bar
+
+            advance = bars.enter_context(progress_bar(description, total))
+        advance(done, total, label)
+
+    return report

@@ -18,11 +18,10 @@ from sdplan.cli._options import (
     terminal_plot_settings,
     workload_options,
 )
-from sdplan.cli._simulation import simulation_options
+from sdplan.cli._simulation import progress_reporter, simulation_options
 from sdplan.errors import InfeasibleError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from sdplan.planning.capacity_answer import CapacityQuery
 
@@ -160,7 +159,7 @@ def _capacity(request: CapacityRequest) -> None:
         click.echo(engine_config_summary(config), err=True)
         return
     with ExitStack() as bars:
-        answer = answer_capacity(scenario, request.query, progress=_progress_bar(bars, "simulating capacity"))
+        answer = answer_capacity(scenario, request.query, progress=progress_reporter(bars, "simulating capacity"))
     warn(answer.warnings)
     note = capacity_interval_note(answer)
     if note is not None:
@@ -170,19 +169,3 @@ def _capacity(request: CapacityRequest) -> None:
     emit(text + capacity_plots(answer, out.plot, out.plot_file, *terminal_plot_settings(out.ascii_only)), out.output)
     if not answer.feasible:
         raise InfeasibleError(NO_OPTION_MEETS)
-
-
-def _progress_bar(bars: ExitStack, description: str) -> Callable[[int, int, str], None]:
-    """A progress callback that opens its bar (on ``bars``) at the first report: a search that never
-    reports, or fails its budget check first, draws none."""
-    advance: Callable[[int, int, str], None] | None = None
-
-    def report(done: int, total: int, label: str) -> None:
-        nonlocal advance
-        if advance is None:
-            from sdplan.render.progress import progress_bar
-
-            advance = bars.enter_context(progress_bar(description, total))
-        advance(done, total, label)
-
-    return report

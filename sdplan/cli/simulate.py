@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,7 +21,7 @@ from sdplan.cli._options import (
     terminal_plot_settings,
     workload_options,
 )
-from sdplan.cli._simulation import simulation_options
+from sdplan.cli._simulation import progress_reporter, simulation_options
 
 if TYPE_CHECKING:
     from sdplan.planning.scenario import SimulationSettings
@@ -111,26 +110,11 @@ def _simulate(request: SimulateRequest) -> None:
     query = SimulateQuery(settings=request.simulation, rates_rps=_rates(request.rates), draft_length=draft_length,
                           for_table=out.fmt == "table", lengths_file=request.scenario.lengths_file)
     with ExitStack() as bars:
-        answer = answer_simulate(scenario, query, progress=_progress_bar(bars))
+        answer = answer_simulate(scenario, query, progress=progress_reporter(bars, "simulating"))
     warn(answer.warnings)
     terminal = out.output in (None, "-") and stdout_is_terminal()
     text = render_simulate(answer, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal)
     emit(text + simulate_plots(answer, out.plot, out.plot_file, *terminal_plot_settings(out.ascii_only)), out.output)
-
-
-def _progress_bar(bars: ExitStack) -> Callable[[int, int, str], None]:
-    """A progress callback that opens its bar (on ``bars``) at the first report."""
-    advance: Callable[[int, int, str], None] | None = None
-
-    def report(done: int, total: int, label: str) -> None:
-        nonlocal advance
-        if advance is None:
-            from sdplan.render.progress import progress_bar
-
-            advance = bars.enter_context(progress_bar("simulating", total))
-        advance(done, total, label)
-
-    return report
 
 
 def _rates(rates: str | None) -> tuple[float, ...] | None:
