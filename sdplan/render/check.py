@@ -347,9 +347,9 @@ def capacity_interval_note(answer: CapacityAnswer) -> str | None:
     low, high = (float(value) for value in intervals.bounds_rps[:, best])
     margin = answer.speed_margin
     if margin is not None and margin.applied:  # the interval is the calibration's, not shifted by the margin
-        return (f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica on servers "
-                f"{margin.slower_pct:.2g}% slower than the calibration's;\n  95% interval at the calibration's "
-                f"speed {low:.4g}-{high:.4g} ({intervals.covers})")
+        return (f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica on servers\n"
+                f"  {margin.slower_pct:.2g}% slower than the calibration's; 95% interval at the calibration's\n"
+                f"  speed {low:.4g}-{high:.4g} ({intervals.covers})")
     return (f"capacity of {cap.label(best)}: {float(cap.max_rate_rps[best]):.4g} req/s per replica, "
             f"95% interval {low:.4g}-{high:.4g}\n  ({intervals.covers})")
 
