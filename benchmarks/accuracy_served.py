@@ -13,13 +13,13 @@
    c. per option another fresh ``vllm serve`` runs Poisson arrivals (``vllm bench serve --request-rate``) at
       every workload's rates, the same prompts and arrival times for every option.
 4. Prints per workload and over all of them the mean E2E, TTFT and TPOT MAPE (each run predicted at the
-   acceptance it measured, as ``sdplan validate`` does), the signed E2E bias, the E2E MAPE at the highest
+   acceptance it measured, as ``sdplan validate`` does), the signed E2E and TTFT biases, the E2E MAPE at the highest
    load, the saturation errors and their signed bias, and the best-option regret at every rate: the measured
    latency of the option ``sdplan plan`` picks over that of the fastest option measured there, minus 1
    (:func:`sdplan.fitting.validation.option_regret`). Beside them what the servers' spread leaves to any model
-   (:mod:`sdplan.accuracy.floors`): the E2E error of a model exact but for the servers' speeds, from the calibration's
-   ``repeat_sd_pct``, and the regret against latencies pooled over runs. Then the goals, met or not, and the
-   wall times.
+   (:mod:`sdplan.accuracy.floors`): the E2E and TTFT errors of a model exact but for the servers' speeds, from the
+   calibration's ``repeat_sd_pct``, by load and per benchmark run, and the regret against latencies pooled over
+   runs. Then the goals, met or not, and the wall times.
 5. Writes every record and the summary as JSON (``--summary``, default ``WORKDIR/accuracy-summary.json``).
    ``--pool A.json B.json ...`` pools several runs' summaries (each run its own calibration) without
    measuring, every prediction re-made by the current code from each run's calibration and result files
@@ -107,8 +107,8 @@ def pool_main(paths: list[Path], out: Path | None, stored: bool = False) -> int:
     """``--pool``: the summary over several runs' JSON summaries, printed (and written to ``out``).
 
     Every run's predictions are re-made by the current code first (:mod:`sdplan.accuracy.repredict`), so the
-    pooled figures judge one model; ``stored`` pools the predictions as each run's own code stored them, and the
-    report says so.
+    pooled figures and each run's line judge one model; ``stored`` pools the predictions as each run's own code
+    stored them, and the report says so.
     """
     from sdplan.accuracy.repredict import missing_inputs, repredict
     from sdplan.accuracy.summary import pool, read_document, report_lines
@@ -135,6 +135,9 @@ def pool_main(paths: list[Path], out: Path | None, stored: bool = False) -> int:
         print(f"run {document['run_id']}: calibrate {document['calibrate_wall_s']:.0f} s, "
               f"{own['all']['poisson_runs']} Poisson runs, E2E MAPE {own['all']['e2e_mape_pct'] or math.nan:.1f}%, "
               f"E2E bias {own['all']['e2e_bias_pct'] or math.nan:+.1f}%, "
+              f"TTFT MAPE {own['all']['ttft_mape_pct'] or math.nan:.1f}%, "
+              # absent from the stored summaries of runs before 2026-11-29
+              f"TTFT bias {own['all'].get('ttft_bias_pct') or math.nan:+.1f}%, "
               f"saturation bias {own['saturation_bias_pct'] or math.nan:+.1f}%, "
               f"whole run {document['wall_s']:.0f} s")
     print()

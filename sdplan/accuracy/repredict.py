@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import sdplan
+from sdplan.accuracy.floors import calibration_spread
 from sdplan.accuracy.summary import (
     contrast_workloads,
     finite_or_none,
@@ -33,6 +34,7 @@ from sdplan.accuracy.summary import (
     planned_intervals,
     planner_picks,
     run_record,
+    summarize,
     workload_label,
 )
 from sdplan.calibration import load_calibration
@@ -121,7 +123,8 @@ def missing_inputs(document: Mapping[str, Any], path: Path | None = None) -> lis
 
 
 def repredict(document: Mapping[str, Any], path: Path | None = None) -> dict[str, Any]:
-    """A copy of ``document`` whose predictions (runs, saturation, picks) the current code re-made.
+    """A copy of ``document`` whose predictions (runs, saturation, picks) the current code re-made, and its
+    ``summary`` made again from them.
 
     Raises
     ------
@@ -170,4 +173,8 @@ def repredict(document: Mapping[str, Any], path: Path | None = None) -> dict[str
             run = read_results(_plateau_file(folder, s, _labels(document)), "vllm")[0][0]
             s.update(saturation_prediction(calibration.coefficients_at, run, int(settings.get("max_num_seqs", 64))))
     found["predicted_by"] = code_version()
+    # the run's own summary from the re-made records, so that per-run figures judge the same model as the pool
+    spread = calibration_spread(found)
+    found["summary"] = summarize(records["runs"], records["saturation"], records["picks"],
+                                 [found["calibrate_wall_s"]], {} if spread is None else {found["run_id"]: spread})
     return found

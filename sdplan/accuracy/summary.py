@@ -5,7 +5,8 @@ Records are plain JSON-ready dicts (units in the keys):
 
 - a Poisson run: ``run`` (benchmark run id), ``pass``, ``workload`` ("P/G"), ``option`` (draft length, 0 = no
   SD), ``load``, ``rate_rps``, measured ``e2e_s``/``ttft_s``/``tpot_s``, ``predicted_*`` (at the acceptance the
-  run measured, as ``sdplan validate`` predicts it; None where the model says unstable), ``planned_e2e_s`` (as
+  run measured, as ``sdplan validate`` predicts it; None where the model says unstable; ``predicted_ttft_alone_s``
+  the TTFT with no other request in flight, absent before 2026-11-29), ``planned_e2e_s`` (as
   ``sdplan plan`` predicts it, with the calibration's acceptance), ``alpha``, ``foreign_cpu_cores``, ``flags``
   (the steady-state screen's reasons, :func:`sdplan.runs.screen`: a run with any is one ``sdplan validate``
   leaves out; the summary's ``kept_by_screen`` scores the others, the goals every run), ``stalled_streams``
@@ -36,7 +37,7 @@ import numpy as np
 from sdplan.accuracy.floors import calibration_spread, noise_summary
 from sdplan.accuracy.floors import report_lines as noise_lines
 from sdplan.accuracy.means import mean_or_none, median_or_none, standard_error
-from sdplan.fitting.validation import option_regret, predict_latency, predict_ttft
+from sdplan.fitting.validation import option_regret, predict_latency, predict_ttft, predict_ttft_alone
 from sdplan.latency import model
 from sdplan.planning import planner
 from sdplan.planning.scenario import ScenarioOptions, resolve_scenario
@@ -188,6 +189,8 @@ def run_record(run: Any, coefficients_at: Any, /, *, planned_e2e_s: float | None
     return {**meta, "option": run.draft_length, "e2e_s": run.mean_e2e_latency_s, "ttft_s": run.mean_ttft_s,
             "tpot_s": run.mean_tpot_s, "predicted_e2e_s": finite_or_none(latency),
             "predicted_ttft_s": finite_or_none(ttft), "predicted_tpot_s": finite_or_none(tpot),
+            # TTFT with no other request in flight: the rest of predicted_ttft_s is the queue's (floors.queue_share)
+            "predicted_ttft_alone_s": finite_or_none(predict_ttft_alone(coefficients, run)),
             "planned_e2e_s": planned_e2e_s,
             **({} if planned_e2e_ci95_s is None else {"planned_e2e_ci95_s": list(planned_e2e_ci95_s)}),
             "alpha": run.alpha, "flags": screen(run),
@@ -254,8 +257,13 @@ def _errors(runs: Sequence[Mapping[str, Any]], measured: str, predicted: str) ->
     return [e for e in (pct(r[predicted], r[measured]) for r in runs) if e is not None]
 
 
+def _negative_share(errors: Sequence[float]) -> float | None:
+    return sum(e < 0 for e in errors) / len(errors) if errors else None
+
+
 def _accuracy(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     e2e = _errors(runs, "e2e_s", "predicted_e2e_s")
+    ttft = _errors(runs, "ttft_s", "predicted_ttft_s")
     planned = _errors(runs, "e2e_s", "planned_e2e_s")
     return {
         "poisson_runs": len(runs),
@@ -264,8 +272,11 @@ def _accuracy(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "e2e_bias_pct": mean_or_none(e2e),
         # the distribution beside the mean: one run far off moves the mean, not these
         "e2e_median_error_pct": median_or_none(e2e),
-        "e2e_negative_share": sum(e < 0 for e in e2e) / len(e2e) if e2e else None,
-        "ttft_mape_pct": mean_or_none(abs(e) for e in _errors(runs, "ttft_s", "predicted_ttft_s")),
+        "e2e_negative_share": _negative_share(e2e),
+        "ttft_mape_pct": mean_or_none(abs(e) for e in ttft),
+        "ttft_bias_pct": mean_or_none(ttft),
+        "ttft_median_error_pct": median_or_none(ttft),
+        "ttft_negative_share": _negative_share(ttft),
         "tpot_mape_pct": mean_or_none(abs(e) for e in _errors(runs, "tpot_s", "predicted_tpot_s")),
         "planned_e2e_mape_pct": mean_or_none(abs(e) for e in planned),
         "planned_unstable": sum(r["planned_e2e_s"] is None for r in runs),
@@ -305,6 +316,12 @@ def regrets(runs: Sequence[Mapping[str, Any]], picks: Sequence[Mapping[str, Any]
     return rows
 
 
+def _bias_per_run(runs: Sequence[Mapping[str, Any]], ids: Sequence[Any], measured: str, predicted: str) -> list[float]:
+    """Each benchmark run's mean signed error (%) of one figure, in the order of ``ids`` (runs without one left out)."""
+    return [b for b in (mean_or_none(_errors([r for r in runs if r["run"] == i], measured, predicted)) for i in ids)
+            if b is not None]
+
+
 def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[str, Any]],
               picks: Sequence[Mapping[str, Any]], calibrate_wall_s: Sequence[float] = (),
               spreads: Mapping[str, tuple[float, int]] | None = None) -> dict[str, Any]:
@@ -319,8 +336,8 @@ def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[st
     top = [r for r in runs if r["load"] == top_load]
     ids = sorted({r["run"] for r in runs} | {s["run"] for s in saturation})
     saturation_errors = [e for e in (pct(s["predicted_rps"], s["measured_rps"]) for s in saturation) if e is not None]
-    e2e_per_run = [b for b in (mean_or_none(_errors([r for r in runs if r["run"] == i], "e2e_s", "predicted_e2e_s"))
-                               for i in ids) if b is not None]
+    e2e_per_run = _bias_per_run(runs, ids, "e2e_s", "predicted_e2e_s")
+    ttft_per_run = _bias_per_run(runs, ids, "ttft_s", "predicted_ttft_s")
     saturation_per_run = [b for b in (mean_or_none(e for s in saturation if s["run"] == i
                                             for e in [pct(s["predicted_rps"], s["measured_rps"])] if e is not None)
                                       for i in ids) if b is not None]
@@ -343,7 +360,11 @@ def summarize(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[st
         "e2e_bias_per_run_pct": e2e_per_run,
         "e2e_bias_standard_error_pct": standard_error(e2e_per_run),
         "e2e_bias_per_run_median_pct": median_or_none(e2e_per_run),
-        "e2e_bias_per_run_negative_share": sum(b < 0 for b in e2e_per_run) / len(e2e_per_run) if e2e_per_run else None,
+        "e2e_bias_per_run_negative_share": _negative_share(e2e_per_run),
+        "ttft_bias_per_run_pct": ttft_per_run,
+        "ttft_bias_standard_error_pct": standard_error(ttft_per_run),
+        "ttft_bias_per_run_median_pct": median_or_none(ttft_per_run),
+        "ttft_bias_per_run_negative_share": _negative_share(ttft_per_run),
         "saturation_bias_pct": mean_or_none(saturation_errors),
         "saturation_mape_pct": mean_or_none(abs(e) for e in saturation_errors),
         "saturation_bias_per_run_pct": saturation_per_run,
@@ -410,8 +431,8 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
     lines = [] if not mixed else [
         f"predictions as stored, not re-made by today's code: made by {'; '.join(codes)}; the pooled figures may "
         "mix versions of the model", ""]
-    lines += [f"{'workload':>12} {'runs':>5} {'E2E MAPE':>9} {'E2E bias':>9} {'TTFT MAPE':>10} {'TPOT MAPE':>10} "
-             f"{'as plan':>8} {'unstable':>8}"]
+    lines += [f"{'workload':>12} {'runs':>5} {'E2E MAPE':>9} {'E2E bias':>9} {'TTFT MAPE':>10} {'TTFT bias':>10} "
+              f"{'TPOT MAPE':>10} {'as plan':>8} {'unstable':>8}"]
     table = [*summary["workloads"].items(), ("all", summary["all"])]
     if summary["kept_by_screen"]["poisson_runs"] < summary["all"]["poisson_runs"]:
         table.append(("unflagged", summary["kept_by_screen"]))  # the runs the steady-state screen keeps
@@ -421,7 +442,7 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
     for label, a in table:
         lines.append(f"{label:>12} {a['poisson_runs']:>5} {show(a['e2e_mape_pct']):>9} "
                      f"{show(a['e2e_bias_pct'], True):>9} {show(a['ttft_mape_pct']):>10} "
-                     f"{show(a['tpot_mape_pct']):>10} "
+                     f"{show(a.get('ttft_bias_pct'), True):>10} {show(a['tpot_mape_pct']):>10} "
                      f"{show(a['planned_e2e_mape_pct']):>8} {a['predicted_unstable']:>8}")
     lines.append("")
     if summary["regret"]:
@@ -433,16 +454,20 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
                          f"{r['rate_rps']:>7.3g} {picked:>11} {option_label(r['best']):>13} "
                          f"{'inf' if r['regret_pct'] is None else format(r['regret_pct'], '.1f') + '%':>8}")
         lines.append("")
-    per_run = summary["e2e_bias_per_run_pct"]
-    if len(per_run) > 1:
-        lines.append("E2E bias per benchmark run: " + ", ".join(f"{b:+.1f}%" for b in per_run)
-                     + f" (standard error of the pooled bias {summary['e2e_bias_standard_error_pct']:.1f} points; "
-                     f"median {summary['e2e_bias_per_run_median_pct']:+.1f}%, "
-                     f"{summary['e2e_bias_per_run_negative_share']:.0%} of runs negative)")
     everything = summary["all"]
+    for figure, name in (("e2e", "E2E"), ("ttft", "TTFT")):
+        per_run = summary.get(f"{figure}_bias_per_run_pct", [])  # TTFT's absent from summaries before 2026-11-29
+        if len(per_run) > 1:
+            lines.append(f"{name} bias per benchmark run: " + ", ".join(f"{b:+.1f}%" for b in per_run)
+                         + f" (standard error of the pooled bias {summary[f'{figure}_bias_standard_error_pct']:.1f} "
+                         f"points; median {summary[f'{figure}_bias_per_run_median_pct']:+.1f}%, "
+                         f"{summary[f'{figure}_bias_per_run_negative_share']:.0%} of runs negative)")
+    for figure, name in (("e2e", "E2E"), ("ttft", "TTFT")):
+        if everything.get(f"{figure}_median_error_pct") is not None:
+            lines.append(f"{name} error per Poisson run: mean {everything[f'{figure}_bias_pct']:+.1f}%, median "
+                         f"{everything[f'{figure}_median_error_pct']:+.1f}%, "
+                         f"{everything[f'{figure}_negative_share']:.0%} negative")
     if everything.get("e2e_median_error_pct") is not None:
-        lines.append(f"E2E error per Poisson run: mean {everything['e2e_bias_pct']:+.1f}%, median "
-                     f"{everything['e2e_median_error_pct']:+.1f}%, {everything['e2e_negative_share']:.0%} negative")
         sat = summary["saturation_bias_per_run_pct"]
         if len(sat) > 1:
             lines.append("saturation bias per benchmark run: " + ", ".join(f"{b:+.1f}%" for b in sat)

@@ -136,6 +136,15 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
     return own + latency_s * (1.0 - held / float(run.concurrency))  # type: ignore[arg-type]
 
 
+def predict_ttft_alone(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None = None) -> float:
+    """Model mean TTFT (s) of a run's request with no other in flight: the part of :func:`predict_ttft` that does
+    not grow with load, ``c1p + offset + prefill + w_wait tau1`` (:func:`sdplan.latency.model.time_to_first_token`
+    at ``B = 0``); the rest of :func:`predict_ttft` is the queue's (the accuracy benchmark's TTFT floor needs
+    that share, ``benchmarks/accuracy_served.py``)."""
+    return float(model.time_to_first_token(covered(coefficients, run, moe, 0.0), run.draft_length, 0.0,
+                                           run_tokens_per_cycle(run)))
+
+
 def routed_per_sequence(run: BenchmarkRun) -> float:
     """Tokens each sequence routes through the target per step of a run: 1 without SD, ``k + 1`` with."""
     return 1.0 if run.draft_length == 0 else run.draft_length + 1.0
