@@ -78,7 +78,7 @@ def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) ->
         clients, prompt, output = int(run.concurrency or 0), int(run.prompt_tokens), int(run.output_tokens)
         if run.mean_tpot_s is None or (kv_tokens is not None and clients * (prompt + output) > kv_tokens):
             continue
-        decode = pricer.decode(pricer.target, clients, prompt + output // 2)
+        decode = pricer.target_decode(clients, prompt + output // 2)
         prefill = float(pricer.target.predict_prefill_latency(1, prompt)) * MS * clients / output
         design.append([decode, prefill, 1.0])
         measured_s.append(run.mean_tpot_s)

@@ -69,6 +69,9 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
         ("the target's step is fitted with a compute-bound knee where one fits AIConfigurator's step costs "
          "better than a straight line: flat in the token rows while bound by memory, then a second slope per row "
          "(step_model.target.knee_tokens; derivation.target_linear_* give the straight line's error)"),
+        ("a dense target's GEMMs cost at most reading their weights at the GPU's empirical bandwidth (AIConfigurator's "
+         "system file) and then computing their rows at the rate its database times them at 8,192 rows: a served "
+         "kernel overlaps the two, so a small-batch timing above their sum is not what the engine runs"),
         "chain drafting (top-k 1): one token per draft step, k + 1 tokens verified; tree drafting is not modelled",
         (f"the engine's host overhead per step, SD or not: {overheads.step_s * 1e3:.3g} ms "
          f"(step_model.engine; {overheads.source}), taken for every GPU and {request.backend} version"),

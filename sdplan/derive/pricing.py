@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,149 @@ from sdplan.errors import InvalidValueError
 
 #: How AIConfigurator's memory model (``estimate_kv_cache``) says the weights and runtime memory fill the GPU.
 NO_KV_BUDGET = "no KV budget"
+#: Token rows at which a GEMM's database time gives its rate of computing (:func:`gemm_ceilings`): the engine's
+#: step budget (vLLM's default ``max_num_batched_tokens`` on these GPUs), where every GEMM of a dense model
+#: of 1B parameters or more is bound by its FLOPs, not by reading its weights.
+COMPUTE_BOUND_ROWS = 8192
+#: Bytes of an activation element (bfloat16) read and written by a GEMM, whatever its weights' precision.
+ACTIVATION_BYTES = 2
+
+
+def decode_step(handle: Any, rows: int, context: int) -> float:
+    """One decode step over ``rows`` single-token rows at mean context ``context``, seconds (AIConfigurator's)."""
+    return float(handle.decode_step_latency(int(rows), max(int(context) - 2, 1), 2)) * MS
+
+
+def gpu_spec(system: str) -> dict[str, Any]:
+    """The ``gpu`` table of AIConfigurator's system file for ``system`` (empty where it ships none)."""
+    import aiconfigurator_core
+    import yaml
+
+    path = Path(aiconfigurator_core.__file__).parent / "systems" / f"{system}.yaml"
+    return dict(yaml.safe_load(path.read_text()).get("gpu", {})) if path.is_file() else {}
+
+
+@dataclass(frozen=True, slots=True)
+class GemmCeiling:
+    """The most one GEMM op of a step may cost at ``rows`` token rows (:func:`gemm_ceilings`), in seconds.
+
+    Attributes
+    ----------
+    stream_s : float
+        Reading the op's weights once, in every layer it runs in, at the GPU's empirical bandwidth, with the
+        fixed latency of a memory-bound op.
+    per_row_s : float
+        What each token row adds: its activations in and out at that bandwidth, and its FLOPs at the rate
+        the database itself times for the op when bound by compute.
+    """
+
+    stream_s: float
+    per_row_s: float
+
+    def at(self, rows: int) -> float:
+        return self.stream_s + rows * self.per_row_s
+
+
+def dense_gemm_shapes(shapes: dict[str, Any], tp: int, weight_bytes: float) -> dict[str, tuple[int, int, int, float]]:
+    """``op name -> (layers, N, K, bytes per weight)`` of a dense decoder's decode-step GEMMs on one of ``tp`` GPUs.
+
+    As AIConfigurator's dense decoder builds them (``sdk/models/llama.py``, which Llama, Qwen2 and Qwen3 use):
+    the fused QKV projection, the attention output projection, the fused gate/up projection, the down
+    projection, each once a layer, and the LM head once a step, always in bfloat16.
+    """
+    hidden, heads, kv_heads, head = (int(shapes[key]) for key in ("hidden_size", "n", "n_kv", "d"))
+    layers, inter, vocab = int(shapes["layers"]), int(shapes["inter_size"]), int(shapes["vocab"])
+    kv_per_gpu = -(-kv_heads // tp)
+    return {
+        "generation_qkv_gemm": (layers, heads * head // tp + 2 * head * kv_per_gpu, hidden, weight_bytes),
+        "generation_proj_gemm": (layers, hidden, heads * head // tp, weight_bytes),
+        "generation_gate_ffn1_gemm": (layers, 2 * inter // tp, hidden, weight_bytes),
+        "generation_ffn2_gemm": (layers, hidden, inter // tp, weight_bytes),
+        "generation_logits_gemm": (1, vocab // tp, hidden, 2.0),
+    }
+
+
+def gemm_ceilings(gemms: dict[str, tuple[int, int, int, float]], gpu: dict[str, Any],
+                  compute_bound_s: dict[str, float]) -> dict[str, GemmCeiling]:
+    """The most each GEMM op may cost: reading its weights, then computing its rows, one after the other.
+
+    Parameters
+    ----------
+    gemms : dict
+        ``op name -> (layers, N, K, bytes per weight)`` (:func:`dense_gemm_shapes`).
+    gpu : dict
+        AIConfigurator's system file ``gpu`` table (:func:`gpu_spec`).
+    compute_bound_s : dict
+        ``op name ->`` its database time at :data:`COMPUTE_BOUND_ROWS` rows, seconds.
+
+    Notes
+    -----
+    For an op run ``L`` times a step with an ``N x K`` weight of ``b_w`` bytes per element, at ``m`` rows::
+
+        T_max(m) = L [(N K b_w + 2 m (N + K)) / (f B) + c] + m T_db(M) / M
+
+    with ``B`` the GPU's memory bandwidth, ``f`` and ``c`` AIConfigurator's own empirical correction of it
+    (``mem_bw_empirical_scaling_factor`` 0.8 and ``mem_empirical_constant_latency`` 3 us in its H100, H200
+    and B200 system files) and ``T_db(M)`` the database's time for the op at ``M`` rows, bound by compute.
+    A kernel that did not overlap reading its weights with computing would take this sum; the engine's
+    kernels overlap them (the roofline is the larger of the two terms, not their sum), so no GEMM of a
+    served step costs more. Where the database's small-batch timings exceed it, they time noise or a kernel
+    the engine does not pick at that size: AIConfigurator's vLLM 0.24.0 database prices Llama-3.1-70B's fp8
+    GEMMs on B200 at 2-3 times their weight-streaming time at small batch (``benchmarks/RESULTS-accuracy-
+    silicon-2026-11.md``, "Derive's MoE and dense pricing"). Empty where the system file gives no bandwidth.
+    """
+    bandwidth = float(gpu.get("mem_bw") or 0.0) * float(gpu.get("mem_bw_empirical_scaling_factor", 1.0))
+    if bandwidth <= 0.0:
+        return {}
+    latency = float(gpu.get("mem_empirical_constant_latency", 0.0))
+    ceilings = {}
+    for name, (layers, n, k, weight_bytes) in gemms.items():
+        if name not in compute_bound_s:
+            continue
+        stream = layers * (n * k * weight_bytes / bandwidth + latency)
+        per_row = layers * ACTIVATION_BYTES * (n + k) / bandwidth + compute_bound_s[name] / COMPUTE_BOUND_ROWS
+        ceilings[name] = GemmCeiling(stream_s=stream, per_row_s=per_row)
+    return ceilings
+
+
+class StepBound:
+    """A compiled model's step with its GEMMs held to their ceilings (:func:`gemm_ceilings`).
+
+    :meth:`excess` is what the database's GEMMs at ``rows`` token rows cost above their ceilings, summed:
+    subtracted from any step whose GEMMs run on those rows. No ceilings for a mixture of experts (its rows
+    spread over experts whose weights a step reads in part) or a GPU whose system file gives no bandwidth.
+    """
+
+    def __init__(self, handle: Any, shapes: dict[str, Any], tp: int, quant: dict[str, str],
+                 gpu: dict[str, Any]) -> None:
+        self.handle = handle
+        self.ceilings: dict[str, GemmCeiling] = {}
+        if not shapes.get("num_experts"):
+            gemms = dense_gemm_shapes(shapes, tp, 2.0 if quant["gemm_quant_mode"] == "bfloat16" else 1.0)
+            at_budget = {name: float(latency_ms) * MS for name, latency_ms, *_ in self._ops(COMPUTE_BOUND_ROWS)}
+            self.ceilings = gemm_ceilings(gemms, gpu,
+                                          {name: at_budget[name] for name in gemms if name in at_budget})
+        self._excess: dict[int, float] = {}
+
+    def _ops(self, rows: int) -> list[tuple[Any, ...]]:
+        # a GEMM's time does not depend on the attention context; the shortest one priced is asked for
+        return list(self.handle.decode_step_per_op(int(rows), 254, 2))
+
+    def decode(self, rows: int, context: int) -> float:
+        """One decode step of ``rows`` sequences at mean context ``context`` (:func:`decode_step`), held."""
+        return decode_step(self.handle, rows, context) - self.excess(rows)
+
+    def excess(self, rows: int) -> float:
+        """Seconds the database's GEMMs at ``rows`` token rows cost above their ceilings (0 where none binds)."""
+        rows = int(rows)
+        if rows not in self._excess:
+            total = 0.0
+            for name, latency_ms, *_ in self._ops(rows) if self.ceilings else []:
+                ceiling = self.ceilings.get(name)
+                if ceiling is not None:
+                    total += max(float(latency_ms) * MS - ceiling.at(rows), 0.0)
+            self._excess[rows] = total
+        return self._excess[rows]
 
 
 class Models:
@@ -134,6 +278,12 @@ class Pricer:
         self.target = self.compile(self.target_path)
         #: (experts per token m, experts per layer M) of an MoE target, None for a dense one
         self.routing = (int(shapes["topk"]), int(shapes["num_experts"])) if shapes.get("num_experts") else None
+        #: the target's steps with a dense target's GEMMs held to what reading their weights and computing
+        #: their rows needs (:class:`StepBound`). A draft's steps keep the database's price: the measured rows
+        #: that check the rule time targets only, and a small draft's GEMMs (hidden size 1,024-2,048) have too
+        #: few output tiles to read at 80% of the bandwidth the ceiling assumes.
+        gpu = gpu_spec(request.system)
+        self.target_bound = StepBound(self.target, shapes, request.tensor_parallel_size, self.quant, gpu)
         self._mtp: dict[int, Any] = {}
         self.draft_path: str | None = None
         self.draft: Any = None
@@ -163,10 +313,8 @@ class Pricer:
             self._mtp[k] = self.compile(self.target_path, nextn=k)
         return self._mtp[k]
 
-    @staticmethod
-    def decode(handle: Any, rows: int, context: int) -> float:
-        """One decode step over ``rows`` single-token rows at mean context ``context``, seconds."""
-        return float(handle.decode_step_latency(int(rows), max(int(context) - 2, 1), 2)) * MS
+    #: One decode step over ``rows`` single-token rows at mean context ``context``, seconds (:func:`decode_step`).
+    decode = staticmethod(decode_step)
 
     @staticmethod
     def split(handle: Any, rows: int, context: int) -> tuple[float, float]:
@@ -190,13 +338,19 @@ class Pricer:
         reads each sequence's KV cache once for its ``query`` tokens, as the
         multi-query attention kernels of vLLM's speculative decoding do, where
         pricing ``batch x query`` single-token rows would read it ``query``
-        times. With ``query = 1`` this is AIConfigurator's decode step.
+        times. With ``query = 1`` this is AIConfigurator's decode step. A dense
+        target's GEMMs cost at most their ceilings at ``batch x query`` rows
+        (:class:`StepBound`).
         """
         if query == 1:
-            return self.decode(self.target, batch, context)
+            return self.target_decode(batch, context)
         attention, _ = self.split(self.target, batch, context)
         _, other = self.split(self.target, batch * query, context)
-        return attention + other
+        return attention + other - self.target_bound.excess(batch * query)
+
+    def target_decode(self, rows: int, context: int) -> float:
+        """The target's decode step (:meth:`decode`) with its GEMMs held to their ceilings, seconds."""
+        return self.target_bound.decode(rows, context)
 
     def draft_step(self, batch: int, context: int, k: int) -> float:
         """One draft token's step for ``batch`` sequences; MTP from AIConfigurator's nextn = k step."""
@@ -213,13 +367,21 @@ class Pricer:
         return total
 
     def interference(self, prompt: int, batch: int, context: int) -> float:
-        """Seconds a prompt's prefill adds to a decode step of ``batch`` sequences (chunked prefill)."""
-        def delta(handle: Any) -> float:  # its decode rows sit at isl + osl/2: the decode step's context
-            mixed = float(handle.mixed_step_latency(int(prompt), int(batch), int(prompt),
-                                                    max(2 * (int(context) - int(prompt)), 2)))
-            return max(mixed * MS - self.decode(handle, batch, context), 0.0)
+        """Seconds a prompt's prefill adds to a decode step of ``batch`` sequences (chunked prefill).
 
-        return delta(self.target) + (delta(self.draft) if self.draft is not None else 0.0)
+        AIConfigurator's mixed step (the prompt's tokens and ``batch`` decode rows in one step) less its decode
+        step, for the target and a proposer that runs a model. The target's GEMMs are held to their ceilings in
+        both steps (:class:`StepBound`), the mixed step's at ``prompt + batch`` rows: a decode step priced above
+        its ceiling would otherwise shrink the prefill's share by as much.
+        """
+        def mixed(handle: Any) -> float:  # its decode rows sit at isl + osl/2: the decode step's context
+            return float(handle.mixed_step_latency(int(prompt), int(batch), int(prompt),
+                                                   max(2 * (int(context) - int(prompt)), 2))) * MS
+
+        bound = self.target_bound
+        target = mixed(self.target) - bound.excess(int(prompt) + int(batch)) - bound.decode(batch, context)
+        draft = mixed(self.draft) - self.decode(self.draft, batch, context) if self.draft is not None else 0.0
+        return max(target, 0.0) + max(draft, 0.0)
 
     def row_compute_floor_s(self) -> float:
         """Seconds the matrix units need per token row of a target step, at the GPU's peak: ``2 P / (TP F)``.
@@ -230,9 +392,6 @@ class Pricer:
         floor :func:`~sdplan.derive.fitting.fit_knee` holds the slope past the knee to. 0 for an MoE target
         (its rows spread over experts) or a GPU whose file gives no peak.
         """
-        import aiconfigurator_core
-        import yaml
-
         shapes = self.shapes
         if shapes.get("num_experts"):
             return 0.0
@@ -240,8 +399,7 @@ class Pricer:
         per_layer = (hidden * (heads + 2 * kv_heads) * head + heads * head * hidden
                      + 3 * hidden * int(shapes["inter_size"]))
         weights = int(shapes["layers"]) * per_layer + int(shapes["vocab"]) * hidden
-        system = Path(aiconfigurator_core.__file__).parent / "systems" / f"{self.request.system}.yaml"
-        gpu = yaml.safe_load(system.read_text()).get("gpu", {}) if system.is_file() else {}
+        gpu = gpu_spec(self.request.system)
         peak = gpu.get("fp8_tc_flops" if self.request.precision.startswith("fp8") else "bfloat16_tc_flops")
         return 2.0 * weights / (self.request.tensor_parallel_size * float(peak)) if peak else 0.0
 
