@@ -49,14 +49,22 @@ derived-only E2E with the measured TTFT in place of the predicted one (how far T
 About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
-                                          [--kv-cap] [--rounds R] [--markdown FILE]
+                                          [--kv-cap] [--rounds R] [--waves engine|opening|none]
+                                          [--markdown FILE]
 
-A derived file has no fitted TTFT weights, so its closed loops are given the wave they start with: the
-N clients send at once, and the prefills queue in chunks of the engine's token budget (vLLM's default
-``max_num_batched_tokens``, ``sdplan.inputs.serving.DEFAULT_MAX_NUM_BATCHED_TOKENS``) before each first token;
-spread over the ``--rounds`` requests each client sends (:data:`ROUNDS`), it adds
-``sdplan.latency.model.closed_loop_wave_s`` to TTFT and E2E (``docs/model.md#ttft-and-tpot``). The fitted
-calibrations are predicted as ``sdplan validate`` predicts them.
+A derived file has no fitted TTFT weights, so its closed loops are given their waves of prompts
+(``sdplan.fitting.validation.run_waves``, ``docs/model.md#ttft-and-tpot``): the N clients send at once, and
+the prefills queue in chunks of the engine's token budget before each first token. By default
+(``--waves opening``) every engine is priced as vLLM: only the opening wave queues, in chunks of vLLM's
+default ``max_num_batched_tokens``, and spread over the ``--rounds`` requests each client sends
+(:data:`ROUNDS`) it adds ``sdplan.latency.model.closed_loop_wave_s`` to TTFT and E2E. ``--waves engine``
+prices each as the derived file's engine schedules prompts (``sdplan.inputs.serving.prefill_scheduling``):
+SGLang prefills first, so where the rows' benchmark sent fixed lengths (:func:`fixed_lengths`) a round's
+requests (those its KV cache admits together) decode in step, finish together and come back as the next
+wave: every round's TTFT takes the wave and E2E does not change
+(``sdplan.latency.model.closed_loop_waves_s``); ``--waves engine-any`` assumes fixed lengths for every
+SGLang configuration, ``--waves none`` leaves the waves out. The fitted calibrations are predicted as
+``sdplan validate`` predicts them.
 
 ``--kv-cap`` lets the derived calibrations' KV cache (AIConfigurator's memory model) hold back a closed
 loop past it; off by default: that estimate is below what the measured servers held (the rows whose TTFT
@@ -76,9 +84,8 @@ from pathlib import Path
 
 from sdplan.derive import roofline
 from sdplan.fitting.fit import fit_configurations, fit_pooled
-from sdplan.fitting.validation import predict_latency, predict_ttft
-from sdplan.inputs.serving import DEFAULT_MAX_NUM_BATCHED_TOKENS
-from sdplan.latency.model import closed_loop_wave_s
+from sdplan.fitting.validation import ClosedLoopWaves, derived_waves, predict_latency, predict_ttft, run_waves
+from sdplan.inputs.serving import prefill_scheduling
 from sdplan.runs import screen, silicon
 
 BACKENDS = ("vllm", "sglang")
@@ -204,11 +211,26 @@ def split(runs: list, how: str) -> tuple[list, list]:
             [r for r in runs if (r.prompt_tokens, r.output_tokens) == middle])
 
 
-def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None, rounds: float | None = None) -> Errors:
+#: Where a row's ``silicon_data_source`` names it, the rows AIConfigurator measured itself (its gap analysis),
+#: with the benchmark script it generates: ``aiperf --isl ISL --isl-stddev 0 --osl OSL --osl-stddev 0
+#: --extra-inputs ignore_eos:true``, one prompt and one output length. InferenceX's runs draw lengths
+#: (``benchmark_serving.py --random-range-ratio``, SemiAnalysisAI/InferenceX benchmarks/benchmark_lib.sh).
+FIXED_LENGTH_SOURCES = ("aic-auto-gap-analysis",)
+
+
+def fixed_lengths(runs: list, sources: dict[int, str]) -> bool:
+    """Whether every row of a configuration came from a benchmark of fixed lengths (:data:`FIXED_LENGTH_SOURCES`)."""
+    lines = [int(run.source.rpartition(":")[2]) for run in runs]
+    return bool(lines) and all(any(name in sources.get(line, "") for name in FIXED_LENGTH_SOURCES)
+                               for line in lines)
+
+
+def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None,
+              waves: ClosedLoopWaves | None = None) -> Errors:
     """Held-out errors of E2E, TPOT and TTFT for a ``coefficients_at(prompt, output)`` (and ``moe_at``);
-    ``batch_cap_at(run)``: the requests the engine holds at once for the run (None: no cap); ``rounds``: the
-    requests per client of the closed loops, whose opening wave then adds to TTFT and E2E
-    (``sdplan.latency.model.closed_loop_wave_s``; None: no wave, as a fitted calibration's TTFT weights hold it)."""
+    ``batch_cap_at(run)``: the requests the engine holds at once for the run (None: no cap); ``waves``: how the
+    closed loops' waves of prompts add to TTFT and E2E (``sdplan.fitting.validation.run_waves``, as ``sdplan
+    validate`` adds them for a derived calibration; None: no wave, as a fitted calibration's TTFT weights hold it)."""
     result = Errors.empty()
     for run in runs:
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
@@ -216,10 +238,9 @@ def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None, round
         cap = None if batch_cap_at is None else batch_cap_at(run)
         latency = predict_latency(coefficients, run, moe, cap)
         ttft = predict_ttft(coefficients, run, latency, moe, cap)
-        if rounds is not None and math.isfinite(latency):
-            clients = int(run.concurrency if cap is None else min(run.concurrency, cap))
-            wave = closed_loop_wave_s(coefficients, clients, DEFAULT_MAX_NUM_BATCHED_TOKENS, rounds)
-            latency, ttft = latency + wave, ttft + wave
+        if waves is not None and math.isfinite(latency):
+            wave_ttft, wave_e2e = run_waves(coefficients, run, waves, cap)
+            latency, ttft = latency + wave_e2e, ttft + wave_ttft
         tpot = (latency - ttft) / (run.output_tokens - 1.0)
         result.e2e.append(latency / run.mean_e2e_latency_s - 1.0)
         result.tpot.append(tpot / run.mean_tpot_s - 1.0)
@@ -468,11 +489,17 @@ def main(argv: list[str] | None = None) -> int:
                         "waits for admission (sdplan.fitting.validation.predict_latency's batch_cap)")
     parser.add_argument("--rounds", type=float, default=ROUNDS,
                         help=f"with --derived: requests per client of the measured closed loops, over which their "
-                        f"opening wave spreads (default {ROUNDS:g}; 0: no wave, the TTFT before 2026-11-29)")
+                        f"opening wave spreads (default {ROUNDS:g}; at least 1)")
+    parser.add_argument("--waves", choices=("opening", "engine", "engine-any", "none"), default="opening",
+                        help="with --derived: the closed loops' waves of prompts as vLLM's opening wave, for every "
+                        "engine (default: the TTFT of 2026-11-29); as the derived file's engine schedules them, the "
+                        "prefill-first wave recurring where the rows' benchmark sent fixed lengths (engine) or "
+                        "wherever the engine is SGLang (engine-any); or none (the TTFT before 2026-11-29)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     args = parser.parse_args(argv)
     path = silicon.resolve_path(args.csv)
     text = path.read_text(encoding="utf-8")
+    sources = {line: row.get("silicon_data_source", "") for line, row in silicon.parse_rows(str(path), text)}
     table = []
     pooled, pooled_roof, pooled_aic, sdplan_aic = Errors.empty(), Errors.empty(), Errors.empty(), Errors.empty()
     aic_failures: list[str] = []
@@ -523,15 +550,18 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 kind = "MoE" if configuration.model.rpartition("/")[2].lower() in MOE_MODELS else "dense"
                 cap = kv_cap(only) if args.kv_cap else None
-                rounds = args.rounds or None
+                fixed = args.waves == "engine-any" or (args.waves == "engine" and fixed_lengths(kept, sources))
+                waves = None if args.waves == "none" else derived_waves(only, 0, args.rounds, fixed)
+                if waves is not None and args.waves == "opening":
+                    waves = replace(waves, scheduling=prefill_scheduling("vllm", ""))
                 if kind == "dense":
                     share = peak_share(configuration, kept)
                     if share is not None:
                         peak_shares.append(f"{label(configuration)} {100 * share:.0f}%")
                 derived.append((label(configuration), kind, database, kept,
-                                errors_of(only.coefficients_at, kept, only.moe_at, cap, rounds),
-                                errors_of(only.coefficients_at, held, only.moe_at, cap, rounds),
-                                errors_of(anchored.coefficients_at, held, anchored.moe_at, cap, rounds)
+                                errors_of(only.coefficients_at, kept, only.moe_at, cap, waves),
+                                errors_of(only.coefficients_at, held, only.moe_at, cap, waves),
+                                errors_of(anchored.coefficients_at, held, anchored.moe_at, cap, waves)
                                 if anchored is not None else None, errors))
         pooled.extend(errors)
         if roof is not None:

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-from sdplan.calibration import load_calibration
+from sdplan.calibration import load_calibration, resolve_calibration
 from sdplan.errors import ExitStatus, InfeasibleError
+from sdplan.fileio import dumps_toml
 from sdplan.fitting.fit import fit_configurations, fit_pooled
 from sdplan.fitting.runmodel import PARAMETERS
-from sdplan.fitting.validation import validate
-from sdplan.runs import load_runs, read_results, screen
+from sdplan.fitting.validation import ClosedLoopWaves, run_waves, validate
+from sdplan.inputs.serving import prefill_scheduling
+from sdplan.latency import model
+from sdplan.latency.coefficients import Coefficients
+from sdplan.runs import BenchmarkRun, load_runs, read_results, screen
 from tests.results_fixtures import TRUE, write_csv, write_guidellm, write_vllm
 
 FITTED = ("c2p_s", "baseline_c1_step_s", "baseline_c2_step_s", "c1v_s", "c2v_s", "c1d_s", "c2d_s")
+#: AIConfigurator's measured rows of Qwen3-32B on 4x H100 (vLLM), and a derived file of that target and GPU.
+DATA = Path(__file__).parent / "data"
+SILICON_SELECT = "model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4"
+DERIVED_QWEN = "4xh100-sxm_qwen3-32b_eagle3_derived"
 
 
 def test_vllm_reader_normalises_units_and_acceptance(tmp_path) -> None:
@@ -373,3 +383,62 @@ def test_validate_of_latencies_near_the_float_range_is_refused_not_overflowed(sd
     assert result.exit_code == 3, result.output
     assert f"{path}: mean E2E latency of 1e+305 s is past any real server" in result.stderr
     assert result.stdout == ""
+
+
+def closed_run(clients: int, completed: int | None = None) -> BenchmarkRun:
+    return BenchmarkRun(source="closed", draft_length=0, prompt_tokens=4096, output_tokens=512, alpha=None,
+                        mean_e2e_latency_s=20.0, concurrency=clients, mean_ttft_s=1.0, requested_rate_rps=None,
+                        achieved_rate_rps=clients / 20.0, completed=completed)
+
+
+def test_a_closed_loops_waves_follow_the_engines_scheduling() -> None:
+    c = Coefficients(c1p_s=0.13, c2p_s=0.13, c1v_s=0.01, c2v_s=1e-4, c1d_s=0.0, c2d_s=0.0,
+                     baseline_c1_step_s=0.01, baseline_c2_step_s=1e-4, prompt_tokens=4096.0, output_tokens=512.0)
+    run = closed_run(64, completed=640)
+    wave = (model.opening_wave_prompts(64, 4096, 8192) - 1.0) * 0.13
+    sglang = ClosedLoopWaves(prefill_scheduling("sglang", "NVIDIA H100 SXM 80GB"), kv_cache_tokens=1e6,
+                             fixed_lengths=True)
+    # SGLang admits the round (64 x 4,608 tokens < 1e6): the wave recurs, E2E keeps the steady model's
+    assert run_waves(c, run, sglang) == (pytest.approx(wave), 0.0)
+    # lengths not known to be fixed: the round need not finish together, only the opening wave (10 rounds)
+    unknown = dataclasses.replace(sglang, fixed_lengths=False)
+    assert run_waves(c, run, unknown) == (pytest.approx(wave / 10), pytest.approx(wave / 10))
+    # a cache of 32 such requests: the wave is the 32 it admits together, every round
+    small = dataclasses.replace(sglang, kv_cache_tokens=32 * 4608.0)
+    assert run_waves(c, run, small) == (pytest.approx((model.opening_wave_prompts(32, 4096, 8192) - 1.0) * 0.13),
+                                        0.0)
+    vllm = ClosedLoopWaves(prefill_scheduling("vllm", "NVIDIA H100 SXM 80GB"), rounds=20.0)
+    assert run_waves(c, run, vllm) == (pytest.approx(wave / 10), pytest.approx(wave / 10))  # the run's own count
+    assert run_waves(c, closed_run(64), vllm) == (pytest.approx(wave / 20), pytest.approx(wave / 20))
+    assert run_waves(c, closed_run(64), ClosedLoopWaves(vllm.scheduling)) == (0.0, 0.0)  # rounds unknown
+    open_loop = dataclasses.replace(run, concurrency=None, requested_rate_rps=3.0)
+    assert run_waves(c, open_loop, sglang) == (0.0, 0.0)
+
+
+def test_validate_adds_the_waves_to_ttft_and_e2e() -> None:
+    c = Coefficients(c1p_s=0.13, c2p_s=0.13, c1v_s=0.01, c2v_s=1e-4, c1d_s=0.0, c2d_s=0.0,
+                     baseline_c1_step_s=0.01, baseline_c2_step_s=1e-4, prompt_tokens=4096.0, output_tokens=512.0)
+    runs = [closed_run(16, completed=32)]
+    plain = validate(lambda p, g: c, runs).errors[0]
+    vllm = ClosedLoopWaves(prefill_scheduling("vllm", "NVIDIA H100 SXM 80GB"))
+    waved = validate(lambda p, g: c, runs, waves=vllm).errors[0]
+    ttft_wave, e2e_wave = run_waves(c, runs[0], vllm)
+    assert e2e_wave > 0.0
+    assert waved.predicted_s == pytest.approx(plain.predicted_s + e2e_wave)
+    assert waved.predicted_ttft_s == pytest.approx((plain.predicted_ttft_s or 0.0) + ttft_wave)
+
+
+def test_sdplan_validate_assumes_no_lockstep_where_the_runs_do_not_say_their_lengths(sdplan, tmp_path: Path) -> None:
+    """A derived file of an SGLang engine on rows that record neither their request counts nor fixed lengths:
+    no wave recurs and no opening wave can be spread, so it is validated as its vLLM twin."""
+    document = copy.deepcopy(resolve_calibration(DERIVED_QWEN).document)
+    rows = [str(DATA / "aic-silicon" / "silicon_sample.csv"), "--select", SILICON_SELECT, "-f", "json"]
+    as_vllm = json.loads(sdplan("validate", "-c", DERIVED_QWEN, *rows).stdout)["summary"]
+    document["derivation"]["backend"] = "sglang"
+    path = tmp_path / "sglang.toml"
+    path.write_text(dumps_toml(document))
+    as_sglang = json.loads(sdplan("validate", "-c", str(path), *rows).stdout)["summary"]
+    assert as_sglang["mape_pct"] == pytest.approx(as_vllm["mape_pct"])
+    assert as_sglang["ttft_mape_pct"] == pytest.approx(as_vllm["ttft_mape_pct"])
+    document["derivation"]["backend"] = "vllm"  # the twin really is the same file
+    assert document == resolve_calibration(DERIVED_QWEN).document

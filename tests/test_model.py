@@ -330,3 +330,73 @@ def test_closed_loop_wave_is_the_wave_spread_over_the_rounds() -> None:
         model.closed_loop_wave_s(c, 4, 8192, 0.5)
     with pytest.raises(InvalidValueError, match="at least one client"):
         model.opening_wave_prompts(0, 1024, 8192)
+
+
+def prefill_first_closed_loop(clients: int, prompt: int, output: int, chunk: int, rounds: int, per_token_s: float,
+                              step_s: float, per_other_s: float) -> tuple[list[float], list[float]]:
+    """A prefill-first engine (SGLang's order) under a closed loop, step by step: (TTFT, E2E) of each request.
+
+    While prompt tokens wait, each step prefills up to ``chunk`` of them in arrival order (a prompt split where
+    it does not fit) at ``per_token_s`` a token, and the prefill step emits each finished prompt's first token;
+    otherwise one decode step of the ``n`` running requests costs ``step_s + (n - 1) per_other_s``. A request
+    ends with its ``output``-th token and its client sends the next at once (fixed lengths)."""
+    now = 0.0
+    waiting = [(client, 0.0, prompt) for client in range(clients)]  # (client, arrival, prompt tokens left)
+    running: list[list[float]] = []  # [client, arrival, tokens emitted]
+    sent = [1] * clients
+    ttft: list[float] = []
+    e2e: list[float] = []
+    while waiting or running:
+        if waiting:
+            budget, prefilled, done = chunk, 0, []
+            while waiting and budget:
+                client, arrival, left = waiting[0]
+                take = min(left, budget)
+                budget, prefilled = budget - take, prefilled + take
+                if take == left:
+                    done.append((client, arrival))
+                    waiting.pop(0)
+                else:
+                    waiting[0] = (client, arrival, left - take)
+            now += prefilled * per_token_s
+            for client, arrival in done:
+                ttft.append(now - arrival)
+                running.append([client, arrival, 1])
+            continue
+        now += step_s + (len(running) - 1) * per_other_s
+        for request in running:
+            request[2] += 1
+        for client, arrival, _ in [r for r in running if r[2] == output]:
+            e2e.append(now - arrival)
+            if sent[int(client)] < rounds:
+                sent[int(client)] += 1
+                waiting.append((int(client), now, prompt))
+        running = [r for r in running if r[2] < output]
+    return ttft, e2e
+
+
+@pytest.mark.parametrize(("clients", "prompt", "chunk"), [(16, 1024, 8192), (40, 4096, 8192), (7, 3000, 16384)])
+def test_a_prefill_first_wave_recurs_every_round_and_leaves_e2e_to_the_model(clients: int, prompt: int,
+                                                                              chunk: int) -> None:
+    per_token_s, step_s, per_other_s, output, rounds = 2e-5, 0.01, 2e-4, 50, 4
+    ttft, e2e = prefill_first_closed_loop(clients, prompt, output, chunk, rounds, per_token_s, step_s, per_other_s)
+    # the same engine in the model's terms: own prefill c1p = other prompt's prefill c2p = p x per-token cost
+    c = coefficients(c1p_s=prompt * per_token_s, c2p_s=prompt * per_token_s, baseline_c1_step_s=step_s,
+                     baseline_c2_step_s=per_other_s, prompt_tokens=float(prompt), output_tokens=float(output))
+    wave_ttft, wave_e2e = model.closed_loop_waves_s(c, clients, chunk, rounds=None, recurs=True)
+    later = slice(clients, None)  # every round after the first is a wave again: its TTFT is the first round's
+    assert numpy.mean(ttft[later]) == pytest.approx(numpy.mean(ttft[:clients]), rel=1e-9)
+    assert numpy.mean(ttft) == pytest.approx(c.c1p_s + wave_ttft, rel=1e-9)
+    # E2E is the steady model's closed loop: every other prompt's prefill once, C2's c2p
+    c1, c2 = model.baseline_demand(c)
+    assert wave_e2e == 0.0
+    assert numpy.mean(e2e) == pytest.approx(c1 + (clients - 1) * c2, rel=1e-9)
+
+
+def test_closed_loop_waves_open_the_run_only_where_they_do_not_recur() -> None:
+    c = coefficients(c2p_s=0.4, prompt_tokens=8192.0)
+    opening = model.closed_loop_wave_s(c, 64, 8192, 10)
+    assert model.closed_loop_waves_s(c, 64, 8192, 10, recurs=False) == pytest.approx((opening, opening))
+    assert model.closed_loop_waves_s(c, 64, 8192, None, recurs=False) == (0.0, 0.0)  # rounds unknown
+    recurring, e2e = model.closed_loop_waves_s(c, 64, 8192, 10, recurs=True)  # rounds do not matter
+    assert (recurring, e2e) == (pytest.approx(10 * opening), 0.0)

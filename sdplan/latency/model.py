@@ -503,6 +503,58 @@ def closed_loop_wave_s(coeffs: Coefficients, clients: int, chunk_tokens: float, 
     return (opening_wave_prompts(clients, coeffs.prompt_tokens, chunk_tokens) - 1.0) * coeffs.c2p_s / rounds
 
 
+def closed_loop_waves_s(coeffs: Coefficients, clients: int, chunk_tokens: float, rounds: float | None,
+                        recurs: bool) -> tuple[float, float]:
+    """Mean TTFT and E2E a closed loop's waves of prompts add to the steady model (s).
+
+    Parameters
+    ----------
+    coeffs : Coefficients
+        Cost coefficients at the workload (``c2p_s``, ``prompt_tokens``).
+    clients : int
+        ``N``: requests of the wave: the closed loop's clients the engine holds (where it caps them), and
+        of those, for a recurring wave, the ones it admits together
+        (:meth:`sdplan.inputs.serving.PrefillScheduling.admitted_together`).
+    chunk_tokens : float
+        ``M``: the engine's prefill token budget per step
+        (:attr:`sdplan.inputs.serving.PrefillScheduling.budget_tokens`).
+    rounds : float or None
+        ``R``: requests each client sends in the run; None where the run does not say.
+    recurs : bool
+        Whether every round starts as a wave: a prefill-first engine
+        (:attr:`sdplan.inputs.serving.PrefillScheduling.prefill_first`) under a benchmark of fixed lengths.
+
+    Returns
+    -------
+    tuple of float
+        ``(TTFT, E2E)``: ``((m(N) - 1) c2p, 0)`` where the wave recurs; ``(W, W)`` with
+        ``W = (m(N) - 1) c2p / R`` (:func:`closed_loop_wave_s`) where it opens the run only; ``(0, 0)`` where
+        it opens the run only and ``R`` is not known.
+
+    Notes
+    -----
+    A prefill-first scheduler (SGLang's) prefills every waiting prompt before it decodes the running
+    requests again. The ``N`` requests of a closed loop's first round arrive together, are prefilled
+    before any of them decodes, and then decode in step: where the benchmark fixes the lengths
+    (``ignore_eos``, one output length), they finish in the same step, and the next round arrives
+    together again (where it draws them, they finish apart and only the opening wave is left). Every
+    round is then a wave, so a request's first token waits for the ``m(N) - 1`` prompts prefilled before
+    or with its own, ``c2p`` each (:func:`opening_wave_prompts`). E2E does not
+    change: from its arrival to its last token a request waits once for each of the ``N - 1`` other
+    prompts' prefills, which ``C2``'s ``c2p`` already prices (``L = C1 + (N - 1) C2``); the wave only moves
+    that wait in front of its first token. Where the KV cache cannot take the whole round, the wave is the
+    part it admits together, and the rest of the round also waits for admission (the regime where the KV
+    cache binds, not priced here). Under chunked prefill (vLLM's) the wave opens the run only
+    (:func:`closed_loop_wave_s`; ``docs/model.md#ttft-and-tpot``).
+    """
+    if recurs:
+        return closed_loop_wave_s(coeffs, clients, chunk_tokens, 1.0), 0.0
+    if rounds is None:
+        return 0.0, 0.0
+    wave = closed_loop_wave_s(coeffs, clients, chunk_tokens, rounds)
+    return wave, wave
+
+
 def time_per_output_token(latency_s: FloatArray, ttft_s: FloatArray | float, output_tokens: float) -> FloatArray:
     """Approximate mean TPOT in seconds per token, vLLM's definition.
 

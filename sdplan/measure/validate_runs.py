@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sdplan.calibration import resolve_calibration
-from sdplan.fitting.validation import validate
+from sdplan.fitting.validation import derived_waves, validate
 from sdplan.measure.result_files import ResultFiles, read_runs, result_alpha
 
 if TYPE_CHECKING:
@@ -71,7 +71,9 @@ def validate_runs(request: ValidateRequest,
     if alpha_default is not None:
         runs = [replace(r, alpha=alpha_default) if r.draft_length > 0 and r.alpha is None else r for r in runs]
     on_read(warnings)
-    result = validate(cal.coefficients_at, runs, cal.moe_at)
+    # A derived file has no fitted TTFT weights to hold its closed loops' waves of prompts: price them.
+    waves = derived_waves(cal, max((run.draft_length for run in runs), default=0))
+    result = validate(cal.coefficients_at, runs, cal.moe_at, waves=waves)
     spread, limit = result.repeat_spread, request.max_error_pct
     gate = []
     if limit is not None and spread is not None and limit < spread.exact_model_mape_pct:
