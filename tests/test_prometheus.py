@@ -294,7 +294,10 @@ def test_malformed_scrape_files(tmp_path: Path, content: str, message: str) -> N
 
 @pytest.mark.parametrize(("document", "message"), [
     ({"status": "error", "errorType": "bad_data", "error": "parse error"}, "answered an error"),
-    ({"status": "success", "data": {"resultType": "vector", "result": []}}, "not 'matrix'"),
+    ({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"__name__": "vllm:e2e_request_latency_seconds_sum"}, "value": [1795922520, "1.5"]}]}},
+     "one moment only"),
+    ({"status": "success", "data": {"resultType": "scalar", "result": [1795922520, "1"]}}, "not 'matrix'"),
     ({"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[1, "1"]]}]}},
      "without __name__"),
     ({"status": "success", "data": {"resultType": "matrix", "result": []}}, "no vLLM series"),

@@ -12,6 +12,12 @@ The file (plain, gzip or xz) may hold one response, a JSON array of responses (o
 one response per line. Prometheus returns each series' values at the same step times, so the values
 at one time are one moment of the server (:class:`sdplan.metrics.series.Point`). Values are strings;
 ``"NaN"`` and ``"+Inf"`` are read as such and skipped like a scrape's.
+
+As Prometheus answers: ``status: error`` is a one-line error naming its ``errorType`` and ``error``;
+``warnings`` (and ``infos``), sent with data that may be partial (a remote store that did not answer), are
+counted in the summary line with the first of them; a ``vector`` (an instant query) is one moment, so a file of
+instant queries at several times reads as a series and a single one is refused (a window needs two moments);
+``scalar`` and ``string`` results have no series and are refused.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from sdplan.runs.record import MAX_RESULT_BYTES
 
 
 def is_query_range(head: str) -> bool:
-    """Whether a file's head looks like a ``query_range`` response (a matrix result)."""
-    return '"resultType"' in head and '"matrix"' in head
+    """Whether a file's head looks like a Prometheus API response: a matrix, or vectors of instant queries."""
+    return '"resultType"' in head and ('"matrix"' in head or '"vector"' in head)
 
 
 def read_query_range(path: Path, where: str) -> tuple[dict[Identity, list[Point]], Counter[str], int]:
@@ -59,9 +65,12 @@ def read_query_range(path: Path, where: str) -> tuple[dict[Identity, list[Point]
                                           "or a longer step")
     builder = SeriesBuilder()
     times: set[float] = set()
+    skipped: Counter[str] = Counter()
+    warnings: list[str] = []
     for index, response in enumerate(_responses(text, where)):
         label = f"response {index + 1}"
-        for series in _matrix(response, where, label):
+        warnings += _warnings(response)
+        for series in _series(response, where, label):
             metric = series.get("metric")
             if not isinstance(metric, dict) or "__name__" not in metric:
                 raise InputFileError(where, f"{label}: metric", "a result without __name__ (a rate(), sum() or "
@@ -80,9 +89,14 @@ def read_query_range(path: Path, where: str) -> tuple[dict[Identity, list[Point]
                     raise InputFileError(where, f"{label}: {name}: values", f"time {pair[0]!r} is not a number")
                 builder.add(time_s, name, labels, math.nan if value is None else value)
                 times.add(time_s)
+    if len(times) == 1:
+        raise InputFileError(where, None, "one moment only (an instant query, or a range of one step): a window needs "
+                                          "two; export /api/v1/query_range over a span of time")
     servers = {identity: sorted(points, key=lambda p: p.time_s) for identity, points in builder.points().items()}
-    skipped: Counter[str] = Counter({f"samples of {name} that were NaN or infinite": count
-                                     for name, count in builder.non_finite.items()})
+    skipped.update({f"samples of {name} that were NaN or infinite": count
+                    for name, count in builder.non_finite.items()})
+    if warnings:  # e.g. partial data from a remote store: the export may lack samples
+        skipped[f"warnings from Prometheus with the data (the first: {warnings[0][:160]})"] = len(warnings)
     return servers, skipped, len(times)
 
 
@@ -119,8 +133,18 @@ def _responses(text: str, where: str) -> list[Any]:
     return document if isinstance(document, list) else [document]
 
 
-def _matrix(response: Any, where: str, label: str) -> list[dict[str, Any]]:
-    """The series of one response (``data.result`` of a matrix)."""
+def _warnings(response: Any) -> list[str]:
+    """The ``warnings`` (and ``infos``) Prometheus sent with a response's data, e.g. of a remote store that answered
+    in part: the data came back, but may lack samples."""
+    if not isinstance(response, dict):
+        return []
+    return [str(item) for key in ("warnings", "infos") if isinstance(response.get(key), list)
+            for item in response[key]]
+
+
+def _series(response: Any, where: str, label: str) -> list[dict[str, Any]]:
+    """The series of one response as ``{"metric", "values"}``: a ``query_range`` matrix as it is, and the vector of an
+    instant query as one value each (a file of instant queries at several times is a series too)."""
     if not isinstance(response, dict):
         raise InputFileError(where, label, "expected a query_range response object")
     if response.get("status") == "error":
@@ -130,10 +154,14 @@ def _matrix(response: Any, where: str, label: str) -> list[dict[str, Any]]:
     if not isinstance(data, dict) or "result" not in data:
         raise InputFileError(where, f"{label}: data.result", "missing; save the whole query_range response")
     kind = data.get("resultType")
-    if kind != "matrix":
-        raise InputFileError(where, f"{label}: data.resultType", f"is {kind!r}, not 'matrix': an instant query "
-                             "has one moment; export /api/v1/query_range over a span of time")
+    if kind not in ("matrix", "vector"):
+        raise InputFileError(where, f"{label}: data.resultType", f"is {kind!r}, not 'matrix': a {kind} has no "
+                             "series; export /api/v1/query_range of the raw series over a span of time")
     result = data["result"]
     if not isinstance(result, list):
         raise InputFileError(where, f"{label}: data.result", "expected a list of series")
-    return [series for series in result if isinstance(series, dict)]
+    series = [item for item in result if isinstance(item, dict)]
+    if kind == "vector":
+        return [{"metric": item.get("metric"), "values": [item["value"]] if "value" in item else None}
+                for item in series]
+    return series

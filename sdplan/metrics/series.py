@@ -104,12 +104,17 @@ class SeriesBuilder:
     _sums: dict[tuple[Identity, float], dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     _failed: dict[tuple[Identity, float], float] = field(default_factory=lambda: defaultdict(float))
     _positions: dict[tuple[Identity, float], dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
+    #: (identity, time) -> sample name -> how many series were summed, for the gauges averaged over engines
+    _terms: dict[tuple[Identity, float], Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     #: Samples with a value that is not a finite number, per sample name.
     non_finite: Counter[str] = field(default_factory=Counter)
 
     def add(self, time_s: float, name: str, labels: dict[str, str], value: float) -> None:
         """One sample; ``name`` is a sample name of :data:`~sdplan.metrics.names.SAMPLE_QUANTITY`."""
         quantity = names.SAMPLE_QUANTITY.get(name)
+        if quantity is None and name.startswith(names.ALIAS_PREFIXES):  # vllm_x, ray_vllm:x (a Prometheus export)
+            name = names.canonical(name)
+            quantity = names.SAMPLE_QUANTITY.get(name)
         if quantity is None:
             return
         if quantity == "inf_bucket" and labels.get("le") not in ("+Inf", "Inf", "inf"):
@@ -129,6 +134,8 @@ class SeriesBuilder:
             return
         sums = self._sums[key]
         sums[name] = sums.get(name, 0.0) + value
+        if name in names.AVERAGED_NAMES:
+            self._terms[key][name] += 1
         if name in names.COUNTERS["completed"] and labels.get("finished_reason") in names.FAILED_REASONS:
             self._failed[key] += value
 
@@ -136,6 +143,9 @@ class SeriesBuilder:
         """Each server's points, in the order the source gave their times (not sorted: see :func:`clean`)."""
         servers: dict[Identity, list[Point]] = defaultdict(list)
         for (identity, time_s), sums in self._sums.items():
+            terms = self._terms.get((identity, time_s))
+            if terms:  # a fraction of each engine's own cache: their mean, not their sum
+                sums = {name: value / terms[name] if name in terms else value for name, value in sums.items()}
             values = _resolve(sums)
             positions = self._positions.get((identity, time_s), {})
             ordered = tuple(positions.get(i, math.nan) for i in range(max(positions) + 1)) if positions else ()
@@ -147,6 +157,7 @@ class SeriesBuilder:
         self._sums.clear()
         self._failed.clear()
         self._positions.clear()
+        self._terms.clear()
 
 
 def _resolve(sums: dict[str, float]) -> dict[str, float]:
@@ -225,9 +236,12 @@ def _restarted(before: Point, after: Point) -> bool:
 
 
 def in_flight(point: Point) -> float | None:
-    """Requests running and waiting at a point (None without the gauges)."""
+    """Requests running, waiting and swapped out (vLLM V0) at a point (None without the gauges).
+
+    A request V0 swapped out to CPU memory under KV pressure has arrived and not finished: it is in flight.
+    """
     running, waiting = point.values.get("running"), point.values.get("waiting")
-    return None if running is None else running + (waiting or 0.0)
+    return None if running is None else running + (waiting or 0.0) + point.values.get("swapped", 0.0)
 
 
 def finished_so_far(point: Point) -> float:

@@ -14,6 +14,22 @@ its quantities packed as doubles (:class:`~sdplan.metrics.series.Values`): about
 an SD server, measured (1.8 KiB as a dict of floats), so a day of 15-second scrapes of one server,
 5,800, holds about 4 MiB of points whatever the scrapes' size. It grows with the scrapes, not the
 windows: every point may end a window, and the windows are cut once the series is read.
+
+What else the text may be, as exporters write it, read by the same parser:
+
+* OpenMetrics (``Accept: application/openmetrics-text``): ``# EOF``, ``# UNIT`` and ``_created`` lines are
+  passed over like other families; an exemplar after a value (`` # {trace_id="..."} 0.5``) is read past.
+  vLLM answers it with ``vllm_`` for ``vllm:`` unless the request asks ``escaping=allow-utf-8``
+  (prometheus_client's default escaping); those names, and Ray Serve's ``ray_vllm:``, are read as ``vllm:``
+  (:data:`~sdplan.metrics.names.ALIAS_PREFIXES`).
+* Prometheus 3's UTF-8 names, quoted inside the braces (``{"vllm:e2e_request_latency_seconds_sum",
+  model_name="m"} 1.5``), and label values with escapes (``\\"``, ``\\\\``, ``\\n``).
+* ``NaN``, ``+Inf``, ``-Inf`` values: the quantity is dropped from that scrape, counted.
+* Sample timestamps: within a scrape the header's time wins (the scrape's moment). A file without
+  headers whose samples carry timestamps is a series too, each sample at its own time: ``promtool tsdb
+  dump`` (``{__name__="vllm:...", ...} value milliseconds``), a concatenation of Prometheus ``/federate``
+  answers, ``promtool tsdb dump-openmetrics`` (seconds). Such a dump is sorted by series, not time, so
+  its points are held until the file ends (:func:`_add_stamped`).
 """
 
 from __future__ import annotations
@@ -23,9 +39,9 @@ import io
 import lzma
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sdplan.errors import InputFileError, MissingDependencyError
 from sdplan.metrics import names
@@ -39,6 +55,16 @@ HEAD_BYTES = 1 << 16
 #: parsing (the parser takes 80% of a read; keeping every bucket made a day of scrapes 4x slower to read).
 _BUCKETS = tuple(names.INF_BUCKETS.values())
 _KEPT = tuple(name for name in names.SAMPLE_QUANTITY if name not in _BUCKETS)
+#: The same names quoted inside the braces, as Prometheus 3's UTF-8 exposition may write any name
+#: (``{"vllm:e2e_request_latency_seconds_sum",model_name="m"} 1.5``), and as ``promtool tsdb dump`` writes them
+#: (``{__name__="vllm:...",...}``); the parser reads every form.
+_BRACED_BUCKETS = tuple(f'{{"{name}"' for name in _BUCKETS) + tuple(f'{{__name__="{name}"' for name in _BUCKETS)
+_BRACED_KEPT = tuple(f'{{"{name}"' for name in _KEPT) + tuple(f'{{__name__="{name}"' for name in _KEPT)
+#: Kept lines outside any scrape header are parsed in chunks of this many (:func:`_add_stamped`).
+LOOSE_CHUNK = 4096
+#: A sample timestamp read as milliseconds that comes out before this Unix time (s; March 1973) was written in
+#: seconds, as OpenMetrics writes them (the text format writes milliseconds).
+SECONDS_BEFORE = 1e8
 _GZIP, _XZ = b"\x1f\x8b", b"\xfd7zXZ\x00"
 
 
@@ -75,9 +101,13 @@ def head_text(path: Path) -> str:
 
 
 def is_scrape_text(head: str) -> bool:
-    """Whether a file's head is a scrape file: an ``# sdplan-scrape`` header, or vLLM's bare exposition text."""
+    """Whether a file's head is a scrape file: an ``# sdplan-scrape`` header, vLLM's bare exposition text, or a dump
+    of timestamped samples."""
     return (head.startswith(SCRAPE_MARK) or f"\n{SCRAPE_MARK} " in head
-            or "# TYPE vllm:" in head or "\nvllm:" in head or head.startswith("vllm:"))
+            or "# TYPE vllm:" in head or "\nvllm:" in head or head.startswith("vllm:")
+            or '{"vllm:' in head or '{__name__="vllm:' in head
+            or "\nvllm_" in head or "\nray_vllm" in head  # names.ALIAS_PREFIXES
+            or head.startswith('{__name__="'))  # a promtool tsdb dump: vllm: sorts after go_, process_, up
 
 
 def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], Counter[str], int]:
@@ -86,8 +116,9 @@ def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], C
     Raises
     ------
     InputFileError
-        For a file without any ``# sdplan-scrape`` header (a single scrape has no time), a header without a
-        readable ``time=``, or no vLLM series at all; each names the file, the line and the fix.
+        For a file without any ``# sdplan-scrape`` header and without sample timestamps (a single scrape has no
+        time), a header without a readable ``time=``, or no vLLM series at all; each names the file, the line and
+        the fix.
     MissingDependencyError
         Without the ``prometheus_client`` package.
     """
@@ -97,12 +128,19 @@ def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], C
         raise MissingDependencyError("reading Prometheus text needs the prometheus_client package; "
                                      "pip install prometheus_client") from None
     builder = SeriesBuilder()
+    stamped = SeriesBuilder()  # samples outside any header, each at its own timestamp
     servers: dict[Identity, list[Point]] = {}
     skipped: Counter[str] = Counter()
-    scrapes = 0
+    scrapes = headers = 0
+    loose = False
     try:
         with open_text(path) as stream:
             for time_s, line_number, kept, closed in _blocks(stream, where):
+                if time_s is None:
+                    loose = True
+                    _add_stamped(stamped, kept, skipped, text_string_to_metric_families)
+                    continue
+                headers += 1
                 if not closed:
                     skipped["scrapes cut short (no end line: the recording was stopped mid-write)"] += 1
                     continue
@@ -119,17 +157,59 @@ def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], C
     except (EOFError, lzma.LZMAError, OSError) as error:
         raise InputFileError(where, None, f"compressed stream broken ({error}); recompress or decompress it") \
             from None
-    for name, count in builder.non_finite.items():
+    found_stamped = stamped.points()
+    moments = {point.time_s for points in found_stamped.values() for point in points}
+    if not headers and not moments:
+        hint = "a single scrape has no time" if loose else "no '# sdplan-scrape time=...' line"
+        raise InputFileError(where, None, f"{hint}; record a series with 'sdplan scrape URL -o FILE', or put "
+                                          "'# sdplan-scrape time=<unix seconds>' before each scrape")
+    for identity, found in found_stamped.items():
+        servers.setdefault(identity, []).extend(sorted(found, key=lambda point: point.time_s))
+    for name, count in (builder.non_finite + stamped.non_finite).items():
         skipped[f"samples of {name} that were NaN or infinite (their scrapes skip the quantity)"] += count
-    return servers, skipped, scrapes
+    return servers, skipped, scrapes + len(moments)
 
 
-def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float, int, list[str], bool]]:
-    """``(time, header line number, kept lines, closed)`` per scrape, read line by line."""
+def _add_stamped(builder: SeriesBuilder, lines: list[str], skipped: Counter[str],
+                 parse: Callable[[str], Iterable[Any]]) -> None:
+    """Samples outside any ``# sdplan-scrape`` header, each at its own timestamp.
+
+    Such files are exports that stamp every sample: ``promtool tsdb dump`` (``{__name__="vllm:x", ...} value
+    ms``), Prometheus' ``/federate`` (text format, milliseconds) and ``promtool tsdb dump-openmetrics``
+    (OpenMetrics, seconds). The text parser reads a timestamp as milliseconds (it divides by 1000); one that
+    comes out before :data:`SECONDS_BEFORE` was written in seconds, as OpenMetrics does, and is read so.
+    A sample without a timestamp has no time here and is counted.
+    """
+    try:
+        samples = [sample for family in parse("".join(lines)) for sample in family.samples]
+    except (ValueError, TypeError, IndexError):  # find the malformed lines one by one
+        samples = []
+        for line in lines:
+            try:
+                samples += [sample for family in parse(line) for sample in family.samples]
+            except (ValueError, TypeError, IndexError):
+                skipped["malformed lines outside a scrape (not Prometheus text)"] += 1
+    for sample in samples:
+        if sample.timestamp is None:
+            skipped["samples outside a '# sdplan-scrape' header without a timestamp (no time to put them at)"] += 1
+            continue
+        time_s = float(sample.timestamp)
+        builder.add(time_s * 1000.0 if time_s < SECONDS_BEFORE else time_s, sample.name, sample.labels,
+                    float(sample.value))
+
+
+def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float | None, int, list[str], bool]]:
+    """``(time, header line number, kept lines, closed)`` per scrape, read line by line.
+
+    Kept lines outside any scrape come in chunks of :data:`LOOSE_CHUNK` with time None: their samples carry
+    their own timestamps, or no time at all (:func:`_add_stamped`).
+    """
     time_s: float | None = None
-    header_line = 0
+    header_line = loose_line = 0
     kept: list[str] = []
-    saw_samples = ends = False
+    loose: list[str] = []
+    ends = False
+    aliases = names.ALIAS_PREFIXES
     for number, line in enumerate(stream, start=1):
         if line.startswith(SCRAPE_MARK):
             if line.startswith(END_MARK):
@@ -142,17 +222,29 @@ def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float, int, list[str]
             time_s, header_line, kept = _header_time(line, where, number), number, []
             ends = " url=" in line  # sdplan scrape's headers name the URL, and its scrapes end with END_MARK
             continue
-        if line.startswith(_KEPT) or (line.startswith(_BUCKETS) and 'le="+Inf"' in line):
-            if time_s is None:
-                saw_samples = True
-                continue
+        # the tests below run on every line of a file of gigabytes: comments out first, the rare forms apart
+        if line.startswith("#"):
+            continue
+        if line.startswith("{"):
+            keep = line.startswith(_BRACED_KEPT) or (line.startswith(_BRACED_BUCKETS) and 'le="+Inf"' in line)
+        else:
+            if line.startswith(aliases):
+                line = names.canonical(line)  # vllm_x, ray_vllm:x: read as vllm:x
+            keep = line.startswith(_KEPT) or (line.startswith(_BUCKETS) and 'le="+Inf"' in line)
+        if not keep:
+            continue
+        if time_s is not None:
             kept.append(line)
+            continue
+        loose_line = loose_line if loose else number
+        loose.append(line)
+        if len(loose) >= LOOSE_CHUNK:
+            yield None, loose_line, loose, True
+            loose = []
+    if loose:
+        yield None, loose_line, loose, True
     if time_s is not None:
         yield time_s, header_line, kept, False
-    if header_line == 0:
-        hint = ("a single scrape has no time" if saw_samples else "no '# sdplan-scrape time=...' line")
-        raise InputFileError(where, None, f"{hint}; record a series with 'sdplan scrape URL -o FILE', or put "
-                                          "'# sdplan-scrape time=<unix seconds>' before each scrape")
 
 
 def _header_time(line: str, where: str, number: int) -> float:

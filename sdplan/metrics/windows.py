@@ -105,7 +105,12 @@ def select_server(where: str, servers: dict[Identity, list[Point]],
     if not chosen:
         asked = ",".join(f"{k}={v}" for k, v in labels)
         raise InputFileError(where, None, f"--select {asked} matches none of its servers ({listed})")
-    example = next((f"{k}={v}" for k, v in sorted(chosen)[0] if any(dict(o).get(k) != v for o in chosen)), "")
+    differing = [(k, v) for k, v in sorted(chosen)[0] if any(dict(o).get(k) != v for o in chosen)]
+    example = next((f"{k}={v}" for k, v in differing if k in names.SELECT_LABELS), None)
+    if example is None and differing:  # the servers differ only in labels that --select does not take
+        raise InputFileError(where, None, f"holds {len(chosen)} servers ({listed}), told apart by the label "
+                                          f"{differing[0][0]}, which --select cannot pick (it picks by "
+                                          f"{', '.join(names.SELECT_LABELS)}); export one server's series")
     raise InputFileError(where, None, f"holds {len(chosen)} servers ({listed}); pick one with --select "
                                       f"{example or 'instance=HOST:PORT'}")
 
@@ -233,8 +238,8 @@ def window_run(name: str, points: Sequence[Point], settings: WindowSettings) -> 
     if k and alpha is None and unrecorded is None:
         return "windows of an SD server without drafts (spec_decode counters unchanged)"
     tpot = _mean(first, last, "tpot_sum", "tpot_count")
-    if tpot is None:  # vLLM before 0.11: only the inter-token latency, a mean over tokens, not requests
-        tpot = _mean(first, last, "itl_sum", "itl_count")
+    if tpot is None:  # vLLM before 0.11: no per-request TPOT
+        tpot = _decode_per_token(first, last) or _mean(first, last, "itl_sum", "itl_count")
     notes = [f"metrics window {_clock(first.time_s)}-{_clock(last.time_s)} UTC ({last.time_s - first.time_s:.0f} s, "
              f"arrivals over {span_s:.1f} s): {round(e2e_count)} requests"]
     gauges = _gauge_means(points)
@@ -253,6 +258,22 @@ def window_run(name: str, points: Sequence[Point], settings: WindowSettings) -> 
         draft_coverage=coverage, position_rates=rates, records_draft_length=unrecorded is None,
         records_acceptance=alpha is not None, speculation_unrecorded=unrecorded, notes=tuple(notes),
         spec_decode_drafts=_delta(first, last, "drafts") if alpha is not None else None)
+
+
+def _decode_per_token(first: Point, last: Point) -> float | None:
+    """Time per output token after the first, ``Delta decode time / Delta (output tokens - requests)`` (s).
+
+    vLLM 0.11+ records TPOT per request, ``decode time / (output tokens - 1)`` (``vllm/v1/metrics/stats.py``);
+    before it, only the inter-token latency, one observation per engine step that gave a request tokens. With SD
+    a step gives several tokens, so that mean is a step time, up to ``k + 1`` times the time per token
+    (vllm#52853). The decode time (``vllm:request_decode_time_seconds``, first to last token) over the tokens
+    after the first is the time per token whatever a step gives: the same ratio as vLLM's, weighted by tokens
+    rather than by requests.
+    """
+    decode, outputs, requests = (_delta(first, last, q) for q in ("decode_sum", "output_sum", "output_count"))
+    if decode is None or outputs is None or requests is None or outputs - requests <= 0:
+        return None
+    return decode / (outputs - requests)
 
 
 def _per_request(first: Point, last: Point, quantity: str, finished: float) -> float | None:
@@ -339,12 +360,13 @@ def _speculation(first: Point, last: Point, finished: float, output: float) -> t
     ``k`` is the number of positions vLLM counts (``vllm:spec_decode_num_accepted_tokens_per_pos``), else
     draft tokens per draft. Per-position rate ``i`` is accepted-at-``i`` over drafts, vLLM's own ratio (as
     ``vllm bench serve`` reports it); the mean acceptance length is ``1 + accepted/drafts``, and ``alpha``
-    solves ``E(alpha, k) = length`` (:func:`sdplan.inputs.acceptance.alpha_from_mean_length`).
+    solves ``E(alpha, k) = length`` (:func:`sdplan.inputs.acceptance.alpha_from_mean_length`). Without drafts
+    counted, SD may still have been on (:func:`_unrecorded_speculation`): ``k`` 0 and the reason.
     """
     drafts = _delta(first, last, "drafts")
     positions = len(last.positions) if len(last.positions) == len(first.positions) else 0
     if drafts is None and not positions:
-        return 0, None, None, None, None, None
+        return 0, None, None, None, None, _unrecorded_speculation(first, last)
     if not drafts or drafts <= 0:
         return positions or 1, None, None, None, None, None
     draft_tokens = _delta(first, last, "draft_tokens")
@@ -367,6 +389,28 @@ def _speculation(first: Point, last: Point, finished: float, output: float) -> t
         undrafted = max(0.0, total_output - finished - drafts - accepted)
         coverage = drafts / (drafts + undrafted)
     return k, float(alpha_from_mean_length(tau, k)), tau, rates, coverage, None
+
+
+def _unrecorded_speculation(first: Point, last: Point) -> str | None:
+    """Why a window without drafts counted was an SD server's all the same, or None: a server without SD.
+
+    vLLM V0 (0.5-0.10) exports ``spec_decode_num_emitted_tokens`` and the ``draft_acceptance_rate`` gauge, and
+    adds to its SD counters the totals since its start at each log interval (vllm#15415): their differences
+    mean nothing, the gauge is the acceptance since the start. V1 before 0.8.5 counts draft and accepted
+    tokens but not drafts (vllm#16665), so neither ``k`` nor the acceptance length follows. Read as no SD,
+    either would calibrate the SD server as a plain one.
+    """
+    emitted, draft_tokens = _delta(first, last, "emitted"), _delta(first, last, "draft_tokens")
+    since_start = last.values.get("v0_acceptance_rate")
+    if since_start is not None or (emitted or 0.0) > 0:
+        rate = f"; its draft acceptance rate since it started: {since_start:.1%}" if since_start is not None else ""
+        return (f"vLLM V0 SD series, whose counters add up totals since the start and do not give a window's "
+                f"drafts{rate}")
+    if draft_tokens is not None and draft_tokens > 0:
+        accepted = _delta(first, last, "accepted")
+        rate = f", {accepted / draft_tokens:.1%} of them accepted" if accepted is not None else ""
+        return (f"{draft_tokens:.0f} draft tokens{rate}, but no vllm:spec_decode_num_drafts (vLLM before 0.8.5)")
+    return None
 
 
 # ----------------------------------------------------------------------------- a source's runs
