@@ -84,3 +84,20 @@ def test_plain_plan_imports_only_what_it_uses(args: list[str]) -> None:
     unneeded = sorted(name for name in extra if any(name == banned or name.startswith(banned + ".")
                                                     for banned in (*NOT_FOR_PLAN, *NOT_FOR_PLAN_OWN)))
     assert unneeded == [], f"sdplan {' '.join(args)} imported {unneeded}"
+
+
+FREEZE_PROBE = """
+import atexit, gc, sys
+# registered before main's own handler, so it runs after it (exit handlers run last in, first out)
+atexit.register(lambda: sys.stderr.write(f"FROZEN={gc.get_freeze_count()}\\n"))
+from sdplan.cli import main
+main(["--version"])
+"""
+
+
+def test_exit_skips_the_final_collection_of_long_lived_objects() -> None:
+    """The console script freezes what is alive at exit, so the interpreter's last collection does not walk and free
+    every module, class and function (``sdplan.cli.main``); the command's output and status are unchanged."""
+    completed = subprocess.run([sys.executable, "-c", FREEZE_PROBE], capture_output=True, text=True)
+    assert completed.returncode == 0 and "sdplan" in completed.stdout
+    assert int(completed.stderr.rsplit("FROZEN=", 1)[1]) > 1000
