@@ -7,8 +7,9 @@
   fresh process, next to the bare-imports baseline (``import numpy, click,
   rich`` and print an empty rich table) measured in the same run, the commands
   taking turns so that load on a shared machine hits them alike; medians of
-  repeats, the interquartile range as the noise, and ``sdplan plan``'s median
-  over the baseline's (the start-up goal: at most 1.5x).
+  repeats, the interquartile range as the noise, ``sdplan plan``'s median
+  over the baseline's (the start-up goal: at most 1.5x), the median of each
+  round's own ratio, and the load average before and after.
 
 Usage: python benchmarks/bench_planner.py [--repeats N] [--cold-only]
 """
@@ -118,6 +119,12 @@ def spread(values: list[float]) -> str:
     return f"{quartiles[1] * 1e3:6.1f} ms (IQR {quartiles[0] * 1e3:5.1f}-{quartiles[2] * 1e3:5.1f})"
 
 
+def paired(values: list[float], baseline: list[float]) -> float:
+    """Median over rounds of ``values / baseline`` measured in the same round: load that drifts between rounds
+    hits both sides of each ratio."""
+    return statistics.median(value / base for value, base in zip(values, baseline))
+
+
 def cold_start(repeats: int) -> None:
     sdplan = shutil.which("sdplan")
     base = [sdplan] if sdplan else [sys.executable, "-m", "sdplan"]
@@ -128,13 +135,17 @@ def cold_start(repeats: int) -> None:
         ("sdplan --help", [*base, "--help"]),
         ("python -c 'pass'", [sys.executable, "-c", "pass"]),
     ]
+    load_before = os.getloadavg()[0]
     samples = cold([command for _, command in rows], repeats)
-    print(f"cold start, {repeats} fresh processes each, taking turns (median, interquartile range):")
+    print(f"cold start, {repeats} fresh processes each, taking turns (median, interquartile range); "
+          f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after:")
     for (label, _), (walls, cpus) in zip(rows, samples):
         print(f"  {label:44s} wall {spread(walls)}   cpu {spread(cpus)}")
     (base_wall, base_cpu), (plan_wall, plan_cpu) = samples[0], samples[1]
     print(f"  sdplan plan / baseline: wall {statistics.median(plan_wall) / statistics.median(base_wall):.2f}x, "
-          f"cpu {statistics.median(plan_cpu) / statistics.median(base_cpu):.2f}x (goal <= 1.5x)")
+          f"cpu {statistics.median(plan_cpu) / statistics.median(base_cpu):.2f}x (goal <= 1.5x); "
+          f"median of the rounds' own ratios: wall {paired(plan_wall, base_wall):.2f}x, "
+          f"cpu {paired(plan_cpu, base_cpu):.2f}x")
 
 
 def main() -> int:

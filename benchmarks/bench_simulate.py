@@ -69,13 +69,8 @@ def capacity_search() -> int:
     """Evaluations of the default capacity --simulate search."""
     from sdplan.inputs.slo import parse_slo
     from sdplan.planning.capacity import capacity, simulated_capacity
-    from sdplan.planning.scenario import (
-        AcceptanceGiven,
-        ScenarioOptions,
-        SimulationSettings,
-        resolve_scenario,
-        simulation_config,
-    )
+    from sdplan.planning.scenario import AcceptanceGiven, ScenarioOptions, resolve_scenario
+    from sdplan.planning.simulation_inputs import SimulationSettings, simulation_config
 
     scenario = resolve_scenario(ScenarioOptions(acceptance=AcceptanceGiven(alpha=[0.8])))
     coefficients = scenario.coefficients

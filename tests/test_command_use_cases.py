@@ -26,8 +26,9 @@ from sdplan.latency.coefficients import SPECULATIVE_PARAMETERS
 from sdplan.planning import planner
 from sdplan.planning.plan_answer import PlanQuery, answer_plan
 from sdplan.planning.plan_intervals import with_intervals
-from sdplan.planning.scenario import AcceptanceGiven, ScenarioOptions, SimulationSettings, resolve_scenario
+from sdplan.planning.scenario import AcceptanceGiven, ScenarioOptions, resolve_scenario
 from sdplan.planning.simulate_answer import DEFAULT_RATE_FRACTIONS, SimulateQuery, answer_simulate
+from sdplan.planning.simulation_inputs import SimulationSettings
 from sdplan.render.simulate import simulate_document
 from sdplan.schema import read_toml
 

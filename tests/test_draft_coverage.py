@@ -23,8 +23,9 @@ from sdplan.inputs.acceptance import AcceptanceMetric, expected_tokens_per_cycle
 from sdplan.latency.coefficients import Coefficients
 from sdplan.latency.model import option_demands, step_costs
 from sdplan.planning.planner import plan
-from sdplan.planning.scenario import ScenarioOptions, SimulationSettings, resolve_scenario, simulation_config
+from sdplan.planning.scenario import ScenarioOptions, resolve_scenario
 from sdplan.planning.schedule import step_times
+from sdplan.planning.simulation_inputs import SimulationSettings, simulation_config
 from sdplan.runs import draft_coverage, read_results
 from sdplan.simulate import simulate
 

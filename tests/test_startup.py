@@ -1,4 +1,4 @@
-"""``--help`` stays light: no numpy, scipy, rich or vllm imported."""
+"""``--help`` stays light: no numpy, scipy, rich or vllm imported; a plain ``plan`` loads only what it uses."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +59,17 @@ print("\\nMODULES=" + json.dumps(sorted(sys.modules)))
 NOT_FOR_PLAN = ("vllm", "torch", "transformers", "aiconfigurator", "aiconfigurator_core", "matplotlib", "plotext",
                 "pandas", "scipy")
 
+#: sdplan's own modules that a plain ``plan`` does not use, kept off its path by the layout (cold start): the
+#: simulator (``simulate``, ``capacity/check --simulate``), SLOs (``check``, ``capacity``), plots (``--plot``), the
+#: fit and the intervals (a calibration with a covariance), and the readers of result files.
+NOT_FOR_PLAN_OWN = ("sdplan.simulate", "sdplan.planning.simulation_inputs", "sdplan.inputs.slo",
+                    "sdplan.render.plots", "sdplan.fitting", "sdplan.planning.uncertainty", "sdplan.runs",
+                    "sdplan.metrics", "sdplan.measure", "sdplan.derive")
+
+#: A calibration given as a file, not by its shipped name.
+CALIBRATION_FILE = str(Path(__file__).resolve().parent.parent / "calibrations"
+                       / "h100-sxm_llama-3.1-8b_eagle3_derived.toml")
+
 
 def imported(*args: str) -> set[str]:
     completed = subprocess.run([sys.executable, "-c", MODULES_PROBE, *args], capture_output=True, text=True,
@@ -65,10 +77,27 @@ def imported(*args: str) -> set[str]:
     return set(json.loads(completed.stdout.rsplit("MODULES=", 1)[1]))
 
 
-@pytest.mark.parametrize("args", [["plan"], ["plan", "--format", "json"]])
+@pytest.mark.parametrize("args", [["plan"], ["plan", "--format", "json"], ["plan", "-c", CALIBRATION_FILE]])
 def test_plain_plan_imports_only_what_it_uses(args: list[str]) -> None:
     extra = imported(*args) - imported("baseline")
     assert "sdplan.planning.planner" in extra and "sdplan.calibration" in extra  # the probe did run the command
     unneeded = sorted(name for name in extra if any(name == banned or name.startswith(banned + ".")
-                                                    for banned in NOT_FOR_PLAN))
+                                                    for banned in (*NOT_FOR_PLAN, *NOT_FOR_PLAN_OWN)))
     assert unneeded == [], f"sdplan {' '.join(args)} imported {unneeded}"
+
+
+FREEZE_PROBE = """
+import atexit, gc, sys
+# registered before main's own handler, so it runs after it (exit handlers run last in, first out)
+atexit.register(lambda: sys.stderr.write(f"FROZEN={gc.get_freeze_count()}\\n"))
+from sdplan.cli import main
+main(["--version"])
+"""
+
+
+def test_exit_skips_the_final_collection_of_long_lived_objects() -> None:
+    """The console script freezes what is alive at exit, so the interpreter's last collection does not walk and free
+    every module, class and function (``sdplan.cli.main``); the command's output and status are unchanged."""
+    completed = subprocess.run([sys.executable, "-c", FREEZE_PROBE], capture_output=True, text=True)
+    assert completed.returncode == 0 and "sdplan" in completed.stdout
+    assert int(completed.stderr.rsplit("FROZEN=", 1)[1]) > 1000

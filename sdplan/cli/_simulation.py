@@ -1,6 +1,6 @@
 """Options shared by ``simulate``, ``check --simulate`` and ``capacity --simulate``.
 
-Each command parses them into a :class:`sdplan.planning.scenario.SimulationSettings` in its request.
+Each command parses them into a :class:`sdplan.planning.simulation_inputs.SimulationSettings` in its request.
 """
 
 from __future__ import annotations

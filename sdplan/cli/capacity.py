@@ -121,7 +121,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
                       -f sglang -o spec.json
     """
     from sdplan.planning.capacity_answer import CapacityQuery
-    from sdplan.planning.scenario import SimulationSettings
+    from sdplan.planning.simulation_inputs import SimulationSettings
 
     _capacity(CapacityRequest(
         scenario=ScenarioFlags(

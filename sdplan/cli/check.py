@@ -103,7 +103,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
       sdplan check -w deploy/chat.toml --format json
     """
     from sdplan.planning.check_answer import CheckQuery
-    from sdplan.planning.scenario import SimulationSettings
+    from sdplan.planning.simulation_inputs import SimulationSettings
 
     return _check(CheckRequest(
         scenario=ScenarioFlags(

@@ -83,7 +83,6 @@ def _plan(request: PlanRequest) -> None:
     from sdplan.planning.plan_answer import PlanQuery, answer_plan
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.plan import render_plan
-    from sdplan.render.plots import file_plan, terminal_plan
 
     out = request.output
     check_plot_request(out.plot, out.plot_file, out.fmt)
@@ -101,8 +100,11 @@ def _plan(request: PlanRequest) -> None:
     terminal = out.output in (None, "-") and stdout_is_terminal()
     text = render_plan(result, inputs, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal,
                        wide=request.wide, batch_cap=answer.batch_cap)
-    if out.plot:
-        text += "\n" + terminal_plan(result, inputs, *terminal_plot_settings(out.ascii_only))
-    if out.plot_file is not None:
-        file_plan(result, inputs, Path(out.plot_file))
+    if out.plot or out.plot_file is not None:
+        from sdplan.render.plots import file_plan, terminal_plan  # only when a plot is asked for
+
+        if out.plot:
+            text += "\n" + terminal_plan(result, inputs, *terminal_plot_settings(out.ascii_only))
+        if out.plot_file is not None:
+            file_plan(result, inputs, Path(out.plot_file))
     emit(text, out.output)

@@ -24,7 +24,7 @@ from sdplan.cli._options import (
 from sdplan.cli._simulation import progress_reporter, simulation_options
 
 if TYPE_CHECKING:
-    from sdplan.planning.scenario import SimulationSettings
+    from sdplan.planning.simulation_inputs import SimulationSettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +77,7 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
       sdplan simulate --acceptance 0.8 --rates 4,8,11
       sdplan simulate --draft-length 3 --seeds 5 --arrival-cv 2 -f json
     """
-    from sdplan.planning.scenario import SimulationSettings
+    from sdplan.planning.simulation_inputs import SimulationSettings
 
     _simulate(SimulateRequest(
         scenario=ScenarioFlags(

@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sdplan.errors import InvalidValueError
+from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.units import Dimension, format_seconds, parse_quantity
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+
+    from sdplan.inputs.workload import WorkloadFile
 
     FloatArray = npt.NDArray[np.float64]
 
@@ -149,6 +152,32 @@ def _is_percentile(text: str) -> bool:
         return 0.0 < float(text) < 100.0
     except ValueError:
         return False
+
+
+#: Most SLOs one command checks (each is a row of the verdict table).
+MAX_SLOS = 100
+
+
+def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None,
+                 allow_percentiles: bool = False) -> list[SLO]:
+    """SLOs from the command line if any were given, else from the workload file.
+
+    A bad expression on the command line is a usage error (exit 2); in a file
+    it is an invalid input file (exit 3) naming ``slos[i]``.
+    """
+    if len(cli_slos) > MAX_SLOS:
+        raise InvalidValueError(f"{len(cli_slos)} SLOs given; at most {MAX_SLOS} (one per metric and statistic)")
+    if not cli_slos and file is not None and len(file.slos) > MAX_SLOS:
+        raise InputFileError(file.path, "slos", f"{len(file.slos)} SLOs; at most {MAX_SLOS}")
+    if cli_slos:
+        return [parse_slo(text, allow_percentiles) for text in cli_slos]
+    slos = []
+    for index, text in enumerate(file.slos if file is not None else ()):
+        try:
+            slos.append(parse_slo(text, allow_percentiles))
+        except InvalidValueError as error:
+            raise InputFileError(file.path, f"slos[{index}]", str(error)) from None  # type: ignore[union-attr]
+    return slos
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

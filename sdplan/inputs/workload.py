@@ -19,14 +19,12 @@ from typing import TYPE_CHECKING
 
 from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.inputs.acceptance import AcceptanceMetric, AcceptanceSpec, make_acceptance, position_rates_from_conditional
-from sdplan.inputs.slo import parse_slo
 from sdplan.inputs.speculation_profile import load_speculation_profile
 from sdplan.limits import MAX_BATCH_SIZE, MAX_DRAFT_LENGTH, MAX_TOKENS
 from sdplan.schema import Field, Table, decode_text, read_toml, validate
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
-    from sdplan.inputs.slo import SLO
 
 #: Per-token acceptance assumed when neither the user nor the calibration gives one.
 DEFAULT_ALPHA = 0.7
@@ -333,32 +331,6 @@ def load_workload_file(path: str) -> WorkloadFile:
         gpu_hour_cost_usd=deployment.get("gpu_hour_cost_usd"),
         max_batch_size=deployment.get("max_batch_size"),
     )
-
-
-#: Most SLOs one command checks (each is a row of the verdict table).
-MAX_SLOS = 100
-
-
-def resolve_slos(cli_slos: Sequence[str], file: WorkloadFile | None,
-                 allow_percentiles: bool = False) -> list[SLO]:
-    """SLOs from the command line if any were given, else from the workload file.
-
-    A bad expression on the command line is a usage error (exit 2); in a file
-    it is an invalid input file (exit 3) naming ``slos[i]``.
-    """
-    if len(cli_slos) > MAX_SLOS:
-        raise InvalidValueError(f"{len(cli_slos)} SLOs given; at most {MAX_SLOS} (one per metric and statistic)")
-    if not cli_slos and file is not None and len(file.slos) > MAX_SLOS:
-        raise InputFileError(file.path, "slos", f"{len(file.slos)} SLOs; at most {MAX_SLOS}")
-    if cli_slos:
-        return [parse_slo(text, allow_percentiles) for text in cli_slos]
-    slos = []
-    for index, text in enumerate(file.slos if file is not None else ()):
-        try:
-            slos.append(parse_slo(text, allow_percentiles))
-        except InvalidValueError as error:
-            raise InputFileError(file.path, f"slos[{index}]", str(error)) from None  # type: ignore[union-attr]
-    return slos
 
 
 # ----------------------------------------------------------------------------- length histograms

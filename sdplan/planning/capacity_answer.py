@@ -26,14 +26,14 @@ import numpy as np
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.methods import draft_weights
 from sdplan.inputs.serving import batch_cap_warning
-from sdplan.inputs.slo import SLO
-from sdplan.inputs.workload import resolve_slos
+from sdplan.inputs.slo import SLO, resolve_slos
 from sdplan.latency import model
 from sdplan.limits import check_grid, check_simulation
 from sdplan.planning import export
 from sdplan.planning.capacity import Capacity, Fleet, batch_cap_label, capacity, fleet, latency_at, simulated_capacity
-from sdplan.planning.scenario import Scenario, SimulationSettings, simulation_config
+from sdplan.planning.scenario import Scenario
 from sdplan.planning.schedule import EngineSchedule, engine_schedule, goodput_per_size
+from sdplan.planning.simulation_inputs import SimulationSettings, simulation_config
 from sdplan.planning.uncertainty import (
     SpeedMargin,
     capacity_intervals,
@@ -407,7 +407,7 @@ def _simulated(scenario: Scenario, table: Capacity, slos: list[SLO], settings: S
                progress: Progress | None) -> Capacity:
     """Per option, the highest rate whose simulated statistics meet every SLO (see capacity.simulated_capacity)."""
     def configure(rate: float, k: int) -> SimulationConfig:
-        return simulation_config(scenario, rate, k, scenario.limits, settings)  # type: ignore[no-any-return]
+        return simulation_config(scenario, rate, k, scenario.limits, settings)
 
     options = len(scenario.draft_lengths) + 1
     check_simulation(settings.requests, settings.seeds, options * 12, "search steps (about 12 per option)")

@@ -21,13 +21,14 @@ from dataclasses import dataclass, replace
 
 from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.inputs.serving import EngineLimits, batch_cap_warning
-from sdplan.inputs.slo import SLO
-from sdplan.inputs.workload import measured_draft_lengths, resolve_slos
+from sdplan.inputs.slo import SLO, resolve_slos
+from sdplan.inputs.workload import measured_draft_lengths
 from sdplan.latency import model
 from sdplan.latency.coefficients import Coefficients
 from sdplan.limits import check_simulation
 from sdplan.planning.check import CheckReport, run_check, simulated_verdicts
-from sdplan.planning.scenario import Scenario, SimulationSettings, simulation_config
+from sdplan.planning.scenario import Scenario
+from sdplan.planning.simulation_inputs import SimulationSettings, simulation_config
 from sdplan.planning.uncertainty import (
     LEVEL,
     SpeedMargin,

@@ -22,13 +22,14 @@ from sdplan.inputs.serving import batch_cap_warning
 from sdplan.latency import model
 from sdplan.limits import check_simulation, check_table
 from sdplan.planning import planner
-from sdplan.planning.scenario import simulation_config
+from sdplan.planning.simulation_inputs import simulation_config
 from sdplan.simulate import replicate
 
 if TYPE_CHECKING:
     from sdplan.inputs.serving import EngineLimits
     from sdplan.planning.planner import Plan
-    from sdplan.planning.scenario import Scenario, SimulationSettings
+    from sdplan.planning.scenario import Scenario
+    from sdplan.planning.simulation_inputs import SimulationSettings
     from sdplan.simulate import RateSummary
 
 #: Progress of the simulations, for a progress bar: (requests done, requests in all, the rate simulated now).
