@@ -149,6 +149,22 @@ def test_each_option_saturates_at_its_own_cap() -> None:
     assert free.saturation_rate_rps[0, 0] == pytest.approx(1 / c2) and str(free.saturation_limit[0, 0]) == "compute"
 
 
+@pytest.mark.parametrize("caps", [[256.0, 0.0], [0.0, 120.0], [0.5, 0.0]])
+def test_a_cap_below_one_request_is_unstable_at_every_rate(caps: list[float]) -> None:
+    """A KV cache that holds no whole request admits nobody: unstable from rate 0, utilisation inf, never 0/0.
+
+    The suite turns warnings into errors, so a 0/0 at rate 0 fails here as it failed the fuzzed CLI.
+    """
+    capped = planner.plan(BASE, [0.0, 1.0], [3], [0.7], batch_caps=caps)
+    base_full, sd_full = caps[0] < 1.0, caps[1] < 1.0
+    assert np.isinf(capped.baseline_latency_s).all() == base_full
+    assert np.isinf(capped.baseline_utilisation).all() == base_full
+    assert np.isinf(capped.latency_s[0, :, 0]).all() == sd_full
+    assert np.isinf(capped.utilisation[0, :, 0]).all() == sd_full
+    if not sd_full:
+        assert math.isfinite(capped.latency_s[0, 0, 0])
+
+
 def test_a_derived_drafts_memory_shrinks_only_sds_cap() -> None:
     """The default file: no SD has the GPU's memory to itself (its cap is max_num_seqs, 256), SD shares it with the
     1B draft's weights and KV cache and each request holds k lookahead slots too."""

@@ -141,12 +141,16 @@ def with_batch_caps(solved: SolvedGrid, coefficients: Coefficients, rates: Float
         sd_rate = np.where(np.isfinite(sd_caps), model.batch_cap_rate(
             *knee.batch_cap_demands(c1, c2, knee_sd, sd_caps), np.where(np.isfinite(sd_caps), sd_caps, 1.0)), np.inf)
     lam = rates[None, :, None]
-    base_over, over = rates > base_rate, lam > sd_rate[:, None, :]  # at lambda_N the batch is N: admitted
+    # A cap below one request (a prompt and output longer than the KV cache holds) admits nobody: that
+    # option is unstable at every rate, zero included, and its utilisation is infinite rather than 0/0.
+    base_full, full = base_cap < 1.0, (sd_caps < 1.0)[:, None, :]
+    base_over = (rates > base_rate) | base_full  # at lambda_N the batch is N: admitted
+    over = (lam > sd_rate[:, None, :]) | full
     base_latency = np.where(base_over, np.inf, solved.base_latency)
     latency = np.where(over, np.inf, solved.latency)
-    with np.errstate(divide="ignore"):
-        base_rho = np.maximum(solved.base_utilisation, rates / base_rate)
-        rho = np.maximum(solved.rho, lam / sd_rate[:, None, :])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        base_rho = np.where(base_full, np.inf, np.maximum(solved.base_utilisation, rates / base_rate))
+        rho = np.where(full, np.inf, np.maximum(solved.rho, lam / sd_rate[:, None, :]))
     return replace(
         solved, base_latency=base_latency, base_batch=np.where(base_over, np.inf, solved.base_batch),
         base_utilisation=base_rho, latency=latency, batch=np.where(over, np.inf, solved.batch), rho=rho,

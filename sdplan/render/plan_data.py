@@ -68,7 +68,7 @@ def _point(latency: float, batch: float, rho: float, tpot: float, ttft: float, r
     return {
         "mean_e2e_latency_s": finite_or_none(latency),
         "effective_batch_size": finite_or_none(batch),
-        "utilisation": float(rho),
+        "utilisation": finite_or_none(rho),
         "mean_ttft_s": ttft if stable else None,
         "mean_tpot_s": finite_or_none(tpot),
         "output_throughput_tok_s": rate * g if stable else None,
