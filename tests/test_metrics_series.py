@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sdplan.metrics import names
-from sdplan.metrics.series import QUANTITIES, Values
+from sdplan.metrics.series import QUANTITIES, Point, Values, arrivals, clean, finished_so_far
 from sdplan.metrics.textfile import read_scrapes
 
 DATA = Path(__file__).parent / "data" / "prometheus-cpu"
@@ -55,3 +55,25 @@ def test_a_series_holds_well_under_a_kibibyte_per_scrape() -> None:
     points = sum(len(found) for found in servers.values())
     assert points == scrapes > 200
     assert held / points < 1024  # measured 651 B: 8 bytes a quantity, the SD positions, the time
+
+
+def test_finished_requests_come_from_one_counter_across_a_stretch() -> None:
+    """The success counter dropping out at one point must not mix it with E2E's count in a difference.
+
+    Successes 10 -> (missing) -> 30 while E2E counts every finish, failures too (12 -> 24 -> 36): read
+    point by point, the first interval would count 24 - 10 = 14 finished and the second 30 - 24 = 6.
+    """
+    def point(t: float, e2e: float, completed: float | None) -> Point:
+        values = {"e2e_sum": e2e * 0.1, "e2e_count": e2e, "running": 2.0, "waiting": 0.0}
+        if completed is not None:
+            values["completed"] = completed
+        return Point(t, Values(values))
+
+    stretches = clean([point(0.0, 12.0, 10.0), point(15.0, 24.0, None), point(30.0, 36.0, 30.0)])
+    (stretch,) = stretches.stretches
+    finished = [finished_so_far(p) for p in stretch]
+    assert finished == [12.0, 24.0, 36.0]
+    assert arrivals(list(stretch)) == [12.0, 12.0]
+    # with the counter at every point, it is the one used
+    (whole,) = clean([point(0.0, 12.0, 10.0), point(15.0, 24.0, 20.0), point(30.0, 36.0, 30.0)]).stretches
+    assert [finished_so_far(p) for p in whole] == [10.0, 20.0, 30.0]

@@ -19,7 +19,7 @@ import math
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sdplan.metrics import names
 
@@ -219,7 +219,22 @@ def clean(points: list[Point]) -> Stretches:
                 stretches[-1].append(point)
                 continue
         stretches.append([point])
-    return Stretches(tuple(tuple(s) for s in stretches if len(s) >= 2), dict(skipped), interval)
+    kept = [_one_finished_counter(s) for s in stretches if len(s) >= 2]
+    return Stretches(tuple(tuple(s) for s in kept), dict(skipped), interval)
+
+
+def _one_finished_counter(stretch: list[Point]) -> list[Point]:
+    """The stretch, counting finished requests by E2E's count throughout where the success counter comes and goes.
+
+    :func:`finished_so_far` falls back on the E2E histogram's count at a point without
+    ``vllm:request_success_total`` (a series that drops out of a ``query_range`` export for a while); a
+    difference between two points must come from one counter, or it mixes successes with all finished requests.
+    """
+    present = ["completed" in point.values for point in stretch]
+    if all(present) or not any(present):
+        return stretch
+    return [replace(point, values=Values({q: v for q, v in point.values.items() if q != "completed"}))
+            for point in stretch]
 
 
 def _restarted(before: Point, after: Point) -> bool:
