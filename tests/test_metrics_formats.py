@@ -11,9 +11,8 @@ sdplan's model. Each test compares what the reader makes of the variant with wha
 from __future__ import annotations
 
 import json
-import lzma
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,28 +30,9 @@ from sdplan.metrics.series import Point, Values, in_flight
 from sdplan.metrics.textfile import read_scrapes
 from sdplan.runs import load_runs, read_results, screen
 from sdplan.runs.silicon import Selection
+from tests.prometheus_recording import DATA, PROVENANCE, blocks, write
 
-DATA = Path(__file__).parent / "data" / "prometheus-cpu"
-MARK, END = "# sdplan-scrape", "# sdplan-scrape-end"
-PROVENANCE = json.loads((DATA / "provenance.json").read_text())
 REQUESTS = [run["requests"] for run in PROVENANCE["options"][0]["runs"]]
-
-
-def blocks(option: str) -> list[tuple[float, str]]:
-    """The recording's scrapes: (time, body)."""
-    text = lzma.open(DATA / f"{option}.scrapes.xz", "rt").read()
-    found: list[tuple[float, str]] = []
-    for part in text.split(MARK + " time=")[1:]:
-        header, _, rest = part.partition("\n")
-        found.append((float(header.split()[0]), rest.rsplit(END, 1)[0]))
-    return found
-
-
-def write(path: Path, scrapes: Iterable[tuple[float, str]]) -> Path:
-    with path.open("w") as stream:
-        for time_s, body in scrapes:
-            stream.write(f"{MARK} time={time_s:.3f} url=http://127.0.0.1:8000/metrics\n{body}{END}\n")
-    return path
 
 
 def edited(option: str, edit: Callable[[str], str | None]) -> list[tuple[float, str]]:

@@ -9,7 +9,6 @@ are those recordings edited the way production breaks them (a restart, a gap, a 
 from __future__ import annotations
 
 import json
-import lzma
 import math
 import subprocess
 import sys
@@ -27,38 +26,16 @@ from sdplan.metrics.textfile import read_scrapes
 from sdplan.metrics.windows import WindowSettings, window_run
 from sdplan.runs import load_runs, read_results, screen
 from sdplan.runs.silicon import Selection
+from tests.prometheus_recording import DATA, END, MARK, PROVENANCE, blocks, write
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser as the tomli package (a dependency there)
     import tomli as tomllib
 
-DATA = Path(__file__).parent / "data" / "prometheus-cpu"
-#: The recording's own account of its runs (benchmarks/record_prometheus.py wrote it as it ran them): rate ->
-#: requests sent, the same for both options.
-PROVENANCE = json.loads((DATA / "provenance.json").read_text())
+#: rate -> requests sent, the same for both options (the recording's provenance).
 REQUESTS = {round(run["rate_rps"]): run["requests"] for run in PROVENANCE["options"][0]["runs"]}
 RATES = tuple(REQUESTS)
-MARK, END = "# sdplan-scrape", "# sdplan-scrape-end"
-
-
-def blocks(option: str) -> list[tuple[float, str]]:
-    """The fixture's scrapes: (time, body)."""
-    text = lzma.open(DATA / f"{option}.scrapes.xz", "rt").read()
-    found: list[tuple[float, str]] = []
-    for part in text.split(MARK + " time=")[1:]:
-        header, _, rest = part.partition("\n")
-        found.append((float(header.split()[0]), rest.rsplit(END, 1)[0]))
-    return found
-
-
-def write(path: Path, scrapes: list[tuple[float, str]], end_lines: bool = True) -> Path:
-    with path.open("w") as stream:
-        for time_s, body in scrapes:
-            stream.write(f"{MARK} time={time_s:.3f} url=http://127.0.0.1:8000/metrics\n{body}")
-            if end_lines:
-                stream.write(END + "\n")
-    return path
 
 
 def bench(option: str) -> dict[int, object]:

@@ -1,0 +1,37 @@
+"""The real recording of tests/data/prometheus-cpu (README there) as the metrics tests read and rewrite it.
+
+Shared by tests/test_prometheus.py (the readers, and production's bad input) and tests/test_metrics_formats.py
+(other vLLM versions and exporters): the folder, its provenance, and the ``sdplan scrape`` text format.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+from collections.abc import Iterable
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "prometheus-cpu"
+#: The recording's own account of its runs (benchmarks/record_prometheus.py wrote it as it ran them).
+PROVENANCE = json.loads((DATA / "provenance.json").read_text())
+MARK, END = "# sdplan-scrape", "# sdplan-scrape-end"
+
+
+def blocks(option: str) -> list[tuple[float, str]]:
+    """The recording's scrapes of one option (``nosd``, ``sd``): (time, body)."""
+    text = lzma.open(DATA / f"{option}.scrapes.xz", "rt").read()
+    found: list[tuple[float, str]] = []
+    for part in text.split(MARK + " time=")[1:]:
+        header, _, rest = part.partition("\n")
+        found.append((float(header.split()[0]), rest.rsplit(END, 1)[0]))
+    return found
+
+
+def write(path: Path, scrapes: Iterable[tuple[float, str]], end_lines: bool = True) -> Path:
+    """``scrapes`` as a scrape file at ``path``, each closed by its end line unless ``end_lines`` is False."""
+    with path.open("w") as stream:
+        for time_s, body in scrapes:
+            stream.write(f"{MARK} time={time_s:.3f} url=http://127.0.0.1:8000/metrics\n{body}")
+            if end_lines:
+                stream.write(END + "\n")
+    return path
