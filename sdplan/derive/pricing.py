@@ -282,8 +282,9 @@ class Pricer:
         #: their rows needs (:class:`StepBound`). A draft's steps keep the database's price: the measured rows
         #: that check the rule time targets only, and a small draft's GEMMs (hidden size 1,024-2,048) have too
         #: few output tiles to read at 80% of the bandwidth the ceiling assumes.
-        gpu = gpu_spec(request.system)
-        self.target_bound = StepBound(self.target, shapes, request.tensor_parallel_size, self.quant, gpu)
+        #: AIConfigurator's system file ``gpu`` table: bandwidth for the GEMM ceilings, peak for the row floor
+        self.gpu = gpu_spec(request.system)
+        self.target_bound = StepBound(self.target, shapes, request.tensor_parallel_size, self.quant, self.gpu)
         self._mtp: dict[int, Any] = {}
         self.draft_path: str | None = None
         self.draft: Any = None
@@ -392,15 +393,11 @@ class Pricer:
         floor :func:`~sdplan.derive.fitting.fit_knee` holds the slope past the knee to. 0 for an MoE target
         (its rows spread over experts) or a GPU whose file gives no peak.
         """
-        shapes = self.shapes
-        if shapes.get("num_experts"):
+        if self.shapes.get("num_experts"):
             return 0.0
-        hidden, heads, kv_heads, head = (int(shapes[key]) for key in ("hidden_size", "n", "n_kv", "d"))
-        per_layer = (hidden * (heads + 2 * kv_heads) * head + heads * head * hidden
-                     + 3 * hidden * int(shapes["inter_size"]))
-        weights = int(shapes["layers"]) * per_layer + int(shapes["vocab"]) * hidden
-        gpu = gpu_spec(self.request.system)
-        peak = gpu.get("fp8_tc_flops" if self.request.precision.startswith("fp8") else "bfloat16_tc_flops")
+        # the whole model's GEMMs (one GPU's share at TP 1), each weight used once a token row
+        weights = sum(layers * n * k for layers, n, k, _ in dense_gemm_shapes(self.shapes, 1, 1.0).values())
+        peak = self.gpu.get("fp8_tc_flops" if self.request.precision.startswith("fp8") else "bfloat16_tc_flops")
         return 2.0 * weights / (self.request.tensor_parallel_size * float(peak)) if peak else 0.0
 
     def _kv_estimate(self, path: str, tp: int) -> dict[str, Any] | None:
