@@ -84,7 +84,7 @@ from pathlib import Path
 
 from sdplan.derive import roofline
 from sdplan.fitting.fit import fit_configurations, fit_pooled
-from sdplan.fitting.validation import ClosedLoopWaves, derived_waves, predict_latency, predict_ttft, run_waves
+from sdplan.fitting.validation import ClosedLoopWaves, derived_waves, predict_run
 from sdplan.inputs.serving import prefill_scheduling
 from sdplan.runs import screen, silicon
 
@@ -236,11 +236,7 @@ def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None,
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
         moe = None if moe_at is None else moe_at(run.prompt_tokens, run.output_tokens)
         cap = None if batch_cap_at is None else batch_cap_at(run)
-        latency = predict_latency(coefficients, run, moe, cap)
-        ttft = predict_ttft(coefficients, run, latency, moe, cap)
-        if waves is not None and math.isfinite(latency):
-            wave_ttft, wave_e2e = run_waves(coefficients, run, waves, cap)
-            latency, ttft = latency + wave_e2e, ttft + wave_ttft
+        latency, ttft = predict_run(coefficients, run, moe, cap, waves)
         tpot = (latency - ttft) / (run.output_tokens - 1.0)
         result.e2e.append(latency / run.mean_e2e_latency_s - 1.0)
         result.tpot.append(tpot / run.mean_tpot_s - 1.0)

@@ -246,6 +246,21 @@ def run_waves(coefficients: Coefficients, run: BenchmarkRun, waves: ClosedLoopWa
                                      recurs=recurs)
 
 
+def predict_run(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None = None,
+                batch_cap: float | None = None, waves: ClosedLoopWaves | None = None) -> tuple[float, float]:
+    """Model mean E2E and TTFT of a run (s), as :func:`validate` predicts them.
+
+    :func:`predict_latency` and :func:`predict_ttft` at the run's engine cap ``batch_cap``; with ``waves`` (a
+    calibration without fitted TTFT weights), each closed loop's waves of prompts added (:func:`run_waves`).
+    """
+    latency = predict_latency(coefficients, run, moe, batch_cap)
+    ttft = predict_ttft(coefficients, run, latency, moe, batch_cap)
+    if waves is not None and math.isfinite(latency):
+        wave_ttft, wave_e2e = run_waves(coefficients, run, waves, batch_cap)
+        latency, ttft = latency + wave_e2e, ttft + wave_ttft
+    return latency, ttft
+
+
 @dataclass(frozen=True, slots=True)
 class RunError:
     run: BenchmarkRun
@@ -470,11 +485,7 @@ def validate(coefficients_at: Callable[[float, float], Coefficients], runs: list
         coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
         moe = None if moe_at is None else moe_at(run.prompt_tokens, run.output_tokens)
         cap = None if batch_cap_at is None else batch_cap_at(run)
-        predicted = predict_latency(coefficients, run, moe, cap)
-        ttft = predict_ttft(coefficients, run, predicted, moe, cap)
-        if waves is not None and math.isfinite(predicted):
-            wave_ttft, wave_e2e = run_waves(coefficients, run, waves, cap)
-            predicted, ttft = predicted + wave_e2e, ttft + wave_ttft
+        predicted, ttft = predict_run(coefficients, run, moe, cap, waves)
         error = ((predicted - run.mean_e2e_latency_s) / run.mean_e2e_latency_s * 100
                  if math.isfinite(predicted) else None)
         ttft_error = ((ttft - run.mean_ttft_s) / run.mean_ttft_s * 100
