@@ -44,12 +44,17 @@ says which configurations it cannot price and why (a target that leaves no KV ca
 An MoE target's ``[moe]`` expert coverage is applied as the planner applies it, by
 ``predict_latency``/``predict_ttft`` (what ``sdplan validate`` does with a calibration's ``[moe]``). For each
 dense configuration it also prints the largest share of the GPUs' peak matrix throughput a row's closed-loop
-rate needs (:func:`peak_share`): rows that need nearly all of it did not run as labelled; and, per kind, the
+rate needs (:func:`matrix_shares`); and, per kind, the
 derived-only E2E with the measured TTFT in place of the predicted one (how far TPOT alone is off).
+A dense row whose closed-loop rate needs more than all of its GPUs' time for the target's GEMMs alone, timed
+as AIConfigurator's database times them bound by compute (:data:`UNLABELLED_SHARE`), cannot have run as
+labelled; the derived section neither anchors to nor scores such rows, lists them with their errors, and gives
+each kind's figures with them too (``--keep-unlabelled`` scores them). The fitted section keeps every row.
 About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
                                           [--kv-cap] [--rounds R] [--waves engine|opening|none]
+                                          [--keep-unlabelled]
                                           [--markdown FILE]
 
 A derived file has no fitted TTFT weights, so its closed loops are given their waves of prompts
@@ -393,13 +398,21 @@ def derived_predictors(configuration: silicon.SiliconConfiguration, kept: list, 
     return None, None, why
 
 
-def peak_share(configuration: silicon.SiliconConfiguration, runs: list) -> float | None:
-    """The largest share of the GPUs' peak matrix throughput a dense configuration's rows need, or None.
+#: A row whose closed-loop rate needs more than this share of the GPUs' time for its target's GEMMs alone, at the
+#: rate AIConfigurator's database times those GEMMs bound by compute, did not run as labelled (:func:`matrix_shares`).
+UNLABELLED_SHARE = 1.0
 
-    A closed loop of N clients completes N / E2E requests a second, each multiplying its ISL + OSL token rows
-    by the weights; at the GPU's peak tensor FLOP/s a row takes at least ``Pricer.row_compute_floor_s``
-    (``2 P / (TP F)``), so the rows need ``N / E2E x (ISL + OSL) x floor`` of the matrix units' time. A value
-    near or above 1 says the rows did not run as labelled (fewer GPUs, or prompts served from a prefix cache).
+
+def matrix_shares(configuration: silicon.SiliconConfiguration, runs: list) -> list[tuple[float, float]] | None:
+    """Per run of a dense configuration, the share of its GPUs' time its closed-loop rate needs for the target's
+    GEMMs: ``(at the GPU's peak, at the database's compute-bound rate)``; None for MoE or what derive cannot price.
+
+    A closed loop of N clients completes N / E2E requests a second, each multiplying its ISL + OSL token rows by
+    the weights. At the GPU's peak tensor FLOP/s a row takes at least ``Pricer.row_compute_floor_s``
+    (``2 P / (TP F)``); at the rate the database itself times the target's GEMMs at 8,192 rows (where they are
+    bound by compute, ``StepBound.gemm_row_s``) it takes that. The second is still a lower bound of what the rows
+    need: it leaves out attention, the decode steps' weight reads and every overhead. Over
+    :data:`UNLABELLED_SHARE` the row did not run as labelled (fewer GPUs, or prompts served from a prefix cache).
     """
     from sdplan.derive import Models, Pricer, load_aic
 
@@ -408,15 +421,16 @@ def peak_share(configuration: silicon.SiliconConfiguration, runs: list) -> float
         return None
     models = Models()
     try:
-        floor = Pricer(load_aic(), request, models).row_compute_floor_s()
+        pricer = Pricer(load_aic(), request, models)
+        floor, database = pricer.row_compute_floor_s(), pricer.target_bound.gemm_row_s
     except Exception:  # noqa: BLE001  (a configuration AIConfigurator cannot build: nothing to say)
         return None
     finally:
         models.close()
-    if floor <= 0.0:
+    if floor <= 0.0 or database <= 0.0:
         return None
-    return max(run.concurrency / run.mean_e2e_latency_s * (run.prompt_tokens + run.output_tokens) * floor
-               for run in runs)
+    rows_per_s = [run.concurrency / run.mean_e2e_latency_s * (run.prompt_tokens + run.output_tokens) for run in runs]
+    return [(rate * floor, rate * database) for rate in rows_per_s]
 
 
 def derived_report(entries: list) -> list[str]:
@@ -491,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
                         "engine (default: the TTFT of 2026-11-29); as the derived file's engine schedules them, the "
                         "prefill-first wave recurring where the rows' benchmark sent fixed lengths (engine) or "
                         "wherever the engine is SGLang (engine-any); or none (the TTFT before 2026-11-29)")
+    parser.add_argument("--keep-unlabelled", action="store_true",
+                        help="with --derived: anchor to and score the rows that need more than the GPUs' time for "
+                        "the target's GEMMs (by default screened as not run as labelled, and listed)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     args = parser.parse_args(argv)
     path = silicon.resolve_path(args.csv)
@@ -507,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     derived: list = []  # (label, kind, database, kept, only, only on held, anchored on held, fitted on held)
     not_derived: list[str] = []
     peak_shares: list[str] = []  # dense configurations: the largest share of peak matrix throughput a row needs
+    unlabelled_rows: list[str] = []  # rows screened from the derived scores (matrix_shares)
+    unlabelled_errors: dict[str, Errors] = collections.defaultdict(Errors.empty)
     for configuration, runs, repeats in configurations(text, str(path)):
         kept = [run for run in runs if not screen(run)]
         train, held = split(kept, args.split)
@@ -540,25 +559,39 @@ def main(argv: list[str] | None = None) -> int:
                     pooled_aic.extend(aic)
                     sdplan_aic.extend(errors)
         if args.derived:
-            only, anchored, database = derived_predictors(configuration, kept, train)
+            kind = "MoE" if configuration.model.rpartition("/")[2].lower() in MOE_MODELS else "dense"
+            shares = matrix_shares(configuration, kept) if kind == "dense" else None
+            if shares is not None:
+                peak_shares.append(f"{label(configuration)} {100 * max(peak for peak, _ in shares):.0f}%")
+            # rows that did not run as labelled are neither anchored to nor scored (kept unless --keep-unlabelled)
+            unlabelled = [] if shares is None or args.keep_unlabelled else \
+                [run for run, (_, share) in zip(kept, shares) if share > UNLABELLED_SHARE]
+            labelled = [run for run in kept if run not in unlabelled]
+            labelled_train = [run for run in train if run not in unlabelled]
+            labelled_held = [run for run in held if run not in unlabelled]
+            only, anchored, database = derived_predictors(configuration, labelled, labelled_train)
             if only is None:
                 not_derived.append(f"{label(configuration)} ({database})")
             else:
-                kind = "MoE" if configuration.model.rpartition("/")[2].lower() in MOE_MODELS else "dense"
                 cap = kv_cap(only) if args.kv_cap else None
                 fixed = args.waves == "engine-any" or (args.waves == "engine" and fixed_lengths(kept, sources))
                 waves = None if args.waves == "none" else derived_waves(only, 0, args.rounds, fixed)
                 if waves is not None and args.waves == "opening":
                     waves = replace(waves, scheduling=prefill_scheduling("vllm", ""))
-                if kind == "dense":
-                    share = peak_share(configuration, kept)
-                    if share is not None:
-                        peak_shares.append(f"{label(configuration)} {100 * share:.0f}%")
-                derived.append((label(configuration), kind, database, kept,
-                                errors_of(only.coefficients_at, kept, only.moe_at, cap, waves),
-                                errors_of(only.coefficients_at, held, only.moe_at, cap, waves),
-                                errors_of(anchored.coefficients_at, held, anchored.moe_at, cap, waves)
-                                if anchored is not None else None, errors))
+                for run in unlabelled:
+                    error = errors_of(only.coefficients_at, [run], only.moe_at, cap, waves)
+                    share = shares[kept.index(run)] if shares is not None else (math.nan, math.nan)
+                    unlabelled_rows.append(
+                        f"{label(configuration)} {run.prompt_tokens:.0f}/{run.output_tokens:.0f} at "
+                        f"{run.concurrency:.0f} clients: {100 * share[1]:.0f}% ({100 * share[0]:.0f}% at peak), "
+                        f"derived-only E2E {100 * error.e2e[0]:+.1f}%")
+                    unlabelled_errors[kind].extend(error)
+                derived.append((label(configuration), kind, database, labelled,
+                                errors_of(only.coefficients_at, labelled, only.moe_at, cap, waves),
+                                errors_of(only.coefficients_at, labelled_held, only.moe_at, cap, waves),
+                                errors_of(anchored.coefficients_at, labelled_held, anchored.moe_at, cap, waves)
+                                if anchored is not None else None,
+                                errors_of(fit.coefficients_at, labelled_held)))
         pooled.extend(errors)
         if roof is not None:
             pooled_roof.extend(roof)
@@ -620,6 +653,19 @@ def main(argv: list[str] | None = None) -> int:
             lines.append("\nThe largest share of the GPUs' peak matrix throughput (dense FLOP/s at the rows' "
                          "precision) a row's closed-loop rate needs, per dense configuration: "
                          + "; ".join(peak_shares) + ".")
+        if unlabelled_rows:
+            lines.append(f"\nNot scored above, as not run as labelled ({len(unlabelled_rows)} rows whose closed-loop "
+                         "rate needs more than the GPUs' time for the target's GEMMs alone at the rate "
+                         "AIConfigurator's database times them bound by compute; at peak in brackets): "
+                         + "; ".join(unlabelled_rows) + ".")
+            for kind, errors in sorted(unlabelled_errors.items()):
+                everything = Errors.empty()
+                for entry in derived:
+                    if entry[1] == kind:
+                        everything.extend(entry[4])
+                everything.extend(errors)
+                lines.append(f"Derived only, {kind}, with them: E2E {cell(everything.e2e)}, TPOT "
+                             f"{cell(everything.tpot)}, TTFT {cell(everything.ttft)} ({len(everything.e2e)} rows).")
     report = "\n".join(lines)
     print(f"split: {args.split}; data: {path}")
     print(report)

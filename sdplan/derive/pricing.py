@@ -149,11 +149,15 @@ class StepBound:
                  gpu: dict[str, Any]) -> None:
         self.handle = handle
         self.ceilings: dict[str, GemmCeiling] = {}
+        #: Seconds the target's GEMMs take per token row at the database's own compute-bound rate (its timings
+        #: at :data:`COMPUTE_BOUND_ROWS` rows over those rows); 0 for an MoE target
+        self.gemm_row_s = 0.0
         if not shapes.get("num_experts"):
             gemms = dense_gemm_shapes(shapes, tp, 2.0 if quant["gemm_quant_mode"] == "bfloat16" else 1.0)
             at_budget = {name: float(latency_ms) * MS for name, latency_ms, *_ in self._ops(COMPUTE_BOUND_ROWS)}
-            self.ceilings = gemm_ceilings(gemms, gpu,
-                                          {name: at_budget[name] for name in gemms if name in at_budget})
+            compute_bound = {name: at_budget[name] for name in gemms if name in at_budget}
+            self.ceilings = gemm_ceilings(gemms, gpu, compute_bound)
+            self.gemm_row_s = sum(compute_bound.values()) / COMPUTE_BOUND_ROWS
         self._excess: dict[int, float] = {}
 
     def _ops(self, rows: int) -> list[tuple[Any, ...]]:
