@@ -19,7 +19,11 @@
    (:func:`sdplan.fitting.validation.option_regret`). Beside them what the servers' spread leaves to any model
    (:mod:`sdplan.accuracy.floors`): the E2E and TTFT errors of a model exact but for the servers' speeds, from the
    calibration's ``repeat_sd_pct``, by load and per benchmark run, and the regret against latencies pooled over
-   runs. Then the goals, met or not, and the wall times.
+   runs. Then the goals, met or not, and the wall times. Each Poisson run is also judged against the server's
+   own histograms: its ``/metrics`` is scraped before and after the run (``*.metrics.scrapes`` beside the result
+   file, read by ``sdplan fit``'s metrics reader), which gives the mean E2E and TTFT the server measured, without
+   the client's HTTP, detokenisation and streaming, and without the delays of a client short of CPU on a
+   2-core VM; the report gives the errors against them and how far the client's means lay above them.
 5. Writes every record and the summary as JSON (``--summary``, default ``WORKDIR/accuracy-summary.json``).
    ``--pool A.json B.json ...`` pools several runs' summaries (each run its own calibration) without
    measuring, every prediction re-made by the current code from each run's calibration and result files
@@ -58,6 +62,28 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+#: Suffix of the file of a run's two scrapes of the server's /metrics, beside its result file.
+SERVER_SCRAPES = ".metrics.scrapes"
+
+
+def server_means(path: Path) -> dict[str, float | None]:
+    """The server's own mean E2E and TTFT over a run, from its histograms' sums and counts in the two scrapes
+    taken before and after it (``sdplan fit``'s metrics reader, one window): what the server saw, without the
+    client's HTTP, detokenisation and streaming, and without the delays of a client short of CPU. Empty when
+    the file is absent or yields no window."""
+    from sdplan.errors import SdplanError
+    from sdplan.runs import read_results
+
+    if not path.is_file():
+        return {}
+    try:
+        runs, _ = read_results(path)
+    except SdplanError:
+        return {}
+    if len(runs) != 1:
+        return {}
+    return {"server_e2e_s": runs[0].mean_e2e_latency_s, "server_ttft_s": runs[0].mean_ttft_s}
 
 
 def arguments() -> argparse.Namespace:
@@ -176,6 +202,7 @@ def main() -> int:
     from sdplan.measure.client import BenchClient, LoadPoint, bench_arguments
     from sdplan.measure.quiet import ForeignCpu
     from sdplan.measure.server import ServedEngine
+    from sdplan.metrics.scrape import fetch_metrics, scrape_block
     from sdplan.runs import read_results
     from sdplan.testing.tiny_models import served_pair
 
@@ -275,15 +302,34 @@ def main() -> int:
             starts_s.append(time.monotonic() - begin)
             return server
 
+        def scrape(server: ServedEngine, path: Path) -> None:
+            """Append one scrape of the server's /metrics to ``path`` (the format ``sdplan scrape`` writes); one that
+            fails is said and leaves the run without server-side means (server_means), not the benchmark stopped."""
+            url = f"{server.base_url}/metrics"
+            try:
+                body = fetch_metrics(url, 10.0)
+            except OSError as error:
+                print(f"note: {url} not read ({error}): {path.name} gets no server-side means", flush=True)
+                path.unlink(missing_ok=True)
+                return
+            with path.open("ab") as stream:
+                stream.write(scrape_block(time.time(), url, body))
+
         def measure(server: ServedEngine, folder: Path, point: LoadPoint, name: str,
                     seed: int) -> tuple[Any, float | None]:
             path = folder / f"{name}.json"
+            # the server's own view of the run: its /metrics before and after it (server_means; closed loops too, so
+            # that a calibration can be fitted from what the server measured: `sdplan fit` reads these files)
+            scrapes = folder / f"{name}{SERVER_SCRAPES}"
+            scrapes.unlink(missing_ok=True)
+            scrape(server, scrapes)
             monitor = ForeignCpu(server.process_groups() | client.process_groups())
             monitor.start()
             begin = time.monotonic()
             client.run(bench_arguments(point, base_url=server.base_url, model=str(pair["target"]),
                                        result=path, seed=seed, temperature=0.0), 1800)
             wall = time.monotonic() - begin
+            scrape(server, scrapes)
             run = read_results(path, "vllm")[0][0]
             if point.concurrency is not None and run.completed and run.achieved_rate_rps:
                 overheads_s.append(max(wall - run.completed / run.achieved_rate_rps, 0.0))
@@ -359,7 +405,8 @@ def main() -> int:
                                 run, cal.coefficients_at, planned_e2e_s=planned[(label, load)].get(k),
                                 planned_e2e_ci95_s=bands.get((label, load), {}).get(k),
                                 run=run_id, **{"pass": attempt + 1}, workload=label, load=load, rate_rps=rate,
-                                foreign_cpu_cores=foreign, seed=seed))
+                                foreign_cpu_cores=foreign, seed=seed,
+                                **server_means(folder / f"k{k}-w{index}-poisson{load:g}{SERVER_SCRAPES}")))
                 finally:
                     server.stop()
                 save()

@@ -453,3 +453,43 @@ def test_planned_intervals_are_what_sdplan_plan_prints_and_are_scored(sdplan, pa
     # records written before the intervals were (acc38-45) are left out, not counted as misses
     older = [{key: value for key, value in r.items() if key != "planned_e2e_ci95_s"} for r in records]
     assert bench.summarize(older, [], [], [257.0])["all"]["ci95_coverage_pct"] is None
+
+
+def test_a_runs_server_side_means_are_its_histograms_deltas(passes, tmp_path) -> None:
+    """An open-loop run's /metrics before and after it (the real recording's scrapes at two times) give the
+    server's own mean E2E and TTFT, its histograms' sum over count between them; the summary judges the same
+    predictions on them and says how far the client's means lay above them. A file without a window gives none."""
+    import runpy
+
+    from tests.prometheus_recording import blocks, write
+
+    served = runpy.run_path(str(BENCHMARK))  # its functions, not its __main__
+    scrapes = blocks("nosd")
+    first, last = scrapes[40], scrapes[90]
+
+    def value(body: str, name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(name + "{"))
+
+    def mean(name: str) -> float:
+        return ((value(last[1], f"{name}_sum") - value(first[1], f"{name}_sum"))
+                / (value(last[1], f"{name}_count") - value(first[1], f"{name}_count")))
+
+    found = served["server_means"](write(tmp_path / f"run{served['SERVER_SCRAPES']}", [first, last]))
+    assert found["server_e2e_s"] == pytest.approx(mean("vllm:e2e_request_latency_seconds"), rel=1e-9)
+    assert found["server_ttft_s"] == pytest.approx(mean("vllm:time_to_first_token_seconds"), rel=1e-9)
+    assert served["server_means"](write(tmp_path / "one.scrapes", [first])) == {}
+    assert served["server_means"](tmp_path / "absent.scrapes") == {}
+
+    runs, calibration = passes
+    records = records_of(runs, calibration)
+    records[0].update(server_e2e_s=records[0]["e2e_s"] / 1.1, server_ttft_s=records[0]["ttft_s"] / 1.5)
+    summary = bench.summarize(records, [], [], [1.0], {})
+    figures = summary["all"]
+    assert any(line.startswith("all, against the server's own histograms (1 runs)")
+               for line in bench.report_lines(summary))
+    assert figures["server_runs"] == 1
+    assert figures["server_e2e_bias_pct"] == pytest.approx(
+        100 * (records[0]["predicted_e2e_s"] / records[0]["server_e2e_s"] - 1))
+    assert figures["client_over_server_e2e_pct"] == pytest.approx(10.0)
+    assert figures["client_over_server_ttft_pct"] == pytest.approx(50.0)
+    assert "server_runs" not in bench.summarize(records[1:], [], [], [1.0], {})["all"]

@@ -281,7 +281,27 @@ def _accuracy(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "planned_e2e_mape_pct": mean_or_none(abs(e) for e in planned),
         "planned_unstable": sum(r["planned_e2e_s"] is None for r in runs),
         **_coverage(runs),
+        **_server_side(runs),
     }
+
+
+def _server_side(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The errors against the server's own histograms, where a run recorded them (``server_e2e_s``, from
+    /metrics before and after it; runs before 2026-11-29's second session did not): the same predictions
+    judged on the span the server measures, and how far the client's means lay above the server's."""
+    served = [r for r in runs if r.get("server_e2e_s") is not None]
+    if not served:
+        return {}
+    e2e = _errors(served, "server_e2e_s", "predicted_e2e_s")
+    ttft = _errors([r for r in served if r.get("server_ttft_s") is not None], "server_ttft_s", "predicted_ttft_s")
+    return {"server_runs": len(served),
+            "server_e2e_mape_pct": mean_or_none(abs(e) for e in e2e), "server_e2e_bias_pct": mean_or_none(e2e),
+            "server_e2e_negative_share": _negative_share(e2e),
+            "server_ttft_mape_pct": mean_or_none(abs(e) for e in ttft), "server_ttft_bias_pct": mean_or_none(ttft),
+            # the client's mean over the server's, less 1: HTTP, detokenisation, streaming and a client short of CPU
+            "client_over_server_e2e_pct": mean_or_none(_errors(served, "server_e2e_s", "e2e_s")),
+            "client_over_server_ttft_pct": mean_or_none(
+                _errors([r for r in served if r.get("server_ttft_s") is not None], "server_ttft_s", "ttft_s"))}
 
 
 def _coverage(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -473,6 +493,15 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
             lines.append("saturation bias per benchmark run: " + ", ".join(f"{b:+.1f}%" for b in sat)
                          + f" (standard error {summary['saturation_bias_standard_error_pct']:.1f} points)")
     lines.append(f"saturation: mean abs. error {show(summary['saturation_mape_pct'])}")
+    for label, a in table:
+        if a.get("server_runs"):  # runs recorded with the server's /metrics around them
+            lines.append(f"{label}, against the server's own histograms ({a['server_runs']} runs): E2E MAPE "
+                         f"{show(a['server_e2e_mape_pct'])}, bias {show(a['server_e2e_bias_pct'], True)} "
+                         f"({a['server_e2e_negative_share']:.0%} negative); TTFT MAPE "
+                         f"{show(a['server_ttft_mape_pct'])}, "
+                         f"bias {show(a['server_ttft_bias_pct'], True)}; the client measured E2E "
+                         f"{show(a['client_over_server_e2e_pct'], True)} and TTFT "
+                         f"{show(a['client_over_server_ttft_pct'], True)} above the server")
     banded = summary["all"].get("ci95_runs")
     if banded:
         lines.append(f"plan's 95% intervals hold {show(summary['all']['ci95_coverage_pct'])} of {banded} runs' "
