@@ -59,18 +59,44 @@ def perfect_model_error(load: float, sigma: float, instances: int) -> float:
     latency) counts 1.
     """
 
-    def latency(speed: np.ndarray) -> np.ndarray:
-        return np.where(load * speed < 1.0, speed / (1.0 - load * speed), np.inf)
+    return _capped_mean_error(lambda speed: slower_server_latency(speed, load), sigma, instances)
 
-    return _capped_mean_error(latency, sigma, instances)
+
+def slower_server_latency(speed: np.ndarray, load: float) -> np.ndarray:
+    """The mean E2E latency of a server ``speed`` times slower than the mean instance, in units of the mean
+    instance's zero-load latency ``C1``; inf where that server is past saturation.
+
+    Parameters
+    ----------
+    speed : numpy.ndarray
+        ``u``: the factor on every cost of the mean instance (``exp(d)``).
+    load : float
+        ``rho = lambda C2`` on the mean instance.
+
+    Returns
+    -------
+    numpy.ndarray
+        By eq. 1 of docs/model.md (``L = C1/(1 - lambda C2)``, #latency-law) with every cost times ``u``,
+
+        .. math:: \\frac{L(u)}{C_1} = \\frac{u}{1 - \\rho u}, \\qquad
+                  \\frac{L(u)}{L(1)} = (1 - \\rho) \\frac{L(u)}{C_1} = \\frac{u (1 - \\rho)}{1 - \\rho u}
+
+        where ``rho u < 1``, inf elsewhere (``rho u >= 1``: no steady-state mean). The ratio to the mean
+        instance's latency, ``L(u)/L(1)``, is the ``g(u)`` of docs/model.md#validation (the TTFT floor). It is
+        returned over ``C1``, not over ``L(1)``, because the E2E floor divides two of them and ``L(1)`` is
+        infinite at ``rho = 1``, where ``L(u)/L(1)`` would be 0 for every stable ``u``.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(load * speed < 1.0, speed / (1.0 - load * speed), np.inf)
 
 
 def ttft_speed_factor(speed: np.ndarray, load: float, queue_share: float) -> np.ndarray:
-    """A server's mean TTFT at ``speed`` times the mean instance's costs, over the mean instance's
-    (:func:`perfect_model_ttft_error` derives it); inf where that server is past saturation."""
-    stable = load * speed < 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        queue = np.where(stable, speed * (1.0 - load) / (1.0 - load * speed), 0.0)
+    """A server's mean TTFT at ``speed`` times the mean instance's costs, over the mean instance's,
+    ``u [(1 - q) + q g(u)]`` with ``g(u) = L(u)/L(1)`` (:func:`slower_server_latency`;
+    :func:`perfect_model_ttft_error` derives it); inf where that server is past saturation."""
+    latency = slower_server_latency(speed, load)
+    stable = np.isfinite(latency)  # rho u < 1, slower_server_latency's own mask
+    queue = (1.0 - load) * np.where(stable, latency, 0.0)
     return np.where(stable, speed * ((1.0 - queue_share) + queue_share * queue), np.inf)
 
 
