@@ -202,13 +202,18 @@ def floor_rows(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[s
             continue
         uncapped = record.get("uncapped_rps")
         rho = 0.0 if uncapped is None else r["rate_rps"] / uncapped
-        predicted = r.get("predicted_e2e_s")
-        error = 1.0 if predicted is None else min(abs(predicted / r["e2e_s"] - 1.0), 1.0)
         rows.append({"run": r["run"], "load": r["load"], "rho": rho,
                      "plateau_load": r["rate_rps"] / record["measured_rps"],
                      "floor_pct": 100.0 * perfect_model_error(rho, spread[0] / 100.0, spread[1]),
-                     "error_pct": 100.0 * error, **ttft_floor(r, rho, spread)})
+                     "error_pct": 100.0 * capped_error(r.get("predicted_e2e_s"), r["e2e_s"]),
+                     **ttft_floor(r, rho, spread)})
     return rows
+
+
+def capped_error(predicted: float | None, measured: float) -> float:
+    """A scored error capped as the floors cap theirs (:func:`_capped_mean_error`), so the two compare:
+    ``min(|predicted/measured - 1|, 1)``, and 1 where the prediction is unstable (None)."""
+    return 1.0 if predicted is None else min(abs(predicted / measured - 1.0), 1.0)
 
 
 def queue_share(record: Mapping[str, Any]) -> float | None:
@@ -230,11 +235,9 @@ def ttft_floor(record: Mapping[str, Any], rho: float, spread: tuple[float, int])
     share, measured = queue_share(record), record.get("ttft_s")
     if share is None or not measured:
         return {"ttft_share": share, "ttft_floor_pct": None, "ttft_error_pct": None}
-    predicted = record.get("predicted_ttft_s")
-    error = 1.0 if predicted is None else min(abs(predicted / measured - 1.0), 1.0)
     return {"ttft_share": share,
             "ttft_floor_pct": 100.0 * perfect_model_ttft_error(rho, spread[0] / 100.0, spread[1], share),
-            "ttft_error_pct": 100.0 * error}
+            "ttft_error_pct": 100.0 * capped_error(record.get("predicted_ttft_s"), measured)}
 
 
 def _cells(runs: Sequence[Mapping[str, Any]]) -> dict[Cell, dict[int, float]]:
