@@ -143,6 +143,22 @@ def test_predicted_ttft_prices_the_runs_coverage_as_the_fit_rows_do(tmp_path) ->
     assert predict_ttft_alone(coefficients, run) < predict_ttft_alone(coefficients, full)
 
 
+@pytest.mark.parametrize("clients", [None, 8, 256])
+def test_a_runs_prediction_takes_its_own_coverage_whatever_the_coefficients_carry(tmp_path, clients) -> None:
+    """E2E and TTFT of an n-gram run at c = 0.3 are the same from coefficients at coverage 1 (a calibration's) as
+    from coefficients already at 0.3: demands, knee rows (1 + c k past the compute-bound knee) and steps alike."""
+    from sdplan.fitting.validation import predict_run
+
+    run = _ngram_run(tmp_path, 0.3)
+    if clients is not None:
+        run = replace(run, concurrency=clients, requested_rate_rps=None)
+    coefficients = resolve_calibration("h100-sxm_llama-3.1-8b_ngram_derived").coefficients_at(
+        run.prompt_tokens, run.output_tokens)
+    assert coefficients.knee_per_token_s > 0
+    at_run = replace(coefficients, draft_coverage=run.draft_coverage)
+    assert predict_run(coefficients, run) == pytest.approx(predict_run(at_run, run), rel=1e-12)
+
+
 # ----------------------------------------------------------------------------- the cost side of the coverage
 
 def _ngram_coefficients(coverage: float) -> Coefficients:

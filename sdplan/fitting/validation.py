@@ -23,6 +23,7 @@ from sdplan.fitting.runmodel import (
     LENGTH_GROUP_TOLERANCE,
     configuration_groups,
     r2,
+    run_coefficients,
     run_demand,
     run_tokens_per_cycle,
     run_ttft,
@@ -110,10 +111,13 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
 
 
 def run_knee(coefficients: Coefficients, run: BenchmarkRun, c1: float, c2: float) -> knee.KneeDemands:
-    """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.latency.knee`)."""
+    """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.latency.knee`):
+    ``1 + c k`` rows a sequence at the run's measured draft coverage ``c`` (:func:`run_coefficients`), as
+    ``c1`` and ``c2`` (:func:`run_demand`) are priced."""
     if run.draft_length == 0:
         return model.baseline_knee(coefficients, c1, c2)
-    return model.speculative_knee(coefficients, c1, c2, run_tokens_per_cycle(run), run.draft_length)
+    return model.speculative_knee(run_coefficients(coefficients, run), c1, c2, run_tokens_per_cycle(run),
+                                  run.draft_length)
 
 
 def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,
