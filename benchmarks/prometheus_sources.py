@@ -6,7 +6,7 @@
 2. Acceptance per position: the windows' against vLLM's own (the bench files', from its counters).
 3. Held out: per load level, fitted from the other three loads (both options), the held-out windows
    predicted, against the floor the machine's server-to-server spread puts under any model
-   (``benchmarks/floors.py``, at the spreads measured on these 2-core VMs).
+   (``sdplan/accuracy/floors.py``, at the spreads measured on these 2-core VMs).
 4. Prior scaling: calibrations scaled to the no-SD metrics, predicting the SD server's windows, against the
    same calibrations as they are.
 

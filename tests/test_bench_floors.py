@@ -74,6 +74,19 @@ def test_the_floor_grows_with_the_spread_and_the_load_and_shrinks_with_instances
     assert floors.perfect_model_error(0.99, 0.5, 1) > 0.9
 
 
+def test_a_slower_servers_latency_is_eq_1_with_every_cost_scaled() -> None:
+    """The one home of L(u): the model's own mean latency on a server u times slower, over C1; inf past
+    saturation. At rho = 1 the mean instance has no steady latency, yet two stable servers still compare."""
+    c1, c2 = 0.25, 0.004
+    speeds = np.array([0.7, 0.95, 1.0, 1.05, 1.2])
+    for load in (0.0, 0.5, 0.9, 1.0, 1.3):
+        expected = model.mean_latency(speeds * c1, speeds * c2, load / c2) / c1
+        got = floors.slower_server_latency(speeds, load)
+        assert np.array_equal(np.isinf(got), load * speeds >= 1.0)
+        assert got[np.isfinite(got)] == pytest.approx(expected[np.isfinite(got)], rel=1e-12)
+    assert 0.0 < floors.perfect_model_error(1.0, 0.10, 2) < 1.0
+
+
 def records(latencies: dict[str, dict[int, float]]) -> list[dict]:
     return [{"run": run, "pass": 1, "workload": "256/32", "load": 0.55, "option": option, "e2e_s": value}
             for run, per in latencies.items() for option, value in per.items()]

@@ -107,6 +107,58 @@ def test_fit_uses_each_runs_coverage(tmp_path) -> None:
     assert predict_latency(coefficients, measured) > predict_latency(coefficients, full)
 
 
+def _ngram_run(tmp_path: Path, coverage: float) -> object:
+    """An open-loop n-gram run at k=3 (512/128 tokens, 1 req/s) whose cycles draft on ``coverage`` of the steps."""
+    completed, output = 100, 12800
+    drafts = round(coverage * (output - completed - 6000))  # decode steps: output - prefills - accepted
+    run = {"date": "x", "backend": "vllm", "completed": completed, "request_rate": 1.0, "request_throughput": 1.0,
+           "mean_e2el_ms": 1000.0, "mean_ttft_ms": 100.0, "total_input_tokens": 51200,
+           "total_output_tokens": output, "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": 3 * drafts,
+           "spec_decode_accepted_tokens": 6000, "spec_decode_acceptance_length": 1.0 + 6000 / drafts,
+           "spec_decode_acceptance_rate": 100.0 * 6000 / (3 * drafts)}
+    path = tmp_path / f"ngram-{coverage}.json"
+    path.write_text(json.dumps(run))
+    return read_results(path)[0][0]
+
+
+def test_predicted_ttft_prices_the_runs_coverage_as_the_fit_rows_do(tmp_path) -> None:
+    """predict_ttft and predict_ttft_alone take the run's measured coverage, as ttft_parts (the fit's TTFT rows)
+    and predict_latency do: a run drafting on a third of its steps pays a third of the drafts in every step."""
+    from sdplan.fitting.runmodel import ttft_parts
+    from sdplan.fitting.validation import predict_latency, predict_ttft, predict_ttft_alone
+
+    run = _ngram_run(tmp_path, 0.3)
+    assert run.draft_coverage == pytest.approx(0.3, abs=0.01)
+    coefficients = resolve_calibration("h100-sxm_llama-3.1-8b_ngram_derived").coefficients_at(
+        run.prompt_tokens, run.output_tokens)
+    assert coefficients.draft_coverage == 1.0 and coefficients.c1d_s > 0  # the run's coverage is what lowers it
+    latency = predict_latency(coefficients, run)
+    c1p, tau1, per_other = ttft_parts(coefficients, run)
+    alone = c1p + coefficients.ttft_offset_s + coefficients.ttft_prefill_s + coefficients.ttft_wait_steps * tau1
+    others = run.arrival_rate_rps * latency
+    assert predict_ttft_alone(coefficients, run) == pytest.approx(alone, rel=1e-12)
+    assert predict_ttft(coefficients, run, latency) == pytest.approx(
+        alone + coefficients.ttft_load_steps * others * per_other, rel=1e-12)
+    full = replace(run, draft_coverage=1.0)
+    assert predict_ttft_alone(coefficients, run) < predict_ttft_alone(coefficients, full)
+
+
+@pytest.mark.parametrize("clients", [None, 8, 256])
+def test_a_runs_prediction_takes_its_own_coverage_whatever_the_coefficients_carry(tmp_path, clients) -> None:
+    """E2E and TTFT of an n-gram run at c = 0.3 are the same from coefficients at coverage 1 (a calibration's) as
+    from coefficients already at 0.3: demands, knee rows (1 + c k past the compute-bound knee) and steps alike."""
+    from sdplan.fitting.validation import predict_run
+
+    run = _ngram_run(tmp_path, 0.3)
+    if clients is not None:
+        run = replace(run, concurrency=clients, requested_rate_rps=None)
+    coefficients = resolve_calibration("h100-sxm_llama-3.1-8b_ngram_derived").coefficients_at(
+        run.prompt_tokens, run.output_tokens)
+    assert coefficients.knee_per_token_s > 0
+    at_run = replace(coefficients, draft_coverage=run.draft_coverage)
+    assert predict_run(coefficients, run) == pytest.approx(predict_run(at_run, run), rel=1e-12)
+
+
 # ----------------------------------------------------------------------------- the cost side of the coverage
 
 def _ngram_coefficients(coverage: float) -> Coefficients:

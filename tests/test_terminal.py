@@ -279,8 +279,9 @@ def test_every_help_fits_80_columns(sdplan, narrow, command: str) -> None:
         assert len(line) <= 80, f"{len(line)} columns: {line!r}"
 
 
-def test_warnings_wrap_on_a_terminal_and_keep_one_line_in_a_pipe() -> None:
-    """stderr warnings: wrapped to the terminal's width with a hanging indent, one line each in a pipe."""
+def test_warnings_wrap_on_a_terminal_and_in_a_pipe() -> None:
+    """stderr warnings: paragraphs with a hanging indent, wrapped to the terminal's width on a terminal and
+    to COLUMNS in a pipe, the same words either way."""
     import pty
 
     served = ROOT / "tests" / "data" / "served-passes-cpu" / "served.toml"
@@ -288,9 +289,10 @@ def test_warnings_wrap_on_a_terminal_and_keep_one_line_in_a_pipe() -> None:
             "--output-tokens", "512", "-f", "json"]
     env = dict(os.environ, COLUMNS="80", NO_COLOR="1")
     piped = subprocess.run(args, capture_output=True, text=True, env=env, check=True)
-    one_line = piped.stderr.splitlines()
+    wide = subprocess.run(args, capture_output=True, text=True, env=dict(env, COLUMNS="1000"), check=True)
+    one_line = wide.stderr.splitlines()
     assert one_line and all(line.startswith("warning: ") for line in one_line)
-    assert max(map(len, one_line)) > 80  # what a terminal now gets wrapped
+    assert max(map(len, one_line)) > 80  # what 80 columns get wrapped
 
     leader, follower = pty.openpty()
     subprocess.run(args, stdout=subprocess.DEVNULL, stderr=follower, env=env, check=True)
@@ -305,8 +307,36 @@ def test_warnings_wrap_on_a_terminal_and_keep_one_line_in_a_pipe() -> None:
             break
         chunks.append(chunk)
     os.close(leader)
-    wrapped = b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
-    assert_fits("\n".join(wrapped), 80)
-    assert all(line.startswith(("warning: ", "  ")) for line in wrapped)
-    assert sum(line.startswith("warning: ") for line in wrapped) == len(one_line)
-    assert " ".join(" ".join(wrapped).split()) == " ".join(" ".join(one_line).split())  # nothing lost
+    on_terminal = b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
+    for wrapped in (on_terminal, piped.stderr.splitlines()):
+        assert_fits("\n".join(wrapped), 80)
+        assert all(line.startswith(("warning: ", "  ")) for line in wrapped)
+        assert sum(line.startswith("warning: ") for line in wrapped) == len(one_line)
+        assert " ".join(" ".join(wrapped).split()) == " ".join(" ".join(one_line).split())  # nothing lost
+
+
+_CPU = "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured"
+#: Each command's plain form, and the forms whose notes on stderr ran past 80 columns before they were
+#: wrapped: plan's batch caveats (JSON and a measured CPU calibration), check's verdict on a miss,
+#: capacity's engine configuration summary.
+STDERR_COMMANDS = [
+    ("plan",),
+    ("plan", "-f", "json"),
+    ("plan", "-c", _CPU, "-f", "json"),
+    ("check", "--rate", "8", "--slo", "e2e:mean<=5s"),
+    ("check", "--rate", "12", "--slo", "e2e:mean<=2s", "--draft-length", "3"),
+    ("capacity", "--slo", "e2e:mean<=5s"),
+    ("capacity", "--slo", "e2e:mean<=5s", "-f", "vllm-config"),
+    ("simulate", "--rates", "4", "--requests", "100", "--seeds", "1"),
+    ("validate", "-c", _CPU, str(ROOT / "tests" / "data" / "served-cpu")),
+]
+
+
+@pytest.mark.parametrize("args", STDERR_COMMANDS, ids=lambda a: " ".join(Path(x).name for x in a))
+def test_every_stderr_line_fits_80_columns(sdplan, monkeypatch, args) -> None:
+    """Warnings, caveats and verdicts on stderr are wrapped at 80 columns off a terminal, as tables are."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = sdplan(*args)
+    assert result.exit_code in (0, 1), result.output
+    for line in result.stderr.splitlines():
+        assert len(line) <= 80, f"{len(line)} columns: {line!r}"

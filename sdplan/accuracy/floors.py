@@ -59,18 +59,44 @@ def perfect_model_error(load: float, sigma: float, instances: int) -> float:
     latency) counts 1.
     """
 
-    def latency(speed: np.ndarray) -> np.ndarray:
-        return np.where(load * speed < 1.0, speed / (1.0 - load * speed), np.inf)
+    return _capped_mean_error(lambda speed: slower_server_latency(speed, load), sigma, instances)
 
-    return _capped_mean_error(latency, sigma, instances)
+
+def slower_server_latency(speed: np.ndarray, load: float) -> np.ndarray:
+    """The mean E2E latency of a server ``speed`` times slower than the mean instance, in units of the mean
+    instance's zero-load latency ``C1``; inf where that server is past saturation.
+
+    Parameters
+    ----------
+    speed : numpy.ndarray
+        ``u``: the factor on every cost of the mean instance (``exp(d)``).
+    load : float
+        ``rho = lambda C2`` on the mean instance.
+
+    Returns
+    -------
+    numpy.ndarray
+        By eq. 1 of docs/model.md (``L = C1/(1 - lambda C2)``, #latency-law) with every cost times ``u``,
+
+        .. math:: \\frac{L(u)}{C_1} = \\frac{u}{1 - \\rho u}, \\qquad
+                  \\frac{L(u)}{L(1)} = (1 - \\rho) \\frac{L(u)}{C_1} = \\frac{u (1 - \\rho)}{1 - \\rho u}
+
+        where ``rho u < 1``, inf elsewhere (``rho u >= 1``: no steady-state mean). The ratio to the mean
+        instance's latency, ``L(u)/L(1)``, is the ``g(u)`` of docs/model.md#validation (the TTFT floor). It is
+        returned over ``C1``, not over ``L(1)``, because the E2E floor divides two of them and ``L(1)`` is
+        infinite at ``rho = 1``, where ``L(u)/L(1)`` would be 0 for every stable ``u``.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(load * speed < 1.0, speed / (1.0 - load * speed), np.inf)
 
 
 def ttft_speed_factor(speed: np.ndarray, load: float, queue_share: float) -> np.ndarray:
-    """A server's mean TTFT at ``speed`` times the mean instance's costs, over the mean instance's
-    (:func:`perfect_model_ttft_error` derives it); inf where that server is past saturation."""
-    stable = load * speed < 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        queue = np.where(stable, speed * (1.0 - load) / (1.0 - load * speed), 0.0)
+    """A server's mean TTFT at ``speed`` times the mean instance's costs, over the mean instance's,
+    ``u [(1 - q) + q g(u)]`` with ``g(u) = L(u)/L(1)`` (:func:`slower_server_latency`;
+    :func:`perfect_model_ttft_error` derives it); inf where that server is past saturation."""
+    latency = slower_server_latency(speed, load)
+    stable = np.isfinite(latency)  # rho u < 1, slower_server_latency's own mask
+    queue = (1.0 - load) * np.where(stable, latency, 0.0)
     return np.where(stable, speed * ((1.0 - queue_share) + queue_share * queue), np.inf)
 
 
@@ -176,13 +202,18 @@ def floor_rows(runs: Sequence[Mapping[str, Any]], saturation: Sequence[Mapping[s
             continue
         uncapped = record.get("uncapped_rps")
         rho = 0.0 if uncapped is None else r["rate_rps"] / uncapped
-        predicted = r.get("predicted_e2e_s")
-        error = 1.0 if predicted is None else min(abs(predicted / r["e2e_s"] - 1.0), 1.0)
         rows.append({"run": r["run"], "load": r["load"], "rho": rho,
                      "plateau_load": r["rate_rps"] / record["measured_rps"],
                      "floor_pct": 100.0 * perfect_model_error(rho, spread[0] / 100.0, spread[1]),
-                     "error_pct": 100.0 * error, **ttft_floor(r, rho, spread)})
+                     "error_pct": 100.0 * capped_error(r.get("predicted_e2e_s"), r["e2e_s"]),
+                     **ttft_floor(r, rho, spread)})
     return rows
+
+
+def capped_error(predicted: float | None, measured: float) -> float:
+    """A scored error capped as the floors cap theirs (:func:`_capped_mean_error`), so the two compare:
+    ``min(|predicted/measured - 1|, 1)``, and 1 where the prediction is unstable (None)."""
+    return 1.0 if predicted is None else min(abs(predicted / measured - 1.0), 1.0)
 
 
 def queue_share(record: Mapping[str, Any]) -> float | None:
@@ -204,11 +235,9 @@ def ttft_floor(record: Mapping[str, Any], rho: float, spread: tuple[float, int])
     share, measured = queue_share(record), record.get("ttft_s")
     if share is None or not measured:
         return {"ttft_share": share, "ttft_floor_pct": None, "ttft_error_pct": None}
-    predicted = record.get("predicted_ttft_s")
-    error = 1.0 if predicted is None else min(abs(predicted / measured - 1.0), 1.0)
     return {"ttft_share": share,
             "ttft_floor_pct": 100.0 * perfect_model_ttft_error(rho, spread[0] / 100.0, spread[1], share),
-            "ttft_error_pct": 100.0 * error}
+            "ttft_error_pct": 100.0 * capped_error(record.get("predicted_ttft_s"), measured)}
 
 
 def _cells(runs: Sequence[Mapping[str, Any]]) -> dict[Cell, dict[int, float]]:

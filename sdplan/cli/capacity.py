@@ -145,7 +145,7 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 def _capacity(request: CapacityRequest) -> None:
     """Parse, answer, render: the capacity table (text or JSON), or an engine's configuration."""
     from sdplan.planning.capacity_answer import NO_OPTION_MEETS, answer_capacity, engine_config_answer
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
+    from sdplan.render import OutputFormat, Style, emit, say, stdout_is_terminal, warn
     from sdplan.render.check import capacity_interval_note, capacity_plots, engine_config_summary, render_capacity
 
     out = request.output
@@ -156,14 +156,14 @@ def _capacity(request: CapacityRequest) -> None:
         if config.config is not None:
             warn(config.warnings)
             emit(config.config.text, out.output)
-        click.echo(engine_config_summary(config), err=True)
+        say(engine_config_summary(config))
         return
     with ExitStack() as bars:
         answer = answer_capacity(scenario, request.query, progress=progress_reporter(bars, "simulating capacity"))
     warn(answer.warnings)
     note = capacity_interval_note(answer)
     if note is not None:
-        click.echo(note, err=True)
+        say(note)
     terminal = out.output in (None, "-") and stdout_is_terminal()
     text = render_capacity(answer, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal)
     emit(text + capacity_plots(answer, out.plot, out.plot_file, *terminal_plot_settings(out.ascii_only)), out.output)

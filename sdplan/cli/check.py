@@ -80,7 +80,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     Predicts the mean end-to-end latency, TTFT, TPOT, throughput and
     utilisation of the configuration at the rate and compares each with its
     SLO. An unstable rate (past saturation) fails every SLO. Prints a verdict
-    table (or JSON) on stdout and a one-line summary on stderr; under GitHub
+    table (or JSON) on stdout and a summary on stderr; under GitHub
     Actions also ::error annotations. Percentile SLOs are refused: the model
     predicts means.
 
@@ -124,19 +124,18 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
 def _check(request: CheckRequest) -> ExitStatus:
     """Parse, answer, render; the verdict's exit status is returned for sdplan.cli to map (1: an SLO missed)."""
     from sdplan.planning.check_answer import answer_check
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
+    from sdplan.render import OutputFormat, Style, emit, say, stdout_is_terminal, warn
     from sdplan.render.check import check_summary, github_annotations, pessimistic_lines, render_check
 
     out = request.output
     scenario = command_scenario(request.scenario, draft_lengths_given(request.draft_lengths))
     answer = answer_check(scenario, request.query)
     warn(answer.warnings)
-    for line in pessimistic_lines(answer):
-        click.echo(line, err=True)
+    say(pessimistic_lines(answer))
     terminal = out.output in (None, "-") and stdout_is_terminal()
     emit(render_check(answer, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal), out.output)
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in github_annotations(answer.report):
+        for line in github_annotations(answer.report):  # workflow commands: one line each, for the runner
             click.echo(line, err=True)
-    click.echo(check_summary(answer.report), err=True)
+    say(check_summary(answer.report))
     return answer.exit_status

@@ -64,7 +64,7 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
                       --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
     from sdplan.measure.validate_runs import ValidateRequest, validate_runs
-    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
+    from sdplan.render import OutputFormat, Style, emit, say, stdout_is_terminal, warn
     from sdplan.render.fit import render_validated
     from sdplan.render.plots import file_scatter, terminal_scatter
 
@@ -89,6 +89,6 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
         file_scatter(measured, predicted, labels, title, Path(plot_file))
     emit(text, output)
     if not outcome.passed:
-        click.echo(f"sdplan validate: FAIL: MAPE {result.mape_pct:.2f}% exceeds {max_error:g}%", err=True)
+        say(f"sdplan validate: FAIL: MAPE {result.mape_pct:.2f}% exceeds {max_error:g}%")
         return ExitStatus.SLO_VIOLATED  # a verdict, not an error: sdplan.cli maps it to the exit code
     return ExitStatus.OK

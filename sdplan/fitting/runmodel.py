@@ -122,11 +122,21 @@ def run_tokens_per_cycle(run: BenchmarkRun) -> float:
 
 
 def ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, float, float]:
-    """(c1p, tau1, C2/steps) of a run: TTFT = c1p + w_wait tau1 + w_load B (C2/steps)."""
+    """(c1p, tau1, C2/steps) of a run: TTFT = c1p + w_wait tau1 + w_load B (C2/steps), the linear parts of
+    :func:`run_ttft` that the fit's TTFT rows are built from, at the same coverage and tokens per cycle."""
     coefficients = run_coefficients(coefficients, run)
     tau1, _ = model.step_costs(coefficients, run.draft_length)
     per_other = model.ttft_load_cost(coefficients, run.draft_length, run_tokens_per_cycle(run))
     return coefficients.c1p_s, float(tau1), float(per_other)
+
+
+def run_ttft(coefficients: Coefficients, run: BenchmarkRun, others: float) -> float:
+    """Model mean TTFT (s) of a run with ``others`` in flight: :func:`sdplan.latency.model.time_to_first_token`
+    at the run's configuration, as :func:`run_demand` prices its E2E and :func:`ttft_parts` its fitted rows:
+    its measured draft coverage (:func:`run_coefficients`: a cycle drafts ``c k`` tokens,
+    docs/model.md#draft-coverage) and its tokens per cycle (:func:`run_tokens_per_cycle`)."""
+    return float(model.time_to_first_token(run_coefficients(coefficients, run), run.draft_length, others,
+                                           run_tokens_per_cycle(run)))
 
 
 def fitted_load(run: BenchmarkRun) -> float:

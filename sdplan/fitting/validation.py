@@ -23,8 +23,10 @@ from sdplan.fitting.runmodel import (
     LENGTH_GROUP_TOLERANCE,
     configuration_groups,
     r2,
+    run_coefficients,
     run_demand,
     run_tokens_per_cycle,
+    run_ttft,
 )
 from sdplan.fitting.steady_state import screen
 from sdplan.inputs import serving
@@ -109,17 +111,21 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
 
 
 def run_knee(coefficients: Coefficients, run: BenchmarkRun, c1: float, c2: float) -> knee.KneeDemands:
-    """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.latency.knee`)."""
+    """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.latency.knee`):
+    ``1 + c k`` rows a sequence at the run's measured draft coverage ``c`` (:func:`run_coefficients`), as
+    ``c1`` and ``c2`` (:func:`run_demand`) are priced."""
     if run.draft_length == 0:
         return model.baseline_knee(coefficients, c1, c2)
-    return model.speculative_knee(coefficients, c1, c2, run_tokens_per_cycle(run), run.draft_length)
+    return model.speculative_knee(run_coefficients(coefficients, run), c1, c2, run_tokens_per_cycle(run),
+                                  run.draft_length)
 
 
 def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,
                  moe: MoESpec | None = None, batch_cap: float | None = None) -> float:
     """Model mean TTFT (s) of a run, at the ``B`` the model predicts for it.
 
-    :func:`sdplan.latency.model.time_to_first_token` with ``B = f (N - 1)`` for a
+    :func:`sdplan.fitting.runmodel.run_ttft` (the run's draft coverage and tokens per cycle, as
+    :func:`predict_latency` and the fit's rows take them) with ``B = f (N - 1)`` for a
     closed loop and ``B = lambda L`` for an open loop; with ``moe``, on the
     coefficients at the coverage of that load, ``phi(t (1 + B))``
     (:func:`predict_latency`). A closed loop past its engine's ``batch_cap`` adds the wait for admission,
@@ -133,7 +139,7 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
               if clients is not None else run.arrival_rate_rps * latency_s)
     covered_coefficients = covered(coefficients, run, moe, run_others(run, latency_s) if held is None
                                    else model.closed_loop_others(int(held)))
-    own = float(model.time_to_first_token(covered_coefficients, run.draft_length, others, run_tokens_per_cycle(run)))
+    own = run_ttft(covered_coefficients, run, others)
     if held is None:
         return own
     return own + latency_s * (1.0 - held / float(run.concurrency))  # type: ignore[arg-type]
@@ -144,8 +150,7 @@ def predict_ttft_alone(coefficients: Coefficients, run: BenchmarkRun, moe: MoESp
     not grow with load, ``c1p + offset + prefill + w_wait tau1`` (:func:`sdplan.latency.model.time_to_first_token`
     at ``B = 0``); the rest of :func:`predict_ttft` is the queue's (the accuracy benchmark's TTFT floor needs
     that share, ``benchmarks/accuracy_served.py``)."""
-    return float(model.time_to_first_token(covered(coefficients, run, moe, 0.0), run.draft_length, 0.0,
-                                           run_tokens_per_cycle(run)))
+    return run_ttft(covered(coefficients, run, moe, 0.0), run, 0.0)
 
 
 def routed_per_sequence(run: BenchmarkRun) -> float:

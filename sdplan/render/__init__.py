@@ -71,15 +71,19 @@ def make_console(style: Style, stream: Any, terminal: bool) -> Any:
     )
 
 
-def output_width(terminal: bool = True) -> int:
-    """Columns to draw in: ``COLUMNS`` when set (also when piped), else the terminal's, else 80."""
+def output_width(terminal: bool = True, stream: Any = None) -> int:
+    """Columns to draw in: ``COLUMNS`` when set (also when piped), else the terminal's, else 80.
+
+    ``stream`` is the terminal measured (standard output unless given): standard
+    error may be a terminal while standard output is piped, and the reverse.
+    """
     raw = os.environ.get("COLUMNS", "")
     if raw.strip().isdigit() and int(raw) > 0:
         return max(int(raw), 20)
     if not terminal:
         return DEFAULT_WIDTH
     try:
-        return max(os.get_terminal_size(sys.__stdout__.fileno()).columns, 20)  # type: ignore[union-attr]
+        return max(os.get_terminal_size((stream or sys.__stdout__).fileno()).columns, 20)  # type: ignore[union-attr]
     except (AttributeError, OSError, ValueError):
         return DEFAULT_WIDTH
 
@@ -187,21 +191,37 @@ def emit(text: str, output: str | None) -> None:
         atomic_write_text(Path(output), text)
 
 
-def warning_text(message: str, terminal: bool) -> str:
-    """``warning: MESSAGE``: on a terminal wrapped to its width (:func:`output_width`) with a two-space
-    hanging indent; elsewhere (a pipe, a CI log) one line per warning, for ``grep``."""
-    text = f"warning: {message}"
-    if not terminal:
-        return text
-    return "\n".join(textwrap.wrap(text, output_width(True), subsequent_indent="  ", break_long_words=False,
-                                   break_on_hyphens=False))
+def paragraph_text(text: str, width: int) -> str:
+    """``text`` wrapped to ``width`` columns between words, each line of it a paragraph whose continuation
+    lines are indented two spaces, so a reader sees where one note ends and the next begins.
+
+    The rule is rich's for standard output: a terminal's width, else ``COLUMNS``, else 80 columns, also
+    in pipes and logs. A word longer than the width (a path) is kept whole on a line of its own.
+    """
+    return "\n".join(line if len(line) <= width else
+                     "\n".join(textwrap.wrap(line, width, subsequent_indent="  ", break_long_words=False,
+                                             break_on_hyphens=False))
+                     for line in text.split("\n"))
+
+
+def stderr_width() -> int:
+    """Columns for notes on standard error: :func:`output_width` of standard error's terminal."""
+    return output_width(sys.stderr.isatty(), sys.__stderr__)
+
+
+def say(notes: list[str] | tuple[str, ...] | str) -> None:
+    """Write each note (a warning, a caveat, a verdict's summary) to standard error as a paragraph that
+    fits :func:`stderr_width`. Lines for machines (GitHub workflow commands) and error messages are
+    not notes: they stay one line."""
+    width = stderr_width()
+    for note in (notes,) if isinstance(notes, str) else notes:
+        click.echo(paragraph_text(note, width), err=True)
 
 
 def warn(warnings: list[str] | tuple[str, ...]) -> None:
-    """Write each warning to stderr (:func:`warning_text`)."""
-    terminal = sys.stderr.isatty()
-    for message in warnings:
-        click.echo(warning_text(message, terminal), err=True)
+    """Write each warning to standard error as ``warning: ...`` (:func:`say`): its first line starts with
+    ``warning:``, so ``grep '^warning:'`` finds each warning once."""
+    say([f"warning: {message}" for message in warnings])
 
 
 def stdout_is_terminal() -> bool:

@@ -79,7 +79,7 @@ def check_other_side(report: CheckReport | None) -> str | None:
 
 
 def check_summary(report: CheckReport) -> str:
-    """The one-line summary printed on stderr."""
+    """The summary printed on stderr: one paragraph, which :func:`sdplan.render.say` wraps."""
     met = sum(v.passed for v in report.verdicts)
     head = "PASS" if report.passed else "FAIL"
     where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
