@@ -14,7 +14,8 @@ here with ``sdplan derive``'s code from AIConfigurator's op database) and predic
 measured:
 
 * **closed-loop batch** (SpecDecode-Bench, arXiv 2601.11580, Figure 1: a static batch of ``B``
-  copies of one prompt). Throughput ratio of SD to no SD at batch ``B``::
+  copies of one prompt; the EAGLE-3 paper, arXiv 2503.01840, Table 3: SGLang 0.4.4 at batch 2-64 on
+  MT-Bench, priced with AIConfigurator's SGLang database). Throughput ratio of SD to no SD at batch ``B``::
 
       ratio(B) = [P(B) + (g - 1) tau_0(B)] / [P(B) + (g/E) tau_k(B)]
 
@@ -27,9 +28,9 @@ measured:
   from :func:`sdplan.planning.planner.plan`.
 
 The sources state no acceptance, and the blog no lengths. So each series is anchored at its lowest
-load only: ``E`` (tokens per cycle) is solved so that the model reproduces the measured ratio at batch
-1 (lowest rate); for the blog also the output length, so that the no-SD latency at the lowest rate is
-the measured one. Every other point (batch 16, 64, 128; rates 2-10 req/s) is a prediction, and is
+load only: ``E`` (tokens per cycle) is solved so that the model reproduces the measured ratio at the
+smallest batch (lowest rate); for the blog also the output length, so that the no-SD latency at the lowest rate is
+the measured one. Every other point (larger batches; rates 2-10 req/s) is a prediction, and is
 what the summary scores: the error of the predicted ratio, the sign (SD faster or slower), and the
 crossover rate where the source has one.
 """
@@ -55,8 +56,12 @@ DATA = Path(__file__).resolve().parent / "data" / "sd-measured"
 
 #: Mean prompt and output tokens per dataset: SpecDecode-Bench's traces of Llama-3.1-8B (the data file's
 #: ``length_provenance``); used for every model on the same dataset.
+#: MT-Bench (the EAGLE-3 paper's SGLang Table 3) states no lengths and no trace of it is at hand: 150 prompt
+#: tokens (a first-turn question with a system prompt and chat template) and 512 output tokens are assumed,
+#: not measured; any pair from (150, 256) to (1000, 2048) moves no predicted ratio there by more than 7%
+#: (RESULTS-sd-measured-2026-11.md, 2026-11-29, EAGLE-3 paper section).
 DATASET_LENGTHS = {"gsm8k": (94.5, 166.2), "cnn_dailymail": (837.5, 322.9), "sharegpt": (355.3, 727.6),
-                   "instructcoder": (171.2, 262.0)}
+                   "instructcoder": (171.2, 262.0), "mt_bench": (150.0, 512.0)}
 
 #: (dataset, k) -> draft coverage of vLLM's n-gram proposer: the share of cycles in which it drafts (it proposes
 #: nothing for a sequence without a match, which then verifies one token row). From SpecDecode-Bench's n-gram
@@ -81,7 +86,11 @@ QWAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
          "vocab_size": 128256, "max_position_embeddings": 32768, "tie_word_embeddings": False,
          "torch_dtype": "bfloat16"}
 
-#: series-id prefix -> the calibration of that setup: a shipped name, or the arguments of a derivation.
+SGLANG_LLAMA_8B_EAGLE3 = dict(target_model=LLAMA_8B, system="h100_sxm", method="eagle3",
+                              draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", backend="sglang")
+
+#: ``[engine:]model:method`` (:func:`setup_key`) -> the calibration of that setup: a shipped name, or the
+#: arguments of a derivation.
 #: Llama-3-70B is priced as Llama-3.1-70B (the same architecture); EAGLE-1 heads as EAGLE-3 heads.
 SETUPS: dict[str, str | dict[str, Any]] = {
     "llama3.1-8b:eagle": "h100-sxm_llama-3.1-8b_eagle3_derived",
@@ -101,6 +110,10 @@ SETUPS: dict[str, str | dict[str, Any]] = {
                                 draft_lengths=(4,)),
     "blog70b:ngram": dict(target_model=LLAMA_70B, system="h100_sxm", method="ngram", tensor_parallel_size=4,
                           draft_lengths=(4,)),
+    # EAGLE-3 paper, Table 3: SGLang 0.4.4, priced with AIConfigurator's SGLang database (its default version;
+    # the engine overheads are then vLLM's, as derive says in the file's assumptions).
+    "sglang:llama3.1-8b:eagle": SGLANG_LLAMA_8B_EAGLE3,
+    "sglang:llama3.1-8b:eagle3": SGLANG_LLAMA_8B_EAGLE3,
 }
 
 
@@ -150,8 +163,10 @@ def calibration_of(key: str) -> Any:
 
 
 def setup_key(series: dict[str, Any], source: str) -> str:
-    model = series["id"].split("_")[1] if source.startswith("specdecode") else "blog70b"
-    return f"{model}:{series['draft']['method']}"
+    """``[engine:]model:method``; the engine is named where it is not vLLM, whose op database the shipped files use."""
+    model = "blog70b" if source.startswith("vllm_blog_2024") else series["id"].split("_")[1]
+    engine = series["engine"]["name"]
+    return f"{'' if engine == 'vllm' else engine + ':'}{model}:{series['draft']['method']}"
 
 
 def decode_time(coefficients: Coefficients, k: int, tokens_per_cycle: float, batch: float) -> tuple[float, float]:
@@ -238,7 +253,11 @@ def crossover(points: list[Point], field: str) -> float | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write every point to this JSON file")
+    parser.add_argument("--mt-bench-lengths", nargs=2, type=float, metavar=("PROMPT", "OUTPUT"),
+                        help="MT-Bench's mean prompt and output tokens (assumed; the default is DATASET_LENGTHS')")
     options = parser.parse_args()
+    if options.mt_bench_lengths:
+        DATASET_LENGTHS["mt_bench"] = tuple(options.mt_bench_lengths)
     rows: list[Point] = []
     crossings: list[tuple[str, float | None, float | None, str]] = []
     source_of: dict[str, str] = {}

@@ -1,0 +1,35 @@
+"""The published SD measurements in ``benchmarks/data/sd-measured/`` against what their sources' text says.
+
+Each value there was read from a table or figure; where the source's text states a figure of its own, the
+reading must reproduce it, so a mistyped value fails here rather than in the benchmark's scores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "sd-measured"
+
+
+def _speedups(doc: dict, series_id: str) -> dict[int, float]:
+    series = next(s for s in doc["series"] if s["id"] == series_id)
+    return {p["batch"]: p["speedup"] for p in series["points"]}
+
+
+def test_eagle3_paper_table3_reproduces_the_statements_of_its_text() -> None:
+    doc = json.loads((DATA / "eagle3_2503.01840_sglang.json").read_text())
+    assert doc["id"] == "eagle3_2503.01840_sglang" and doc["measured"] is True
+    eagle = _speedups(doc, "table3_llama3.1-8b_mt_bench_eagle")
+    eagle3 = _speedups(doc, "table3_llama3.1-8b_mt_bench_eagle3")
+    batches = [2, 4, 8, 16, 24, 32, 48, 56, 64]
+    assert list(eagle) == batches and list(eagle3) == batches
+    # abstract and section 4.3: "EAGLE-3 achieves a 1.38x throughput improvement at a batch size of 64"
+    assert eagle3[64] == 1.38
+    # section 4.3: "EAGLE reduces throughput at batch size of 24" (the first batch where it is below 1)
+    assert min(b for b, s in eagle.items() if s < 1.0) == 24
+    # EAGLE-3 stays above SGLang without SD at every batch; its gain shrinks from the smallest to the largest
+    assert min(eagle3.values()) > 1.0 and eagle3[64] < eagle3[2]
+    for series in doc["series"]:
+        assert series["engine"]["name"] == "sglang" and series["draft"]["k_tokens"] == 3
+        assert series["draft"]["structure"] == "chain" and series["mode"] == "closed_loop_batch"
