@@ -33,3 +33,25 @@ def test_eagle3_paper_table3_reproduces_the_statements_of_its_text() -> None:
     for series in doc["series"]:
         assert series["engine"]["name"] == "sglang" and series["draft"]["k_tokens"] == 3
         assert series["draft"]["structure"] == "chain" and series["mode"] == "closed_loop_batch"
+
+
+def test_speculators_sweep_reproduces_the_tables_printed_beside_its_csvs() -> None:
+    doc = json.loads((DATA / "speculators_qwen3.8-27b_b200_mtp.json").read_text())
+    assert doc["id"] == "speculators_qwen3.8-27b_b200_mtp" and doc["measured"] is True
+    series = {s["id"]: s["points"] for s in doc["series"]}
+    humaneval, math = series["mtp_qwen3.8-27b_humaneval"], series["mtp_qwen3.8-27b_math_reasoning"]
+    streams = [1, 2, 4, 8, 16, 32, 64, 128]
+    assert [p["concurrency"] for p in humaneval] == streams and [p["concurrency"] for p in math] == streams
+    # README tables: "no speculator: tok/s" 92 ... 5,359 (HumanEval) and 91 ... 4,977 (math_reasoning)
+    assert [round(p["baseline_tokens_per_s"]) for p in humaneval] == [92, 177, 346, 671, 1250, 2238, 3666, 5359]
+    assert [round(p["baseline_tokens_per_s"]) for p in math] == [91, 175, 341, 654, 1196, 2102, 3436, 4977]
+    # mtp_*_validate.txt: tok/s and accept columns of the MTP runs
+    assert [round(p["sd_tokens_per_s"]) for p in humaneval] == [179, 361, 687, 1273, 2249, 3707, 5174, 6129]
+    assert [round(p["sd_tokens_per_s"]) for p in math] == [197, 385, 725, 1302, 2251, 3671, 5093, 6078]
+    assert [round(p["acceptance_tokens_per_cycle"], 2) for p in humaneval] == [2.25, 2.27, 2.28, 2.29, 2.26, 2.27,
+                                                                             2.28, 2.27]
+    assert [round(p["acceptance_tokens_per_cycle"], 2) for p in math] == [2.51, 2.51, 2.53, 2.52, 2.53, 2.53, 2.53,
+                                                                        2.54]
+    for points in (humaneval, math):
+        ratios = [p["sd_tokens_per_s"] / p["baseline_tokens_per_s"] for p in points]
+        assert min(ratios) > 1.0 and ratios[-1] < 0.6 * ratios[0]
