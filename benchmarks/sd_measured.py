@@ -14,7 +14,9 @@ here with ``sdplan derive``'s code from AIConfigurator's op database) and predic
 measured:
 
 * **closed-loop batch** (SpecDecode-Bench, arXiv 2601.11580, Figure 1: a static batch of ``B``
-  copies of one prompt). Throughput ratio of SD to no SD at batch ``B``::
+  copies of one prompt; the EAGLE-3 paper, arXiv 2503.01840, Table 3: SGLang 0.4.4 at batch 2-64 on
+  MT-Bench, priced with AIConfigurator's SGLang database; vllm-project/speculators' sweep of vLLM 0.30 on a
+  B200, 1-128 streams in flight). Throughput ratio of SD to no SD at batch (or streams) ``B``::
 
       ratio(B) = [P(B) + (g - 1) tau_0(B)] / [P(B) + (g/E) tau_k(B)]
 
@@ -26,10 +28,11 @@ measured:
 * **open-loop rate** (vLLM blog 2024-10-17, Figures 5-7). Latency ratio of no SD to SD at each rate,
   from :func:`sdplan.planning.planner.plan`.
 
-The sources state no acceptance, and the blog no lengths. So each series is anchored at its lowest
-load only: ``E`` (tokens per cycle) is solved so that the model reproduces the measured ratio at batch
-1 (lowest rate); for the blog also the output length, so that the no-SD latency at the lowest rate is
-the measured one. Every other point (batch 16, 64, 128; rates 2-10 req/s) is a prediction, and is
+Only the speculators sweep states its acceptance (at every point: its ``E`` is used, and every point is a
+prediction). The other sources state none, and the blog no lengths. So each of their series is anchored at
+its lowest load only: ``E`` (tokens per cycle) is solved so that the model reproduces the measured ratio at the
+smallest batch (lowest rate); for the blog also the output length, so that the no-SD latency at the lowest rate is
+the measured one. Every other point (larger batches; rates 2-10 req/s) is a prediction, and is
 what the summary scores: the error of the predicted ratio, the sign (SD faster or slower), and the
 crossover rate where the source has one.
 """
@@ -52,11 +55,20 @@ from sdplan.planning import planner
 from sdplan.planning.schedule import step_times
 
 DATA = Path(__file__).resolve().parent / "data" / "sd-measured"
+#: A point's measured acceptance, tokens per cycle with the bonus token (data/sd-measured/README.md).
+ACCEPTANCE = "acceptance_tokens_per_cycle"
 
 #: Mean prompt and output tokens per dataset: SpecDecode-Bench's traces of Llama-3.1-8B (the data file's
 #: ``length_provenance``); used for every model on the same dataset.
+#: MT-Bench (the EAGLE-3 paper's SGLang Table 3) states no lengths and no trace of it is at hand: 150 prompt
+#: tokens (a first-turn question with a system prompt and chat template) and 512 output tokens are assumed,
+#: not measured; any pair from (150, 256) to (1000, 2048) moves no predicted ratio there by more than 7%
+#: (RESULTS-sd-measured-2026-11.md, 2026-11-29, EAGLE-3 paper section).
+#: RedHatAI/speculator_benchmarks' HumanEval and math_reasoning subsets: the measured means of the speculators
+#: sweep's CSVs (its data file's ``length_provenance``).
 DATASET_LENGTHS = {"gsm8k": (94.5, 166.2), "cnn_dailymail": (837.5, 322.9), "sharegpt": (355.3, 727.6),
-                   "instructcoder": (171.2, 262.0)}
+                   "instructcoder": (171.2, 262.0), "mt_bench": (150.0, 512.0),
+                   "humaneval": (191.6, 763.6), "math_reasoning": (112.4, 287.7)}
 
 #: (dataset, k) -> draft coverage of vLLM's n-gram proposer: the share of cycles in which it drafts (it proposes
 #: nothing for a sequence without a match, which then verifies one token row). From SpecDecode-Bench's n-gram
@@ -81,7 +93,11 @@ QWAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
          "vocab_size": 128256, "max_position_embeddings": 32768, "tie_word_embeddings": False,
          "torch_dtype": "bfloat16"}
 
-#: series-id prefix -> the calibration of that setup: a shipped name, or the arguments of a derivation.
+SGLANG_LLAMA_8B_EAGLE3 = dict(target_model=LLAMA_8B, system="h100_sxm", method="eagle3",
+                              draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", backend="sglang")
+
+#: ``[engine:]model:method`` (:func:`setup_key`) -> the calibration of that setup: a shipped name, or the
+#: arguments of a derivation.
 #: Llama-3-70B is priced as Llama-3.1-70B (the same architecture); EAGLE-1 heads as EAGLE-3 heads.
 SETUPS: dict[str, str | dict[str, Any]] = {
     "llama3.1-8b:eagle": "h100-sxm_llama-3.1-8b_eagle3_derived",
@@ -101,6 +117,14 @@ SETUPS: dict[str, str | dict[str, Any]] = {
                                 draft_lengths=(4,)),
     "blog70b:ngram": dict(target_model=LLAMA_70B, system="h100_sxm", method="ngram", tensor_parallel_size=4,
                           draft_lengths=(4,)),
+    # EAGLE-3 paper, Table 3: SGLang 0.4.4, priced with AIConfigurator's SGLang database (its default version;
+    # the engine overheads are then vLLM's, as derive says in the file's assumptions).
+    "sglang:llama3.1-8b:eagle": SGLANG_LLAMA_8B_EAGLE3,
+    "sglang:llama3.1-8b:eagle3": SGLANG_LLAMA_8B_EAGLE3,
+    # speculators' sweep (vLLM 0.30, one B200, MTP k=2): Qwen3.8-27B is not in AIConfigurator 0.12.0 and its
+    # config.json is not at hand, so it is priced as Qwen3.5-27B, the 27B of the family AIConfigurator knows
+    # (an assumption: the derived no-SD step at one sequence, 11.3 ms, against the 10.9 ms measured there).
+    "qwen3.8-27b:mtp": dict(target_model="Qwen/Qwen3.5-27B", system="b200_sxm", method="mtp"),
 }
 
 
@@ -150,8 +174,10 @@ def calibration_of(key: str) -> Any:
 
 
 def setup_key(series: dict[str, Any], source: str) -> str:
-    model = series["id"].split("_")[1] if source.startswith("specdecode") else "blog70b"
-    return f"{model}:{series['draft']['method']}"
+    """``[engine:]model:method``; the engine is named where it is not vLLM, whose op database the shipped files use."""
+    model = "blog70b" if source.startswith("vllm_blog_2024") else series["id"].split("_")[1]
+    engine = series["engine"]["name"]
+    return f"{'' if engine == 'vllm' else engine + ':'}{model}:{series['draft']['method']}"
 
 
 def decode_time(coefficients: Coefficients, k: int, tokens_per_cycle: float, batch: float) -> tuple[float, float]:
@@ -170,24 +196,40 @@ def coefficients_of(series: dict[str, Any], calibration: Any, dataset: str, p: f
     return replace(coefficients, draft_coverage=NGRAM_DRAFT_COVERAGE[dataset, int(series["draft"]["k_tokens"])])
 
 
+def measured_ratio(point: dict[str, Any]) -> float | None:
+    """A closed-loop point's throughput ratio of SD to no SD: stated, or from the two throughputs."""
+    if "speedup" in point:
+        return float(point["speedup"])
+    if "sd_tokens_per_s" in point and "baseline_tokens_per_s" in point:
+        return float(point["sd_tokens_per_s"]) / float(point["baseline_tokens_per_s"])
+    return None
+
+
 def closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Point]:
-    """Throughput ratios at each batch, ``E`` anchored at the smallest batch (module notes)."""
+    """Throughput ratios at each batch or concurrency (module notes).
+
+    ``E`` is the acceptance the source measured at each point where it gives one (every point is then a
+    prediction); otherwise it is anchored at the smallest load and that point is left out of the scores.
+    """
     dataset = next(name for name in DATASET_LENGTHS if f"_{name}_" in series["id"] + "_")
     p, g = DATASET_LENGTHS[dataset]
     k = int(series["draft"]["k_tokens"])
     coefficients = coefficients_of(series, calibration, dataset, p, g)
+    load_key = "batch" if "batch" in series["points"][0] else "concurrency"
     first = series["points"][0]
-    batch = float(first["batch"])
-    tau_0, tau_k = step_times(coefficients, [k], np.asarray([batch]))[0]
-    prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
-    cycles = ((prefill + (g - 1.0) * tau_0) / first["speedup"] - prefill) / tau_k  # g/E at the measured ratio
-    tokens_per_cycle = min(max(g / cycles, 1.0), k + 1.0)
-    ANCHORED[series["id"]] = tokens_per_cycle
+    stated = all(ACCEPTANCE in point for point in series["points"])
+    if not stated:
+        batch = float(first[load_key])
+        tau_0, tau_k = step_times(coefficients, [k], np.asarray([batch]))[0]
+        prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
+        cycles = ((prefill + (g - 1.0) * tau_0) / measured_ratio(first) - prefill) / tau_k  # g/E at that ratio
+        ANCHORED[series["id"]] = min(max(g / cycles, 1.0), k + 1.0)
     points = []
     for point in series["points"]:
-        without, with_sd = decode_time(coefficients, k, tokens_per_cycle, point["batch"])
-        points.append(Point(series["id"], setup, point["batch"], point["speedup"], without / with_sd,
-                            point is first))
+        tokens_per_cycle = float(point[ACCEPTANCE]) if stated else ANCHORED[series["id"]]
+        without, with_sd = decode_time(coefficients, k, tokens_per_cycle, point[load_key])
+        points.append(Point(series["id"], setup, point[load_key], measured_ratio(point), without / with_sd,
+                            point is first and not stated))
     return points
 
 
@@ -238,7 +280,11 @@ def crossover(points: list[Point], field: str) -> float | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write every point to this JSON file")
+    parser.add_argument("--mt-bench-lengths", nargs=2, type=float, metavar=("PROMPT", "OUTPUT"),
+                        help="MT-Bench's mean prompt and output tokens (assumed; the default is DATASET_LENGTHS')")
     options = parser.parse_args()
+    if options.mt_bench_lengths:
+        DATASET_LENGTHS["mt_bench"] = tuple(options.mt_bench_lengths)
     rows: list[Point] = []
     crossings: list[tuple[str, float | None, float | None, str]] = []
     source_of: dict[str, str] = {}
@@ -248,7 +294,7 @@ def main() -> int:
             key = setup_key(series, source["id"])
             if key not in SETUPS:
                 continue
-            if series["mode"] == "closed_loop_batch" and all("speedup" in p for p in series["points"]):
+            if series["mode"] == "closed_loop_batch" and all(measured_ratio(p) for p in series["points"]):
                 label = f"{key} k={series['draft']['k_tokens']}"
                 found = closed_loop(series, calibration_of(key), label)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")

@@ -38,7 +38,9 @@ PAIRS = (
     ("sd_tpot_s", "baseline_tpot_s", "latency"),
 )
 VALUE_KEYS = {k for pair in PAIRS for k in pair[:2]} | {"speedup", "speedup_stated"}
-POINT_KEYS = LOAD_KEYS | VALUE_KEYS
+# A point may carry the acceptance measured at it: tokens per cycle, the bonus token included.
+ACCEPTANCE_KEY = "acceptance_tokens_per_cycle"
+POINT_KEYS = LOAD_KEYS | VALUE_KEYS | {ACCEPTANCE_KEY}
 DRAFT_METHODS = {"eagle", "eagle3", "draft_model", "mtp", "ngram", "medusa", "other"}
 READING_METHODS = {"table", "text", "plot_labels", "vector_plot", "raster_plot", "raw_data"}
 SOURCE_FIELDS = ("title", "authors", "reference", "url", "repo_refs", "locator")
