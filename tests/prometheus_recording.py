@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import lzma
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "prometheus-cpu"
@@ -35,3 +35,31 @@ def write(path: Path, scrapes: Iterable[tuple[float, str]], end_lines: bool = Tr
             if end_lines:
                 stream.write(END + "\n")
     return path
+
+
+#: Sample names that only grow while a server runs (counters and histogram parts): a replay carries them on.
+COUNTER_ENDINGS = ("_total", "_sum", "_count", "_bucket")
+
+
+def replayed(option: str, count: int, every_s: float = 15.0,
+             start: float = 1_795_900_000.0) -> Iterator[tuple[float, str]]:
+    """``count`` scrapes ``every_s`` apart replaying the recording end to end, as benchmarks/bench_metrics_day.py
+    builds a day: each replay shifts every counter by what the whole recording added to it, so the series keeps
+    counting up; gauges stay as recorded. Nothing is generated from the model."""
+    parsed: list[list[tuple[str, float | None]]] = []
+    for _, body in blocks(option):
+        lines: list[tuple[str, float | None]] = []
+        for line in body.splitlines():
+            head, _, value = line.rpartition(" ")
+            if line and not line.startswith("#") and head.split("{", 1)[0].endswith(COUNTER_ENDINGS):
+                lines.append((head, float(value)))
+            else:
+                lines.append((line, None))
+        parsed.append(lines)
+    first = {head: value for head, value in parsed[0] if value is not None}
+    added = {head: value - first.get(head, value) for head, value in parsed[-1] if value is not None}
+    for index in range(count):
+        replay, position = divmod(index, len(parsed))
+        yield start + index * every_s, "".join(
+            f"{head}\n" if value is None else f"{head} {value + replay * added.get(head, 0.0)!r}\n"
+            for head, value in parsed[position])

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.samples import Exemplar, Sample
 
-from sdplan.errors import InputFileError
+from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.metrics.series import Point, Values, in_flight
 from sdplan.metrics.textfile import read_scrapes
 from sdplan.runs import load_runs, read_results, screen
@@ -391,10 +391,10 @@ def test_results_without_series_are_refused(tmp_path: Path, kind: str) -> None:
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize(("label", "selectable"), [("endpoint", True), ("ReplicaId", False)])
-def test_servers_told_apart_by_a_label_name_it(tmp_path: Path, label: str, selectable: bool) -> None:
-    """Two servers that differ in one label (kube-prometheus' ``endpoint``; Ray Serve's ``ReplicaId``): the
-    error names a ``--select`` that works, or says that the label is not one ``--select`` takes."""
+@pytest.mark.parametrize("label", ["endpoint", "ReplicaId", "deployment"])
+def test_servers_told_apart_by_a_label_name_it(tmp_path: Path, label: str) -> None:
+    """Two servers that differ in one label (kube-prometheus' ``endpoint``; Ray Serve's ``ReplicaId``, a
+    ``deployment``): the error names the label and a ``--select`` that picks one, whatever the label."""
     def two(body: str) -> str:
         lines = [line for line in body.splitlines() if line.startswith("vllm:")]
         return "".join(line.replace('model_name="', f'{label}="a",model_name="') + "\n" for line in lines) + \
@@ -404,10 +404,49 @@ def test_servers_told_apart_by_a_label_name_it(tmp_path: Path, label: str, selec
     with pytest.raises(InputFileError) as caught:
         read_results(path)
     message = str(caught.value)
-    assert "\n" not in message and "holds 2 servers" in message
-    if selectable:
-        suggested = message.rsplit("--select ", 1)[1]
-        runs, _ = read_results(path, selection=Selection.parse([suggested]))
-        assert [run.completed for run in runs] == REQUESTS
-    else:
-        assert f"told apart by the label {label}, which --select cannot pick" in message
+    assert "\n" not in message and "holds 2 servers" in message and f"told apart by the label {label};" in message
+    suggested = message.rsplit("--select ", 1)[1]
+    assert suggested == f"{label}=a"
+    for window_s in (None, 30.0):  # auto windows, and fixed ones cut as the file is read
+        runs, _ = read_results(path, selection=Selection.parse([suggested]), window_s=window_s)
+        alone, _ = read_results(DATA / "nosd.scrapes.xz", window_s=window_s)
+        assert [run.completed for run in runs] == [run.completed for run in alone]
+        assert [run.mean_e2e_latency_s for run in runs] == [run.mean_e2e_latency_s for run in alone]
+
+
+def test_a_server_told_apart_by_two_labels_is_picked_by_both(tmp_path: Path) -> None:
+    """Three servers, (a, 1), (a, 2), (b, 1) in ``deployment`` and ``ReplicaId``: no one label picks the first, so
+    the ``--select`` suggested names both, and it picks that server alone."""
+    servers = (("a", "1"), ("a", "2"), ("b", "1"))
+
+    def three(body: str) -> str:
+        lines = [line for line in body.splitlines() if line.startswith("vllm:")]
+        return "".join(line.replace('model_name="', f'deployment="{d}",ReplicaId="{r}",model_name="') + "\n"
+                       for d, r in servers for line in lines)
+
+    path = write(tmp_path / "three.scrapes", [(t, three(body)) for t, body in blocks("nosd")])
+    with pytest.raises(InputFileError, match="holds 3 servers .*told apart by the labels ReplicaId, deployment;") \
+            as caught:
+        read_results(path, window_s=30.0)
+    suggested = str(caught.value).rsplit("--select ", 1)[1]
+    assert suggested == "ReplicaId=1,deployment=a"
+    runs, _ = read_results(path, selection=Selection.parse([suggested]), window_s=30.0)
+    alone, _ = read_results(DATA / "nosd.scrapes.xz", window_s=30.0)
+    assert [run.completed for run in runs] == [run.completed for run in alone]
+    with pytest.raises(InputFileError, match="holds 2 servers .*--select deployment=a,ReplicaId=1$"):
+        read_results(path, selection=Selection.parse(["deployment=a"]))
+
+
+def test_select_takes_any_label_name_and_refuses_a_malformed_one() -> None:
+    picked = Selection.parse(["ReplicaId=r1,cluster=eu-1", "model-name=m", "tp=4", "Model=Qwen3-32B"])
+    assert picked.labels == (("ReplicaId", "r1"), ("cluster", "eu-1"), ("model_name", "m"))  # case kept
+    assert picked.filters == (("model", "Qwen3-32B"), ("tp", "4"))  # the silicon keys stay silicon keys
+    for malformed in ("9lives=1", "a.b=1", "name"):
+        with pytest.raises(InvalidValueError, match="neither a silicon key|expected KEY=VALUE"):
+            Selection.parse([malformed])
+
+
+def test_an_engine_is_not_selected(tmp_path: Path) -> None:
+    """``engine`` splits one data-parallel server's series (summed): ``--select engine=0`` is told so."""
+    with pytest.raises(InputFileError, match="engine splits one server's series"):
+        read_results(DATA / "nosd.scrapes.xz", selection=Selection.parse(["engine=0"]))

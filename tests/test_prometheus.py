@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sdplan.cli import cli
 from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.fitting.fit import fit_configurations
-from sdplan.metrics.series import clean
+from sdplan.metrics.series import StreamCleaner
 from sdplan.metrics.textfile import read_scrapes
 from sdplan.metrics.windows import WindowSettings, window_run
 from sdplan.runs import load_runs, read_results, screen
@@ -90,7 +90,9 @@ def test_acceptance_equals_the_counters_of_the_scrapes_themselves() -> None:
     last_drafts, last = counters(scrapes[-1][1])
     expected = tuple((b - a) / (last_drafts - first_drafts) for a, b in zip(first, last))
     servers, _, _ = read_scrapes(DATA / "sd.scrapes.xz", "sd")
-    (stretch,) = clean(next(iter(servers.values()))).stretches
+    (stretch,) = servers.values()
+    cleaner = StreamCleaner()
+    assert [cleaner.add(point) for point in stretch] == [True] + [False] * (len(stretch) - 1)  # one stretch, whole
     whole = window_run("all", stretch, WindowSettings())
     assert not isinstance(whole, str) and whole.position_rates == expected
 

@@ -75,10 +75,17 @@ def test_a_file_of_several_configurations_needs_a_selection() -> None:
         read_results(DATA)
 
 
-@pytest.mark.parametrize("text", ["gpu=h100", "model", "model=a,model=b"])
+@pytest.mark.parametrize("text", ["gpu.kind=h100", "model", "model=a,model=b"])
 def test_malformed_selections_are_usage_errors(text: str) -> None:
     with pytest.raises(InvalidValueError):
         silicon.Selection.parse([text])
+
+
+def test_a_label_that_is_not_a_silicon_key_is_refused_on_silicon_rows() -> None:
+    """``gpu=h100`` reads as a server label (any Prometheus label name picks a server of a metrics file); on a
+    silicon file it is a usage error that names the keys rows are picked by."""
+    with pytest.raises(InvalidValueError, match="server labels pick a server .*picked by model, system"):
+        read_results(DATA, "auto", silicon.Selection.parse(["gpu=h100"]))
 
 
 def test_a_selection_for_another_format_is_refused() -> None:

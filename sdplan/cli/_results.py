@@ -31,7 +31,7 @@ def results_options(fn: Any) -> Any:
                      help="Rows of one configuration of an AIConfigurator silicon file: model, system, backend, "
                      "version, tp, precision, quant, dp, moe_tp, moe_ep, e.g. "
                      "model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4; or the server of a metrics file with "
-                     "several: model_name, instance, job, pod, namespace, node, service, container, endpoint. "
+                     "several: any label, e.g. model_name=NAME, instance=HOST:PORT, ReplicaId=ID. "
                      "Repeatable."),
         click.option("--window", "window", metavar="DURATION", callback=window_seconds,
                      help="Metrics files: cut the series into windows of this length (5m, 90s). Default: auto, "

@@ -106,8 +106,6 @@ REQUIRED = ("e2e_sum", "e2e_count")
 FAILED_REASONS = ("abort", "error")
 #: Labels summed over within one server (they split its series); every other label names a server.
 SUMMED_LABELS = frozenset({"finished_reason", "engine", "position", "le", "quantile", "__name__"})
-#: Labels ``--select`` may pick a server by (besides the silicon keys of ``sdplan.runs.silicon``).
-SELECT_LABELS = ("model_name", "instance", "job", "pod", "namespace", "node", "service", "container", "endpoint")
 
 #: Prefixes written in place of ``vllm:`` by other exporters, newest first: prometheus_client's OpenMetrics
 #: exposition with its default escaping (``underscores``: what vLLM answers to a plain ``Accept:

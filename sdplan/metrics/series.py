@@ -2,8 +2,8 @@
 
 A source (a scrape file, a ``query_range`` export) yields samples ``(time, sample name, labels, value)``.
 :class:`SeriesBuilder` sums them per server and moment into :class:`Point` records of quantities
-(:mod:`sdplan.metrics.names`); :func:`clean` then drops what cannot be used and cuts the series where
-differences of counters would mean nothing, counting each case for the report:
+(:mod:`sdplan.metrics.names`); :class:`StreamCleaner` then drops, point by point, what cannot be used and
+cuts the series where differences of counters would mean nothing, counting each case for the report:
 
 * a point without E2E latency (a scrape that missed the series), or whose counters are NaN: skipped;
 * a time not after the one before (a clock stepped back, a scrape written twice): skipped;
@@ -15,16 +15,21 @@ Nothing is extrapolated across a cut: a window lies within one stretch.
 
 from __future__ import annotations
 
+import bisect
 import math
 from array import array
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sdplan.metrics import names
 
-#: A stretch ends where the time between two points exceeds this many times the median interval.
+#: A stretch ends where the time between two points exceeds this many times the median interval (:data:`GAP_HISTORY`).
 GAP_FACTOR = 5.0
+#: A gap is judged against the median of this many intervals before it (about 16 minutes of 15-second scrapes: a
+#: few late scrapes do not move it, and a changed scrape interval is followed after 32 intervals, 8 minutes).
+GAP_HISTORY = 63
+RESET_REASON = "counter resets (a restarted server): series cut there"
 #: A counter is taken to have restarted when it falls by more than this fraction (floating noise aside).
 RESET_TOLERANCE = 1e-9
 
@@ -40,9 +45,10 @@ _SLOT = {quantity: index for index, quantity in enumerate(QUANTITIES)}
 class Values(Mapping[str, float]):
     """A point's quantities, read-only, stored as one array of doubles with NaN for a quantity absent.
 
-    A series is held whole until its windows are cut (every point may end a window), so each point's
-    storage is what a long recording's memory grows with: as a dict of its 27 quantities, a float object
-    each, a point of an SD server held 1.8 KiB; as an array of 8 bytes a quantity it holds 0.65 KiB
+    Windows hold their open window's points (:class:`sdplan.metrics.windows.Windows`), and
+    :func:`sdplan.metrics.textfile.read_scrapes` holds a whole series, so each point's storage counts: as a
+    dict of its 27 quantities, a float object each, a point of an SD server held 1.8 KiB; as an array of 8 bytes
+    a quantity it holds 0.65 KiB
     (measured with ``tracemalloc`` on tests/data/prometheus-cpu, tests/test_metrics_series.py). NaN
     can stand for "absent" because a NaN value is dropped before a point is made (:func:`_resolve`).
     """
@@ -140,7 +146,7 @@ class SeriesBuilder:
             self._failed[key] += value
 
     def points(self) -> dict[Identity, list[Point]]:
-        """Each server's points, in the order the source gave their times (not sorted: see :func:`clean`)."""
+        """Each server's points, in the order the source gave their times (not sorted: see :class:`StreamCleaner`)."""
         servers: dict[Identity, list[Point]] = defaultdict(list)
         for (identity, time_s), sums in self._sums.items():
             terms = self._terms.get((identity, time_s))
@@ -181,50 +187,84 @@ def _resolve(sums: dict[str, float]) -> dict[str, float]:
 # ----------------------------------------------------------------------------- cleaning
 
 
-@dataclass(frozen=True)
-class Stretches:
-    """A server's usable stretches of points and what was skipped or cut, counted."""
+class StreamCleaner:
+    """The rules of the module notes applied one point at a time, holding the last point and the recent intervals.
 
-    stretches: tuple[tuple[Point, ...], ...]
-    #: reason -> how many points (or cuts)
-    skipped: dict[str, int]
-    #: Median time between points (s).
-    interval_s: float
+    :meth:`add` tells what a point is: skipped (None), the start of a stretch (True), or the next point of the
+    stretch (False). A stretch may end with one point; it holds no window.
+
+    The gap rule's typical interval is the median of the :data:`GAP_HISTORY` intervals before the point (a gap
+    then joins them, one of many), not the whole series' median, which needs every interval held and so grows with
+    the file (it did until 2026-11-29). For a scraper at a steady interval the two are the same; they differ
+    where the interval changes (the rule follows the new one after :data:`GAP_HISTORY` / 2 intervals) and at a
+    series' first interval, which has none before it and is never a gap.
+    """
+
+    def __init__(self) -> None:
+        #: points skipped by reason (reported before the cuts)
+        self._dropped: Counter[str] = Counter()
+        #: "reset" or "gap" -> cuts, in the order first met
+        self._cuts: Counter[str] = Counter()
+        self._last: Point | None = None
+        self._recent: deque[float] = deque()
+        self._sorted: list[float] = []
+
+    def add(self, point: Point) -> bool | None:
+        """Whether ``point`` starts a stretch (True), continues it (False), or is skipped (None)."""
+        reason = _unusable(point, self._last)
+        if reason is not None:
+            self._dropped[reason] += 1
+            return None
+        last, self._last = self._last, point
+        if last is None:
+            return True
+        interval = point.time_s - last.time_s
+        typical = self.interval_s
+        self._remember(interval)
+        if _restarted(last, point):
+            self._cuts["reset"] += 1
+            return True
+        if typical > 0 and interval > GAP_FACTOR * typical:
+            self._cuts["gap"] += 1
+            return True
+        return False
+
+    @property
+    def interval_s(self) -> float:
+        """Median of the recent intervals (s; the upper one of an even count); 0 before any."""
+        return self._sorted[len(self._sorted) // 2] if self._sorted else 0.0
+
+    def skipped(self) -> dict[str, int]:
+        """Reason -> points skipped or cuts made so far (the gaps named with the recent median interval)."""
+        found = dict(self._dropped)
+        for kind, count in self._cuts.items():
+            found[RESET_REASON if kind == "reset" else gap_reason(self.interval_s)] = count
+        return found
+
+    def _remember(self, interval: float) -> None:
+        self._recent.append(interval)
+        bisect.insort(self._sorted, interval)
+        if len(self._recent) > GAP_HISTORY:
+            del self._sorted[bisect.bisect_left(self._sorted, self._recent.popleft())]
 
 
-def clean(points: list[Point]) -> Stretches:
-    """The stretches of ``points`` that windows can be cut from (see the module notes)."""
-    skipped: Counter[str] = Counter()
-    usable: list[Point] = []
-    for point in points:
-        missing = [names.SHOWN[q] for q in names.REQUIRED if q not in point.values]
-        if missing:
-            skipped[f"scrapes without {missing[0]} (or with NaN in it)"] += 1
-            continue
-        if usable and point.time_s <= usable[-1].time_s:
-            skipped["scrapes whose time is not after the one before (a clock set back, or written twice)"] += 1
-            continue
-        usable.append(point)
-    gaps = sorted(b.time_s - a.time_s for a, b in zip(usable, usable[1:]))
-    interval = gaps[len(gaps) // 2] if gaps else 0.0
-    stretches: list[list[Point]] = []
-    for point in usable:
-        if stretches:
-            last = stretches[-1][-1]
-            if _restarted(last, point):
-                skipped["counter resets (a restarted server): series cut there"] += 1
-            elif interval > 0 and point.time_s - last.time_s > GAP_FACTOR * interval:
-                skipped[f"gaps over {GAP_FACTOR:g}x the {interval:.3g} s interval: series cut there"] += 1
-            else:
-                stretches[-1].append(point)
-                continue
-        stretches.append([point])
-    kept = [_one_finished_counter(s) for s in stretches if len(s) >= 2]
-    return Stretches(tuple(tuple(s) for s in kept), dict(skipped), interval)
+def _unusable(point: Point, last: Point | None) -> str | None:
+    """Why ``point`` is skipped after the usable point ``last``, or None."""
+    missing = [names.SHOWN[q] for q in names.REQUIRED if q not in point.values]
+    if missing:
+        return f"scrapes without {missing[0]} (or with NaN in it)"
+    if last is not None and point.time_s <= last.time_s:
+        return "scrapes whose time is not after the one before (a clock set back, or written twice)"
+    return None
 
 
-def _one_finished_counter(stretch: list[Point]) -> list[Point]:
-    """The stretch, counting finished requests by E2E's count throughout where the success counter comes and goes.
+def gap_reason(interval_s: float) -> str:
+    return f"gaps over {GAP_FACTOR:g}x the {interval_s:.3g} s interval: series cut there"
+
+
+def one_finished_counter(stretch: list[Point]) -> list[Point]:
+    """The points (a window's), counting finished requests by E2E's count throughout where the success counter comes
+    and goes.
 
     :func:`finished_so_far` falls back on the E2E histogram's count at a point without
     ``vllm:request_success_total`` (a series that drops out of a ``query_range`` export for a while); a

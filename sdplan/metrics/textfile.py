@@ -1,4 +1,4 @@
-"""Reading a scrape file (``sdplan scrape``'s output) as a stream, in bounded memory.
+"""Reading a scrape file (``sdplan scrape``'s output) as a stream.
 
 Layout (:mod:`sdplan.metrics.scrape`): scrapes of vLLM's ``/metrics`` in Prometheus' text exposition
 format, each opened by ``# sdplan-scrape time=<unix seconds> ...`` and closed by ``# sdplan-scrape-end``.
@@ -9,11 +9,12 @@ line is optional then; a header closes the scrape before it). A file may be comp
 Only the lines of the series read (:data:`sdplan.metrics.names.SAMPLE_QUANTITY`) are kept, by a
 prefix test on each line, and those are parsed by the maintained parser of the ``prometheus_client``
 package (``text_string_to_metric_families``); the buckets, the ``# HELP``/``# TYPE`` lines and every
-other family are passed over. Memory holds one scrape's kept lines and one :class:`Point` per scrape,
-its quantities packed as doubles (:class:`~sdplan.metrics.series.Values`): about 0.65 KiB a scrape of
-an SD server, measured (1.8 KiB as a dict of floats), so a day of 15-second scrapes of one server,
-5,800, holds about 4 MiB of points whatever the scrapes' size. It grows with the scrapes, not the
-windows: every point may end a window, and the windows are cut once the series is read.
+other family are passed over. The reader holds one scrape's kept lines and yields one :class:`Point` per
+server and scrape (:func:`scrape_points`), its quantities packed as doubles
+(:class:`~sdplan.metrics.series.Values`): about 0.65 KiB a scrape of an SD server, measured (1.8 KiB as a
+dict of floats). What is held then is the consumer's: windows are cut as the points arrive and hold the
+open window's points (:class:`sdplan.metrics.windows.Windows`), whatever the file's length;
+:func:`read_scrapes` holds them all (about 3 MiB for a day of 15-second scrapes of one server).
 
 What else the text may be, as exporters write it, read by the same parser:
 
@@ -40,6 +41,7 @@ import lzma
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -110,8 +112,39 @@ def is_scrape_text(head: str) -> bool:
             or head.startswith('{__name__="'))  # a promtool tsdb dump: vllm: sorts after go_, process_, up
 
 
+@dataclass
+class ReadCounts:
+    """What a scrape file's reading counted, complete once :func:`scrape_points` is exhausted."""
+
+    #: reason -> scrapes (or samples, lines) skipped
+    skipped: Counter[str] = field(default_factory=Counter)
+    #: Scrapes read (a header's scrape, or a moment of stamped samples).
+    scrapes: int = 0
+
+
 def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], Counter[str], int]:
     """Each server's points in a scrape file, the scrapes skipped by reason, and the scrapes read.
+
+    Holds every point, to look at a series whole; :func:`scrape_points` streams them.
+
+    Raises
+    ------
+    InputFileError, MissingDependencyError
+        As :func:`scrape_points`.
+    """
+    counts = ReadCounts()
+    servers: dict[Identity, list[Point]] = {}
+    for identity, point in scrape_points(path, where, counts):
+        servers.setdefault(identity, []).append(point)
+    return servers, counts.skipped, counts.scrapes
+
+
+def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[Identity, Point]]:
+    """Each server's points of a scrape file as they are read, in the file's order; ``counts`` filled on the way.
+
+    A scrape's points are yielded as soon as its end is read, so a consumer that keeps only what it needs holds
+    memory bounded by that. Stamped samples outside any header are yielded last, each server's sorted by time
+    (such a dump is sorted by series, so they are held until the file ends).
 
     Raises
     ------
@@ -129,9 +162,8 @@ def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], C
                                      "pip install prometheus_client") from None
     builder = SeriesBuilder()
     stamped = SeriesBuilder()  # samples outside any header, each at its own timestamp
-    servers: dict[Identity, list[Point]] = {}
-    skipped: Counter[str] = Counter()
-    scrapes = headers = 0
+    skipped = counts.skipped
+    headers = 0
     loose = False
     try:
         with open_text(path) as stream:
@@ -144,15 +176,16 @@ def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], C
                 if not closed:
                     skipped["scrapes cut short (no end line: the recording was stopped mid-write)"] += 1
                     continue
-                scrapes += 1
+                counts.scrapes += 1
                 try:
                     for family in text_string_to_metric_families("".join(kept)):
                         for sample in family.samples:
                             builder.add(time_s, sample.name, sample.labels, float(sample.value))
                 except (ValueError, TypeError, IndexError):
                     skipped[f"scrapes with a malformed line (the first at line {line_number})"] += 1
-                for identity, found in builder.points().items():  # one point per scrape is all that is kept
-                    servers.setdefault(identity, []).extend(found)
+                for identity, found in builder.points().items():  # one point per server and scrape
+                    for point in found:
+                        yield identity, point
                 builder.clear()
     except (EOFError, lzma.LZMAError, OSError) as error:
         raise InputFileError(where, None, f"compressed stream broken ({error}); recompress or decompress it") \
@@ -163,11 +196,12 @@ def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], C
         hint = "a single scrape has no time" if loose else "no '# sdplan-scrape time=...' line"
         raise InputFileError(where, None, f"{hint}; record a series with 'sdplan scrape URL -o FILE', or put "
                                           "'# sdplan-scrape time=<unix seconds>' before each scrape")
-    for identity, found in found_stamped.items():
-        servers.setdefault(identity, []).extend(sorted(found, key=lambda point: point.time_s))
+    counts.scrapes += len(moments)
     for name, count in (builder.non_finite + stamped.non_finite).items():
         skipped[f"samples of {name} that were NaN or infinite (their scrapes skip the quantity)"] += count
-    return servers, skipped, scrapes + len(moments)
+    for identity, found in found_stamped.items():
+        for point in sorted(found, key=lambda point: point.time_s):
+            yield identity, point
 
 
 def _add_stamped(builder: SeriesBuilder, lines: list[str], skipped: Counter[str],

@@ -15,9 +15,13 @@ How windows are cut:
   counted whole, so its mean latency is exact. Its arrival rate is ``(A - 1)/span``, ``A`` arrivals over
   the span between the middles of the first and the last interval with arrivals (each arrival's time is
   known to an interval; the middle is unbiased). A stretch longer than :data:`AUTO_LONGEST_S` (a server
-  that never idles) is cut into equal windows of about :data:`AUTO_PIECE_S`.
+  that never idles) is cut into equal windows of about :data:`AUTO_PIECE_S`; one busy for
+  :data:`AUTO_HOLD_S` is ended there first (:class:`AutoWindows`).
 * a fixed length (``--window 5m``): consecutive windows of that length; the rate is arrivals over the
   length, and the requests at its edges are split between windows as they finished.
+
+Both are cut as the source is read (:class:`FixedWindows`, :class:`AutoWindows`), holding the open window's
+points (``auto``: the open busy spell's, at most :data:`AUTO_HOLD_S` of them), not the file's.
 
 Each window then goes through the same steady-state screen as a benchmark run
 (:func:`sdplan.runs.screen.screen`): its completions per second against its arrivals find a server that
@@ -29,16 +33,26 @@ in flight kept growing (:data:`QUEUE_GROWTH` : not a steady state).
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import math
+from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from sdplan.errors import InputFileError
 from sdplan.inputs.acceptance import alpha_from_mean_length
 from sdplan.metrics import names
 from sdplan.metrics.changes import rate_changes
-from sdplan.metrics.series import Identity, Point, Stretches, arrivals, clean, finished_so_far, in_flight
+from sdplan.metrics.series import (
+    Identity,
+    Point,
+    StreamCleaner,
+    arrivals,
+    finished_so_far,
+    in_flight,
+    one_finished_counter,
+)
 from sdplan.runs.record import BenchmarkRun
 
 #: Fewest completions a window needs: the mean latency of fewer is mostly noise.
@@ -50,10 +64,17 @@ IDLE_SPLIT_S = 5.0
 #: In ``auto``, a busy stretch longer than this (s) is cut into pieces of about :data:`AUTO_PIECE_S`.
 AUTO_LONGEST_S = 600.0
 AUTO_PIECE_S = 300.0
+#: In ``auto``, a busy spell is held for at most this long (s), then ended as if a lull came: it bounds the memory
+#: of a server that never idles (an hour of 15-second scrapes is 240 points, 0.12 MiB) and is a multiple of
+#: :data:`AUTO_PIECE_S`, so such a server's windows are still pieces of about 5 minutes.
+AUTO_HOLD_S = 3600.0
 #: A window whose mean in flight over the second half of its arrivals exceeds ``a x first half + b`` grew a
 #: queue: past what the server sustains. ``b`` keeps light loads (a few requests in flight, Poisson noise)
 #: from tripping it; a run past saturation roughly triples its in-flight count from one half to the next.
 QUEUE_GROWTH = (1.5, 2.0)
+#: The most labels a suggested ``--select`` combines before it names all of a server's own (the combinations to
+#: try grow as 2^labels).
+SELECTOR_MOST = 3
 
 
 @dataclass(frozen=True)
@@ -83,97 +104,87 @@ class SeriesRuns:
                 f"left out or skipped: {parts}")
 
 
-def select_server(where: str, servers: dict[Identity, list[Point]],
-                  labels: tuple[tuple[str, str], ...]) -> tuple[Identity, list[Point]]:
-    """The one server ``labels`` (``--select model_name=...,instance=...``) picks, or the only one.
+def matches(identity: Identity, labels: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a server has every label of a selection, each with its value (exact)."""
+    own = dict(identity)
+    return all(own.get(key) == value for key, value in labels)
+
+
+def pick_server(where: str, servers: Collection[Identity], labels: tuple[tuple[str, str], ...]) -> Identity:
+    """The one server of ``servers`` that ``labels`` (``--select model_name=...,ReplicaId=...``) picks, or the only one.
+
+    Any label may pick (``--select`` takes every Prometheus label name): a file of several servers is told which
+    labels tell them apart and a ``--select`` that picks one of them (:func:`_selector`).
 
     Raises
     ------
     InputFileError
         If the source has no vLLM series, or the selection matches none or several servers (the message
-        lists them and the ``--select`` that picks one).
+        lists them, the labels that differ and the ``--select`` that picks one).
     """
     if not servers:
         raise InputFileError(where, None, f"no vLLM series ({names.SHOWN['e2e_sum']} and the others); is this "
                                           "a scrape of vLLM's /metrics?")
-    chosen = [identity for identity in servers
-              if all(dict(identity).get(key) == value for key, value in labels)]
+    summed = [key for key, _ in labels if key in names.SUMMED_LABELS]
+    if summed:  # an engine of a data-parallel server is not a server the planner answers for
+        raise InputFileError(where, None, f"--select {summed[0]}=...: {summed[0]} splits one server's series, "
+                                          "which are summed over it; pick a server by a label that names one "
+                                          "(model_name, instance, ...)")
+    chosen = [identity for identity in servers if matches(identity, labels)]
     if len(chosen) == 1:
-        return chosen[0], servers[chosen[0]]
+        return chosen[0]
     listed = "; ".join(",".join(f"{k}={v}" for k, v in identity) or "(no labels)" for identity in
                        sorted(servers)[:4]) + (f"; and {len(servers) - 4} more" if len(servers) > 4 else "")
     if not chosen:
         asked = ",".join(f"{k}={v}" for k, v in labels)
         raise InputFileError(where, None, f"--select {asked} matches none of its servers ({listed})")
-    differing = [(k, v) for k, v in sorted(chosen)[0] if any(dict(o).get(k) != v for o in chosen)]
-    example = next((f"{k}={v}" for k, v in differing if k in names.SELECT_LABELS), None)
-    if example is None and differing:  # the servers differ only in labels that --select does not take
-        raise InputFileError(where, None, f"holds {len(chosen)} servers ({listed}), told apart by the label "
-                                          f"{differing[0][0]}, which --select cannot pick (it picks by "
-                                          f"{', '.join(names.SELECT_LABELS)}); export one server's series")
-    raise InputFileError(where, None, f"holds {len(chosen)} servers ({listed}); pick one with --select "
-                                      f"{example or 'instance=HOST:PORT'}")
+    differing = sorted({key for identity in chosen for key, _ in identity
+                        if len({dict(other).get(key) for other in chosen}) > 1})
+    raise InputFileError(where, None, f"holds {len(chosen)} servers ({listed}), told apart by the label"
+                                      f"{'s' if len(differing) > 1 else ''} {', '.join(differing)}; pick one with "
+                                      f"--select {_selector(chosen, labels)}")
 
 
-def series_runs(where: str, name: str, points: list[Point], settings: WindowSettings,
-                skipped: Counter[str] | None = None, scrapes: int | None = None,
-                server: Identity = ()) -> SeriesRuns:
-    """The windows of one server's points as runs (see the module notes), named ``name#w<i>[hh:mm:ss-...]``."""
-    counts: Counter[str] = Counter(skipped or {})
-    cleaned: Stretches = clean(points)
-    counts.update(cleaned.skipped)
-    runs: list[BenchmarkRun] = []
-    windows = 0
-    for stretch in cleaned.stretches:
-        for first, last in cut(stretch, settings):
-            windows += 1
-            found = window_run(f"{name}#w{windows}", stretch[first:last + 1], settings)
-            if isinstance(found, str):
-                counts[found] += 1
-            else:
-                runs.append(found)
-    if not runs and not windows:
-        raise InputFileError(where, None, f"no window to read: {len(points)} scrapes"
-                             + (f" ({', '.join(f'{c} {r}' for r, c in counts.items())})" if counts else "")
-                             + "; record at least two scrapes while requests are served")
-    return SeriesRuns(tuple(runs), windows, scrapes if scrapes is not None else len(points), dict(counts), server)
+def _selector(chosen: list[Identity], labels: tuple[tuple[str, str], ...]) -> str:
+    """A ``--select`` that picks exactly one of ``chosen`` (each matching ``labels``): ``labels`` and the fewest
+    of one server's own labels that no other of them shares, the first server (sorted) that has such. Combinations
+    of up to :data:`SELECTOR_MOST` labels are tried, then all of the server's own.
+
+    A server whose labels another one also has (with more besides) cannot be picked by labels alone; a server with
+    the most labels always can, by all of its own.
+    """
+    for identity in sorted(chosen):
+        others = [other for other in chosen if other != identity]
+        own = [(key, value) for key, value in identity if (key, value) not in labels]
+        tries = [extra for size in range(1, min(len(own), SELECTOR_MOST) + 1)
+                 for extra in itertools.combinations(own, size)] + [tuple(own)]
+        for extra in tries:
+            if not any(matches(other, extra) for other in others):
+                return ",".join(f"{k}={v}" for k, v in (*labels, *extra))
+    return ",".join(f"{k}={v}" for k, v in labels)  # not reached: a server with the most labels is picked by them
 
 
 # ----------------------------------------------------------------------------- cutting
 
 
-def cut(stretch: Sequence[Point], settings: WindowSettings) -> list[tuple[int, int]]:
-    """Windows of a stretch as ``(first, last)`` point indices (sharing ends: nothing falls between)."""
-    if settings.length_s is not None:
-        return _fixed(stretch, settings.length_s)
-    busy = [False] + [after.values["e2e_count"] > before.values["e2e_count"]
-                      or finished_so_far(after) > finished_so_far(before)
-                      or bool(in_flight(before)) or bool(in_flight(after))
-                      for before, after in zip(stretch, stretch[1:])]
-    gaps = sorted(b.time_s - a.time_s for a, b in zip(stretch, stretch[1:]))
-    idle_needed = max(IDLE_SPLIT_S, 3 * gaps[len(gaps) // 2]) if gaps else IDLE_SPLIT_S
-    windows: list[tuple[int, int]] = []
-    start: int | None = None
-    last_busy = 0
-    for i in range(1, len(stretch)):
-        if busy[i]:
-            if start is None:
-                start = i - 1
-            elif stretch[i - 1].time_s - stretch[last_busy].time_s >= idle_needed:  # a long enough lull: split
-                windows.append((start, last_busy))
-                start = i - 1
-            last_busy = i
-    if start is not None:
-        windows.append((start, last_busy))
-    windows = [piece for first, last in windows for piece in rate_changes(stretch, first, last)]
+def _busy(before: Point, after: Point) -> bool:
+    """Whether the interval between two points served requests: some finished, or some were in flight."""
+    return (after.values["e2e_count"] > before.values["e2e_count"] or finished_so_far(after) > finished_so_far(before)
+            or bool(in_flight(before)) or bool(in_flight(after)))
+
+
+def _pieces(spell: Sequence[Point]) -> list[tuple[int, int]]:
+    """An ``auto`` busy spell's windows as ``(first, last)`` indices: cut where its arrival rate changes
+    (:func:`~sdplan.metrics.changes.rate_changes`), and a piece longer than :data:`AUTO_LONGEST_S` into equal
+    ones of about :data:`AUTO_PIECE_S`."""
     pieces = []
-    for first, last in windows:
-        span = stretch[last].time_s - stretch[first].time_s
+    for first, last in rate_changes(spell, 0, len(spell) - 1):
+        span = spell[last].time_s - spell[first].time_s
         if span <= AUTO_LONGEST_S:
             pieces.append((first, last))
             continue
         count = max(2, round(span / AUTO_PIECE_S))
-        bounds = _fixed(stretch[first:last + 1], span / count)
+        bounds = _fixed(spell[first:last + 1], span / count)
         pieces += [(first + a, first + b) for a, b in bounds]
     return pieces
 
@@ -413,13 +424,194 @@ def _unrecorded_speculation(first: Point, last: Point) -> str | None:
     return None
 
 
-# ----------------------------------------------------------------------------- a source's runs
+# ----------------------------------------------------------------------------- a source's runs, streamed
 
 
 def runs_of(where: str, name: str, servers: dict[Identity, list[Point]], skipped: Counter[str], scrapes: int,
             labels: tuple[tuple[str, str], ...], settings: WindowSettings) -> tuple[list[BenchmarkRun], list[str]]:
     """The runs of one source's selected server, and its one-line summary of what was left out."""
-    identity, points = select_server(where, servers, labels)
-    result = series_runs(where, name, points, settings, skipped, scrapes, identity)
+    stream = ((identity, point) for identity, points in servers.items() for point in points)
+    return streamed_runs(where, name, stream, lambda: (skipped, scrapes), labels, settings)
+
+
+def streamed_runs(where: str, name: str, stream: Iterable[tuple[Identity, Point]],
+                  read: Callable[[], tuple[Counter[str], int]], labels: tuple[tuple[str, str], ...],
+                  settings: WindowSettings) -> tuple[list[BenchmarkRun], list[str]]:
+    """The windows of the selected server as runs, cut as ``stream`` is read, and the summary of what was left out.
+
+    Each server that ``labels`` may pick is cut on its own (:class:`FixedWindows`, :class:`AutoWindows`); the
+    others are only named. ``read()`` gives the reader's skipped scrapes and scrapes read once the stream is
+    exhausted; then the server is picked (:func:`pick_server`).
+
+    Raises
+    ------
+    InputFileError
+        As :func:`pick_server`, or with no window to read.
+    """
+    cutting: dict[Identity, Windows] = {}
+    passed: set[Identity] = set()
+    for identity, point in stream:
+        windows = cutting.get(identity)
+        if windows is None:
+            if identity in passed:
+                continue
+            if not matches(identity, labels):
+                passed.add(identity)
+                continue
+            windows = cutting[identity] = (AutoWindows(name, settings) if settings.length_s is None
+                                           else FixedWindows(name, settings))
+        windows.add(point)
+    skipped, scrapes = read()
+    identity = pick_server(where, [*cutting, *passed], labels)
+    result = cutting[identity].finish(where, skipped, scrapes, identity)
     summary = result.summary(where)
     return list(result.runs), [summary] if summary else []
+
+
+class Windows(ABC):
+    """One server's windows, cut as its points arrive (:meth:`add`), named ``name#w<i>[hh:mm:ss-...]``.
+
+    The points go through :class:`~sdplan.metrics.series.StreamCleaner` (skipped points, stretches cut at
+    resets and gaps); a subclass holds what its windows still need. A window's finished requests are counted by
+    one counter (:func:`~sdplan.metrics.series.one_finished_counter`).
+    """
+
+    def __init__(self, name: str, settings: WindowSettings) -> None:
+        self.name, self.settings = name, settings
+        self.cleaner = StreamCleaner()
+        self.points = 0
+        self.windows = 0
+        self.runs: list[BenchmarkRun] = []
+        self.reasons: Counter[str] = Counter()
+
+    def add(self, point: Point) -> None:
+        """The server's next point, in the source's order."""
+        self.points += 1
+        starts = self.cleaner.add(point)
+        if starts is not None:
+            self._next(point, starts)
+
+    def finish(self, where: str, skipped: Counter[str], scrapes: int, server: Identity) -> SeriesRuns:
+        """The server's windows as runs, once its last point is read.
+
+        Raises
+        ------
+        InputFileError
+            With no window at all: the scrapes and what was skipped, and what to record.
+        """
+        self._end_stretch()
+        counts: Counter[str] = Counter(skipped)
+        counts.update(self.cleaner.skipped())
+        counts.update(self.reasons)
+        if not self.runs and not self.windows:
+            raise InputFileError(where, None, f"no window to read: {self.points} scrapes"
+                                 + (f" ({', '.join(f'{c} {r}' for r, c in counts.items())})" if counts else "")
+                                 + "; record at least two scrapes while requests are served")
+        return SeriesRuns(tuple(self.runs), self.windows, scrapes, dict(counts), server)
+
+    @property
+    @abstractmethod
+    def held(self) -> int:
+        """Points held now for the windows still open."""
+
+    @abstractmethod
+    def _next(self, point: Point, starts: bool) -> None:
+        """A usable point: the start of a stretch (``starts``) or the next point of the open one."""
+
+    @abstractmethod
+    def _end_stretch(self) -> None:
+        """The open windows cut, at the end of a stretch or of the stream."""
+
+    def _window(self, points: Sequence[Point]) -> None:
+        self.windows += 1
+        found = window_run(f"{self.name}#w{self.windows}", one_finished_counter(list(points)), self.settings)
+        if isinstance(found, str):
+            self.reasons[found] += 1
+        else:
+            self.runs.append(found)
+
+
+class FixedWindows(Windows):
+    """Fixed-length windows (:func:`_fixed`), holding the open window's points and nothing older.
+
+    A window is cut when its end is read (a point at or past ``length_s`` times the windows so far after the
+    stretch's first point), and a stretch's last piece of at least half a window when the stretch ends (a reset,
+    a gap) or the stream does. Memory holds one window's points whatever the length of the file.
+    """
+
+    def __init__(self, name: str, settings: WindowSettings) -> None:
+        super().__init__(name, settings)
+        assert settings.length_s is not None
+        self.length_s = settings.length_s
+        self._open: list[Point] = []
+        self._origin = 0.0
+        self._cut = 0  # windows cut in this stretch
+
+    @property
+    def held(self) -> int:
+        return len(self._open)
+
+    def _next(self, point: Point, starts: bool) -> None:
+        if starts:
+            self._end_stretch()
+            self._open, self._origin, self._cut = [point], point.time_s, 0
+            return
+        self._open.append(point)
+        if point.time_s - self._origin >= self.length_s * (self._cut + 1) - 1e-9:
+            self._window(self._open)
+            self._cut += 1
+            self._open = [point]
+
+    def _end_stretch(self) -> None:
+        """The stretch's last piece, if it spans half a window (as :func:`_fixed`)."""
+        if len(self._open) >= 2 and self._open[-1].time_s - self._open[0].time_s >= 0.5 * self.length_s:
+            self._window(self._open)
+        self._open = []
+
+
+class AutoWindows(Windows):
+    """``auto`` windows: busy spells between lulls, each cut where its arrival rate changes (:func:`_pieces`).
+
+    A spell starts at the point before an interval that served requests (:func:`_busy`) and ends at its last
+    such interval's point, once the server has stayed idle for :data:`IDLE_SPLIT_S` or three typical intervals,
+    whichever is longer (the typical interval is :class:`~sdplan.metrics.series.StreamCleaner`'s recent
+    median), or once the stretch ends. Memory holds the open spell's points, and the last point while idle. A
+    spell busy for :data:`AUTO_HOLD_S` is ended there as if a lull came (the next starts at its last point), so
+    a server that never idles holds at most that long a spell, not the whole file.
+    """
+
+    def __init__(self, name: str, settings: WindowSettings) -> None:
+        super().__init__(name, settings)
+        self._held: list[Point] = []  # the open spell's points from its first, or the last point while idle
+        self._last_busy: int | None = None  # index in _held of the spell's last busy point; None: idle
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def _next(self, point: Point, starts: bool) -> None:
+        if starts:
+            self._end_stretch()
+            self._held = [point]
+            return
+        busy = _busy(self._held[-1], point)
+        self._held.append(point)
+        if busy:
+            if self._last_busy is None:  # a spell starts at the point before its first busy interval
+                del self._held[:-2]
+            self._last_busy = len(self._held) - 1
+            if point.time_s - self._held[0].time_s >= AUTO_HOLD_S:
+                self._end_stretch()
+        elif self._last_busy is None:
+            self._held = [point]
+        elif point.time_s - self._held[self._last_busy].time_s >= max(IDLE_SPLIT_S, 3 * self.cleaner.interval_s):
+            self._end_stretch()  # a long enough lull: any later busy interval starts a new spell
+
+    def _end_stretch(self) -> None:
+        """The open spell's windows; then only the last point is held."""
+        if self._last_busy is not None:
+            spell = one_finished_counter(self._held[:self._last_busy + 1])  # rate changes difference it too
+            for first, last in _pieces(spell):
+                self._window(spell[first:last + 1])
+        self._held = self._held[-1:]
+        self._last_busy = None

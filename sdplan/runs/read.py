@@ -148,7 +148,8 @@ def read_results(path: Path, input_format: str = "auto", selection: silicon.Sele
         None)
     if selection and selection.labels and text_reader is not None:
         raise InvalidValueError(f"--select {selection.describe()}: server labels pick a server of a Prometheus "
-                                f"metrics file; {name} is not one")
+                                f"metrics file; {name} is not one (rows of a silicon file are picked by "
+                                f"{', '.join(silicon.KEYS)})")
     if selection and (text_reader is None or not text_reader.selects):
         raise InvalidValueError(f"--select {selection.describe()}: picks rows of AIConfigurator silicon files "
                                 f"(--input-format {silicon.NAME}); {name} is not one")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,9 @@ INSTALL_LINE = "pip install 'aiconfigurator-core==0.12.0'"
 KEYS = {"model": "model_path", "system": "system", "backend": "backend", "version": "backend_version",
         "tp": "tp_size", "precision": "precision", "quant": "gemm_quant_mode", "dp": "attention_dp_size",
         "moe_tp": "moe_tp_size", "moe_ep": "moe_ep_size"}
+#: A Prometheus label name (the data model's ``[a-zA-Z_][a-zA-Z0-9_]*``): any of them picks a server of a metrics
+#: file with ``--select``, except the silicon keys above.
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 #: What a blank cell reads as.
 UNRECORDED = "unrecorded"
 
@@ -103,44 +107,46 @@ class Selection:
     """``key=value`` filters on a silicon file's rows (:data:`KEYS`); empty keeps every row."""
 
     filters: tuple[tuple[str, str], ...] = ()
-    #: Server labels (:data:`sdplan.metrics.names.SELECT_LABELS`) that pick a server of a metrics file.
+    #: Labels that pick a server of a metrics file: any Prometheus label name but the silicon keys, as given.
     labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, texts: tuple[str, ...] | list[str]) -> Selection:
         """``("model=Qwen3-32B,tp=4", "system=h100_sxm")`` -> a selection (a key given twice is an error).
 
+        A key is a silicon key (:data:`KEYS`, any case, ``-`` for ``_``) or else a Prometheus label name
+        (:data:`LABEL_NAME`, case kept; ``-``, which no label name has, read as ``_``).
+
         Raises
         ------
         InvalidValueError
-            On a malformed item or an unknown key (exit 2).
+            On a malformed item, or a key that is neither (exit 2).
         """
-        from sdplan.metrics.names import SELECT_LABELS
-
         filters: dict[str, str] = {}
         labels: dict[str, str] = {}
         for text in texts:
             for item in text.split(","):
                 if not item.strip():
                     continue
-                key, eq, value = item.partition("=")
-                key, value = key.strip().lower().replace("-", "_"), value.strip()
+                written, eq, value = item.partition("=")
+                written, value = written.strip().replace("-", "_"), value.strip()
                 if not eq or not value:
                     raise InvalidValueError(f"--select {item.strip()!r}: expected KEY=VALUE, e.g. model=Qwen3-32B")
-                if key in SELECT_LABELS:
-                    if key in labels and labels[key] != value:
-                        raise InvalidValueError(f"--select: {key} given twice ({labels[key]}, {value}); give one")
-                    labels[key] = value
+                key = written.lower()
+                if key not in KEYS and LABEL_NAME.fullmatch(written):
+                    if written in labels and labels[written] != value:
+                        raise InvalidValueError(f"--select: {written} given twice ({labels[written]}, {value}); "
+                                                "give one")
+                    labels[written] = value
                     continue
                 if key not in KEYS:
-                    raise InvalidValueError(f"--select {item.strip()!r}: unknown key {key!r}; one of "
-                                            f"{', '.join(KEYS)} (silicon rows) or {', '.join(SELECT_LABELS)} "
-                                            "(servers in metrics)")
+                    raise InvalidValueError(f"--select {item.strip()!r}: {written!r} is neither a silicon key "
+                                            f"({', '.join(KEYS)}) nor a Prometheus label name (letters, digits "
+                                            "and _, not first a digit)")
                 if key in filters and filters[key] != value:
                     raise InvalidValueError(f"--select: {key} given twice ({filters[key]}, {value}); give one")
                 filters[key] = value
-        return cls(tuple((key, filters[key]) for key in KEYS if key in filters),
-                   tuple((key, labels[key]) for key in SELECT_LABELS if key in labels))
+        return cls(tuple((key, filters[key]) for key in KEYS if key in filters), tuple(labels.items()))
 
     def __bool__(self) -> bool:
         return bool(self.filters or self.labels)
