@@ -67,23 +67,28 @@ from typing import Any
 SERVER_SCRAPES = ".metrics.scrapes"
 
 
+def one_run(path: Path) -> Any:
+    """The one run a result file or a two-scrape file holds (a :class:`sdplan.runs.BenchmarkRun`), or None: the
+    file absent or unreadable, or no single window in it."""
+    from sdplan.errors import SdplanError
+    from sdplan.runs import read_results
+
+    if not path.is_file():
+        return None
+    try:
+        runs, _ = read_results(path)
+    except SdplanError:
+        return None
+    return runs[0] if len(runs) == 1 else None
+
+
 def server_means(path: Path) -> dict[str, float | None]:
     """The server's own mean E2E and TTFT over a run, from its histograms' sums and counts in the two scrapes
     taken before and after it (``sdplan fit``'s metrics reader, one window): what the server saw, without the
     client's HTTP, detokenisation and streaming, and without the delays of a client short of CPU. Empty when
     the file is absent or yields no window."""
-    from sdplan.errors import SdplanError
-    from sdplan.runs import read_results
-
-    if not path.is_file():
-        return {}
-    try:
-        runs, _ = read_results(path)
-    except SdplanError:
-        return {}
-    if len(runs) != 1:
-        return {}
-    return {"server_e2e_s": runs[0].mean_e2e_latency_s, "server_ttft_s": runs[0].mean_ttft_s}
+    run = one_run(path)
+    return {} if run is None else {"server_e2e_s": run.mean_e2e_latency_s, "server_ttft_s": run.mean_ttft_s}
 
 
 def arguments() -> argparse.Namespace:

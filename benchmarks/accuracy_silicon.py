@@ -565,10 +565,11 @@ def main(argv: list[str] | None = None) -> int:
                 peak_shares.append(f"{label(configuration)} {100 * max(peak for peak, _ in shares):.0f}%")
             # rows that did not run as labelled are neither anchored to nor scored (kept unless --keep-unlabelled)
             unlabelled = [] if shares is None or args.keep_unlabelled else \
-                [run for run, (_, share) in zip(kept, shares) if share > UNLABELLED_SHARE]
-            labelled = [run for run in kept if run not in unlabelled]
-            labelled_train = [run for run in train if run not in unlabelled]
-            labelled_held = [run for run in held if run not in unlabelled]
+                [(run, share) for run, share in zip(kept, shares) if share[1] > UNLABELLED_SHARE]
+            screened = [run for run, _ in unlabelled]
+            labelled = [run for run in kept if run not in screened]
+            labelled_train = [run for run in train if run not in screened]
+            labelled_held = [run for run in held if run not in screened]
             only, anchored, database = derived_predictors(configuration, labelled, labelled_train)
             if only is None:
                 not_derived.append(f"{label(configuration)} ({database})")
@@ -578,9 +579,8 @@ def main(argv: list[str] | None = None) -> int:
                 waves = None if args.waves == "none" else derived_waves(only, 0, args.rounds, fixed)
                 if waves is not None and args.waves == "opening":
                     waves = replace(waves, scheduling=prefill_scheduling("vllm", ""))
-                for run in unlabelled:
+                for run, share in unlabelled:
                     error = errors_of(only.coefficients_at, [run], only.moe_at, cap, waves)
-                    share = shares[kept.index(run)] if shares is not None else (math.nan, math.nan)
                     unlabelled_rows.append(
                         f"{label(configuration)} {run.prompt_tokens:.0f}/{run.output_tokens:.0f} at "
                         f"{run.concurrency:.0f} clients: {100 * share[1]:.0f}% ({100 * share[0]:.0f}% at peak), "

@@ -24,30 +24,16 @@ import math
 import statistics
 from pathlib import Path
 
-from sdplan.errors import SdplanError
+from accuracy_served import SERVER_SCRAPES, one_run  # the benchmark that writes the files, beside this script
+
 from sdplan.fitting.fit import fit_pooled
 from sdplan.fitting.validation import predict_run
-from sdplan.runs import read_results
-
-#: The file of a run's two scrapes, beside its result file (accuracy_served.SERVER_SCRAPES).
-SCRAPES = ".metrics.scrapes"
-
-
-def one_run(path: Path):
-    """The one run a result file or a two-scrape file holds, or None (absent, unreadable, or screened out)."""
-    if not path.is_file():
-        return None
-    try:
-        runs, _ = read_results(path)
-    except SdplanError:
-        return None
-    return runs[0] if len(runs) == 1 else None
 
 
 def errors(folder: Path, server: bool, fitted: str) -> dict[str, list[float]] | None:
     """Per workload (``w0``, ``w1``, ...), the E2E errors (%) of the Poisson runs from a fit of the closed loops
     ``k*-{fitted}-peak-c*``."""
-    suffix = SCRAPES if server else ".json"
+    suffix = SERVER_SCRAPES if server else ".json"
     closed = [run for path in sorted(folder.glob(f"k*-{fitted}-peak-c*{suffix}")) for run in [one_run(path)] if run]
     if len(closed) < 4:
         return None

@@ -292,16 +292,16 @@ def _server_side(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     served = [r for r in runs if r.get("server_e2e_s") is not None]
     if not served:
         return {}
+    timed = [r for r in served if r.get("server_ttft_s") is not None]
     e2e = _errors(served, "server_e2e_s", "predicted_e2e_s")
-    ttft = _errors([r for r in served if r.get("server_ttft_s") is not None], "server_ttft_s", "predicted_ttft_s")
+    ttft = _errors(timed, "server_ttft_s", "predicted_ttft_s")
     return {"server_runs": len(served),
             "server_e2e_mape_pct": mean_or_none(abs(e) for e in e2e), "server_e2e_bias_pct": mean_or_none(e2e),
             "server_e2e_negative_share": _negative_share(e2e),
             "server_ttft_mape_pct": mean_or_none(abs(e) for e in ttft), "server_ttft_bias_pct": mean_or_none(ttft),
             # the client's mean over the server's, less 1: HTTP, detokenisation, streaming and a client short of CPU
             "client_over_server_e2e_pct": mean_or_none(_errors(served, "server_e2e_s", "e2e_s")),
-            "client_over_server_ttft_pct": mean_or_none(
-                _errors([r for r in served if r.get("server_ttft_s") is not None], "server_ttft_s", "ttft_s"))}
+            "client_over_server_ttft_pct": mean_or_none(_errors(timed, "server_ttft_s", "ttft_s"))}
 
 
 def _coverage(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

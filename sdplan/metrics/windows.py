@@ -195,12 +195,24 @@ def _fixed(stretch: Sequence[Point], length_s: float) -> list[tuple[int, int]]:
     first = 0
     origin = stretch[0].time_s
     for i in range(1, len(stretch)):
-        if stretch[i].time_s - origin >= length_s * (len(windows) + 1) - 1e-9:
+        if _window_ends(origin, stretch[i], length_s, len(windows)):
             windows.append((first, i))
             first = i
-    if first < len(stretch) - 1 and stretch[-1].time_s - stretch[first].time_s >= 0.5 * length_s:
-        windows.append((first, len(stretch) - 1))  # a last piece of at least half a window
+    if _last_piece_kept(stretch[first:], length_s):
+        windows.append((first, len(stretch) - 1))
     return windows
+
+
+def _window_ends(origin_s: float, point: Point, length_s: float, cut: int) -> bool:
+    """Whether ``point`` ends the next fixed window of a stretch that began at ``origin_s`` with ``cut`` windows
+    cut: it is the first point at or past ``origin_s + (cut + 1) length_s``, so windows do not drift."""
+    return point.time_s - origin_s >= length_s * (cut + 1) - 1e-9
+
+
+def _last_piece_kept(piece: Sequence[Point], length_s: float) -> bool:
+    """Whether a stretch's last piece after its fixed windows is a window too: two points at least half a window
+    apart."""
+    return len(piece) >= 2 and piece[-1].time_s - piece[0].time_s >= 0.5 * length_s
 
 
 # ----------------------------------------------------------------------------- one window
@@ -557,14 +569,14 @@ class FixedWindows(Windows):
             self._open, self._origin, self._cut = [point], point.time_s, 0
             return
         self._open.append(point)
-        if point.time_s - self._origin >= self.length_s * (self._cut + 1) - 1e-9:
+        if _window_ends(self._origin, point, self.length_s, self._cut):
             self._window(self._open)
             self._cut += 1
             self._open = [point]
 
     def _end_stretch(self) -> None:
-        """The stretch's last piece, if it spans half a window (as :func:`_fixed`)."""
-        if len(self._open) >= 2 and self._open[-1].time_s - self._open[0].time_s >= 0.5 * self.length_s:
+        """The stretch's last piece, if it is a window (:func:`_last_piece_kept`)."""
+        if _last_piece_kept(self._open, self.length_s):
             self._window(self._open)
         self._open = []
 
