@@ -391,6 +391,24 @@ def test_results_without_series_are_refused(tmp_path: Path, kind: str) -> None:
     assert "\n" not in str(caught.value)
 
 
+def test_fit_selects_a_ray_replica_through_the_cli(sdplan, tmp_path: Path) -> None:
+    """``sdplan fit FILE --select ReplicaId=b``: two Ray Serve replicas in one file. Without ``--select`` a one-line
+    error with exit 3 names the flag that works; with it the fit reads that replica's windows and writes a file."""
+    def two(body: str) -> str:
+        lines = [line for line in body.splitlines() if line.startswith("vllm:")]
+        return "".join(line.replace('model_name="', f'ReplicaId="{replica}",model_name="') + "\n"
+                       for replica in "ab" for line in lines)
+
+    path = write(tmp_path / "ray.scrapes", [(t, two(body)) for t, body in blocks("nosd")])
+    out = tmp_path / "ray.toml"
+    refused = sdplan("fit", str(path), "-o", str(out))
+    assert refused.exit_code == 3 and refused.stderr.count("\n") == 1
+    assert refused.stderr.rstrip().endswith("--select ReplicaId=a") and not out.exists()
+    picked = sdplan("fit", str(path), "--select", "ReplicaId=b", "-o", str(out))
+    assert picked.exit_code == 0, picked.stderr
+    assert out.is_file()
+
+
 @pytest.mark.parametrize("label", ["endpoint", "ReplicaId", "deployment"])
 def test_servers_told_apart_by_a_label_name_it(tmp_path: Path, label: str) -> None:
     """Two servers that differ in one label (kube-prometheus' ``endpoint``; Ray Serve's ``ReplicaId``, a
