@@ -22,17 +22,19 @@ instant queries at several times reads as a series and a single one is refused (
 
 from __future__ import annotations
 
-import json
 import lzma
 import math
 from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sdplan.errors import InputFileError
+from sdplan.errors import InputFileError, MissingDependencyError
 from sdplan.metrics.series import Identity, Point, SeriesBuilder
-from sdplan.metrics.textfile import open_text
-from sdplan.runs.record import MAX_RESULT_BYTES
+from sdplan.metrics.textfile import open_binary
+
+_BOM = b"\xef\xbb\xbf"
 
 
 def is_query_range(head: str) -> bool:
@@ -43,52 +45,46 @@ def is_query_range(head: str) -> bool:
 def read_query_range(path: Path, where: str) -> tuple[dict[Identity, list[Point]], Counter[str], int]:
     """Each server's points in an export, the samples skipped by reason, and the number of step times.
 
+    The file is parsed as it is read (``ijson``, a maintained iterative JSON parser): one series at a time
+    is held as JSON, its samples go into the points at once, so what is held grows with the samples kept
+    (about 5 MiB a server and day at a 15 s step), not with the file's text.
+
     Raises
     ------
     InputFileError
         For a file that is not JSON, an error response, an instant query (no range), or results without a
         metric name (a ``rate()`` or ``sum()`` query): each names the fix.
+    MissingDependencyError
+        Without the ``ijson`` package.
     """
-    try:
-        size = path.stat().st_size
-        if size > MAX_RESULT_BYTES:
-            raise InputFileError(where, None, f"{size / 2**20:.0f} MiB is larger than the {MAX_RESULT_BYTES // 2**20}"
-                                              " MiB read limit; export a shorter range or a longer step")
-        with open_text(path) as stream:
-            text = stream.read(MAX_RESULT_BYTES + 1).lstrip("\ufeff")
-    except OSError as error:
-        raise InputFileError(where, None, f"cannot read ({error.strerror or error}); check the path") from None
-    except (EOFError, lzma.LZMAError) as error:
-        raise InputFileError(where, None, f"compressed stream broken ({error}); recompress it") from None
-    if len(text) > MAX_RESULT_BYTES:
-        raise InputFileError(where, None, f"over {MAX_RESULT_BYTES // 2**20} MiB of text; export a shorter range "
-                                          "or a longer step")
     builder = SeriesBuilder()
     times: set[float] = set()
     skipped: Counter[str] = Counter()
     warnings: list[str] = []
-    for index, response in enumerate(_responses(text, where)):
-        label = f"response {index + 1}"
-        warnings += _warnings(response)
-        for series in _series(response, where, label):
-            metric = series.get("metric")
-            if not isinstance(metric, dict) or "__name__" not in metric:
-                raise InputFileError(where, f"{label}: metric", "a result without __name__ (a rate(), sum() or "
-                                     "other computed query); export the raw series, e.g. "
-                                     "query={__name__=~\"vllm:.+\"}")
-            name = str(metric["__name__"])
-            labels = {str(key): str(value) for key, value in metric.items()}
-            values = series.get("values")
-            if not isinstance(values, list):
-                raise InputFileError(where, f"{label}: {name}: values", "expected a list of [time, \"value\"]")
-            for pair in values:
-                if not (isinstance(pair, list) and len(pair) == 2):
-                    raise InputFileError(where, f"{label}: {name}: values", "expected [time, \"value\"] pairs")
-                time_s, value = _number(pair[0]), _number(pair[1])
-                if time_s is None or not math.isfinite(time_s):
-                    raise InputFileError(where, f"{label}: {name}: values", f"time {pair[0]!r} is not a number")
-                builder.add(time_s, name, labels, math.nan if value is None else value)
-                times.add(time_s)
+
+    def add(series: Any, label: str) -> None:
+        metric = series.get("metric")
+        if not isinstance(metric, dict) or "__name__" not in metric:
+            raise InputFileError(where, f"{label}: metric", "a result without __name__ (a rate(), sum() or "
+                                 "other computed query); export the raw series, e.g. "
+                                 "query={__name__=~\"vllm:.+\"}")
+        name = str(metric["__name__"])
+        labels = {str(key): str(value) for key, value in metric.items()}
+        # a range query's series has its values, an instant query's (a vector) one value
+        values = series.get("values") if "values" in series else [series["value"]] if "value" in series else None
+        if not isinstance(values, list):
+            raise InputFileError(where, f"{label}: {name}: values", "expected a list of [time, \"value\"]")
+        for pair in values:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise InputFileError(where, f"{label}: {name}: values", "expected [time, \"value\"] pairs")
+            time_s, value = _number(pair[0]), _number(pair[1])
+            if time_s is None or not math.isfinite(time_s):
+                raise InputFileError(where, f"{label}: {name}: values", f"time {pair[0]!r} is not a number")
+            builder.add(time_s, name, labels, math.nan if value is None else value)
+            times.add(time_s)
+
+    for response in _responses(path, where, add):
+        warnings += response.warnings
     if len(times) == 1:
         raise InputFileError(where, None, "one moment only (an instant query, or a range of one step): a window needs "
                                           "two; export /api/v1/query_range over a span of time")
@@ -113,55 +109,109 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _responses(text: str, where: str) -> list[Any]:
-    """The responses of a file: one, an array of them, or one per line."""
+@dataclass
+class _Response:
+    """What one response says besides its series, checked when it ends (:meth:`check`)."""
+
+    label: str
+    status: Any = None
+    error_type: Any = None
+    error: Any = None
+    kind: Any = None
+    result: str | None = None  # the JSON type of data.result: "array", "object" or a scalar's event
+    warnings: list[str] = field(default_factory=list)
+
+    def check(self, where: str) -> None:
+        """Raises the response's error, as Prometheus answered or as its data is not a query_range matrix."""
+        if self.status == "error":
+            raise InputFileError(where, self.label, f"Prometheus answered an error ({self.error_type}: "
+                                                    f"{self.error}); fix the query and export again")
+        if self.result is None:
+            raise InputFileError(where, f"{self.label}: data.result", "missing; save the whole query_range response")
+        if self.kind not in ("matrix", "vector"):
+            raise InputFileError(where, f"{self.label}: data.resultType", f"is {self.kind!r}, not 'matrix': a "
+                                 f"{self.kind} has no series; export /api/v1/query_range of the raw series over a "
+                                 "span of time")
+        if self.result != "array":
+            raise InputFileError(where, f"{self.label}: data.result", "expected a list of series")
+
+
+#: Keys of a response (after its ``data.``, which a bare data object lacks) and what they set.
+_SCALARS = {"status": "status", "errorType": "error_type", "error": "error", "resultType": "kind"}
+
+
+def _responses(path: Path, where: str, add: Callable[[Any, str], None]) -> Iterator[_Response]:
+    """The responses of a file (one, a JSON array of them, or one per line), each once it ends and is checked;
+    ``add(series, label)`` is given every series object of their ``data.result`` as it is parsed.
+
+    Notes
+    -----
+    Prometheus writes ``status`` before ``data`` and ``resultType`` before ``result``, but a file saved through
+    ``jq -S`` sorts them the other way, so nothing is decided before a response ends: a series is read as a
+    range query's (``values``) or an instant query's (``value``) by its own keys. Items of ``data.result`` that
+    are not objects are passed over, as before; a ``scalar`` or ``string`` result is refused at the end.
+    """
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as whole:
-        lines = [line for line in text.splitlines() if line.strip()]
-        if len(lines) < 2:
-            raise InputFileError(where, None, f"invalid JSON ({whole.msg} at line {whole.lineno}); save the "
-                                              "query_range response as it came") from None
-        documents = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                documents.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise InputFileError(where, f"line {number}", f"invalid JSON ({error.msg}); one response per "
-                                                              "line") from None
-        return documents
-    return document if isinstance(document, list) else [document]
-
-
-def _warnings(response: Any) -> list[str]:
-    """The ``warnings`` (and ``infos``) Prometheus sent with a response's data, e.g. of a remote store that answered
-    in part: the data came back, but may lack samples."""
-    if not isinstance(response, dict):
-        return []
-    return [str(item) for key in ("warnings", "infos") if isinstance(response.get(key), list)
-            for item in response[key]]
-
-
-def _series(response: Any, where: str, label: str) -> list[dict[str, Any]]:
-    """The series of one response as ``{"metric", "values"}``: a ``query_range`` matrix as it is, and the vector of an
-    instant query as one value each (a file of instant queries at several times is a series too)."""
-    if not isinstance(response, dict):
-        raise InputFileError(where, label, "expected a query_range response object")
-    if response.get("status") == "error":
-        raise InputFileError(where, label, f"Prometheus answered an error ({response.get('errorType')}: "
-                                           f"{response.get('error')}); fix the query and export again")
-    data = response.get("data", response)
-    if not isinstance(data, dict) or "result" not in data:
-        raise InputFileError(where, f"{label}: data.result", "missing; save the whole query_range response")
-    kind = data.get("resultType")
-    if kind not in ("matrix", "vector"):
-        raise InputFileError(where, f"{label}: data.resultType", f"is {kind!r}, not 'matrix': a {kind} has no "
-                             "series; export /api/v1/query_range of the raw series over a span of time")
-    result = data["result"]
-    if not isinstance(result, list):
-        raise InputFileError(where, f"{label}: data.result", "expected a list of series")
-    series = [item for item in result if isinstance(item, dict)]
-    if kind == "vector":
-        return [{"metric": item.get("metric"), "values": [item["value"]] if "value" in item else None}
-                for item in series]
-    return series
+        import ijson
+    except ImportError:  # pragma: no cover - a dependency of sdplan
+        raise MissingDependencyError("reading a Prometheus API export needs the ijson package; pip install ijson") \
+            from None
+    count = 0
+    in_array = False  # the file's top level is an array of responses
+    response: _Response | None = None
+    series: Any = None  # the series object being built, and its prefix
+    series_prefix = ""
+    try:
+        with open_binary(path) as stream:
+            if stream.peek(3)[:3] == _BOM:  # type: ignore[attr-defined]
+                stream.read(3)
+            if not stream.peek(1):  # type: ignore[attr-defined]
+                raise InputFileError(where, None, "empty: no query_range response in it; save the response of "
+                                                  "/api/v1/query_range as it came")
+            for prefix, event, value in ijson.parse(stream, multiple_values=True, use_float=True):
+                if series is not None:
+                    series.event(event, value)
+                    if prefix == series_prefix and event == "end_map":
+                        add(series.value, response.label if response is not None else "")
+                        series = None
+                    continue
+                base = "item" if in_array else ""
+                if prefix == "" and event in ("start_array", "end_array") and response is None:
+                    in_array = event == "start_array"
+                    continue
+                if prefix == base and event != "map_key":  # a response starts or ends, or is not an object
+                    if event == "start_map":
+                        count += 1
+                        response = _Response(f"response {count}")
+                    elif event == "end_map" and response is not None:
+                        response.check(where)
+                        yield response
+                        response = None
+                    else:
+                        raise InputFileError(where, f"response {count + 1}",
+                                             "expected a query_range response object")
+                    continue
+                if event == "map_key":
+                    continue
+                key = prefix[len(base) + 1:] if base else prefix
+                key = key.removeprefix("data.")
+                if key in _SCALARS and response is not None:
+                    setattr(response, _SCALARS[key], value)
+                elif key in ("warnings.item", "infos.item") and response is not None:
+                    response.warnings.append(str(value))
+                elif key == "result" and response is not None and event != "end_array" and event != "end_map":
+                    response.result = event.removeprefix("start_")
+                elif key == "result.item" and event == "start_map":
+                    series = ijson.ObjectBuilder()
+                    series.event(event, value)
+                    series_prefix = prefix
+    except ijson.JSONError as error:
+        raise InputFileError(where, None, f"invalid JSON ({str(error).splitlines()[0][:120]}); save the "
+                                          "query_range response as it came, one response or one per line") from None
+    except OSError as error:
+        raise InputFileError(where, None, f"cannot read ({error.strerror or error}); check the path") from None
+    except (EOFError, lzma.LZMAError) as error:
+        raise InputFileError(where, None, f"compressed stream broken ({error}); recompress it") from None
+    if count == 0:
+        raise InputFileError(where, None, "no query_range response in it; save the response of "
+                                          "/api/v1/query_range as it came")

@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from sdplan.errors import InputFileError, MissingDependencyError
 from sdplan.metrics import names
@@ -70,8 +70,8 @@ SECONDS_BEFORE = 1e8
 _GZIP, _XZ = b"\x1f\x8b", b"\xfd7zXZ\x00"
 
 
-def open_text(path: Path) -> IO[str]:
-    """``path`` as text, decompressed when it starts with gzip's or xz's magic bytes.
+def open_binary(path: Path) -> IO[bytes]:
+    """``path``'s bytes, decompressed when it starts with gzip's or xz's magic bytes.
 
     Raises
     ------
@@ -82,15 +82,26 @@ def open_text(path: Path) -> IO[str]:
         with path.open("rb") as raw:
             magic = raw.read(6)
         if magic.startswith(_GZIP):
-            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+            return cast(IO[bytes], gzip.open(path, "rb"))
         if magic.startswith(_XZ):
-            return io.TextIOWrapper(lzma.open(path, "rb"), encoding="utf-8", errors="replace")
-        return path.open("r", encoding="utf-8", errors="replace")
+            return cast(IO[bytes], lzma.open(path, "rb"))
+        return path.open("rb")
     except FileNotFoundError:
         raise InputFileError(str(path), None, "no such file; check the path") from None
     except OSError as error:
         raise InputFileError(str(path), None, f"cannot read ({error.strerror}); check the path and permissions") \
             from None
+
+
+def open_text(path: Path) -> IO[str]:
+    """``path`` as text (:func:`open_binary` decoded as UTF-8, undecodable bytes replaced).
+
+    Raises
+    ------
+    InputFileError
+        If it cannot be opened.
+    """
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="replace")
 
 
 def head_text(path: Path) -> str:
