@@ -2,7 +2,9 @@
 
 Everything inside sdplan is in SI base units (seconds, requests per second,
 tokens per second); units appear only at the edges: parsing here, formatting
-in the renderers.
+in the renderers. :func:`finite_or_none` is the one rule for writing a quantity
+into JSON or CSV, shared by the renderers and the benchmarks' records (which may
+not import :mod:`sdplan.render`).
 """
 
 from __future__ import annotations
@@ -74,3 +76,13 @@ def format_seconds(seconds: float) -> str:
     if abs(seconds) < 1.0:
         return f"{seconds * 1e3:.4g} ms"
     return f"{seconds:.4g} s"
+
+
+def finite_or_none(value: float) -> float | None:
+    """A float for JSON/CSV, ``None`` where it is not finite (unstable or undefined).
+
+    JSON has no infinity or NaN (``json.dumps(..., allow_nan=False)`` refuses them), and an unstable
+    load's latency is infinite, so such a value is written as ``null``.
+    """
+    number = float(value)
+    return number if math.isfinite(number) else None

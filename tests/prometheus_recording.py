@@ -11,6 +11,9 @@ import lzma
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from sdplan.metrics.series import Identity, Point
+from sdplan.metrics.textfile import ReadCounts, scrape_points
+
 DATA = Path(__file__).parent / "data" / "prometheus-cpu"
 #: The recording's own account of its runs (benchmarks/record_prometheus.py wrote it as it ran them).
 PROVENANCE = json.loads((DATA / "provenance.json").read_text())
@@ -25,6 +28,16 @@ def blocks(option: str) -> list[tuple[float, str]]:
         header, _, rest = part.partition("\n")
         found.append((float(header.split()[0]), rest.rsplit(END, 1)[0]))
     return found
+
+
+def points_by_server(path: Path, where: str) -> tuple[dict[Identity, list[Point]], ReadCounts]:
+    """Each server's points of a scrape file, every one held (:func:`~sdplan.metrics.textfile.scrape_points`,
+    which sdplan reads through, streams them), and what the reading counted."""
+    counts = ReadCounts()
+    servers: dict[Identity, list[Point]] = {}
+    for identity, point in scrape_points(path, where, counts):
+        servers.setdefault(identity, []).append(point)
+    return servers, counts
 
 
 def write(path: Path, scrapes: Iterable[tuple[float, str]], end_lines: bool = True) -> Path:

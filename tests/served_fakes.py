@@ -21,6 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import sdplan.measure.document
+import sdplan.measure.options
+import sdplan.measure.quiet
+import sdplan.measure.run
 from sdplan.inputs.acceptance import expected_tokens_per_cycle
 
 
@@ -307,3 +313,42 @@ class FakeClient:
 
     def process_groups(self) -> set[int]:
         return set()
+
+
+@dataclass
+class FakeServed:
+    """What :func:`install_fake_served` put in place; a test sets ``engine`` (and ``interrupt_after``) before
+    it runs ``sdplan calibrate`` and reads the clients made afterwards."""
+
+    engine: FakeEngine = field(default_factory=FakeEngine)
+    interrupt_after: int | None = None
+    clients: list[FakeClient] = field(default_factory=list)
+
+
+def install_fake_served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeServed:
+    """vLLM 'installed', servers and the bench client replaced by fakes, /proc readings quiet, and model
+    folders ``target`` and ``draft`` in ``tmp_path``."""
+    served = FakeServed()
+    FakeServer.registry = []
+    FakeServer.current = None
+
+    def client(**kwargs: Any) -> FakeClient:
+        made = FakeClient(**kwargs, engine=served.engine, interrupt_after=served.interrupt_after)
+        served.clients.append(made)
+        return made
+
+    # each replaced where it is looked up: the modules that import it
+    for module in (sdplan.measure.options, sdplan.measure.document):
+        monkeypatch.setattr(module, "installed_distribution", lambda: ("vllm", "0.0.0"))
+    monkeypatch.setattr(sdplan.measure.run, "ServedEngine", FakeServer)
+    FakeSpare.launched = []
+    monkeypatch.setattr(sdplan.measure.run, "SpareLauncher", FakeSpare)
+    monkeypatch.setattr(sdplan.measure.run, "BenchClient", client)
+    monkeypatch.setattr(sdplan.measure.quiet, "machine_busy_s", lambda: None)
+    monkeypatch.setattr(sdplan.measure.options, "dataset_reader_installed", lambda: True)
+    # a CPU, where vLLM runs up to 128 requests at once unless --max-num-seqs says otherwise (as the fake does)
+    monkeypatch.setattr(sdplan.measure.options, "hardware_description", lambda: "Fake CPU (CPU, 2 cores)")
+    for name in ("target", "draft"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    return served

@@ -13,44 +13,21 @@ import pytest
 from sdplan.calibration import load_calibration
 from sdplan.errors import ExitStatus, InputFileError
 from sdplan.runs import others_in_flight, read_results
-from tests.served_fakes import FakeClient, FakeEngine, FakeServer, FakeSpare, run_load
+from tests.served_fakes import (
+    FakeClient,
+    FakeEngine,
+    FakeServed,
+    FakeServer,
+    FakeSpare,
+    install_fake_served,
+    run_load,
+)
 
 
 @pytest.fixture
-def fake_served(monkeypatch, tmp_path):
+def fake_served(monkeypatch, tmp_path) -> FakeServed:
     """vLLM 'installed', servers and the bench client replaced by fakes, /proc readings quiet."""
-    import sdplan.measure.document
-    import sdplan.measure.options
-    import sdplan.measure.quiet
-    import sdplan.measure.run
-
-    FakeServer.registry = []
-    FakeServer.current = None
-    clients: list[FakeClient] = []
-
-    def client(**kwargs):
-        made = FakeClient(**kwargs, engine=fake_served.engine, interrupt_after=fake_served.interrupt_after)
-        clients.append(made)
-        return made
-
-    fake_served.engine = FakeEngine()
-    fake_served.interrupt_after = None
-    fake_served.clients = clients
-    # each replaced where it is looked up: the modules that import it
-    for module in (sdplan.measure.options, sdplan.measure.document):
-        monkeypatch.setattr(module, "installed_distribution", lambda: ("vllm", "0.0.0"))
-    monkeypatch.setattr(sdplan.measure.run, "ServedEngine", FakeServer)
-    FakeSpare.launched = []
-    monkeypatch.setattr(sdplan.measure.run, "SpareLauncher", FakeSpare)
-    monkeypatch.setattr(sdplan.measure.run, "BenchClient", client)
-    monkeypatch.setattr(sdplan.measure.quiet, "machine_busy_s", lambda: None)
-    monkeypatch.setattr(sdplan.measure.options, "dataset_reader_installed", lambda: True)
-    # a CPU, where vLLM runs up to 128 requests at once unless --max-num-seqs says otherwise (as the fake does)
-    monkeypatch.setattr(sdplan.measure.options, "hardware_description", lambda: "Fake CPU (CPU, 2 cores)")
-    for name in ("target", "draft"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text("{}")
-    return fake_served
+    return install_fake_served(monkeypatch, tmp_path)
 
 
 #: A served engine whose prefill grows with the prompt and whose steps read the context: what the probes split.

@@ -27,10 +27,9 @@ from prometheus_client.samples import Exemplar, Sample
 
 from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.metrics.series import Point, Values, in_flight
-from sdplan.metrics.textfile import read_scrapes
 from sdplan.runs import load_runs, read_results, screen
 from sdplan.runs.silicon import Selection
-from tests.prometheus_recording import DATA, PROVENANCE, blocks, write
+from tests.prometheus_recording import DATA, PROVENANCE, blocks, points_by_server, write
 
 REQUESTS = [run["requests"] for run in PROVENANCE["options"][0]["runs"]]
 
@@ -124,7 +123,7 @@ def test_escaped_label_values_name_the_server_unescaped(tmp_path: Path, original
     scrapes = [(t, reexposed(body, text_latest, rename)) for t, body in blocks("nosd")]
     assert 'model_name="org/model \\"v2\\" C:\\\\weights\\nrev"' in scrapes[0][1]
     path = write(tmp_path / "escaped.scrapes", scrapes)
-    servers, _, _ = read_scrapes(path, "escaped")
+    servers, _ = points_by_server(path, "escaped")
     assert [dict(identity)["model_name"] for identity in servers] == [name]
     assert summary(read_results(path)[0]) == summary(original["nosd"])
 
@@ -239,8 +238,8 @@ def test_data_parallel_engines_add_up_to_one_server(tmp_path: Path, original: di
     runs, warnings = read_results(path)
     assert warnings == []
     assert summary(runs) == summary(original["sd"]) and _rates(runs) == _rates(original["sd"])
-    (points,) = read_scrapes(path, "dp")[0].values()
-    (single,) = read_scrapes(DATA / "sd.scrapes.xz", "sd")[0].values()
+    (points,) = points_by_server(path, "dp")[0].values()
+    (single,) = points_by_server(DATA / "sd.scrapes.xz", "sd")[0].values()
     usage = [(a.values["kv_cache"], b.values["kv_cache"]) for a, b in zip(points, single)]
     assert any(b > 0 for _, b in usage) and all(a == pytest.approx(b, rel=1e-12) for a, b in usage)
     assert [in_flight(a) for a in points] == [in_flight(b) for b in single]
@@ -276,7 +275,7 @@ def test_vllm_before_0_11_names_read_the_same_runs(tmp_path: Path, original: dic
             assert old.mean_tpot_s == pytest.approx(new.mean_tpot_s, rel=5e-3)
             assert [n for n in old.notes if "KV cache" in n] == [n for n in new.notes if "KV cache" in n]
     # what the inter-token latency would have said of the SD server: per step, not per token
-    servers, _, _ = read_scrapes(DATA / "sd.scrapes.xz", "sd")
+    servers, _ = points_by_server(DATA / "sd.scrapes.xz", "sd")
     (points,) = servers.values()
     itl = ((points[-1].values["itl_sum"] - points[0].values["itl_sum"])
            / (points[-1].values["itl_count"] - points[0].values["itl_count"]))

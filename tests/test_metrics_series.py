@@ -21,10 +21,9 @@ from sdplan.metrics.series import (
     finished_so_far,
     one_finished_counter,
 )
-from sdplan.metrics.textfile import read_scrapes
 from sdplan.metrics.windows import AUTO_HOLD_S, AUTO_PIECE_S, AutoWindows, WindowSettings
 from sdplan.runs import read_results
-from tests.prometheus_recording import blocks, replayed, write
+from tests.prometheus_recording import blocks, points_by_server, replayed, write
 
 DATA = Path(__file__).parent / "data" / "prometheus-cpu"
 
@@ -56,17 +55,17 @@ def test_a_nan_is_an_absence() -> None:
 
 def test_a_series_holds_well_under_a_kibibyte_per_scrape() -> None:
     """The points of a recording are held until windows are cut: each must stay small (1.8 KiB each as dicts)."""
-    read_scrapes(DATA / "sd.scrapes.xz", "warm-up")  # the parser's imports and caches, not the points
+    points_by_server(DATA / "sd.scrapes.xz", "warm-up")  # the parser's imports and caches, not the points
     gc.collect()
     tracemalloc.start()
     try:
-        servers, _, scrapes = read_scrapes(DATA / "sd.scrapes.xz", "sd")
+        servers, counts = points_by_server(DATA / "sd.scrapes.xz", "sd")
         gc.collect()
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     points = sum(len(found) for found in servers.values())
-    assert points == scrapes > 200
+    assert points == counts.scrapes > 200
     assert held / points < 1024  # measured 651 B: 8 bytes a quantity, the SD positions, the time
 
 

@@ -22,11 +22,10 @@ from sdplan.cli import cli
 from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.fitting.fit import fit_configurations
 from sdplan.metrics.series import StreamCleaner
-from sdplan.metrics.textfile import read_scrapes
 from sdplan.metrics.windows import WindowSettings, window_run
 from sdplan.runs import load_runs, read_results, screen
 from sdplan.runs.silicon import Selection
-from tests.prometheus_recording import DATA, END, MARK, PROVENANCE, blocks, write
+from tests.prometheus_recording import DATA, END, MARK, PROVENANCE, blocks, points_by_server, write
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,7 +88,7 @@ def test_acceptance_equals_the_counters_of_the_scrapes_themselves() -> None:
     first_drafts, first = counters(scrapes[0][1])
     last_drafts, last = counters(scrapes[-1][1])
     expected = tuple((b - a) / (last_drafts - first_drafts) for a, b in zip(first, last))
-    servers, _, _ = read_scrapes(DATA / "sd.scrapes.xz", "sd")
+    servers, _ = points_by_server(DATA / "sd.scrapes.xz", "sd")
     (stretch,) = servers.values()
     cleaner = StreamCleaner()
     assert [cleaner.add(point) for point in stretch] == [True] + [False] * (len(stretch) - 1)  # one stretch, whole

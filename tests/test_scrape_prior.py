@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import lzma
@@ -28,9 +29,9 @@ def real_scrape() -> bytes:
     return body.encode()
 
 
-@pytest.fixture
-def server() -> Iterator[str]:
-    body = real_scrape()
+@contextlib.contextmanager
+def serving(body: bytes) -> Iterator[str]:
+    """A loopback HTTP server answering ``/metrics`` with ``body`` (404 elsewhere); yields its URL."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the standard library's name
@@ -52,6 +53,12 @@ def server() -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    with serving(real_scrape()) as url:
+        yield url
 
 
 def test_scrape_appends_whole_scrapes_with_their_times(server: str, tmp_path: Path) -> None:

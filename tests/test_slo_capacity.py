@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy
@@ -16,7 +17,7 @@ from sdplan.latency.coefficients import Coefficients
 from sdplan.planning import planner
 from sdplan.planning.capacity import capacity, fleet, replicas_needed
 from sdplan.planning.schedule import batch_size_schedule
-from sdplan.units import Dimension, parse_quantity
+from sdplan.units import Dimension, finite_or_none, parse_quantity
 
 
 def coefficients(**overrides: float) -> Coefficients:
@@ -68,6 +69,16 @@ def test_parse_quantity() -> None:
     assert parse_quantity("12rps", Dimension.REQUEST_RATE) == 12.0
     with pytest.raises(InvalidValueError):
         parse_quantity("inf s", Dimension.TIME)
+
+
+def test_finite_or_none_writes_unstable_as_null() -> None:
+    # JSON refuses infinity and NaN (allow_nan=False), so an unstable latency must become None.
+    assert finite_or_none(numpy.float32(0.25)) == 0.25
+    assert type(finite_or_none(numpy.float32(0.25))) is float  # json.dumps refuses a numpy float32
+    assert finite_or_none(math.inf) is None
+    assert finite_or_none(-math.inf) is None
+    assert finite_or_none(math.nan) is None
+    assert json.dumps([finite_or_none(math.inf)], allow_nan=False) == "[null]"
 
 
 @settings(max_examples=100)

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import sdplan._vllm.engine
+import sdplan.measure.server
+from sdplan.errors import ExitStatus
 from tests.results_fixtures import write_vllm
+from tests.served_fakes import FakeEngine, FakeServer, install_fake_served
+from tests.test_cli_calibrate import FakeVllmRunner
+from tests.test_scrape_prior import real_scrape, serving
+
+#: One command line, as ``sdplan`` takes it.
+Args = tuple[str, ...]
 
 ROOT = Path(__file__).resolve().parent.parent
 ELLIPSIS = "\u2026"
@@ -316,10 +327,57 @@ def test_warnings_wrap_on_a_terminal_and_in_a_pipe() -> None:
 
 
 _CPU = "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured"
+
+
+def _served_poor_fit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stack: contextlib.ExitStack) -> list[Args]:
+    """A served calibration on a fake engine whose runs land 40% apart at random: the sweep's notes and the
+    poor-fit verdict (exit 7)."""
+    install_fake_served(monkeypatch, tmp_path).engine = FakeEngine(run_noise=0.4)
+    return [("calibrate", "--target", "target", "--draft", "draft", "-o", "cal.toml", "--prompt-tokens", "128",
+             "--output-tokens", "64", "--draft-lengths", "2")]
+
+
+def _endpoint_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stack: contextlib.ExitStack) -> list[Args]:
+    """A calibration of a running server (--endpoint) whose max_num_seqs is unknown: the note that saturation
+    is extrapolated, and the summary of what was written."""
+    install_fake_served(monkeypatch, tmp_path).engine = FakeEngine(step_fixed_s=0.01, step_per_request_s=0.00002,
+                                                                   prefill_s=0.0)
+    monkeypatch.setattr(sdplan.measure.server, "served_model_name", lambda url: "their-model")
+    monkeypatch.setattr(sdplan.measure.server, "probe_draft_length", lambda url: 0)
+    FakeServer(model="their-model", arguments=[], log_path=tmp_path / "theirs.log").start()
+    return [("calibrate", "--endpoint", "http://127.0.0.1:8000", "-o", "theirs.toml", "--prompt-tokens", "128",
+             "--output-tokens", "64", "--accept-poor-fit")]
+
+
+def _engine_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stack: contextlib.ExitStack) -> list[Args]:
+    """``--method engine`` on a synthetic engine standing in for vLLM: the summary of what was written."""
+    FakeVllmRunner.instances = []
+    FakeVllmRunner.fail_after = None
+    monkeypatch.setattr(sdplan._vllm.engine, "VllmRunner", FakeVllmRunner)
+    return [("calibrate", "--method", "engine", "--target", "tgt", "--draft", "drf", "-o", "box.toml", "--grid",
+             "quick", "--dtype", "float32")]
+
+
+def _derive_to_stdout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stack: contextlib.ExitStack) -> list[Args]:
+    """``derive -o -``: its progress lines, and its report on stderr (the file takes stdout)."""
+    pytest.importorskip("aiconfigurator_core.sdk.engine",
+                        reason="aiconfigurator-core is not installed (pip install -e '.[test]' on Python 3.11+)")
+    return [("derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "h100_sxm", "--method",
+             "ngram", "--draft-lengths", "1-3", "--date", "2026-11-25", "-o", "-")]
+
+
+def _scrape_appending(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stack: contextlib.ExitStack) -> list[Args]:
+    """Two recordings of a loopback server's /metrics into one file: the second's summary says what it appended to."""
+    url = stack.enter_context(serving(real_scrape()))
+    return [("scrape", url, "--every", "200ms", "--for", "0.2s", "-o", "live.scrapes")] * 2
+
+
 #: Each command's plain form, and the forms whose notes on stderr ran past 80 columns before they were
 #: wrapped: plan's batch caveats (JSON and a measured CPU calibration), check's verdict on a miss,
-#: capacity's engine configuration summary.
-STDERR_COMMANDS = [
+#: capacity's engine configuration summary; calibrate's sweep notes and poor-fit verdict, scrape's summary
+#: of a recording appended to a file. A function sets up fakes for the commands that measure and returns
+#: the commands to run.
+STDERR_COMMANDS: list[Args | Callable[[pytest.MonkeyPatch, Path, contextlib.ExitStack], list[Args]]] = [
     ("plan",),
     ("plan", "-f", "json"),
     ("plan", "-c", _CPU, "-f", "json"),
@@ -329,14 +387,34 @@ STDERR_COMMANDS = [
     ("capacity", "--slo", "e2e:mean<=5s", "-f", "vllm-config"),
     ("simulate", "--rates", "4", "--requests", "100", "--seeds", "1"),
     ("validate", "-c", _CPU, str(ROOT / "tests" / "data" / "served-cpu")),
+    _served_poor_fit,
+    _endpoint_sweep,
+    _engine_calibration,
+    _derive_to_stdout,
+    _scrape_appending,
 ]
 
 
-@pytest.mark.parametrize("args", STDERR_COMMANDS, ids=lambda a: " ".join(Path(x).name for x in a))
-def test_every_stderr_line_fits_80_columns(sdplan, monkeypatch, args) -> None:
-    """Warnings, caveats and verdicts on stderr are wrapped at 80 columns off a terminal, as tables are."""
+def _case_id(case: object) -> str:
+    if callable(case):
+        return case.__name__.strip("_").replace("_", " ")
+    return " ".join(Path(x).name for x in case)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("case", STDERR_COMMANDS, ids=_case_id)
+def test_every_stderr_line_fits_80_columns(sdplan, monkeypatch, tmp_path, case) -> None:
+    """Warnings, caveats, notes and verdicts on stderr are wrapped at 80 columns off a terminal, as tables are.
+
+    The commands run in ``tmp_path`` and name their files relative to it: a path is one word, which a note
+    keeps whole on a line of its own, so a long temporary folder would say nothing of the wrapping.
+    """
     monkeypatch.delenv("COLUMNS", raising=False)
-    result = sdplan(*args)
-    assert result.exit_code in (0, 1), result.output
-    for line in result.stderr.splitlines():
-        assert len(line) <= 80, f"{len(line)} columns: {line!r}"
+    monkeypatch.chdir(tmp_path)
+    with contextlib.ExitStack() as stack:
+        runs = case(monkeypatch, tmp_path, stack) if callable(case) else [case]
+        for args in runs:
+            result = sdplan(*args)
+            assert result.exit_code in (0, 1, ExitStatus.POOR_CALIBRATION), result.output
+            assert result.stderr.strip() or not callable(case), "nothing on stderr: the set-up checks no note"
+            for line in result.stderr.splitlines():
+                assert len(line) <= 80, f"{len(line)} columns: {line!r}"

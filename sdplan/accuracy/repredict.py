@@ -29,7 +29,6 @@ import sdplan
 from sdplan.accuracy.floors import calibration_spread
 from sdplan.accuracy.summary import (
     contrast_workloads,
-    finite_or_none,
     parse_workloads,
     planned_intervals,
     planner_picks,
@@ -41,6 +40,7 @@ from sdplan.calibration import load_calibration
 from sdplan.fitting.runmodel import run_demand
 from sdplan.latency import model
 from sdplan.runs import read_results
+from sdplan.units import finite_or_none
 
 
 def _git(root: Path, *args: str) -> str:

@@ -44,6 +44,7 @@ from sdplan.planning.scenario import ScenarioOptions, resolve_scenario
 from sdplan.planning.uncertainty import coefficient_draws, plan_intervals
 from sdplan.runs import screen
 from sdplan.runs.screen import STALLED_SHARE_NOTED
+from sdplan.units import finite_or_none
 
 #: Goals of the benchmark (the module docstring of accuracy_served.py states them).
 E2E_MAPE_GOAL_PCT = 15.0
@@ -158,10 +159,6 @@ def pct(predicted: float | None, measured: float | None) -> float | None:
     if predicted is None or not measured or not math.isfinite(predicted):
         return None
     return (predicted - measured) / measured * 100.0
-
-
-def finite_or_none(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
 
 
 def on_time(record: Mapping[str, Any]) -> bool:

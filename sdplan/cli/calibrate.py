@@ -279,22 +279,22 @@ def _calibrate_served(options: ServedOptions, output: str, name: str | None, acc
     """Measure and write a served calibration with a progress bar; POOR_CALIBRATION (said on stderr) when its
     fit is poor."""
     from sdplan.measure.calibrate import calibrate_served
+    from sdplan.render import say
 
     outcome = calibrate_served(options, Path(output), name, accept_poor_fit, _sweep_progress)
     if outcome.rejected is not None:
-        click.echo(f"sdplan calibrate: poor calibration: the fit of these points is not a usable calibration "
-                   f"({outcome.rejected}); nothing written, the {outcome.points} points are "
-                   f"kept in {outcome.results_dir}: measure again on a quiet machine (--resume adds points) or "
-                   "with a larger --grid", err=True)
+        say(f"sdplan calibrate: poor calibration: the fit of these points is not a usable calibration "
+            f"({outcome.rejected}); nothing written, the {outcome.points} points are "
+            f"kept in {outcome.results_dir}: measure again on a quiet machine (--resume adds points) or "
+            "with a larger --grid")
         return ExitStatus.POOR_CALIBRATION
     fit = outcome.fit
     ttft = f", TTFT MAPE {fit.ttft_mape_pct:.1f}%" if fit.ttft_mape_pct is not None else ""
-    click.echo(f"wrote {outcome.output}: {fit.points} points, mean E2E MAPE {fit.mape_pct:.1f}%, R2 {fit.r2:.3f}"
-               f"{ttft}; {outcome.wall_s:.0f} s measured", err=True)
+    say(f"wrote {outcome.output}: {fit.points} points, mean E2E MAPE {fit.mape_pct:.1f}%, R2 {fit.r2:.3f}"
+        f"{ttft}; {outcome.wall_s:.0f} s measured")
     if outcome.poor:
-        click.echo(f"sdplan calibrate: poor calibration ({'; '.join(outcome.poor_reasons)}); it was written, but "
-                   "check the machine is quiet and re-measure (--resume adds points), or pass --accept-poor-fit",
-                   err=True)
+        say(f"sdplan calibrate: poor calibration ({'; '.join(outcome.poor_reasons)}); it was written, but "
+            "check the machine is quiet and re-measure (--resume adds points), or pass --accept-poor-fit")
         return ExitStatus.POOR_CALIBRATION
     return ExitStatus.OK
 
@@ -304,6 +304,7 @@ def _sweep_progress(planned_points: int) -> Iterator[SweepEvents]:
     """The sweep's listeners drawing a progress bar of ``planned_points`` (more as the sweep finds more), and
     its notes on stderr."""
     from sdplan.measure.sweep import SweepEvents
+    from sdplan.render import say
     from sdplan.render.progress import progress_bar
 
     planned = [planned_points]
@@ -320,7 +321,7 @@ def _sweep_progress(planned_points: int) -> Iterator[SweepEvents]:
             advance(count[0], planned[0], "")
 
         def on_note(note: str) -> None:
-            click.echo(f"note: {note}", err=True)
+            say(f"note: {note}")
 
         yield SweepEvents(on_point=on_point, on_done=on_done, on_note=on_note)
         advance(planned[0], planned[0], "done")
@@ -328,11 +329,12 @@ def _sweep_progress(planned_points: int) -> Iterator[SweepEvents]:
 
 def _calibrate_engine(options: EngineOptions, out: Path, name: str | None) -> None:
     from sdplan.measure.calibrate import calibrate_engine
+    from sdplan.render import say
     from sdplan.render.progress import progress_bar
 
     outcome = calibrate_engine(options, out, name, progress_bar)
-    click.echo(f"wrote {outcome.output}: fit R2 {outcome.r2:.4f} over {outcome.measurements} measurements "
-               f"in {outcome.seconds:.1f} s", err=True)
+    say(f"wrote {outcome.output}: fit R2 {outcome.r2:.4f} over {outcome.measurements} measurements "
+        f"in {outcome.seconds:.1f} s")
 
 
 def _calibration_file(output: str) -> Path:

@@ -61,6 +61,7 @@ def scrape(url: str, every_s: float, for_s: float | None, output: str, timeout_s
     """
 
     from sdplan.metrics.scrape import ScrapeRequest, planned_scrapes, record_scrapes
+    from sdplan.render import say
     from sdplan.render.progress import progress_bar
 
     assert every_s is not None and timeout_s is not None
@@ -72,5 +73,5 @@ def scrape(url: str, every_s: float, for_s: float | None, output: str, timeout_s
     stopped = "stopped by Ctrl-C: " if result.interrupted else ""
     appended = f" (appended to {result.appended_to_bytes} bytes already there)" if result.appended_to_bytes else ""
     failed = (f"; {result.failed} scrapes failed, the last: {result.last_failure}" if result.failed else "")
-    click.echo(f"{stopped}{result.scrapes} scrapes in {result.elapsed_s:.0f} s, {result.bytes_written} bytes "
-               f"written to {result.output}{appended}{failed}", err=True)
+    say(f"{stopped}{result.scrapes} scrapes in {result.elapsed_s:.0f} s, {result.bytes_written} bytes written to "
+        f"{result.output}{appended}{failed}")

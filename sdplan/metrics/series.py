@@ -45,10 +45,10 @@ _SLOT = {quantity: index for index, quantity in enumerate(QUANTITIES)}
 class Values(Mapping[str, float]):
     """A point's quantities, read-only, stored as one array of doubles with NaN for a quantity absent.
 
-    Windows hold their open window's points (:class:`sdplan.metrics.windows.Windows`), and
-    :func:`sdplan.metrics.textfile.read_scrapes` holds a whole series, so each point's storage counts: as a
-    dict of its 27 quantities, a float object each, a point of an SD server held 1.8 KiB; as an array of 8 bytes
-    a quantity it holds 0.65 KiB
+    Windows hold their open window's points (:class:`sdplan.metrics.windows.Windows`), and a stamped dump's
+    points are held until its file ends (:func:`sdplan.metrics.textfile.scrape_points`), so each point's
+    storage counts: as a dict of its 27 quantities, a float object each, a point of an SD server held 1.8 KiB;
+    as an array of 8 bytes a quantity it holds 0.65 KiB
     (measured with ``tracemalloc`` on tests/data/prometheus-cpu, tests/test_metrics_series.py). NaN
     can stand for "absent" because a NaN value is dropped before a point is made (:func:`_resolve`).
     """

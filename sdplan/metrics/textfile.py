@@ -13,8 +13,8 @@ other family are passed over. The reader holds one scrape's kept lines and yield
 server and scrape (:func:`scrape_points`), its quantities packed as doubles
 (:class:`~sdplan.metrics.series.Values`): about 0.65 KiB a scrape of an SD server, measured (1.8 KiB as a
 dict of floats). What is held then is the consumer's: windows are cut as the points arrive and hold the
-open window's points (:class:`sdplan.metrics.windows.Windows`), whatever the file's length;
-:func:`read_scrapes` holds them all (about 3 MiB for a day of 15-second scrapes of one server).
+open window's points (:class:`sdplan.metrics.windows.Windows`), whatever the file's length; a
+consumer that held them all would hold about 3 MiB for a day of 15-second scrapes of one server.
 
 What else the text may be, as exporters write it, read by the same parser:
 
@@ -131,23 +131,6 @@ class ReadCounts:
     skipped: Counter[str] = field(default_factory=Counter)
     #: Scrapes read (a header's scrape, or a moment of stamped samples).
     scrapes: int = 0
-
-
-def read_scrapes(path: Path, where: str) -> tuple[dict[Identity, list[Point]], Counter[str], int]:
-    """Each server's points in a scrape file, the scrapes skipped by reason, and the scrapes read.
-
-    Holds every point, to look at a series whole; :func:`scrape_points` streams them.
-
-    Raises
-    ------
-    InputFileError, MissingDependencyError
-        As :func:`scrape_points`.
-    """
-    counts = ReadCounts()
-    servers: dict[Identity, list[Point]] = {}
-    for identity, point in scrape_points(path, where, counts):
-        servers.setdefault(identity, []).append(point)
-    return servers, counts.skipped, counts.scrapes
 
 
 def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[Identity, Point]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import sys
 import textwrap
@@ -174,12 +173,6 @@ def render_rich(draw: Callable[[Any], None], style: Style, terminal: bool) -> st
 def to_json(document: dict[str, Any]) -> str:
     """Serialise with ``allow_nan=False``: a NaN or inf slipping through is a bug, not output."""
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
-
-
-def finite_or_none(value: float) -> float | None:
-    """A float for JSON/CSV, ``None`` where it is not finite (unstable or undefined)."""
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def emit(text: str, output: str | None) -> None:

@@ -14,13 +14,13 @@ from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
     Style,
-    finite_or_none,
     print_table,
     render_rich,
     table_box,
     to_json,
 )
 from sdplan.render.plan import METHOD_LABELS
+from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration

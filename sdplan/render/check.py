@@ -19,7 +19,6 @@ from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
     Style,
-    finite_or_none,
     print_paragraph,
     print_table,
     render_rich,
@@ -37,6 +36,7 @@ from sdplan.render.answer import (
 from sdplan.render.plan import METHOD_LABELS
 from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE
 from sdplan.render.plots import file_bars, terminal_bars
+from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
     from sdplan.inputs.slo import Verdict

@@ -15,12 +15,12 @@ from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
     Style,
-    finite_or_none,
     print_table,
     render_rich,
     table_box,
     to_json,
 )
+from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod

@@ -11,7 +11,8 @@ from sdplan import __version__
 from sdplan.inputs.methods import provenance_method
 from sdplan.latency.model import NEAR_SATURATION_UTILISATION
 from sdplan.planning.planner import NONE_STABLE, SD_OFF
-from sdplan.render import JSON_SCHEMA_VERSION, finite_or_none
+from sdplan.render import JSON_SCHEMA_VERSION
+from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
     from sdplan.planning.planner import Plan, PlanInputs

@@ -16,7 +16,6 @@ from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
     Style,
-    finite_or_none,
     print_paragraph,
     print_table,
     render_rich,
@@ -26,6 +25,7 @@ from sdplan.render import (
 from sdplan.render.answer import alpha_phrase, caveat_lines, caveats
 from sdplan.render.plots import file_cdf, terminal_cdf
 from sdplan.simulate import METRICS, STATISTICS, WARMUP_FRACTION
+from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
