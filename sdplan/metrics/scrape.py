@@ -113,6 +113,7 @@ def fetch_metrics(url: str, timeout_s: float) -> bytes:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - checked by metrics_url
             body: bytes = response.read(MAX_BODY_BYTES + 1)
     except urllib.error.HTTPError as error:
+        error.close()  # an error answer holds its connection like a response does
         raise OSError(f"HTTP {error.code}") from None
     except (TimeoutError, urllib.error.URLError, ConnectionError) as error:
         raise OSError(str(getattr(error, "reason", error))) from None
