@@ -49,11 +49,6 @@ def fit_linear(rows: Sequence[Sequence[float]], values: Sequence[float]) -> tupl
     return [float(c) for c in coefficients], float(errors.mean()), float(errors.max())
 
 
-def rounded(value: float) -> float:
-    """A cost as the derived file writes it: six significant digits."""
-    return float(f"{value:.6g}")
-
-
 def batch_sizes(request: DeriveRequest, kv_tokens: int | None) -> list[int]:
     """Batch sizes priced: up to max_num_seqs and what the KV cache holds at the reference workload."""
     cap = request.max_num_seqs
