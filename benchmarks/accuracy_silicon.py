@@ -97,6 +97,11 @@ BACKENDS = ("vllm", "sglang")
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
 #: Fewest distinct (ISL, OSL, N) points a configuration needs.
 MIN_POINTS = 9
+#: Two rows of one configuration at the same lengths and concurrency whose TTFT and TPOT both agree within this
+#: share are one measurement listed twice: AIConfigurator's file lists some runs under several ids, some of them
+#: rounded (Qwen3.5-397B-A17B on 4x B200, 1024/1024 at 4 clients: 338.3364/6.3327 ms under ids 463 and 1911,
+#: 338.34/6.33 under a gap-analysis id). :func:`distinct_measurements`.
+SAME_MEASUREMENT = 5e-3
 #: Requests each client sends in a measured closed loop, which the rows do not record: NVIDIA Dynamo's
 #: benchmark script runs ``genai-perf --concurrency N --request-count $((N*10)) --warmup-request-count
 #: $((N*2))`` (ai-dynamo/dynamo benchmarks/llm/perf.sh); AIConfigurator's own generated ``bench_run.sh``
@@ -168,17 +173,32 @@ def group_table(title: str, groups: dict[str, Errors], buckets: dict[str, Errors
     return lines
 
 
-def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfiguration, list, list[str]]]:
-    """(configuration, runs, labels it repeats) for every eligible configuration, duplicates folded."""
+def distinct_measurements(runs: list) -> tuple[list, int]:
+    """The runs with every repeat of a measurement left out (:data:`SAME_MEASUREMENT`), and how many were."""
+    kept: list = []
+    for run in runs:
+        if not any((r.prompt_tokens, r.output_tokens, r.concurrency) == (run.prompt_tokens, run.output_tokens,
+                                                                         run.concurrency)
+                   and abs(run.mean_ttft_s / r.mean_ttft_s - 1.0) <= SAME_MEASUREMENT
+                   and abs(run.mean_tpot_s / r.mean_tpot_s - 1.0) <= SAME_MEASUREMENT for r in kept):
+            kept.append(run)
+    return kept, len(runs) - len(kept)
+
+
+def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfiguration, list, list[str], int]]:
+    """(configuration, runs, labels it repeats, rows left out as repeats of a measurement) for every eligible
+    configuration, duplicates folded: a configuration measured under another label once, a measurement listed
+    in several rows of one configuration once (:func:`distinct_measurements`)."""
     rows = silicon.parse_rows(name, text)
     groups: dict[tuple[str, ...], list] = collections.defaultdict(list)
     for line, row in rows:
         if row["backend"] in BACKENDS and row["system"] in SYSTEMS:
             groups[tuple(silicon.cell_value(row, key) for key in silicon.KEYS)].append((line, row))
-    found: dict[tuple, tuple[silicon.SiliconConfiguration, list, list[str]]] = {}
+    found: dict[tuple, tuple[silicon.SiliconConfiguration, list, list[str], int]] = {}
     for key in sorted(groups):
         selection = silicon.Selection(tuple(zip(silicon.KEYS, key)))
-        runs, configuration, _ = silicon.read_silicon(name, text, selection)
+        listed, configuration, _ = silicon.read_silicon(name, text, selection)
+        runs, repeated = distinct_measurements(listed)
         points = {(r.prompt_tokens, r.output_tokens, r.concurrency) for r in runs}
         levels = {r.concurrency for r in runs}
         if len(points) < MIN_POINTS or len(levels) < 3:
@@ -188,7 +208,7 @@ def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfigurat
         if signature in found:
             found[signature][2].append(label(configuration))
             continue
-        found[signature] = (configuration, runs, [])
+        found[signature] = (configuration, runs, [], repeated)
     return list(found.values())
 
 
@@ -526,7 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     peak_shares: list[str] = []  # dense configurations: the largest share of peak matrix throughput a row needs
     unlabelled_rows: list[str] = []  # rows screened from the derived scores (matrix_shares)
     unlabelled_errors: dict[str, Errors] = collections.defaultdict(Errors.empty)
-    for configuration, runs, repeats in configurations(text, str(path)):
+    repeated_rows: list[str] = []  # measurements listed in several rows of one configuration, counted once
+    for configuration, runs, repeats, repeated in configurations(text, str(path)):
+        if repeated:
+            repeated_rows.append(f"{label(configuration)} {repeated}")
         kept = [run for run in runs if not screen(run)]
         train, held = split(kept, args.split)
         if not held or len(train) < 3:
@@ -645,6 +668,10 @@ def main(argv: list[str] | None = None) -> int:
     if folded:
         lines.append("\nCounted once (the same measurements under another label): "
                      + "; ".join(f"{repeat} = {name}" for name, repeat in folded) + ".")
+    if repeated_rows:
+        lines.append(f"\nRows left out as repeats of a measurement in the same configuration (the same lengths and "
+                     f"concurrency, TTFT and TPOT within {100 * SAME_MEASUREMENT:g}%): "
+                     + "; ".join(repeated_rows) + ".")
     if args.derived:
         lines += ["", f"## sdplan derive's calibrations ({args.split} split)", ""] + derived_report(derived)
         if not_derived:
