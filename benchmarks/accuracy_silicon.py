@@ -97,11 +97,6 @@ BACKENDS = ("vllm", "sglang")
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
 #: Fewest distinct (ISL, OSL, N) points a configuration needs.
 MIN_POINTS = 9
-#: Two rows of one configuration at the same lengths and concurrency whose TTFT and TPOT both agree within this
-#: share are one measurement listed twice: AIConfigurator's file lists some runs under several ids, some of them
-#: rounded (Qwen3.5-397B-A17B on 4x B200, 1024/1024 at 4 clients: 338.3364/6.3327 ms under ids 463 and 1911,
-#: 338.34/6.33 under a gap-analysis id). :func:`distinct_measurements`.
-SAME_MEASUREMENT = 5e-3
 #: Requests each client sends in a measured closed loop, which the rows do not record: NVIDIA Dynamo's
 #: benchmark script runs ``genai-perf --concurrency N --request-count $((N*10)) --warmup-request-count
 #: $((N*2))`` (ai-dynamo/dynamo benchmarks/llm/perf.sh); AIConfigurator's own generated ``bench_run.sh``
@@ -173,22 +168,10 @@ def group_table(title: str, groups: dict[str, Errors], buckets: dict[str, Errors
     return lines
 
 
-def distinct_measurements(runs: list) -> tuple[list, int]:
-    """The runs with every repeat of a measurement left out (:data:`SAME_MEASUREMENT`), and how many were."""
-    kept: list = []
-    for run in runs:
-        if not any((r.prompt_tokens, r.output_tokens, r.concurrency) == (run.prompt_tokens, run.output_tokens,
-                                                                         run.concurrency)
-                   and abs(run.mean_ttft_s / r.mean_ttft_s - 1.0) <= SAME_MEASUREMENT
-                   and abs(run.mean_tpot_s / r.mean_tpot_s - 1.0) <= SAME_MEASUREMENT for r in kept):
-            kept.append(run)
-    return kept, len(runs) - len(kept)
-
-
 def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfiguration, list, list[str], int]]:
     """(configuration, runs, labels it repeats, rows left out as repeats of a measurement) for every eligible
     configuration, duplicates folded: a configuration measured under another label once, a measurement listed
-    in several rows of one configuration once (:func:`distinct_measurements`)."""
+    in several rows of one configuration once (the reader's rule, :func:`sdplan.runs.silicon.distinct_measurements`)."""
     rows = silicon.parse_rows(name, text)
     groups: dict[tuple[str, ...], list] = collections.defaultdict(list)
     for line, row in rows:
@@ -197,8 +180,8 @@ def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfigurat
     found: dict[tuple, tuple[silicon.SiliconConfiguration, list, list[str], int]] = {}
     for key in sorted(groups):
         selection = silicon.Selection(tuple(zip(silicon.KEYS, key)))
-        listed, configuration, _ = silicon.read_silicon(name, text, selection)
-        runs, repeated = distinct_measurements(listed)
+        runs, configuration, _ = silicon.read_silicon(name, text, selection)
+        repeated = len(silicon.select_rows(name, rows, selection)) - len(runs)
         points = {(r.prompt_tokens, r.output_tokens, r.concurrency) for r in runs}
         levels = {r.concurrency for r in runs}
         if len(points) < MIN_POINTS or len(levels) < 3:
@@ -670,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
                      + "; ".join(f"{repeat} = {name}" for name, repeat in folded) + ".")
     if repeated_rows:
         lines.append(f"\nRows left out as repeats of a measurement in the same configuration (the same lengths and "
-                     f"concurrency, TTFT and TPOT within {100 * SAME_MEASUREMENT:g}%): "
+                     f"concurrency, TTFT and TPOT within {100 * silicon.SAME_MEASUREMENT:g}%): "
                      + "; ".join(repeated_rows) + ".")
     if args.derived:
         lines += ["", f"## sdplan derive's calibrations ({args.split} split)", ""] + derived_report(derived)

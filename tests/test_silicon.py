@@ -230,3 +230,26 @@ def test_a_utf16_file_fits_with_its_provenance(sdplan, tmp_path: Path) -> None:
     result = sdplan("fit", str(utf16), "--select", QWEN_TP4, "-o", str(out))
     assert result.exit_code == 0, result.output
     assert load_calibration(out).document["provenance"]["tensor_parallel_size"] == 4
+
+
+def test_a_measurement_listed_twice_is_one_run(tmp_path: Path) -> None:
+    """AIConfigurator lists some runs under several ids, some rounded (338.3364 / 6.3327 ms and 338.34 / 6.33 for
+    one Qwen3.5-397B row): such a repeat is one run and said so; a run of the same point that differs is kept."""
+    rows = raw_rows()
+    first = next(i for i, row in enumerate(rows) if row["model_path"] == "Qwen/Qwen3-32B" and row["tp_size"] == "4"
+                 and row["mode"] == "agg" and row["backend"] == "vllm")
+    relisted = dict(rows[first], id=rows[first]["id"] + "_relisted",
+                    silicon_ttft_ms=f"{float(rows[first]['silicon_ttft_ms']):.2f}",
+                    silicon_tpot_ms=f"{float(rows[first]['silicon_tpot_ms']):.2f}")
+    rerun = dict(rows[first], id=rows[first]["id"] + "_rerun",
+                 silicon_ttft_ms=str(1.03 * float(rows[first]["silicon_ttft_ms"])))
+    path = tmp_path / "silicon_sample.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows[:first + 1] + [relisted, rerun] + rows[first + 1:])
+    runs, warnings = load_runs([str(path)], "auto", None, None, silicon.Selection.parse([QWEN_TP4]))
+    assert len(runs) == 31
+    assert len(warnings) == 1 and "1 of 32 rows repeat a measurement" in warnings[0] and "counted once" in warnings[0]
+    points = [(r.prompt_tokens, r.output_tokens, r.concurrency) for r in runs]
+    assert points.count(points[0]) == 2  # the first row and its rerun, not its relisting

@@ -21,6 +21,11 @@ One file holds many configurations and a calibration is for one: a
 :class:`Selection` (``sdplan fit/validate --select model=Qwen3-32B,tp=4``)
 keeps the rows of one configuration, and names the values to choose from when
 it matches none or several.
+
+The file lists some runs under several ids, some of them rounded (Qwen3.5-397B-A17B on
+4x B200 at 1024/1024 and 4 clients: 338.3364 / 6.3327 ms under ids 463 and 1911, 338.34 /
+6.33 under a gap-analysis id). A measurement is one run however often it is listed
+(:func:`distinct_measurements`), so a fit does not weigh it twice.
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ KEYS = {"model": "model_path", "system": "system", "backend": "backend", "versio
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 #: What a blank cell reads as.
 UNRECORDED = "unrecorded"
+#: Two rows of one configuration at the same lengths and concurrency whose TTFT and TPOT both agree within this
+#: share are one measurement listed twice (:func:`distinct_measurements`); repeated runs of a benchmark differ
+#: by more (0.1% reads the same repeats on the packaged file but for 8 rounded ones).
+SAME_MEASUREMENT = 5e-3
 
 
 def is_silicon_header(columns: list[str] | tuple[str, ...]) -> bool:
@@ -331,8 +340,26 @@ def read_silicon(name: str, text: str,
     """
     rows = select_rows(name, parse_rows(name, text), selection)
     configuration = configuration_of([row for _, row in rows])
-    runs = [run_of(name, line, row) for line, row in rows]
-    return runs, configuration, []
+    runs, repeated = distinct_measurements([run_of(name, line, row) for line, row in rows])
+    notes = [f"{repeated} of {len(rows)} rows repeat a measurement another row lists (the same lengths and "
+             f"concurrency, TTFT and TPOT within {100 * SAME_MEASUREMENT:g}%): counted once"] if repeated else []
+    return runs, configuration, notes
+
+
+def distinct_measurements(runs: list[BenchmarkRun]) -> tuple[list[BenchmarkRun], int]:
+    """The runs with every repeat of a measurement left out (:data:`SAME_MEASUREMENT`), and how many were."""
+    kept: list[BenchmarkRun] = []
+    for run in runs:
+        if not any((r.prompt_tokens, r.output_tokens, r.concurrency) == (run.prompt_tokens, run.output_tokens,
+                                                                         run.concurrency)
+                   and _agree(run.mean_ttft_s, r.mean_ttft_s) and _agree(run.mean_tpot_s, r.mean_tpot_s)
+                   for r in kept):
+            kept.append(run)
+    return kept, len(runs) - len(kept)
+
+
+def _agree(value: float | None, other: float | None) -> bool:
+    return value is not None and other is not None and other > 0 and abs(value / other - 1.0) <= SAME_MEASUREMENT
 
 
 def configuration_in(path: Path, input_format: str, selection: Selection) -> SiliconConfiguration | None:
