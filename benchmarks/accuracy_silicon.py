@@ -168,20 +168,19 @@ def group_table(title: str, groups: dict[str, Errors], buckets: dict[str, Errors
     return lines
 
 
-def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfiguration, list, list[str], int]]:
-    """(configuration, runs, labels it repeats, rows left out as repeats of a measurement) for every eligible
-    configuration, duplicates folded: a configuration measured under another label once, a measurement listed
-    in several rows of one configuration once (the reader's rule, :func:`sdplan.runs.silicon.distinct_measurements`)."""
+def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfiguration, list, list[str], list[str]]]:
+    """(configuration, runs, labels it repeats, the reader's notes) for every eligible configuration, duplicates
+    folded: a configuration measured under another label once, a measurement listed in several rows of one
+    configuration once (the reader's rule, :func:`sdplan.runs.silicon.distinct_measurements`, says so in a note)."""
     rows = silicon.parse_rows(name, text)
     groups: dict[tuple[str, ...], list] = collections.defaultdict(list)
     for line, row in rows:
         if row["backend"] in BACKENDS and row["system"] in SYSTEMS:
             groups[tuple(silicon.cell_value(row, key) for key in silicon.KEYS)].append((line, row))
-    found: dict[tuple, tuple[silicon.SiliconConfiguration, list, list[str], int]] = {}
+    found: dict[tuple, tuple[silicon.SiliconConfiguration, list, list[str], list[str]]] = {}
     for key in sorted(groups):
         selection = silicon.Selection(tuple(zip(silicon.KEYS, key)))
-        runs, configuration, _ = silicon.read_silicon(name, text, selection)
-        repeated = len(silicon.select_rows(name, rows, selection)) - len(runs)
+        runs, configuration, notes = silicon.read_silicon(name, text, selection)
         points = {(r.prompt_tokens, r.output_tokens, r.concurrency) for r in runs}
         levels = {r.concurrency for r in runs}
         if len(points) < MIN_POINTS or len(levels) < 3:
@@ -191,7 +190,7 @@ def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfigurat
         if signature in found:
             found[signature][2].append(label(configuration))
             continue
-        found[signature] = (configuration, runs, [], repeated)
+        found[signature] = (configuration, runs, [], notes)
     return list(found.values())
 
 
@@ -529,10 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     peak_shares: list[str] = []  # dense configurations: the largest share of peak matrix throughput a row needs
     unlabelled_rows: list[str] = []  # rows screened from the derived scores (matrix_shares)
     unlabelled_errors: dict[str, Errors] = collections.defaultdict(Errors.empty)
-    repeated_rows: list[str] = []  # measurements listed in several rows of one configuration, counted once
-    for configuration, runs, repeats, repeated in configurations(text, str(path)):
-        if repeated:
-            repeated_rows.append(f"{label(configuration)} {repeated}")
+    reader_notes: list[str] = []  # e.g. a measurement listed in several rows of one configuration, counted once
+    for configuration, runs, repeats, notes in configurations(text, str(path)):
+        reader_notes += [f"{label(configuration)}: {note}" for note in notes]
         kept = [run for run in runs if not screen(run)]
         train, held = split(kept, args.split)
         if not held or len(train) < 3:
@@ -651,10 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     if folded:
         lines.append("\nCounted once (the same measurements under another label): "
                      + "; ".join(f"{repeat} = {name}" for name, repeat in folded) + ".")
-    if repeated_rows:
-        lines.append(f"\nRows left out as repeats of a measurement in the same configuration (the same lengths and "
-                     f"concurrency, TTFT and TPOT within {100 * silicon.SAME_MEASUREMENT:g}%): "
-                     + "; ".join(repeated_rows) + ".")
+    if reader_notes:
+        lines.append("\nThe silicon reader's notes: " + "; ".join(reader_notes) + ".")
     if args.derived:
         lines += ["", f"## sdplan derive's calibrations ({args.split} split)", ""] + derived_report(derived)
         if not_derived:

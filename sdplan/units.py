@@ -4,8 +4,8 @@ Everything inside sdplan is in SI base units (seconds, requests per second,
 tokens per second); units appear only at the edges: parsing here, formatting
 in the renderers. :func:`finite_or_none` is the one rule for writing a quantity
 into JSON or CSV, shared by the renderers and the benchmarks' records (which may
-not import :mod:`sdplan.render`); :func:`written_cost` the one for writing a
-fitted cost into a calibration file.
+not import :mod:`sdplan.render`); :func:`written_number` the one for writing a
+fitted number (a cost, an error) into a calibration file.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def finite_or_none(value: float) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def written_cost(value: float) -> float:
-    """A cost as a calibration file writes it: six significant digits (``derive`` and ``calibrate`` alike, so that
-    a file is byte-reproducible from its inputs and no digit claims more than the fit resolves)."""
+def written_number(value: float) -> float:
+    """A fitted number (a cost, a fit error) as a calibration file writes it: six significant digits (``derive``
+    and ``calibrate`` alike, so that a file is byte-reproducible from its inputs and no digit claims more than the
+    fit resolves)."""
     return float(f"{value:.6g}")

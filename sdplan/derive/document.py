@@ -31,7 +31,7 @@ from sdplan.derive.request import (
     model_key,
 )
 from sdplan.fileio import dumps_toml
-from sdplan.units import written_cost
+from sdplan.units import written_number
 
 PRECISION_TEXT = {"bf16": "bfloat16 weights, activations and KV cache",
                   "fp8": "float8 weights and activations (per tensor), bfloat16 KV cache",
@@ -149,8 +149,8 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
     if alone is not None:
         table["kv_cache_tokens_without_draft"] = alone
     for component, (mean, worst) in fitted.errors.items():
-        table[f"{component}_mean_error_pct"] = written_cost(mean)
-        table[f"{component}_max_error_pct"] = written_cost(worst)
+        table[f"{component}_mean_error_pct"] = written_number(mean)
+        table[f"{component}_max_error_pct"] = written_number(worst)
     if anchor is None:
         table["anchor"] = "none: silicon_sample.csv has no measured rows for this target, system, TP and precision"
         return table
@@ -158,7 +158,7 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
     for key in ("rows", "decode_scale", "prefill_scale", "gap_mape_pct", "gap_bias_pct", "anchored_mape_pct",
                 "anchored_max_error_pct"):
         value = anchor[key]
-        table[f"anchor_{key}"] = value if isinstance(value, int) else written_cost(value)
+        table[f"anchor_{key}"] = value if isinstance(value, int) else written_number(value)
     return table
 
 
@@ -172,19 +172,19 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
     spec_overhead = share * verify_fixed * decode_scale if method == "ngram" else overheads.sd_cycle_s
     per_sequence_overhead = share * verify_per_sequence * decode_scale if method == "ngram" else 0.0
     fixed, per_token, load = fitted.prefill
-    target = {key: written_cost(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.target)}
+    target = {key: written_number(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.target)}
     knee_tokens, above_knee = fitted.knee
     if above_knee > 0.0:
-        target.update(knee_tokens=knee_tokens, per_token_above_knee_s=written_cost(above_knee * decode_scale))
+        target.update(knee_tokens=knee_tokens, per_token_above_knee_s=written_number(above_knee * decode_scale))
     return {
         "target": target,
-        "draft": {key: written_cost(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.draft)},
-        "prefill": {"fixed_s": written_cost(fixed * prefill_scale),
-                    "per_prompt_token_s": written_cost(per_token * prefill_scale),
-                    "load_per_prompt_token_s": written_cost(load * prefill_scale)},
-        "speculation": {"overhead_fixed_s": written_cost(spec_overhead),
-                        "overhead_per_sequence_s": written_cost(per_sequence_overhead)},
-        "engine": {"step_overhead_s": written_cost(overheads.step_s)},
+        "draft": {key: written_number(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.draft)},
+        "prefill": {"fixed_s": written_number(fixed * prefill_scale),
+                    "per_prompt_token_s": written_number(per_token * prefill_scale),
+                    "load_per_prompt_token_s": written_number(load * prefill_scale)},
+        "speculation": {"overhead_fixed_s": written_number(spec_overhead),
+                        "overhead_per_sequence_s": written_number(per_sequence_overhead)},
+        "engine": {"step_overhead_s": written_number(overheads.step_s)},
     }
 
 
@@ -234,7 +234,7 @@ def document(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
                                        engine_overheads(request.backend)),
     }
     if pricer.routing is not None:
-        streamed = written_cost(fitted.experts_s * decode_scale)
+        streamed = written_number(fitted.experts_s * decode_scale)
         result["moe"] = {"experts_per_token": pricer.routing[0], "experts": pricer.routing[1],
                          "coverage": {"baseline_c1_step_s": streamed, "c1v_s": streamed}}
     return result

@@ -39,7 +39,7 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError
 from sdplan.fitting.regression import bounded_solve, column_scale
-from sdplan.units import written_cost
+from sdplan.units import written_number
 
 
 def step_key(kind: str, batch: int, draft_length: int, prompt_tokens: int) -> str:
@@ -189,12 +189,12 @@ def fit_calibration(measurements: list[Measurement]) -> CalibrationFit:
 
 def step_model_document(fit: CalibrationFit) -> dict[str, Any]:
     """The ``[step_model]`` table of a calibration from a fit (6 significant digits)."""
-    t = {key: written_cost(value) for key, value in fit.target.as_dict().items()}
+    t = {key: written_number(value) for key, value in fit.target.as_dict().items()}
     d = dict(fit.speculative.as_dict()) if fit.speculative else {}
     for key in ("fixed_s", "per_sequence_s"):  # the switch-on cost is per-cycle SD overhead (module docstring)
         d[f"overhead_{key}"] = d.get(f"overhead_{key}", 0.0) + fit.target.as_dict().get(f"switch_on_{key}", 0.0)
-    d = {key: written_cost(value) for key, value in d.items()}
-    p = {key: written_cost(value) for key, value in fit.prefill.as_dict().items()}
+    d = {key: written_number(value) for key, value in d.items()}
+    p = {key: written_number(value) for key, value in fit.prefill.as_dict().items()}
     return {
         "target": {key: t[key] for key in ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")},
         "draft": {
