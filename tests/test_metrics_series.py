@@ -15,6 +15,7 @@ from sdplan.metrics.series import (
     GAP_HISTORY,
     QUANTITIES,
     Point,
+    SeriesBuilder,
     StreamCleaner,
     Values,
     arrivals,
@@ -74,6 +75,40 @@ def _point(t: float, e2e: float, completed: float | None = None) -> Point:
     if completed is not None:
         values["completed"] = completed
     return Point(t, Values(values))
+
+
+def test_the_builder_sums_engines_and_lets_a_bad_sample_drop_its_quantity() -> None:
+    """Samples are summed per server and moment across the labels that split a server (engines, finish reasons),
+    in whatever order they come; a NaN from one engine drops that moment's quantity, not its others, and the
+    KV cache usage is the engines' mean. A moment's points come out once, in time order per server."""
+    builder = SeriesBuilder()
+    server = {"model_name": "m"}
+    samples = [  # (time, name, extra labels, value), given by series as an export orders them
+        (2.0, "vllm:e2e_request_latency_seconds_sum", {"engine": "0"}, 3.0),
+        (1.0, "vllm:e2e_request_latency_seconds_sum", {"engine": "0"}, 1.0),
+        (1.0, "vllm:e2e_request_latency_seconds_sum", {"engine": "1"}, 0.5),
+        (2.0, "vllm:e2e_request_latency_seconds_sum", {"engine": "1"}, math.nan),
+        (1.0, "vllm:e2e_request_latency_seconds_count", {"engine": "0"}, 4.0),
+        (2.0, "vllm:e2e_request_latency_seconds_count", {"engine": "0"}, 6.0),
+        (1.0, "vllm:kv_cache_usage_perc", {"engine": "0"}, 0.2),
+        (1.0, "vllm:kv_cache_usage_perc", {"engine": "1"}, 0.4),
+        (1.0, "vllm:request_success_total", {"finished_reason": "stop"}, 3.0),
+        (1.0, "vllm:request_success_total", {"finished_reason": "abort"}, 1.0),
+        (2.0, "vllm:request_success_total", {"finished_reason": "stop"}, 5.0),
+        (1.0, "vllm:spec_decode_num_accepted_tokens_per_pos_total", {"position": "1"}, 7.0),
+    ]
+    for time_s, name, labels, value in samples:
+        builder.add(time_s, name, {**server, **labels}, value)
+    first, second = [point for _, point in builder.stream()]
+    assert (first.time_s, second.time_s) == (1.0, 2.0)
+    assert dict(first.values) == {"e2e_sum": 1.5, "e2e_count": 4.0, "kv_cache": pytest.approx(0.3),
+                                  "completed": 4.0}
+    assert first.failed == 1.0 and len(first.positions) == 2 and math.isnan(first.positions[0]) \
+        and first.positions[1] == 7.0
+    assert dict(second.values) == {"e2e_count": 6.0, "completed": 5.0}  # the NaN dropped e2e_sum only
+    assert second.failed is None and second.positions == ()
+    assert builder.non_finite == Counter({"vllm:e2e_request_latency_seconds_sum": 1})
+    assert list(builder.stream()) == []  # let go once made
 
 
 def test_finished_requests_come_from_one_counter_across_a_window() -> None:

@@ -42,12 +42,15 @@ def is_query_range(head: str) -> bool:
     return '"resultType"' in head and ('"matrix"' in head or '"vector"' in head)
 
 
-def read_query_range(path: Path, where: str) -> tuple[dict[Identity, list[Point]], Counter[str], int]:
-    """Each server's points in an export, the samples skipped by reason, and the number of step times.
+def read_query_range(path: Path, where: str) -> tuple[Iterator[tuple[Identity, Point]], Counter[str], int]:
+    """Each server's points in an export (made as they are taken), the samples skipped by reason, and the number
+    of step times.
 
     The file is parsed as it is read (``ijson``, a maintained iterative JSON parser): one series at a time
-    is held as JSON, its samples go into the points at once, so what is held grows with the samples kept
-    (about 5 MiB a server and day at a 15 s step), not with the file's text.
+    is held as JSON, and its samples go at once into columns of doubles (:class:`SeriesBuilder`), so what is
+    held grows with the values kept (8 bytes each), not with the file's text. An export is ordered by series,
+    so no moment is complete before the file ends; the points are then made one at a time, each server's in
+    time order, for the windows to take as they come (:func:`sdplan.metrics.windows.streamed_runs`).
 
     Raises
     ------
@@ -58,7 +61,6 @@ def read_query_range(path: Path, where: str) -> tuple[dict[Identity, list[Point]
         Without the ``ijson`` package.
     """
     builder = SeriesBuilder()
-    times: set[float] = set()
     skipped: Counter[str] = Counter()
     warnings: list[str] = []
 
@@ -81,19 +83,18 @@ def read_query_range(path: Path, where: str) -> tuple[dict[Identity, list[Point]
             if time_s is None or not math.isfinite(time_s):
                 raise InputFileError(where, f"{label}: {name}: values", f"time {pair[0]!r} is not a number")
             builder.add(time_s, name, labels, math.nan if value is None else value)
-            times.add(time_s)
 
     for response in _responses(path, where, add):
         warnings += response.warnings
-    if len(times) == 1:
+    steps = builder.moments()
+    if steps == 1:
         raise InputFileError(where, None, "one moment only (an instant query, or a range of one step): a window needs "
                                           "two; export /api/v1/query_range over a span of time")
-    servers = {identity: sorted(points, key=lambda p: p.time_s) for identity, points in builder.points().items()}
     skipped.update({f"samples of {name} that were NaN or infinite": count
                     for name, count in builder.non_finite.items()})
     if warnings:  # e.g. partial data from a remote store: the export may lack samples
         skipped[f"warnings from Prometheus with the data (the first: {warnings[0][:160]})"] = len(warnings)
-    return servers, skipped, len(times)
+    return builder.stream(), skipped, steps
 
 
 def _number(value: Any) -> float | None:

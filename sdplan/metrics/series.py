@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
-from collections import Counter, defaultdict, deque
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -45,8 +45,7 @@ _SLOT = {quantity: index for index, quantity in enumerate(QUANTITIES)}
 class Values(Mapping[str, float]):
     """A point's quantities, read-only, stored as one array of doubles with NaN for a quantity absent.
 
-    Windows hold their open window's points (:class:`sdplan.metrics.windows.Windows`), and a stamped dump's
-    points are held until its file ends (:func:`sdplan.metrics.textfile.scrape_points`), so each point's
+    Windows hold their open window's points (:class:`sdplan.metrics.windows.Windows`), so each point's
     storage counts: as a dict of its 27 quantities, a float object each, a point of an SD server held 1.8 KiB;
     as an array of 8 bytes a quantity it holds 0.65 KiB
     (measured with ``tracemalloc`` on tests/data/prometheus-cpu, tests/test_metrics_series.py). NaN
@@ -102,16 +101,78 @@ class Point:
         return self.values.get(quantity)
 
 
+#: A cell of :class:`SeriesBuilder` that no sample reached.
+_ABSENT = math.nan
+#: A cell that a NaN or infinite sample reached: the sum means nothing, and the point drops the quantity. Stored as
+#: ``+inf``, which stays ``+inf`` whatever finite value is added to it, so that "absent" (NaN) stays apart.
+_POISONED = math.inf
+
+
+def _add_cell(column: array[float], row: int, value: float) -> None:
+    """Add ``value`` (finite, or :data:`_POISONED`) to a column's cell ``row``, growing the column as needed."""
+    if len(column) <= row:
+        column.extend([_ABSENT] * (row + 1 - len(column)))
+    held = column[row]
+    column[row] = value if math.isnan(held) else held + value
+
+
+def _cell(column: array[float], row: int) -> float:
+    return column[row] if row < len(column) else _ABSENT
+
+
+@dataclass(slots=True)
+class _Server:
+    """One server's samples by column: a row per moment, a column of doubles per sample name (8 bytes a value)."""
+
+    #: time -> row, in the order the source gave the times
+    rows: dict[float, int] = field(default_factory=dict)
+    #: sample name -> summed value per row (:data:`_ABSENT`, :data:`_POISONED`)
+    sums: dict[str, array[float]] = field(default_factory=dict)
+    #: averaged sample name -> how many series were summed per row (the gauges averaged over engines)
+    terms: dict[str, array[float]] = field(default_factory=dict)
+    #: requests finished as failures per row (absent where no such series was given)
+    failed: array[float] = field(default_factory=lambda: array("d"))
+    #: draft position -> accepted tokens per row
+    positions: dict[int, array[float]] = field(default_factory=dict)
+
+    def row(self, time_s: float) -> int:
+        return self.rows.setdefault(time_s, len(self.rows))
+
+    def point(self, time_s: float, row: int) -> Point | None:
+        """The point of one row; None for a row without any quantity (per-position samples alone)."""
+        sums: dict[str, float] = {}
+        for name, column in self.sums.items():
+            value = _cell(column, row)
+            if not math.isnan(value):
+                terms = _cell(self.terms[name], row) if name in self.terms else math.nan
+                # a fraction of each engine's own cache: their mean, not their sum
+                sums[name] = math.nan if value == _POISONED else value / terms if terms > 0 else value
+        if not sums:
+            return None
+        values = _resolve(sums)
+        given = {position: value for position, column in self.positions.items()
+                 if not math.isnan(value := _cell(column, row))}
+        ordered = tuple(given[i] if math.isfinite(given.get(i, math.nan)) else math.nan
+                        for i in range(max(given) + 1)) if given else ()
+        failed = _cell(self.failed, row)
+        failed_or_none = None if "completed" not in values or math.isnan(failed) else \
+            math.nan if failed == _POISONED else failed
+        return Point(time_s, Values(values), failed_or_none, ordered)
+
+
 @dataclass
 class SeriesBuilder:
-    """Accumulates samples into points, per server and time; then :meth:`points`."""
+    """Accumulates samples into points, per server and time; then :meth:`points` or :meth:`stream`.
 
-    #: (identity, time) -> sample name -> summed value
-    _sums: dict[tuple[Identity, float], dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
-    _failed: dict[tuple[Identity, float], float] = field(default_factory=lambda: defaultdict(float))
-    _positions: dict[tuple[Identity, float], dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
-    #: (identity, time) -> sample name -> how many series were summed, for the gauges averaged over engines
-    _terms: dict[tuple[Identity, float], Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    The samples are held by column (:class:`_Server`: a double per sample name and moment), not as a point per
+    moment, so a source ordered by series rather than time (a ``query_range`` export, a ``promtool tsdb dump``),
+    which must be read to its end before its first moment is complete, holds about 8 bytes a value kept until
+    then; :meth:`stream` then makes the points one at a time. Read into runs, a 5 MB export peaked at 9.1 MiB
+    with a point held per moment (1.9 times the file) and peaks at 2.6 MiB by column
+    (tests/test_metrics_formats.py).
+    """
+
+    _servers: dict[Identity, _Server] = field(default_factory=dict)
     #: Samples with a value that is not a finite number, per sample name.
     non_finite: Counter[str] = field(default_factory=Counter)
 
@@ -126,44 +187,51 @@ class SeriesBuilder:
         if quantity == "inf_bucket" and labels.get("le") not in ("+Inf", "Inf", "inf"):
             return
         identity = tuple(sorted((key, text) for key, text in labels.items() if key not in names.SUMMED_LABELS))
-        key = (identity, time_s)
         if not math.isfinite(value):
             self.non_finite[name] += 1
-            value = math.nan  # poisons the sum: the point drops this quantity
+            value = _POISONED  # poisons the sum: the point drops this quantity
+        server = self._servers.get(identity)
+        if server is None:
+            server = self._servers[identity] = _Server()
+        row = server.row(time_s)
         if quantity == "per_position":
             try:
                 position = int(labels.get("position", ""))
             except ValueError:
                 return
-            positions = self._positions[key]
-            positions[position] = positions.get(position, 0.0) + value
+            _add_cell(server.positions.setdefault(position, array("d")), row, value)
             return
-        sums = self._sums[key]
-        sums[name] = sums.get(name, 0.0) + value
+        _add_cell(server.sums.setdefault(name, array("d")), row, value)
         if name in names.AVERAGED_NAMES:
-            self._terms[key][name] += 1
+            _add_cell(server.terms.setdefault(name, array("d")), row, 1.0)
         if name in names.COUNTERS["completed"] and labels.get("finished_reason") in names.FAILED_REASONS:
-            self._failed[key] += value
+            _add_cell(server.failed, row, value)
+
+    def moments(self) -> int:
+        """How many distinct times the samples gave, over every server."""
+        return len({time_s for server in self._servers.values() for time_s in server.rows})
 
     def points(self) -> dict[Identity, list[Point]]:
         """Each server's points, in the order the source gave their times (not sorted: see :class:`StreamCleaner`)."""
-        servers: dict[Identity, list[Point]] = defaultdict(list)
-        for (identity, time_s), sums in self._sums.items():
-            terms = self._terms.get((identity, time_s))
-            if terms:  # a fraction of each engine's own cache: their mean, not their sum
-                sums = {name: value / terms[name] if name in terms else value for name, value in sums.items()}
-            values = _resolve(sums)
-            positions = self._positions.get((identity, time_s), {})
-            ordered = tuple(positions.get(i, math.nan) for i in range(max(positions) + 1)) if positions else ()
-            failed = self._failed.get((identity, time_s)) if "completed" in values else None
-            servers[identity].append(Point(time_s, Values(values), failed, ordered))
-        return dict(servers)
+        servers: dict[Identity, list[Point]] = {}
+        for identity, server in self._servers.items():
+            found = [point for time_s, row in server.rows.items() if (point := server.point(time_s, row))]
+            if found:
+                servers[identity] = found
+        return servers
+
+    def stream(self) -> Iterator[tuple[Identity, Point]]:
+        """Each server's points in time order, made one at a time; a server's columns are let go once it is done."""
+        while self._servers:
+            identity = next(iter(self._servers))
+            server = self._servers.pop(identity)
+            for time_s, row in sorted(server.rows.items()):
+                point = server.point(time_s, row)
+                if point is not None:
+                    yield identity, point
 
     def clear(self) -> None:
-        self._sums.clear()
-        self._failed.clear()
-        self._positions.clear()
-        self._terms.clear()
+        self._servers.clear()
 
 
 def _resolve(sums: dict[str, float]) -> dict[str, float]:

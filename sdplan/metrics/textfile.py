@@ -30,7 +30,8 @@ What else the text may be, as exporters write it, read by the same parser:
   headers whose samples carry timestamps is a series too, each sample at its own time: ``promtool tsdb
   dump`` (``{__name__="vllm:...", ...} value milliseconds``), a concatenation of Prometheus ``/federate``
   answers, ``promtool tsdb dump-openmetrics`` (seconds). Such a dump is sorted by series, not time, so
-  its points are held until the file ends (:func:`_add_stamped`).
+  its values are held by column until the file ends (:func:`_add_stamped`,
+  :class:`~sdplan.metrics.series.SeriesBuilder`), and its points made afterwards, one at a time.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[
 
     A scrape's points are yielded as soon as its end is read, so a consumer that keeps only what it needs holds
     memory bounded by that. Stamped samples outside any header are yielded last, each server's sorted by time
-    (such a dump is sorted by series, so they are held until the file ends).
+    (such a dump is sorted by series: its values are held by column until the file ends, its points made one at
+    a time).
 
     Raises
     ------
@@ -184,18 +186,15 @@ def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[
     except (EOFError, lzma.LZMAError, OSError) as error:
         raise InputFileError(where, None, f"compressed stream broken ({error}); recompress or decompress it") \
             from None
-    found_stamped = stamped.points()
-    moments = {point.time_s for points in found_stamped.values() for point in points}
+    moments = stamped.moments()
     if not headers and not moments:
         hint = "a single scrape has no time" if loose else "no '# sdplan-scrape time=...' line"
         raise InputFileError(where, None, f"{hint}; record a series with 'sdplan scrape URL -o FILE', or put "
                                           "'# sdplan-scrape time=<unix seconds>' before each scrape")
-    counts.scrapes += len(moments)
+    counts.scrapes += moments
     for name, count in (builder.non_finite + stamped.non_finite).items():
         skipped[f"samples of {name} that were NaN or infinite (their scrapes skip the quantity)"] += count
-    for identity, found in found_stamped.items():
-        for point in sorted(found, key=lambda point: point.time_s):
-            yield identity, point
+    yield from stamped.stream()
 
 
 def _add_stamped(builder: SeriesBuilder, lines: list[str], skipped: Counter[str],

@@ -439,13 +439,6 @@ def _unrecorded_speculation(first: Point, last: Point) -> str | None:
 # ----------------------------------------------------------------------------- a source's runs, streamed
 
 
-def runs_of(where: str, name: str, servers: dict[Identity, list[Point]], skipped: Counter[str], scrapes: int,
-            labels: tuple[tuple[str, str], ...], settings: WindowSettings) -> tuple[list[BenchmarkRun], list[str]]:
-    """The runs of one source's selected server, and its one-line summary of what was left out."""
-    stream = ((identity, point) for identity, points in servers.items() for point in points)
-    return streamed_runs(where, name, stream, lambda: (skipped, scrapes), labels, settings)
-
-
 def streamed_runs(where: str, name: str, stream: Iterable[tuple[Identity, Point]],
                   read: Callable[[], tuple[Counter[str], int]], labels: tuple[tuple[str, str], ...],
                   settings: WindowSettings) -> tuple[list[BenchmarkRun], list[str]]:

@@ -24,7 +24,7 @@ def detects(path: Path, head: str) -> bool:
 def read(where: str, path: Path, labels: tuple[tuple[str, str], ...],
          window_s: float | None) -> tuple[list[BenchmarkRun], list[str]]:
     from sdplan.metrics.api import read_query_range
-    from sdplan.metrics.windows import WindowSettings, runs_of
+    from sdplan.metrics.windows import WindowSettings, streamed_runs
 
-    servers, skipped, steps = read_query_range(path, where)
-    return runs_of(where, path.name, servers, skipped, steps, labels, WindowSettings(length_s=window_s))
+    points, skipped, steps = read_query_range(path, where)
+    return streamed_runs(where, path.name, points, lambda: (skipped, steps), labels, WindowSettings(length_s=window_s))
