@@ -209,6 +209,20 @@ def test_a_promtool_tsdb_dump_sorted_by_series_is_a_series(tmp_path: Path, origi
     assert _rates(runs) == pytest.approx(_rates(original["nosd"]), rel=1e-4)
 
 
+def test_a_dump_given_twice_is_read_once(tmp_path: Path, original: dict[str, list[Any]]) -> None:
+    """Two dumps of overlapping spans put together (here the recording's federate answers, then its first half
+    again): a series is one value per time, so the repeated samples are counted and read once, not summed
+    (summed, every counter of the overlap doubled, and the windows after it read a restarted server)."""
+    text = _stamped("sd", text_latest)
+    answers = text.split("\n# HELP python_gc_objects_collected")  # one /federate answer each
+    head = "\n# HELP python_gc_objects_collected".join(answers[: len(answers) // 2])
+    path = tmp_path / "twice.prom"
+    path.write_text(text + "\n" + head + "\n")
+    runs, warnings = read_results(path)
+    assert summary(runs) == summary(original["sd"])
+    assert len(warnings) == 1 and "given again for times already read" in warnings[0]
+
+
 def test_samples_without_a_time_anywhere_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "one.prom"
     path.write_text(blocks("nosd")[50][1])  # one bare scrape, as curl saves it
@@ -507,6 +521,33 @@ def test_a_query_range_export_is_parsed_as_it_is_read(tmp_path: Path, monkeypatc
     assert steps == 12 * len({t for s in replicated_export(1)["data"]["result"] for t, _ in s["values"]})
     times = [point.time_s for _, point in points]
     assert times == sorted(times) and len(times) == steps  # one server, its points in time order
+
+
+@pytest.mark.parametrize("layout", ["a query matched twice", "overlapping spans"])
+def test_a_series_given_twice_in_an_export_is_read_once(tmp_path: Path, layout: str) -> None:
+    """A series is one value per time. Two responses that hold it (two queries that match it, or exports of
+    overlapping spans put in one file) give its samples again; summed as another engine's series would be,
+    every counter doubled and the arrival rates with it."""
+    document = json.loads((DATA / "nosd.query_range.json").read_text())
+    expected, _ = read_results(DATA / "nosd.query_range.json")
+    result = document["data"]["result"]
+    if layout == "a query matched twice":
+        second = [series for series in result if "e2e" in series["metric"]["__name__"]]
+        responses = [document, {"status": "success", "data": {"resultType": "matrix", "result": second}}]
+    else:
+        times = sorted({t for series in result for t, _ in series["values"]})
+        cut_early, cut_late = times[len(times) // 3], times[2 * len(times) // 3]
+
+        def part(low: float, high: float) -> dict[str, Any]:
+            return {"status": "success", "data": {"resultType": "matrix", "result": [
+                {"metric": s["metric"], "values": [v for v in s["values"] if low <= v[0] <= high]}
+                for s in result]}}
+        responses = [part(times[0], cut_late), part(cut_early, times[-1])]
+    path = tmp_path / "twice.json"
+    path.write_text("\n".join(json.dumps(response) for response in responses))
+    runs, warnings = read_results(path)
+    assert summary(runs) == summary(expected)
+    assert len(warnings) == 1 and "given again for times already read" in warnings[0]
 
 
 def test_an_export_saved_sorted_with_a_bom_and_gzipped_reads_the_same(tmp_path: Path) -> None:

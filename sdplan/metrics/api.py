@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sdplan.errors import InputFileError, MissingDependencyError
-from sdplan.metrics.series import Identity, Point, SeriesBuilder
+from sdplan.metrics.series import REPEATED, Identity, Point, SeriesBuilder, SeriesSpans
 from sdplan.metrics.textfile import open_binary
 
 _BOM = b"\xef\xbb\xbf"
@@ -62,6 +62,7 @@ def read_query_range(path: Path, where: str) -> tuple[Iterator[tuple[Identity, P
     """
     builder = SeriesBuilder()
     skipped: Counter[str] = Counter()
+    spans = SeriesSpans()  # a series given twice is read once
     warnings: list[str] = []
 
     def add(series: Any, label: str) -> None:
@@ -76,13 +77,25 @@ def read_query_range(path: Path, where: str) -> tuple[Iterator[tuple[Identity, P
         values = series.get("values") if "values" in series else [series["value"]] if "value" in series else None
         if not isinstance(values, list):
             raise InputFileError(where, f"{label}: {name}: values", "expected a list of [time, \"value\"]")
+        key = spans.series(labels)
+        check = spans.seen(key)  # the common case, a series given once, takes no test per sample
+        low, high = math.inf, -math.inf
         for pair in values:
             if not (isinstance(pair, list) and len(pair) == 2):
                 raise InputFileError(where, f"{label}: {name}: values", "expected [time, \"value\"] pairs")
             time_s, value = _number(pair[0]), _number(pair[1])
             if time_s is None or not math.isfinite(time_s):
                 raise InputFileError(where, f"{label}: {name}: values", f"time {pair[0]!r} is not a number")
+            if check and spans.repeats(key, time_s):
+                skipped[REPEATED] += 1
+                continue
+            if time_s < low:
+                low = time_s
+            if time_s > high:
+                high = time_s
             builder.add(time_s, name, labels, math.nan if value is None else value)
+        if not check and low <= high:
+            spans.read(key, low, high)
 
     for response in _responses(path, where, add):
         warnings += response.warnings

@@ -234,6 +234,50 @@ class SeriesBuilder:
         self._servers.clear()
 
 
+#: What the samples of a series given again for a time already read are counted as (:class:`SeriesSpans`).
+REPEATED = "samples of a series given again for times already read (overlapping exports or queries): read once"
+
+
+class SeriesSpans:
+    """The spans of time read per series (its exact labels), so that a series given twice is read once.
+
+    A series has one value per time. Sources that give it again (two queries of one export that match it,
+    exports of overlapping spans put together, a dump concatenated twice) must not have it summed, as the
+    series of another engine or finish reason are (:class:`SeriesBuilder`), nor have it reset the counters.
+    A sample at a time within a span read for its series is a repeat. A sample after the series' latest
+    span extends it: a series is read in time order, by scrapes or within an export, so each keeps one span
+    per stretch read; a gap between two exports read out of order is taken as read (their later samples are
+    still read, but a third export filling that gap would be counted as repeats).
+    """
+
+    def __init__(self) -> None:
+        self._spans: dict[tuple[tuple[str, str], ...], list[list[float]]] = {}
+
+    @staticmethod
+    def series(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """A series' key: its labels (its name among them), sorted."""
+        return tuple(sorted(labels.items()))
+
+    def seen(self, series: tuple[tuple[str, str], ...]) -> bool:
+        """Whether any time of ``series`` was read yet."""
+        return series in self._spans
+
+    def read(self, series: tuple[tuple[str, str], ...], low_s: float, high_s: float) -> None:
+        """Take ``[low_s, high_s]`` of a series not :meth:`seen` before as read (its samples were taken at once)."""
+        self._spans[series] = [[low_s, high_s]]
+
+    def repeats(self, series: tuple[tuple[str, str], ...], time_s: float) -> bool:
+        """Whether ``series`` (:meth:`series`) was already read at ``time_s``; if not, it is now."""
+        spans = self._spans.setdefault(series, [])
+        if any(low <= time_s <= high for low, high in spans):
+            return True
+        if spans and time_s > spans[-1][1]:
+            spans[-1][1] = time_s
+        else:
+            spans.append([time_s, time_s])
+        return False
+
+
 def _resolve(sums: dict[str, float]) -> dict[str, float]:
     """Sample names -> quantities: each quantity's first name present (newest vLLM first); NaN drops it.
 

@@ -49,7 +49,7 @@ from typing import IO, Any, cast
 from sdplan.errors import InputFileError, MissingDependencyError
 from sdplan.metrics import names
 from sdplan.metrics.scrape import END_MARK, SCRAPE_MARK
-from sdplan.metrics.series import Identity, Point, SeriesBuilder
+from sdplan.metrics.series import REPEATED, Identity, Point, SeriesBuilder, SeriesSpans
 
 #: Bytes read from the head of a file to recognise it.
 HEAD_BYTES = 1 << 16
@@ -158,6 +158,7 @@ def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[
                                      "pip install prometheus_client") from None
     builder = SeriesBuilder()
     stamped = SeriesBuilder()  # samples outside any header, each at its own timestamp
+    spans = SeriesSpans()  # of the stamped samples: a series given twice is read once
     skipped = counts.skipped
     headers = 0
     loose = False
@@ -166,7 +167,7 @@ def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[
             for time_s, line_number, kept, closed in _blocks(stream, where):
                 if time_s is None:
                     loose = True
-                    _add_stamped(stamped, kept, skipped, text_string_to_metric_families)
+                    _add_stamped(stamped, spans, kept, skipped, text_string_to_metric_families)
                     continue
                 headers += 1
                 if not closed:
@@ -197,7 +198,7 @@ def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[
     yield from stamped.stream()
 
 
-def _add_stamped(builder: SeriesBuilder, lines: list[str], skipped: Counter[str],
+def _add_stamped(builder: SeriesBuilder, spans: SeriesSpans, lines: list[str], skipped: Counter[str],
                  parse: Callable[[str], Iterable[Any]]) -> None:
     """Samples outside any ``# sdplan-scrape`` header, each at its own timestamp.
 
@@ -205,7 +206,8 @@ def _add_stamped(builder: SeriesBuilder, lines: list[str], skipped: Counter[str]
     ms``), Prometheus' ``/federate`` (text format, milliseconds) and ``promtool tsdb dump-openmetrics``
     (OpenMetrics, seconds). The text parser reads a timestamp as milliseconds (it divides by 1000); one that
     comes out before :data:`SECONDS_BEFORE` was written in seconds, as OpenMetrics does, and is read so.
-    A sample without a timestamp has no time here and is counted.
+    A sample without a timestamp has no time here and is counted; one of a series already read at its time
+    (dumps put together twice, :class:`~sdplan.metrics.series.SeriesSpans`) is counted and read once.
     """
     try:
         samples = [sample for family in parse("".join(lines)) for sample in family.samples]
@@ -221,8 +223,11 @@ def _add_stamped(builder: SeriesBuilder, lines: list[str], skipped: Counter[str]
             skipped["samples outside a '# sdplan-scrape' header without a timestamp (no time to put them at)"] += 1
             continue
         time_s = float(sample.timestamp)
-        builder.add(time_s * 1000.0 if time_s < SECONDS_BEFORE else time_s, sample.name, sample.labels,
-                    float(sample.value))
+        time_s = time_s * 1000.0 if time_s < SECONDS_BEFORE else time_s
+        if spans.repeats(spans.series({**sample.labels, "__name__": sample.name}), time_s):
+            skipped[REPEATED] += 1
+        else:
+            builder.add(time_s, sample.name, sample.labels, float(sample.value))
 
 
 def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float | None, int, list[str], bool]]:
