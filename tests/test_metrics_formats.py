@@ -223,6 +223,25 @@ def test_a_dump_given_twice_is_read_once(tmp_path: Path, original: dict[str, lis
     assert len(warnings) == 1 and "given again for times already read" in warnings[0]
 
 
+def test_two_recordings_appended_to_one_file_are_two_servers(tmp_path: Path,
+                                                             original: dict[str, list[Any]]) -> None:
+    """Two ``sdplan scrape`` runs of two servers of one model appended to one file, their scrapes interleaved in
+    time: each header's URL names its server, as Prometheus' ``instance`` label names a target, so the file
+    holds two servers, told apart and picked by ``--select instance=``. Without it both read as one server
+    whose counters fall at every other scrape (461 counter resets, no window)."""
+    nosd, sd = blocks("nosd"), blocks("sd")
+    shift = nosd[0][0] - sd[0][0] + 0.5
+    scrapes = sorted([(t, body, "127.0.0.1:8001") for t, body in nosd]
+                     + [(t + shift, body, "127.0.0.1:8002") for t, body in sd])
+    path = tmp_path / "both.scrapes"
+    path.write_text("".join(f"# sdplan-scrape time={t:.3f} url=http://{host}/metrics\n{body}# sdplan-scrape-end\n"
+                            for t, body, host in scrapes))
+    with pytest.raises(InputFileError, match="holds 2 servers.*--select instance=127.0.0.1:8001"):
+        read_results(path)
+    runs, _ = read_results(path, selection=Selection.parse(["instance=127.0.0.1:8001"]))
+    assert summary(runs) == summary(original["nosd"])
+
+
 def test_samples_without_a_time_anywhere_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "one.prom"
     path.write_text(blocks("nosd")[50][1])  # one bare scrape, as curl saves it

@@ -26,6 +26,9 @@ What else the text may be, as exporters write it, read by the same parser:
 * Prometheus 3's UTF-8 names, quoted inside the braces (``{"vllm:e2e_request_latency_seconds_sum",
   model_name="m"} 1.5``), and label values with escapes (``\\"``, ``\\\\``, ``\\n``).
 * ``NaN``, ``+Inf``, ``-Inf`` values: the quantity is dropped from that scrape, counted.
+* The header's ``url=`` gives every sample of its scrape the label ``instance`` (the URL's ``host:port``, as
+  Prometheus labels a target's series), unless the sample has one: recordings of several servers appended to
+  one file are then several servers, picked with ``--select instance=HOST:PORT``.
 * Sample timestamps: within a scrape the header's time wins (the scrape's moment). A file without
   headers whose samples carry timestamps is a series too, each sample at its own time: ``promtool tsdb
   dump`` (``{__name__="vllm:...", ...} value milliseconds``), a concatenation of Prometheus ``/federate``
@@ -45,6 +48,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
+from urllib.parse import urlsplit
 
 from sdplan.errors import InputFileError, MissingDependencyError
 from sdplan.metrics import names
@@ -164,7 +168,7 @@ def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[
     loose = False
     try:
         with open_text(path) as stream:
-            for time_s, line_number, kept, closed in _blocks(stream, where):
+            for time_s, line_number, kept, closed, instance in _blocks(stream, where):
                 if time_s is None:
                     loose = True
                     _add_stamped(stamped, spans, kept, skipped, text_string_to_metric_families)
@@ -177,7 +181,9 @@ def scrape_points(path: Path, where: str, counts: ReadCounts) -> Iterator[tuple[
                 try:
                     for family in text_string_to_metric_families("".join(kept)):
                         for sample in family.samples:
-                            builder.add(time_s, sample.name, sample.labels, float(sample.value))
+                            labels = sample.labels if instance is None or "instance" in sample.labels else \
+                                {**sample.labels, "instance": instance}
+                            builder.add(time_s, sample.name, labels, float(sample.value))
                 except (ValueError, TypeError, IndexError):
                     skipped[f"scrapes with a malformed line (the first at line {line_number})"] += 1
                 for identity, found in builder.points().items():  # one point per server and scrape
@@ -230,13 +236,15 @@ def _add_stamped(builder: SeriesBuilder, spans: SeriesSpans, lines: list[str], s
             builder.add(time_s, sample.name, sample.labels, float(sample.value))
 
 
-def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float | None, int, list[str], bool]]:
-    """``(time, header line number, kept lines, closed)`` per scrape, read line by line.
+def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float | None, int, list[str], bool, str | None]]:
+    """``(time, header line number, kept lines, closed, instance)`` per scrape, read line by line; ``instance``
+    is the ``host:port`` of the header's ``url=`` (None without one).
 
     Kept lines outside any scrape come in chunks of :data:`LOOSE_CHUNK` with time None: their samples carry
     their own timestamps, or no time at all (:func:`_add_stamped`).
     """
     time_s: float | None = None
+    instance: str | None = None
     header_line = loose_line = 0
     kept: list[str] = []
     loose: list[str] = []
@@ -246,12 +254,13 @@ def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float | None, int, li
         if line.startswith(SCRAPE_MARK):
             if line.startswith(END_MARK):
                 if time_s is not None:
-                    yield time_s, header_line, kept, True
+                    yield time_s, header_line, kept, True, instance
                 time_s, kept = None, []
                 continue
             if time_s is not None:  # a header closes the scrape before it in files written without end lines;
-                yield time_s, header_line, kept, not ends  # sdplan scrape writes them, so one missing was cut short
+                yield time_s, header_line, kept, not ends, instance  # sdplan scrape writes them: one missing was cut
             time_s, header_line, kept = _header_time(line, where, number), number, []
+            instance = _header_instance(line)
             ends = " url=" in line  # sdplan scrape's headers name the URL, and its scrapes end with END_MARK
             continue
         # the tests below run on every line of a file of gigabytes: comments out first, the rare forms apart
@@ -271,12 +280,21 @@ def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float | None, int, li
         loose_line = loose_line if loose else number
         loose.append(line)
         if len(loose) >= LOOSE_CHUNK:
-            yield None, loose_line, loose, True
+            yield None, loose_line, loose, True, None
             loose = []
     if loose:
-        yield None, loose_line, loose, True
+        yield None, loose_line, loose, True, None
     if time_s is not None:
-        yield time_s, header_line, kept, False
+        yield time_s, header_line, kept, False, instance
+
+
+def _header_instance(line: str) -> str | None:
+    """The ``host:port`` of a header's ``url=``, as Prometheus names a target's ``instance`` (None without one)."""
+    for item in line[len(SCRAPE_MARK):].split():
+        if item.startswith("url="):
+            netloc = urlsplit(item[4:]).netloc
+            return netloc or None
+    return None
 
 
 def _header_time(line: str, where: str, number: int) -> float:
