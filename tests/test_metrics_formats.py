@@ -569,6 +569,20 @@ def test_a_series_given_twice_in_an_export_is_read_once(tmp_path: Path, layout: 
     assert len(warnings) == 1 and "given again for times already read" in warnings[0]
 
 
+def test_promtool_query_range_json_reads_as_the_scrapes_of_the_same_servers(original: dict[str, list[Any]]) -> None:
+    """``promtool query range -o json`` prints the matrix alone, a JSON list of series. Here a real Prometheus 2.42
+    holding both recordings (backfilled, each with the ``instance`` a scrape gives it:
+    scripts/promtool_export.py) exported so: two servers, and each, picked by ``--select``, reads the windows
+    its own scrape file does, value for value."""
+    path = DATA / "both.promtool.json.gz"
+    with pytest.raises(InputFileError, match="holds 2 servers.*told apart by the label instance"):
+        read_results(path)
+    for option, instance in (("nosd", "127.0.0.1:44583"), ("sd", "127.0.0.1:52441")):
+        runs, warnings = read_results(path, selection=Selection.parse([f"instance={instance}"]))
+        assert warnings == []
+        assert summary(runs) == summary(original[option])
+
+
 def test_an_export_saved_sorted_with_a_bom_and_gzipped_reads_the_same(tmp_path: Path) -> None:
     """``jq -S`` puts ``data`` before ``status`` and ``result`` before ``resultType``; an editor may add a BOM."""
     import gzip

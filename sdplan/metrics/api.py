@@ -9,9 +9,11 @@ over the time to calibrate from, with a step of about the scrape interval, e.g.:
          --data-urlencode step=15s > export.json
 
 The file (plain, gzip or xz) may hold one response, a JSON array of responses (one per query, e.g. one per metric), or
-one response per line. Prometheus returns each series' values at the same step times, so the values
-at one time are one moment of the server (:class:`sdplan.metrics.series.Point`). Values are strings;
-``"NaN"`` and ``"+Inf"`` are read as such and skipped like a scrape's.
+one response per line; or the series alone, a JSON array of them, as ``promtool query range -o json
+http://PROMETHEUS:9090 QUERY --start ... --end ... --step 15s`` prints them. Prometheus returns each series'
+values at the same step times, so the values at one time are one moment of the server
+(:class:`sdplan.metrics.series.Point`). Values are strings; ``"NaN"`` and ``"+Inf"`` are read as such and
+skipped like a scrape's.
 
 As Prometheus answers: ``status: error`` is a one-line error naming its ``errorType`` and ``error``;
 ``warnings`` (and ``infos``), sent with data that may be partial (a remote store that did not answer), are
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import lzma
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,9 +40,17 @@ from sdplan.metrics.textfile import open_binary
 _BOM = b"\xef\xbb\xbf"
 
 
+#: The head of a bare list of series, as ``promtool query range -o json`` writes the matrix alone (Go encodes a
+#: series' ``metric`` first; ``jq -S`` sorts it first too).
+_BARE_SERIES = re.compile(r'\A(?:\ufeff)?\s*\[\s*\{\s*"metric"\s*:')
+#: The keys that make an object of a top-level list a series rather than a response.
+_SERIES_KEYS = frozenset({"metric", "values", "value", "histograms"})
+
+
 def is_query_range(head: str) -> bool:
-    """Whether a file's head looks like a Prometheus API response: a matrix, or vectors of instant queries."""
-    return '"resultType"' in head and ('"matrix"' in head or '"vector"' in head)
+    """Whether a file's head looks like a Prometheus API response (a matrix, or vectors of instant queries), or
+    the series of one alone, as ``promtool query range -o json`` prints them."""
+    return ('"resultType"' in head and ('"matrix"' in head or '"vector"' in head)) or bool(_BARE_SERIES.match(head))
 
 
 def read_query_range(path: Path, where: str) -> tuple[Iterator[tuple[Identity, Point]], Counter[str], int]:
@@ -156,7 +167,8 @@ _SCALARS = {"status": "status", "errorType": "error_type", "error": "error", "re
 
 def _responses(path: Path, where: str, add: Callable[[Any, str], None]) -> Iterator[_Response]:
     """The responses of a file (one, a JSON array of them, or one per line), each once it ends and is checked;
-    ``add(series, label)`` is given every series object of their ``data.result`` as it is parsed.
+    ``add(series, label)`` is given every series object of their ``data.result`` as it is parsed, and every
+    series of a top-level list of series alone (``promtool query range -o json`` prints the matrix so).
 
     Notes
     -----
@@ -171,10 +183,12 @@ def _responses(path: Path, where: str, add: Callable[[Any, str], None]) -> Itera
         raise MissingDependencyError("reading a Prometheus API export needs the ijson package; pip install ijson") \
             from None
     count = 0
-    in_array = False  # the file's top level is an array of responses
+    bare = 0  # series of a top-level list, outside any response
+    fresh = False  # an object of the top level has begun and shown no key yet
+    in_array = False  # the file's top level is an array (of responses, or of series alone)
     response: _Response | None = None
     series: Any = None  # the series object being built, and its prefix
-    series_prefix = ""
+    series_prefix = series_label = ""
     try:
         with open_binary(path) as stream:
             if stream.peek(3)[:3] == _BOM:  # type: ignore[attr-defined]
@@ -186,7 +200,7 @@ def _responses(path: Path, where: str, add: Callable[[Any, str], None]) -> Itera
                 if series is not None:
                     series.event(event, value)
                     if prefix == series_prefix and event == "end_map":
-                        add(series.value, response.label if response is not None else "")
+                        add(series.value, series_label)
                         series = None
                     continue
                 base = "item" if in_array else ""
@@ -197,6 +211,7 @@ def _responses(path: Path, where: str, add: Callable[[Any, str], None]) -> Itera
                     if event == "start_map":
                         count += 1
                         response = _Response(f"response {count}")
+                        fresh = True
                     elif event == "end_map" and response is not None:
                         response.check(where)
                         yield response
@@ -206,6 +221,13 @@ def _responses(path: Path, where: str, add: Callable[[Any, str], None]) -> Itera
                                              "expected a query_range response object")
                     continue
                 if event == "map_key":
+                    if fresh and in_array and value in _SERIES_KEYS:  # not a response: a series alone
+                        count, bare, response = count - 1, bare + 1, None
+                        series = ijson.ObjectBuilder()
+                        series.event("start_map", None)
+                        series.event(event, value)
+                        series_prefix, series_label = base, f"series {bare}"
+                    fresh = False
                     continue
                 key = prefix[len(base) + 1:] if base else prefix
                 key = key.removeprefix("data.")
@@ -219,6 +241,7 @@ def _responses(path: Path, where: str, add: Callable[[Any, str], None]) -> Itera
                     series = ijson.ObjectBuilder()
                     series.event(event, value)
                     series_prefix = prefix
+                    series_label = response.label if response is not None else ""
     except ijson.JSONError as error:
         raise InputFileError(where, None, f"invalid JSON ({str(error).splitlines()[0][:120]}); save the "
                                           "query_range response as it came, one response or one per line") from None
@@ -226,6 +249,6 @@ def _responses(path: Path, where: str, add: Callable[[Any, str], None]) -> Itera
         raise InputFileError(where, None, f"cannot read ({error.strerror or error}); check the path") from None
     except (EOFError, lzma.LZMAError) as error:
         raise InputFileError(where, None, f"compressed stream broken ({error}); recompress it") from None
-    if count == 0:
+    if count == 0 and not bare:
         raise InputFileError(where, None, "no query_range response in it; save the response of "
                                           "/api/v1/query_range as it came")
