@@ -190,6 +190,40 @@ def conditional_from_position_rates(rates: Sequence[float]) -> tuple[float, ...]
 FULL_DRAFT_COVERAGE = 0.98
 
 
+def measured_acceptance_table(alpha: float, measured_at_k: int, position_rates: Sequence[float] | None,
+                              coverage: float | None) -> tuple[dict[str, object], str]:
+    """A calibration's ``[acceptance]`` keys from what one measurement pooled, and the text that says it.
+
+    Parameters
+    ----------
+    alpha : float
+        The per-token alpha (i.i.d.) of the pooled mean acceptance length at ``measured_at_k``.
+    measured_at_k : int
+        The draft length ``K`` measured.
+    position_rates : sequence of float, optional
+        vLLM's per-position rates ``r_1..r_K`` (the share of drafts accepted up to position ``i``), pooled;
+        written as the schema's conditional rates ``a_i = r_i / r_(i-1)``
+        (:func:`conditional_from_position_rates`).
+    coverage : float, optional
+        The share of decode steps that carried a draft; written only below :data:`FULL_DRAFT_COVERAGE`.
+
+    Returns
+    -------
+    table, text : dict, str
+        The keys (``per_token_alpha``, ``measured_at_k``, ``per_position_rates``, ``draft_coverage``; the
+        caller adds ``source``) and the words for the per-position rates and the coverage, to end the source
+        with. Values are written to six digits (the coverage to four), as every calibration writes them.
+    """
+    table: dict[str, object] = {"per_token_alpha": round(float(alpha), 6), "measured_at_k": measured_at_k}
+    text = ""
+    if position_rates:
+        table["per_position_rates"] = [round(rate, 6) for rate in conditional_from_position_rates(position_rates)]
+    if coverage is not None and coverage < FULL_DRAFT_COVERAGE:
+        table["draft_coverage"] = round(coverage, 4)
+        text = f", drafts on {coverage:.0%} of decode steps"
+    return table, text
+
+
 def mean_length_from_alpha(alpha: FloatArray | float, k: int) -> FloatArray:
     """Mean acceptance length ``tau = E(alpha, k)`` (tokens per cycle)."""
     return expected_tokens_per_cycle(alpha, k)

@@ -16,7 +16,7 @@ from typing import Any
 from sdplan._vllm import installed_distribution
 from sdplan.errors import InfeasibleError
 from sdplan.fitting.fit import fit_pooled, fitted_document
-from sdplan.inputs.acceptance import FULL_DRAFT_COVERAGE, conditional_from_position_rates
+from sdplan.inputs.acceptance import measured_acceptance_table
 from sdplan.measure.levels import REPEAT_DISAGREEMENT
 from sdplan.measure.options import ServedOptions, hardware_description
 from sdplan.measure.run import ServedMeasurement
@@ -52,17 +52,14 @@ def acceptance_document(runs: list[Any], prompts: str = "random-token prompts") 
     alpha = sum(r.alpha for r in at_k) / len(at_k)
     lengths = [r.mean_acceptance_length for r in at_k if r.mean_acceptance_length is not None]
     length_text = f", mean acceptance length {sum(lengths) / len(lengths):.3f}" if lengths else ""
-    document: dict[str, Any] = {"per_token_alpha": round(alpha, 6), "measured_at_k": k}
     positions = [r.position_rates for r in at_k if getattr(r, "position_rates", None) is not None]
-    if positions:
-        cumulative = [sum(rates[i] for rates in positions) / len(positions) for i in range(k)]
-        document["per_position_rates"] = [round(rate, 6) for rate in conditional_from_position_rates(cumulative)]
+    cumulative = [sum(rates[i] for rates in positions) / len(positions) for i in range(k)] if positions else None
+    if cumulative:
         length_text += ", per position " + ", ".join(f"{rate:.3f}" for rate in cumulative)
     coverages = [r.draft_coverage for r in at_k if r.draft_coverage is not None]
-    coverage = sum(coverages) / len(coverages) if coverages else 1.0
-    if coverage < FULL_DRAFT_COVERAGE:
-        document["draft_coverage"] = round(coverage, 4)
-        length_text += f", drafts on {coverage:.0%} of decode steps"
+    document, coverage_text = measured_acceptance_table(alpha, k, cumulative,
+                                                        sum(coverages) / len(coverages) if coverages else None)
+    length_text += coverage_text
     document["source"] = (f"vLLM spec-decode counters over {len(at_k)} served run(s) at k={k}{length_text}; "
                           f"depends on the prompts ({prompts} here) and the temperature")
     return document

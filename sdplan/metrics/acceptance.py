@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sdplan.inputs.acceptance import FULL_DRAFT_COVERAGE, alpha_from_mean_length, conditional_from_position_rates
+from sdplan.inputs.acceptance import alpha_from_mean_length, measured_acceptance_table
 from sdplan.runs.record import BenchmarkRun
 
 
@@ -30,22 +30,19 @@ def acceptance_document(runs: Sequence[BenchmarkRun]) -> dict[str, object] | Non
     drafts = sum(r.spec_decode_drafts or 0.0 for r in at_k)
     accepted = sum(((r.mean_acceptance_length or 1.0) - 1.0) * (r.spec_decode_drafts or 0.0) for r in at_k)
     length = 1.0 + accepted / drafts
-    document: dict[str, object] = {"per_token_alpha": round(float(alpha_from_mean_length(length, k)), 6),
-                                   "measured_at_k": k}
     text = f"mean acceptance length {length:.4f}"
     with_positions = [r for r in at_k if r.position_rates is not None and len(r.position_rates) == k]
+    cumulative = None
     if with_positions:
         weight = sum(r.spec_decode_drafts or 0.0 for r in with_positions)
         cumulative = [sum((r.position_rates or ())[i] * (r.spec_decode_drafts or 0.0) for r in with_positions)
                       / weight for i in range(k)]
-        document["per_position_rates"] = [round(rate, 6) for rate in conditional_from_position_rates(cumulative)]
         text += ", per position " + ", ".join(f"{rate:.4f}" for rate in cumulative)
     coverages = [(r.draft_coverage, r.spec_decode_drafts or 0.0) for r in at_k if r.draft_coverage is not None]
-    if coverages:
-        coverage = sum(c * w for c, w in coverages) / sum(w for _, w in coverages)
-        if coverage < FULL_DRAFT_COVERAGE:
-            document["draft_coverage"] = round(coverage, 4)
-            text += f", drafts on {coverage:.0%} of decode steps"
+    coverage = sum(c * w for c, w in coverages) / sum(w for _, w in coverages) if coverages else None
+    document, coverage_text = measured_acceptance_table(float(alpha_from_mean_length(length, k)), k, cumulative,
+                                                        coverage)
+    text += coverage_text
     document["source"] = (f"vLLM's spec_decode counters over {len(at_k)} metrics window(s) at k={k} "
                           f"({round(drafts)} drafts): {text}; the served traffic's prompts and temperature")
     return document
