@@ -418,3 +418,26 @@ def test_every_stderr_line_fits_80_columns(sdplan, monkeypatch, tmp_path, case) 
             assert result.stderr.strip() or not callable(case), "nothing on stderr: the set-up checks no note"
             for line in result.stderr.splitlines():
                 assert len(line) <= 80, f"{len(line)} columns: {line!r}"
+
+
+@pytest.mark.parametrize("command", ["fit", "derive"])
+def test_a_report_on_stderr_takes_stderr_s_width(sdplan, monkeypatch, tmp_path, command) -> None:
+    """With ``-o -`` the file takes standard output and the report goes to standard error, drawn at standard
+    error's width (a terminal there while stdout is piped), not at standard output's (80 columns off a
+    terminal): here a 64-column standard error. Tables are drawn whole at any width (:func:`print_table`); their
+    titles and the notes wrap."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr("sdplan.render.stderr_width", lambda: 64)
+    if command == "fit":
+        args = ("fit", str(ROOT / "tests" / "data" / "served-cpu"), "-o", "-")
+    else:
+        pytest.importorskip("aiconfigurator_core.sdk.engine",
+                            reason="aiconfigurator-core is not installed (pip install -e '.[test]' on Python 3.11+)")
+        args = _derive_to_stdout(monkeypatch, tmp_path, contextlib.ExitStack())[0]
+    result = sdplan(*args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("#") or "schema_version" in result.stdout  # the calibration itself
+    lines = result.stderr.splitlines()
+    assert any(line.startswith("╭") for line in lines), "no table on stderr"
+    text = [line for line in lines if line[:1] not in "╭│├╰"]  # tables are not cut to fit; their titles and notes
+    assert max(len(line) for line in text) <= 64, max(text, key=len)

@@ -80,7 +80,7 @@ def derive(target_model: str, system: str, speculative_method: str, draft_model:
         --system h100_sxm --method ngram -o ngram.toml --format json
     """
     from sdplan.derive import DeriveRequest, derive_file
-    from sdplan.render import OutputFormat, Style, emit, say, stdout_is_terminal
+    from sdplan.render import OutputFormat, emit, report_target, say
     from sdplan.render.calibration import render_derivation
 
     try:
@@ -96,8 +96,8 @@ def derive(target_model: str, system: str, speculative_method: str, draft_model:
         max_num_seqs=max_num_seqs, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, name=name or (None if to_stdout else out.stem), date=date, anchor=not no_anchor)
     derived = derive_file(request, str(out), progress=say)
-    rendered = render_derivation(derived.calibration, OutputFormat(fmt), Style(ascii=ascii_only),
-                                 stdout_is_terminal() and not to_stdout)
+    style, terminal = report_target(to_stdout, ascii_only)
+    rendered = render_derivation(derived.calibration, OutputFormat(fmt), style, terminal)
     if to_stdout:
         sys.stdout.write(derived.text)
         click.echo(rendered, err=True, nl=False)

@@ -73,7 +73,7 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], wi
                  --select model=Qwen3-32B,system=h100_sxm,backend=vllm,tp=4
     """
     from sdplan.measure.fit_runs import FitRequest, ProvenanceGiven, fit_runs
-    from sdplan.render import OutputFormat, Style, say, stdout_is_terminal
+    from sdplan.render import OutputFormat, report_target, say
     from sdplan.render.fit import render_fit_outcome
 
     to_stdout = calibration_out == "-"
@@ -85,8 +85,8 @@ def fit(results: tuple[str, ...], input_format: str, select: tuple[str, ...], wi
                               engine_version=engine_version),
         holdout=holdout, holdout_by=holdout_by, seed=seed, prior=prior)
     outcome = fit_runs(request, on_left_out=say)
-    terminal = stdout_is_terminal() and not to_stdout
-    report = render_fit_outcome(outcome, OutputFormat(fmt), Style(ascii=ascii_only), terminal)
+    style, terminal = report_target(to_stdout, ascii_only)
+    report = render_fit_outcome(outcome, OutputFormat(fmt), style, terminal)
     _write(outcome.calibration_toml, report, request.output)
 
 

@@ -44,23 +44,25 @@ class OutputFormat(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Style:
-    """How tables are drawn: ASCII boxes and no colour for logs, or rich defaults."""
+    """How tables are drawn: ASCII boxes and no colour for logs, or rich defaults; ``width``: the columns to draw
+    in, where the text goes elsewhere than standard output (None: :func:`output_width` of standard output)."""
 
     ascii: bool = False
     color: bool = True
+    width: int | None = None
 
 
 def make_console(style: Style, stream: Any, terminal: bool) -> Any:
     """A rich Console writing to ``stream``.
 
-    The width is :func:`output_width` (``COLUMNS``, else the terminal's, else
-    80 columns). Colour only on a terminal, unless ``--ascii`` or ``NO_COLOR``.
+    The width is the style's, else :func:`output_width` (``COLUMNS``, else the
+    terminal's, else 80 columns). Colour only on a terminal, unless ``--ascii`` or ``NO_COLOR``.
     Tables printed with :func:`print_table` are never cut to fit.
     """
     color = terminal and style.color and not style.ascii and "NO_COLOR" not in os.environ
     return Console(
         file=stream,
-        width=output_width(terminal),
+        width=style.width or output_width(terminal),
         force_terminal=color,
         no_color=not color,
         color_system="auto" if color else None,
@@ -219,3 +221,11 @@ def warn(warnings: list[str] | tuple[str, ...]) -> None:
 
 def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
+
+
+def report_target(to_stderr: bool, ascii_only: bool) -> tuple[Style, bool]:
+    """The style and terminal flag of a report written to standard error (when standard output carries the file
+    itself, ``-o -``) or to standard output: drawn at the width, and in the colours, of the stream it goes to."""
+    if to_stderr:
+        return Style(ascii=ascii_only, width=stderr_width()), sys.stderr.isatty()
+    return Style(ascii=ascii_only), stdout_is_terminal()
