@@ -33,8 +33,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from sdplan.metrics.scrape import END_MARK, SCRAPE_MARK
+from sdplan.metrics.textfile import header_instance
+
 QUERY = '{__name__=~"vllm:.+",__name__!~".+_(bucket|created)"}'
-MARK, END = "# sdplan-scrape time=", "# sdplan-scrape-end"
 
 
 def openmetrics(paths: list[Path]) -> tuple[str, float, float]:
@@ -43,13 +45,12 @@ def openmetrics(paths: list[Path]) -> tuple[str, float, float]:
     times: list[float] = []
     for path in paths:
         text = lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
-        for part in text.split(MARK)[1:]:
+        for part in text.split(f"{SCRAPE_MARK} time=")[1:]:
             header, _, body = part.partition("\n")
             when = float(header.split()[0])
             times.append(when)
-            url = header.partition("url=")[2].split()[0]
-            target = {"instance": url.split("//", 1)[1].split("/", 1)[0], "job": "vllm"}
-            for family in text_string_to_metric_families(body.rsplit(END, 1)[0]):
+            target = {"instance": header_instance(f"{SCRAPE_MARK} time={header}") or "", "job": "vllm"}
+            for family in text_string_to_metric_families(body.rsplit(END_MARK, 1)[0]):
                 if not family.name.startswith("vllm:"):
                     continue
                 kind = family.type if family.type in ("counter", "gauge", "histogram") else "unknown"

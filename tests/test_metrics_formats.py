@@ -242,6 +242,15 @@ def test_two_recordings_appended_to_one_file_are_two_servers(tmp_path: Path,
     assert summary(runs) == summary(original["nosd"])
 
 
+def test_a_header_url_that_is_no_url_names_no_server(tmp_path: Path, original: dict[str, list[Any]]) -> None:
+    """A header whose ``url=`` does not parse (an unclosed IPv6 bracket) gives its scrape no ``instance``; the
+    file reads as the same recording (it was an internal error, exit 70)."""
+    path = write(tmp_path / "odd.scrapes", blocks("nosd"))
+    path.write_text(path.read_text().replace("url=http://127.0.0.1:8000/metrics", "url=http://[::1/metrics"))
+    runs, _ = read_results(path)
+    assert summary(runs) == summary(original["nosd"])
+
+
 def test_samples_without_a_time_anywhere_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "one.prom"
     path.write_text(blocks("nosd")[50][1])  # one bare scrape, as curl saves it

@@ -260,7 +260,7 @@ def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float | None, int, li
             if time_s is not None:  # a header closes the scrape before it in files written without end lines;
                 yield time_s, header_line, kept, not ends, instance  # sdplan scrape writes them: one missing was cut
             time_s, header_line, kept = _header_time(line, where, number), number, []
-            instance = _header_instance(line)
+            instance = header_instance(line)
             ends = " url=" in line  # sdplan scrape's headers name the URL, and its scrapes end with END_MARK
             continue
         # the tests below run on every line of a file of gigabytes: comments out first, the rare forms apart
@@ -288,26 +288,31 @@ def _blocks(stream: IO[str], where: str) -> Iterator[tuple[float | None, int, li
         yield time_s, header_line, kept, False, instance
 
 
-def _header_instance(line: str) -> str | None:
-    """The ``host:port`` of a header's ``url=``, as Prometheus names a target's ``instance`` (None without one)."""
+def _header_field(line: str, key: str) -> str | None:
+    """The value of a header line's ``key=`` item (None without one)."""
     for item in line[len(SCRAPE_MARK):].split():
-        if item.startswith("url="):
-            netloc = urlsplit(item[4:]).netloc
-            return netloc or None
+        if item.startswith(key + "="):
+            return item[len(key) + 1:]
     return None
+
+
+def header_instance(line: str) -> str | None:
+    """The ``host:port`` of a header's ``url=``, as Prometheus names a target's ``instance`` (None without one)."""
+    url = _header_field(line, "url")
+    try:
+        return (urlsplit(url).netloc or None) if url is not None else None
+    except ValueError:  # not a URL (an unclosed IPv6 bracket): no server named
+        return None
 
 
 def _header_time(line: str, where: str, number: int) -> float:
     """The ``time=`` of a header line (Unix seconds)."""
-
-    for item in line[len(SCRAPE_MARK):].split():
-        if item.startswith("time="):
-            try:
-                value = float(item[5:])
-            except ValueError:
-                break
-            if math.isfinite(value) and value > 0:
-                return value
-            break
+    text = _header_field(line, "time")
+    try:
+        value = float(text) if text is not None else math.nan
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and value > 0:
+        return value
     raise InputFileError(where, f"line {number}", "header without a valid time=<unix seconds>; fix or remove "
                                                   "the line")
