@@ -91,6 +91,45 @@ def test_ctrl_c_stops_cleanly_after_the_write(server: str, tmp_path: Path) -> No
     assert out.read_text().count(END_MARK) == 3
 
 
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["terminal", "background-of-a-script"])
+def test_sigterm_stops_a_recording_cleanly(server: str, tmp_path: Path, sigint_ignored: bool) -> None:
+    """``kill``, ``timeout`` and systemd send SIGTERM; a script's background job starts with SIGINT ignored.
+
+    Either way the recording ends as Ctrl-C ends it: exit 0, whole scrapes, a last line naming the signal.
+    """
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    out = tmp_path / "stopped.scrapes"
+    scraper = subprocess.Popen([sys.executable, "-m", "sdplan", "scrape", server, "--every", "100ms", "-o", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=ignore_sigint if sigint_ignored else None)
+    try:
+        deadline = time.monotonic() + 30.0
+        while (not out.exists() or out.read_text().count(END_MARK) < 3) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if sigint_ignored:  # what the shell's background job would ignore, it ignores
+            os.kill(scraper.pid, signal.SIGINT)
+            time.sleep(0.3)
+            assert scraper.poll() is None
+        scraper.send_signal(signal.SIGTERM)
+        stdout, stderr = scraper.communicate(timeout=30.0)
+    finally:
+        if scraper.poll() is None:
+            scraper.kill()
+            scraper.wait()
+    assert scraper.returncode == 0, stderr
+    assert "stopped by SIGTERM:" in stdout + stderr
+    text = out.read_text()
+    assert text.count(SCRAPE_MARK + " time=") == text.count(END_MARK) >= 3 and text.endswith(END_MARK + "\n")
+
+
 def test_only_loopback_or_named_hosts(tmp_path: Path) -> None:
     assert metrics_url("127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"
     assert metrics_url("http://[::1]:8000/custom") == "http://[::1]:8000/custom"

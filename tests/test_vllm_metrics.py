@@ -39,8 +39,11 @@ def test_scrapes_of_a_real_server_read_as_windows_with_vllms_acceptance(tmp_path
     scraper = None
     try:
         server.start()
+        # Ctrl-C as a terminal delivers it, also where this test runs in a script's background job (which
+        # starts with SIGINT ignored, and so would its children)
         scraper = subprocess.Popen([sys.executable, "-m", "sdplan", "scrape", server.base_url, "--every", "1s",
-                                    "-o", str(out)], start_new_session=True)
+                                    "-o", str(out)], start_new_session=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         time.sleep(3)
         with BenchClient(log_path=tmp_path / "bench.log") as client:
             client.run(bench_arguments(LoadPoint(48, 24, 40, rate_rps=4.0), base_url=server.base_url,

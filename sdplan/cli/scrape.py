@@ -49,8 +49,9 @@ def scrape(url: str, every_s: float, for_s: float | None, output: str, timeout_s
     '# sdplan-scrape time=<unix seconds> url=<url>' and closed by
     '# sdplan-scrape-end'. One write per scrape on a file opened for
     appending, so a file read while it is written holds whole scrapes, and a
-    recording restarted continues it. Ctrl-C stops cleanly (exit 0); the
-    progress bar shows on a terminal only. Loopback hosts only, unless
+    recording restarted continues it. Ctrl-C, SIGTERM (kill, timeout,
+    systemd) or a closed terminal stop it cleanly (exit 0); the progress bar
+    shows on a terminal only. Loopback hosts only, unless
     --allow-host names yours.
 
     \b
@@ -63,14 +64,16 @@ def scrape(url: str, every_s: float, for_s: float | None, output: str, timeout_s
     from sdplan.metrics.scrape import ScrapeRequest, planned_scrapes, record_scrapes
     from sdplan.render import say
     from sdplan.render.progress import progress_bar
+    from sdplan.stopping import stop_signals
 
     assert every_s is not None and timeout_s is not None
     request = ScrapeRequest(url=url, every_s=every_s, for_s=for_s, output=Path(output), timeout_s=timeout_s,
                             allowed_hosts=allowed_hosts)
     total = planned_scrapes(request)
-    with progress_bar("scraping", total) as advance:
+    with stop_signals() as received, progress_bar("scraping", total) as advance:
         result = record_scrapes(request, lambda done, of, label: advance(done, of or done + 1, label))
-    stopped = "stopped by Ctrl-C: " if result.interrupted else ""
+    by = "Ctrl-C" if received[:1] in ([], ["SIGINT"]) else received[0]
+    stopped = f"stopped by {by}: " if result.interrupted else ""
     appended = f" (appended to {result.appended_to_bytes} bytes already there)" if result.appended_to_bytes else ""
     failed = (f"; {result.failed} scrapes failed, the last: {result.last_failure}" if result.failed else "")
     say(f"{stopped}{result.scrapes} scrapes in {result.elapsed_s:.0f} s, {result.bytes_written} bytes written to "

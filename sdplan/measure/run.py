@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from sdplan.measure.server import ServedEngine, SpareLauncher, interrupt_all, kv
 from sdplan.measure.store import ResultStore
 from sdplan.measure.sweep import ReadBack, Sweep, SweepEvents
 from sdplan.runs.manifest import PointRecord
+from sdplan.stopping import stop_signals
 
 
 @dataclass
@@ -261,19 +261,8 @@ def interruptible() -> Iterator[None]:
     """SIGINT (Ctrl-C), SIGTERM and SIGHUP raise KeyboardInterrupt (where not ignored), so every
     ``finally`` stops its processes; first every process started gets SIGINT at once
     (:func:`sdplan.measure.server.interrupt_all`), so that their shutdowns overlap."""
-    def handler(signum: int, frame: Any) -> None:
-        interrupt_all()
-        raise KeyboardInterrupt
-
-    # a signal the caller ignores stays ignored (nohup's SIGHUP, SIGINT of a background job)
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
+    with stop_signals(interrupt_all):
         yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
 
 
 def latest_records(records: dict[str, PointRecord] | list[PointRecord]) -> list[PointRecord]:
