@@ -38,6 +38,8 @@ MAX_SIMULATION_BYTES = 2 * 2**30
 
 #: Longest draft length, tokens (SD drafts a handful of tokens; vLLM's largest configurations use tens).
 MAX_DRAFT_LENGTH = 1024
+#: Longest draft length calibrate serves and derive prices, tokens: configurations a server can run.
+MAX_SERVED_DRAFT_LENGTH = 64
 #: Longest prompt or output, tokens (ten times the largest context windows offered today).
 MAX_TOKENS = 100_000_000
 #: Largest batch size (vLLM max_num_seqs).

@@ -205,6 +205,32 @@ def test_plan_usage_errors_exit_2_with_one_message(sdplan, args, message) -> Non
     assert "Traceback" not in result.output
 
 
+DRAFT_LENGTH_COMMANDS = [
+    (["plan"], "-k", 1024),
+    (["simulate"], "-k", 1024),  # "-k 0" was taken as k=1
+    (["check", "--rate", "4", "--slo", "e2e:mean<=5s"], "-k", 1024),
+    (["capacity", "--slo", "e2e:mean<=5s"], "-k", 1024),
+    # what a server runs: calibrate serves it, derive prices its verification (derive took k=200)
+    (["derive", "--target-model", "x", "--system", "h100_sxm", "--method", "ngram", "-o", "x.toml"], "--draft-lengths",
+     64),
+    (["calibrate", "-o", "x.toml"], "--draft-lengths", 64),
+]
+
+
+@pytest.mark.parametrize(("command", "flag", "maximum"), DRAFT_LENGTH_COMMANDS,
+                         ids=[c[0] for c, _, _ in DRAFT_LENGTH_COMMANDS])
+def test_every_command_reads_draft_lengths_by_one_rule(sdplan, tmp_path: Path, monkeypatch, command, flag,
+                                                       maximum) -> None:
+    """Lists and ranges, 0 (SD off) taken but not a length to run, the largest length each command can use."""
+    monkeypatch.chdir(tmp_path)
+    for given, message in ((f"1,{maximum + 1}", f"at most {maximum}"), ("-1", ">= 0 tokens"), ("2-x", "not an integer"),
+                           *([] if command[0] == "calibrate" else [("0", "at least one draft length >= 1")])):
+        result = sdplan(*command, flag, given)
+        assert result.exit_code == ExitStatus.USAGE, (given, result.output)
+        assert message in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "x.toml").exists()
+
+
 def test_plan_bad_calibration_file_exits_3(sdplan, tmp_path: Path) -> None:
     broken = tmp_path / "broken.toml"
     broken.write_text("schema_version = 1\n[provenance\n")

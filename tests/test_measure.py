@@ -164,7 +164,7 @@ def read_results_from(document, tmp=Path("/tmp")):
                                   "different number"),
     (["--endpoint", "http://127.0.0.1:1"], "--endpoint measures a server you run"),
     (["--max-num-seqs", "8", "--", "--max-num-seqs", "4"], "given twice"),
-    (["--draft-lengths", "0,70"], "0..64"),
+    (["--draft-lengths", "0,70"], "at most 64"),
 ])
 def test_bad_options_exit_2_before_anything_starts(sdplan, tmp_path, fake_served, extra, message) -> None:
     result = _calibrate(sdplan, tmp_path, *extra)

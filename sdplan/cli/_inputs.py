@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdplan.cli._options import complete_file, parse_int_list
+from sdplan.cli._options import complete_file
 from sdplan.inputs.serving import LimitOptions
 
 if TYPE_CHECKING:
@@ -51,18 +51,6 @@ def workload_file_option(fn: Any) -> Any:
         help="Workload TOML file (sdplan-workload(5)): calibration, traffic, acceptance, SLOs. "
         "Every flag overrides the file.",
     )(fn)
-
-
-def draft_lengths_given(text: str | None) -> list[int] | None:
-    """``-k/--draft-lengths`` parsed (list or range, >= 0), None when not given."""
-    if text is None:
-        return None
-    values = parse_int_list(text, "draft lengths in tokens")
-    if any(k < 0 for k in values):
-        raise click.BadParameter("draft lengths must be >= 0 tokens", param_hint="'--draft-lengths'")
-    if not any(k > 0 for k in values):
-        raise click.BadParameter("give at least one draft length >= 1", param_hint="'--draft-lengths'")
-    return values
 
 
 def command_scenario(flags: ScenarioFlags, draft_lengths: Sequence[int] | None, *,

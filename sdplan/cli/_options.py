@@ -114,16 +114,29 @@ def _rates_callback(ctx: click.Context, param: click.Parameter, value: str | Non
     return sorted(set(rates))
 
 
-def _draft_lengths_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
-    if value is None:
-        return None
-    lengths = parse_int_list(value, "draft lengths in tokens")
-    if any(k < 0 for k in lengths):
-        raise click.BadParameter("draft lengths must be >= 0 tokens (0 means SD off, always included)")
-    positive = sorted({k for k in lengths if k > 0})
-    if not positive:
-        raise click.BadParameter("give at least one draft length >= 1 (SD off is always included)")
-    return positive
+class DraftLengths(click.ParamType):
+    """Draft lengths in tokens: a list (``1,2,4``) or an inclusive range (``1-8``), mixable.
+
+    Converts to the lengths of SD, sorted and unique. 0 (SD off) may be given but is not returned: the
+    planner always compares no SD, derive always prices it, and calibrate always measures it. With
+    ``require_sd`` at least one length must be 1 or more; calibrate takes ``0`` alone (no SD only).
+    """
+
+    name = "draft lengths"
+
+    def __init__(self, maximum: int = MAX_DRAFT_LENGTH, require_sd: bool = True) -> None:
+        self.maximum, self.require_sd = maximum, require_sd
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value
+        lengths = parse_int_list(str(value), "draft lengths in tokens", self.maximum)
+        if any(k < 0 for k in lengths):
+            self.fail("draft lengths must be >= 0 tokens (0 means SD off)", param, ctx)
+        positive = tuple(sorted({k for k in lengths if k > 0}))
+        if self.require_sd and not positive:
+            self.fail("give at least one draft length >= 1 (SD off is always included)", param, ctx)
+        return positive
 
 
 def draft_choice_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -246,7 +259,7 @@ def grid_options(fn: FuncT) -> FuncT:
             click.option("-r", "--rates", callback=_rates_callback, metavar="RATES",
                          help="Request rates in req/s: a list (1,2,4) or inclusive START:STOP:STEP "
                          "(0.5:16:0.5), mixable. Default: 12 rates up to the highest saturation rate."),
-            click.option("-k", "--draft-lengths", callback=_draft_lengths_callback, metavar="KS",
+            click.option("-k", "--draft-lengths", type=DraftLengths(), metavar="KS",
                          help="Draft lengths in tokens: a list (1,2,4) or range (1-8). 0 (SD off) is always "
                          "included. Default: 1-8."),
         ],

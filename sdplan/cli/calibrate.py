@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sdplan.cli._options import parse_int_list, usage_error
+from sdplan.cli._options import DraftLengths, usage_error
 from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.inputs.methods import check_method
+from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
 
 if TYPE_CHECKING:
     from sdplan.measure.engine import EngineOptions
@@ -39,15 +40,6 @@ def _none_when_default(ctx: click.Context, param: click.Parameter, value: int) -
     return None if ctx.get_parameter_source(param.name or "") is click.core.ParameterSource.DEFAULT else value
 
 
-def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    lengths = tuple(sorted(set(parse_int_list(value, "--draft-lengths"))))
-    if any(k < 0 or k > 64 for k in lengths):
-        raise click.BadParameter("draft lengths must lie in 0..64 (0: measure no SD only)")
-    return tuple(k for k in lengths if k > 0)
-
-
 @click.command(context_settings={"ignore_unknown_options": False})
 @click.option("--target", metavar="MODEL", help="Target (verifier) model folder or name, served with vllm serve.")
 @click.option("--draft", metavar="MODEL", help="Draft model (draft_model, eagle, eagle3). Not needed for ngram/mtp.")
@@ -66,7 +58,7 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--spec-method", default="draft_model", show_default=True, metavar="METHOD", callback=_spec_method,
               help="vLLM speculative method of the SD configurations: draft_model, ngram, eagle, eagle3 or mtp "
               "(suffix is refused: its draft length varies per step).")
-@click.option("--draft-lengths", callback=_draft_lengths, metavar="LIST",
+@click.option("--draft-lengths", type=DraftLengths(MAX_SERVED_DRAFT_LENGTH, require_sd=False), metavar="LIST",
               help="Draft lengths k to serve, e.g. 2,4 or 1-4; 0 measures no SD only. Default: the grid's.")
 @click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=PROMPT_TOKENS, show_default=True,
               callback=_none_when_default, metavar="TOKENS",

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sdplan.cli._inputs import ScenarioFlags, command_scenario, draft_lengths_given, workload_file_option
+from sdplan.cli._inputs import ScenarioFlags, command_scenario, workload_file_option
 from sdplan.cli._options import (
+    DraftLengths,
     OutputRequest,
     calibration_option,
     check_plot_request,
@@ -35,7 +36,7 @@ class CapacityRequest:
     """What ``sdplan capacity`` was given: the scenario's options, the query, and where the answer goes."""
 
     scenario: ScenarioFlags
-    draft_lengths: str | None
+    draft_lengths: tuple[int, ...] | None
     query: CapacityQuery
     output: OutputRequest
 
@@ -46,7 +47,7 @@ class CapacityRequest:
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
               help="SLO, repeatable (see sdplan check). "
                    "At least one must bound the rate: e2e, ttft, tpot or utilisation.")
-@click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",
+@click.option("-k", "--draft-lengths", "draft_lengths", type=DraftLengths(), metavar="KS",
               help="Draft lengths to evaluate (list or range). Default: the file's, else 1-8.")
 @click.option("--target-rate", type=click.FloatRange(min=0), metavar="RPS",
               help="Total request rate to serve, req/s: prints replicas for no SD and the best SD option.")
@@ -78,7 +79,8 @@ class CapacityRequest:
 @(lambda fn: simulation_options(fn, requests=4000, seeds=2))
 @output_options(formats=("table", "json", *ENGINE_FORMATS))
 @plot_options
-def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...], draft_lengths: str | None,
+def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...],
+             draft_lengths: tuple[int, ...] | None,
              target_rate: float | None, gpus_per_replica: int | None, gpu_hour_cost: float | None,
              max_batch_size: int | None, spec_method: str | None, min_k: int, min_tier_width: int,
              data_parallel_size: int, at_calibrated_speed: bool, prompt_tokens: int | None,
@@ -150,7 +152,7 @@ def _capacity(request: CapacityRequest) -> None:
 
     out = request.output
     check_plot_request(out.plot, out.plot_file, out.fmt)
-    scenario = command_scenario(request.scenario, draft_lengths_given(request.draft_lengths))
+    scenario = command_scenario(request.scenario, request.draft_lengths)
     if out.fmt in ENGINE_FORMATS:
         config = engine_config_answer(scenario, request.query, out.fmt)
         if config.config is not None:

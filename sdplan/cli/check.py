@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sdplan.cli._inputs import ScenarioFlags, command_scenario, draft_lengths_given, workload_file_option
+from sdplan.cli._inputs import ScenarioFlags, command_scenario, workload_file_option
 from sdplan.cli._options import (
+    DraftLengths,
     OutputRequest,
     calibration_option,
     draft_choice_callback,
@@ -28,7 +29,7 @@ class CheckRequest:
     """What ``sdplan check`` was given: the scenario's options, the query, and where the answer goes."""
 
     scenario: ScenarioFlags
-    draft_lengths: str | None
+    draft_lengths: tuple[int, ...] | None
     query: CheckQuery
     output: OutputRequest
 
@@ -51,7 +52,7 @@ def _nonnegative_rate(ctx: click.Context, param: click.Parameter, value: float |
 @click.option("--draft-length", "draft_length", callback=draft_choice_callback, metavar="K|best|off",
               help="Draft length to check: a number, 'off' (no SD), or 'best' (the planner's latency-optimal "
               "choice among --draft-lengths). Default: the workload file's speculation mode, else best.")
-@click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",
+@click.option("-k", "--draft-lengths", "draft_lengths", type=DraftLengths(), metavar="KS",
               help="Candidate draft lengths for 'best' (list or range). Default: the file's, else 1-8.")
 @workload_options
 @click.option("--simulate", "use_simulator", is_flag=True,
@@ -68,7 +69,8 @@ def _nonnegative_rate(ctx: click.Context, param: click.Parameter, value: float |
 @simulation_options
 @output_options(formats=("table", "json"))
 def check(workload_path: str | None, calibration: str | None, rate: float | None, slos: tuple[str, ...],
-          draft_length: str | None, draft_lengths: str | None, prompt_tokens: int | None, output_tokens: int | None,
+          draft_length: str | None, draft_lengths: tuple[int, ...] | None,
+          prompt_tokens: int | None, output_tokens: int | None,
           acceptance_alpha: list[float] | None, acceptance_length: list[float] | None, acceptance_profile: str | None,
           draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
           use_simulator: bool, pessimistic: bool, at_calibrated_speed: bool, requests: int, seeds: int, seed: int,
@@ -128,7 +130,7 @@ def _check(request: CheckRequest) -> ExitStatus:
     from sdplan.render.check import check_summary, github_annotations, pessimistic_lines, render_check
 
     out = request.output
-    scenario = command_scenario(request.scenario, draft_lengths_given(request.draft_lengths))
+    scenario = command_scenario(request.scenario, request.draft_lengths)
     answer = answer_check(scenario, request.query)
     warn(answer.warnings)
     say(pessimistic_lines(answer))

@@ -8,12 +8,9 @@ from pathlib import Path
 
 import click
 
-from sdplan.cli._options import output_options, parse_int_list
+from sdplan.cli._options import DraftLengths, output_options
 from sdplan.fileio import atomic_write_text
-
-
-def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
-    return tuple(sorted(set(parse_int_list(value, "draft lengths"))))
+from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
 
 
 @click.command()
@@ -37,7 +34,8 @@ def _draft_lengths(ctx: click.Context, param: click.Parameter, value: str) -> tu
               help="GPUs the draft model runs on (vLLM's draft_tensor_parallel_size). Default: the target's.")
 @click.option("--precision", default="bf16", show_default=True, type=click.Choice(("bf16", "fp8", "fp8_block")),
               help="Weights precision (fp8_block: DeepSeek's blockwise FP8).")
-@click.option("--draft-lengths", default="1-5", show_default=True, callback=_draft_lengths, metavar="LIST",
+@click.option("--draft-lengths", default="1-5", show_default=True, type=DraftLengths(MAX_SERVED_DRAFT_LENGTH),
+              metavar="LIST",
               help="Draft lengths k to price verification at (k+1 tokens per sequence).")
 @click.option("--max-num-seqs", type=click.IntRange(1, 4096), default=256, show_default=True,
               help="The engine's largest batch; the priced batch sizes stop there or where the KV cache is full.")

@@ -26,7 +26,7 @@ class PlanRequest:
 
     scenario: ScenarioFlags
     rates: list[float] | None
-    draft_lengths: list[int] | None
+    draft_lengths: tuple[int, ...] | None
     policy: str
     wide: bool
     output: OutputRequest
@@ -50,7 +50,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
          acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
          draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
          acceptance_profile: str | None,
-         rates: list[float] | None, draft_lengths: list[int] | None, policy: str, wide: bool, spec_method: str | None,
+         rates: list[float] | None, draft_lengths: tuple[int, ...] | None,
+         policy: str, wide: bool, spec_method: str | None,
          fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Predict latency with and without SD at each request rate.
 

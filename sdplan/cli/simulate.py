@@ -10,12 +10,12 @@ import click
 
 from sdplan.cli._inputs import ScenarioFlags, command_scenario
 from sdplan.cli._options import (
+    DraftLengths,
     OutputRequest,
     calibration_option,
     check_plot_request,
     draft_choice_callback,
     output_options,
-    parse_int_list,
     parse_number_list,
     plot_options,
     terminal_plot_settings,
@@ -34,7 +34,7 @@ class SimulateRequest:
     scenario: ScenarioFlags
     rates: str | None
     draft_length: str
-    draft_lengths: str | None
+    draft_lengths: tuple[int, ...] | None
     simulation: SimulationSettings
     output: OutputRequest
 
@@ -48,7 +48,7 @@ class SimulateRequest:
 @click.option("--draft-length", "draft_length", default="best", show_default=True, callback=draft_choice_callback,
               metavar="K|best|off|goodput", help="Draft length: a number, off, best (the model's best static k per "
               "rate), or goodput (SmartSpec-style: k chosen every step by E(k)/step time at the current batch).")
-@click.option("-k", "--draft-lengths", "draft_lengths", metavar="KS",
+@click.option("-k", "--draft-lengths", "draft_lengths", type=DraftLengths(), metavar="KS",
               help="Candidates for best and goodput (list or range). Default: 1-8.")
 @simulation_options
 @output_options()
@@ -57,7 +57,8 @@ def simulate(calibration: str | None, prompt_tokens: int | None, output_tokens: 
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
              position_acceptance: list[float] | None,
-             acceptance_profile: str | None, rates: str | None, draft_length: str, draft_lengths: str | None,
+             acceptance_profile: str | None, rates: str | None, draft_length: str,
+             draft_lengths: tuple[int, ...] | None,
              requests: int, seeds: int, seed: int, arrival_cv: float, max_num_seqs: int | None,
              max_num_batched_tokens: int | None,
              kv_cache_tokens: float | None, lengths_file: str | None, fmt: str, output: str | None,
@@ -103,7 +104,7 @@ def _simulate(request: SimulateRequest) -> None:
     if draft_length not in ("best", "off", "goodput"):
         candidates: list[int] | None = [int(draft_length)]
     elif request.draft_lengths is not None:
-        candidates = sorted({k for k in parse_int_list(request.draft_lengths, "draft lengths") if k > 0}) or [1]
+        candidates = list(request.draft_lengths)
     else:
         candidates = None
     scenario = command_scenario(request.scenario, candidates)
