@@ -17,14 +17,13 @@ saturation stays at ``1/C2``. With Little's law ``B = lambda L`` and ``u = sqrt(
 solves ``u^2 (1/lambda - C2) - psi C2 u - C1 = 0``; a closed loop of ``N`` loads the server like
 ``f h(N - 1)`` others. ``psi = 0`` is today's model exactly.
 
-It is NOT the product's model: the term is put in by replacing three functions of the running process
-(:func:`sdplan.fitting.runmodel.fitted_load`, also where the frontend floor's refit takes it,
-:func:`sdplan.latency.model.closed_loop_others` and the open
-loop's :func:`sdplan.latency.knee.mean_latency`, for calibrations without a knee), which is what the fit and
-the validation call. Served: each stored run's calibration is refitted from its own ``served.runs`` at each
-``psi`` (``sdplan calibrate --resume``: no server starts) and its validation re-predicted
+Since 2026-11-29 (fifth session) the product solves this law (:mod:`sdplan.latency.knee`) and its pooled fit
+profiles ``psi`` over :data:`sdplan.fitting.fit.LOAD_CONCAVITIES` where open and closed loops are fitted
+together. Here every fit takes one ``psi`` instead (``--psi``; ``profiled``: the product's own choice), the
+closed-loop-only fits of ``--silicon`` included. Served: each stored run's calibration is refitted from a copy
+of its own ``served.runs`` (``sdplan calibrate --resume``: no server starts) and its validation re-predicted
 (:func:`sdplan.accuracy.repredict.repredict`); needs the run folders of ``benchmarks/summaries/acc60-74.json``
-(not in the repository: ``--runs``). Silicon: ``benchmarks/accuracy_silicon.py``'s fitted section at each ``psi``.
+(not in the repository: ``--runs``). Silicon: ``benchmarks/accuracy_silicon.py``'s fitted section.
 """
 
 from __future__ import annotations
@@ -40,52 +39,31 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 RUNS = range(60, 75)
 
 
 @contextlib.contextmanager
-def concave(psi: float) -> Iterator[None]:
-    """Within the block the fit and the validation run on ``L = C1 + C2 h(B)`` (module docstring)."""
-    from sdplan.fitting import frontend, runmodel
-    from sdplan.latency import knee, model
+def concave(psi: float | None) -> Iterator[None]:
+    """Within the block every pooled fit takes ``psi`` (None: the product's own profile, which keeps the line
+    for closed loops alone); the planner and the validation then solve the law the file records."""
+    from sdplan.fitting import fit
 
-    originals = runmodel.fitted_load, model.closed_loop_others, knee.mean_latency
-
-    def fitted_load(run: Any) -> float:
-        b = originals[0](run)
-        return b + psi * math.sqrt(max(b, 0.0))
-
-    def closed_loop_others(clients: int, closed_loop_factor: float = 1.0) -> float:
-        b = max(clients - 1, 0)
-        return closed_loop_factor * (b + psi * math.sqrt(b))
-
-    def mean_latency(c1: Any, c2: Any, demands: Any, rate_rps: Any) -> Any:
-        if np.any(np.isfinite(demands.knee_batch)):
-            raise ValueError("the concave term is tried on calibrations without a knee only")
-        c1, c2, rate = (np.asarray(x, dtype=np.float64) for x in (c1, c2, rate_rps))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            a = 1.0 / rate - c2
-            u = (psi * c2 + np.sqrt((psi * c2) ** 2 + 4.0 * c1 * a)) / (2.0 * a)
-            latency = np.where(rate > 0, u * u / rate, c1)
-        return np.where(rate * c2 < 1.0, latency, np.inf)
-
-    def put(load: Any, others: Any, latency: Any) -> None:
-        runmodel.fitted_load = frontend.fitted_load = load  # the frontend floor's refit takes it by name
-        model.closed_loop_others, knee.mean_latency = others, latency
-
-    put(fitted_load, closed_loop_others, mean_latency)
+    saved = fit.LOAD_CONCAVITIES, fit.both_loops
+    if psi is not None:
+        fit.LOAD_CONCAVITIES, fit.both_loops = (psi,), lambda runs: True
     try:
         yield
     finally:
-        put(*originals)
+        fit.LOAD_CONCAVITIES, fit.both_loops = saved
 
 
-def refit(run_folder: Path, psi: float, out: Path) -> float:
+def label(psi: float | None) -> str:
+    return "profiled" if psi is None else f"{psi:g}"
+
+
+def refit(run_folder: Path, psi: float | None, out: Path) -> float:
     """Refit one stored run's calibration from a copy of its ``served.runs`` at ``psi``; returns the fit's own
     E2E MAPE."""
     import shutil
@@ -110,16 +88,16 @@ def refit(run_folder: Path, psi: float, out: Path) -> float:
         return float(tomllib.load(handle)["fit_quality"]["mape_pct"])
 
 
-def served(runs_root: Path, psis: list[float], work: Path) -> None:
+def served(runs_root: Path, psis: list[float | None], work: Path) -> None:
     from sdplan.accuracy.repredict import repredict
 
-    own: dict[float, list[float]] = defaultdict(list)
+    own: dict[float | None, list[float]] = defaultdict(list)
     for psi in psis:
         per_run, records, plateaus = [], [], []
         for n in RUNS:
             summary = HERE / "summaries" / f"acc{n}.json"
             document = json.loads(summary.read_text())
-            calibration = work / f"acc{n}-psi{psi:g}.toml"
+            calibration = work / f"acc{n}-psi{label(psi)}.toml"
             own[psi].append(refit(runs_root / f"acc{n}", psi, calibration))
             document["calibration"] = str(calibration)
             document["workdir"] = str(runs_root / f"acc{n}")
@@ -136,7 +114,7 @@ def served(runs_root: Path, psis: list[float], work: Path) -> None:
         for s in plateaus:
             saturation[s["workload"]].append(s["predicted_rps"] / s["measured_rps"] - 1.0)
         pooled = statistics.mean(per_run)
-        print(f"psi {psi:g}: own fit E2E MAPE {statistics.mean(own[psi]):.2f}% (lower than at psi 0 in "
+        print(f"psi {label(psi)}: own fit E2E MAPE {statistics.mean(own[psi]):.2f}% (lower than at psi 0 in "
               f"{sum(a < b for a, b in zip(own[psi], own[psis[0]]))} of {len(RUNS)}); pooled E2E bias "
               f"{100 * pooled:+.1f}% (SE {100 * statistics.stdev(per_run) / math.sqrt(len(per_run)):.1f}), median run "
               f"{100 * statistics.median(per_run):+.1f}%, {sum(b < 0 for b in per_run)} of {len(per_run)} runs "
@@ -147,7 +125,7 @@ def served(runs_root: Path, psis: list[float], work: Path) -> None:
         print("  per run: " + " ".join(f"{100 * b:+.0f}" for b in per_run))
 
 
-def silicon(psis: list[float]) -> None:
+def silicon(psis: list[float | None]) -> None:
     import runpy
 
     for psi in psis:
@@ -155,12 +133,13 @@ def silicon(psis: list[float]) -> None:
         with concave(psi), contextlib.redirect_stdout(io.StringIO()) as output, contextlib.suppress(SystemExit):
             runpy.run_path(str(HERE / "accuracy_silicon.py"), run_name="__main__")
         pooled = next(line for line in output.getvalue().splitlines() if line.startswith("| **pooled"))
-        print(f"psi {psi:g}: {pooled}")
+        print(f"psi {label(psi)}: {pooled}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--psi", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
+    parser.add_argument("--psi", type=lambda text: None if text == "profiled" else float(text), nargs="+",
+                        default=[0.0, 0.5, 1.0, 2.0, None], help="values of psi, or 'profiled' (the product's choice)")
     parser.add_argument("--runs", type=Path, help="folder holding the served runs acc60...acc74 (served part)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/concave-load"), help="where refitted files go")
     parser.add_argument("--silicon", action="store_true", help="AIConfigurator's measured GPU rows instead")

@@ -38,7 +38,7 @@ from sdplan.accuracy.summary import (
 )
 from sdplan.calibration import load_calibration
 from sdplan.fitting.runmodel import run_demand
-from sdplan.latency import model
+from sdplan.latency import knee, model
 from sdplan.runs import read_results
 from sdplan.units import finite_or_none
 
@@ -71,8 +71,10 @@ def saturation_prediction(coefficients_at: Any, run: Any, max_num_seqs: int) -> 
     coefficients = coefficients_at(run.prompt_tokens, run.output_tokens)
     c1, c2 = run_demand(coefficients, run)
     uncapped = float(model.saturation_rate(c2))
-    predicted = model.closed_loop_throughput(c1, c2, run.concurrency, coefficients.closed_loop_factor)
-    open_loop_cap = min(uncapped, float(model.batch_cap_rate(c1, c2, max_num_seqs)))
+    psi = coefficients.load_concavity_sqrt_requests
+    predicted = model.closed_loop_throughput(c1, c2, run.concurrency, coefficients.closed_loop_factor, psi)
+    open_loop_cap = min(uncapped, float(model.batch_cap_rate(*knee.concave_demands(c1, c2, psi, max_num_seqs),
+                                                             max_num_seqs)))
     return {"predicted_rps": finite_or_none(float(predicted)), "open_loop_cap_rps": finite_or_none(open_loop_cap),
             "uncapped_rps": finite_or_none(uncapped)}
 

@@ -71,6 +71,13 @@ def check_method_tables(document: Mapping[str, Any], path: str) -> None:
             given, missing = pair if pair[0] in keys else pair[::-1]
             raise InputFileError(path, f"{table}.{missing}",
                                  f"a knee needs both keys: {given} is given; add {missing} or remove {given}")
+    coefficients = document.get("coefficients")
+    if isinstance(coefficients, dict) and coefficients.get("load_concavity_sqrt_requests") \
+            and (coefficients.get("knee_per_token_s") or isinstance(moe, dict)):
+        # one bend of the load law at a time: the knee's pieces and the MoE fixed point assume a straight line
+        raise InputFileError(path, "coefficients.load_concavity_sqrt_requests",
+                             "a concave load law cannot be combined with a compute-bound knee or [moe]; "
+                             "remove one")
     if provenance["method"] in ("roofline", "derived") and not provenance.get("assumptions"):
         raise InputFileError(
             path, "provenance.assumptions", f"a {provenance['method']} calibration must list its assumptions; add them"

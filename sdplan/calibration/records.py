@@ -184,6 +184,8 @@ class DirectCoefficients:
     #: The target step's compute-bound knee (:mod:`sdplan.latency.knee`); 0 when absent (no knee).
     knee_tokens: float = 0.0
     knee_per_token_s: float = 0.0
+    #: ``psi`` of the concave load law (:mod:`sdplan.latency.knee`); 0 when absent (the straight line).
+    load_concavity_sqrt_requests: float = 0.0
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> DirectCoefficients:
@@ -198,7 +200,8 @@ class DirectCoefficients:
                    c2d_per_context_token_s=spec.get("c2d_per_context_token_s"),
                    frontend_chunk_s=float(table.get("frontend_chunk_s", 0.0)),
                    knee_tokens=float(table.get("knee_tokens", 0.0)),
-                   knee_per_token_s=float(table.get("knee_per_token_s", 0.0)))
+                   knee_per_token_s=float(table.get("knee_per_token_s", 0.0)),
+                   load_concavity_sqrt_requests=float(table.get("load_concavity_sqrt_requests", 0.0)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -109,6 +109,7 @@ def direct_coefficients_at(direct: DirectCoefficients, reference: ReferenceWorkl
         frontend_chunk_s=direct.frontend_chunk_s,  # per chunk, whatever the lengths
         knee_tokens=direct.knee_tokens,  # token rows of a step, whatever the lengths
         knee_per_token_s=direct.knee_per_token_s,
+        load_concavity_sqrt_requests=direct.load_concavity_sqrt_requests,  # requests in flight, whatever the lengths
     )
 
 

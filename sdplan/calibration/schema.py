@@ -131,6 +131,10 @@ CALIBRATION_SCHEMA = Table(
                                      minimum=1.0),
                 "knee_per_token_s": _cost("seconds each token row past knee_tokens adds to a target step",
                                           required=False),
+                "load_concavity_sqrt_requests": Field(
+                    "float", "psi of the concave load law L = C1 + C2 (B + psi sqrt(B)) "
+                    "(docs/model.md#concave-load); 0 or absent: the straight line", required=False, minimum=0.0,
+                    maximum=100.0),
                 "baseline": Table(
                     {
                         "c1_step_s": _cost("plain decode step: seconds per step"),

@@ -22,6 +22,7 @@ import numpy as np
 from sdplan.fitting.fit_result import PointResidual, PooledFit
 from sdplan.fitting.runmodel import fitted_load, r2, run_demand, run_tokens_per_cycle
 from sdplan.fitting.validation import predict_ttft
+from sdplan.latency import model
 
 if TYPE_CHECKING:
     from sdplan.runs import BenchmarkRun
@@ -36,7 +37,8 @@ FLOOR_BINDS = 0.01
 
 @dataclass(frozen=True, slots=True)
 class FloorParts:
-    """Per run: measured ``L``, fitted ``C1`` and ``C2`` without a floor, the load ``f B``, streamed chunks."""
+    """Per run: measured ``L``, fitted ``C1`` and ``C2`` without a floor, the load ``h(f B)`` (``f B`` on a
+    straight load law), streamed chunks."""
 
     latency: Any
     c1: Any
@@ -62,7 +64,9 @@ def floor_parts(fit: PooledFit, runs: list[BenchmarkRun]) -> FloorParts:
     demands = np.array([run_demand(fit.coefficients_at(r.prompt_tokens, r.output_tokens), r) for r in runs])
     closed = np.array([r.concurrency is not None for r in runs])
     return FloorParts(latency=np.array([r.mean_e2e_latency_s for r in runs]), c1=demands[:, 0], c2=demands[:, 1],
-                      load=np.array([fitted_load(r) for r in runs]) * np.where(closed, fit.closed_loop_factor, 1.0),
+                      load=model.concave_load(np.array([fitted_load(r) for r in runs])
+                                              * np.where(closed, fit.closed_loop_factor, 1.0),
+                                              fit.load_concavity_sqrt_requests),
                       chunks=np.array([r.output_tokens / run_tokens_per_cycle(r) for r in runs]))
 
 

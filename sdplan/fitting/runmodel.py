@@ -157,8 +157,9 @@ def fitted_first_token_load(run: BenchmarkRun) -> float:
 class DesignRows:
     """The fit's linear structure, per run and unit coefficient (rows x 8).
 
-    ``L = (c1 + f B c2) @ theta`` and ``TTFT = (c1p + w_wait tau1 + w_load f B_t tau2) @ theta``
-    with ``f`` the closed-loop load factor on closed-loop rows and 1 on open-loop rows.
+    ``L = (c1 + h(f B) c2) @ theta`` and ``TTFT = (c1p + w_wait tau1 + w_load f B_t tau2) @ theta``
+    with ``f`` the closed-loop load factor on closed-loop rows and 1 on open-loop rows, and ``h`` the
+    concave load law of ``concavity`` (:func:`sdplan.latency.model.concave_load`; ``h(B) = B`` at 0).
     """
 
     c1: Any
@@ -169,6 +170,7 @@ class DesignRows:
     tau1: Any
     tau2: Any
     load_first: Any
+    concavity: float = 0.0
 
     def times(self, matrix: Any) -> DesignRows:
         """The rows in other coefficients ``theta'`` with ``theta = matrix @ theta'`` (each row times ``matrix``)."""
@@ -178,8 +180,21 @@ class DesignRows:
     def factor(self, closed_loop_factor: float) -> Any:
         return np.where(self.closed, closed_loop_factor, 1.0)
 
+    def loaded(self, closed_loop_factor: float = 1.0) -> Any:
+        """``h(f B)`` of every run: what its others in flight cost in units of ``C2``."""
+        return model.concave_load(self.factor(closed_loop_factor) * self.load, self.concavity)
+
+    def loaded_slope(self, closed_loop_factor: float = 1.0) -> Any:
+        """``d h(f B) / d f``: ``B h'(f B)`` on closed-loop rows, 0 on open-loop rows."""
+        others = self.factor(closed_loop_factor) * self.load
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = 1.0 + np.where(others > 0, self.concavity / (2.0 * np.sqrt(np.maximum(others, 1e-300))), 0.0)
+        return np.where(self.closed, self.load * slope, 0.0)
+
     def e2e(self, closed_loop_factor: float = 1.0) -> Any:
-        return self.c1 + (self.factor(closed_loop_factor) * self.load)[:, None] * self.c2
+        if self.concavity == 0.0:
+            return self.c1 + (self.factor(closed_loop_factor) * self.load)[:, None] * self.c2
+        return self.c1 + self.loaded(closed_loop_factor)[:, None] * self.c2
 
 
 def verify_floor(runs: list[BenchmarkRun]) -> Any:
@@ -217,7 +232,8 @@ def floor_notes(floor: Any, solved: Any) -> tuple[str, ...]:
             "pass than on its plain decode step, which it cannot cost (docs/model.md#fitting)",)
 
 
-def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step_share: float = 0.0) -> DesignRows:
+def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step_share: float = 0.0,
+                concavity: float = 0.0) -> DesignRows:
     """The rows of ``L`` and of TTFT, linear in the eight coefficients.
 
     Built by evaluating the model on unit coefficient vectors, so the rows are
@@ -236,7 +252,7 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step
             c1p[i, j], tau1[i, j], tau2[i, j] = ttft_parts(coefficients, run)
     return DesignRows(c1=c1, c2=c2, load=np.array([fitted_load(r) for r in runs]),
                       closed=np.array([r.concurrency is not None for r in runs]), c1p=c1p, tau1=tau1, tau2=tau2,
-                      load_first=np.array([fitted_first_token_load(r) for r in runs]))
+                      load_first=np.array([fitted_first_token_load(r) for r in runs]), concavity=concavity)
 
 
 def r2(measured: list[float], predicted: list[float]) -> float:

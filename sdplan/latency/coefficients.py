@@ -74,6 +74,10 @@ class Coefficients:
         rows per sequence into the target's step (:func:`sdplan.latency.model.drafted_tokens`). 1 (the default)
         for a proposer that runs a model. Set from the workload's measured draft coverage
         (:attr:`sdplan.inputs.acceptance.AcceptanceSpec.coverage`), which also scales the tokens per cycle.
+    load_concavity_sqrt_requests : float
+        ``psi`` (square root of requests) of the concave load law ``L = C1 + C2 (B + psi sqrt(B))``
+        (:mod:`sdplan.latency.knee`, ``docs/model.md#concave-load``): the first requests in flight cost more
+        each than later ones, and saturation stays at ``1/C2``. 0 (the default) is Kong et al.'s straight line.
     closed_loop_factor : float
         Only for predicting closed-loop benchmarks (``N`` clients):
         ``L = C1 + f (N - 1) C2`` (see :mod:`sdplan.fitting.fit`). The planner's open-loop
@@ -99,3 +103,4 @@ class Coefficients:
     knee_tokens: float = 0.0
     knee_per_token_s: float = 0.0
     draft_coverage: float = 1.0
+    load_concavity_sqrt_requests: float = 0.0

@@ -27,6 +27,18 @@ in ``L``, so the smaller fixed point, the stable operating point, is the
 first of the two whose batch lies in its own region. A file without a knee
 (``knee_per_token_s = 0``) has
 ``C1_above = C1``, ``C2_above = C2``, and the model is Kong et al.'s.
+
+The other bend is the concave load law of fitted calibrations (``docs/model.md#concave-load``): the first
+requests in flight cost more each than later ones,
+
+    L = C1 + C2 h(B),   h(B) = B + psi sqrt(B),
+
+with ``psi`` the calibration's ``load_concavity_sqrt_requests``. Saturation stays at ``1/C2``. With ``u = sqrt(B)`` and
+``B = lambda L`` an open loop solves ``(1 - lambda C2) u^2 - lambda C2 psi u - lambda C1 = 0``
+(:func:`concave_batch`). Its demands at a batch ``B`` are the secant ``(C1, C2 h(B)/B)``
+(:func:`concave_demands`), for which ``C1/(1 - lambda C2_B)`` is the exact latency at the rate whose batch
+is ``B``: so every function here that takes "the demands that hold" serves both bends. A calibration has
+one or the other, never both (:mod:`sdplan.calibration.checks`).
 """
 
 from __future__ import annotations
@@ -51,19 +63,61 @@ class KneeDemands:
     Attributes
     ----------
     c1_above_s, c2_above_s : ndarray
-        ``C1 - n b (R - t)`` and ``C2 + n b t`` (s): the demands once the step is bound by compute.
+        ``C1 - n b (R - t)`` and ``C2 + n b t`` (s): the demands once the step is bound by compute. With a
+        concave load law, ``C1`` and ``C2`` themselves (``C2`` is its asymptote).
     knee_batch : ndarray
         Others in flight at the knee, ``R/t - 1`` (requests; inf without a knee).
+    concavity : float
+        ``psi`` of the concave load law (module notes); 0: none.
     """
 
     c1_above_s: FloatArray
     c2_above_s: FloatArray
     knee_batch: FloatArray
+    concavity: float = 0.0
 
 
 def has_knee(coefficients: Coefficients) -> bool:
     """Whether the coefficients carry a compute-bound knee (a positive slope past it)."""
     return coefficients.knee_per_token_s > 0.0
+
+
+def has_bend(coefficients: Coefficients) -> bool:
+    """Whether the load law is not Kong et al.'s straight line: a compute-bound knee or a concave law."""
+    return has_knee(coefficients) or coefficients.load_concavity_sqrt_requests > 0.0
+
+
+def concave_batch(c1: FloatArray | float, c2: FloatArray | float, psi: float,
+                  rate_rps: FloatArray | float) -> FloatArray:
+    """Others in flight at ``rate_rps`` under the concave law: ``B = u^2`` (inf where unstable).
+
+    Notes
+    -----
+    ``L = C1 + C2 (B + psi sqrt(B))`` and ``B = lambda L`` give, with ``u = sqrt(B)``,
+    ``(1 - lambda C2) u^2 - lambda C2 psi u - lambda C1 = 0``, whose positive root is
+    ``u = (lambda C2 psi + sqrt((lambda C2 psi)^2 + 4 lambda C1 (1 - lambda C2))) / (2 (1 - lambda C2))``.
+    """
+    lam = np.asarray(rate_rps, dtype=np.float64)
+    c1_arr, c2_arr = np.asarray(c1, dtype=np.float64), np.asarray(c2, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # unstable points are masked
+        rest = 1.0 - lam * c2_arr
+        linear = lam * c2_arr * psi
+        u = (linear + np.sqrt(linear * linear + 4.0 * lam * c1_arr * rest)) / (2.0 * rest)
+        return np.where(rest > 0.0, u * u, np.inf)
+
+
+def concave_demands(c1: FloatArray | float, c2: FloatArray | float, psi: float,
+                    batch: FloatArray | float) -> tuple[FloatArray, FloatArray]:
+    """The secant demands ``(C1, C2 (1 + psi/sqrt(B)))`` at ``B`` others in flight: ``C1 + B C2_B = C1 + C2 h(B)``.
+
+    ``B = 0`` and ``B = inf`` give ``C2`` (at zero load the slope does not enter; past saturation its limit).
+    """
+    c1_arr, c2_arr = np.asarray(c1, dtype=np.float64), np.asarray(c2, dtype=np.float64)
+    b = np.asarray(batch, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        extra = np.where((b > 0.0) & np.isfinite(b), psi / np.sqrt(np.where(b > 0.0, b, 1.0)), 0.0)
+    c1_out, c2_out = np.broadcast_arrays(c1_arr, c2_arr * (1.0 + extra))
+    return c1_out.astype(np.float64), c2_out.astype(np.float64)
 
 
 def knee_demands(coefficients: Coefficients, c1: FloatArray | float, c2: FloatArray | float,
@@ -93,7 +147,7 @@ def knee_demands(coefficients: Coefficients, c1: FloatArray | float, c2: FloatAr
     if not has_knee(coefficients):
         c1_b, c2_b, _, _ = np.broadcast_arrays(c1_arr, c2_arr, n, t)
         return KneeDemands(c1_above_s=c1_b.astype(np.float64), c2_above_s=c2_b.astype(np.float64),
-                           knee_batch=np.full(c1_b.shape, np.inf))
+                           knee_batch=np.full(c1_b.shape, np.inf), concavity=coefficients.load_concavity_sqrt_requests)
     knee, slope = float(coefficients.knee_tokens), float(coefficients.knee_per_token_s)
     return KneeDemands(c1_above_s=c1_arr - n * slope * (knee - t), c2_above_s=c2_arr + n * slope * t,
                        knee_batch=np.broadcast_to(knee / t - 1.0, np.broadcast_shapes(c1_arr.shape, n.shape,
@@ -117,13 +171,19 @@ def past_knee(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
 
 def demands_at(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
                rate_rps: FloatArray | float) -> tuple[FloatArray, FloatArray]:
-    """``(C1, C2)`` that hold at ``rate_rps``: below the knee the option's own, past it the ones above."""
+    """``(C1, C2)`` that hold at ``rate_rps``: below the knee the option's own, past it the ones above; under a
+    concave law the secant at the rate's batch (module notes)."""
+    if knee.concavity > 0.0:
+        return concave_demands(c1, c2, knee.concavity, concave_batch(c1, c2, knee.concavity, rate_rps))
     return batch_cap_demands(c1, c2, knee, batch_below_knee(c1, c2, rate_rps))
 
 
 def batch_cap_demands(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
                       max_batch: FloatArray | float) -> tuple[FloatArray, FloatArray]:
-    """``(C1, C2)`` that hold when ``max_batch`` requests are in flight (past the knee if it is over ``B*``)."""
+    """``(C1, C2)`` that hold when ``max_batch`` requests are in flight (past the knee if it is over ``B*``;
+    the secant there under a concave law)."""
+    if knee.concavity > 0.0:
+        return concave_demands(c1, c2, knee.concavity, max_batch)
     past = np.asarray(max_batch > knee.knee_batch)
     return (np.where(past, knee.c1_above_s, np.asarray(c1, dtype=np.float64)),
             np.where(past, knee.c2_above_s, np.asarray(c2, dtype=np.float64)))
@@ -140,7 +200,7 @@ def step_excess_s(coefficients: Coefficients, rows: FloatArray | float) -> Float
 def take(knee: KneeDemands, index: slice | tuple[slice | None, ...]) -> KneeDemands:
     """The same demands indexed (e.g. ``(slice(None), None, slice(None))`` to insert a rate axis)."""
     return KneeDemands(c1_above_s=knee.c1_above_s[index], c2_above_s=knee.c2_above_s[index],
-                       knee_batch=knee.knee_batch[index])
+                       knee_batch=knee.knee_batch[index], concavity=knee.concavity)
 
 
 def mean_latency(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
@@ -171,6 +231,8 @@ def break_even(c1_d: float, c2_d: float, knee_d: KneeDemands, c1_sd: FloatArray,
     """
     c1_sd = np.asarray(c1_sd, dtype=np.float64)
     c2_sd = np.asarray(c2_sd, dtype=np.float64)
+    if knee_d.concavity > 0.0 or knee_sd.concavity > 0.0:
+        return _scanned_break_even(c1_d, c2_d, knee_d, c1_sd, c2_sd, knee_sd)
     base_pieces = ((c1_d, c2_d, False), (knee_d.c1_above_s, knee_d.c2_above_s, True))
     sd_pieces = ((c1_sd, c2_sd, False), (knee_sd.c1_above_s, knee_sd.c2_above_s, True))
     first = np.full(np.broadcast_shapes(c1_sd.shape, c2_sd.shape), np.inf)
@@ -185,3 +247,50 @@ def break_even(c1_d: float, c2_d: float, knee_d: KneeDemands, c1_sd: FloatArray,
             first = np.minimum(first, np.where(usable, rate, np.inf))
     faster_at_zero = (c1_sd < c1_d) | ((c1_sd == c1_d) & (c2_sd < c2_d))
     return np.where(np.isfinite(first), first, np.nan), np.asarray(faster_at_zero)
+
+
+def break_even_many(c1_d: FloatArray, c2_d: FloatArray, knee_d: KneeDemands, c1_sd: FloatArray, c2_sd: FloatArray,
+                    knee_sd: KneeDemands) -> FloatArray:
+    """:func:`break_even` of a concave law for many no-SD sides at once (arrays broadcasting with SD's)."""
+    return _scanned_break_even(c1_d, c2_d, knee_d, c1_sd, c2_sd, knee_sd)[0]
+
+
+#: Rates per option on which a concave law's break-even is bracketed, then bisected this many times.
+SCAN_RATES = 128
+BISECTIONS = 48
+
+
+def _scanned_break_even(c1_d: FloatArray | float, c2_d: FloatArray | float, knee_d: KneeDemands,
+                        c1_sd: FloatArray, c2_sd: FloatArray,
+                        knee_sd: KneeDemands) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """:func:`break_even` under a concave load law, which has no pieces: the first sign change of
+    ``L_SD - L_D`` on :data:`SCAN_RATES` rates below the lower saturation rate, bisected. The no-SD side may
+    be arrays that broadcast with SD's (the intervals' draws at once)."""
+    c1_d, c2_d = np.asarray(c1_d, dtype=np.float64), np.asarray(c2_d, dtype=np.float64)
+    sd = KneeDemands(c1_above_s=knee_sd.c1_above_s[..., None], c2_above_s=knee_sd.c2_above_s[..., None],
+                     knee_batch=knee_sd.knee_batch[..., None], concavity=knee_sd.concavity)
+    base = KneeDemands(c1_above_s=np.asarray(knee_d.c1_above_s)[..., None],
+                       c2_above_s=np.asarray(knee_d.c2_above_s)[..., None],
+                       knee_batch=np.asarray(knee_d.knee_batch)[..., None], concavity=knee_d.concavity)
+    with np.errstate(divide="ignore"):
+        top = np.minimum(1.0 / np.asarray(knee_d.c2_above_s, dtype=np.float64), 1.0 / knee_sd.c2_above_s)
+
+    def difference(rates: FloatArray) -> FloatArray:
+        return (mean_latency(c1_sd[..., None], c2_sd[..., None], sd, rates)
+                - mean_latency(c1_d[..., None], c2_d[..., None], base, rates))
+
+    rates = top[..., None] * np.linspace(0.0, 1.0, SCAN_RATES + 1)[1:-1]
+    sign = np.sign(difference(rates))
+    changed = (sign != sign[..., :1]) & (sign != 0)
+    crosses = changed.any(axis=-1)
+    first = np.argmax(changed, axis=-1)
+    low = np.take_along_axis(rates, np.maximum(first - 1, 0)[..., None], axis=-1)[..., 0]
+    high = np.take_along_axis(rates, first[..., None], axis=-1)[..., 0]
+    low = np.where(first > 0, low, 0.0)
+    start = sign[..., 0]
+    for _ in range(BISECTIONS):
+        middle = 0.5 * (low + high)
+        same = np.sign(difference(middle[..., None])[..., 0]) == start
+        low, high = np.where(same, middle, low), np.where(same, high, middle)
+    faster_at_zero = (c1_sd < c1_d) | ((c1_sd == c1_d) & (c2_sd < c2_d))
+    return np.where(crosses, 0.5 * (low + high), np.nan), np.asarray(faster_at_zero)

@@ -73,7 +73,7 @@ class SolvedGrid:
 
 def dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> SolvedGrid:
     """``L = C1/(1 - lambda C2)`` per point of a dense target, with the closed-form break-even rates."""
-    if knee.has_knee(coefficients):
+    if knee.has_bend(coefficients):
         return knee_grid(coefficients, rates, ks, tokens)
     c1_d, c2_d = model.baseline_demand(coefficients)
     c1, c2 = model.demand_from_tokens(coefficients, tokens, ks[None, :].astype(float))  # (a, k)
@@ -88,7 +88,8 @@ def dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, toke
 
 
 def knee_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> SolvedGrid:
-    """A dense target whose step has a compute-bound knee (:mod:`sdplan.latency.knee`): two pieces per option.
+    """A dense target whose step has a compute-bound knee (:mod:`sdplan.latency.knee`): two pieces per option;
+    or whose load law is concave (the same module; the demands that hold at a rate are the secant there).
 
     The latency at each point is ``C1/(1 - lambda C2)`` with the demands that hold at that rate, the
     utilisation ``lambda C2`` with the same demands, and the break-even found piece by piece

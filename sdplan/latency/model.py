@@ -299,14 +299,28 @@ def closed_loop_others(clients: int, closed_loop_factor: float = 1.0) -> float:
     return closed_loop_factor * max(clients - 1, 0)
 
 
-def closed_loop_throughput(c1: float, c2: float, clients: int, closed_loop_factor: float = 1.0) -> float:
+def closed_loop_throughput(c1: float, c2: float, clients: int, closed_loop_factor: float = 1.0,
+                           concavity: float = 0.0) -> float:
     """Throughput of a closed loop of ``clients`` (req/s): ``X = N / (C1 + f (N - 1) C2)``.
 
     Also the most a server whose batch is held full at ``N`` sequences (vLLM's
     ``max_num_seqs``) completes: a sweep's measured plateau
-    (``docs/model.md#saturation-and-batch-cap``).
+    (``docs/model.md#saturation-and-batch-cap``). Under a concave load law
+    (``concavity`` ``psi``, ``docs/model.md#concave-load``) ``f (N - 1)`` others
+    cost ``C2 h(f (N - 1))``, ``h(B) = B + psi sqrt(B)``.
     """
-    return clients / (c1 + closed_loop_others(clients, closed_loop_factor) * c2)
+    others = closed_loop_others(clients, closed_loop_factor)
+    return float(clients / (c1 + concave_load(others, concavity) * c2))
+
+
+def concave_load(others: FloatArray | float, concavity: float) -> Any:
+    """``h(B) = B + psi sqrt(B)``: what ``B`` others in flight cost in units of ``C2`` (``docs/model.md#concave-load``).
+
+    ``psi = 0`` is ``B`` itself, Kong et al.'s straight line.
+    """
+    if concavity == 0.0:
+        return others
+    return others + concavity * np.sqrt(np.maximum(others, 0.0))
 
 
 #: Prefill share of C2 (c2p/C2) and utilisation from which the mean model departs from the simulator.

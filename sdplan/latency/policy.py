@@ -27,6 +27,7 @@ mean (which a mean model cannot show).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[float, float]],
                  largest_batch: int, rows_per_sequence: Sequence[float] | None = None,
-                 knee: tuple[float, float] = (0.0, 0.0)) -> list[int]:
+                 knee: tuple[float, float] = (0.0, 0.0), concavity: float = 0.0) -> list[int]:
     """The goodput policy's option index for every batch size ``n = 0 .. largest_batch``.
 
     At a step with ``n`` sequences the policy picks the option with the
@@ -60,14 +61,16 @@ def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[
     per-step evaluation would, so the decisions are the same. With ``knee``
     ``(R, b)`` and each option's token rows per sequence ``t``, a step also
     pays ``b max(0, n t - R)`` past the target's compute-bound knee
-    (:mod:`sdplan.latency.knee`).
+    (:mod:`sdplan.latency.knee`). With ``concavity`` ``psi`` the ``n - 1`` others
+    cost ``h(n - 1)`` per-sequence costs (``docs/model.md#concave-load``).
     """
     rows = list(rows_per_sequence) if rows_per_sequence is not None else [1.0] * len(expected_tokens)
     knee_tokens, knee_slope = knee
     choices = []
     for batch in range(largest_batch + 1):
         scheduled = max(batch, 1)
-        goodput = [e / (fixed + (scheduled - 1) * per_sequence + knee_slope * max(scheduled * t - knee_tokens, 0.0))
+        others = (scheduled - 1) + concavity * math.sqrt(scheduled - 1) if concavity else scheduled - 1
+        goodput = [e / (fixed + others * per_sequence + knee_slope * max(scheduled * t - knee_tokens, 0.0))
                    for e, (fixed, per_sequence), t in zip(expected_tokens, step_costs_s, rows)]
         choices.append(goodput.index(max(goodput)))
     return choices

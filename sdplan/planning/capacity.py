@@ -17,7 +17,7 @@ import numpy as np
 
 from sdplan.errors import InfeasibleError, InvalidValueError
 from sdplan.inputs.acceptance import expected_tokens_per_cycle
-from sdplan.inputs.slo import SLO, max_rate_under
+from sdplan.inputs.slo import SLO, Metric, max_rate_under
 from sdplan.latency import knee, model
 from sdplan.planning.check import simulated_value
 from sdplan.simulate import replicate
@@ -130,7 +130,10 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     binding: list[str | None] = [None] * c1.size
     above = demands.knee
     for slo in slos:
-        low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other)
+        if above.concavity > 0.0 and slo.metric is not Metric.THROUGHPUT:
+            low, high = concave_rate_bounds(slo, c1, c2, above, ttft, g, ttft_per_other)
+        else:
+            low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other)
         if knee.has_knee(coefficients):  # a rate whose batch is past the knee: the demands above it hold there
             low_above, high_above = max_rate_under(slo, above.c1_above_s, above.c2_above_s, ttft, g, ttft_per_other)
             high = np.where(knee.past_knee(c1, c2, above, high), high_above, high)
@@ -170,6 +173,59 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         best=best,
         knee=above,
     )
+
+
+#: Rates below saturation on which a concave load law's SLO bounds are bracketed, then bisected this many times.
+SCAN_RATES = 512
+BISECTIONS = 48
+
+
+def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeDemands, ttft_s: FloatArray,
+                        output_tokens: float, ttft_per_other_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """:func:`sdplan.inputs.slo.max_rate_under` under a concave load law (``docs/model.md#concave-load``).
+
+    Its latency has no closed-form inverse in every metric, so each option's SLO value is evaluated on
+    :data:`SCAN_RATES` rates below saturation, with ``L`` from :func:`sdplan.latency.knee.mean_latency`,
+    ``B = lambda L``, ``TTFT = t0 + a B``, ``TPOT = (L - TTFT)/(g - 1)`` and the utilisation ``1 - C1/L``
+    (``lambda C2`` on a straight law); the first and last rates where it holds are bisected. The SLO is taken
+    to hold on one interval of rates, as it does on a straight law. ``highest = -1`` where it holds nowhere.
+    """
+    if slo.metric is Metric.TPOT and output_tokens <= 1:
+        raise InvalidValueError(f"SLO '{slo.text}': TPOT is undefined for 1 output token")
+    c1, c2 = np.asarray(c1, dtype=np.float64), np.asarray(c2, dtype=np.float64)
+    t0, per_other = np.asarray(ttft_s, dtype=np.float64), np.asarray(ttft_per_other_s, dtype=np.float64)
+    columns = knee.KneeDemands(c1_above_s=demands.c1_above_s[:, None], c2_above_s=demands.c2_above_s[:, None],
+                          knee_batch=demands.knee_batch[:, None], concavity=demands.concavity)
+
+    def holds(rates: FloatArray) -> npt.NDArray[np.bool_]:
+        latency = knee.mean_latency(c1[:, None], c2[:, None], columns, rates)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            first = t0[:, None] + per_other[:, None] * model.effective_batch(rates, latency)
+            value = {Metric.E2E: latency, Metric.TTFT: first,
+                     Metric.TPOT: (latency - first) / (output_tokens - 1.0),
+                     Metric.UTILISATION: 1.0 - c1[:, None] / latency}[slo.metric]
+        return np.isfinite(latency) & (value <= slo.limit)
+
+    with np.errstate(divide="ignore"):
+        top = np.where(demands.c2_above_s > 0, 1.0 / demands.c2_above_s, 1e9)
+    rates = top[:, None] * np.linspace(0.0, 1.0, SCAN_RATES + 1)[:-1]
+    ok = holds(rates)
+    anywhere = ok.any(axis=1)
+    first = np.argmax(ok, axis=1)
+    last = ok.shape[1] - 1 - np.argmax(ok[:, ::-1], axis=1)
+    step = top / SCAN_RATES
+
+    def edge(inside: FloatArray, outside: FloatArray) -> FloatArray:
+        for _ in range(BISECTIONS):
+            middle = 0.5 * (inside + outside)
+            good = holds(middle[:, None])[:, 0]
+            inside, outside = np.where(good, middle, inside), np.where(good, outside, middle)
+        return inside
+
+    at_first, at_last = first * step, last * step
+    low = np.where(first > 0, edge(at_first, at_first - step), 0.0)
+    high = np.where(last < SCAN_RATES - 1, edge(at_last, at_last + step), top)
+    return np.where(anywhere, low, 0.0), np.where(anywhere, high, -1.0)
 
 
 def latency_at(cap: Capacity, rates_rps: FloatArray) -> FloatArray:

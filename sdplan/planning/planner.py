@@ -264,7 +264,7 @@ def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates
     zero_load = np.argmin(options.c1_s, axis=1)  # the option tuned at batch size 1, kept at every load
     static = np.take_along_axis(option_latency, np.broadcast_to(zero_load[:, None, None],
                                                                 option_latency.shape[:2] + (1,)), axis=2)[..., 0]
-    if knee.has_knee(coefficients):
+    if knee.has_bend(coefficients):
         # Each option's latency is the smallest fixed point of an increasing h_k(B) (two pieces), and the
         # smallest fixed point of min_k h_k is the least of them (docs/model.md#goodput-adaptive-draft-length).
         chosen = np.argmin(option_latency, axis=2)

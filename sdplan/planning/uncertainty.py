@@ -32,7 +32,7 @@ import numpy as np
 from sdplan.fitting.runmodel import PARAMETERS, coefficients_from_vector, fixed_step_share, values_from_table
 from sdplan.inputs.acceptance import expected_tokens_per_cycle
 from sdplan.inputs.slo import Verdict
-from sdplan.latency import model
+from sdplan.latency import knee, model
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -337,6 +337,20 @@ class PlanIntervals:
         return covers(self.server_sd_pct)
 
 
+def _bent_break_even(draws: list[tuple[Any, ...]]) -> FloatArray:
+    """The break-even rates ``(draws, a, k)`` of draws whose load law bends, in one call where it is concave."""
+    if not all(draw[2].concavity > 0.0 for draw in draws):  # a compute-bound knee: piece by piece, per draw
+        return np.array([knee.break_even(float(c1_d), float(c2_d), knee_d, c1, c2, knee_sd)[0]
+                         for c1_d, c2_d, knee_d, c1, c2, knee_sd in draws])
+    c1_d = np.array([float(draw[0]) for draw in draws])[:, None, None]
+    c2_d = np.array([float(draw[1]) for draw in draws])[:, None, None]
+    c1, c2 = np.stack([draw[3] for draw in draws]), np.stack([draw[4] for draw in draws])
+    psi = draws[0][2].concavity
+    line = knee.KneeDemands(c1_above_s=c1_d, c2_above_s=c2_d, knee_batch=np.full(c1_d.shape, np.inf), concavity=psi)
+    options = knee.KneeDemands(c1_above_s=c1, c2_above_s=c2, knee_batch=np.full(c1.shape, np.inf), concavity=psi)
+    return knee.break_even_many(c1_d, c2_d, line, c1, c2, options)
+
+
 def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatArray,
                    draft_lengths: FloatArray | IntArray,
                    tokens_per_cycle: FloatArray | None = None, server_sd_pct: float | None = None) -> PlanIntervals:
@@ -348,13 +362,24 @@ def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatAr
     tokens = (expected_tokens_per_cycle(alpha[:, None], ks[None, :]) if tokens_per_cycle is None
               else np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size)))
     base, options, even = [], [], []
+    bent: list[tuple[Any, ...]] = []
     for coefficients in draws:
         c1_d, c2_d = model.baseline_demand(coefficients)
         c1, c2 = model.demand_from_tokens(coefficients, tokens, ks[None, :])
+        if knee.has_bend(coefficients):  # the load law the plan itself solves (sdplan.latency.latency_grid.knee_grid)
+            knee_d = model.baseline_knee(coefficients, c1_d, c2_d)
+            knee_sd = model.speculative_knee(coefficients, c1, c2, tokens, ks[None, :])
+            base.append(knee.mean_latency(c1_d, c2_d, knee_d, rate))
+            options.append(knee.mean_latency(c1[:, None, :], c2[:, None, :],
+                                             knee.take(knee_sd, (slice(None), None, slice(None))), rate[None, :, None]))
+            bent.append((c1_d, c2_d, knee_d, c1, c2, knee_sd))
+            continue
         base.append(model.mean_latency(c1_d, c2_d, rate))
         options.append(model.mean_latency(c1[:, None, :], c2[:, None, :], rate[None, :, None]))
         crossing = model.break_even(float(c1_d), float(c2_d), c1, c2).rate_rps
         even.append(crossing)
+    if bent:  # every draw's break-even at once (a concave law's is scanned: sdplan.latency.knee.break_even)
+        even = list(_bent_break_even(bent))
     even_samples = np.array(even)
     crossed = np.mean(np.isfinite(even_samples), axis=0) >= 0.5  # a crossing in most draws
     filled = np.where(np.isfinite(even_samples), even_samples, np.inf)

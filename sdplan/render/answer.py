@@ -171,7 +171,9 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
             lines.append(f"  best per rate (req/s): {path}.")
         direction = "but C2 (batch time each request adds) rises" if c2[k0] > c2_d else \
             "and C2 (batch time each request adds) falls"
-        why = (f"Why: L = C1/(1 - rate*C2). With k={ks[k0]}, C1 (zero-load latency) falls {_g(c1_d, 4)} -> "
+        law = _law(plan.coefficients.load_concavity_sqrt_requests)
+        why = (f"Why: {law}. With k={ks[k0]}, C1 (zero-load latency) falls "
+               f"{_g(c1_d, 4)} -> "
                f"{_g(float(c1[k0]), 4)} s, {direction} {_g(c2_d, 4)} -> {_g(float(c2[k0]), 4)} s")
         if c2[k0] > c2_d:
             even_k0 = float(plan.break_even_rate_rps[ia, k0])
@@ -324,11 +326,19 @@ def capacity_why(answer: CapacityAnswer) -> str | None:
     c1_d, c2_d = float(cap.c1_s[0]), float(c2[0])
     c1_k, c2_k = float(cap.c1_s[best_sd]), float(c2[best_sd])
     direction = "rises" if c2_k > c2_d else "falls"
-    text = (f"Why: L = C1/(1 - rate*C2). {cap.label(best_sd)} cuts C1 {_g(c1_d, 4)} -> {_g(c1_k, 4)} s "
+    law = _law(0.0 if cap.knee is None else cap.knee.concavity)
+    text = (f"Why: {law}. {cap.label(best_sd)} cuts C1 {_g(c1_d, 4)} -> {_g(c1_k, 4)} s "
             f"{'but' if c2_k > c2_d else 'and'} C2 {direction} {_g(c2_d, 4)} -> {_g(c2_k, 4)} s")
     if c2_k > c2_d:
         return text + ": SD helps a latency bound at low load, and costs capacity near saturation."
     return text + ": SD both lowers latency and lifts saturation."
+
+
+def _law(concavity: float) -> str:
+    """The load law an answer's "Why" names: Kong et al.'s line, or the concave one (docs/model.md#concave-load)."""
+    if concavity > 0:
+        return f"L = C1 + C2 (B + {concavity:g} sqrt B) with B = rate*L (a concave load law)"
+    return "L = C1/(1 - rate*C2)"
 
 
 def check_answer(passed: bool, met: int, total: int, where: str, regime: str, method: str, source: str,

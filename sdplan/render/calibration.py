@@ -169,6 +169,9 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
                            "token rows per step past which the target is compute-bound")
             coeffs.add_row("knee_per_token_s", f"{coefficients.knee_per_token_s:.6g}",
                            "s each token row past the knee adds to a step")
+        if coefficients.load_concavity_sqrt_requests > 0:
+            coeffs.add_row("load_concavity_sqrt_requests", f"{coefficients.load_concavity_sqrt_requests:.6g}",
+                           "psi: B others in flight cost C2 (B + psi sqrt(B)); the first cost more each")
         steps = cal.document.get("step_model", {})
         engine = steps.get("engine", {}).get("step_overhead_s")
         if engine is not None:
@@ -178,7 +181,8 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
                            "SD cycle's own overhead, s per cycle")
         coeffs.add_row("C1_D", f"{c1_d:.6g}", "no SD: zero-load latency, s")
         coeffs.add_row("C2_D", f"{c2_d:.6g}", "no SD: s per concurrent request" + (
-            " past the knee" if coefficients.knee_per_token_s > 0 else ""))
+            " past the knee" if coefficients.knee_per_token_s > 0 else
+            " at many in flight" if coefficients.load_concavity_sqrt_requests > 0 else ""))
         coeffs.add_row("1/C2_D", f"{1.0 / c2_d:.6g}" if c2_d > 0 else "inf", "no SD: saturation rate, req/s")
         print_table(console, coeffs,
                     title=f"Coefficients at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "

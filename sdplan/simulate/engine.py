@@ -96,6 +96,13 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     knee_tokens, knee_slope = c.knee_tokens, c.knee_per_token_s
     lookahead = int(config.draft_length)  # KV slots a running request keeps for the drafted tokens
 
+    psi = c.load_concavity_sqrt_requests
+
+    def others_cost(others: int) -> float:
+        """What ``others`` sequences beside one cost in units of the per-sequence step cost: ``h(B)`` of the
+        concave load law (sdplan.latency.model.concave_load), ``B`` on a straight one."""
+        return others + psi * math.sqrt(others) if psi else others
+
     def knee_excess(rows: float) -> float:
         """Seconds a step of ``rows`` decode token rows costs past the compute-bound knee (sdplan.latency.knee)."""
         return knee_slope * (rows - knee_tokens) if rows > knee_tokens and knee_slope > 0.0 else 0.0
@@ -182,7 +189,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             n_step = batch + len(prefilling) + (1 if queue else 0)
             if n_step >= len(choice_by_batch):
                 choice_by_batch = step_choices(expected_by_option, costs, max(2 * n_step, 16),
-                                               [o + 1.0 for o in options], (knee_tokens, knee_slope))
+                                               [o + 1.0 for o in options], (knee_tokens, knee_slope), psi)
             if choice_by_batch[n_step] != option:
                 previous, option = k, choice_by_batch[n_step]
                 k = options[option]
@@ -209,8 +216,8 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             # admission, no other chunk) until its last chunk or the next completion; leap over those steps
             # (a prompt of 10^8 tokens is 10^4 steps of chunked prefill).
             repeats = math.ceil(prefilling[0][1] / budget) - 1
-            step = ((fixed + (batch - 1) * per_sequence + knee_excess(rows(batch, k))) if batch else idle_overhead) \
-                + budget * per_prompt_token
+            step = ((fixed + others_cost(batch - 1) * per_sequence + knee_excess(rows(batch, k))) if batch
+                    else idle_overhead) + budget * per_prompt_token
             if batch and decode is None:
                 repeats = min(repeats, heap[0][0] - counter - 1)
             if adaptive and not queue and next_arrival < n:  # an arrival changes the goodput policy's choice of k
@@ -251,7 +258,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             budget -= take
             chunk_tokens += take
             prefilling.append([request, prompt_list[request] - take])
-        step = (fixed + (batch - 1) * per_sequence + knee_excess(rows(batch, k))) if batch else 0.0
+        step = (fixed + others_cost(batch - 1) * per_sequence + knee_excess(rows(batch, k))) if batch else 0.0
         engine = batch + len(prefilling)
         if chunk_tokens > 0:
             step += chunk_tokens * per_prompt_token + (idle_overhead if batch == 0 else 0.0)
