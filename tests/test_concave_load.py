@@ -56,6 +56,30 @@ def test_psi_zero_is_the_straight_line() -> None:
     assert model.concave_load(7.0, 0.0) == 7.0
 
 
+def test_the_law_and_its_slope_are_one_function_for_numbers_and_arrays() -> None:
+    others = np.array([0.0, 0.25, 1.0, 9.0, 400.0])
+    for psi in (0.0, 0.5, 2.0):
+        scalars = [model.concave_load(float(b), psi) for b in others]
+        assert isinstance(scalars[1], float)
+        assert scalars == pytest.approx(list(model.concave_load(others, psi)), rel=1e-15)
+        assert scalars == pytest.approx([b + psi * math.sqrt(b) for b in others], rel=1e-15)
+    # h'(B) against a central difference of h, and 1 at B = 0 where it is not defined
+    b, step = others[1:], 1e-6
+    slope = (model.concave_load(b + step, 1.5) - model.concave_load(b - step, 1.5)) / (2 * step)
+    assert model.concave_load_slope(b, 1.5) == pytest.approx(slope, rel=1e-6)
+    assert model.concave_load_slope(np.array([0.0]), 1.5)[0] == 1.0
+
+
+@pytest.mark.parametrize("ascending", [True, False])
+def test_bisection_keeps_the_side_where_the_condition_holds(ascending: bool) -> None:
+    edge = np.array([0.3, 2.0, 7.5])
+    holds = (lambda r: r <= edge) if ascending else (lambda r: r >= edge)
+    inside, outside = (np.zeros(3), np.full(3, 10.0)) if ascending else (np.full(3, 10.0), np.zeros(3))
+    inside, outside = knee.bisect_boundary(holds, inside, outside)
+    assert np.all(holds(inside)) and not np.any(holds(outside))
+    assert inside == pytest.approx(edge, abs=1e-12) and outside == pytest.approx(edge, abs=1e-12)
+
+
 def test_a_closed_loop_and_a_batch_cap_cost_the_law_at_their_batch() -> None:
     c1_at, c2_at = knee.batch_cap_demands(C1, C2, demands(1.0), 15.0)
     assert c1_at + 15.0 * c2_at == pytest.approx(law(15.0, 1.0))

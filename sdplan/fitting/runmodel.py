@@ -186,9 +186,7 @@ class DesignRows:
 
     def loaded_slope(self, closed_loop_factor: float = 1.0) -> Any:
         """``d h(f B) / d f``: ``B h'(f B)`` on closed-loop rows, 0 on open-loop rows."""
-        others = self.factor(closed_loop_factor) * self.load
-        with np.errstate(divide="ignore", invalid="ignore"):
-            slope = 1.0 + np.where(others > 0, self.concavity / (2.0 * np.sqrt(np.maximum(others, 1e-300))), 0.0)
+        slope = model.concave_load_slope(self.factor(closed_loop_factor) * self.load, self.concavity)
         return np.where(self.closed, self.load * slope, 0.0)
 
     def e2e(self, closed_loop_factor: float = 1.0) -> Any:

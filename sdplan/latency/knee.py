@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy.typing as npt
 
     from sdplan.latency.coefficients import Coefficients
@@ -232,7 +234,7 @@ def break_even(c1_d: float, c2_d: float, knee_d: KneeDemands, c1_sd: FloatArray,
     c1_sd = np.asarray(c1_sd, dtype=np.float64)
     c2_sd = np.asarray(c2_sd, dtype=np.float64)
     if knee_d.concavity > 0.0 or knee_sd.concavity > 0.0:
-        return _scanned_break_even(c1_d, c2_d, knee_d, c1_sd, c2_sd, knee_sd)
+        return scanned_break_even(c1_d, c2_d, knee_d, c1_sd, c2_sd, knee_sd)
     base_pieces = ((c1_d, c2_d, False), (knee_d.c1_above_s, knee_d.c2_above_s, True))
     sd_pieces = ((c1_sd, c2_sd, False), (knee_sd.c1_above_s, knee_sd.c2_above_s, True))
     first = np.full(np.broadcast_shapes(c1_sd.shape, c2_sd.shape), np.inf)
@@ -249,23 +251,33 @@ def break_even(c1_d: float, c2_d: float, knee_d: KneeDemands, c1_sd: FloatArray,
     return np.where(np.isfinite(first), first, np.nan), np.asarray(faster_at_zero)
 
 
-def break_even_many(c1_d: FloatArray, c2_d: FloatArray, knee_d: KneeDemands, c1_sd: FloatArray, c2_sd: FloatArray,
-                    knee_sd: KneeDemands) -> FloatArray:
-    """:func:`break_even` of a concave law for many no-SD sides at once (arrays broadcasting with SD's)."""
-    return _scanned_break_even(c1_d, c2_d, knee_d, c1_sd, c2_sd, knee_sd)[0]
-
-
-#: Rates per option on which a concave law's break-even is bracketed, then bisected this many times.
-SCAN_RATES = 128
+#: Rates per option on which a concave law's break-even is bracketed before :func:`bisect_boundary`.
+BREAK_EVEN_SCAN_RATES = 128
+#: Halvings of a bracketed rate: a bracket ends ``2**-48`` of its width wide, under float64's resolution of a rate.
 BISECTIONS = 48
 
 
-def _scanned_break_even(c1_d: FloatArray | float, c2_d: FloatArray | float, knee_d: KneeDemands,
-                        c1_sd: FloatArray, c2_sd: FloatArray,
-                        knee_sd: KneeDemands) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+def bisect_boundary(holds: Callable[[FloatArray], npt.NDArray[np.bool_]], inside: FloatArray,
+                    outside: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Narrow brackets of the rate where a condition stops holding, by :data:`BISECTIONS` halvings.
+
+    ``holds(rates)`` is evaluated elementwise on arrays of the brackets' shape; it holds at ``inside`` and not at
+    ``outside`` (either may be the larger). Returns the narrowed ``(inside, outside)``: ``inside`` still holds.
+    The concave load law's break-even and SLO bounds have no closed form, so both are found this way.
+    """
+    for _ in range(BISECTIONS):
+        middle = 0.5 * (inside + outside)
+        good = holds(middle)
+        inside, outside = np.where(good, middle, inside), np.where(good, outside, middle)
+    return inside, outside
+
+
+def scanned_break_even(c1_d: FloatArray | float, c2_d: FloatArray | float, knee_d: KneeDemands,
+                       c1_sd: FloatArray, c2_sd: FloatArray,
+                       knee_sd: KneeDemands) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
     """:func:`break_even` under a concave load law, which has no pieces: the first sign change of
-    ``L_SD - L_D`` on :data:`SCAN_RATES` rates below the lower saturation rate, bisected. The no-SD side may
-    be arrays that broadcast with SD's (the intervals' draws at once)."""
+    ``L_SD - L_D`` on :data:`BREAK_EVEN_SCAN_RATES` rates below the lower saturation rate, bisected. The no-SD
+    side may be arrays that broadcast with SD's (the intervals' draws at once)."""
     c1_d, c2_d = np.asarray(c1_d, dtype=np.float64), np.asarray(c2_d, dtype=np.float64)
     sd = KneeDemands(c1_above_s=knee_sd.c1_above_s[..., None], c2_above_s=knee_sd.c2_above_s[..., None],
                      knee_batch=knee_sd.knee_batch[..., None], concavity=knee_sd.concavity)
@@ -279,7 +291,7 @@ def _scanned_break_even(c1_d: FloatArray | float, c2_d: FloatArray | float, knee
         return (mean_latency(c1_sd[..., None], c2_sd[..., None], sd, rates)
                 - mean_latency(c1_d[..., None], c2_d[..., None], base, rates))
 
-    rates = top[..., None] * np.linspace(0.0, 1.0, SCAN_RATES + 1)[1:-1]
+    rates = top[..., None] * np.linspace(0.0, 1.0, BREAK_EVEN_SCAN_RATES + 1)[1:-1]
     sign = np.sign(difference(rates))
     changed = (sign != sign[..., :1]) & (sign != 0)
     crosses = changed.any(axis=-1)
@@ -288,9 +300,6 @@ def _scanned_break_even(c1_d: FloatArray | float, c2_d: FloatArray | float, knee
     high = np.take_along_axis(rates, first[..., None], axis=-1)[..., 0]
     low = np.where(first > 0, low, 0.0)
     start = sign[..., 0]
-    for _ in range(BISECTIONS):
-        middle = 0.5 * (low + high)
-        same = np.sign(difference(middle[..., None])[..., 0]) == start
-        low, high = np.where(same, middle, low), np.where(same, high, middle)
+    low, high = bisect_boundary(lambda middle: np.sign(difference(middle[..., None])[..., 0]) == start, low, high)
     faster_at_zero = (c1_sd < c1_d) | ((c1_sd == c1_d) & (c2_sd < c2_d))
     return np.where(crosses, 0.5 * (low + high), np.nan), np.asarray(faster_at_zero)

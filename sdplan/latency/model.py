@@ -30,6 +30,7 @@ k=4 against g/E = 4.76 and (g-1)/E = 4.46).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
@@ -316,11 +317,25 @@ def closed_loop_throughput(c1: float, c2: float, clients: int, closed_loop_facto
 def concave_load(others: FloatArray | float, concavity: float) -> Any:
     """``h(B) = B + psi sqrt(B)``: what ``B`` others in flight cost in units of ``C2`` (``docs/model.md#concave-load``).
 
-    ``psi = 0`` is ``B`` itself, Kong et al.'s straight line.
+    ``psi = 0`` is ``B`` itself, Kong et al.'s straight line. A Python number gives a Python number, by
+    :mod:`math`: the simulator and the step policy evaluate it once per engine step.
     """
     if concavity == 0.0:
         return others
+    if isinstance(others, (int, float)):
+        return others + concavity * math.sqrt(max(others, 0.0))
     return others + concavity * np.sqrt(np.maximum(others, 0.0))
+
+
+def concave_load_slope(others: FloatArray, concavity: float) -> Any:
+    """``h'(B) = 1 + psi / (2 sqrt(B))``, the marginal cost of one more request in flight in units of ``C2``.
+
+    Taken as 1 at ``B = 0``, where it is infinite for ``psi > 0``: a fit's derivative in the closed-loop factor
+    multiplies it by ``B`` (:meth:`sdplan.fitting.runmodel.DesignRows.loaded_slope`), so the point adds nothing.
+    """
+    b = np.asarray(others, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 1.0 + np.where(b > 0, concavity / (2.0 * np.sqrt(np.where(b > 0, b, 1.0))), 0.0)
 
 
 #: Prefill share of C2 (c2p/C2) and utilisation from which the mean model departs from the simulator.

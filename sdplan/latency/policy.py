@@ -27,11 +27,12 @@ mean (which a mean model cannot show).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from sdplan.latency.model import concave_load
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -69,7 +70,7 @@ def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[
     choices = []
     for batch in range(largest_batch + 1):
         scheduled = max(batch, 1)
-        others = (scheduled - 1) + concavity * math.sqrt(scheduled - 1) if concavity else scheduled - 1
+        others = concave_load(scheduled - 1, concavity)
         goodput = [e / (fixed + others * per_sequence + knee_slope * max(scheduled * t - knee_tokens, 0.0))
                    for e, (fixed, per_sequence), t in zip(expected_tokens, step_costs_s, rows)]
         choices.append(goodput.index(max(goodput)))

@@ -175,9 +175,8 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     )
 
 
-#: Rates below saturation on which a concave load law's SLO bounds are bracketed, then bisected this many times.
-SCAN_RATES = 512
-BISECTIONS = 48
+#: Rates below saturation on which a concave load law's SLO bounds are bracketed before they are bisected.
+SLO_SCAN_RATES = 512
 
 
 def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeDemands, ttft_s: FloatArray,
@@ -185,10 +184,11 @@ def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeD
     """:func:`sdplan.inputs.slo.max_rate_under` under a concave load law (``docs/model.md#concave-load``).
 
     Its latency has no closed-form inverse in every metric, so each option's SLO value is evaluated on
-    :data:`SCAN_RATES` rates below saturation, with ``L`` from :func:`sdplan.latency.knee.mean_latency`,
+    :data:`SLO_SCAN_RATES` rates below saturation, with ``L`` from :func:`sdplan.latency.knee.mean_latency`,
     ``B = lambda L``, ``TTFT = t0 + a B``, ``TPOT = (L - TTFT)/(g - 1)`` and the utilisation ``1 - C1/L``
-    (``lambda C2`` on a straight law); the first and last rates where it holds are bisected. The SLO is taken
-    to hold on one interval of rates, as it does on a straight law. ``highest = -1`` where it holds nowhere.
+    (``lambda C2`` on a straight law); the first and last rates where it holds are bisected
+    (:func:`sdplan.latency.knee.bisect_boundary`). The SLO is taken to hold on one interval of rates, as it
+    does on a straight law. ``highest = -1`` where it holds nowhere.
     """
     if slo.metric is Metric.TPOT and output_tokens <= 1:
         raise InvalidValueError(f"SLO '{slo.text}': TPOT is undefined for 1 output token")
@@ -208,23 +208,19 @@ def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeD
 
     with np.errstate(divide="ignore"):
         top = np.where(demands.c2_above_s > 0, 1.0 / demands.c2_above_s, 1e9)
-    rates = top[:, None] * np.linspace(0.0, 1.0, SCAN_RATES + 1)[:-1]
+    rates = top[:, None] * np.linspace(0.0, 1.0, SLO_SCAN_RATES + 1)[:-1]
     ok = holds(rates)
     anywhere = ok.any(axis=1)
     first = np.argmax(ok, axis=1)
     last = ok.shape[1] - 1 - np.argmax(ok[:, ::-1], axis=1)
-    step = top / SCAN_RATES
+    step = top / SLO_SCAN_RATES
 
     def edge(inside: FloatArray, outside: FloatArray) -> FloatArray:
-        for _ in range(BISECTIONS):
-            middle = 0.5 * (inside + outside)
-            good = holds(middle[:, None])[:, 0]
-            inside, outside = np.where(good, middle, inside), np.where(good, outside, middle)
-        return inside
+        return knee.bisect_boundary(lambda middle: holds(middle[:, None])[:, 0], inside, outside)[0]
 
     at_first, at_last = first * step, last * step
     low = np.where(first > 0, edge(at_first, at_first - step), 0.0)
-    high = np.where(last < SCAN_RATES - 1, edge(at_last, at_last + step), top)
+    high = np.where(last < SLO_SCAN_RATES - 1, edge(at_last, at_last + step), top)
     return np.where(anywhere, low, 0.0), np.where(anywhere, high, -1.0)
 
 

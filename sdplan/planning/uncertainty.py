@@ -348,7 +348,7 @@ def _bent_break_even(draws: list[tuple[Any, ...]]) -> FloatArray:
     psi = draws[0][2].concavity
     line = knee.KneeDemands(c1_above_s=c1_d, c2_above_s=c2_d, knee_batch=np.full(c1_d.shape, np.inf), concavity=psi)
     options = knee.KneeDemands(c1_above_s=c1, c2_above_s=c2, knee_batch=np.full(c1.shape, np.inf), concavity=psi)
-    return knee.break_even_many(c1_d, c2_d, line, c1, c2, options)
+    return knee.scanned_break_even(c1_d, c2_d, line, c1, c2, options)[0]
 
 
 def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatArray,

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sdplan.latency.model import concave_load
 from sdplan.latency.policy import step_choices
 from sdplan.simulate.config import SimulationConfig, SimulationResult, is_steady
 from sdplan.simulate.sampling import AdaptiveDecode, StretchTables, cycles_needed
@@ -100,8 +101,8 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
 
     def others_cost(others: int) -> float:
         """What ``others`` sequences beside one cost in units of the per-sequence step cost: ``h(B)`` of the
-        concave load law (sdplan.latency.model.concave_load), ``B`` on a straight one."""
-        return others + psi * math.sqrt(others) if psi else others
+        concave load law, ``B`` on a straight one."""
+        return float(concave_load(others, psi))
 
     def knee_excess(rows: float) -> float:
         """Seconds a step of ``rows`` decode token rows costs past the compute-bound knee (sdplan.latency.knee)."""
