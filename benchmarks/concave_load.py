@@ -3,7 +3,7 @@
 
 Usage::
 
-    python benchmarks/concave_load.py --runs /work/acc-runs --psi 0 0.5 1 2      # served CPU runs acc60-74
+    python benchmarks/concave_load.py --runs /work/acc-runs --ids 60 80 --psi 0 0.5 1 2   # served CPU runs
     python benchmarks/concave_load.py --silicon --psi 0 0.5 1 2                  # AIConfigurator's GPU rows
 
 The calibrations' own closed loops and the fresh servers' plateaus show the measured latency growing with the
@@ -19,10 +19,12 @@ solves ``u^2 (1/lambda - C2) - psi C2 u - C1 = 0``; a closed loop of ``N`` loads
 
 Since 2026-11-29 (fifth session) the product solves this law (:mod:`sdplan.latency.knee`) and its pooled fit
 profiles ``psi`` over :data:`sdplan.fitting.fit.LOAD_CONCAVITIES` where open and closed loops are fitted
-together. Here every fit takes one ``psi`` instead (``--psi``; ``profiled``: the product's own choice), the
-closed-loop-only fits of ``--silicon`` included. Served: each stored run's calibration is refitted from a copy
-of its own ``served.runs`` (``sdplan calibrate --resume``: no server starts) and its validation re-predicted
-(:func:`sdplan.accuracy.repredict.repredict`); needs the run folders of ``benchmarks/summaries/acc60-74.json``
+together, keeping the one whose fit leaves its own runs the lowest E2E MAPE. Here every fit takes one ``psi``
+instead (``--psi``; ``product``: the product's own choice), the closed-loop-only fits of ``--silicon`` included;
+``picked by own fit`` re-makes the product's rule from the numeric ones. Served: each stored run's calibration
+is refitted from a copy of its own ``served.runs`` (``sdplan calibrate --resume``: no server starts) and its
+validation re-predicted
+(:func:`sdplan.accuracy.repredict.repredict`); needs the run folders of ``benchmarks/summaries/accNN.json``
 (not in the repository: ``--runs``). Silicon: ``benchmarks/accuracy_silicon.py``'s fitted section.
 """
 
@@ -39,14 +41,14 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
-RUNS = range(60, 75)
 
 
 @contextlib.contextmanager
 def concave(psi: float | None) -> Iterator[None]:
-    """Within the block every pooled fit takes ``psi`` (None: the product's own profile, which keeps the line
+    """Within the block every pooled fit takes ``psi`` (None: the product's own choice, which keeps the line
     for closed loops alone); the planner and the validation then solve the law the file records."""
     from sdplan.fitting import fit
 
@@ -60,7 +62,7 @@ def concave(psi: float | None) -> Iterator[None]:
 
 
 def label(psi: float | None) -> str:
-    return "profiled" if psi is None else f"{psi:g}"
+    return "product" if psi is None else f"{psi:g}"
 
 
 def refit(run_folder: Path, psi: float | None, out: Path) -> float:
@@ -88,41 +90,56 @@ def refit(run_folder: Path, psi: float | None, out: Path) -> float:
         return float(tomllib.load(handle)["fit_quality"]["mape_pct"])
 
 
-def served(runs_root: Path, psis: list[float | None], work: Path) -> None:
+def served(runs_root: Path, psis: list[float | None], work: Path, ids: range) -> None:
+    """Each run refitted and re-predicted at every ``psi``; pooled per ``psi``, then with each run at the ``psi``
+    (of the numeric ones) whose fit leaves its own runs the lowest E2E MAPE (``picked by own fit``: the product's
+    rule, over the values given)."""
     from sdplan.accuracy.repredict import repredict
 
-    own: dict[float | None, list[float]] = defaultdict(list)
+    own: dict[tuple[float | None, int], float] = {}
+    remade: dict[tuple[float | None, int], dict[str, list[dict[str, object]]]] = {}
     for psi in psis:
-        per_run, records, plateaus = [], [], []
-        for n in RUNS:
+        for n in ids:
             summary = HERE / "summaries" / f"acc{n}.json"
             document = json.loads(summary.read_text())
             calibration = work / f"acc{n}-psi{label(psi)}.toml"
-            own[psi].append(refit(runs_root / f"acc{n}", psi, calibration))
+            own[psi, n] = refit(runs_root / f"acc{n}", psi, calibration)
             document["calibration"] = str(calibration)
             document["workdir"] = str(runs_root / f"acc{n}")
             with concave(psi):
-                remade = repredict(document, summary)
-            runs = [r for r in remade["records"]["runs"] if r["predicted_e2e_s"]]
-            errors = [r["predicted_e2e_s"] / r["e2e_s"] - 1.0 for r in runs]
-            per_run.append(statistics.mean(errors))
-            records += runs
-            plateaus += [s for s in remade["records"]["saturation"] if s.get("predicted_rps")]
-        error = [r["predicted_e2e_s"] / r["e2e_s"] - 1.0 for r in records]
-        kept = [e for e, r in zip(error, records) if not r["flags"]]
-        saturation = defaultdict(list)
-        for s in plateaus:
-            saturation[s["workload"]].append(s["predicted_rps"] / s["measured_rps"] - 1.0)
-        pooled = statistics.mean(per_run)
-        print(f"psi {label(psi)}: own fit E2E MAPE {statistics.mean(own[psi]):.2f}% (lower than at psi 0 in "
-              f"{sum(a < b for a, b in zip(own[psi], own[psis[0]]))} of {len(RUNS)}); pooled E2E bias "
-              f"{100 * pooled:+.1f}% (SE {100 * statistics.stdev(per_run) / math.sqrt(len(per_run)):.1f}), median run "
-              f"{100 * statistics.median(per_run):+.1f}%, {sum(b < 0 for b in per_run)} of {len(per_run)} runs "
-              f"negative; E2E MAPE {100 * statistics.mean(abs(e) for e in error):.1f}%; unflagged median "
-              f"{100 * statistics.median(kept):+.1f}% ({len(kept)} runs); saturation bias "
-              + ", ".join(f"{w} {100 * statistics.mean(v):+.1f}%" for w, v in sorted(saturation.items()))
-              + f", all {100 * statistics.mean(sum(saturation.values(), [])):+.1f}%")
-        print("  per run: " + " ".join(f"{100 * b:+.0f}" for b in per_run))
+                remade[psi, n] = repredict(document, summary)["records"]
+        report(f"psi {label(psi)}", [remade[psi, n] for n in ids], [own[psi, n] for n in ids])
+    numeric = [psi for psi in psis if psi is not None]
+    if len(numeric) > 1:
+        picks = [min(numeric, key=lambda psi: own[psi, n]) for n in ids]
+        report("picked by own fit", [remade[psi, n] for psi, n in zip(picks, ids)],
+               [own[psi, n] for psi, n in zip(picks, ids)])
+        print("  psi picked: " + " ".join(f"{psi:g}" for psi in picks))
+
+
+def report(name: str, per_run_records: list[dict[str, list[dict[str, Any]]]], own: list[float]) -> None:
+    """One line of pooled figures over runs: the mean of each run's mean signed E2E error, its standard error,
+    median and sign count; the E2E MAPE over every Poisson run; the saturation bias per workload."""
+    per_run, records, plateaus = [], [], []
+    for document in per_run_records:
+        runs = [r for r in document["runs"] if r["predicted_e2e_s"]]
+        per_run.append(statistics.mean(r["predicted_e2e_s"] / r["e2e_s"] - 1.0 for r in runs))
+        records += runs
+        plateaus += [s for s in document["saturation"] if s.get("predicted_rps")]
+    error = [r["predicted_e2e_s"] / r["e2e_s"] - 1.0 for r in records]
+    kept = [e for e, r in zip(error, records) if not r["flags"]]
+    saturation = defaultdict(list)
+    for s in plateaus:
+        saturation[s["workload"]].append(s["predicted_rps"] / s["measured_rps"] - 1.0)
+    print(f"{name}: own fit E2E MAPE {statistics.mean(own):.2f}%; pooled E2E bias "
+          f"{100 * statistics.mean(per_run):+.1f}% "
+          f"(SE {100 * statistics.stdev(per_run) / math.sqrt(len(per_run)):.1f}), median run "
+          f"{100 * statistics.median(per_run):+.1f}%, {sum(b < 0 for b in per_run)} of {len(per_run)} runs "
+          f"negative; E2E MAPE {100 * statistics.mean(abs(e) for e in error):.1f}%; unflagged median "
+          f"{100 * statistics.median(kept):+.1f}% ({len(kept)} runs); saturation bias "
+          + ", ".join(f"{w} {100 * statistics.mean(v):+.1f}%" for w, v in sorted(saturation.items()))
+          + f", all {100 * statistics.mean(sum(saturation.values(), [])):+.1f}%")
+    print("  per run: " + " ".join(f"{100 * b:+.0f}" for b in per_run))
 
 
 def silicon(psis: list[float | None]) -> None:
@@ -138,9 +155,11 @@ def silicon(psis: list[float | None]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--psi", type=lambda text: None if text == "profiled" else float(text), nargs="+",
-                        default=[0.0, 0.5, 1.0, 2.0, None], help="values of psi, or 'profiled' (the product's choice)")
-    parser.add_argument("--runs", type=Path, help="folder holding the served runs acc60...acc74 (served part)")
+    parser.add_argument("--psi", type=lambda text: None if text == "product" else float(text), nargs="+",
+                        default=[0.0, 0.5, 1.0, 2.0, None], help="values of psi, or 'product' (the product's choice)")
+    parser.add_argument("--runs", type=Path, help="folder holding the served runs accNN (served part)")
+    parser.add_argument("--ids", type=int, nargs=2, default=[60, 74], metavar=("FIRST", "LAST"),
+                        help="the runs accFIRST..accLAST, with summaries in benchmarks/summaries (default 60 74)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/concave-load"), help="where refitted files go")
     parser.add_argument("--silicon", action="store_true", help="AIConfigurator's measured GPU rows instead")
     args = parser.parse_args()
@@ -150,7 +169,7 @@ def main() -> None:
         parser.error("give --runs FOLDER (the stored served runs) or --silicon")
     else:
         args.work.mkdir(parents=True, exist_ok=True)
-        served(args.runs, args.psi, args.work)
+        served(args.runs, args.psi, args.work, range(args.ids[0], args.ids[1] + 1))
 
 
 if __name__ == "__main__":
