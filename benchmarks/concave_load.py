@@ -24,9 +24,9 @@ together, keeping the one whose fit leaves its own runs the lowest E2E MAPE. Her
 instead (``--psi``; ``product``: the product's own choice), the closed-loop-only fits of ``--silicon`` included;
 ``picked by own fit`` re-makes the product's rule from the numeric ones. Served: each stored run's calibration
 is refitted from a copy of its own ``served.runs`` (``sdplan calibrate --resume``: no server starts) and its
-validation re-predicted
-(:func:`sdplan.accuracy.repredict.repredict`); needs the run folders of ``benchmarks/summaries/accNN.json``
-(not in the repository: ``--runs``). Silicon: ``benchmarks/accuracy_silicon.py``'s fitted section.
+validation re-predicted (:func:`sdplan.accuracy.repredict.repredict`); needs the run folders of
+``benchmarks/summaries/accNN.json`` (not in the repository: ``--runs``). Silicon:
+``benchmarks/accuracy_silicon.py``'s fitted section.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def served(runs_root: Path, psis: list[float | None], work: Path, ids: range) ->
     from sdplan.accuracy.repredict import repredict
 
     own: dict[tuple[float | None, int], float] = {}
-    remade: dict[tuple[float | None, int], dict[str, list[dict[str, object]]]] = {}
+    remade: dict[tuple[float | None, int], dict[str, list[dict[str, Any]]]] = {}
     for psi in psis:
         for n in ids:
             summary = HERE / "summaries" / f"acc{n}.json"

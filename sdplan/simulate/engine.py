@@ -97,12 +97,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     knee_tokens, knee_slope = c.knee_tokens, c.knee_per_token_s
     lookahead = int(config.draft_length)  # KV slots a running request keeps for the drafted tokens
 
-    psi = c.load_concavity_sqrt_requests
-
-    def others_cost(others: int) -> float:
-        """What ``others`` sequences beside one cost in units of the per-sequence step cost: ``h(B)`` of the
-        concave load law, ``B`` on a straight one."""
-        return float(concave_load(others, psi))
+    psi = c.load_concavity_sqrt_requests  # batch - 1 others cost concave_load(batch - 1, psi) per-sequence costs
 
     def knee_excess(rows: float) -> float:
         """Seconds a step of ``rows`` decode token rows costs past the compute-bound knee (sdplan.latency.knee)."""
@@ -217,7 +212,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             # admission, no other chunk) until its last chunk or the next completion; leap over those steps
             # (a prompt of 10^8 tokens is 10^4 steps of chunked prefill).
             repeats = math.ceil(prefilling[0][1] / budget) - 1
-            step = ((fixed + others_cost(batch - 1) * per_sequence + knee_excess(rows(batch, k))) if batch
+            step = ((fixed + concave_load(batch - 1, psi) * per_sequence + knee_excess(rows(batch, k))) if batch
                     else idle_overhead) + budget * per_prompt_token
             if batch and decode is None:
                 repeats = min(repeats, heap[0][0] - counter - 1)
@@ -259,7 +254,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             budget -= take
             chunk_tokens += take
             prefilling.append([request, prompt_list[request] - take])
-        step = (fixed + others_cost(batch - 1) * per_sequence + knee_excess(rows(batch, k))) if batch else 0.0
+        step = (fixed + concave_load(batch - 1, psi) * per_sequence + knee_excess(rows(batch, k))) if batch else 0.0
         engine = batch + len(prefilling)
         if chunk_tokens > 0:
             step += chunk_tokens * per_prompt_token + (idle_overhead if batch == 0 else 0.0)
