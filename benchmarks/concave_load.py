@@ -4,7 +4,6 @@
 Usage::
 
     python benchmarks/concave_load.py --runs /work/acc-runs --ids 60 80 --psi 0 0.5 1 2   # served CPU runs
-    python benchmarks/concave_load.py --runs /work/acc-runs --ids 78 80 --no-frontend-floor   # the floor off
     python benchmarks/concave_load.py --silicon --psi 0 0.5 1 2                  # AIConfigurator's GPU rows
 
 The calibrations' own closed loops and the fresh servers' plateaus show the measured latency growing with the
@@ -60,14 +59,6 @@ def concave(psi: float | None) -> Iterator[None]:
         yield
     finally:
         fit.LOAD_CONCAVITIES, fit.both_loops = saved
-
-
-def without_frontend_floor() -> None:
-    """Every later fit in this process keeps ``C2`` off the frontend's floor (``frontend_chunk_s`` 0): an
-    experiment on what the floor fitted from one decode probe does to the served pools."""
-    from sdplan.fitting import fit
-
-    fit.with_frontend_floor = lambda fitted, runs, refit: fitted
 
 
 def label(psi: float | None) -> str:
@@ -171,8 +162,6 @@ def main() -> None:
                         help="the runs accFIRST..accLAST, with summaries in benchmarks/summaries (default 60 74)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/concave-load"), help="where refitted files go")
     parser.add_argument("--silicon", action="store_true", help="AIConfigurator's measured GPU rows instead")
-    parser.add_argument("--no-frontend-floor", action="store_true",
-                        help="fit without the frontend's floor under C2 (an experiment; served part)")
     args = parser.parse_args()
     if args.silicon:
         silicon(args.psi)
@@ -180,8 +169,6 @@ def main() -> None:
         parser.error("give --runs FOLDER (the stored served runs) or --silicon")
     else:
         args.work.mkdir(parents=True, exist_ok=True)
-        if args.no_frontend_floor:
-            without_frontend_floor()
         served(args.runs, args.psi, args.work, range(args.ids[0], args.ids[1] + 1))
 
 

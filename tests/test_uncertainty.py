@@ -224,21 +224,24 @@ def test_the_spread_covers_other_servers_plateaus() -> None:
     provenance = {**PROVENANCE, "date": datetime.date(2026, 11, 27)}
     document = fitted_document(fit, points, name="acc41", provenance=provenance, description="test")
     assert document["uncertainty"]["repeat_sd_pct"] == pytest.approx(8.56, abs=0.01)
-    covered = {}
+    covered, width = {}, {}
     for spread in (True, False):
         variant = copy.deepcopy(document)
         del variant["uncertainty"]["step_share_sd_pct"]  # the servers' spread alone (the share: test_step_share)
         if not spread:
             del variant["uncertainty"]["repeat_sd_pct"]
         calibration = parse_calibration(variant, "acc41.toml")
-        inside = 0
+        inside, widths = 0, []
         for run in held_out:
             draws = coefficient_draws(calibration, run.prompt_tokens, run.output_tokens)
             low, high = interval(np.array([predict_latency(c, run) for c in draws]))
             inside += bool(low <= run.mean_e2e_latency_s <= high)
-        covered[spread] = inside
-    # measured: 8 of 9 inside with the spread, 7 of 9 with the fit's covariance alone
-    assert covered[True] >= 8 and covered[True] > covered[False]
+            widths.append(high / low)
+        covered[spread], width[spread] = inside, float(np.mean(widths))
+    # measured: 9 of 9 inside either way (7 of 9 with the covariance alone while the fit floored C2 at the
+    # frontend's work); the spread widens every interval
+    assert covered[True] >= 8 and covered[True] >= covered[False]
+    assert width[True] > width[False] * 1.05
 
 
 def test_the_commands_say_what_the_intervals_cover(sdplan, write_calibration, direct_document) -> None:

@@ -42,7 +42,6 @@ import numpy as np
 
 from sdplan.errors import InfeasibleError
 from sdplan.fitting.fit_result import PointResidual, PooledFit, weakly_determined
-from sdplan.fitting.frontend import with_frontend_floor
 from sdplan.fitting.regression import (
     RIDGE,
     column_scale,
@@ -114,7 +113,7 @@ def fit_pooled(runs: list[BenchmarkRun], reference: tuple[int, int] | None = Non
 
     The load law may be concave, ``L = C1 + C2 h(f B)`` with ``h(B) = B + psi sqrt(B)``: ``psi =
     load_concavity_sqrt_requests``, or where None the one of :data:`LOAD_CONCAVITIES` whose fit leaves the
-    runs the lowest E2E MAPE (over every run, the frontend floor's too); ``psi = 0`` is Kong et al.'s straight
+    runs the lowest E2E MAPE (over every run); ``psi = 0`` is Kong et al.'s straight
     line. It is profiled only where open- and closed-loop runs are fitted together: the planner predicts open loops, and
     closed loops alone show a bend of their own (fitted to tests/data/served-cpu's closed loops, ``psi = 2``
     took its Poisson runs from 9.5% to 13.7% MAPE), which the open-loop runs of a joint fit hold in check.
@@ -171,7 +170,7 @@ def both_loops(runs: list[BenchmarkRun]) -> bool:
 def _fit_with_law(runs: list[BenchmarkRun], reference: tuple[int, int], robust: bool,
                   fixed_step_share: float | None, psi: float) -> PooledFit:
     """:func:`fit_pooled` under one load law: the step share profiled where the runs span contexts, the
-    frontend floor, the repeats' spread."""
+    repeats' spread."""
     share_note: tuple[str, ...] = ()
     share_sd: float | None = None
     if fixed_step_share is None:
@@ -181,9 +180,7 @@ def _fit_with_law(runs: list[BenchmarkRun], reference: tuple[int, int], robust: 
             fixed_step_share, share_sd, note = profile_fixed_step_share(
                 lambda phi: _fit_at_share(runs, reference, robust, phi, psi), len(runs))
             share_note = (note,)
-    fit = with_frontend_floor(_fit_at_share(runs, reference, robust, fixed_step_share, psi), runs,
-                              lambda rest: _fit_at_share(rest, reference, robust, fixed_step_share, psi)
-                              if len(rest) >= MIN_FIT_RUNS and any(run.draft_length == 0 for run in rest) else None)
+    fit = _fit_at_share(runs, reference, robust, fixed_step_share, psi)
     spread = repeat_spread(runs)
     spread_note = () if spread is None else (
         f"{spread.runs} runs repeating {spread.repeated_levels} load levels lay {spread.sd_pct:.2g}% apart (standard "

@@ -102,9 +102,6 @@ class PooledFit:
     fixed_step_share: float = 0.0
     #: ``psi`` of the concave load law the fit assumed (:data:`sdplan.fitting.fit.LOAD_CONCAVITY`), 0: none.
     load_concavity_sqrt_requests: float = 0.0
-    #: Serving-frontend seconds per streamed chunk, the floor of ``C2`` (:func:`sdplan.latency.model.frontend_floor`;
-    #: profiled by :func:`sdplan.fitting.fit.fit_pooled`), 0: no floor.
-    frontend_chunk_s: float = 0.0
     #: The spread between repeats of one point (:attr:`sdplan.fitting.validation.RepeatSpread.sd_pct`), None
     #: without repeats: on fresh servers, how far one server instance's speed lies from another's.
     repeat_sd_pct: float | None = None
@@ -150,14 +147,11 @@ class PooledFit:
                                                 (self.ttft_wait_steps, self.ttft_load_steps), self.fixed_step_share)
         return replace(coefficients, closed_loop_factor=self.closed_loop_factor, ttft_offset_s=self.ttft_offset_s,
                        ttft_prefill_s=(self.ttft_prefill_per_token_s or 0.0) * prompt_tokens,
-                       frontend_chunk_s=self.frontend_chunk_s,
                        load_concavity_sqrt_requests=self.load_concavity_sqrt_requests)
 
     def coefficients_document(self) -> dict[str, Any]:
         """The ``[coefficients]`` table of a calibration."""
         table = coefficients_table(self.values, self.fixed_step_share)
-        if self.frontend_chunk_s > 0:
-            table["frontend_chunk_s"] = float(f"{self.frontend_chunk_s:.6g}")
         if self.load_concavity_sqrt_requests > 0:
             table["load_concavity_sqrt_requests"] = self.load_concavity_sqrt_requests
         return table

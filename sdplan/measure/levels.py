@@ -146,9 +146,9 @@ TOP_LEVEL = 1 << 30
 #: other way; with the main workload, three points on the two-term line at ``N = 1`` and three at a larger
 #: ``N``. The prompt-heavy probe's is ``N = 16``: 16 clients already put ``(N - 1) C2`` well above ``C1`` on every
 #: machine measured (CPU: ``C2/C1`` 0.1-0.3 per other request). The decode-heavy probe's is the sweep's top: its
-#: steps are the cheapest per streamed chunk, so it is where the frontend's work per chunk, not the steps, can
-#: set the plateau (:mod:`sdplan.fitting.frontend`; no SD at 16/192 tokens on a 2-core CPU: 9.5 req/s at N = 64 where
-#: the steps fitted at N <= 16 allow 12.2).
+#: steps are the cheapest per streamed chunk, so it shows the plateau of the workloads whose chunks, not whose
+#: prompts, load the server (no SD at 16/192 tokens on a 2-core CPU: 9.5 req/s at N = 64 where the steps fitted at
+#: N <= 16 allow 12.2).
 PROBES = (Probe("prompt", 4.0, 0.5, (1, 16)), Probe("decode", 0.25, 3.0, (1, TOP_LEVEL)))
 
 

@@ -76,7 +76,6 @@ def fit_document(pooled: PooledFit, configurations: list[ConfigurationFit], kept
             "stderr_above_value": pooled.stderr_above_value,
             "c2_step_fixed_share": pooled.fixed_step_share,
             "c2_step_fixed_share_sd_pct": pooled.step_share_sd_pct,
-            "frontend_chunk_s": pooled.frontend_chunk_s,
             "ttft": {"wait_steps": pooled.ttft_wait_steps, "load_steps": pooled.ttft_load_steps,
                      "offset_s": pooled.ttft_offset_s, "closed_loop_load_steps": pooled.ttft_closed_load_steps,
                      "prefill_per_prompt_token_s": pooled.ttft_prefill_per_token_s,

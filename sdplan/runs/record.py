@@ -108,9 +108,6 @@ class BenchmarkRun:
     #: A closed loop's :func:`full_load_share`: the share of its duration with all its clients' requests in flight
     #: (None: an open loop, or no per-request times).
     full_load_share: float | None = None
-    #: Whether the answers were streamed to a client, a chunk per step (False: AIConfigurator's static-batch
-    #: rows), which the frontend's floor under ``C2`` is measured from (:mod:`sdplan.fitting.frontend`).
-    streamed: bool = True
     #: ``vllm bench serve --ramp-up-strategy``: how the arrival rate rose during the run (None: it did not).
     ramp_up: str | None = None
     #: An open loop's arrival process as vLLM's ``--burstiness``, the shape of its gamma-distributed gaps

@@ -324,7 +324,7 @@ def run_of(name: str, line: int, row: dict[str, str]) -> BenchmarkRun:
         source=f"{Path(name).name}:{line}", requested_rate_rps=None, achieved_rate_rps=clients / latency,
         concurrency=int(clients), draft_length=0, alpha=None, prompt_tokens=prompt, output_tokens=output,
         mean_e2e_latency_s=latency, mean_ttft_s=ttft, mean_tpot_s=tpot,
-        records_draft_length=True, records_acceptance=True, streamed=False,
+        records_draft_length=True, records_acceptance=True,
     )
 
 
