@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sdplan.calibration import load_calibration
+from sdplan.fileio import dumps_toml
 from sdplan.fitting.fit import fit_pooled, fitted_document
 from sdplan.fitting.validation import predict_latency
 from sdplan.runs import read_results
@@ -60,8 +62,6 @@ def test_the_default_fit_predicts_other_servers_plateaus_better_than_the_floored
 
 def write_with_floor(path: Path) -> Path:
     """acc41's fitted calibration with ``frontend_chunk_s`` set, as an earlier version wrote it."""
-    from sdplan.fileio import dumps_toml
-
     points = runs(CALIBRATION)
     document = fitted_document(fit_pooled(points), points, name="floor", provenance=PROVENANCE, description="test")
     document["coefficients"]["frontend_chunk_s"] = CHUNK_S
@@ -70,8 +70,6 @@ def write_with_floor(path: Path) -> Path:
 
 
 def test_a_calibration_that_carries_a_floor_keeps_it(tmp_path: Path) -> None:
-    from sdplan.calibration import load_calibration
-
     calibration = load_calibration(write_with_floor(tmp_path / "floor.toml"))
     assert calibration.coefficients_at(16, 192).frontend_chunk_s == pytest.approx(CHUNK_S)
     assert calibration.coefficients_at(128, 64).frontend_chunk_s == pytest.approx(CHUNK_S)  # not scaled
