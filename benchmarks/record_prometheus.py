@@ -32,6 +32,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -88,6 +89,24 @@ def stop_group(process: subprocess.Popen[bytes] | None, first: int = signal.SIGT
             continue
 
 
+def cpu_list(cpus: set[int]) -> str:
+    return ",".join(str(cpu) for cpu in sorted(cpus))
+
+
+@contextlib.contextmanager
+def affinity(cpus: set[int] | None) -> Iterator[None]:
+    """Run the block on ``cpus`` (None: as it is); a process started inside inherits them, and its children."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def export_query_range(base: str, start_s: float, end_s: float, step_s: float) -> dict[str, object]:
     query = urllib.parse.urlencode({"query": EXPORT_QUERY, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}",
                                     "step": f"{step_s:g}"})
@@ -100,11 +119,15 @@ def record_option(name: str, spec: list[str], pair: dict[str, Path], out: Path, 
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
     serve_flags = ["--dtype", "float32", "--max-num-seqs", "64", "--no-enable-prefix-caching", *spec]
-    server = ServedEngine(model=str(pair["target"]), arguments=serve_flags, log_path=folder / "server.log")
+    # A server on CPUs of its own binds vLLM's OpenMP threads there too (its default binds them itself).
+    environment = {"VLLM_CPU_OMP_THREADS_BIND": cpu_list(args.server_cpus)} if args.server_cpus else {}
+    server = ServedEngine(model=str(pair["target"]), arguments=serve_flags, log_path=folder / "server.log",
+                          environment=environment)
     prometheus = scraper = None
     runs = []
     try:
-        server.start()
+        with affinity(args.server_cpus):
+            server.start()
         prometheus, prom_base = start_prometheus(folder, server.port, args.prometheus_every)
         # warm-up (compilation, first requests) before the recording, as a deployment would be past it
         client.run(bench_arguments(LoadPoint(args.prompt_tokens, args.output_tokens, 24, concurrency=4),
@@ -157,7 +180,14 @@ def main() -> int:
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--options", default="nosd,sd")
+    cpus = lambda text: {int(v) for v in text.split(",")}  # noqa: E731
+    parser.add_argument("--server-cpus", type=cpus, help="CPUs of the server (vllm serve and its engine).")
+    parser.add_argument("--client-cpus", type=cpus,
+                        help="CPUs of everything else: vLLM's client, the scraper, Prometheus, this script.")
     args = parser.parse_args()
+    if args.client_cpus:
+        # set first, so that every process started below inherits it; the server is moved off it when started
+        os.sched_setaffinity(0, args.client_cpus)
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="sdplan-prom-"))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -174,7 +204,9 @@ def main() -> int:
         "workload": {"prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens,
                      "dataset": "random, range ratio as sdplan.measure.client.LENGTH_SPREAD, --ignore-eos"},
         "models": "tests/tiny_models.served_pair(hidden=256, target_layers=6, skip_every=3)",
-        "command": " ".join(sys.argv), "options": []}
+        "command": " ".join(sys.argv), "options": [],
+        "server_cpus": cpu_list(args.server_cpus) if args.server_cpus else "any",
+        "client_cpus": cpu_list(args.client_cpus) if args.client_cpus else "any"}
     options = {"nosd": [], "sd": ["--speculative-config", json.dumps(
         {"method": "draft_model", "model": str(pair["draft"]), "num_speculative_tokens": args.k})]}
     try:

@@ -15,6 +15,8 @@ from sdplan.metrics.series import Identity, Point
 from sdplan.metrics.textfile import ReadCounts, scrape_points
 
 DATA = Path(__file__).parent / "data" / "prometheus-cpu"
+#: The same recording made again with the client on a CPU of its own (README there).
+PINNED = DATA.parent / "prometheus-cpu-pinned"
 #: The recording's own account of its runs (benchmarks/record_prometheus.py wrote it as it ran them).
 PROVENANCE = json.loads((DATA / "provenance.json").read_text())
 MARK, END = "# sdplan-scrape", "# sdplan-scrape-end"

