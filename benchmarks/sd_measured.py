@@ -269,6 +269,46 @@ def open_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Poin
     return points
 
 
+def streams_at(points: list[dict[str, Any]], field: str, throughput: float) -> float | None:
+    """The streams in flight at which a closed loop's measured ``field`` (tokens/s) reaches ``throughput``:
+    interpolated in log-log between the measured points (proportional below the first; None above the last)."""
+    measured = [(float(point["concurrency"]), float(point[field])) for point in points]
+    if throughput <= measured[0][1]:
+        return measured[0][0] * throughput / measured[0][1]
+    for (n1, x1), (n2, x2) in zip(measured, measured[1:]):
+        if x1 <= throughput <= x2:
+            share = math.log(throughput / x1) / math.log(x2 / x1)
+            return n1 * (n2 / n1) ** share
+    return None
+
+
+def equal_throughput(series: dict[str, Any], calibration: Any, setup: str) -> list[Point]:
+    """A closed loop with both options' throughputs, read as an open loop: the speedup at a given request rate.
+
+    At a throughput ``X`` tokens/s (a rate ``X/g`` requests/s) no SD needs ``N_0`` streams in flight and SD ``N_k``
+    (:func:`streams_at`); by Little's law each request's latency is ``N g / X``, so SD's speedup at that rate is
+    ``N_0 / N_k``. The model's is ``plan``'s at the same rate, with the measured ``E`` (its mean over the points).
+    Rates are those of no SD's measured points; one SD reaches no higher throughput than measured is left out.
+    """
+    dataset = next(name for name in DATASET_LENGTHS if f"_{name}_" in series["id"] + "_")
+    p, g = DATASET_LENGTHS[dataset]
+    k = int(series["draft"]["k_tokens"])
+    coefficients = coefficients_of(series, calibration, dataset, p, g)
+    tokens_per_cycle = float(np.mean([point[ACCEPTANCE] for point in series["points"]]))
+    points = []
+    for point in series["points"]:
+        throughput = float(point["baseline_tokens_per_s"])
+        streams = streams_at(series["points"], "sd_tokens_per_s", throughput)
+        if streams is None:
+            continue
+        rate = throughput / g
+        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]))
+        predicted = float(result.baseline_latency_s[0] / result.latency_s[0, 0, 0])
+        points.append(Point(series["id"], setup, rate, float(point["concurrency"]) / streams,
+                            predicted if math.isfinite(predicted) else 0.0, False))
+    return points
+
+
 def crossover(points: list[Point], field: str) -> float | None:
     """The first load at which the ratio falls below 1 (None if it never does)."""
     for point in points:
@@ -343,9 +383,36 @@ def main() -> int:
                   f"({anchored / traced - 1:+.1%})")
     for name, measured, predicted, unit in crossings:
         print(f"  crossover {name}: measured below 1 from {unit} {measured}, predicted from {unit} {predicted}")
+    equal = equal_rate_report()
     if options.json:
-        options.json.write_text(json.dumps([p.__dict__ | {"error_pct": p.error_pct} for p in rows], indent=1))
+        options.json.write_text(json.dumps([p.__dict__ | {"error_pct": p.error_pct} for p in rows + equal], indent=1))
     return 0
+
+
+def equal_rate_report() -> list[Point]:
+    """The closed loops that give both options' throughputs, as speedups at request rates (:func:`equal_throughput`):
+    the open-loop answer ``plan`` gives, which the scored ratios at fixed streams do not check. Not in the scores."""
+    found: list[Point] = []
+    print("\nspeedup at a request rate (open-loop equivalent of closed loops with both throughputs; not scored "
+          "above): measured N0/Nk at no SD's throughput, predicted by plan")
+    for path in sorted(DATA.glob("*.json")):
+        source = json.loads(path.read_text())
+        for series in source["series"]:
+            key = setup_key(series, source["id"])
+            if key not in SETUPS or series["mode"] != "closed_loop_batch" or not all(
+                    {"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in series["points"]):
+                continue
+            points = equal_throughput(series, calibration_of(key), f"{key} k={series['draft']['k_tokens']}")
+            found.extend(points)
+            errors = np.array([p.error_pct for p in points])
+            print(f"  {source['id']}/{series['id']}")
+            print("    req/s " + " ".join(f"{p.load:7.3g}" for p in points))
+            print("    meas  " + " ".join(f"{p.measured:7.3f}" for p in points))
+            print("    pred  " + " ".join(f"{p.predicted:7.3f}" for p in points))
+            print(f"    within 10%: {int((np.abs(errors) <= 10).sum())} of {len(points)}, MAPE "
+                  f"{np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%; right sign at "
+                  f"{sum((p.measured >= 1) == (p.predicted >= 1) for p in points)}")
+    return found
 
 
 if __name__ == "__main__":
