@@ -203,6 +203,45 @@ def test_one_load_level_scales_both_sides_by_one_factor() -> None:
     assert scaled.after.mape_pct < 0.1  # one window, one factor: reproduced (to the rounding of its lengths)
 
 
+PROVENANCE = {"method": "fit", "hardware": "cpu", "target_model": "t", "draft_model": "d", "engine": "vllm",
+              "engine_version": "0.32.0", "date": "2026-11-30"}
+
+
+def test_windows_that_barely_load_the_server_do_not_set_its_saturation(tmp_path: Path) -> None:
+    """A deployment seen only at light load: its C2 side is not measured, so one factor scales both sides
+    and the file's validity is the batch sizes the windows reached, which ``plan`` names when it goes past.
+
+    The second recording's server (one core) at 2, 4 and 7 req/s ran 1-3 requests at a time and its latency
+    did not grow (0.209, 0.188, 0.202 s). Two factors fitted it with the C2 side x0.084, which put no SD's
+    saturation at 286 req/s; with the measured 10 req/s window the fit of that server gives 73 req/s.
+    """
+    from sdplan.calibration import load_calibration, resolve_calibration
+    from sdplan.metrics.prior import scale_prior
+
+    windows, _ = read_results(DATA.parent / "prometheus-cpu-pinned" / "nosd.scrapes.xz")
+    light = scale_prior(resolve_calibration(CPU_PRIOR), windows[:3], name="light", provenance=PROVENANCE)
+    assert light.one_factor and light.c1_scale == light.c2_scale
+    assert light.document["validity"]["batch_size"] == [1, 3]
+    # the first recording's server slowed with load (0.131 -> 0.209 s): there both factors are measured
+    loaded, _ = read_results(DATA / "nosd.scrapes.xz")
+    both = scale_prior(resolve_calibration(CPU_PRIOR), loaded, name="loaded", provenance=PROVENANCE)
+    assert not both.one_factor and both.c2_scale > both.c1_scale
+    # the same through the commands: the recording up to 3 s after its third run, as a deployment seen so far
+    folder = DATA.parent / "prometheus-cpu-pinned"
+    cut_s = json.loads((folder / "provenance.json").read_text())["options"][0]["runs"][2]["ended_unix_s"] + 3.0
+    header = SCRAPE_MARK + " time="
+    scrapes = lzma.open(folder / "nosd.scrapes.xz", "rt").read().split(header)[1:]
+    windows_file, out = tmp_path / "light.scrapes", tmp_path / "light.toml"
+    windows_file.write_text("".join(header + part for part in scrapes if float(part.split()[0]) <= cut_s))
+    result = CliRunner().invoke(cli, ["fit", str(windows_file), "--prior", CPU_PRIOR, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "one factor" in result.output
+    plan = CliRunner().invoke(cli, ["plan", "-c", str(out), "-f", "json"])
+    assert plan.exit_code == 0, plan.output
+    assert load_calibration(out).coefficients_at(128, 64).baseline_c2_step_s > 0
+    assert "beyond the calibrated batch sizes" in plan.output or "calibrated batch sizes [1, 3]" in plan.output
+
+
 def test_the_text_report_says_what_is_anchored(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["fit", str(DATA / "nosd.query_range.json"), "--prior",
                                       "l40s_qwen3-8b_qwen3-0.6b_derived", "-o", str(tmp_path / "a.toml")])

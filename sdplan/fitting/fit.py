@@ -456,6 +456,19 @@ def holdout_split(runs: list[BenchmarkRun], how: str, fraction: float,
 # ----------------------------------------------------------------------------- the calibration document
 
 
+def validity_table(runs: list[BenchmarkRun]) -> dict[str, list[int]]:
+    """The ``[validity]`` of a calibration made from ``runs``: the lengths they ran and the batch sizes they
+    reached (the others in flight plus the request itself), so that ``plan`` says where it extrapolates."""
+    others = [r.mean_others for r in runs]
+    return {
+        "prompt_tokens": [max(1, round(min(r.prompt_tokens for r in runs))),
+                          max(1, round(max(r.prompt_tokens for r in runs)))],
+        "output_tokens": [max(1, round(min(r.output_tokens for r in runs))),
+                          max(1, round(max(r.output_tokens for r in runs)))],
+        "batch_size": [max(1, math.floor(min(others)) + 1), max(1, math.ceil(max(others)) + 1)],
+    }
+
+
 def fitted_document(fit: PooledFit, runs: list[BenchmarkRun], *, name: str, provenance: dict[str, Any],
                     description: str, extra: dict[str, Any] | None = None,
                     acceptance: dict[str, Any] | None = None, holdout: str = "") -> dict[str, Any]:
@@ -466,7 +479,6 @@ def fitted_document(fit: PooledFit, runs: list[BenchmarkRun], *, name: str, prov
     given, ends its detail: the error on runs held out of the fit), and the
     ranges of lengths and concurrency the runs covered.
     """
-    others = [r.mean_others for r in runs]
     detail = (f"pooled over {fit.points} runs: R2={fit.r2:.4f}, MAPE={fit.mape_pct:.2f}%"
               + (f", TTFT MAPE={fit.ttft_mape_pct:.2f}%" if fit.ttft_mape_pct is not None else "")
               + (f"; {'; '.join(fit.notes)}" if fit.notes else "")
@@ -478,13 +490,7 @@ def fitted_document(fit: PooledFit, runs: list[BenchmarkRun], *, name: str, prov
         "provenance": provenance,
         "reference_workload": {"prompt_tokens": fit.reference_prompt_tokens,
                                "output_tokens": fit.reference_output_tokens},
-        "validity": {
-            "prompt_tokens": [max(1, round(min(r.prompt_tokens for r in runs))),
-                              max(1, round(max(r.prompt_tokens for r in runs)))],
-            "output_tokens": [max(1, round(min(r.output_tokens for r in runs))),
-                              max(1, round(max(r.output_tokens for r in runs)))],
-            "batch_size": [max(1, math.floor(min(others)) + 1), max(1, math.ceil(max(others)) + 1)],
-        },
+        "validity": validity_table(runs),
         "fit_quality": {"r2": round(max(min(fit.r2, 1.0), -1e6), 6), "rmse_s": fit.rmse_s,
                         "mape_pct": round(fit.mape_pct, 4), "points": fit.points, "detail": detail},
     }

@@ -12,8 +12,11 @@ with ``C1_r``, ``C2_r`` the prior's demand for window ``r``'s option, acceptance
 (:func:`sdplan.fitting.runmodel.run_demand`). Scaling every ``C1`` coefficient (prefill, plain step, verify
 step, draft step) by ``s1`` and every ``C2`` one by ``s2`` keeps the prior's ratio of each SD step to
 the plain step, so the options not measured move with the one that was: they are anchored, not
-measured. Where the windows' loads cannot tell the two sides apart (one load level, or all light),
-one factor scales both.
+measured. Where the windows' loads cannot tell the two sides apart, one factor scales both: one load
+level, loads whose ``B C2 / C1`` spans less than a factor 1.5, or loads so light that the ``C2`` side's
+factor is not measured (its 95% interval, from the fit's residuals, reaches 0; two windows leave no
+residual to judge by). The scaled file's ``[validity]`` is the windows' lengths and batch sizes, so
+``plan`` says where it extrapolates from them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 
 from sdplan.calibration import parse_calibration
 from sdplan.errors import InfeasibleError, InvalidValueError
+from sdplan.fitting.fit import validity_table
 from sdplan.fitting.runmodel import PARAMETERS, coefficients_table, r2, run_demand
 from sdplan.fitting.validation import predict_latency
 
@@ -103,11 +107,33 @@ def factors(prior_at: Any, runs: list[BenchmarkRun]) -> tuple[float, float, bool
     ratios = design[:, 1] / np.maximum(design[:, 0], 1e-300)
     if len(runs) >= 2 and ratios.max() > 0 and (ratios.max() + 1e-12) / max(ratios.min(), 1e-12) >= MIN_LOAD_SPREAD:
         solved, _ = nnls(design, np.ones(len(runs)))
-        if solved[0] > 0 and solved[1] > 0:
+        if solved[0] > 0 and solved[1] > 0 and load_side_measured(design, solved):
             return float(solved[0]), float(solved[1]), False
     total = design.sum(axis=1)
     single = float(total.sum() / (total ** 2).sum())
     return single, single, True
+
+
+def load_side_measured(design: np.ndarray, solved: np.ndarray) -> bool:
+    """Whether the windows measure the ``C2`` side's factor: its 95% interval excludes 0.
+
+    The interval is ``s2 +- t(0.975, n - 2) se(s2)``, with ``se`` from the least-squares covariance
+    ``sigma^2 (X^T X)^-1`` and ``sigma^2`` the residuals' sum of squares over ``n - 2``. Windows that barely
+    load the server (``B C2`` a few percent of ``C1``) fit any ``s2`` about as well, and a saturation taken
+    from such an ``s2`` is not measured. Two windows leave no residual, so they never measure it.
+    """
+    from scipy.stats import t as student_t
+
+    freedom = design.shape[0] - 2
+    if freedom < 1:
+        return False
+    residual = design @ solved - 1.0
+    variance = float(residual @ residual) / freedom
+    try:
+        spread = variance * np.linalg.inv(design.T @ design)[1, 1]
+    except np.linalg.LinAlgError:
+        return False
+    return bool(solved[1] - float(student_t.ppf(0.975, freedom)) * math.sqrt(max(spread, 0.0)) > 0.0)
 
 
 def gap(coefficients_at: Any, runs: list[BenchmarkRun]) -> Gap:
@@ -160,7 +186,7 @@ def scale_prior(prior: Calibration, runs: list[BenchmarkRun], *, name: str, prov
     shown = ", ".join("no SD" if k == 0 else f"k={k}" for k in measured)
     before = gap(prior.coefficients_at, runs)
     note = (f"scaled from {prior.name} to {len(runs)} metrics windows of {shown}: C1 side x{s1:.4g}, C2 side x{s2:.4g}"
-            + (" (one factor: the windows' loads could not tell the sides apart)" if one else "")
+            + (" (one factor: the windows' loads did not measure the C2 side apart from the C1 side)" if one else "")
             + f"; mean E2E gap {before.mape_pct:.1f}% before (bias {before.bias_pct:+.1f}%)")
     document: dict[str, Any] = {
         "schema_version": 1, "name": name,
@@ -170,6 +196,7 @@ def scale_prior(prior: Calibration, runs: list[BenchmarkRun], *, name: str, prov
                        "assumptions": [f"options other than {shown} are anchored, not measured: their steps keep "
                                        f"{prior.name}'s ratios to the measured option's"]},
         "reference_workload": {"prompt_tokens": reference[0], "output_tokens": reference[1]},
+        "validity": validity_table(runs),
         "fit_quality": {"r2": 0.0, "points": len(runs), "detail": note},
         "coefficients": coefficients_table(values),
         "ttft": {"wait_steps": base.ttft_wait_steps, "load_steps": base.ttft_load_steps,
