@@ -59,6 +59,10 @@ class InputFileError(SdplanError):
         super().__init__(f"{where}: {problem}")
 
 
+class NoLoadCostError(InputFileError):
+    """A calibration whose cost per request in flight (``C2``) is 0: nothing would ever saturate."""
+
+
 class InvalidValueError(SdplanError):
     """A value given on the command line is out of its domain."""
 

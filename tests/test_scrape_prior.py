@@ -242,6 +242,25 @@ def test_windows_that_barely_load_the_server_do_not_set_its_saturation(tmp_path:
     assert "beyond the calibrated batch sizes" in plan.output or "calibrated batch sizes [1, 3]" in plan.output
 
 
+def test_a_fit_of_windows_that_never_slowed_says_what_to_add(tmp_path: Path) -> None:
+    """Both options seen only at light load: no C2, so no saturation; the fit says so and what to do (exit 4),
+    where it used to name the output file and ask to "fill in" a cost, as for a hand-written file (exit 3)."""
+    folder = DATA.parent / "prometheus-cpu-pinned"
+    runs = json.loads((folder / "provenance.json").read_text())["options"]
+    header = SCRAPE_MARK + " time="
+    files = []
+    for option, record in zip(("nosd", "sd"), runs):
+        cut_s = record["runs"][2]["ended_unix_s"] + 3.0  # the first three runs: 2, 4 and 7 req/s
+        scrapes = lzma.open(folder / f"{option}.scrapes.xz", "rt").read().split(header)[1:]
+        files.append(tmp_path / f"{option}.scrapes")
+        files[-1].write_text("".join(header + part for part in scrapes if float(part.split()[0]) <= cut_s))
+    out = tmp_path / "light.toml"
+    result = CliRunner().invoke(cli, ["fit", *map(str, files), "-o", str(out)])
+    assert result.exit_code == 4, result.output
+    assert "did not grow with their load (batch sizes 1-3)" in result.output and "--prior" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
 def test_the_text_report_says_what_is_anchored(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["fit", str(DATA / "nosd.query_range.json"), "--prior",
                                       "l40s_qwen3-8b_qwen3-0.6b_derived", "-o", str(tmp_path / "a.toml")])

@@ -13,7 +13,7 @@ from typing import Any
 from sdplan.calibration.records import DirectCoefficients, ReferenceWorkload, Uncertainty, read_costs
 from sdplan.calibration.scaling import costs_at
 from sdplan.calibration.schema import CALIBRATION_SCHEMA, SCHEMA_VERSION
-from sdplan.errors import InputFileError
+from sdplan.errors import InputFileError, NoLoadCostError
 from sdplan.latency.model import baseline_demand
 from sdplan.limits import MAX_TOKENS
 from sdplan.schema import validate
@@ -164,6 +164,6 @@ def _check_costs_take_time(document: Mapping[str, Any], path: str) -> None:
                       "coefficients.speculative.c2v_s" if direct else where))
     for name, value, key in loads:
         if not value > 0:
-            raise InputFileError(path, key, f"{name} would cost nothing per concurrent request (0 s), so latency "
+            raise NoLoadCostError(path, key, f"{name} would cost nothing per concurrent request (0 s), so latency "
                                  "would never grow with load and the replica would never saturate; no hardware "
                                  "works so: fill in the per-sequence or per-context-token cost")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan import __version__
 from sdplan.calibration import parse_calibration, resolve_calibration
-from sdplan.errors import InfeasibleError, InvalidValueError
+from sdplan.errors import InfeasibleError, InvalidValueError, NoLoadCostError
 from sdplan.fileio import dumps_toml
 from sdplan.fitting.fit import MIN_FIT_RUNS, fit_configurations, fit_pooled, fitted_document, holdout_split
 from sdplan.fitting.steady_state import screen
@@ -148,7 +148,14 @@ def fit_runs(request: FitRequest, on_left_out: Callable[[str], None] = lambda li
                                provenance=provenance, acceptance=acceptance_document(kept),
                                description=f"fitted from {len(results)} benchmark source(s) with sdplan fit",
                                holdout=holdout)
-    parse_calibration(document, str(out))
+    try:
+        parse_calibration(document, str(out))
+    except NoLoadCostError as error:  # the runs' latency did not grow with their load: no saturation measured
+        span = document["validity"]["batch_size"]
+        raise InfeasibleError(
+            f"{error.key}: the runs' latency did not grow with their load (batch sizes {span[0]}-{span[1]}), so the "
+            "cost each request in flight adds is not measured and no saturation can be fitted; add runs at higher "
+            "load, or scale a calibration to these runs with --prior CALIBRATION") from None
     return Fitted(document=document,
                   calibration_toml=dumps_toml(document, header="Fitted with 'sdplan fit' from benchmark results."),
                   written=str(out) if request.output else "-", pooled=pooled, configurations=configurations,
