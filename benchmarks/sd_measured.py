@@ -288,7 +288,7 @@ def equal_throughput(series: dict[str, Any], calibration: Any, setup: str) -> li
     At a throughput ``X`` tokens/s (a rate ``X/g`` requests/s) no SD needs ``N_0`` streams in flight and SD ``N_k``
     (:func:`streams_at`); by Little's law each request's latency is ``N g / X``, so SD's speedup at that rate is
     ``N_0 / N_k``. The model's is ``plan``'s at the same rate, with the measured ``E`` (its mean over the points).
-    Rates are those of no SD's measured points; one SD reaches no higher throughput than measured is left out.
+    Rates are those of no SD's measured points; one whose throughput SD's measured points do not reach is left out.
     """
     dataset = next(name for name in DATASET_LENGTHS if f"_{name}_" in series["id"] + "_")
     p, g = DATASET_LENGTHS[dataset]
