@@ -242,6 +242,34 @@ def test_windows_that_barely_load_the_server_do_not_set_its_saturation(tmp_path:
     assert "beyond the calibrated batch sizes" in plan.output or "calibrated batch sizes [1, 3]" in plan.output
 
 
+def test_a_scaled_prior_keeps_its_knee_so_sd_stays_dear_at_large_batch() -> None:
+    """A derived prior's compute-bound knee prices a verify step of B (k + 1) rows above a decode step's once the
+    rows pass it; the scaled file must keep it, or the options not measured flatter SD at large batch.
+
+    With one factor (light windows) every cost scales alike, so the SD cycle over the decode step must be the
+    prior's at every batch. Without the knee the scaled file gained 1.21x per step at 256 sequences where the
+    prior gains 0.93x (k = 3, 128/65 tokens, acceptance 0.7 as plan assumes by default): SD on where it loses.
+    """
+    import numpy as np
+
+    from sdplan.calibration import parse_calibration, resolve_calibration
+    from sdplan.metrics.prior import scale_prior
+    from sdplan.planning.schedule import step_times
+
+    prior = resolve_calibration("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived")
+    windows, _ = read_results(DATA.parent / "prometheus-cpu-pinned" / "nosd.scrapes.xz")
+    scaled = scale_prior(prior, windows[:3], name="light", provenance=PROVENANCE)
+    assert scaled.one_factor
+    table = scaled.document["coefficients"]
+    assert table["knee_tokens"] == prior.coefficients_at(*scaled.reference).knee_tokens
+    mine = parse_calibration(scaled.document, "light").coefficients_at(*scaled.reference)
+    theirs = prior.coefficients_at(*scaled.reference)
+    batches = np.asarray([1.0, 16.0, 64.0, 128.0, 256.0])
+    ours, base = step_times(mine, [3], batches), step_times(theirs, [3], batches)
+    assert ours[:, 1] / ours[:, 0] == pytest.approx(base[:, 1] / base[:, 0], rel=1e-9)
+    assert ours[-1, 1] / ours[-1, 0] > 1.1 * ours[0, 1] / ours[0, 0]  # past the knee the cycle grows dearer
+
+
 def test_a_fit_of_windows_that_never_slowed_says_what_to_add(tmp_path: Path) -> None:
     """Both options seen only at light load: no C2, so no saturation; the fit says so and what to do (exit 4),
     where it used to name the output file and ask to "fill in" a cost, as for a hand-written file (exit 3)."""

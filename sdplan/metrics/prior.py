@@ -136,6 +136,22 @@ def load_side_measured(design: np.ndarray, solved: np.ndarray) -> bool:
     return bool(solved[1] - float(student_t.ppf(0.975, freedom)) * math.sqrt(max(spread, 0.0)) > 0.0)
 
 
+def shape_kept(table: dict[str, Any], base: Coefficients, s2: float) -> dict[str, Any]:
+    """``table`` (the scaled direct-form coefficients) with the prior's shape in the load carried over.
+
+    The compute-bound knee keeps its token rows and has its cost per row past them scaled with the ``C2``
+    side (``docs/model.md#compute-bound-knee``): it is what makes a verify step of ``B (k + 1)`` rows dearer
+    than a decode step at large batch, so the options not measured keep the prior's SD-to-no-SD ratio there.
+    The concave load law's ``psi`` (``docs/model.md#concave-load``) is a shape in requests, carried as it is.
+    """
+    if base.knee_per_token_s > 0:
+        table["knee_tokens"] = float(base.knee_tokens)
+        table["knee_per_token_s"] = float(base.knee_per_token_s) * s2
+    if base.load_concavity_sqrt_requests > 0:
+        table["load_concavity_sqrt_requests"] = float(base.load_concavity_sqrt_requests)
+    return table
+
+
 def gap(coefficients_at: Any, runs: list[BenchmarkRun]) -> Gap:
     """Mean absolute and signed error of the predicted mean E2E (:func:`sdplan.fitting.validation.predict_latency`);
     a prediction past saturation counts 100%, and so does any error above it."""
@@ -198,7 +214,7 @@ def scale_prior(prior: Calibration, runs: list[BenchmarkRun], *, name: str, prov
         "reference_workload": {"prompt_tokens": reference[0], "output_tokens": reference[1]},
         "validity": validity_table(runs),
         "fit_quality": {"r2": 0.0, "points": len(runs), "detail": note},
-        "coefficients": coefficients_table(values),
+        "coefficients": shape_kept(coefficients_table(values), base, s2),
         "ttft": {"wait_steps": base.ttft_wait_steps, "load_steps": base.ttft_load_steps,
                  "offset_s": base.ttft_offset_s * s1, "source": f"from {prior.name}, offset scaled x{s1:.4g}"},
     }
