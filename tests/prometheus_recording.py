@@ -22,14 +22,22 @@ PROVENANCE = json.loads((DATA / "provenance.json").read_text())
 MARK, END = "# sdplan-scrape", "# sdplan-scrape-end"
 
 
-def blocks(option: str) -> list[tuple[float, str]]:
-    """The recording's scrapes of one option (``nosd``, ``sd``): (time, body)."""
-    text = lzma.open(DATA / f"{option}.scrapes.xz", "rt").read()
+def blocks(option: str, folder: Path = DATA) -> list[tuple[float, str]]:
+    """A recording's scrapes of one option (``nosd``, ``sd``): (time, body)."""
+    text = lzma.open(folder / f"{option}.scrapes.xz", "rt").read()
     found: list[tuple[float, str]] = []
     for part in text.split(MARK + " time=")[1:]:
         header, _, rest = part.partition("\n")
         found.append((float(header.split()[0]), rest.rsplit(END, 1)[0]))
     return found
+
+
+def through_run(option: str, runs: int, folder: Path = DATA) -> list[tuple[float, str]]:
+    """A recording's scrapes of one option up to 3 s after its first ``runs`` runs ended: a server seen so far."""
+    record = next(entry for entry in json.loads((folder / "provenance.json").read_text())["options"]
+                  if entry["option"] == option)
+    end_s = record["runs"][runs - 1]["ended_unix_s"] + 3.0
+    return [(time_s, body) for time_s, body in blocks(option, folder) if time_s <= end_s]
 
 
 def points_by_server(path: Path, where: str) -> tuple[dict[Identity, list[Point]], ReadCounts]:

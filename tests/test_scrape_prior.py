@@ -17,6 +17,7 @@ from sdplan.cli import cli
 from sdplan.errors import EngineError, InvalidValueError
 from sdplan.metrics.scrape import END_MARK, SCRAPE_MARK, ScrapeRequest, metrics_url, record_scrapes
 from sdplan.runs import read_results
+from tests.prometheus_recording import PINNED, through_run, write
 
 DATA = Path(__file__).parent / "data" / "prometheus-cpu"
 CPU_PRIOR = "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured"
@@ -218,7 +219,7 @@ def test_windows_that_barely_load_the_server_do_not_set_its_saturation(tmp_path:
     from sdplan.calibration import load_calibration, resolve_calibration
     from sdplan.metrics.prior import scale_prior
 
-    windows, _ = read_results(DATA.parent / "prometheus-cpu-pinned" / "nosd.scrapes.xz")
+    windows, _ = read_results(PINNED / "nosd.scrapes.xz")
     light = scale_prior(resolve_calibration(CPU_PRIOR), windows[:3], name="light", provenance=PROVENANCE)
     assert light.one_factor and light.c1_scale == light.c2_scale
     assert light.document["validity"]["batch_size"] == [1, 3]
@@ -226,13 +227,8 @@ def test_windows_that_barely_load_the_server_do_not_set_its_saturation(tmp_path:
     loaded, _ = read_results(DATA / "nosd.scrapes.xz")
     both = scale_prior(resolve_calibration(CPU_PRIOR), loaded, name="loaded", provenance=PROVENANCE)
     assert not both.one_factor and both.c2_scale > both.c1_scale
-    # the same through the commands: the recording up to 3 s after its third run, as a deployment seen so far
-    folder = DATA.parent / "prometheus-cpu-pinned"
-    cut_s = json.loads((folder / "provenance.json").read_text())["options"][0]["runs"][2]["ended_unix_s"] + 3.0
-    header = SCRAPE_MARK + " time="
-    scrapes = lzma.open(folder / "nosd.scrapes.xz", "rt").read().split(header)[1:]
-    windows_file, out = tmp_path / "light.scrapes", tmp_path / "light.toml"
-    windows_file.write_text("".join(header + part for part in scrapes if float(part.split()[0]) <= cut_s))
+    # the same through the commands: the recording up to its third run, as a deployment seen so far
+    windows_file, out = write(tmp_path / "light.scrapes", through_run("nosd", 3, PINNED)), tmp_path / "light.toml"
     result = CliRunner().invoke(cli, ["fit", str(windows_file), "--prior", CPU_PRIOR, "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "one factor" in result.output
@@ -257,7 +253,7 @@ def test_a_scaled_prior_keeps_its_knee_so_sd_stays_dear_at_large_batch() -> None
     from sdplan.planning.schedule import step_times
 
     prior = resolve_calibration("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived")
-    windows, _ = read_results(DATA.parent / "prometheus-cpu-pinned" / "nosd.scrapes.xz")
+    windows, _ = read_results(PINNED / "nosd.scrapes.xz")
     scaled = scale_prior(prior, windows[:3], name="light", provenance=PROVENANCE)
     assert scaled.one_factor
     table = scaled.document["coefficients"]
@@ -273,15 +269,8 @@ def test_a_scaled_prior_keeps_its_knee_so_sd_stays_dear_at_large_batch() -> None
 def test_a_fit_of_windows_that_never_slowed_says_what_to_add(tmp_path: Path) -> None:
     """Both options seen only at light load: no C2, so no saturation; the fit says so and what to do (exit 4),
     where it used to name the output file and ask to "fill in" a cost, as for a hand-written file (exit 3)."""
-    folder = DATA.parent / "prometheus-cpu-pinned"
-    runs = json.loads((folder / "provenance.json").read_text())["options"]
-    header = SCRAPE_MARK + " time="
-    files = []
-    for option, record in zip(("nosd", "sd"), runs):
-        cut_s = record["runs"][2]["ended_unix_s"] + 3.0  # the first three runs: 2, 4 and 7 req/s
-        scrapes = lzma.open(folder / f"{option}.scrapes.xz", "rt").read().split(header)[1:]
-        files.append(tmp_path / f"{option}.scrapes")
-        files[-1].write_text("".join(header + part for part in scrapes if float(part.split()[0]) <= cut_s))
+    # each option's first three runs: 2, 4 and 7 req/s
+    files = [write(tmp_path / f"{option}.scrapes", through_run(option, 3, PINNED)) for option in ("nosd", "sd")]
     out = tmp_path / "light.toml"
     result = CliRunner().invoke(cli, ["fit", *map(str, files), "-o", str(out)])
     assert result.exit_code == 4, result.output
