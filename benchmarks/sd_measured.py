@@ -328,6 +328,8 @@ def main() -> int:
     rows: list[Point] = []
     crossings: list[tuple[str, float | None, float | None, str]] = []
     source_of: dict[str, str] = {}
+    #: (source id, series id, points) of the closed loops with both throughputs, read as open loops
+    equal: list[tuple[str, str, list[Point]]] = []
     for path in sorted(DATA.glob("*.json")):
         source = json.loads(path.read_text())
         for series in source["series"]:
@@ -340,6 +342,8 @@ def main() -> int:
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
                 if crossed != (None, None):
                     crossings.append((series["id"], *crossed, "batch"))
+                if all({"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in series["points"]):
+                    equal.append((source["id"], series["id"], equal_throughput(series, calibration_of(key), label)))
             elif series["mode"] == "open_loop_rate" and all("sd_latency_s" in p for p in series["points"]):
                 label = f"{key} k={series['draft']['k_tokens']}"
                 found = open_loop(series, calibration_of(key), label)
@@ -383,36 +387,27 @@ def main() -> int:
                   f"({anchored / traced - 1:+.1%})")
     for name, measured, predicted, unit in crossings:
         print(f"  crossover {name}: measured below 1 from {unit} {measured}, predicted from {unit} {predicted}")
-    equal = equal_rate_report()
+    print_equal_rate(equal)
     if options.json:
-        options.json.write_text(json.dumps([p.__dict__ | {"error_pct": p.error_pct} for p in rows + equal], indent=1))
+        everything = rows + [point for _, _, points in equal for point in points]
+        options.json.write_text(json.dumps([p.__dict__ | {"error_pct": p.error_pct} for p in everything], indent=1))
     return 0
 
 
-def equal_rate_report() -> list[Point]:
+def print_equal_rate(equal: list[tuple[str, str, list[Point]]]) -> None:
     """The closed loops that give both options' throughputs, as speedups at request rates (:func:`equal_throughput`):
     the open-loop answer ``plan`` gives, which the scored ratios at fixed streams do not check. Not in the scores."""
-    found: list[Point] = []
     print("\nspeedup at a request rate (open-loop equivalent of closed loops with both throughputs; not scored "
           "above): measured N0/Nk at no SD's throughput, predicted by plan")
-    for path in sorted(DATA.glob("*.json")):
-        source = json.loads(path.read_text())
-        for series in source["series"]:
-            key = setup_key(series, source["id"])
-            if key not in SETUPS or series["mode"] != "closed_loop_batch" or not all(
-                    {"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in series["points"]):
-                continue
-            points = equal_throughput(series, calibration_of(key), f"{key} k={series['draft']['k_tokens']}")
-            found.extend(points)
-            errors = np.array([p.error_pct for p in points])
-            print(f"  {source['id']}/{series['id']}")
-            print("    req/s " + " ".join(f"{p.load:7.3g}" for p in points))
-            print("    meas  " + " ".join(f"{p.measured:7.3f}" for p in points))
-            print("    pred  " + " ".join(f"{p.predicted:7.3f}" for p in points))
-            print(f"    within 10%: {int((np.abs(errors) <= 10).sum())} of {len(points)}, MAPE "
-                  f"{np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%; right sign at "
-                  f"{sum((p.measured >= 1) == (p.predicted >= 1) for p in points)}")
-    return found
+    for source_id, series_id, points in equal:
+        errors = np.array([p.error_pct for p in points])
+        print(f"  {source_id}/{series_id}")
+        print("    req/s " + " ".join(f"{p.load:7.3g}" for p in points))
+        print("    meas  " + " ".join(f"{p.measured:7.3f}" for p in points))
+        print("    pred  " + " ".join(f"{p.predicted:7.3f}" for p in points))
+        print(f"    within 10%: {int((np.abs(errors) <= 10).sum())} of {len(points)}, MAPE "
+              f"{np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%; right sign at "
+              f"{sum((p.measured >= 1) == (p.predicted >= 1) for p in points)}")
 
 
 if __name__ == "__main__":
