@@ -278,6 +278,16 @@ def test_a_fit_of_windows_that_never_slowed_says_what_to_add(tmp_path: Path) -> 
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
 
 
+def test_the_scaling_report_fits_the_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report names the prior three times (its names run to 60 characters): at 80 columns it wraps."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = CliRunner().invoke(cli, ["fit", str(DATA / "nosd.scrapes.xz"), "--prior", CPU_PRIOR, "-o",
+                                      str(tmp_path / "a.toml")], env={"NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    assert " ".join(result.output.split()).count("anchored, not measured") == 1
+
+
 def test_the_text_report_says_what_is_anchored(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["fit", str(DATA / "nosd.query_range.json"), "--prior",
                                       "l40s_qwen3-8b_qwen3-0.6b_derived", "-o", str(tmp_path / "a.toml")])

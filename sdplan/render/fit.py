@@ -15,6 +15,8 @@ from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
     Style,
+    output_width,
+    paragraph_text,
     print_table,
     render_rich,
     table_box,
@@ -325,7 +327,8 @@ def render_validate(document: dict[str, Any], fmt: OutputFormat, style: Style, t
 def render_fit_outcome(outcome: Fitted | Scaled, fmt: OutputFormat, style: Style, terminal: bool) -> str:
     """``sdplan fit``'s report of its result: the fit (:func:`render_fit`) or the scaling (:func:`render_scaling`)."""
     if isinstance(outcome, Scaled):
-        return render_scaling(outcome.scaling, outcome.written, outcome.dropped, outcome.warnings, fmt.value)
+        return render_scaling(outcome.scaling, outcome.written, outcome.dropped, outcome.warnings, fmt.value,
+                              style.width or output_width(terminal))
     return render_fit(fit_document(outcome.pooled, outcome.configurations, outcome.kept, outcome.dropped,
                                    outcome.holdout, outcome.written, outcome.warnings), fmt, style, terminal)
 
@@ -354,9 +357,9 @@ def scaling_document(scaled: PriorScaling, written: str, dropped: list[tuple[Ben
 
 
 def render_scaling(scaled: PriorScaling, written: str, dropped: list[tuple[BenchmarkRun, str]], warnings: list[str],
-                   fmt: str) -> str:
+                   fmt: str, width: int) -> str:
     """The report of ``sdplan fit --prior``: the factors, the gap before and after, and what is anchored rather
-    than measured."""
+    than measured; text wrapped to ``width`` columns."""
 
     document = scaling_document(scaled, written, dropped, warnings)
     if fmt == "json":
@@ -375,4 +378,4 @@ def render_scaling(scaled: PriorScaling, written: str, dropped: list[tuple[Bench
     ]
     lines += [f"left out {run.source}: {why}" for run, why in dropped]
     lines += [f"warning: {text}" for text in warnings]
-    return "\n".join(lines) + "\n"
+    return paragraph_text("\n".join(lines), width) + "\n"
