@@ -336,7 +336,7 @@ def aic_errors(predict, runs: list) -> Errors:
 
 #: Derive's ``--precision`` for a configuration's quantisation (``gemm`` or ``gemm/moe``); others it cannot price.
 DERIVE_PRECISIONS = {"unrecorded": "bf16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block",
-                     "fp8/fp8_block": "fp8_block"}
+                     "fp8/fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 
 
 def derive_request(configuration: silicon.SiliconConfiguration, runs: list, version: str | None):
@@ -345,7 +345,7 @@ def derive_request(configuration: silicon.SiliconConfiguration, runs: list, vers
 
     precision = DERIVE_PRECISIONS.get(configuration.quant)
     if precision is None:
-        return None, f"quantisation {configuration.quant}: derive prices bf16, fp8 and fp8_block"
+        return None, f"quantisation {configuration.quant}: derive prices bf16, fp8, fp8_block and nvfp4"
     if configuration.dp > 1 or configuration.moe_ep > 1:
         return None, (f"attention DP {configuration.dp}, MoE EP {configuration.moe_ep}: derive prices DP 1 "
                       "with the experts split by TP")

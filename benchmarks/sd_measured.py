@@ -51,6 +51,7 @@ import numpy as np
 
 from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.latency.coefficients import Coefficients
+from sdplan.latency.moe import MoESpec
 from sdplan.planning import planner
 from sdplan.planning.schedule import step_times
 
@@ -66,9 +67,14 @@ ACCEPTANCE = "acceptance_tokens_per_cycle"
 #: (RESULTS-sd-measured-2026-11.md, 2026-11-29, EAGLE-3 paper section).
 #: RedHatAI/speculator_benchmarks' HumanEval and math_reasoning subsets: the measured means of the speculators
 #: sweep's CSVs (its data file's ``length_provenance``).
+#: SPEED-Bench's coding category (the EAGLE 3.1 blog): 80 single questions, as MT-Bench's, so its assumed prompt
+#: length is MT-Bench's; 1,024 output tokens is the output length SPEED-Bench's published clients default to
+#: (``--osl 1024``). Both are assumptions; the series is anchored at concurrency 1, so they set only how the
+#: prefill and the context grow with the load.
 DATASET_LENGTHS = {"gsm8k": (94.5, 166.2), "cnn_dailymail": (837.5, 322.9), "sharegpt": (355.3, 727.6),
                    "instructcoder": (171.2, 262.0), "mt_bench": (150.0, 512.0),
-                   "humaneval": (191.6, 763.6), "math_reasoning": (112.4, 287.7)}
+                   "humaneval": (191.6, 763.6), "math_reasoning": (112.4, 287.7),
+                   "speedbench_coding": (150.0, 1024.0)}
 
 #: (dataset, k) -> draft coverage of vLLM's n-gram proposer: the share of cycles in which it drafts (it proposes
 #: nothing for a sequence without a match, which then verifies one token row). From SpecDecode-Bench's n-gram
@@ -125,6 +131,11 @@ SETUPS: dict[str, str | dict[str, Any]] = {
     # config.json is not at hand, so it is priced as Qwen3.5-27B, the 27B of the family AIConfigurator knows
     # (an assumption: the derived no-SD step at one sequence, 11.3 ms, against the 10.9 ms measured there).
     "qwen3.8-27b:mtp": dict(target_model="Qwen/Qwen3.5-27B", system="b200_sxm", method="mtp"),
+    # vLLM blog 2026-05-26 (EAGLE 3.1): Kimi-K2.6-NVFP4 on four GB200s, an MoE target with MLA, priced with the
+    # GB200 vLLM database; the head's attention at head size 128 (derive's eagle_head_config notes).
+    "kimi-k2.6:eagle3": dict(target_model="nvidia/Kimi-K2.6-NVFP4", system="gb200", method="eagle3",
+                             draft_model="lightseekorg/kimi-k2.6-eagle3.1-mla", tensor_parallel_size=4,
+                             precision="nvfp4"),
 }
 
 
@@ -175,14 +186,18 @@ def calibration_of(key: str) -> Any:
 
 def setup_key(series: dict[str, Any], source: str) -> str:
     """``[engine:]model:method``; the engine is named where it is not vLLM, whose op database the shipped files use."""
-    model = "blog70b" if source.startswith("vllm_blog_2024") else series["id"].split("_")[1]
+    model = {"vllm_blog_2024": "blog70b", "vllm_blog_2026": "kimi-k2.6"}.get(source[:14], series["id"].split("_")[1])
     engine = series["engine"]["name"]
     return f"{'' if engine == 'vllm' else engine + ':'}{model}:{series['draft']['method']}"
 
 
-def decode_time(coefficients: Coefficients, k: int, tokens_per_cycle: float, batch: float) -> tuple[float, float]:
-    """A static batch's time without and with SD (s): its prefill, then ``g - 1`` steps or ``g/E`` cycles."""
-    taus = step_times(coefficients, [k], np.asarray([batch], dtype=np.float64))[0]
+def decode_time(coefficients: Coefficients, k: int, tokens_per_cycle: float, batch: float,
+                moe: MoESpec | None = None) -> tuple[float, float]:
+    """A static batch's time without and with SD (s): its prefill, then ``g - 1`` steps or ``g/E`` cycles.
+
+    An MoE target's steps are priced at the experts their token rows touch (``moe``:
+    :func:`sdplan.planning.schedule.step_times`)."""
+    taus = step_times(coefficients, [k], np.asarray([batch], dtype=np.float64), moe)[0]
     prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
     g = coefficients.output_tokens
     return prefill + (g - 1.0) * float(taus[0]), prefill + g / tokens_per_cycle * float(taus[1])
@@ -202,6 +217,9 @@ def measured_ratio(point: dict[str, Any]) -> float | None:
         return float(point["speedup"])
     if "sd_tokens_per_s" in point and "baseline_tokens_per_s" in point:
         return float(point["sd_tokens_per_s"]) / float(point["baseline_tokens_per_s"])
+    # per-user output tokens/s at a fixed concurrency: each option's throughput over the same number of users
+    if "sd_tokens_per_s_per_user" in point and "baseline_tokens_per_s_per_user" in point:
+        return float(point["sd_tokens_per_s_per_user"]) / float(point["baseline_tokens_per_s_per_user"])
     return None
 
 
@@ -215,19 +233,20 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Po
     p, g = DATASET_LENGTHS[dataset]
     k = int(series["draft"]["k_tokens"])
     coefficients = coefficients_of(series, calibration, dataset, p, g)
+    moe = calibration.moe_at(p, g)
     load_key = "batch" if "batch" in series["points"][0] else "concurrency"
     first = series["points"][0]
     stated = all(ACCEPTANCE in point for point in series["points"])
     if not stated:
         batch = float(first[load_key])
-        tau_0, tau_k = step_times(coefficients, [k], np.asarray([batch]))[0]
+        tau_0, tau_k = step_times(coefficients, [k], np.asarray([batch]), moe)[0]
         prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
         cycles = ((prefill + (g - 1.0) * tau_0) / measured_ratio(first) - prefill) / tau_k  # g/E at that ratio
         ANCHORED[series["id"]] = min(max(g / cycles, 1.0), k + 1.0)
     points = []
     for point in series["points"]:
         tokens_per_cycle = float(point[ACCEPTANCE]) if stated else ANCHORED[series["id"]]
-        without, with_sd = decode_time(coefficients, k, tokens_per_cycle, point[load_key])
+        without, with_sd = decode_time(coefficients, k, tokens_per_cycle, point[load_key], moe)
         points.append(Point(series["id"], setup, point[load_key], measured_ratio(point), without / with_sd,
                             point is first and not stated))
     return points

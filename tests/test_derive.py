@@ -221,3 +221,27 @@ def test_anchoring_reads_the_rows_sdplan_fit_reads_and_only_the_rows_given() -> 
     assert part.anchor["concurrency"][1] <= 32 and part.anchor["decode_scale"] != whole.anchor["decode_scale"]
     too_few = derive(request, measured=MeasuredRows(found.runs[:2], found.versions[:2]))
     assert too_few.anchor is None and too_few.document["derivation"]["anchor"].startswith("none")
+
+
+def test_every_alias_names_a_model_aiconfigurator_ships() -> None:
+    _aic()
+    from aiconfigurator_core.sdk.common import DefaultHFModels
+
+    from sdplan.derive import MODEL_ALIASES
+
+    assert "meta-llama/Llama-3.1-405B-Instruct" in MODEL_ALIASES
+    assert all(known in DefaultHFModels for known in MODEL_ALIASES.values())
+
+
+def test_a_config_aiconfigurator_ships_but_no_longer_lists_is_read_offline(sdplan, tmp_path: Path) -> None:
+    """Mixtral-8x7B: its config.json is in the package's model_configs, but not in DefaultHFModels."""
+    _aic()
+    from aiconfigurator_core.sdk.common import DefaultHFModels
+
+    assert "mistralai/Mixtral-8x7B-v0.1" not in DefaultHFModels
+    out = tmp_path / "mixtral.toml"
+    result = sdplan("derive", "--target-model", "mistralai/Mixtral-8x7B-v0.1", "--system", "h100_sxm", "--tp", "2",
+                    "--method", "ngram", "--draft-lengths", "1", "-o", str(out), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    text = out.read_text()
+    assert "[moe]" in text and "mistralai/Mixtral-8x7B-v0.1" in text

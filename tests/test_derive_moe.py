@@ -137,3 +137,54 @@ def test_a_derived_moe_step_reproduces_aiconfigurators_within_its_recorded_error
                                            + s * target["per_context_token_s"])
                   + (1.0 - (1.0 - share) ** (b * q)) * moe["coverage"]["baseline_c1_step_s"])
         assert abs(fitted / cost - 1.0) * 100.0 <= worst * 1.001, (b, q, s)
+
+
+def test_an_mla_targets_eagle_head_is_priced_at_a_head_size_the_database_times() -> None:
+    """Kimi-K2's 64 heads of 112 (its hidden size over its heads): no decode-attention table holds 112."""
+    from sdplan.derive.pricing import HEAD_ATTENTION_DIM, TIMED_HEAD_DIMS, eagle_head_config
+
+    kimi = {"hidden_size": 7168, "n": 64, "n_kv": 64, "d": 112, "inter_size": 18432}
+    head = eagle_head_config(kimi)
+    assert head["head_dim"] == HEAD_ATTENTION_DIM in TIMED_HEAD_DIMS
+    # the query width (heads x head size) is kept: 64 x 112 = 56 x 128
+    assert head["num_attention_heads"] * head["head_dim"] == 64 * 112
+    assert head["num_key_value_heads"] == 56
+    # the head's GEMM widths are the target's, whatever its attention is priced at
+    assert head["hidden_size"] == 7168 and head["intermediate_size"] > 18432
+    # a target of a timed head size keeps its own heads
+    llama = eagle_head_config({"hidden_size": 4096, "n": 32, "n_kv": 8, "d": 128, "inter_size": 14336})
+    assert (llama["num_attention_heads"], llama["num_key_value_heads"], llama["head_dim"]) == (32, 8, 128)
+
+
+def test_an_nvfp4_target_reads_half_the_bytes_of_fp8_and_anchors_to_the_fp4_rows() -> None:
+    """Llama-3.1-70B on 2x B200: AIConfigurator's measured rows include NVFP4 runs of it on vLLM."""
+    _aic()
+    from sdplan.calibration import parse_calibration
+    from sdplan.derive import DeriveRequest, derive
+
+    steps = {}
+    for precision in ("fp8", "nvfp4"):
+        request = DeriveRequest(target_model="meta-llama/Llama-3.1-70B-Instruct", system="b200_sxm", method="ngram",
+                                tensor_parallel_size=2, precision=precision, draft_lengths=(1,), anchor=False)
+        calibration = parse_calibration(derive(request).document, f"<{precision}>")
+        steps[precision] = calibration.coefficients_at(1024, 512).baseline_c1_step_s
+    # a one-sequence decode step is bound by reading the weights: 4.5 bits a weight against 8
+    assert 0.4 < steps["nvfp4"] / steps["fp8"] < 0.8
+    anchored = derive(DeriveRequest(target_model="meta-llama/Llama-3.1-70B-Instruct", system="b200_sxm",
+                                    method="ngram", tensor_parallel_size=2, precision="nvfp4", draft_lengths=(1,)))
+    text = str(anchored.document)
+    assert "NVFP4 weights" in text and "anchored_mape_pct" in text
+    assert "none: silicon_sample.csv has no measured rows" not in text
+
+
+def test_nvfp4_on_a_gpu_without_fp4_units_is_a_one_line_error(sdplan, tmp_path) -> None:
+    _aic()
+    from sdplan.errors import ExitStatus
+
+    out = tmp_path / "x.toml"
+    result = sdplan("derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "h100_sxm",
+                    "--method", "ngram", "--precision", "nvfp4", "-o", str(out))
+    assert result.exit_code == ExitStatus.USAGE
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: AIConfigurator 0.12.0 cannot price") and "fp4_tc_flops" in error
+    assert "Traceback" not in result.stderr and not out.exists()

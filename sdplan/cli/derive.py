@@ -32,8 +32,10 @@ from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
               show_default=True, help="GPUs per replica.")
 @click.option("--draft-tp", "draft_tensor_parallel_size", type=click.IntRange(1, 64), metavar="N",
               help="GPUs the draft model runs on (vLLM's draft_tensor_parallel_size). Default: the target's.")
-@click.option("--precision", default="bf16", show_default=True, type=click.Choice(("bf16", "fp8", "fp8_block")),
-              help="Weights precision (fp8_block: DeepSeek's blockwise FP8).")
+@click.option("--precision", default="bf16", show_default=True,
+              type=click.Choice(("bf16", "fp8", "fp8_block", "nvfp4")),
+              help="Weights precision (fp8_block: DeepSeek's blockwise FP8; nvfp4: NVIDIA's 4-bit format, "
+              "priced on Blackwell GPUs).")
 @click.option("--draft-lengths", default="1-5", show_default=True, type=DraftLengths(MAX_SERVED_DRAFT_LENGTH),
               metavar="LIST",
               help="Draft lengths k to price verification at (k+1 tokens per sequence).")

@@ -32,15 +32,16 @@ def measured_rows(request: DeriveRequest) -> MeasuredRows:
     """The installed ``silicon_sample.csv``'s aggregated rows for the request's configuration.
 
     The rows of the request's backend (every version), system, tensor parallelism and precision
-    (``fp8_block`` reads the ``fp8`` rows; a blank precision is bf16) without attention data or
-    pipeline parallelism, whose model is the target's (:func:`~sdplan.derive.request.model_key`:
+    (``fp8_block`` reads the ``fp8`` rows, ``nvfp4`` the ``fp4`` ones; a blank precision is bf16) without
+    attention data or pipeline parallelism, whose model is the target's (:func:`~sdplan.derive.request.model_key`:
     ``nvidia/Llama-3.1-8B-Instruct-FP8`` is Llama-3.1-8B). None where the package's file is absent.
     """
     try:
         path = silicon.resolve_path(silicon.PACKAGED)
     except MissingDependencyError:
         return MeasuredRows()
-    key, precision = model_key(request.target_model), {"fp8_block": "fp8"}.get(request.precision, request.precision)
+    key = model_key(request.target_model)
+    precision = {"fp8_block": "fp8", "nvfp4": "fp4"}.get(request.precision, request.precision)
     runs, versions = [], []
     for line, row in silicon.parse_rows(str(path), path.read_text(encoding="utf-8")):
         cells = {name: silicon.cell_value(row, name) for name in ("backend", "system", "tp", "precision", "dp")}

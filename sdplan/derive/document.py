@@ -35,7 +35,8 @@ from sdplan.units import written_number
 
 PRECISION_TEXT = {"bf16": "bfloat16 weights, activations and KV cache",
                   "fp8": "float8 weights and activations (per tensor), bfloat16 KV cache",
-                  "fp8_block": "float8 weights (blockwise), bfloat16 KV cache"}
+                  "fp8_block": "float8 weights (blockwise), bfloat16 KV cache",
+                  "nvfp4": "NVFP4 weights and activations (4-bit, an fp8 scale per 16 elements), bfloat16 KV cache"}
 STEP_KEYS = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
 #: The comment at the head of a file ``sdplan derive`` writes: where its numbers come from.
 HEADER = ("Derived with 'sdplan derive' from NVIDIA AIConfigurator's op database: see [derivation] and "

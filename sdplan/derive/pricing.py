@@ -23,6 +23,8 @@ from sdplan.derive.request import (
     GPU_MEMORY_UTILIZATION,
     MODEL_ALIASES,
     MS,
+    PEAK_FLOPS_KEYS,
+    WEIGHT_BYTES,
     DeriveRequest,
     aic_version,
     draft_tp,
@@ -153,7 +155,7 @@ class StepBound:
         #: at :data:`COMPUTE_BOUND_ROWS` rows over those rows); 0 for an MoE target
         self.gemm_row_s = 0.0
         if not shapes.get("num_experts"):
-            gemms = dense_gemm_shapes(shapes, tp, 2.0 if quant["gemm_quant_mode"] == "bfloat16" else 1.0)
+            gemms = dense_gemm_shapes(shapes, tp, WEIGHT_BYTES[quant["gemm_quant_mode"]])
             at_budget = {name: float(latency_ms) * MS for name, latency_ms, *_ in self._ops(COMPUTE_BOUND_ROWS)}
             compute_bound = {name: at_budget[name] for name in gemms if name in at_budget}
             self.ceilings = gemm_ceilings(gemms, gpu, compute_bound)
@@ -181,6 +183,19 @@ class StepBound:
         return self._excess[rows]
 
 
+def shipped_config_files(name: str) -> list[tuple[Any, str]]:
+    """AIConfigurator's packaged ``config.json`` (and ``hf_quant_config.json``) of a model name, with the file
+    names a model folder gives them; empty where the package ships none."""
+    from importlib import resources
+
+    stem = name.replace("/", "--")
+    folder = resources.files("aiconfigurator_core") / "model_configs"
+    files = [(folder / f"{stem}_config.json", "config.json"),
+             (folder / f"{stem}_hf_quant_config.json", "hf_quant_config.json")]
+    found = [(source, target) for source, target in files if source.is_file()]
+    return found if found and found[0][1] == "config.json" else []
+
+
 class Models:
     """config.json folders for the architectures AIConfigurator lacks, written once per derivation."""
 
@@ -203,6 +218,14 @@ class Models:
             config = ARCHITECTURES[name]
         if config is None:
             known = MODEL_ALIASES.get(name, name)
+            shipped = shipped_config_files(known)
+            if known not in DefaultHFModels and shipped:
+                # a config AIConfigurator ships but no longer lists (Mixtral): its own files, as a local folder
+                folder = self.root / known.replace("/", "--")
+                folder.mkdir(parents=True, exist_ok=True)
+                for source, target in shipped:
+                    (folder / target).write_bytes(source.read_bytes())
+                return str(folder)
             if known not in DefaultHFModels and not (Path(name) / "config.json").is_file():
                 raise InvalidValueError(
                     f"{name}: AIConfigurator {aic_version()} ships no config.json for it and it is not a folder "
@@ -242,6 +265,13 @@ def checkpoint_quant_modes(precision: str, shapes: dict[str, Any]) -> dict[str, 
     return modes
 
 
+#: Head sizes every AIConfigurator 0.12.0 decode-attention table holds (vLLM 0.24.0 on GB200: 64, 128, 192,
+#: 256 and 512; SGLang and TensorRT-LLM: 64 and 128 at least).
+TIMED_HEAD_DIMS = (64, 128)
+#: The head size an EAGLE head's attention is priced at where the target's is not in :data:`TIMED_HEAD_DIMS`.
+HEAD_ATTENTION_DIM = 128
+
+
 def eagle_head_config(target: dict[str, Any]) -> dict[str, Any]:
     """A one-layer decoder pricing an EAGLE/EAGLE-3 head on a target of AIConfigurator's parsed shapes.
 
@@ -255,9 +285,19 @@ def eagle_head_config(target: dict[str, Any]) -> dict[str, Any]:
     whose MLP is widened by the parameters of the ``fc`` and of the extra QKV
     inputs, ``dI = (3 h^2 + h (n + 2 n_kv) d) / (3 h)``: the same weights
     streamed and multiplied per token.
+
+    A target whose head size is not one AIConfigurator times attention at (an MLA target's ``d`` is its
+    hidden size over its heads: 112 for Kimi-K2, 56 for DeepSeek-V3) has its head's attention priced at
+    :data:`HEAD_ATTENTION_DIM` with as many heads as keep the query width ``n d``; the head's GEMMs keep
+    their widths. Its KV reads are then those of plain multi-head attention, more than MLA's compressed
+    cache: a bound on the side of a dearer draft.
     """
     hidden, heads, kv_heads = int(target["hidden_size"]), int(target["n"]), int(target["n_kv"])
     head_dim = int(target["d"])
+    if head_dim not in TIMED_HEAD_DIMS:
+        width = heads * head_dim
+        kv_heads = max(1, round(kv_heads * head_dim / HEAD_ATTENTION_DIM))
+        heads, head_dim = max(1, round(width / HEAD_ATTENTION_DIM)), HEAD_ATTENTION_DIM
     extra = (3 * hidden * hidden + hidden * (heads + 2 * kv_heads) * head_dim) // (3 * hidden)
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
             "intermediate_size": int(target["inter_size"]) + extra, "num_attention_heads": heads,
@@ -393,15 +433,16 @@ class Pricer:
 
         ``P`` is the dense target's matmul weights per token (attention projections, MLP and LM head, from its
         shapes), ``F`` the GPU's peak tensor FLOP/s at the request's precision (AIConfigurator's system file,
-        ``bfloat16_tc_flops`` or ``fp8_tc_flops``). No step of more rows can cost less per further row: the
-        floor :func:`~sdplan.derive.fitting.fit_knee` holds the slope past the knee to. 0 for an MoE target
-        (its rows spread over experts) or a GPU whose file gives no peak.
+        :data:`~sdplan.derive.request.PEAK_FLOPS_KEYS`: ``bfloat16_tc_flops``, ``fp8_tc_flops`` or
+        ``fp4_tc_flops``). No step of more rows can cost less per further row: the floor
+        :func:`~sdplan.derive.fitting.fit_knee` holds the slope past the knee to. 0 for an MoE target (its rows
+        spread over experts) or a GPU whose file gives no peak.
         """
         if self.shapes.get("num_experts"):
             return 0.0
         # the whole model's GEMMs (one GPU's share at TP 1), each weight used once a token row
         weights = sum(layers * n * k for layers, n, k, _ in dense_gemm_shapes(self.shapes, 1, 1.0).values())
-        peak = self.gpu.get("fp8_tc_flops" if self.request.precision.startswith("fp8") else "bfloat16_tc_flops")
+        peak = self.gpu.get(PEAK_FLOPS_KEYS[self.request.precision])
         return 2.0 * weights / (self.request.tensor_parallel_size * float(peak)) if peak else 0.0
 
     def _kv_estimate(self, path: str, tp: int) -> dict[str, Any] | None:

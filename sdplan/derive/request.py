@@ -24,7 +24,8 @@ INSTALL_HINT = (f"sdplan derive needs NVIDIA AIConfigurator's estimator: pip ins
                 "(Python >= 3.11), or pip install -e '.[derive]' in a checkout")
 
 METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
-PRECISIONS = ("bf16", "fp8", "fp8_block")
+#: ``--precision`` values: weights (and activations) as AIConfigurator prices them; the KV cache stays bfloat16.
+PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4")
 #: AIConfigurator system name -> hardware as sdplan files name it, and the file-name part.
 SYSTEMS = {
     "h100_sxm": ("NVIDIA H100 SXM 80GB", "h100-sxm"),
@@ -41,6 +42,8 @@ MODEL_ALIASES = {
     "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
     "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
     "meta-llama/Llama-3.3-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Llama-3.1-405B-Instruct": "meta-llama/Meta-Llama-3.1-405B",
+    "meta-llama/Llama-3.1-405B": "meta-llama/Meta-Llama-3.1-405B",
 }
 #: Architectures AIConfigurator 0.12.0 does not ship, from each model's public config.json (shapes only).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -195,9 +198,17 @@ def draft_tp(request: DeriveRequest) -> int:
     return request.draft_tensor_parallel_size or request.tensor_parallel_size
 
 
+#: Bytes a weight of each AIConfigurator GEMM mode occupies: NVFP4 packs 4 bits and one fp8 scale per
+#: 16 elements (0.5 + 1/16); the fp8 modes' per-tensor or per-block scales are left out (under 0.01%).
+WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625}
+#: The key of a GPU's peak tensor FLOP/s for each ``--precision`` in AIConfigurator's system files.
+PEAK_FLOPS_KEYS = {"bf16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops",
+                   "nvfp4": "fp4_tc_flops"}
+
+
 def quant_modes(precision: str) -> dict[str, str]:
     """AIConfigurator's GEMM and MoE quantisation modes for a ``--precision``."""
-    mode = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block"}[precision]
+    mode = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}[precision]
     return {"gemm_quant_mode": mode, "moe_quant_mode": mode}
 
 
