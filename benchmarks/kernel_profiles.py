@@ -108,8 +108,7 @@ def specdecode_with_gemm_factor(factor: float) -> int:
     pricing.decode_step = decode_step
     pricing.Pricer.decode = staticmethod(decode_step)
     pricing.Pricer.split = staticmethod(split)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import sd_measured
+    import sd_measured  # the sibling benchmark (this folder is first on the path when it runs)
 
     llama_8b = "meta-llama/Llama-3.1-8B-Instruct"
     eagle_8b = dict(target_model=llama_8b, system="h100_sxm", method="eagle3",
