@@ -344,6 +344,10 @@ def derive_request(configuration: silicon.SiliconConfiguration, runs: list, vers
     from sdplan.derive import DeriveRequest
 
     precision = DERIVE_PRECISIONS.get(configuration.quant)
+    if AIC_MODEL_NAMES.get(configuration.model, configuration.model).startswith("openai/gpt-oss"):
+        # gpt-oss ships MXFP4 experts and bf16 attention, whatever the rows label it (fp4, nvfp4): derive prices
+        # the checkpoint's experts at MXFP4 by itself (sdplan.derive.pricing.checkpoint_quant_modes)
+        precision = "bf16"
     if precision is None:
         return None, f"quantisation {configuration.quant}: derive prices bf16, fp8, fp8_block and nvfp4"
     if configuration.dp > 1 or configuration.moe_ep > 1:

@@ -188,3 +188,29 @@ def test_nvfp4_on_a_gpu_without_fp4_units_is_a_one_line_error(sdplan, tmp_path) 
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: AIConfigurator 0.12.0 cannot price") and "fp4_tc_flops" in error
     assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_an_mxfp4_checkpoints_experts_are_priced_as_it_ships_them() -> None:
+    from sdplan.derive.pricing import MXFP4_EXPERTS
+
+    gpt_oss = {"num_experts": 128, "topk": 4, "raw_config": {"quant_algo": "mxfp4"}}
+    for precision, gemm in (("bf16", "bfloat16"), ("fp8", "fp8")):
+        assert checkpoint_quant_modes(precision, gpt_oss) == {"gemm_quant_mode": gemm, "moe_quant_mode": MXFP4_EXPERTS}
+    # no experts, nothing to price at MXFP4
+    assert checkpoint_quant_modes("bf16", {"num_experts": 0, "raw_config": {"quant_algo": "mxfp4"}}) == \
+        {"gemm_quant_mode": "bfloat16", "moe_quant_mode": "bfloat16"}
+
+
+def test_gpt_oss_anchors_to_its_measured_fp4_rows_and_says_how_its_experts_are_priced() -> None:
+    """gpt-oss-120b on 2x H200: AIConfigurator's rows label its runs fp4, and derive asks for bf16 (its attention)."""
+    _aic()
+    from sdplan.derive import DeriveRequest, derive
+
+    derivation = derive(DeriveRequest(target_model="openai/gpt-oss-120b", system="h200_sxm", method="ngram",
+                                      tensor_parallel_size=2, draft_lengths=(1,)))
+    text = str(derivation.document)
+    assert derivation.anchor is not None and derivation.anchor["rows"] >= 10
+    assert "ships its experts in MXFP4" in text and "8-bit activations" not in text
+    on_b200 = derive(DeriveRequest(target_model="openai/gpt-oss-120b", system="b200_sxm", method="ngram",
+                                   tensor_parallel_size=2, draft_lengths=(1,), anchor=False))
+    assert "8-bit activations" in str(on_b200.document)

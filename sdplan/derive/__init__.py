@@ -139,7 +139,7 @@ def derive(request: DeriveRequest, progress: Callable[[str], None] | None = None
             fitted = fit_steps(request, pricer, note)
             anchor = None
             if request.anchor:
-                rows = measured if measured is not None else measured_rows(request)
+                rows = measured if measured is not None else measured_rows(request, pricer.quant)
                 anchor = fit_anchor(rows, pricer, fitted.kv_tokens)
         except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:  # AIConfigurator's own errors
             raise InvalidValueError(f"AIConfigurator {aic_version()} cannot price {request.target_model} + "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdplan.derive.fitting import fit_linear
-from sdplan.derive.pricing import Pricer
+from sdplan.derive.pricing import MXFP4_EXPERTS, Pricer
 from sdplan.derive.request import MS, DeriveRequest, engine_overheads, model_key
 from sdplan.errors import MissingDependencyError
 from sdplan.runs import silicon
@@ -28,13 +28,15 @@ class MeasuredRows:
     versions: tuple[str, ...] = ()
 
 
-def measured_rows(request: DeriveRequest) -> MeasuredRows:
+def measured_rows(request: DeriveRequest, quant: dict[str, str] | None = None) -> MeasuredRows:
     """The installed ``silicon_sample.csv``'s aggregated rows for the request's configuration.
 
     The rows of the request's backend (every version), system, tensor parallelism and precision
     (``fp8_block`` reads the ``fp8`` rows, ``nvfp4`` the ``fp4`` ones; a blank precision is bf16) without
-    attention data or pipeline parallelism, whose model is the target's (:func:`~sdplan.derive.request.model_key`:
-    ``nvidia/Llama-3.1-8B-Instruct-FP8`` is Llama-3.1-8B). None where the package's file is absent.
+    attention data or pipeline parallelism, whose model is the target's
+    (:func:`~sdplan.derive.request.model_key`: ``nvidia/Llama-3.1-8B-Instruct-FP8`` is Llama-3.1-8B). A target
+    whose experts are priced as MXFP4 (``quant``, :func:`~sdplan.derive.pricing.checkpoint_quant_modes`: gpt-oss)
+    reads the ``fp4`` rows. None where the package's file is absent.
     """
     try:
         path = silicon.resolve_path(silicon.PACKAGED)
@@ -42,6 +44,8 @@ def measured_rows(request: DeriveRequest) -> MeasuredRows:
         return MeasuredRows()
     key = model_key(request.target_model)
     precision = {"fp8_block": "fp8", "nvfp4": "fp4"}.get(request.precision, request.precision)
+    if quant is not None and quant.get("moe_quant_mode") == MXFP4_EXPERTS:
+        precision = "fp4"
     runs, versions = [], []
     for line, row in silicon.parse_rows(str(path), path.read_text(encoding="utf-8")):
         cells = {name: silicon.cell_value(row, name) for name in ("backend", "system", "tp", "precision", "dp")}

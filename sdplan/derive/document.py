@@ -13,13 +13,14 @@ from typing import Any
 
 from sdplan import __version__
 from sdplan.derive.fitting import FittedSteps
-from sdplan.derive.pricing import Pricer, shown_path
+from sdplan.derive.pricing import MXFP4_EXPERTS, Pricer, shown_path
 from sdplan.derive.request import (
     AIC_DISTRIBUTION,
     AIC_LICENCE,
     ARCHITECTURES,
     CONTEXT_GRID,
     EAGLE3_DRAFT_VOCAB,
+    FP4_SYSTEMS,
     MODEL_ALIASES,
     PROMPT_GRID,
     SYSTEMS,
@@ -102,7 +103,17 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
             found.append(f"the draft model runs on {request.draft_tensor_parallel_size} of the target's "
                          f"{request.tensor_parallel_size} GPUs (draft_tensor_parallel_size) with the target's "
                          "precision, sharing their memory; its prefill is paid with the target's")
-    if pricer.quant["moe_quant_mode"] != pricer.quant["gemm_quant_mode"]:
+    if pricer.quant["moe_quant_mode"] == MXFP4_EXPERTS:
+        found.append(f"{request.target_model}'s checkpoint ships its experts in MXFP4 (config.json "
+                     f"quantization_config.quant_method): they are priced with the engine's {MXFP4_EXPERTS} MoE "
+                     "kernels (4-bit weights, 16-bit activations), the other GEMMs at "
+                     f"{pricer.quant['gemm_quant_mode']}")
+        if request.system in FP4_SYSTEMS:
+            found.append(f"on {request.system} the engine can run MXFP4 experts with 8-bit activations, which "
+                         f"AIConfigurator {aic_version()} does not time for this model: {MXFP4_EXPERTS} prices them "
+                         "slower (gpt-oss-120b on B200: derived E2E 22-55% above AIConfigurator's measured rows, "
+                         "benchmarks/RESULTS-accuracy-silicon-2026-11.md)")
+    elif pricer.quant["moe_quant_mode"] != pricer.quant["gemm_quant_mode"]:
         found.append(f"{request.target_model}'s checkpoint is block-scaled fp8 (config.json weight_block_size): its "
                      f"experts are priced with the engine's {pricer.quant['moe_quant_mode']} MoE kernels, the other "
                      f"GEMMs at {pricer.quant['gemm_quant_mode']}")

@@ -245,6 +245,10 @@ def shown_path(path: str) -> str:
     return Path(path).name.replace("--", "/") if Path(path).is_absolute() else path
 
 
+#: AIConfigurator's MoE mode for experts a checkpoint ships in MXFP4 (:func:`checkpoint_quant_modes`).
+MXFP4_EXPERTS = "w4a16_mxfp4"
+
+
 def checkpoint_quant_modes(precision: str, shapes: dict[str, Any]) -> dict[str, str]:
     """AIConfigurator's GEMM and MoE quantisation modes for a ``--precision`` on a target checkpoint.
 
@@ -257,10 +261,18 @@ def checkpoint_quant_modes(precision: str, shapes: dict[str, Any]) -> dict[str, 
     per-tensor ModelOpt kernel that AIConfigurator's ``fp8`` MoE rows time (vLLM 0.24.0 database on H200:
     0.19 ms a layer for Qwen3-235B-A22B's experts at one token and two GPUs, three times its bf16 kernel and
     the block-scaled kernel's 0.06 ms). The dense GEMMs keep ``--precision``.
+
+    An MoE checkpoint whose experts ship in MXFP4 (gpt-oss: ``quantization_config.quant_method = mxfp4``,
+    attention, router, embeddings and LM head left in bfloat16) has its experts priced at AIConfigurator's
+    ``w4a16_mxfp4``, 4-bit weights with 16-bit activations, whatever ``--precision`` says: the engine loads
+    the checkpoint's 4-bit experts (vLLM's ``Mxfp4MoEMethod``) and no other kind; its dense GEMMs keep
+    ``--precision`` (bf16 for such a checkpoint).
     """
     modes = quant_modes(precision)
-    if precision == "fp8" and shapes.get("num_experts") and \
-            (shapes.get("raw_config") or {}).get("quant_algo") == "fp8_block":
+    checkpoint = (shapes.get("raw_config") or {}).get("quant_algo")
+    if shapes.get("num_experts") and checkpoint == "mxfp4":
+        modes["moe_quant_mode"] = MXFP4_EXPERTS
+    elif precision == "fp8" and shapes.get("num_experts") and checkpoint == "fp8_block":
         modes["moe_quant_mode"] = "fp8_block"
     return modes
 

@@ -201,6 +201,8 @@ def draft_tp(request: DeriveRequest) -> int:
 #: Bytes a weight of each AIConfigurator GEMM mode occupies: NVFP4 packs 4 bits and one fp8 scale per
 #: 16 elements (0.5 + 1/16); the fp8 modes' per-tensor or per-block scales are left out (under 0.01%).
 WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625}
+#: The AIConfigurator systems with FP4 tensor cores (Blackwell), where ``--precision nvfp4`` can be priced.
+FP4_SYSTEMS = ("b200_sxm", "gb200")
 #: The key of a GPU's peak tensor FLOP/s for each ``--precision`` in AIConfigurator's system files.
 PEAK_FLOPS_KEYS = {"bf16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops",
                    "nvfp4": "fp4_tc_flops"}
