@@ -6,7 +6,7 @@ closed loop of N clients at fixed prompt/output lengths with its mean TTFT and T
 TTFT + (OSL - 1) x TPOT), no SD.
 
 Configurations: every (model, system, backend and version, TP, precision, quantisation, attention DP,
-MoE TP/EP) of vLLM and SGLang aggregated rows on H100, H200 and B200 with at least
+MoE TP/EP) of vLLM and SGLang aggregated rows on H100, H200, B200 and B300 with at least
 ``MIN_POINTS`` distinct (ISL, OSL, N) points at three or more concurrencies. A configuration whose
 rows repeat another's measurements exactly under another label (the file lists some DeepSeek-R1
 rows again as DeepSeek-V3, for example) is counted once, under the first label.
@@ -94,7 +94,7 @@ from sdplan.inputs.serving import prefill_scheduling
 from sdplan.runs import screen, silicon
 
 BACKENDS = ("vllm", "sglang")
-SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
+SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")
 #: Fewest distinct (ISL, OSL, N) points a configuration needs.
 MIN_POINTS = 9
 #: Requests each client sends in a measured closed loop, which the rows do not record: NVIDIA Dynamo's

@@ -214,3 +214,15 @@ def test_gpt_oss_anchors_to_its_measured_fp4_rows_and_says_how_its_experts_are_p
     on_b200 = derive(DeriveRequest(target_model="openai/gpt-oss-120b", system="b200_sxm", method="ngram",
                                    tensor_parallel_size=2, draft_lengths=(1,), anchor=False))
     assert "8-bit activations" in str(on_b200.document)
+
+
+def test_b300_and_gb300_are_derived_at_their_own_memory_and_fp4_units() -> None:
+    _aic()
+    from sdplan.calibration import parse_calibration
+    from sdplan.derive import DeriveRequest, derive
+
+    for system, hardware in (("b300_sxm", "NVIDIA B300 SXM 288GB"), ("gb300", "NVIDIA GB300")):
+        request = DeriveRequest(target_model="meta-llama/Llama-3.1-70B-Instruct", system=system, method="ngram",
+                                tensor_parallel_size=2, precision="nvfp4", draft_lengths=(1,), anchor=False)
+        calibration = parse_calibration(derive(request).document, f"<{system}>")
+        assert calibration.records.provenance.hardware.startswith(f"2x {hardware}")

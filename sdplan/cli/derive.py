@@ -18,7 +18,7 @@ from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
               help="Target model: a Hugging Face name AIConfigurator knows (e.g. Qwen/Qwen3-32B, "
               "meta-llama/Llama-3.1-8B-Instruct) or a folder with its config.json.")
 @click.option("--system", required=True, metavar="GPU",
-              help="AIConfigurator system: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s or gb200.")
+              help="AIConfigurator system: h100_sxm, h200_sxm, b200_sxm, b300_sxm, a100_sxm, l40s, gb200 or gb300.")
 @click.option("--method", "speculative_method", required=True,
               type=click.Choice(("draft_model", "eagle", "eagle3", "mtp", "ngram")),
               help="SD method (vLLM's names).")

@@ -34,6 +34,8 @@ SYSTEMS = {
     "a100_sxm": ("NVIDIA A100 SXM 80GB", "a100-sxm-80gb"),
     "l40s": ("NVIDIA L40S 48GB", "l40s"),
     "gb200": ("NVIDIA GB200", "gb200"),
+    "b300_sxm": ("NVIDIA B300 SXM 288GB", "b300"),
+    "gb300": ("NVIDIA GB300", "gb300"),
 }
 #: Public model names -> the name AIConfigurator ships a config.json for (same architecture).
 MODEL_ALIASES = {
@@ -202,7 +204,7 @@ def draft_tp(request: DeriveRequest) -> int:
 #: 16 elements (0.5 + 1/16); the fp8 modes' per-tensor or per-block scales are left out (under 0.01%).
 WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625}
 #: The AIConfigurator systems with FP4 tensor cores (Blackwell), where ``--precision nvfp4`` can be priced.
-FP4_SYSTEMS = ("b200_sxm", "gb200")
+FP4_SYSTEMS = ("b200_sxm", "gb200", "b300_sxm", "gb300")
 #: The key of a GPU's peak tensor FLOP/s for each ``--precision`` in AIConfigurator's system files.
 PEAK_FLOPS_KEYS = {"bf16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops",
                    "nvfp4": "fp4_tc_flops"}
