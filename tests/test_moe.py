@@ -260,3 +260,33 @@ def test_cli_capacity_vllm_config_for_moe_uses_coverage(sdplan) -> None:
     assert result.exit_code == 0, result.output
     schedule = json.loads(result.stdout)["num_speculative_tokens_per_batch_size"]
     assert [k for _, _, k in schedule if k == 0] == []  # SD pays at every batch size here (experts dominate)
+
+
+def test_an_moe_options_batch_reaches_its_cap_at_the_cap_rate_the_grid_gives() -> None:
+    """At ``lambda_N`` from :func:`moe_cap_rates` the MoE fixed point holds ``N`` requests, no SD and SD alike."""
+    from sdplan.latency.latency_grid import moe_cap_rates
+
+    spec = MoESpec(8, 128, COVERAGE)
+    ks = numpy.array([1, 3])
+    tokens = numpy.array([[1.8, 2.6]])
+    caps = [48.0, 20.0, 12.0]
+    base_rate, sd_rate = moe_cap_rates(BASE, ks, tokens, caps, spec)
+    plan = planner.plan(BASE, [base_rate * (1 - 1e-9)], [1, 3], [0.7], tokens_per_cycle=tokens, moe=spec)
+    assert float(plan.baseline_batch[0]) == pytest.approx(48.0, rel=1e-4)
+    for j, cap in enumerate(caps[1:]):
+        at_cap = planner.plan(BASE, [float(sd_rate[0, j]) * (1 - 1e-9)], [1, 3], [0.7], tokens_per_cycle=tokens,
+                              moe=spec)
+        assert float(at_cap.batch[0, 0, j]) == pytest.approx(cap, rel=1e-4)
+    # an infinite cap has no cap rate
+    assert moe_cap_rates(BASE, ks, tokens, [numpy.inf] * 3, spec)[0] == numpy.inf
+
+
+def test_an_moe_plan_saturates_at_its_kv_cap_not_past_it(sdplan) -> None:
+    """Qwen3-30B-A3B with a 0.6B draft on one H100: its KV cache holds 77 requests without SD and 30 with k=2."""
+    result = sdplan("plan", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["baseline"]["saturation_limit"] == "cap"
+    batches = [point["effective_batch_size"] for row in document["results"][0]["rates"]
+               for point in [row["baseline"], *row["speculative"]] if point["effective_batch_size"] is not None]
+    assert batches and max(batches) <= 77.0 + 1e-6

@@ -116,17 +116,12 @@ def knee_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, token
                       even=model.BreakEven(rate_rps=rate, sd_faster_below=faster_below))
 
 
-def with_batch_caps(solved: SolvedGrid, coefficients: Coefficients, rates: FloatArray, ks: IntArray,
-                    tokens: FloatArray, caps: Sequence[float]) -> SolvedGrid:
-    """The grid with each option's engine cap as a throughput bound (``docs/model.md#saturation-and-batch-cap``).
+def dense_cap_rates(coefficients: Coefficients, ks: IntArray, tokens: FloatArray,
+                    caps: Sequence[float]) -> tuple[float, FloatArray]:
+    """``(no SD, SD (a, k))`` rates at which a dense target's batch ``lambda L`` reaches each option's cap ``N``.
 
-    ``caps`` are the requests each option's engine holds at once, no SD first then ``ks`` (``max_num_seqs``,
-    or what its KV cache holds; inf for none). An option's batch reaches its cap ``N`` at
-    ``lambda_N = N / (C1_N + N C2_N)`` (:func:`sdplan.latency.model.batch_cap_rate`, with the demands that hold at a
-    batch of ``N``: past the compute-bound knee where ``N`` is). From there requests wait for admission and
-    the queue grows without bound once the engine completes no more than it admits, which a server held
-    at ``N`` in flight does within ``C2_N / (C1_N + N C2_N)`` of ``lambda_N``: the points past it are
-    unstable (the cap rate itself is admitted), and the utilisation is ``max(lambda C2, lambda / lambda_N)``.
+    ``lambda_N = N / (C1_N + N C2_N)`` (:func:`sdplan.latency.model.batch_cap_rate`) with the demands that hold
+    at a batch of ``N``: past the compute-bound knee where ``N`` is. inf for an infinite cap.
     """
     caps_array = np.asarray(caps, dtype=np.float64)
     c1_d, c2_d = model.baseline_demand(coefficients)
@@ -141,6 +136,48 @@ def with_batch_caps(solved: SolvedGrid, coefficients: Coefficients, rates: Float
     with np.errstate(invalid="ignore"):  # an infinite cap has no cap rate
         sd_rate = np.where(np.isfinite(sd_caps), model.batch_cap_rate(
             *knee.batch_cap_demands(c1, c2, knee_sd, sd_caps), np.where(np.isfinite(sd_caps), sd_caps, 1.0)), np.inf)
+    return base_rate, sd_rate
+
+
+def moe_cap_rates(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, caps: Sequence[float],
+                  moe: MoESpec) -> tuple[float, FloatArray]:
+    """``(no SD, SD (a, k))`` rates at which an MoE target's batch ``lambda L`` reaches each option's cap ``N``.
+
+    The fixed point of :func:`sdplan.latency.moe.solve` with ``B = lambda L = N`` is
+    ``L_N = a1 + b1 phi_N + N (a2 + b2 phi_N)``, ``phi_N = phi(t (1 + N))`` (``t`` = 1 without SD, ``k + 1``
+    with it), so ``lambda_N = N / L_N``: the batch-cap rate of the dense case with the demands at the experts a
+    batch of ``N`` covers. inf for an infinite cap.
+    """
+    caps_array = np.asarray(caps, dtype=np.float64)
+    (base_a1, base_b1, base_a2, base_b2), (a1, b1, a2, b2) = moe_demands(coefficients, ks, tokens, moe)
+    base_cap = float(caps_array[0])
+    base_rate = math.inf
+    if math.isfinite(base_cap):
+        phi = float(moe.phi(moe_model.routed_tokens(1.0, base_cap)))
+        base_rate = float(model.batch_cap_rate(base_a1 + base_b1 * phi, base_a2 + base_b2 * phi, base_cap))
+    sd_caps = np.broadcast_to(caps_array[1:][None, :], a1.shape)
+    held = np.where(np.isfinite(sd_caps), sd_caps, 1.0)
+    phi_sd = moe.phi(moe_model.routed_tokens(ks[None, :].astype(np.float64) + 1.0, held))
+    sd_rate = np.where(np.isfinite(sd_caps), model.batch_cap_rate(a1 + b1 * phi_sd, a2 + b2 * phi_sd, held), np.inf)
+    return base_rate, sd_rate
+
+
+def with_batch_caps(solved: SolvedGrid, coefficients: Coefficients, rates: FloatArray, ks: IntArray,
+                    tokens: FloatArray, caps: Sequence[float], moe: MoESpec | None = None) -> SolvedGrid:
+    """The grid with each option's engine cap as a throughput bound (``docs/model.md#saturation-and-batch-cap``).
+
+    ``caps`` are the requests each option's engine holds at once, no SD first then ``ks`` (``max_num_seqs``,
+    or what its KV cache holds; inf for none). An option's batch reaches its cap ``N`` at ``lambda_N``
+    (:func:`dense_cap_rates`; an MoE target's at the experts a batch of ``N`` covers, :func:`moe_cap_rates`).
+    From there requests wait for admission and the queue grows without bound once the engine completes no
+    more than it admits, which a server held at ``N`` in flight does within ``C2_N / (C1_N + N C2_N)`` of
+    ``lambda_N``: the points past it are unstable (the cap rate itself is admitted), and the utilisation is
+    ``max(lambda C2, lambda / lambda_N)``.
+    """
+    base_rate, sd_rate = dense_cap_rates(coefficients, ks, tokens, caps) if moe is None else \
+        moe_cap_rates(coefficients, ks, tokens, caps, moe)
+    base_cap = float(np.asarray(caps, dtype=np.float64)[0])
+    sd_caps = np.broadcast_to(np.asarray(caps, dtype=np.float64)[1:][None, :], sd_rate.shape)
     lam = rates[None, :, None]
     # A cap below one request (a prompt and output longer than the KV cache holds) admits nobody: that
     # option is unstable at every rate, zero included, and its utilisation is infinite rather than 0/0.
@@ -172,6 +209,21 @@ def capped_break_even(solved: SolvedGrid, base_rate: float, sd_rate: FloatArray)
                            sd_faster_below=even.sd_faster_below)
 
 
+def moe_demands(coefficients: Coefficients, ks: IntArray, tokens: FloatArray,
+                moe: MoESpec) -> tuple[tuple[float, float, float, float], tuple[FloatArray, ...]]:
+    """``(a1, b1, a2, b2)`` of no SD (floats) and of each SD option ``(a, k)``: ``C1 = a1 + b1 phi``,
+    ``C2 = a2 + b2 phi``.
+
+    The demands are linear in the coefficients, so ``C(phi) = C(at phi 0) + phi [C(at phi 1) - C(at phi 0)]``
+    (:func:`sdplan.latency.moe.at_coverage`).
+    """
+    k_ak = ks[None, :].astype(np.float64)
+    low, full = moe_model.at_coverage(coefficients, moe, 0.0), moe_model.at_coverage(coefficients, moe, 1.0)
+    (c1_low, c2_low), (c1_full, c2_full) = model.baseline_demand(low), model.baseline_demand(full)
+    (a1, a2), (f1, f2) = model.demand_from_tokens(low, tokens, k_ak), model.demand_from_tokens(full, tokens, k_ak)
+    return (float(c1_low), float(c1_full - c1_low), float(c2_low), float(c2_full - c2_low)), (a1, f1 - a1, a2, f2 - a2)
+
+
 def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray,
              moe: MoESpec) -> SolvedGrid:
     """The MoE fixed point per point (:func:`sdplan.latency.moe.solve`), break-even rates found on the solved curves.
@@ -181,13 +233,8 @@ def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens
     """
     k_ak = ks[None, :].astype(np.float64)
     lam = rates[None, :, None]
-    # C(phi) = C(at phi 0) + phi [C(at phi 1) - C(at phi 0)]: the demands are linear in the coefficients
-    low, full = moe_model.at_coverage(coefficients, moe, 0.0), moe_model.at_coverage(coefficients, moe, 1.0)
-    (c1_low, c2_low), (c1_full, c2_full) = model.baseline_demand(low), model.baseline_demand(full)
-    base_args = (c1_low, c1_full - c1_low, c2_low, c2_full - c2_low)
+    base_args, (a1, b1, a2, b2) = moe_demands(coefficients, ks, tokens, moe)
     base = moe_model.solve(*base_args, 1.0, rates, moe)
-    (a1, a2), (f1, f2) = model.demand_from_tokens(low, tokens, k_ak), model.demand_from_tokens(full, tokens, k_ak)
-    b1, b2 = f1 - a1, f2 - a2
     args = (a1[:, None, :], b1[:, None, :], a2[:, None, :], b2[:, None, :])
     solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe)
     frozen = moe_model.solve(*args, 1.0, lam, moe)  # as if verification routed only B tokens

@@ -172,7 +172,8 @@ def plan(
         Requests each option's engine holds at once, no SD first, then one per draft length
         (:meth:`sdplan.inputs.serving.EngineLimits.option_caps`); inf for no cap. Each option saturates at the
         lower of ``1/C2`` and the rate where its batch reaches its cap
-        (:func:`sdplan.latency.latency_grid.with_batch_caps`). Not applied to an MoE target (its warnings say so).
+        (:func:`sdplan.latency.latency_grid.with_batch_caps`; an MoE target's at the experts a batch of that
+        size covers).
 
     Returns
     -------
@@ -195,8 +196,8 @@ def plan(
         tokens = np.broadcast_to(np.asarray(tokens_per_cycle, dtype=np.float64), (alpha.size, ks.size))
     solved = dense_grid(coefficients, rates, ks, tokens) if moe is None else \
         moe_grid(coefficients, rates, ks, tokens, moe)
-    if batch_caps is not None and moe is None:
-        solved = with_batch_caps(solved, coefficients, rates, ks, tokens, batch_caps)
+    if batch_caps is not None:
+        solved = with_batch_caps(solved, coefficients, rates, ks, tokens, batch_caps, moe)
     result = _assemble(coefficients, alpha, rates, ks, tokens, solved, goodput_policy, moe)
     # up to the largest batch an SD option's engine holds (its cap itself the last point)
     largest = max((cap for cap in (batch_caps or ())[1:] if math.isfinite(cap)), default=max(STEP_BATCHES))
