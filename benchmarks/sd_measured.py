@@ -184,9 +184,13 @@ def calibration_of(key: str) -> Any:
     return _CACHE[key]
 
 
+#: Source id -> the model part of its setup key, for the sources whose series ids do not name the model second.
+SOURCE_MODELS = {"vllm_blog_2024_spec_decode": "blog70b", "vllm_blog_2026_eagle_3_1": "kimi-k2.6"}
+
+
 def setup_key(series: dict[str, Any], source: str) -> str:
     """``[engine:]model:method``; the engine is named where it is not vLLM, whose op database the shipped files use."""
-    model = {"vllm_blog_2024": "blog70b", "vllm_blog_2026": "kimi-k2.6"}.get(source[:14], series["id"].split("_")[1])
+    model = SOURCE_MODELS.get(source, series["id"].split("_")[1])
     engine = series["engine"]["name"]
     return f"{'' if engine == 'vllm' else engine + ':'}{model}:{series['draft']['method']}"
 
