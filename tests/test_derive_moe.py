@@ -216,8 +216,14 @@ def test_gpt_oss_anchors_to_its_measured_fp4_rows_and_says_how_its_experts_are_p
     assert "8-bit activations" in str(on_b200.document)
 
 
-def test_b300_and_gb300_are_derived_at_their_own_memory_and_fp4_units() -> None:
+def test_b300_and_gb300_are_derived_at_their_own_memory_and_fp4_units(sdplan, tmp_path) -> None:
     _aic()
+    out = tmp_path / "gb300.toml"
+    result = sdplan("derive", "--target-model", "meta-llama/Llama-3.1-70B-Instruct", "--system", "gb300", "--tp", "2",
+                    "--method", "ngram", "--precision", "nvfp4", "--draft-lengths", "1", "--no-anchor",
+                    "-o", str(out), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert "NVIDIA GB300" in out.read_text() and "nvfp4" in out.name + out.read_text().lower()
     from sdplan.calibration import parse_calibration
     from sdplan.derive import DeriveRequest, derive
 
