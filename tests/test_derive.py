@@ -245,3 +245,14 @@ def test_a_config_aiconfigurator_ships_but_no_longer_lists_is_read_offline(sdpla
     assert result.exit_code == 0, result.stderr
     text = out.read_text()
     assert "[moe]" in text and "mistralai/Mixtral-8x7B-v0.1" in text
+
+
+def test_a_tensor_parallelism_the_heads_do_not_divide_is_a_one_line_error(sdplan, tmp_path: Path) -> None:
+    """AIConfigurator asserts that the heads divide over the GPUs; that is bad input, not an internal error."""
+    _aic()
+    result = sdplan("derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "h100_sxm",
+                    "--tp", "3", "--method", "ngram", "-o", str(tmp_path / "x.toml"))
+    assert result.exit_code == ExitStatus.USAGE
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: AIConfigurator 0.12.0 cannot price") and "divisible by tp_size 3" in error
+    assert "Traceback" not in result.stderr and not (tmp_path / "x.toml").exists()

@@ -141,7 +141,9 @@ def derive(request: DeriveRequest, progress: Callable[[str], None] | None = None
             if request.anchor:
                 rows = measured if measured is not None else measured_rows(request, pricer.quant)
                 anchor = fit_anchor(rows, pricer, fitted.kv_tokens)
-        except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:  # AIConfigurator's own errors
+        # AIConfigurator's own errors, its invariant checks on the layout included (an AssertionError such as
+        # "num_heads 64 should be divisible by tp_size 3"); sdplan's derive code asserts nothing
+        except (ValueError, KeyError, FileNotFoundError, RuntimeError, AssertionError) as error:
             raise InvalidValueError(f"AIConfigurator {aic_version()} cannot price {request.target_model} + "
                                     f"{request.draft_model or request.method} on {request.system} with "
                                     f"{request.backend} {request.backend_version or 'current'}: "
