@@ -142,17 +142,14 @@ def cell(values: list[float]) -> str:
 def add_to_buckets(buckets: dict[str, Errors], runs: list, errors: Errors, kind: str | None = None) -> None:
     """Each run's errors into its bucket of prompt length (4,096 tokens) and concurrency (64), and the rows
     where the KV cache binds: TTFT over 5x its lowest-concurrency value at the same lengths (the issue's
-    definition: requests wait for admission), those also by ``kind`` (dense or MoE) where given."""
-    lowest: dict[tuple[float, float], tuple[int, float]] = {}
-    for run in runs:
-        shape = (run.prompt_tokens, run.output_tokens)
-        if shape not in lowest or run.concurrency < lowest[shape][0]:
-            lowest[shape] = (run.concurrency, run.mean_ttft_s)
-    for run, e2e, tpot, ttft in zip(runs, errors.e2e, errors.tpot, errors.ttft):
+    definition: requests wait for admission, :func:`sdplan.runs.silicon.waited_for_admission`), those also
+    by ``kind`` (dense or MoE) where given."""
+    for run, queued, e2e, tpot, ttft in zip(runs, silicon.waited_for_admission(runs), errors.e2e, errors.tpot,
+                                            errors.ttft):
         key = (f"prompt {'>=' if run.prompt_tokens >= 4096 else '<'} 4096, "
                f"N {'>=' if run.concurrency >= 64 else '<'} 64")
         buckets[key].extend(Errors([e2e], [tpot], [ttft]))
-        if run.mean_ttft_s > 5.0 * lowest[(run.prompt_tokens, run.output_tokens)][1]:
+        if queued:
             buckets["KV cache binds (TTFT > 5x low load)"].extend(Errors([e2e], [tpot], [ttft]))
             if kind is not None:
                 buckets[f"KV cache binds, {kind}"].extend(Errors([e2e], [tpot], [ttft]))

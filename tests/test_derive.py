@@ -256,3 +256,22 @@ def test_a_tensor_parallelism_the_heads_do_not_divide_is_a_one_line_error(sdplan
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: AIConfigurator 0.12.0 cannot price") and "divisible by tp_size 3" in error
     assert "Traceback" not in result.stderr and not (tmp_path / "x.toml").exists()
+
+
+def test_an_anchor_leaves_out_rows_whose_requests_waited_for_admission() -> None:
+    """gpt-oss-120b on 2x H100: one of its rows (512 clients, 1024/1024, engine version unrecorded) has a TTFT of
+    23.8 s and a TPOT (5.6 ms) below that of 64 clients (14.8 ms): far fewer than 512 ran a step. Fitted on, it
+    pulled the anchor to a decode scale of 0.36 and no prefill at all (MAPE 56% after anchoring); left out, the
+    anchor fits its rows within 10% and keeps a prefill cost."""
+    _aic()
+    from sdplan.derive import DeriveRequest, derive, measured_rows
+    from sdplan.runs import silicon
+
+    request = DeriveRequest(target_model="openai/gpt-oss-120b", system="h100_sxm", method="ngram",
+                            tensor_parallel_size=2, draft_lengths=(1,))
+    found = measured_rows(request, {"moe_quant_mode": "w4a16_mxfp4"})
+    waited = [run for run, queued in zip(found.runs, silicon.waited_for_admission(found.runs)) if queued]
+    assert any(run.concurrency == 512 and run.mean_ttft_s > 20 for run in waited)
+    anchor = derive(request).anchor
+    assert anchor is not None and anchor["concurrency"][1] < 512
+    assert anchor["anchored_mape_pct"] < 10 and anchor["prefill_scale"] > 0.5 and anchor["decode_scale"] > 0.5

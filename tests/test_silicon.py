@@ -253,3 +253,20 @@ def test_a_measurement_listed_twice_is_one_run(tmp_path: Path) -> None:
     assert len(warnings) == 1 and "1 of 32 rows repeat a measurement" in warnings[0] and "counted once" in warnings[0]
     points = [(r.prompt_tokens, r.output_tokens, r.concurrency) for r in runs]
     assert points.count(points[0]) == 2  # the first row and its rerun, not its relisting
+
+
+def test_rows_whose_requests_waited_for_admission_are_told_by_their_ttft() -> None:
+    """A closed loop whose mean TTFT is over 5x that of the fewest clients at the same lengths had requests
+    waiting for admission; the fewest clients themselves, other lengths and 5x exactly are not flagged."""
+    from sdplan.runs.record import BenchmarkRun
+
+    def run(clients: int, prompt: float, ttft_s: float) -> BenchmarkRun:
+        e2e = ttft_s + 1023 * 0.01
+        return BenchmarkRun(source=f"N={clients}", requested_rate_rps=None, achieved_rate_rps=clients / e2e,
+                            draft_length=0, alpha=None, prompt_tokens=prompt, output_tokens=1024.0,
+                            mean_e2e_latency_s=e2e, mean_ttft_s=ttft_s, mean_tpot_s=0.01, concurrency=clients)
+
+    runs = [run(64, 1024, 0.169), run(4, 1024, 0.0593), run(512, 1024, 23.8), run(16, 1024, 5 * 0.0593),
+            run(512, 8192, 1.2), run(8, 8192, 0.3056)]
+    assert silicon.waited_for_admission(runs) == [False, False, True, False, False, False]
+    assert silicon.waited_for_admission([run(8, 1024, 0.07)]) == [False]

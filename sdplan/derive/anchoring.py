@@ -34,7 +34,8 @@ def measured_rows(request: DeriveRequest, quant: dict[str, str] | None = None) -
     The rows of the request's backend (every version), system, tensor parallelism and precision
     (``fp8_block`` reads the ``fp8`` rows, ``nvfp4`` the ``fp4`` ones; a blank precision is bf16) without
     attention data or pipeline parallelism, whose model is the target's
-    (:func:`~sdplan.derive.request.model_key`: ``nvidia/Llama-3.1-8B-Instruct-FP8`` is Llama-3.1-8B). A target
+    (:func:`~sdplan.derive.request.model_key`: ``nvidia/Llama-3.1-8B-Instruct-FP8`` is Llama-3.1-8B), each
+    measurement once (:func:`~sdplan.runs.silicon.distinct_measurements`). A target
     whose experts are priced as MXFP4 (``quant``, :func:`~sdplan.derive.pricing.checkpoint_quant_modes`: gpt-oss)
     reads the ``fp4`` rows. None where the package's file is absent.
     """
@@ -55,7 +56,11 @@ def measured_rows(request: DeriveRequest, quant: dict[str, str] | None = None) -
                 and (row.get("pp_size") or "1").strip() == "1" and model_key(row["model_path"]) == key):
             runs.append(silicon.run_of(str(path), line, row))
             versions.append(silicon.cell_value(row, "version"))
-    return MeasuredRows(tuple(runs), tuple(versions))
+    # A measurement the file lists under several ids weighs once, as in sdplan fit.
+    distinct, _ = silicon.distinct_measurements(runs)
+    kept = {id(run) for run in distinct}
+    return MeasuredRows(tuple(run for run in runs if id(run) in kept),
+                        tuple(version for run, version in zip(runs, versions) if id(run) in kept))
 
 
 def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) -> dict[str, Any] | None:
@@ -79,9 +84,11 @@ def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) ->
     prefill cost by ``b``. None with fewer than three usable rows.
     """
     design, measured_s, used = [], [], []
-    for run, version in zip(measured.runs, measured.versions):
+    waited = silicon.waited_for_admission(measured.runs)
+    for run, version, queued in zip(measured.runs, measured.versions, waited):
         clients, prompt, output = int(run.concurrency or 0), int(run.prompt_tokens), int(run.output_tokens)
-        if run.mean_tpot_s is None or (kv_tokens is not None and clients * (prompt + output) > kv_tokens):
+        if (run.mean_tpot_s is None or queued
+                or (kv_tokens is not None and clients * (prompt + output) > kv_tokens)):
             continue
         decode = pricer.target_decode(clients, prompt + output // 2)
         prefill = float(pricer.target.predict_prefill_latency(1, prompt)) * MS * clients / output

@@ -65,6 +65,10 @@ UNRECORDED = "unrecorded"
 #: share are one measurement listed twice (:func:`distinct_measurements`); repeated runs of a benchmark differ
 #: by more (0.1% reads the same repeats on the packaged file but for 8 rounded ones).
 SAME_MEASUREMENT = 5e-3
+#: A closed loop whose mean TTFT is over this multiple of the TTFT at the lowest concurrency measured at the same
+#: lengths had requests waiting for admission (a full KV cache or batch): the issue's definition of rows "where
+#: the KV cache binds" (``benchmarks/RESULTS-accuracy-silicon-2026-11.md``), :func:`waited_for_admission`.
+ADMISSION_WAIT_TTFT_RATIO = 5.0
 
 
 def is_silicon_header(columns: list[str] | tuple[str, ...]) -> bool:
@@ -356,6 +360,28 @@ def distinct_measurements(runs: list[BenchmarkRun]) -> tuple[list[BenchmarkRun],
                    for r in kept):
             kept.append(run)
     return kept, len(runs) - len(kept)
+
+
+def waited_for_admission(runs: list[BenchmarkRun] | tuple[BenchmarkRun, ...]) -> list[bool]:
+    """Per closed-loop run, whether its requests waited for admission (:data:`ADMISSION_WAIT_TTFT_RATIO`).
+
+    Notes
+    -----
+    A closed loop of ``N`` clients whose requests wait for a KV-cache or batch slot does not run ``N``
+    sequences a step: Little's law puts ``N (E2E - TTFT) / E2E`` of them in the running batch, and the
+    wait lands in TTFT. AIConfigurator's rows show it as TTFTs of seconds to minutes beside TPOTs no
+    larger than at a quarter of the clients (gpt-oss-120b on 2x H100, 1024/1024: 59 ms at 4 clients,
+    23.8 s at 512). A run is compared with the lowest concurrency of the same prompt and output lengths
+    among ``runs``; that run itself, and a run without a TTFT, is never flagged.
+    """
+    lowest: dict[tuple[float, float], tuple[float, float]] = {}
+    for run in runs:
+        shape = (run.prompt_tokens, run.output_tokens)
+        if run.mean_ttft_s is not None and (shape not in lowest or (run.concurrency or 0) < lowest[shape][0]):
+            lowest[shape] = (run.concurrency or 0, run.mean_ttft_s)
+    return [run.mean_ttft_s is not None
+            and run.mean_ttft_s > ADMISSION_WAIT_TTFT_RATIO * lowest[(run.prompt_tokens, run.output_tokens)][1]
+            for run in runs]
 
 
 def _agree(value: float | None, other: float | None) -> bool:
