@@ -38,6 +38,20 @@ def test_show_valid_calibration(sdplan) -> None:
     assert "valid" in result.stdout and "c2v_s" in result.stdout and "assumptions" in result.stdout
 
 
+def test_show_prints_a_files_words_as_written(sdplan, write_calibration, direct_document) -> None:
+    """Square brackets in a file's text are its words, not terminal markup: the shipped files name the
+    "[derivation] anchor" table, and a note may hold anything."""
+    shipped = sdplan("show", "-c", DEFAULT_CALIBRATION, "--ascii")
+    assert shipped.exit_code == 0 and "([derivation] anchor)" in shipped.stdout.replace("\n", " ")
+    direct_document["provenance"]["notes"] = "[bold]kept[/bold] [red]"
+    direct_document["description"] = "a [b]file[/b]"
+    path = write_calibration(direct_document, "odd[name]")
+    result = sdplan("show", "-c", str(path), "--ascii")
+    assert result.exit_code == 0, result.output
+    assert "[bold]kept[/bold] [red]" in result.stdout and "a [b]file[/b]" in result.stdout
+    assert "odd[name]" in result.stdout
+
+
 def test_show_json_at_another_workload(sdplan) -> None:
     base = json.loads(sdplan("show", "-f", "json").stdout)
     longer = json.loads(sdplan("show", "-f", "json", "--prompt-tokens", "4096", "--output-tokens", "1024").stdout)

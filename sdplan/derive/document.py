@@ -64,8 +64,9 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
     overheads = engine_overheads(request.backend)
     found = [
         (f"step costs are AIConfigurator {version}'s estimates from its per-operation database measured on "
-        f"{request.system} with {request.backend} {pricer.version}; serving overheads outside the GPU ops are in "
-        "the anchor only"),
+        f"{request.system} with {request.backend} {pricer.version}, plus the engine's two overheads below; "
+        "any other serving cost outside the GPU ops enters only through an anchor to measured rows "
+        "([derivation] anchor)"),
         ("verification of k+1 tokens per sequence: every op but attention at batch x (k+1) token rows, as "
         "AIConfigurator prices MTP verification; attention at batch sequences (each sequence's KV read once per "
         "step, as multi-query attention kernels do)"),

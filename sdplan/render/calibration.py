@@ -7,7 +7,9 @@ import re
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sdplan import __version__
 from sdplan.render import (
@@ -69,18 +71,18 @@ def render_listing(listing: ShippedListing, fmt: OutputFormat, style: Style, ter
         table.add_column("method")
         for path, cal, error in entries:
             if cal is None:
-                table.add_row(f"{path}\n  {error or ''}", "INVALID")
+                table.add_row(Text(f"{path}\n  {error or ''}"), "INVALID")
                 continue
             prov = cal.provenance
             quality = cal.document.get("fit_quality", {}).get("r2")
             origin = cal.origin()
             table.add_row(
-                cal.name + ("*" if cal.name == default_name else "")
-                + f"\n  {prov['hardware']}: {prov['target_model']} + {prov['draft_model']}"
-                + f"\n  measured: {origin['measured']}\n  derived: {origin['derived']}"
-                + f"\n  assumed: {len(origin['assumed'])} assumptions (sdplan show)"
-                + f"\n  versions: {'; '.join(origin['versions'])}",
-                f"{cal.method}\n{_plain(prov['date'])}" + ("" if quality is None else f"\nR2 {quality:.4f}"),
+                Text(cal.name + ("*" if cal.name == default_name else "")
+                     + f"\n  {prov['hardware']}: {prov['target_model']} + {prov['draft_model']}"
+                     + f"\n  measured: {origin['measured']}\n  derived: {origin['derived']}"
+                     + f"\n  assumed: {len(origin['assumed'])} assumptions (sdplan show)"
+                     + f"\n  versions: {'; '.join(origin['versions'])}"),
+                Text(f"{cal.method}\n{_plain(prov['date'])}" + ("" if quality is None else f"\nR2 {quality:.4f}")),
             )
         print_table(console, table, title="Shipped calibrations",
                     caption="* default (used when -c is not given). Method 'roofline' = derived from datasheets, "
@@ -118,9 +120,10 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
         })
 
     def draw(console: Any) -> None:
-        console.print(f"[bold]{cal.name}[/bold]  ({cal.path}): valid, schema version {cal.document['schema_version']}")
+        console.print(f"[bold]{escape(cal.name)}[/bold]  ({escape(str(cal.path))}): valid, schema version "
+                      f"{cal.document['schema_version']}")
         if "description" in cal.document:
-            console.print(cal.document["description"])
+            console.print(Text(str(cal.document["description"])))
         console.print(f"method: {cal.method} ({METHOD_LABELS.get(cal.method, cal.method)}); form: {cal.form}")
         prov = Table(box=table_box(style), show_header=False)
         prov.add_column("key")
@@ -128,7 +131,7 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
         for key, value in cal.provenance.items():
             if isinstance(value, list):
                 value = "\n".join(f"- {item}" for item in value)
-            prov.add_row(key, _short_digests(str(_plain(value))))
+            prov.add_row(key, Text(_short_digests(str(_plain(value)))))
         ref = cal.document["reference_workload"]
         prov.add_row("reference workload",
                      f"{ref['prompt_tokens']} prompt tokens, {ref['output_tokens']} output tokens")
@@ -214,10 +217,11 @@ def origin_table(cal: Calibration, style: Style) -> Any:
     table = Table(box=table_box(style), show_header=False)
     table.add_column("what")
     table.add_column("detail")
-    table.add_row("measured", origin["measured"])
-    table.add_row("derived", origin["derived"])
-    table.add_row("assumed", "\n".join(f"- {item}" for item in origin["assumed"]) or "nothing")
-    table.add_row("versions", "\n".join(origin["versions"]))
+    # The file's own words: text, never rich markup ("[derivation] anchor" is a TOML table's name).
+    table.add_row("measured", Text(origin["measured"]))
+    table.add_row("derived", Text(origin["derived"]))
+    table.add_row("assumed", Text("\n".join(f"- {item}" for item in origin["assumed"]) or "nothing"))
+    table.add_row("versions", Text("\n".join(origin["versions"])))
     derivation = cal.document.get("derivation")
     if derivation:
         for component in ("target", "draft", "prefill", "interference"):
@@ -226,7 +230,7 @@ def origin_table(cal: Calibration, style: Style) -> Any:
                       if (key := f"{component}_{stat}_error_pct") in derivation]
             if errors:
                 table.add_row(f"{component} step form", ", ".join(errors) + " from the priced curve")
-        table.add_row("anchor", str(derivation["anchor"]))
+        table.add_row("anchor", Text(str(derivation["anchor"])))
         if "anchor_rows" in derivation:
             table.add_row("measured vs derived", anchor_summary(derivation))
     return table
@@ -241,7 +245,7 @@ def render_derivation(cal: Calibration, fmt: OutputFormat, style: Style, termina
                         "step_model": _plain(cal.document["step_model"])})
 
     def draw(console: Any) -> None:
-        console.print(f"[bold]{cal.name}[/bold] -> {cal.path}")
+        console.print(f"[bold]{escape(cal.name)}[/bold] -> {escape(str(cal.path))}")
         print_table(console, origin_table(cal, style), title="Measured, derived, assumed")
 
     return render_rich(draw, style, terminal)
