@@ -260,3 +260,22 @@ def test_plan_default_grid_has_numbers_for_every_k(sdplan) -> None:
     assert first["best"]["speculation"] == "on" and first["best"]["speedup"] > 1
     latencies = numpy.array([p["mean_e2e_latency_s"] for p in first["speculative"]])
     assert numpy.all(latencies > 0)
+
+
+def test_a_recommended_k_past_the_derived_draft_lengths_is_said(sdplan) -> None:
+    """The default file priced verification at k = 1-5 and plan weighs k up to 8: where a k past 5 is best
+    (high acceptance) the answer says it is extrapolated, in the table's caveats and the JSON's warnings;
+    where every best k was priced (the default acceptance) it says nothing of the kind."""
+    high = sdplan("plan", "--acceptance", "0.95", "-f", "json")
+    assert high.exit_code == 0, high.output
+    document = json.loads(high.stdout)
+    best = {rate["best"]["draft_length_tokens"] for rate in document["results"][0]["rates"]
+            if rate["best"].get("speculation") == "on"}
+    assert max(best) > 5
+    said = [w for w in document["warnings"] if "beyond the draft lengths" in w]
+    assert len(said) == 1 and "priced (up to k=5)" in said[0] and f"k={max(best)}" in said[0]
+    assert "--draft-lengths 1-" in said[0]
+    plain = sdplan("plan", "-f", "json")
+    assert not [w for w in json.loads(plain.stdout)["warnings"] if "beyond the draft lengths" in w]
+    checked = sdplan("check", "--rate", "2", "--slo", "e2e:mean<=60s", "--acceptance", "0.95", "-k", "8")
+    assert checked.exit_code == 0 and "k=8 is beyond the draft lengths" in checked.output.replace("\n", " ")

@@ -25,6 +25,7 @@ from (a path, a shipped name, or the default).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -197,13 +198,19 @@ class Calibration:
                 found.append((name, float(value), float(span[0]), float(span[1])))
         return found
 
-    def validity_warnings(self, prompt_tokens: float, output_tokens: float, batch: float | None = None) -> list[str]:
-        """Warnings for a workload (and optionally an effective batch) outside the calibrated ranges.
+    def validity_warnings(self, prompt_tokens: float, output_tokens: float, batch: float | None = None,
+                          draft_lengths: Iterable[int] = ()) -> list[str]:
+        """Warnings for a workload (and optionally an effective batch and chosen draft lengths) outside the
+        calibrated ranges.
 
         ``batch`` is the largest finite effective batch ``B = lambda L``
         (requests) the caller reports; it is checked against
         ``validity.batch_size`` (the batch sizes the step model was fitted or
         derived on: beyond them the linear step model is extrapolated).
+        ``draft_lengths`` are the ``k`` the answer recommends or was asked for;
+        a derived file's are checked against the draft lengths it priced
+        (``[derivation] draft_lengths``): past them the verification step's
+        rows, ``B (k + 1)``, and the drafting phase are extrapolated.
         """
         warnings = [f"{name} {value:g} is outside the calibrated range [{low:g}, {high:g}] of {self.name}; "
                     "predictions are extrapolated"
@@ -213,6 +220,14 @@ class Calibration:
             warnings.append(
                 f"effective batch up to {batch:.4g} requests exceeds the calibrated batch sizes "
                 f"[{span[0]:g}, {span[1]:g}] of {self.name}; the step model is extrapolated there"
+            )
+        priced = self.records.derivation.draft_lengths if self.records.derivation is not None else ()
+        beyond = sorted({int(k) for k in draft_lengths if priced and int(k) > max(priced)})
+        if beyond:
+            warnings.append(
+                f"{', '.join(f'k={k}' for k in beyond)} {'is' if len(beyond) == 1 else 'are'} beyond the draft "
+                f"lengths {self.name} priced (up to k={max(priced)}): verification and drafting are extrapolated "
+                f"there (sdplan derive --draft-lengths 1-{max(beyond)} prices them)"
             )
         return warnings
 

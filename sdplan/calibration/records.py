@@ -403,6 +403,8 @@ class Derivation:
     target_mean_error_pct: float
     target_max_error_pct: float
     kv_cache_tokens_without_draft: int | None = None
+    #: The draft lengths whose verification and drafting were priced (``draft_lengths``).
+    draft_lengths: tuple[int, ...] = ()
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> Derivation:
@@ -413,7 +415,8 @@ class Derivation:
                    max_num_seqs=table["max_num_seqs"], kv_cache_tokens=table.get("kv_cache_tokens"),
                    target_mean_error_pct=table["target_mean_error_pct"],
                    target_max_error_pct=table["target_max_error_pct"],
-                   kv_cache_tokens_without_draft=table.get("kv_cache_tokens_without_draft"))
+                   kv_cache_tokens_without_draft=table.get("kv_cache_tokens_without_draft"),
+                   draft_lengths=tuple(int(k) for k in table["draft_lengths"]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

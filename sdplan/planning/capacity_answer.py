@@ -375,9 +375,10 @@ def _warnings(scenario: Scenario, table: Capacity, simulated: bool) -> list[str]
     """
     at_capacity = table.max_rate_rps * latency_at(table, table.max_rate_rps)
     finite = at_capacity[np.isfinite(at_capacity) & table.feasible]
+    best = [table.draft_lengths[table.best - 1]] if table.best > 0 else []
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
                                                       scenario.workload.output_tokens,
-                                                      float(finite.max()) if finite.size else None)
+                                                      float(finite.max()) if finite.size else None, best)
     if not simulated:
         interference = model.prefill_interference_warning(scenario.coefficients.c2p_s, table.c2_s[table.feasible],
                                                           (table.max_rate_rps * table.c2_s)[table.feasible])

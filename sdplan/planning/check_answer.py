@@ -236,7 +236,8 @@ def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> 
     """
     rate = report.rate_rps
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
-                                                      scenario.workload.output_tokens, report.batch)
+                                                      scenario.workload.output_tokens, report.batch,
+                                                      (report.draft_length,))
     if report.simulated is None:
         if math.isfinite(report.batch) and limits.reached(report.batch):
             warnings.append(batch_cap_warning(limits, f"at {rate:g} req/s (effective batch {report.batch:.4g} "

@@ -133,7 +133,8 @@ def answer_plan(scenario: Scenario, query: PlanQuery) -> PlanAnswer:
         prompt_tokens=workload.prompt_tokens,
         output_tokens=workload.output_tokens,
         warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
-                                             planner.largest_batch(result))
+                                             planner.largest_batch(result),
+                                             (int(k) for k in set(result.best_k.ravel().tolist()) if k > 0))
                        + planner.domain_warnings(result, scenario.limits)
                        + identification_warnings(cal) + scenario.notes()),
         extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
