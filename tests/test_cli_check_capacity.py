@@ -253,3 +253,21 @@ def test_shipped_example_workload_passes(sdplan) -> None:
     result = sdplan("check", "-w", str(example))
     assert result.exit_code == ExitStatus.OK, result.output
     assert "3/3 SLOs met" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["check", "--rate", "8"], ["capacity"]])
+def test_a_ttft_slo_on_a_priced_file_says_its_ttft_was_not_measured(sdplan, command: list[str]) -> None:
+    """The default file is derived: its TTFT is priced, and derived TTFT has run well below measured servers'.
+    Where an SLO bounds TTFT the answer says so (and names the commands that measure it); an E2E SLO, or a
+    file whose TTFT was measured (the shipped CPU calibration), gets no such warning."""
+    said = "is priced from op timings, not measured"
+    bounded = sdplan(*command, "--slo", "ttft:mean<=100ms", "-f", "json")
+    assert bounded.exit_code == 0, bounded.output
+    warnings = json.loads(bounded.stdout)["warnings"]
+    assert [w for w in warnings if said in w and "sdplan validate" in w and "sdplan fit" in w]
+    assert said not in " ".join(json.loads(sdplan(*command, "--slo", "e2e:mean<=10s", "-f", "json").stdout)
+                                ["warnings"])
+    measured = sdplan(*command, "-c", "cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured",
+                      "--slo", "ttft:mean<=1s", "-f", "json")
+    assert measured.exit_code in (0, 1), measured.output
+    assert said not in " ".join(json.loads(measured.stdout)["warnings"])

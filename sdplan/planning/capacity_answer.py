@@ -26,7 +26,7 @@ import numpy as np
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.methods import draft_weights
 from sdplan.inputs.serving import batch_cap_warning
-from sdplan.inputs.slo import SLO, resolve_slos
+from sdplan.inputs.slo import SLO, Metric, resolve_slos
 from sdplan.latency import model
 from sdplan.limits import check_grid, check_simulation
 from sdplan.planning import export
@@ -279,7 +279,7 @@ def answer_capacity(scenario: Scenario, query: CapacityQuery, progress: Progress
     target = query.target_rate_rps if query.target_rate_rps is not None else (file.target_rate_rps if file else None)
     return CapacityAnswer(
         scenario=answered, capacity=table, slos=tuple(slos), simulated=query.use_simulator,
-        evaluated_by=evaluated_by, warnings=tuple(_warnings(answered, table, query.use_simulator)),
+        evaluated_by=evaluated_by, warnings=tuple(_warnings(answered, table, query.use_simulator, slos)),
         intervals=None if query.use_simulator else _intervals(calibrated, slos),
         fleet=None if target is None else fleet_plan(answered, table, target, query.gpus_per_replica,
                                                       query.gpu_hour_cost_usd),
@@ -366,8 +366,9 @@ def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSche
     return engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k)
 
 
-def _warnings(scenario: Scenario, table: Capacity, simulated: bool) -> list[str]:
-    """Calibrated range, prefill interference at capacity, and options whose capacity the batch cap sets.
+def _warnings(scenario: Scenario, table: Capacity, simulated: bool, slos: list[SLO]) -> list[str]:
+    """Calibrated range, prefill interference at capacity, options whose capacity the batch cap sets, and a TTFT
+    SLO on a file whose TTFT nothing measured.
 
     The batch each option runs at its capacity is Little's law, ``B = lambda L``; the largest is checked
     against the batch sizes the calibration measured. The prefill interference warning reads the model's
@@ -388,6 +389,9 @@ def _warnings(scenario: Scenario, table: Capacity, simulated: bool) -> list[str]
     capped = [table.label(index) for index, binding in enumerate(table.binding_slo) if binding == label]
     if capped:  # the batch reaches the cap at those options' capacity
         warnings.append(batch_cap_warning(scenario.limits, f"at the capacity of {', '.join(capped)}"))
+    priced_ttft = scenario.calibration.priced_ttft_warning()
+    if priced_ttft is not None and any(slo.metric is Metric.TTFT for slo in slos):
+        warnings.append(priced_ttft)
     return warnings + scenario.notes()
 
 

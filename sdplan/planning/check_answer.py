@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.inputs.serving import EngineLimits, batch_cap_warning
-from sdplan.inputs.slo import SLO, resolve_slos
+from sdplan.inputs.slo import SLO, Metric, resolve_slos
 from sdplan.inputs.workload import measured_draft_lengths
 from sdplan.latency import model
 from sdplan.latency.coefficients import Coefficients
@@ -238,6 +238,9 @@ def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> 
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
                                                       scenario.workload.output_tokens, report.batch,
                                                       (report.draft_length,))
+    priced_ttft = scenario.calibration.priced_ttft_warning()
+    if priced_ttft is not None and any(verdict.slo.metric is Metric.TTFT for verdict in report.verdicts):
+        warnings.append(priced_ttft)
     if report.simulated is None:
         if math.isfinite(report.batch) and limits.reached(report.batch):
             warnings.append(batch_cap_warning(limits, f"at {rate:g} req/s (effective batch {report.batch:.4g} "
