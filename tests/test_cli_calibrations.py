@@ -71,3 +71,14 @@ def test_show_invalid_file_exits_3_naming_the_key(sdplan, write_calibration, dir
 
 def test_show_rejects_bad_lengths(sdplan) -> None:
     assert sdplan("show", "--prompt-tokens", "0").exit_code == ExitStatus.USAGE
+
+
+def test_every_answer_names_a_bracketed_calibration_as_written(sdplan, write_calibration, direct_document) -> None:
+    """A calibration's name is the file's word: plan, check and capacity print it verbatim."""
+    direct_document["name"] = "box[v2]"
+    path = str(write_calibration(direct_document, "box"))
+    for command in (["plan"], ["check", "--rate", "1", "--slo", "e2e:mean<=60s"],
+                    ["capacity", "--slo", "e2e:mean<=60s"]):
+        result = sdplan(*command, "-c", path, "--ascii")
+        assert result.exit_code == 0, result.output
+        assert "calibration box[v2]" in result.stdout, command

@@ -207,7 +207,7 @@ def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal:
                                  report.regime, calibration.method or "", source, report.alpha, failed,
                                  report.limit, speed):
             print_paragraph(console, line)
-        console.print(f"calibration {calibration.name} ({METHOD_LABELS.get(calibration.method, '')})")
+        console.print(f"calibration {calibration.name} ({METHOD_LABELS.get(calibration.method, '')})", markup=False)
         best_of = f" (best of k={','.join(map(str, report.candidates))})" if report.mode == "best" else ""
         console.print(f"operating point: {report.rate_rps:g} req/s, {_option(report.draft_length)}{best_of}, "
                       f"{alpha_phrase(report.alpha, source, positions)}: regime {report.regime.replace('_', ' ')}, "
@@ -374,7 +374,7 @@ def render_capacity(answer: CapacityAnswer, fmt: OutputFormat, style: Style, ter
         assumption = alpha_phrase(cap.alpha, acceptance.source, given_positions(acceptance))
         console.print(f"calibration {calibration.name} "
                       f"({METHOD_LABELS.get(calibration.method, '')}); SD method "
-                      f"{method_phrase(scenario.method)}")
+                      f"{method_phrase(scenario.method)}", markup=False)
         console.print(f"SLOs {', '.join(slo.text for slo in answer.slos)}; {assumption}"
                       + (f"; {answer.evaluated_by}" if answer.evaluated_by else ""))
         table = Table(box=table_box(style))

@@ -125,9 +125,9 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
     weights = f" {provenance.get('draft_model')}" if METHODS.get(sd_method) and METHODS[sd_method].weights else ""
     console.print(f"calibration {inputs.calibration_name} ({METHOD_LABELS.get(method, method)}): "
                   f"{provenance.get('target_model')} + {proposer}{weights} ({sd_method}) "
-                  f"on {provenance.get('hardware')}")
+                  f"on {provenance.get('hardware')}", markup=False)
     console.print(f"workload: {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
-                  f"acceptance {inputs.acceptance_description}")
+                  f"acceptance {inputs.acceptance_description}", markup=False)
     console.print(f"no SD: saturates at {_num(plan.baseline_saturation_rate_rps)} req/s; zero-load latency "
                   f"{_num(plan.baseline_c1_s)} s; TTFT {_num(plan.ttft_s * 1e3)} ms at zero load, growing with B")
     for ia, alpha in enumerate(plan.alphas):

@@ -131,7 +131,7 @@ def render_simulate(answer: SimulateAnswer, fmt: OutputFormat, style: Style, ter
         assumption = (alpha_phrase(alpha, source, workload.get("position_acceptance_rates"))
                       if alpha is not None else "acceptance as given")
         console.print(f"calibration {document['calibration']['name']}; {workload.get('prompt_tokens')} prompt / "
-                      f"{workload.get('output_tokens')} output tokens; {assumption}")
+                      f"{workload.get('output_tokens')} output tokens; {assumption}", markup=False)
         console.print(f"{settings['replications']} replications x {settings['requests']} requests per rate (first "
                       f"10% discarded); arrivals CV {settings['arrival_cv']:g}; batch cap {settings['max_num_seqs']}")
         if alpha is not None:
