@@ -43,6 +43,32 @@ def test_a_block_scaled_fp8_checkpoint_prices_its_experts_block_scaled() -> None
     assert checkpoint_quant_modes("bf16", block) == {"gemm_quant_mode": "bfloat16", "moe_quant_mode": "bfloat16"}
 
 
+def test_an_unquantised_moe_checkpoint_at_fp8_is_priced_as_vllm_quantises_it() -> None:
+    """vLLM's --quantization fp8 runs Fp8MoEMethod on an unquantised checkpoint, whose kernels AIConfigurator's
+    vLLM databases time as fp8_block; its fp8 rows time ModelOpt's method (a ModelOpt checkpoint's), which on
+    an H200 costs 3-4x the bf16 kernel for Qwen3-30B-A3B's experts. Another engine keeps what was asked."""
+    unquantised = {"num_experts": 128, "topk": 8, "raw_config": {}}
+    assert checkpoint_quant_modes("fp8", unquantised) == {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8_block"}
+    assert checkpoint_quant_modes("fp8", unquantised, "sglang") == {"gemm_quant_mode": "fp8",
+                                                                    "moe_quant_mode": "fp8"}
+    assert checkpoint_quant_modes("bf16", unquantised)["moe_quant_mode"] == "bfloat16"
+    _aic()
+    from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
+
+    engine, models = load_aic(), Models()
+    try:
+        steps = {}
+        for precision in ("bf16", "fp8"):
+            request = DeriveRequest(target_model="Qwen/Qwen3-30B-A3B", system="h200_sxm", method="ngram",
+                                    precision=precision, draft_lengths=(1,), anchor=False)
+            pricer = Pricer(engine, request, models)
+            steps[precision] = [pricer.target_decode(batch, 1536) for batch in (1, 8, 32, 128)]
+    finally:
+        models.close()
+    # fp8 experts read half the bytes of bf16 ones: no decode step of them costs more
+    assert all(fp8 <= bf16 * 1.01 for fp8, bf16 in zip(steps["fp8"], steps["bf16"]))
+
+
 def test_a_target_that_leaves_no_kv_cache_is_refused() -> None:
     """Qwen3-235B-A22B-FP8 (235 GB of weights) on one H200: no step of it can be served."""
     _aic()

@@ -115,9 +115,13 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
                          "slower (gpt-oss-120b on B200: derived E2E 22-55% above AIConfigurator's measured rows, "
                          "benchmarks/RESULTS-accuracy-silicon-2026-11.md)")
     elif pricer.quant["moe_quant_mode"] != pricer.quant["gemm_quant_mode"]:
-        found.append(f"{request.target_model}'s checkpoint is block-scaled fp8 (config.json weight_block_size): its "
-                     f"experts are priced with the engine's {pricer.quant['moe_quant_mode']} MoE kernels, the other "
-                     f"GEMMs at {pricer.quant['gemm_quant_mode']}")
+        block = (pricer.shapes.get("raw_config") or {}).get("quant_algo") == "fp8_block"
+        found.append((f"{request.target_model}'s checkpoint is block-scaled fp8 (config.json weight_block_size)"
+                      if block else
+                      f"{request.target_model}'s checkpoint is unquantised and vLLM quantises it to fp8 as it loads, "
+                      "with the method it runs for block-scaled checkpoints (Fp8MoEMethod), not ModelOpt's")
+                     + f": its experts are priced with the engine's {pricer.quant['moe_quant_mode']} MoE kernels, the "
+                     f"other GEMMs at {pricer.quant['gemm_quant_mode']}")
     for name in (request.target_model, request.draft_model):
         if name in MODEL_ALIASES and MODEL_ALIASES[name] != name:
             found.append(f"{name} is priced with AIConfigurator's {MODEL_ALIASES[name]} (same architecture)")

@@ -249,7 +249,7 @@ def shown_path(path: str) -> str:
 MXFP4_EXPERTS = "w4a16_mxfp4"
 
 
-def checkpoint_quant_modes(precision: str, shapes: dict[str, Any]) -> dict[str, str]:
+def checkpoint_quant_modes(precision: str, shapes: dict[str, Any], backend: str = "vllm") -> dict[str, str]:
     """AIConfigurator's GEMM and MoE quantisation modes for a ``--precision`` on a target checkpoint.
 
     Notes
@@ -262,6 +262,12 @@ def checkpoint_quant_modes(precision: str, shapes: dict[str, Any]) -> dict[str, 
     0.19 ms a layer for Qwen3-235B-A22B's experts at one token and two GPUs, three times its bf16 kernel and
     the block-scaled kernel's 0.06 ms). The dense GEMMs keep ``--precision``.
 
+    vLLM quantises an unquantised MoE checkpoint served at fp8 (``--quantization fp8``; no ``quant_algo``
+    in its config.json) online, with the same ``Fp8MoEMethod`` as a block-scaled one: its experts are priced
+    at ``fp8_block`` too, the rows AIConfigurator 0.12.0's vLLM databases time for that method
+    (``kernel_source`` ``vllm_fp8moe_*``), where its ``fp8`` rows time ModelOpt's method
+    (``vllm_modeloptfp8moe_*``), which only a ModelOpt checkpoint loads. Other engines keep ``--precision``.
+
     An MoE checkpoint whose experts ship in MXFP4 (gpt-oss: ``quantization_config.quant_method = mxfp4``,
     attention, router, embeddings and LM head left in bfloat16) has its experts priced at AIConfigurator's
     ``w4a16_mxfp4``, 4-bit weights with 16-bit activations, whatever ``--precision`` says: the engine loads
@@ -272,7 +278,8 @@ def checkpoint_quant_modes(precision: str, shapes: dict[str, Any]) -> dict[str, 
     checkpoint = (shapes.get("raw_config") or {}).get("quant_algo")
     if shapes.get("num_experts") and checkpoint == "mxfp4":
         modes["moe_quant_mode"] = MXFP4_EXPERTS
-    elif precision == "fp8" and shapes.get("num_experts") and checkpoint == "fp8_block":
+    elif precision == "fp8" and shapes.get("num_experts") and (
+            checkpoint == "fp8_block" or (checkpoint is None and backend == "vllm")):
         modes["moe_quant_mode"] = "fp8_block"
     return modes
 
@@ -330,7 +337,7 @@ class Pricer:
         shapes = get_model_config_from_model_path(self.target_path)
         self.shapes = shapes
         #: AIConfigurator's quantisation modes for every model priced (:func:`checkpoint_quant_modes`)
-        self.quant = checkpoint_quant_modes(request.precision, shapes)
+        self.quant = checkpoint_quant_modes(request.precision, shapes, request.backend)
         self.target = self.compile(self.target_path)
         #: (experts per token m, experts per layer M) of an MoE target, None for a dense one
         self.routing = (int(shapes["topk"]), int(shapes["num_experts"])) if shapes.get("num_experts") else None
