@@ -126,6 +126,31 @@ def test_cli_derive_runs_a_draft_on_its_own_gpus(sdplan, tmp_path: Path) -> None
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
+def test_a_draft_runs_at_its_own_checkpoints_precision(sdplan, tmp_path: Path) -> None:
+    """vLLM loads a draft at its checkpoint's precision, not the target's --quantization: an EAGLE-3 head beside
+    an fp8 70B target is priced at bf16 unless --draft-precision says otherwise, and costs more per step so;
+    MTP layers are the target's (a --draft-precision for them is a usage error)."""
+    _aic()
+    arguments = ["derive", "--target-model", "meta-llama/Llama-3.1-70B-Instruct", "--system", "h200_sxm", "--tp", "2",
+                 "--precision", "fp8", "--method", "eagle3", "--draft-model", "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+                 "--draft-lengths", "1-2", "--no-anchor", "--date", "2026-11-25"]
+    own, asked = tmp_path / "own.toml", tmp_path / "fp8.toml"
+    assert sdplan(*arguments, "-o", str(own)).exit_code == 0
+    assert sdplan(*arguments, "--draft-precision", "fp8", "-o", str(asked)).exit_code == 0
+    head, quantised = (load_calibration(path).document for path in (own, asked))
+    assert head["derivation"]["draft_precision"] == "bf16" and quantised["derivation"]["draft_precision"] == "fp8"
+    assert "at bf16 (vLLM loads a draft at its own checkpoint's precision" in " ".join(
+        head["provenance"]["assumptions"])
+    assert head["step_model"]["draft"]["fixed_s"] > 1.2 * quantised["step_model"]["draft"]["fixed_s"]
+    # the bf16 head's weights leave less of the GPUs to the KV cache
+    assert head["derivation"]["kv_cache_tokens"] < quantised["derivation"]["kv_cache_tokens"]
+    mtp = sdplan("derive", "--target-model", "deepseek-ai/DeepSeek-V3", "--system", "h200_sxm", "--tp", "8",
+                 "--method", "mtp", "--precision", "fp8_block", "--draft-precision", "bf16",
+                 "-o", str(tmp_path / "m.toml"))
+    assert mtp.exit_code == ExitStatus.USAGE and "--draft-precision" in mtp.stderr
+    assert len(mtp.stderr.strip().splitlines()) == 1
+
+
 def test_a_pair_the_database_lacks_is_a_one_line_error(sdplan, tmp_path: Path) -> None:
     _aic()
     result = sdplan("derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "a100_sxm",

@@ -261,6 +261,8 @@ CALIBRATION_SCHEMA = Table(
                 "backend": Field("str", "serving engine whose op database priced the steps"),
                 "database_version": Field("str", "version of that engine's op database"),
                 "precision": Field("str", "weights precision priced"),
+                "draft_precision": Field("str", "the draft's weights precision priced (a draft model or head)",
+                                         required=False),
                 "target_priced_as": Field("str", "model (architecture) the target was priced as"),
                 "draft_priced_as": Field("str", "model (architecture) the proposer was priced as"),
                 "draft_lengths": Field("float_list", "draft lengths priced", minimum=1.0),

@@ -86,10 +86,15 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
         ("chunked prefill: a concurrent prompt's prefill delays the decode step it joins by AIConfigurator's mixed "
         "step minus its decode step"),
     ]
+    # vLLM loads a draft at its own checkpoint's precision (speculative_config quantization, unset by default)
+    own = (f"at {pricer.draft_precision}"
+           + (" (--draft-precision)" if request.draft_precision is not None else
+              " (vLLM loads a draft at its own checkpoint's precision, not the target's; --draft-precision "
+              "says otherwise)"))
     if method in ("eagle", "eagle3"):
         found.append(f"{draft_name} is not in AIConfigurator's model set: priced as a one-layer decoder of "
                      f"the target's shapes with a {EAGLE3_DRAFT_VOCAB}-token draft vocabulary, its fc and "
-                     "doubled QKV input as extra MLP width of the same parameter count")
+                     f"doubled QKV input as extra MLP width of the same parameter count, {own}")
     elif method == "mtp":
         found.append("the MTP module is priced by AIConfigurator's own MTP model: its nextn = k step minus "
                      "the verification step, per draft token, averaged over the draft lengths priced")
@@ -99,11 +104,11 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
     else:
         if request.draft_tensor_parallel_size in (None, request.tensor_parallel_size):
             found.append(f"the draft model runs with the target's tensor parallelism ({request.tensor_parallel_size}) "
-                         "and precision on the same GPUs, sharing their memory; its prefill is paid with the target's")
+                         f"on the same GPUs {own}, sharing their memory; its prefill is paid with the target's")
         else:
             found.append(f"the draft model runs on {request.draft_tensor_parallel_size} of the target's "
-                         f"{request.tensor_parallel_size} GPUs (draft_tensor_parallel_size) with the target's "
-                         "precision, sharing their memory; its prefill is paid with the target's")
+                         f"{request.tensor_parallel_size} GPUs (draft_tensor_parallel_size) {own}, sharing their "
+                         "memory; its prefill is paid with the target's")
     if pricer.quant["moe_quant_mode"] == MXFP4_EXPERTS:
         found.append(f"{request.target_model}'s checkpoint ships its experts in MXFP4 (config.json "
                      f"quantization_config.quant_method): they are priced with the engine's {MXFP4_EXPERTS} MoE "
@@ -149,6 +154,7 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
         "backend": request.backend,
         "database_version": pricer.version,
         "precision": request.precision,
+        **({"draft_precision": pricer.draft_precision} if pricer.draft_path is not None else {}),
         "target_priced_as": shown_path(pricer.target_path),
         "draft_priced_as": shown_path(pricer.draft_path) if pricer.draft_path else "none (no device work)"
         if method == "ngram" else "the target's MTP layers",

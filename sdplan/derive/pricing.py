@@ -27,6 +27,7 @@ from sdplan.derive.request import (
     WEIGHT_BYTES,
     DeriveRequest,
     aic_version,
+    draft_precision,
     draft_tp,
     quant_modes,
 )
@@ -351,13 +352,21 @@ class Pricer:
         self._mtp: dict[int, Any] = {}
         self.draft_path: str | None = None
         self.draft: Any = None
+        #: the precision the draft runs at and AIConfigurator's modes for it (:func:`draft_precision`): its own
+        #: checkpoint's, not the target's; MTP layers are the target's
+        self.draft_precision = draft_precision(request)
+        self.draft_quant = self.quant
         if request.method == "draft_model":
             self.draft_path = models.path(str(request.draft_model))
-            self.draft = self.compile(self.draft_path, tp=draft_tp(request))
+            draft_shapes = get_model_config_from_model_path(self.draft_path)
+            self.draft_precision = draft_precision(request, draft_shapes)
+            self.draft_quant = checkpoint_quant_modes(self.draft_precision, draft_shapes, request.backend)
+            self.draft = self.compile(self.draft_path, tp=draft_tp(request), quant=self.draft_quant)
         elif request.method in ("eagle", "eagle3"):
             head = eagle_head_config(shapes)
             self.draft_path = models.path(f"{request.draft_model}--priced-head", head)
-            self.draft = self.compile(self.draft_path)
+            self.draft_quant = quant_modes(self.draft_precision)
+            self.draft = self.compile(self.draft_path, quant=self.draft_quant)
 
     def _literal_version(self) -> str:
         from aiconfigurator_core.sdk import perf_database
@@ -365,12 +374,13 @@ class Pricer:
         requested = self.request.backend_version or "current"
         return str(perf_database.resolve_query_version(self.request.system, self.request.backend, requested))
 
-    def compile(self, path: str, nextn: int = 0, tp: int | None = None) -> Any:
+    def compile(self, path: str, nextn: int = 0, tp: int | None = None, quant: dict[str, str] | None = None) -> Any:
+        """AIConfigurator's engine for a model on ``tp`` GPUs (the target's) at ``quant`` (the target's modes)."""
         request = self.request
         tp = tp or request.tensor_parallel_size
         return self.engine.EngineHandle.compile(
             path, request.system, request.backend, backend_version=self.version, tp_size=tp,
-            moe_tp_size=tp, moe_ep_size=1, nextn=nextn, **self.quant)
+            moe_tp_size=tp, moe_ep_size=1, nextn=nextn, **(quant or self.quant))
 
     def mtp(self, k: int) -> Any:
         if k not in self._mtp:
@@ -464,7 +474,7 @@ class Pricer:
         peak = self.gpu.get(PEAK_FLOPS_KEYS[self.request.precision])
         return 2.0 * weights / (self.request.tensor_parallel_size * float(peak)) if peak else 0.0
 
-    def _kv_estimate(self, path: str, tp: int) -> dict[str, Any] | None:
+    def _kv_estimate(self, path: str, tp: int, quant: dict[str, str] | None = None) -> dict[str, Any] | None:
         """AIConfigurator's memory model for one model on ``tp`` GPUs (None where it cannot say).
 
         Raises
@@ -476,7 +486,7 @@ class Pricer:
         """
         from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
-        quant = self.quant
+        quant = quant or self.quant
         try:
             return estimate_kv_cache(
                 path, self.request.system, self.request.backend, self.version,
@@ -508,7 +518,7 @@ class Pricer:
             return None
         free, per_token = float(target["total_kv_size_bytes"]), kv_bytes_per_token(target)
         if self.draft_path is not None:
-            draft = self._kv_estimate(self.draft_path, draft_tp(self.request))
+            draft = self._kv_estimate(self.draft_path, draft_tp(self.request), self.draft_quant)
             if draft is not None:  # a draft on fewer GPUs loads its weights and KV onto those: as much per GPU
                 free -= float(draft["memory_breakdown"]["weights_bytes"])
                 per_token += kv_bytes_per_token(draft)

@@ -140,6 +140,8 @@ class DeriveRequest:
     #: GPUs the draft model runs on (vLLM's draft_tensor_parallel_size); None: the target's.
     draft_tensor_parallel_size: int | None = None
     precision: str = "bf16"
+    #: The draft's weights precision; None: its checkpoint's own (:func:`draft_precision`).
+    draft_precision: str | None = None
     draft_lengths: tuple[int, ...] = (1, 2, 3, 4, 5)
     max_num_seqs: int = 256
     prompt_tokens: int = 1024
@@ -154,6 +156,11 @@ class DeriveRequest:
             raise InvalidValueError(f"--method {self.method}: not one of {', '.join(METHODS)}")
         if self.precision not in PRECISIONS:
             raise InvalidValueError(f"--precision {self.precision}: not one of {', '.join(PRECISIONS)}")
+        if self.draft_precision is not None and self.draft_precision not in PRECISIONS:
+            raise InvalidValueError(f"--draft-precision {self.draft_precision}: not one of {', '.join(PRECISIONS)}")
+        if self.draft_precision is not None and self.method in ("mtp", "ngram"):
+            raise InvalidValueError(f"--draft-precision: --method {self.method} has no draft checkpoint of its own "
+                                    "(MTP layers are the target's, at --precision); leave it out")
         if self.system not in SYSTEMS:
             raise InvalidValueError(f"--system {self.system}: sdplan derives for {', '.join(SYSTEMS)}")
         if self.method in ("draft_model", "eagle", "eagle3") and not self.draft_model:
@@ -193,6 +200,30 @@ def model_key(name: str) -> str:
     for suffix in ("-fp8", "-instruct"):
         text = text.removesuffix(suffix)
     return text
+
+
+#: What AIConfigurator infers a checkpoint's ``quant_algo`` to be, as a ``--precision``.
+CHECKPOINT_PRECISIONS = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+
+
+def draft_precision(request: DeriveRequest, draft_shapes: dict[str, Any] | None = None) -> str:
+    """The precision a draft runs at: ``--draft-precision``, else what vLLM loads it at.
+
+    Notes
+    -----
+    vLLM builds the draft's model config with the speculative config's own ``quantization``, unset by
+    default ("If None, we assume the model weights are not quantized"; ``vllm/config/speculative.py``,
+    0.32), so a draft model or an EAGLE head runs at its checkpoint's precision, not the target's
+    ``--quantization``: a quantised checkpoint (its config.json's quantisation, ``draft_shapes``) at that,
+    an unquantised one and an EAGLE head (priced from the target's shapes, no checkpoint read) at bf16.
+    MTP layers are the target's own, and vLLM aligns them to its quantisation: ``--precision``.
+    """
+    if request.method == "mtp":
+        return request.precision
+    if request.draft_precision is not None:
+        return request.draft_precision
+    checkpoint = ((draft_shapes or {}).get("raw_config") or {}).get("quant_algo")
+    return CHECKPOINT_PRECISIONS.get(str(checkpoint), "bf16")
 
 
 def draft_tp(request: DeriveRequest) -> int:

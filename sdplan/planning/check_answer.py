@@ -229,7 +229,8 @@ def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits:
 
 
 def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> list[str]:
-    """Where the answer is outside the model's domain: calibrated range, batch cap, prefill load, no steady state.
+    """Where the answer is outside the model's domain: calibrated range, batch cap, prefill load, no steady state,
+    and a TTFT SLO judged on a file whose TTFT was priced, not measured.
 
     An unstable rate fails every SLO anyway, so the batch cap is only said of a finite batch; the prefill
     interference warning reads the model's utilisation, so simulated answers leave it out.
