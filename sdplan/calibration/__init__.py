@@ -236,13 +236,14 @@ class Calibration:
                 f"effective batch up to {batch:.4g} requests exceeds the calibrated batch sizes "
                 f"[{span[0]:g}, {span[1]:g}] of {self.name}; the step model is extrapolated there"
             )
-        priced = self.records.derivation.draft_lengths if self.records.derivation is not None else ()
-        beyond = sorted({int(k) for k in draft_lengths if priced and int(k) > max(priced)})
+        derivation = self.records.derivation
+        top = max(derivation.draft_lengths, default=None) if derivation is not None else None
+        beyond = sorted({int(k) for k in draft_lengths if top is not None and int(k) > top})
         if beyond:
             warnings.append(
                 f"{', '.join(f'k={k}' for k in beyond)} {'is' if len(beyond) == 1 else 'are'} beyond the draft "
-                f"lengths {self.name} priced (up to k={max(priced)}): verification and drafting are extrapolated "
-                f"there (sdplan derive --draft-lengths 1-{max(beyond)} prices them)"
+                f"lengths {self.name} priced (up to k={top}): verification and drafting are extrapolated "
+                f"there (sdplan derive --draft-lengths 1-{beyond[-1]} prices them)"
             )
         return warnings
 

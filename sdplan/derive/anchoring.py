@@ -57,10 +57,9 @@ def measured_rows(request: DeriveRequest, quant: dict[str, str] | None = None) -
             runs.append(silicon.run_of(str(path), line, row))
             versions.append(silicon.cell_value(row, "version"))
     # A measurement the file lists under several ids weighs once, as in sdplan fit.
+    version_of = {id(run): version for run, version in zip(runs, versions)}
     distinct, _ = silicon.distinct_measurements(runs)
-    kept = {id(run) for run in distinct}
-    return MeasuredRows(tuple(run for run in runs if id(run) in kept),
-                        tuple(version for run, version in zip(runs, versions) if id(run) in kept))
+    return MeasuredRows(tuple(distinct), tuple(version_of[id(run)] for run in distinct))
 
 
 def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) -> dict[str, Any] | None:
