@@ -30,7 +30,7 @@ from sdplan.fitting.runmodel import (
 )
 from sdplan.fitting.steady_state import screen
 from sdplan.inputs import serving
-from sdplan.latency import knee, model
+from sdplan.latency import closed_loop, knee, model
 from sdplan.latency import moe as moe_model
 from sdplan.latency.coefficients import Coefficients
 
@@ -39,13 +39,6 @@ if TYPE_CHECKING:
     from sdplan.inputs.serving import PrefillScheduling
     from sdplan.latency.moe import MoESpec
     from sdplan.runs import BenchmarkRun
-
-
-def admitted(run: BenchmarkRun, batch_cap: float | None) -> float | None:
-    """Requests a closed loop's server holds at once where its engine cap is below the clients; else None."""
-    if run.concurrency is None or batch_cap is None or not run.concurrency > batch_cap >= 1:
-        return None
-    return float(math.floor(batch_cap))
 
 
 def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None = None,
@@ -95,17 +88,12 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
     if run.concurrency is None and moe is not None:
         a1, a2 = run_demand(moe_model.at_coverage(coefficients, moe, 0.0), run)
         full1, full2 = run_demand(moe_model.at_coverage(coefficients, moe, 1.0), run)
-        solved = moe_model.solve(a1, full1 - a1, a2, full2 - a2, routed_per_sequence(run), run.arrival_rate_rps,
-                                 moe)
+        solved = moe_model.solve(a1, full1 - a1, a2, full2 - a2, closed_loop.routed_per_sequence(run.draft_length),
+                                 run.arrival_rate_rps, moe)
         return float(solved.latency_s)
     if run.concurrency is not None:
-        held = admitted(run, batch_cap)
-        clients = run.concurrency if held is None else held
-        c1, c2 = run_demand(covered(coefficients, run, moe, model.closed_loop_others(int(clients))), run)
-        others = model.closed_loop_others(int(clients), coefficients.closed_loop_factor)
-        c1_at, c2_at = knee.batch_cap_demands(c1, c2, run_knee(coefficients, run, c1, c2), others)
-        service = float(c1_at + others * c2_at)
-        return service if held is None else service * run.concurrency / held
+        return closed_loop.closed_loop_latency(run_coefficients(coefficients, run), run.draft_length,
+                                               run_tokens_per_cycle(run), run.concurrency, moe, batch_cap)
     c1, c2 = run_demand(coefficients, run)
     return float(knee.mean_latency(c1, c2, run_knee(coefficients, run, c1, c2), run.arrival_rate_rps))
 
@@ -114,10 +102,8 @@ def run_knee(coefficients: Coefficients, run: BenchmarkRun, c1: float, c2: float
     """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.latency.knee`):
     ``1 + c k`` rows a sequence at the run's measured draft coverage ``c`` (:func:`run_coefficients`), as
     ``c1`` and ``c2`` (:func:`run_demand`) are priced."""
-    if run.draft_length == 0:
-        return model.baseline_knee(coefficients, c1, c2)
-    return model.speculative_knee(run_coefficients(coefficients, run), c1, c2, run_tokens_per_cycle(run),
-                                  run.draft_length)
+    return closed_loop.option_knee(run_coefficients(coefficients, run), run.draft_length, run_tokens_per_cycle(run),
+                                   c1, c2)
 
 
 def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,
@@ -133,16 +119,11 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
     """
     if not math.isfinite(latency_s):
         return math.inf
-    held = admitted(run, batch_cap)
-    clients = run.concurrency if held is None else held
-    others = (model.closed_loop_others(int(clients), coefficients.closed_loop_factor)
-              if clients is not None else run.arrival_rate_rps * latency_s)
-    covered_coefficients = covered(coefficients, run, moe, run_others(run, latency_s) if held is None
-                                   else model.closed_loop_others(int(held)))
-    own = run_ttft(covered_coefficients, run, others)
-    if held is None:
-        return own
-    return own + latency_s * (1.0 - held / float(run.concurrency))  # type: ignore[arg-type]
+    if run.concurrency is not None:
+        return closed_loop.closed_loop_ttft(run_coefficients(coefficients, run), run.draft_length,
+                                            run_tokens_per_cycle(run), run.concurrency, latency_s, moe, batch_cap)
+    others = run.arrival_rate_rps * latency_s
+    return run_ttft(covered(coefficients, run, moe, others), run, others)
 
 
 def predict_ttft_alone(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None = None) -> float:
@@ -153,28 +134,10 @@ def predict_ttft_alone(coefficients: Coefficients, run: BenchmarkRun, moe: MoESp
     return run_ttft(covered(coefficients, run, moe, 0.0), run, 0.0)
 
 
-def routed_per_sequence(run: BenchmarkRun) -> float:
-    """Tokens each sequence routes through the target per step of a run: 1 without SD, ``k + 1`` with."""
-    return 1.0 if run.draft_length == 0 else run.draft_length + 1.0
-
-
-def run_others(run: BenchmarkRun, latency_s: float) -> float:
-    """Other requests in flight with a run: ``N - 1`` in a closed loop, ``lambda L`` in an open one."""
-    if run.concurrency is not None:
-        return model.closed_loop_others(run.concurrency)
-    return run.arrival_rate_rps * latency_s
-
-
 def covered(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None, others: float) -> Coefficients:
-    """The coefficients of a run at the expert coverage of its steps with ``others`` in flight (dense: as given).
-
-    ``phi(t (1 + B))`` per step (:func:`sdplan.latency.moe.routed_tokens`, :func:`routed_per_sequence`), the
-    prefill at ``phi(p)`` (:func:`sdplan.latency.moe.at_coverage`).
-    """
-    if moe is None:
-        return coefficients
-    phi = float(moe.phi(moe_model.routed_tokens(routed_per_sequence(run), others)))
-    return moe_model.at_coverage(coefficients, moe, phi)
+    """The coefficients of a run at the expert coverage of its steps with ``others`` in flight (dense: as given;
+    :func:`sdplan.latency.closed_loop.covered_coefficients`)."""
+    return closed_loop.covered_coefficients(coefficients, run.draft_length, others, moe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,15 +197,15 @@ def run_waves(coefficients: Coefficients, run: BenchmarkRun, waves: ClosedLoopWa
     """``(TTFT, E2E)`` seconds a closed-loop run's waves of prompts add to its prediction; ``(0, 0)`` for an open loop.
 
     The wave is over the requests the engine holds at once of the run's ``N`` clients (``batch_cap``,
-    :func:`admitted`). Under a prefill-first engine and fixed lengths it recurs every round, over the requests
-    of a round the engine admits together (:meth:`sdplan.inputs.serving.PrefillScheduling.admitted_together`:
-    where the KV cache cannot take the whole round, the rest also wait for admission, which is not priced
-    here); otherwise it opens the run only, spread over :func:`run_rounds`.
+    :func:`sdplan.latency.closed_loop.admitted_clients`). Under a prefill-first engine and fixed lengths it
+    recurs every round, over the requests of a round the engine admits together
+    (:meth:`sdplan.inputs.serving.PrefillScheduling.admitted_together`: where the KV cache cannot take the whole
+    round, the rest also wait for admission, which is not priced here); otherwise it opens the run only, spread
+    over :func:`run_rounds`.
     """
     if run.concurrency is None:
         return 0.0, 0.0
-    held = admitted(run, batch_cap)
-    clients = int(run.concurrency if held is None else held)
+    clients = closed_loop.admitted_clients(run.concurrency, batch_cap)
     scheduling = waves.scheduling
     recurs = scheduling.prefill_first and waves.fixed_lengths
     if recurs:
