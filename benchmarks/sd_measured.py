@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from sdplan.calibration import parse_calibration, resolve_calibration
+from sdplan.latency.closed_loop import closed_loop_latency
 from sdplan.latency.coefficients import Coefficients
 from sdplan.latency.moe import MoESpec
 from sdplan.planning import planner
@@ -256,6 +257,27 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Po
     return points
 
 
+def steady_closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Point]:
+    """Throughput ratios at each concurrency as ``sdplan plan --concurrency`` prices a closed loop: the steady
+    state of ``N`` streams, ``L = C1 + f (N - 1) C2`` (:func:`sdplan.latency.closed_loop.closed_loop_latency`),
+    no engine cap. ``E`` as :func:`closed_loop` takes it (stated, or its anchor: that point is marked one)."""
+    dataset = next(name for name in DATASET_LENGTHS if f"_{name}_" in series["id"] + "_")
+    p, g = DATASET_LENGTHS[dataset]
+    k = int(series["draft"]["k_tokens"])
+    coefficients = coefficients_of(series, calibration, dataset, p, g)
+    moe = calibration.moe_at(p, g)
+    stated = all(ACCEPTANCE in point for point in series["points"])
+    points = []
+    for point in series["points"]:
+        clients = int(point["concurrency"])
+        tokens_per_cycle = float(point[ACCEPTANCE]) if stated else ANCHORED[series["id"]]
+        without = closed_loop_latency(coefficients, 0, 1.0, clients, moe)
+        with_sd = closed_loop_latency(coefficients, k, tokens_per_cycle, clients, moe)
+        points.append(Point(series["id"], setup, clients, measured_ratio(point), without / with_sd,
+                            point is series["points"][0] and not stated))
+    return points
+
+
 def open_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Point]:
     """Latency ratios (no SD over SD) at each rate; output length and ``E`` anchored at the lowest rate."""
     dataset = "sharegpt" if "sharegpt" in series["id"] else "cnn_dailymail"
@@ -353,6 +375,8 @@ def main() -> int:
     source_of: dict[str, str] = {}
     #: (source id, series id, points) of the closed loops with both throughputs, read as open loops
     equal: list[tuple[str, str, list[Point]]] = []
+    #: (source id, series id, points) of the concurrency sweeps, priced as plan --concurrency prices them
+    steady: list[tuple[str, str, list[Point]]] = []
     for path in sorted(DATA.glob("*.json")):
         source = json.loads(path.read_text())
         for series in source["series"]:
@@ -365,6 +389,8 @@ def main() -> int:
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
                 if crossed != (None, None):
                     crossings.append((series["id"], *crossed, "batch"))
+                if "concurrency" in series["points"][0]:
+                    steady.append((source["id"], series["id"], steady_closed_loop(series, calibration_of(key), label)))
                 if all({"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in series["points"]):
                     equal.append((source["id"], series["id"], equal_throughput(series, calibration_of(key), label)))
             elif series["mode"] == "open_loop_rate" and all("sd_latency_s" in p for p in series["points"]):
@@ -411,6 +437,7 @@ def main() -> int:
     for name, measured, predicted, unit in crossings:
         print(f"  crossover {name}: measured below 1 from {unit} {measured}, predicted from {unit} {predicted}")
     print_equal_rate(equal)
+    print_steady(steady)
     if options.json:
         everything = rows + [point for _, _, points in equal for point in points]
         options.json.write_text(json.dumps([p.__dict__ | {"error_pct": p.error_pct} for p in everything], indent=1))
@@ -431,6 +458,23 @@ def print_equal_rate(equal: list[tuple[str, str, list[Point]]]) -> None:
         print(f"    within 10%: {int((np.abs(errors) <= 10).sum())} of {len(points)}, MAPE "
               f"{np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%; right sign at "
               f"{sum((p.measured >= 1) == (p.predicted >= 1) for p in points)}")
+
+
+def print_steady(steady: list[tuple[str, str, list[Point]]]) -> None:
+    """The concurrency sweeps as ``sdplan plan --concurrency`` prices them (:func:`steady_closed_loop`), beside the
+    static-batch reading scored above. Not in the scores."""
+    print("\nconcurrency sweeps as a steady closed loop (sdplan plan --concurrency's rule, "
+          "sdplan.latency.closed_loop; not scored above)")
+    for source_id, series_id, points in steady:
+        scored = [p for p in points if not p.anchor]
+        errors = np.array([p.error_pct for p in scored])
+        print(f"  {source_id}/{series_id}")
+        print("    N     " + " ".join(f"{p.load:7g}" for p in points))
+        print("    meas  " + " ".join(f"{p.measured:7.3f}" for p in points))
+        print("    pred  " + " ".join(f"{p.predicted:7.3f}" for p in points))
+        print(f"    within 10%: {int((np.abs(errors) <= 10).sum())} of {len(scored)}, MAPE "
+              f"{np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%; right sign at "
+              f"{sum((p.measured >= 1) == (p.predicted >= 1) for p in scored)}")
 
 
 if __name__ == "__main__":

@@ -114,6 +114,20 @@ def _rates_callback(ctx: click.Context, param: click.Parameter, value: str | Non
     return sorted(set(rates))
 
 
+#: The most clients ``--concurrency`` takes: beyond any engine's batch of requests.
+MAX_CLIENTS = 1_000_000
+
+
+def concurrency_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    """``--concurrency``: clients of a closed loop, a list (``1,16,64``) or inclusive range (``1-8``), each >= 1."""
+    if value is None:
+        return None
+    clients = parse_int_list(value, "clients of a closed loop", MAX_CLIENTS)
+    if any(n < 1 for n in clients):
+        raise click.BadParameter("a closed loop has at least 1 client")
+    return tuple(sorted(set(clients)))
+
+
 class DraftLengths(click.ParamType):
     """Draft lengths in tokens: a list (``1,2,4``) or an inclusive range (``1-8``), mixable.
 

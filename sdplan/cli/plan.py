@@ -12,10 +12,12 @@ from sdplan.cli._options import (
     OutputRequest,
     calibration_option,
     check_plot_request,
+    concurrency_callback,
     grid_options,
     output_options,
     plot_options,
     terminal_plot_settings,
+    usage_error,
     workload_options,
 )
 
@@ -26,6 +28,7 @@ class PlanRequest:
 
     scenario: ScenarioFlags
     rates: list[float] | None
+    concurrency: tuple[int, ...] | None
     draft_lengths: tuple[int, ...] | None
     policy: str
     wide: bool
@@ -36,6 +39,10 @@ class PlanRequest:
 @calibration_option
 @workload_options
 @grid_options
+@click.option("--concurrency", callback=concurrency_callback, metavar="CLIENTS",
+              help="Plan closed loops of N clients instead of request rates (vllm bench serve --max-concurrency N, "
+              "GuideLLM's concurrent profile): per N the latency, throughput and speedup of every k, each engine "
+              "at its batch cap. A list (1,16,64) or range (1-8).")
 @click.option("--policy", type=click.Choice(("best-static", "goodput")), default="best-static", show_default=True,
               help="best-static: the best draft length per rate. goodput: also the SmartSpec-style policy that picks "
               "k per step by goodput at the load's batch size (Little's law), beside the single k tuned at zero load.")
@@ -50,7 +57,7 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
          acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
          draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
          acceptance_profile: str | None,
-         rates: list[float] | None, draft_lengths: tuple[int, ...] | None,
+         rates: list[float] | None, concurrency: tuple[int, ...] | None, draft_lengths: tuple[int, ...] | None,
          policy: str, wide: bool, spec_method: str | None,
          fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Predict latency with and without SD at each request rate.
@@ -67,6 +74,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
                   --acceptance 0.8 --prompt-tokens 1024 --output-tokens 512
       sdplan plan --acceptance-length 2.9 --acceptance-k 3 --format json \\
                   -o plan.json
+      sdplan plan --concurrency 1,16,64,128 --acceptance-length 2.4 \\
+                  --acceptance-k 3
     """
     _plan(PlanRequest(
         scenario=ScenarioFlags(
@@ -74,7 +83,7 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
             acceptance_alpha=acceptance_alpha, acceptance_length=acceptance_length,
             draft_acceptance_rate=draft_acceptance_rate, acceptance_k=acceptance_k,
             position_acceptance=position_acceptance, acceptance_profile=acceptance_profile, spec_method=spec_method),
-        rates=rates, draft_lengths=draft_lengths, policy=policy, wide=wide,
+        rates=rates, concurrency=concurrency, draft_lengths=draft_lengths, policy=policy, wide=wide,
         output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only, plot=plot, plot_file=plot_file)))
 
 
@@ -87,6 +96,9 @@ def _plan(request: PlanRequest) -> None:
 
     out = request.output
     check_plot_request(out.plot, out.plot_file, out.fmt)
+    if request.concurrency is not None:
+        _closed_loop(request)
+        return
     scenario = command_scenario(request.scenario, request.draft_lengths, single_acceptance=False)
     answer = answer_plan(scenario, PlanQuery(
         rates_rps=tuple(request.rates) if request.rates is not None else None,
@@ -109,3 +121,25 @@ def _plan(request: PlanRequest) -> None:
         if out.plot_file is not None:
             file_plan(result, inputs, Path(out.plot_file))
     emit(text, out.output)
+
+
+def _closed_loop(request: PlanRequest) -> None:
+    """``--concurrency``: one call to :func:`sdplan.planning.closed_loop_answer.answer_closed_loop`, rendered."""
+    from sdplan.planning.closed_loop_answer import ClosedLoopQuery, answer_closed_loop
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
+    from sdplan.render.closed_loop import render_closed_loop
+
+    out = request.output
+    given = [flag for flag, used in (("--rates", request.rates is not None), ("--policy goodput",
+             request.policy == "goodput"), ("--wide", request.wide), ("--plot", out.plot),
+             ("--plot-file", out.plot_file is not None)) if used]
+    if given:
+        raise usage_error(f"--concurrency plans closed loops; {', '.join(given)} belong to the request-rate plan: "
+                          "drop them, or drop --concurrency")
+    assert request.concurrency is not None
+    scenario = command_scenario(request.scenario, request.draft_lengths, single_acceptance=False)
+    answer = answer_closed_loop(scenario, ClosedLoopQuery(clients=request.concurrency, for_table=out.fmt == "table"))
+    if out.fmt != "table":
+        warn(answer.inputs.warnings)
+    terminal = out.output in (None, "-") and stdout_is_terminal()
+    emit(render_closed_loop(answer, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal), out.output)

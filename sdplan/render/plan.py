@@ -103,7 +103,6 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
     columns; ``wide`` adds one latency column per draft length.
     """
     method = inputs.calibration_method
-    provenance = inputs.calibration_provenance
     source = inputs.acceptance.source
     for ia, alpha in enumerate(plan.alphas):
         lines = plan_answer(plan, inputs, ia, batch_cap)
@@ -120,14 +119,7 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
     for line in caveat:
         print_paragraph(console, line, style="yellow" if "ASSUMED" in line or "NOT" in line else None)
     console.print()
-    sd_method = provenance_method(provenance)
-    proposer = METHODS[sd_method].label if sd_method in METHODS else sd_method
-    weights = f" {provenance.get('draft_model')}" if METHODS.get(sd_method) and METHODS[sd_method].weights else ""
-    console.print(f"calibration {inputs.calibration_name} ({METHOD_LABELS.get(method, method)}): "
-                  f"{provenance.get('target_model')} + {proposer}{weights} ({sd_method}) "
-                  f"on {provenance.get('hardware')}", markup=False)
-    console.print(f"workload: {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
-                  f"acceptance {inputs.acceptance_description}", markup=False)
+    print_inputs(console, inputs)
     console.print(f"no SD: saturates at {_num(plan.baseline_saturation_rate_rps)} req/s; zero-load latency "
                   f"{_num(plan.baseline_c1_s)} s; TTFT {_num(plan.ttft_s * 1e3)} ms at zero load, growing with B")
     for ia, alpha in enumerate(plan.alphas):
@@ -155,6 +147,19 @@ def draw_plan(console: Any, plan: Plan, inputs: PlanInputs, style: Style, wide: 
                     "where SD beats no SD, split at the break-even rate (equal mean latency).")
     console.print(f"TTFT {TTFT_NOTE}. TPOT {TPOT_NOTE}. Mean latency only: the model does not predict "
                   "percentiles (sdplan simulate does).")
+
+
+def print_inputs(console: Any, inputs: PlanInputs) -> None:
+    """The calibration line (name, how made, target, proposer, hardware) and the workload line."""
+    provenance, method = inputs.calibration_provenance, inputs.calibration_method
+    sd_method = provenance_method(provenance)
+    proposer = METHODS[sd_method].label if sd_method in METHODS else sd_method
+    weights = f" {provenance.get('draft_model')}" if METHODS.get(sd_method) and METHODS[sd_method].weights else ""
+    console.print(f"calibration {inputs.calibration_name} ({METHOD_LABELS.get(method, method)}): "
+                  f"{provenance.get('target_model')} + {proposer}{weights} ({sd_method}) "
+                  f"on {provenance.get('hardware')}", markup=False)
+    console.print(f"workload: {inputs.prompt_tokens} prompt tokens, {inputs.output_tokens} output tokens; "
+                  f"acceptance {inputs.acceptance_description}", markup=False)
 
 
 def _rate_table(plan: Plan, ia: int, style: Style, wide: bool) -> Any:

@@ -97,6 +97,28 @@ def _sd_point(plan: Plan, ia: int, ir: int, ik: int) -> dict[str, Any]:
                   plan.coefficients.output_tokens)
 
 
+def calibration_block(inputs: PlanInputs) -> dict[str, Any]:
+    """The ``calibration`` object of a plan's JSON document: which file, how made, what it prices."""
+    return {
+        "name": inputs.calibration_name,
+        "path": inputs.calibration_path,
+        "method": inputs.calibration_method,
+        "hardware": inputs.calibration_provenance.get("hardware"),
+        "target_model": inputs.calibration_provenance.get("target_model"),
+        "draft_model": inputs.calibration_provenance.get("draft_model"),
+        "speculative_method": provenance_method(inputs.calibration_provenance),
+    }
+
+
+def workload_block(inputs: PlanInputs) -> dict[str, Any]:
+    """The ``workload`` object of a plan's JSON document: lengths and acceptance."""
+    return {
+        "prompt_tokens": inputs.prompt_tokens,
+        "output_tokens": inputs.output_tokens,
+        "acceptance": inputs.acceptance.document(),
+    }
+
+
 def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
     """The JSON document of a plan (``schema_version`` 1; units in every key)."""
     g = plan.coefficients.output_tokens
@@ -109,20 +131,8 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
         "schema_version": JSON_SCHEMA_VERSION,
         "sdplan_version": __version__,
         "command": "plan",
-        "calibration": {
-            "name": inputs.calibration_name,
-            "path": inputs.calibration_path,
-            "method": inputs.calibration_method,
-            "hardware": inputs.calibration_provenance.get("hardware"),
-            "target_model": inputs.calibration_provenance.get("target_model"),
-            "draft_model": inputs.calibration_provenance.get("draft_model"),
-            "speculative_method": provenance_method(inputs.calibration_provenance),
-        },
-        "workload": {
-            "prompt_tokens": inputs.prompt_tokens,
-            "output_tokens": inputs.output_tokens,
-            "acceptance": inputs.acceptance.document(),
-        },
+        "calibration": calibration_block(inputs),
+        "workload": workload_block(inputs),
         "definitions": dict(DEFINITIONS),
         "moe": None if plan.moe_speedup_lost is None else {
             "solver": "monotone fixed-point iteration from L = 0 (smallest fixed point)",

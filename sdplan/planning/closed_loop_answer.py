@@ -1,0 +1,195 @@
+"""``sdplan plan --concurrency`` as one use case: a closed loop of ``N`` clients per option.
+
+Most SD benchmarks hold the load by its concurrency, not its rate: ``vllm bench serve --max-concurrency N``,
+GuideLLM's concurrent profile, a static batch of ``N`` streams. They report the throughput of SD against no SD
+at each ``N``. This answers the same question from a calibration: per concurrency and option, the mean
+latency, TTFT, TPOT and throughput of :func:`sdplan.latency.closed_loop.closed_loop_point`, the option with the
+highest throughput (the shortest latency: at one ``N`` both pick the same), and the speedup, no SD's latency
+over the option's (equal to the ratio of their throughputs). Each option runs at most its engine's cap of
+requests (:meth:`sdplan.inputs.serving.EngineLimits.caps`: ``max_num_seqs``, or what its KV cache holds, smaller
+with a draft); the other clients wait for admission, and their wait is priced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sdplan.latency.closed_loop import ClosedLoopPoint, admitted_clients, closed_loop_point
+from sdplan.limits import check_grid, check_table
+from sdplan.planning import planner
+from sdplan.planning.plan_answer import check_speculation_identified, identification_warnings
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from sdplan.planning.scenario import Scenario
+
+    FloatArray = npt.NDArray[np.float64]
+    IntArray = npt.NDArray[np.int64]
+
+#: The concurrencies planned when none are given: a sweep's usual powers of two.
+DEFAULT_CLIENTS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClosedLoopQuery:
+    """What ``sdplan plan --concurrency`` asks: the concurrencies (clients) and whether a table shows the answer."""
+
+    clients: tuple[int, ...] = DEFAULT_CLIENTS
+    for_table: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClosedLoopPlan:
+    """Predictions per (acceptance, concurrency, option). Option 0 is no SD, then ``draft_lengths`` in order.
+
+    Attributes
+    ----------
+    clients : (n,) int
+        Concurrencies ``N``.
+    draft_lengths : (k,) int
+        Draft lengths of the SD options.
+    alphas : (a,) float
+        Per-token acceptance per row (or the alpha equivalent of the given acceptance).
+    tokens_per_cycle : (a, k) float
+        ``E`` of each SD option, draft coverage applied.
+    output_tokens : float
+        ``g`` per request.
+    latency_s, ttft_s : (a, n, 1 + k) float
+        Mean end-to-end latency and TTFT, the wait for admission included.
+    running : (n, 1 + k) int
+        Requests each option's engine runs at once: ``min(N, cap)``.
+    best : (a, n) int
+        Index of the option with the shortest latency (0: no SD).
+    """
+
+    clients: IntArray
+    draft_lengths: IntArray
+    alphas: FloatArray
+    tokens_per_cycle: FloatArray
+    output_tokens: float
+    latency_s: FloatArray
+    ttft_s: FloatArray
+    running: IntArray
+    best: IntArray
+
+    @property
+    def throughput_rps(self) -> FloatArray:
+        """Completed requests a second, ``N / L`` (a, n, 1 + k)."""
+        return self.clients[None, :, None] / self.latency_s
+
+    @property
+    def output_throughput_tok_s(self) -> FloatArray:
+        """Output tokens a second, ``g N / L`` (a, n, 1 + k)."""
+        return self.output_tokens * self.throughput_rps
+
+    @property
+    def tpot_s(self) -> FloatArray:
+        """Mean TPOT, ``(L - TTFT)/(g - 1)`` (vLLM's definition), NaN for one output token (a, n, 1 + k)."""
+        if self.output_tokens <= 1:
+            return np.full_like(self.latency_s, np.nan)
+        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1.0)
+
+    @property
+    def speedup(self) -> FloatArray:
+        """No SD's latency over each option's at the same ``N``: the ratio of their throughputs (a, n, 1 + k)."""
+        return self.latency_s[:, :, :1] / self.latency_s
+
+    @property
+    def best_k(self) -> IntArray:
+        """Draft length of the best option per (a, n); 0 is no SD."""
+        lengths = np.concatenate(([0], self.draft_lengths))
+        return lengths[self.best]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClosedLoopAnswer:
+    """Everything ``sdplan plan --concurrency`` reports: the plan and what it was computed from.
+
+    ``inputs.cap_phrases`` names each option's cap, no SD first (``batch cap of 213 sequences: KV cache ...``).
+    """
+
+    plan: ClosedLoopPlan
+    inputs: planner.PlanInputs
+
+
+def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...]) -> ClosedLoopPlan:
+    """Every option of ``scenario`` in closed loops of ``clients``: :func:`sdplan.latency.closed_loop.closed_loop_point`
+    at each option's engine cap (:meth:`sdplan.inputs.serving.EngineLimits.caps`)."""
+    alphas = np.asarray(scenario.workload.acceptance.alphas, dtype=np.float64)
+    ks = np.asarray(scenario.draft_lengths, dtype=np.int64)
+    tokens = np.broadcast_to(np.asarray(scenario.tokens_per_cycle, dtype=np.float64), (alphas.size, ks.size))
+    caps = scenario.limits.caps([int(k) for k in ks])
+    counts = np.asarray(clients, dtype=np.int64)
+    shape = (alphas.size, counts.size, ks.size + 1)
+    latency, ttft = np.empty(shape), np.empty(shape)
+    running = np.empty(shape[1:], dtype=np.int64)
+    for ia in range(alphas.size):
+        for option, k in enumerate((0, *ks)):
+            per_cycle = 1.0 if k == 0 else float(tokens[ia, option - 1])
+            served: dict[int, ClosedLoopPoint] = {}  # past the cap every N shares the state of the full engine
+            for i_n, n in enumerate(counts):
+                held = admitted_clients(int(n), caps[option])
+                if held not in served:
+                    served[held] = closed_loop_point(scenario.coefficients, int(k), per_cycle, held, scenario.moe,
+                                                     caps[option])
+                point = served[held].with_clients(int(n))
+                latency[ia, i_n, option], ttft[ia, i_n, option] = point.latency_s, point.ttft_s
+                running[i_n, option] = point.running
+    return ClosedLoopPlan(clients=counts, draft_lengths=ks, alphas=alphas, tokens_per_cycle=tokens,
+                          output_tokens=float(scenario.workload.output_tokens), latency_s=latency, ttft_s=ttft,
+                          running=running, best=np.argmin(latency, axis=2))
+
+
+def _waiting_warnings(plan: ClosedLoopPlan, cap_phrases: tuple[str, ...]) -> list[str]:
+    """Where clients wait for admission: for no SD and each option that is best somewhere, the first concurrency
+    past its cap."""
+    found = []
+    shown = {0} | {int(option) for option in np.unique(plan.best)}
+    for option, phrase in enumerate(cap_phrases):
+        if option not in shown:
+            continue
+        past = np.flatnonzero(plan.running[:, option] < plan.clients)
+        if past.size:
+            name = "no SD" if option == 0 else f"k={int(plan.draft_lengths[option - 1])}"
+            found.append(f"{name} from {int(plan.clients[past[0]])} clients: its {phrase} holds, the other clients "
+                         "wait for admission (priced: latency x N/cap, the wait added to TTFT)")
+    return found
+
+
+def answer_closed_loop(scenario: Scenario, query: ClosedLoopQuery) -> ClosedLoopAnswer:
+    """Plan ``scenario`` over closed loops of ``query.clients``: the plan, its inputs and warnings.
+
+    Raises
+    ------
+    LimitError
+        The grid (or, for a table, its rows) is over the work budget.
+    InputFileError
+        The calibration was fitted without SD runs (:func:`sdplan.planning.plan_answer.check_speculation_identified`).
+    """
+    cal, workload, draft_lengths = scenario.calibration, scenario.workload, scenario.draft_lengths
+    alphas = workload.acceptance.alphas
+    check_grid(len(query.clients) * (len(draft_lengths) + 1) * len(alphas),
+               f"{len(query.clients)} concurrencies x {len(draft_lengths) + 1} draft lengths x {len(alphas)} "
+               "acceptances", "give fewer --concurrency, --draft-lengths or --acceptance values")
+    if query.for_table:
+        check_table(len(alphas), len(alphas) * len(query.clients),
+                    "give fewer --concurrency or --acceptance values")
+    check_speculation_identified(cal)
+    result = closed_loop_plan(scenario, query.clients)
+    cap_phrases = tuple(scenario.limits.cap_phrase(k) for k in (0, *draft_lengths))
+    best_ks = {int(k) for k in np.unique(result.best_k) if k > 0}
+    inputs = planner.PlanInputs(
+        calibration_name=cal.name, calibration_path=cal.path, calibration_method=cal.method,
+        calibration_provenance=cal.provenance, acceptance_description=workload.acceptance.describe(),
+        acceptance=workload.acceptance, prompt_tokens=workload.prompt_tokens, output_tokens=workload.output_tokens,
+        warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
+                                             float(result.running.max()), best_ks)
+                       + _waiting_warnings(result, cap_phrases) + identification_warnings(cal) + scenario.notes()),
+        extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
+                           in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
+        cap_phrases=cap_phrases)
+    return ClosedLoopAnswer(plan=result, inputs=inputs)
