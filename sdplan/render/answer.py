@@ -208,7 +208,8 @@ def _per_step(plan: Plan, ia: int, ik: int) -> str:
         return ""
     trend = "shrinks" if last < first else "grows"
     return (f" Per engine step its gain {trend} with the batch: {first:.2f}x with {plan.step_batches[0]:g} request "
-            f"in flight, {last:.2f}x with {plan.step_batches[-1]:g}.")
+            f"in flight, {last:.2f}x with {plan.step_batches[-1]:g}, as a concurrency sweep measures it "
+            "(sdplan plan --concurrency).")
 
 
 def _best_batch(plan: Plan, ia: int, ir: int) -> float:
