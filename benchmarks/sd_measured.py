@@ -21,7 +21,7 @@ measured:
       ratio(B) = [P(B) + (g - 1) tau_0(B)] / [P(B) + (g/E) tau_k(B)]
 
   with ``tau`` the calibration's decode step and SD cycle at ``B`` sequences (the compute-bound knee
-  included, :func:`sdplan.planning.schedule.step_times`) and ``P(B) = c1p + (B - 1) c2p`` the batch's prefill.
+  included, :func:`sdplan.latency.model.step_times`) and ``P(B) = c1p + (B - 1) c2p`` the batch's prefill.
   An n-gram series takes its dataset's draft coverage (``NGRAM_DRAFT_COVERAGE``): vLLM's n-gram
   proposer drafts nothing for a sequence without a match, so its cycle drafts ``c k`` tokens and
   verifies ``1 + c k`` rows a sequence (``docs/model.md#draft-coverage``).
@@ -52,9 +52,9 @@ import numpy as np
 from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.latency.closed_loop import closed_loop_latency
 from sdplan.latency.coefficients import Coefficients
+from sdplan.latency.model import step_times
 from sdplan.latency.moe import MoESpec
 from sdplan.planning import planner
-from sdplan.planning.schedule import step_times
 
 DATA = Path(__file__).resolve().parent / "data" / "sd-measured"
 #: A point's measured acceptance, tokens per cycle with the bonus token (data/sd-measured/README.md).
@@ -201,7 +201,7 @@ def decode_time(coefficients: Coefficients, k: int, tokens_per_cycle: float, bat
     """A static batch's time without and with SD (s): its prefill, then ``g - 1`` steps or ``g/E`` cycles.
 
     An MoE target's steps are priced at the experts their token rows touch (``moe``:
-    :func:`sdplan.planning.schedule.step_times`)."""
+    :func:`sdplan.latency.model.step_times`)."""
     taus = step_times(coefficients, [k], np.asarray([batch], dtype=np.float64), moe)[0]
     prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
     g = coefficients.output_tokens

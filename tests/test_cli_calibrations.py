@@ -82,3 +82,24 @@ def test_every_answer_names_a_bracketed_calibration_as_written(sdplan, write_cal
         result = sdplan(*command, "-c", path, "--ascii")
         assert result.exit_code == 0, result.output
         assert "calibration box[v2]" in result.stdout, command
+
+
+def test_show_prices_the_engine_step_at_each_batch(sdplan) -> None:
+    """The step the file prices, per batch and draft length: what a GPU's step timings are compared with."""
+    from sdplan.calibration import resolve_calibration
+    from sdplan.latency.model import step_times
+
+    doc = json.loads(sdplan("show", "-f", "json").stdout)
+    steps = doc["step_times_at_workload"]
+    assert steps["batch_requests"] == [1, 4, 16, 64, 128, 256]
+    assert [o["draft_length_tokens"] for o in steps["options"]] == [0, 1, 2, 3, 4]
+    cal = resolve_calibration(DEFAULT_CALIBRATION)
+    expected = step_times(cal.coefficients_at(1024, 512), [1, 2, 3, 4], steps["batch_requests"])
+    for column, option in enumerate(steps["options"]):
+        assert option["step_s"] == list(expected[:, column])
+        # more sequences, and more tokens each, never make a step cheaper
+        assert all(b >= a for a, b in zip(option["step_s"], option["step_s"][1:]))
+    for row in zip(*(o["step_s"] for o in steps["options"])):
+        assert all(b > a for a, b in zip(row, row[1:]))
+    table = sdplan("show", "--ascii").stdout
+    assert "Engine step at 1024 prompt / 512 output tokens (ms)" in table and "B (sequences)" in table

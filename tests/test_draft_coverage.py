@@ -21,10 +21,9 @@ from sdplan.calibration import resolve_calibration
 from sdplan.fileio import dumps_toml
 from sdplan.inputs.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, with_coverage
 from sdplan.latency.coefficients import Coefficients
-from sdplan.latency.model import option_demands, step_costs
+from sdplan.latency.model import option_demands, step_costs, step_times
 from sdplan.planning.planner import plan
 from sdplan.planning.scenario import ScenarioOptions, resolve_scenario
-from sdplan.planning.schedule import step_times
 from sdplan.planning.simulation_inputs import SimulationSettings, simulation_config
 from sdplan.runs import draft_coverage, read_results
 from sdplan.simulate import simulate

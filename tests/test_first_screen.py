@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy
 
+from sdplan.latency.model import step_times
 from sdplan.planning.scenario import ScenarioOptions, resolve_scenario
-from sdplan.planning.schedule import step_times
 from tests.test_cli_plan import strict_json
 
 SPECDECODE_BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "sd-measured" / \

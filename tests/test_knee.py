@@ -11,8 +11,8 @@ import pytest
 from sdplan.calibration import resolve_calibration
 from sdplan.derive.fitting import fit_knee, step_rows
 from sdplan.latency import knee, model
+from sdplan.latency.model import step_times
 from sdplan.planning import planner
-from sdplan.planning.schedule import step_times
 
 #: The shipped file without its knee, and with a knee of 2e-5 s a row past 256 rows.
 BASE = dataclasses.replace(resolve_calibration("h100-sxm_llama-3.1-8b_eagle3_derived").coefficients_at(1024, 512),

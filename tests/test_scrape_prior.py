@@ -249,8 +249,8 @@ def test_a_scaled_prior_keeps_its_knee_so_sd_stays_dear_at_large_batch() -> None
     import numpy as np
 
     from sdplan.calibration import parse_calibration, resolve_calibration
+    from sdplan.latency.model import step_times
     from sdplan.metrics.prior import scale_prior
-    from sdplan.planning.schedule import step_times
 
     prior = resolve_calibration("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived")
     windows, _ = read_results(PINNED / "nosd.scrapes.xz")

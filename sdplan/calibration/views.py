@@ -8,7 +8,9 @@ every shipped calibration, keeping the error of one that does not load.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from sdplan.calibration import (
     DEFAULT_CALIBRATION,
@@ -19,7 +21,7 @@ from sdplan.calibration import (
 )
 from sdplan.errors import InputFileError
 from sdplan.latency import model
-from sdplan.latency.coefficients import Coefficients
+from sdplan.latency.coefficients import SPECULATIVE_PARAMETERS, Coefficients
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +45,18 @@ class CalibrationShown:
     calibration: Calibration
     coefficients: Coefficients
     baseline_demand: tuple[float, float]
+    #: The engine step the calibration prices at the workload: batch sizes, the draft lengths (0, no SD, first)
+    #: and the seconds of one step, ``step_times_s[i][j]`` at ``step_batches[i]`` and ``step_draft_lengths[j]``
+    #: (:func:`sdplan.latency.model.step_times`; an SD cycle drafts and verifies).
+    step_batches: tuple[int, ...] = ()
+    step_draft_lengths: tuple[int, ...] = ()
+    step_times_s: tuple[tuple[float, ...], ...] = field(default=())
+
+
+#: Batch sizes ``sdplan show`` prices an engine step at: one sequence to a full default ``max_num_seqs``.
+STEP_BATCHES = (1, 4, 16, 64, 128, 256)
+#: Draft lengths it prices an SD cycle at where the file names none (``[derivation] draft_lengths``).
+STEP_DRAFT_LENGTHS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +91,16 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
     c1_d, c2_d = model.baseline_demand(coefficients)
     # the no-SD demand that sets its saturation: past the compute-bound knee where the file has one
     past = model.baseline_knee(coefficients, c1_d, c2_d)
-    return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)))
+    from sdplan.latency.model import step_times  # numpy work only where a calibration is shown
+
+    derivation = cal.records.derivation
+    lengths = () if set(cal.without_runs) >= set(SPECULATIVE_PARAMETERS) else tuple(
+        (derivation.draft_lengths if derivation is not None and derivation.draft_lengths else STEP_DRAFT_LENGTHS)[:4])
+    times = step_times(coefficients, list(lengths), np.asarray(STEP_BATCHES, dtype=np.float64),
+                       cal.moe_at(prompt, output))
+    return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)),
+                            step_batches=STEP_BATCHES, step_draft_lengths=(0, *lengths),
+                            step_times_s=tuple(tuple(float(t) for t in row) for row in times))
 
 
 def list_shipped() -> ShippedListing:

@@ -102,8 +102,10 @@ def run_knee(coefficients: Coefficients, run: BenchmarkRun, c1: float, c2: float
     """The demands past the target's compute-bound knee of a run's configuration (:mod:`sdplan.latency.knee`):
     ``1 + c k`` rows a sequence at the run's measured draft coverage ``c`` (:func:`run_coefficients`), as
     ``c1`` and ``c2`` (:func:`run_demand`) are priced."""
-    return closed_loop.option_knee(run_coefficients(coefficients, run), run.draft_length, run_tokens_per_cycle(run),
-                                   c1, c2)
+    if run.draft_length == 0:
+        return model.baseline_knee(coefficients, c1, c2)
+    return model.speculative_knee(run_coefficients(coefficients, run), c1, c2, run_tokens_per_cycle(run),
+                                  run.draft_length)
 
 
 def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float,

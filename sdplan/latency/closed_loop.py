@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sdplan.latency import knee, model
 from sdplan.latency import moe as moe_model
 
@@ -101,22 +103,13 @@ def routed_per_sequence(draft_length: int) -> float:
     return 1.0 if draft_length == 0 else draft_length + 1.0
 
 
-def option_demands(coefficients: Coefficients, draft_length: int, tokens_per_cycle: float) -> tuple[float, float]:
-    """``(C1, C2)`` of an option: ``g - 1`` decode steps without SD, ``g/E`` cycles with
-    (:func:`sdplan.latency.model.baseline_demand`, :func:`sdplan.latency.model.demand_from_tokens`)."""
-    if draft_length == 0:
-        return model.baseline_demand(coefficients)
-    c1, c2 = model.demand_from_tokens(coefficients, tokens_per_cycle, draft_length)  # type: ignore[arg-type]
-    return float(c1), float(c2)
-
-
-def option_knee(coefficients: Coefficients, draft_length: int, tokens_per_cycle: float, c1: float,
-                c2: float) -> knee.KneeDemands:
-    """An option's demands past the target's compute-bound knee (:func:`sdplan.latency.model.baseline_knee`,
-    :func:`sdplan.latency.model.speculative_knee`), from ``(C1, C2)`` below it."""
-    if draft_length == 0:
-        return model.baseline_knee(coefficients, c1, c2)
-    return model.speculative_knee(coefficients, c1, c2, tokens_per_cycle, draft_length)
+def option_demand(coefficients: Coefficients, draft_length: int, tokens_per_cycle: float
+                  ) -> tuple[float, float, knee.KneeDemands]:
+    """``(C1, C2, demands past the knee)`` of one option: its column of
+    :func:`sdplan.latency.model.option_demands` (``g - 1`` decode steps without SD, ``g/E`` cycles with)."""
+    demands = model.option_demands(coefficients, [max(draft_length, 1)], np.asarray([tokens_per_cycle]))
+    column = 1 if draft_length else 0
+    return float(demands.c1_s[column]), float(demands.c2_s[column]), knee.take(demands.knee, column)
 
 
 def closed_loop_latency(coefficients: Coefficients, draft_length: int, tokens_per_cycle: float, clients: int,
@@ -145,10 +138,9 @@ def closed_loop_latency(coefficients: Coefficients, draft_length: int, tokens_pe
         ``f (N' - 1)`` is beyond it, at the coverage of ``N'`` sequences), times ``N / N'``.
     """
     running = admitted_clients(clients, batch_cap)
-    c1, c2 = option_demands(covered_coefficients(coefficients, draft_length, model.closed_loop_others(running), moe),
-                            draft_length, tokens_per_cycle)
-    # the knee's rows and slope are the target's own step curve's, whatever the expert coverage
-    past = option_knee(coefficients, draft_length, tokens_per_cycle, c1, c2)
+    c1, c2, past = option_demand(covered_coefficients(coefficients, draft_length,
+                                                      model.closed_loop_others(running), moe),
+                                 draft_length, tokens_per_cycle)
     others = model.closed_loop_others(running, coefficients.closed_loop_factor)
     c1_at, c2_at = knee.batch_cap_demands(c1, c2, past, others)
     return waited_latency(float(c1_at + others * c2_at), running, clients)

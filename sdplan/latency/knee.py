@@ -199,7 +199,7 @@ def step_excess_s(coefficients: Coefficients, rows: FloatArray | float) -> Float
                                                       - coefficients.knee_tokens, 0.0)
 
 
-def take(knee: KneeDemands, index: slice | tuple[slice | None, ...]) -> KneeDemands:
+def take(knee: KneeDemands, index: int | slice | tuple[slice | None, ...]) -> KneeDemands:
     """The same demands indexed (e.g. ``(slice(None), None, slice(None))`` to insert a rate axis)."""
     return KneeDemands(c1_above_s=knee.c1_above_s[index], c2_above_s=knee.c2_above_s[index],
                        knee_batch=knee.knee_batch[index], concavity=knee.concavity)

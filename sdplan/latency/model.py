@@ -39,12 +39,13 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.acceptance import expected_tokens_per_cycle
-from sdplan.latency.knee import KneeDemands, knee_demands
+from sdplan.latency.knee import KneeDemands, knee_demands, step_excess_s
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
     from sdplan.latency.coefficients import Coefficients
+    from sdplan.latency.moe import MoESpec
 
     FloatArray = npt.NDArray[np.float64]
 
@@ -387,6 +388,34 @@ def step_costs(coeffs: Coefficients, k: FloatArray | int) -> tuple[FloatArray, F
     tau1 = np.where(k_arr > 0, coeffs.c1v_s + drafted * coeffs.c1d_s, coeffs.baseline_c1_step_s)
     tau2 = np.where(k_arr > 0, coeffs.c2v_s + drafted * coeffs.c2d_s, coeffs.baseline_c2_step_s)
     return tau1, tau2
+
+
+def step_times(coefficients: Coefficients, draft_lengths: list[int], sizes: FloatArray,
+               moe: MoESpec | None = None) -> FloatArray:
+    """Step time ``tau_k(n)`` in seconds, shape ``(n, 1 + len(draft_lengths))``; column 0 is no SD.
+
+    ``tau_k(n) = (c1v + c k c1d) + (n - 1)(c2v + c k c2d)`` for an SD cycle and
+    ``tau_0(n) = c1_step + (n - 1) c2_step`` for a decode step (:func:`step_costs`), plus what each token row past
+    the target's compute-bound knee adds (:func:`sdplan.latency.knee.step_excess_s`, ``n (1 + c k)`` rows), and for
+    a mixture-of-experts target the experts its ``n (k + 1)`` routed tokens touch, ``phi`` times the coverage
+    increments (:mod:`sdplan.latency.moe`). Used by the planner's goodput policy and schedules, ``sdplan show``
+    and the benchmarks.
+    """
+    ks = option_lengths(draft_lengths).astype(np.float64)  # "off" (0) first
+    n = np.asarray(sizes, dtype=np.float64)[:, None]
+    fixed, per_other = step_costs(coefficients, ks)
+    # past the target's compute-bound knee every further token row of the step costs more (sdplan.latency.knee); a
+    # sequence puts 1 + c k rows into it (c: the draft coverage, 1 but for a prompt-lookup proposer)
+    tau = fixed[None, :] + (n - 1.0) * per_other[None, :] + step_excess_s(coefficients,
+                                                                          n * verified_rows(coefficients, ks)[None, :])
+    if moe is not None:
+        cover = moe.coverage
+        phi = moe.phi(n * (ks + 1.0)[None, :])
+        sd = ks > 0
+        cover_fixed = np.where(sd, cover.get("c1v_s", 0.0), cover.get("baseline_c1_step_s", 0.0))
+        cover_other = np.where(sd, cover.get("c2v_s", 0.0), cover.get("baseline_c2_step_s", 0.0))
+        tau = tau + phi * (cover_fixed[None, :] + (n - 1.0) * cover_other[None, :])
+    return tau
 
 
 def ttft_load_cost(coeffs: Coefficients, k: FloatArray | int,

@@ -23,8 +23,8 @@ from sdplan.inputs.serving import batch_cap_warning
 from sdplan.latency import knee, model
 from sdplan.latency import moe as moe_model
 from sdplan.latency.latency_grid import SolvedGrid, dense_grid, moe_grid, with_batch_caps
+from sdplan.latency.model import step_times
 from sdplan.latency.policy import goodput_latency
-from sdplan.planning.schedule import step_times
 
 if TYPE_CHECKING:
     import numpy.typing as npt

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sdplan.inputs.acceptance import expected_tokens_per_cycle
-from sdplan.latency.knee import step_excess_s
-from sdplan.latency.model import option_demands, option_lengths, step_costs, verified_rows
+from sdplan.latency.model import option_demands, option_lengths, step_times
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -40,26 +39,6 @@ if TYPE_CHECKING:
     from sdplan.latency.moe import MoESpec
 
     FloatArray = npt.NDArray[np.float64]
-
-
-def step_times(coefficients: Coefficients, draft_lengths: list[int], sizes: FloatArray,
-               moe: MoESpec | None = None) -> FloatArray:
-    """Step time ``tau_k(n)`` in seconds, shape ``(n, 1 + len(draft_lengths))``; column 0 is no SD."""
-    ks = option_lengths(draft_lengths).astype(np.float64)  # "off" (0) first
-    n = np.asarray(sizes, dtype=np.float64)[:, None]
-    fixed, per_other = step_costs(coefficients, ks)
-    # past the target's compute-bound knee every further token row of the step costs more (sdplan.latency.knee); a
-    # sequence puts 1 + c k rows into it (c: the draft coverage, 1 but for a prompt-lookup proposer)
-    tau = fixed[None, :] + (n - 1.0) * per_other[None, :] + step_excess_s(coefficients,
-                                                                          n * verified_rows(coefficients, ks)[None, :])
-    if moe is not None:
-        cover = moe.coverage
-        phi = moe.phi(n * (ks + 1.0)[None, :])
-        sd = ks > 0
-        cover_fixed = np.where(sd, cover.get("c1v_s", 0.0), cover.get("baseline_c1_step_s", 0.0))
-        cover_other = np.where(sd, cover.get("c2v_s", 0.0), cover.get("baseline_c2_step_s", 0.0))
-        tau = tau + phi * (cover_fixed[None, :] + (n - 1.0) * cover_other[None, :])
-    return tau
 
 
 def batch_size_schedule(

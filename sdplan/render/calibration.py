@@ -117,6 +117,11 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
             "coefficients_at_workload": derived,
             "baseline": {"c1_s": c1_d, "c2_s": c2_d,
                          "saturation_rate_rps": finite_or_none(1.0 / c2_d if c2_d > 0 else float("inf"))},
+            "step_times_at_workload": {
+                "definition": STEP_TIMES_NOTE,
+                "batch_requests": list(shown.step_batches),
+                "options": [{"draft_length_tokens": k, "step_s": [row[j] for row in shown.step_times_s]}
+                            for j, k in enumerate(shown.step_draft_lengths)]},
         })
 
     def draw(console: Any) -> None:
@@ -190,8 +195,32 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
         print_table(console, coeffs,
                     title=f"Coefficients at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "
                     "output tokens")
+        if shown.step_times_s:
+            valid = cal.document.get("validity", {}).get("batch_size")
+            beyond = (f"; past B = {valid[1]:g} (its valid batch sizes) the curve is extrapolated"
+                      if valid and valid[1] < max(shown.step_batches) else "")
+            print_table(console, step_table(shown, style),
+                        title=f"Engine step at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "
+                        "output tokens (ms)", caption=STEP_TIMES_NOTE + beyond)
 
     return render_rich(draw, style, terminal)
+
+
+#: What the step table of ``sdplan show`` holds.
+STEP_TIMES_NOTE = ("one engine step with B sequences in flight at the workload's mean context: a decode step without "
+                   "SD; with SD a cycle (drafting k tokens, then verifying k + 1 a sequence, the engine's overheads "
+                   "included), which emits E tokens a sequence; no concurrent prefill")
+
+
+def step_table(shown: CalibrationShown, style: Style) -> Any:
+    """Rows of batch sizes, a column per option: the step :func:`sdplan.latency.model.step_times` prices."""
+    table = Table(box=table_box(style))
+    table.add_column("B (sequences)", justify="right")
+    for k in shown.step_draft_lengths:
+        table.add_column("no SD" if k == 0 else f"k={k}", justify="right")
+    for batch, row in zip(shown.step_batches, shown.step_times_s):
+        table.add_row(str(batch), *(f"{1e3 * t:.3g}" for t in row))
+    return table
 
 
 def anchor_summary(derivation: dict[str, Any]) -> str:
