@@ -135,6 +135,36 @@ def test_derived_steps_cost_at_least_what_the_matrix_units_need() -> None:
         assert target["per_query_token_s"] + target["per_token_above_knee_s"] >= floor * (1 - 1e-5), name
 
 
+def _shipped_dense_derived() -> list[str]:
+    from sdplan.calibration import shipped_calibrations
+
+    return [path.stem for path in shipped_calibrations()
+            if path.stem.endswith("_derived") and "moe" not in resolve_calibration(path.stem).document]
+
+
+@pytest.mark.parametrize("name", _shipped_dense_derived())
+def test_no_shipped_step_costs_less_than_its_matrix_units_need(name: str) -> None:
+    """Every step a shipped dense file prices, B = 1-512 sequences and k = 0-8 (up to 4,608 token rows), takes at
+    least its target's rows at the GPU's peak, B (k + 1) x 2 P / (TP F): physics, whatever the database says."""
+    from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
+
+    cal = resolve_calibration(name)
+    provenance, derivation = cal.document["provenance"], cal.document["derivation"]
+    request = DeriveRequest(target_model=provenance["target_model"], system=derivation["system"], method="ngram",
+                            tensor_parallel_size=int(provenance.get("tensor_parallel_size", 1)),
+                            precision=derivation.get("precision", "bf16"), backend=derivation["backend"])
+    models = Models()
+    try:
+        floor = Pricer(load_aic(), request, models).row_compute_floor_s()
+    finally:
+        models.close()
+    assert floor > 0.0
+    ks = list(range(1, 9))
+    batches = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], dtype=np.float64)
+    rows = batches[:, None] * (1.0 + np.array([0, *ks]))[None, :]
+    assert np.all(step_times(cal.coefficients_at(1024, 512), ks, batches) >= rows * floor)
+
+
 # ----------------------------------------------------------------------------- the engine's caps bound throughput
 
 def test_each_option_saturates_at_its_own_cap() -> None:
