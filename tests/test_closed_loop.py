@@ -154,3 +154,32 @@ def test_plan_concurrency_refuses_what_it_cannot_answer(sdplan, args, message) -
     assert result.exit_code == ExitStatus.USAGE, result.output
     assert message in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_an_option_whose_kv_cache_holds_no_request_serves_nothing(sdplan) -> None:
+    """400,000-token prompts: no SD's KV cache holds one request, the draft's share leaves SD none. SD is then
+    unstable at every concurrency, as the rate plan says, never priced as if the engine admitted it."""
+    result = sdplan("plan", "--concurrency", "1,4", "--prompt-tokens", "400000", "--output-tokens", "100", "-k", "2,3",
+                    "-f", "json")
+    assert result.exit_code == ExitStatus.OK, result.output
+    doc = json.loads(result.stdout)
+    for level in doc["results"][0]["concurrency"]:
+        assert level["best_draft_length_tokens"] == 0
+        off, *sd = level["options"]
+        assert off["running_requests"] == 1 and off["mean_e2e_latency_s"] > 0
+        for option in sd:
+            assert option["running_requests"] == 0 and option["mean_e2e_latency_s"] is None
+            assert option["throughput_rps"] == 0.0
+    assert any("serve no request of this workload" in w for w in doc["warnings"])
+    table = sdplan("plan", "--concurrency", "1,4", "--prompt-tokens", "400000", "--output-tokens", "100").stdout
+    assert table.startswith("Answer, extrapolated past the measured workloads (prompt tokens 400000")
+
+
+def test_a_workload_no_engine_admits_is_an_answer_not_an_error(sdplan) -> None:
+    result = sdplan("plan", "--concurrency", "1,4", "--prompt-tokens", "500000", "--output-tokens", "100", "-k", "2")
+    assert result.exit_code == ExitStatus.OK, result.output
+    assert "nothing serves at 1-4 clients" in result.stdout
+    doc = json.loads(sdplan("plan", "--concurrency", "1", "--prompt-tokens", "500000", "--output-tokens", "100",
+                            "-k", "2", "-f", "json").stdout)
+    assert all(o["speedup"] is None and o["throughput_rps"] == 0.0
+               for o in doc["results"][0]["concurrency"][0]["options"])

@@ -97,7 +97,7 @@ def _plan(request: PlanRequest) -> None:
     out = request.output
     check_plot_request(out.plot, out.plot_file, out.fmt)
     if request.concurrency is not None:
-        _closed_loop(request)
+        _closed_loop(request, request.concurrency)
         return
     scenario = command_scenario(request.scenario, request.draft_lengths, single_acceptance=False)
     answer = answer_plan(scenario, PlanQuery(
@@ -123,7 +123,7 @@ def _plan(request: PlanRequest) -> None:
     emit(text, out.output)
 
 
-def _closed_loop(request: PlanRequest) -> None:
+def _closed_loop(request: PlanRequest, clients: tuple[int, ...]) -> None:
     """``--concurrency``: one call to :func:`sdplan.planning.closed_loop_answer.answer_closed_loop`, rendered."""
     from sdplan.planning.closed_loop_answer import ClosedLoopQuery, answer_closed_loop
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
@@ -136,9 +136,8 @@ def _closed_loop(request: PlanRequest) -> None:
     if given:
         raise usage_error(f"--concurrency plans closed loops; {', '.join(given)} belong to the request-rate plan: "
                           "drop them, or drop --concurrency")
-    assert request.concurrency is not None
     scenario = command_scenario(request.scenario, request.draft_lengths, single_acceptance=False)
-    answer = answer_closed_loop(scenario, ClosedLoopQuery(clients=request.concurrency, for_table=out.fmt == "table"))
+    answer = answer_closed_loop(scenario, ClosedLoopQuery(clients=clients, for_table=out.fmt == "table"))
     if out.fmt != "table":
         warn(answer.inputs.warnings)
     terminal = out.output in (None, "-") and stdout_is_terminal()

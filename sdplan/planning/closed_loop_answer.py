@@ -91,12 +91,17 @@ class ClosedLoopPlan:
         """Mean TPOT, ``(L - TTFT)/(g - 1)`` (vLLM's definition), NaN for one output token (a, n, 1 + k)."""
         if self.output_tokens <= 1:
             return np.full_like(self.latency_s, np.nan)
-        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1.0)
+        served = np.isfinite(self.latency_s)
+        return np.where(served, (np.where(served, self.latency_s, 0.0) - np.where(served, self.ttft_s, 0.0))
+                        / (self.output_tokens - 1.0), np.inf)
 
     @property
     def speedup(self) -> FloatArray:
-        """No SD's latency over each option's at the same ``N``: the ratio of their throughputs (a, n, 1 + k)."""
-        return self.latency_s[:, :, :1] / self.latency_s
+        """No SD's latency over each option's at the same ``N``: the ratio of their throughputs (a, n, 1 + k); 0 for an
+        option that serves nothing, NaN where neither serves."""
+        throughput = self.throughput_rps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(throughput[:, :, :1] > 0, throughput / throughput[:, :, :1], np.nan)
 
     @property
     def best_k(self) -> IntArray:
@@ -129,6 +134,10 @@ def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...]) -> ClosedLoop
     running = np.empty(shape[1:], dtype=np.int64)
     for ia in range(alphas.size):
         for option, k in enumerate((0, *ks)):
+            if caps[option] < 1:  # a KV cache that holds no whole request admits nobody, as the rate plan says
+                latency[ia, :, option] = ttft[ia, :, option] = np.inf
+                running[:, option] = 0
+                continue
             per_cycle = 1.0 if k == 0 else float(tokens[ia, option - 1])
             served: dict[int, ClosedLoopPoint] = {}  # past the cap every N shares the state of the full engine
             for i_n, n in enumerate(counts):
@@ -146,17 +155,21 @@ def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...]) -> ClosedLoop
 
 def _waiting_warnings(plan: ClosedLoopPlan, cap_phrases: tuple[str, ...]) -> list[str]:
     """Where clients wait for admission: for no SD and each option that is best somewhere, the first concurrency
-    past its cap."""
-    found = []
+    past its cap; and, in one line, the options whose engine admits no request of the workload at all."""
+    found, none_served = [], []
     shown = {0} | {int(option) for option in np.unique(plan.best)}
     for option, phrase in enumerate(cap_phrases):
-        if option not in shown:
-            continue
+        name = "no SD" if option == 0 else f"k={int(plan.draft_lengths[option - 1])}"
         past = np.flatnonzero(plan.running[:, option] < plan.clients)
-        if past.size:
-            name = "no SD" if option == 0 else f"k={int(plan.draft_lengths[option - 1])}"
+        if not plan.running[:, option].any():
+            none_served.append((name, phrase))
+        elif past.size and option in shown:
             found.append(f"{name} from {int(plan.clients[past[0]])} clients: its {phrase} holds, the other clients "
                          "wait for admission (priced: latency x N/cap, the wait added to TTFT)")
+    if none_served:
+        names = ", ".join(name for name, _ in none_served)
+        found.append(f"{names} serve{'s' if len(none_served) == 1 else ''} no request of this workload (the "
+                     f"first's {none_served[0][1]}): unstable at every concurrency")
     return found
 
 

@@ -7,6 +7,7 @@ import csv
 import io
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from rich.table import Table
 
 from sdplan import __version__
@@ -66,8 +67,9 @@ def _clients_range(first: int, last: int) -> str:
     return f"{first} client{'s' if first > 1 else ''}" if first == last else f"{first}-{last} clients"
 
 
-def closed_loop_lines(plan: ClosedLoopPlan, ia: int) -> list[str]:
-    """'Answer:' and 'Why:' for acceptance row ``ia``: the best option per run of concurrencies, and the trend."""
+def closed_loop_lines(plan: ClosedLoopPlan, ia: int, extrapolated: tuple[str, ...] = ()) -> list[str]:
+    """'Answer:' and 'Why:' for acceptance row ``ia``: the best option per run of concurrencies, and the trend;
+    the answer says first where the workload lies past the calibration's measured lengths (``extrapolated``)."""
     runs: list[tuple[int, int, int]] = []  # (best option index, first i_n, last i_n)
     for i_n, option in enumerate(plan.best[ia]):
         if runs and runs[-1][0] == int(option):
@@ -78,21 +80,29 @@ def closed_loop_lines(plan: ClosedLoopPlan, ia: int) -> list[str]:
     parts = []
     for option, first, last in runs:
         where = _clients_range(int(plan.clients[first]), int(plan.clients[last]))
+        if not np.isfinite(plan.latency_s[ia, first, option]):
+            parts.append(f"nothing serves at {where} (no option's engine admits a request of this workload)")
+            continue
         if option == 0:
             parts.append(f"SD off at {where}")
             continue
         gains = f"{speedup[first, option]:.2f}x" + ("" if first == last else f" -> {speedup[last, option]:.2f}x")
         parts.append(f"{_k_name(ks[option])} at {where} ({gains} the throughput of no SD)")
     first_best, last_best = int(plan.best[ia, 0]), int(plan.best[ia, -1])
+    low = float(speedup[0, first_best]) if first_best else 1.0
+    high = float(speedup[-1, last_best]) if last_best else 1.0
     trend = ""
-    if plan.clients.size > 1:
-        low = float(speedup[0, first_best]) if first_best else 1.0
-        high = float(speedup[-1, last_best]) if last_best else 1.0
+    if plan.clients.size > 1 and (first_best or last_best) and np.isfinite(low) and np.isfinite(high):
+        if high < 0.98 * low:
+            moves = ("falls: SD's longer steps (k + 1 token rows to verify, and the drafting) grow faster with the "
+                     "batch than a decode step")
+        else:
+            moves = "grows with the batch here" if high > 1.02 * low else "holds"
         trend = (f" The best option's gain goes {low:.2f}x at {int(plan.clients[0])} -> {high:.2f}x at "
-                 f"{int(plan.clients[-1])} clients: "
-                 + ("SD's longer steps (k + 1 token rows to verify, and the drafting) grow faster with the "
-                    "batch than a decode step." if high < low else "it grows with the batch here."))
-    return ["Answer: " + "; ".join(parts) + ".",
+                 f"{int(plan.clients[-1])} clients: it {moves}.")
+    head = "Answer: " if not extrapolated else ("Answer, extrapolated past the measured workloads ("
+                                                 + "; ".join(extrapolated) + "): ")
+    return [head + "; ".join(parts) + ".",
             "Why: a closed loop of N clients keeps N requests in flight, so each option completes N / L a "
             "second with L = C1 + f (N - 1) C2 (past an engine's batch cap the other clients wait for "
             "admission)." + trend]
@@ -103,7 +113,7 @@ def draw_closed_loop(console: Any, answer: ClosedLoopAnswer, style: Style) -> No
     plan, inputs = answer.plan, answer.inputs
     source = inputs.acceptance.source
     for ia, alpha in enumerate(plan.alphas):
-        for line in closed_loop_lines(plan, ia):
+        for line in closed_loop_lines(plan, ia, inputs.extrapolated):
             if plan.alphas.size > 1:
                 line = line.replace("Answer:", f"Answer at alpha {alpha:.3f}:", 1).replace(
                     "Why:", f"Why at alpha {alpha:.3f}:", 1)
@@ -123,7 +133,9 @@ def draw_closed_loop(console: Any, answer: ClosedLoopAnswer, style: Style) -> No
 
 
 def _num(value: float, digits: int = 4) -> str:
-    return f"{float(value):.{digits}g}"
+    """A cell: ``-`` where the option serves nothing (an infinite latency, a zero or undefined speedup)."""
+    value = float(value)
+    return f"{value:.{digits}g}" if np.isfinite(value) and value > 0 else "-"
 
 
 def _table(plan: ClosedLoopPlan, ia: int, style: Style) -> Any:
