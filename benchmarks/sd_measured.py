@@ -444,20 +444,26 @@ def main() -> int:
     return 0
 
 
+def print_unscored(source_id: str, series_id: str, points: list[Point], axis: str, load_format: str) -> None:
+    """One unscored series: its loads, measured and predicted ratios, and their errors (anchors left out)."""
+    scored = [p for p in points if not p.anchor]
+    errors = np.array([p.error_pct for p in scored])
+    print(f"  {source_id}/{series_id}")
+    print(f"    {axis:6s}" + " ".join(f"{p.load:7{load_format}}" for p in points))
+    print("    meas  " + " ".join(f"{p.measured:7.3f}" for p in points))
+    print("    pred  " + " ".join(f"{p.predicted:7.3f}" for p in points))
+    print(f"    within 10%: {int((np.abs(errors) <= 10).sum())} of {len(scored)}, MAPE "
+          f"{np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%; right sign at "
+          f"{sum((p.measured >= 1) == (p.predicted >= 1) for p in scored)}")
+
+
 def print_equal_rate(equal: list[tuple[str, str, list[Point]]]) -> None:
     """The closed loops that give both options' throughputs, as speedups at request rates (:func:`equal_throughput`):
     the open-loop answer ``plan`` gives, which the scored ratios at fixed streams do not check. Not in the scores."""
     print("\nspeedup at a request rate (open-loop equivalent of closed loops with both throughputs; not scored "
           "above): measured N0/Nk at no SD's throughput, predicted by plan")
     for source_id, series_id, points in equal:
-        errors = np.array([p.error_pct for p in points])
-        print(f"  {source_id}/{series_id}")
-        print("    req/s " + " ".join(f"{p.load:7.3g}" for p in points))
-        print("    meas  " + " ".join(f"{p.measured:7.3f}" for p in points))
-        print("    pred  " + " ".join(f"{p.predicted:7.3f}" for p in points))
-        print(f"    within 10%: {int((np.abs(errors) <= 10).sum())} of {len(points)}, MAPE "
-              f"{np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%; right sign at "
-              f"{sum((p.measured >= 1) == (p.predicted >= 1) for p in points)}")
+        print_unscored(source_id, series_id, points, "req/s", ".3g")
 
 
 def print_steady(steady: list[tuple[str, str, list[Point]]]) -> None:
@@ -466,15 +472,7 @@ def print_steady(steady: list[tuple[str, str, list[Point]]]) -> None:
     print("\nconcurrency sweeps as a steady closed loop (sdplan plan --concurrency's rule, "
           "sdplan.latency.closed_loop; not scored above)")
     for source_id, series_id, points in steady:
-        scored = [p for p in points if not p.anchor]
-        errors = np.array([p.error_pct for p in scored])
-        print(f"  {source_id}/{series_id}")
-        print("    N     " + " ".join(f"{p.load:7g}" for p in points))
-        print("    meas  " + " ".join(f"{p.measured:7.3f}" for p in points))
-        print("    pred  " + " ".join(f"{p.predicted:7.3f}" for p in points))
-        print(f"    within 10%: {int((np.abs(errors) <= 10).sum())} of {len(scored)}, MAPE "
-              f"{np.mean(np.abs(errors)):.1f}%, bias {np.mean(errors):+.1f}%; right sign at "
-              f"{sum((p.measured >= 1) == (p.predicted >= 1) for p in scored)}")
+        print_unscored(source_id, series_id, points, "N", "g")
 
 
 if __name__ == "__main__":

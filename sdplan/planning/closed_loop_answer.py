@@ -20,7 +20,7 @@ import numpy as np
 from sdplan.latency.closed_loop import ClosedLoopPoint, admitted_clients, closed_loop_point
 from sdplan.limits import check_grid, check_table
 from sdplan.planning import planner
-from sdplan.planning.plan_answer import check_speculation_identified, identification_warnings
+from sdplan.planning.plan_answer import check_speculation_identified, plan_inputs
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -194,15 +194,7 @@ def answer_closed_loop(scenario: Scenario, query: ClosedLoopQuery) -> ClosedLoop
     check_speculation_identified(cal)
     result = closed_loop_plan(scenario, query.clients)
     cap_phrases = tuple(scenario.limits.cap_phrase(k) for k in (0, *draft_lengths))
-    best_ks = {int(k) for k in np.unique(result.best_k) if k > 0}
-    inputs = planner.PlanInputs(
-        calibration_name=cal.name, calibration_path=cal.path, calibration_method=cal.method,
-        calibration_provenance=cal.provenance, acceptance_description=workload.acceptance.describe(),
-        acceptance=workload.acceptance, prompt_tokens=workload.prompt_tokens, output_tokens=workload.output_tokens,
-        warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
-                                             float(result.running.max()), best_ks)
-                       + _waiting_warnings(result, cap_phrases) + identification_warnings(cal) + scenario.notes()),
-        extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
-                           in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
-        cap_phrases=cap_phrases)
+    inputs = plan_inputs(scenario, largest_batch=float(result.running.max()),
+                         best_draft_lengths={int(k) for k in np.unique(result.best_k) if k > 0},
+                         load_warnings=_waiting_warnings(result, cap_phrases))
     return ClosedLoopAnswer(plan=result, inputs=inputs)

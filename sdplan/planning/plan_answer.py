@@ -98,6 +98,30 @@ def identification_warnings(cal: Calibration) -> list[str]:
     return found
 
 
+def plan_inputs(scenario: Scenario, *, largest_batch: float | None, best_draft_lengths: set[int],
+                load_warnings: list[str]) -> planner.PlanInputs:
+    """What a plan of ``scenario`` was computed from, with its warnings in order: the calibration's valid ranges
+    at the largest batch the answer runs and the draft lengths it picks, then ``load_warnings`` (where the answer
+    leaves the model's domain), the coefficients the runs did not identify, and the scenario's notes."""
+    cal, workload = scenario.calibration, scenario.workload
+    return planner.PlanInputs(
+        calibration_name=cal.name,
+        calibration_path=cal.path,
+        calibration_method=cal.method,
+        calibration_provenance=cal.provenance,
+        acceptance_description=workload.acceptance.describe(),
+        acceptance=workload.acceptance,
+        prompt_tokens=workload.prompt_tokens,
+        output_tokens=workload.output_tokens,
+        warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens, largest_batch,
+                                             best_draft_lengths)
+                       + load_warnings + identification_warnings(cal) + scenario.notes()),
+        extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
+                           in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
+        cap_phrases=tuple(scenario.limits.cap_phrase(k) for k in (0, *scenario.draft_lengths)),
+    )
+
+
 def answer_plan(scenario: Scenario, query: PlanQuery) -> PlanAnswer:
     """Plan ``scenario`` over the query's rates (or the default grid): the plan, its inputs and warnings.
 
@@ -123,24 +147,9 @@ def answer_plan(scenario: Scenario, query: PlanQuery) -> PlanAnswer:
     result = planner.plan(scenario.coefficients, rates, draft_lengths, alphas, tokens_per_cycle=tokens,
                           goodput_policy=query.goodput_policy, moe=scenario.moe, batch_caps=caps)
     check_speculation_identified(cal)
-    inputs = planner.PlanInputs(
-        calibration_name=cal.name,
-        calibration_path=cal.path,
-        calibration_method=cal.method,
-        calibration_provenance=cal.provenance,
-        acceptance_description=workload.acceptance.describe(),
-        acceptance=workload.acceptance,
-        prompt_tokens=workload.prompt_tokens,
-        output_tokens=workload.output_tokens,
-        warnings=tuple(cal.validity_warnings(workload.prompt_tokens, workload.output_tokens,
-                                             planner.largest_batch(result),
-                                             (int(k) for k in set(result.best_k.ravel().tolist()) if k > 0))
-                       + planner.domain_warnings(result, scenario.limits)
-                       + identification_warnings(cal) + scenario.notes()),
-        extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
-                           in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
-        cap_phrases=tuple(scenario.limits.cap_phrase(k) for k in (0, *draft_lengths)),
-    )
+    inputs = plan_inputs(scenario, largest_batch=planner.largest_batch(result),
+                         best_draft_lengths={int(k) for k in set(result.best_k.ravel().tolist()) if k > 0},
+                         load_warnings=planner.domain_warnings(result, scenario.limits))
     return PlanAnswer(
         plan=result, inputs=inputs,
         batch_cap=(cal.document.get("validity") or {}).get("batch_size", [None, None])[-1],
