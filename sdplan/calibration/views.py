@@ -91,12 +91,10 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
     c1_d, c2_d = model.baseline_demand(coefficients)
     # the no-SD demand that sets its saturation: past the compute-bound knee where the file has one
     past = model.baseline_knee(coefficients, c1_d, c2_d)
-    from sdplan.latency.model import step_times  # numpy work only where a calibration is shown
-
     derivation = cal.records.derivation
     lengths = () if set(cal.without_runs) >= set(SPECULATIVE_PARAMETERS) else tuple(
         (derivation.draft_lengths if derivation is not None and derivation.draft_lengths else STEP_DRAFT_LENGTHS)[:4])
-    times = step_times(coefficients, list(lengths), np.asarray(STEP_BATCHES, dtype=np.float64),
+    times = model.step_times(coefficients, list(lengths), np.asarray(STEP_BATCHES, dtype=np.float64),
                        cal.moe_at(prompt, output))
     return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)),
                             step_batches=STEP_BATCHES, step_draft_lengths=(0, *lengths),

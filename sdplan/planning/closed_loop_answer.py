@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sdplan.latency import model
 from sdplan.latency.closed_loop import ClosedLoopPoint, admitted_clients, closed_loop_point
 from sdplan.limits import check_grid, check_table
 from sdplan.planning import planner
@@ -88,12 +89,9 @@ class ClosedLoopPlan:
 
     @property
     def tpot_s(self) -> FloatArray:
-        """Mean TPOT, ``(L - TTFT)/(g - 1)`` (vLLM's definition), NaN for one output token (a, n, 1 + k)."""
-        if self.output_tokens <= 1:
-            return np.full_like(self.latency_s, np.nan)
-        served = np.isfinite(self.latency_s)
-        return np.where(served, (np.where(served, self.latency_s, 0.0) - np.where(served, self.ttft_s, 0.0))
-                        / (self.output_tokens - 1.0), np.inf)
+        """Mean TPOT, ``(L - TTFT)/(g - 1)``, vLLM's definition (:func:`sdplan.latency.model.time_per_output_token`):
+        inf where the option serves nothing, NaN for one output token (a, n, 1 + k)."""
+        return model.time_per_output_token(self.latency_s, self.ttft_s, self.output_tokens)
 
     @property
     def speedup(self) -> FloatArray:

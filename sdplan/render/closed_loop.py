@@ -59,10 +59,6 @@ def render_closed_loop(answer: ClosedLoopAnswer, fmt: OutputFormat, style: Style
     return render_rich(lambda console: draw_closed_loop(console, answer, style), style, terminal)
 
 
-def _k_name(k: int) -> str:
-    return "SD off" if k == 0 else f"k={k}"
-
-
 def _clients_range(first: int, last: int) -> str:
     return f"{first} client{'s' if first > 1 else ''}" if first == last else f"{first}-{last} clients"
 
@@ -87,7 +83,7 @@ def closed_loop_lines(plan: ClosedLoopPlan, ia: int, extrapolated: tuple[str, ..
             parts.append(f"SD off at {where}")
             continue
         gains = f"{speedup[first, option]:.2f}x" + ("" if first == last else f" -> {speedup[last, option]:.2f}x")
-        parts.append(f"{_k_name(ks[option])} at {where} ({gains} the throughput of no SD)")
+        parts.append(f"k={ks[option]} at {where} ({gains} the throughput of no SD)")
     first_best, last_best = int(plan.best[ia, 0]), int(plan.best[ia, -1])
     low = float(speedup[0, first_best]) if first_best else 1.0
     high = float(speedup[-1, last_best]) if last_best else 1.0
