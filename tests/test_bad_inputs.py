@@ -157,7 +157,7 @@ def test_out_of_range_numbers_are_usage_errors(sdplan: Run, args: list[str]) -> 
     (["plan", "--rates", "0:99999:1"], "900,000 grid points"),
     (["plan", "--rates", "1,6", "--acceptance", "0:1:0.0001"], "180,018 grid points"),
     (["plan", "--rates", "0:9999:1"], "10,000 rows"),
-    (["capacity", "--slo", "e2e:mean<=4s", "-k", "1-1000"], "256,000 grid points"),  # derived: max_num_seqs 256
+    (["capacity", "--slo", "e2e:mean<=4s", "-k", "1-1000"], "1,024,000 grid points"),  # derived: max_num_seqs 1024
     (["capacity", "--slo", "e2e:mean<=4s", "--max-batch-size", "123456789"], "987,654,312 grid points"),
     (["check", "--rate", "5", "--simulate", "--slo", "e2e:p99<=9s", "--requests", "1000000"], "3,000,150 requests"),
     (["simulate", "--requests", "10", "--seeds", "1", "--rates", "1:100000:1"], "6,000,000 requests"),

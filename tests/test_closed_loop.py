@@ -86,7 +86,7 @@ def test_the_best_option_has_the_highest_throughput_and_speedup_is_the_throughpu
     # a closed loop's throughput grows with its clients up to the engine's cap, then holds
     for option in range(plan.latency_s.shape[2]):
         assert np.all(np.diff(throughput[:, option]) >= -1e-9 * throughput[:, option].max())
-    assert plan.running[-1, 0] == 256 and plan.running[-1, 3] == 213  # the draft takes KV cache
+    assert plan.running[-1, 0] == 281 and plan.running[-1, 3] == 213  # KV caches: the draft takes some
     # the speedup measured sources report shrinks with the batch on this file
     best_speedup = plan.speedup[0][np.arange(plan.clients.size), plan.best[0]]
     assert best_speedup[0] > best_speedup[-1] > 1.0

@@ -95,6 +95,7 @@ def test_cli_derive_writes_a_valid_file_and_reports_its_origin(sdplan, tmp_path:
     derivation = cal.document["derivation"]
     assert derivation["package"] == "aiconfigurator-core" and derivation["database_version"] == "0.24.0"
     assert derivation["draft_lengths"] == [1.0, 2.0, 3.0]
+    assert derivation["max_num_seqs"] == 1024  # no --max-num-seqs: what vllm serve runs with on an H100
     # the fitted form is checked against the curve it was fitted to, and the file says how far it is off
     assert 0 < derivation["target_mean_error_pct"] <= derivation["target_max_error_pct"] < 50
     assert "anchor_rows" not in derivation and derivation["anchor"].startswith("none")  # no BF16 H100 rows
@@ -174,6 +175,19 @@ def test_without_the_package_derive_exits_5_naming_the_install_line(tmp_path: Pa
     assert done.returncode == ExitStatus.MISSING_DEPENDENCY, done.stderr
     assert "pip install aiconfigurator-core==0.12.0" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.toml").exists()
+
+
+def test_a_request_is_priced_for_the_engines_own_batch_cap_unless_given() -> None:
+    from sdplan.derive import DeriveRequest
+
+    def cap(**given) -> int:
+        return DeriveRequest(target_model="m", system=given.pop("system", "h100_sxm"), method="ngram",
+                             **given).batch_cap
+
+    assert cap() == cap(system="b200_sxm") == 1024  # vLLM on GPUs of 70 GiB or more
+    assert cap(system="l40s") == cap(system="a100_sxm") == 256
+    assert cap(backend="sglang") == 2048 and cap(backend="trtllm") == 256
+    assert cap(max_num_seqs=48) == cap(max_num_seqs=48, backend="sglang") == 48
 
 
 def test_a_request_without_its_draft_is_a_usage_error(sdplan, tmp_path: Path) -> None:

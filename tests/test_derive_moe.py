@@ -81,10 +81,12 @@ def test_a_target_that_leaves_no_kv_cache_is_refused() -> None:
 
 
 def test_a_hybrid_targets_kv_cache_holds_the_batches_it_serves() -> None:
-    """Qwen3.5-397B-A17B on 8x B200: the batches priced reach max_num_seqs, not the 1-2 a per-sequence state allows."""
+    """Qwen3.5-397B-A17B on 8x B200: the batches priced reach the engine's cap (SGLang: the grid's
+    largest, 1,024), not the 1-2 a per-sequence state allows."""
     _aic()
     from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
     from sdplan.derive.fitting import batch_sizes
+    from sdplan.derive.request import BATCH_GRID
 
     request = DeriveRequest(target_model="Qwen/Qwen3.5-397B-A17B", system="b200_sxm", method="ngram",
                             backend="sglang", tensor_parallel_size=8, precision="fp8_block", draft_lengths=(1,),
@@ -97,7 +99,7 @@ def test_a_hybrid_targets_kv_cache_holds_the_batches_it_serves() -> None:
     finally:
         models.close()
     assert estimate is not None and tokens == estimate["total_kv_size_tokens"]
-    assert batch_sizes(request, tokens)[-1] == request.max_num_seqs
+    assert batch_sizes(request, tokens)[-1] == max(b for b in BATCH_GRID if b <= request.batch_cap) == 1024
 
 
 def test_a_block_scaled_checkpoint_says_how_its_experts_were_priced() -> None:

@@ -147,15 +147,15 @@ def test_vllm_config_default_covers_the_max_num_seqs_the_calibration_was_priced_
     config = json.loads(result.stdout)
     assert config["method"] == "draft_model" and config["model"] == "meta-llama/Llama-3.2-1B-Instruct"
     schedule = config["num_speculative_tokens_per_batch_size"]
-    priced = resolve_calibration(DEFAULT).document["derivation"]["max_num_seqs"]  # below vLLM's H100 default
-    assert schedule[-1][1] == priced == 256 < engine_max_num_seqs("NVIDIA H100 SXM 80GB")
+    priced = resolve_calibration(DEFAULT).document["derivation"]["max_num_seqs"]  # vLLM's H100 default
+    assert schedule[-1][1] == priced == engine_max_num_seqs("NVIDIA H100 SXM 80GB") == 1024
     assert config["num_speculative_tokens"] == max(k for _, _, k in schedule)
     dense = vllm_dense(schedule, priced, config["num_speculative_tokens"])
     assert dense[1:] == vllm_lookup([tuple(t) for t in schedule], priced, config["num_speculative_tokens"])[1:]
-    assert "PIECEWISE" in result.stderr and "--max-num-seqs 256" in result.stderr
-    # vLLM's H100 default when asked for
-    wide = json.loads(sdplan("capacity", "--acceptance", "0.8", "--max-num-seqs", "1024", "-f", "vllm-config").stdout)
-    assert wide["num_speculative_tokens_per_batch_size"][-1][1] == 1024
+    assert "PIECEWISE" in result.stderr and "--max-num-seqs 1024" in result.stderr
+    # a smaller engine cap when asked for
+    narrow = json.loads(sdplan("capacity", "--acceptance", "0.8", "--max-num-seqs", "256", "-f", "vllm-config").stdout)
+    assert narrow["num_speculative_tokens_per_batch_size"][-1][1] == 256
 
 
 def test_vllm_schedule_without_merging_is_the_per_size_optimum(sdplan) -> None:

@@ -19,6 +19,8 @@ from sdplan.inputs.serving import (
     EngineLimits,
     LimitOptions,
     derived_prefill_scheduling,
+    engine_batch_cap,
+    engine_max_num_seqs,
     prefill_scheduling,
     resolve_limits,
     sglang_chunked_prefill_size,
@@ -29,7 +31,8 @@ from sdplan.inputs.workload import load_workload_file
 #: k2 and k4 74,880 tokens (tests/data/served-passes-cpu/README.md).
 SERVED = Path(__file__).parent / "data" / "served-passes-cpu" / "served.toml"
 P, G = 128, 64
-#: A shipped derived calibration (sdplan derive): priced up to max_num_seqs 256 with AIConfigurator's KV cache.
+#: A shipped derived calibration (sdplan derive): priced for vLLM's max_num_seqs on an H100 (1024) with
+#: AIConfigurator's KV cache.
 DERIVED = "h100-sxm_llama-3.1-8b_llama-3.2-1b_derived"
 
 
@@ -89,14 +92,14 @@ def test_a_derived_calibration_gives_what_it_was_priced_for(tmp_path: Path) -> N
     calibration = resolve_calibration(DERIVED)
     derivation = calibration.document["derivation"]
     resolved = limits(calibration)
-    assert resolved.max_num_seqs == derivation["max_num_seqs"] == 256  # vLLM's H100 default is 1024
+    assert resolved.max_num_seqs == derivation["max_num_seqs"] == engine_max_num_seqs("h100_sxm") == 1024
     assert resolved.max_num_seqs_source == "the max_num_seqs the derived calibration was priced for"
     assert resolved.kv_cache_tokens == derivation["kv_cache_tokens"]
     assert resolved.kv_cache_source == (f"KV cache of {derivation['kv_cache_tokens']:,.0f} tokens the derived "
                                         "calibration was priced with")
     # long requests: the priced KV cache holds fewer than max_num_seqs of them, and the cap says so
     long = limits(calibration, prompt=8192, output=1024)
-    assert long.batch_cap == derivation["kv_cache_tokens"] // (8192 + 1024) < 256
+    assert long.batch_cap == derivation["kv_cache_tokens"] // (8192 + 1024) < 1024
     assert long.batch_cap_source == long.kv_cache_source
     # the workload file and the flags still win
     filed = limits(calibration, workload_file(tmp_path, max_batch_size=32))
@@ -193,3 +196,13 @@ def test_a_derived_calibration_says_how_its_engine_schedules_prompts(tmp_path: P
     scheduling = derived_prefill_scheduling(load_calibration(path))
     assert scheduling is not None and scheduling.prefill_first and scheduling.budget_tokens == 8192  # an H100
     assert derived_prefill_scheduling(load_calibration(SERVED)) is None  # fitted TTFT weights hold its waves
+
+
+def test_each_engine_caps_its_batch_by_its_own_default() -> None:
+    """vLLM by the GPU's memory, SGLang's request pool, trtllm-serve's max_batch_size; another engine as vLLM."""
+    assert engine_batch_cap("vllm", "h200_sxm") == (1024, "vLLM's default max_num_seqs on h200_sxm")
+    assert engine_batch_cap("vllm", "l40s")[0] == 256
+    assert engine_batch_cap("sglang", "h100_sxm")[0] == 2048
+    assert engine_batch_cap("trtllm", "h100_sxm")[0] == 256
+    other = engine_batch_cap("lmdeploy", "b200")
+    assert other[0] == 1024 and other[1].startswith("assumed for lmdeploy: vLLM's")

@@ -43,8 +43,10 @@ from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
 @click.option("--draft-lengths", default="1-5", show_default=True, type=DraftLengths(MAX_SERVED_DRAFT_LENGTH),
               metavar="LIST",
               help="Draft lengths k to price verification at (k+1 tokens per sequence).")
-@click.option("--max-num-seqs", type=click.IntRange(1, 4096), default=256, show_default=True,
-              help="The engine's largest batch; the priced batch sizes stop there or where the KV cache is full.")
+@click.option("--max-num-seqs", type=click.IntRange(1, 4096), metavar="N",
+              help="The engine's largest batch; the priced batch sizes stop there or where the KV cache is full. "
+              "Default: the engine's own on --system (vLLM: 1024 on H100, H200 and B200, 256 on A100 and L40S; "
+              "SGLang: 2048; TensorRT-LLM: 256).")
 @click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=1024, show_default=True,
               help="Reference prompt length of the file.")
 @click.option("--output-tokens", type=click.IntRange(1, 1_000_000), default=512, show_default=True,
@@ -60,7 +62,7 @@ from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
 def derive(target_model: str, system: str, speculative_method: str, draft_model: str | None, backend: str,
            backend_version: str | None, tensor_parallel_size: int, draft_tensor_parallel_size: int | None,
            precision: str, draft_precision: str | None, draft_lengths: tuple[int, ...],
-           max_num_seqs: int, prompt_tokens: int, output_tokens: int, no_anchor: bool, date_text: str | None,
+           max_num_seqs: int | None, prompt_tokens: int, output_tokens: int, no_anchor: bool, date_text: str | None,
            name: str | None, calibration_out: str, fmt: str, ascii_only: bool) -> None:
     """Derive a calibration from NVIDIA AIConfigurator's silicon-measured op database.
 

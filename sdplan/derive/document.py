@@ -159,7 +159,7 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
         "draft_priced_as": shown_path(pricer.draft_path) if pricer.draft_path else "none (no device work)"
         if method == "ngram" else "the target's MTP layers",
         "draft_lengths": [float(k) for k in request.draft_lengths],
-        "max_num_seqs": request.max_num_seqs,
+        "max_num_seqs": request.batch_cap,
         "batch_sizes": [float(b) for b in fitted.batches],
         "context_tokens": [float(s) for s in CONTEXT_GRID],
         "prompt_tokens": [float(p) for p in PROMPT_GRID],

@@ -51,7 +51,7 @@ def fit_linear(rows: Sequence[Sequence[float]], values: Sequence[float]) -> tupl
 
 def batch_sizes(request: DeriveRequest, kv_tokens: int | None) -> list[int]:
     """Batch sizes priced: up to max_num_seqs and what the KV cache holds at the reference workload."""
-    cap = request.max_num_seqs
+    cap = request.batch_cap
     if kv_tokens:
         cap = min(cap, max(kv_tokens // (request.prompt_tokens + request.output_tokens), 1))
     return [b for b in BATCH_GRID if b <= cap] or [1]

@@ -490,7 +490,7 @@ class Pricer:
         try:
             return estimate_kv_cache(
                 path, self.request.system, self.request.backend, self.version,
-                max_num_tokens=8192, max_batch_size=self.request.max_num_seqs, memory_fraction_kind="of_total",
+                max_num_tokens=8192, max_batch_size=self.request.batch_cap, memory_fraction_kind="of_total",
                 memory_fraction_value=GPU_MEMORY_UTILIZATION, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
                 gemm_quant_mode=quant["gemm_quant_mode"], moe_quant_mode=quant["moe_quant_mode"])
         except ValueError as error:

@@ -15,6 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from sdplan.errors import InvalidValueError, MissingDependencyError
+from sdplan.inputs.serving import engine_batch_cap
 
 #: The distribution and version the shipped files were built with (``pyproject.toml`` extra ``derive``).
 AIC_DISTRIBUTION = "aiconfigurator-core"
@@ -143,12 +144,19 @@ class DeriveRequest:
     #: The draft's weights precision; None: its checkpoint's own (:func:`draft_precision`).
     draft_precision: str | None = None
     draft_lengths: tuple[int, ...] = (1, 2, 3, 4, 5)
-    max_num_seqs: int = 256
+    #: The engine's largest batch; None: the engine's own default on the system (:attr:`batch_cap`).
+    max_num_seqs: int | None = None
     prompt_tokens: int = 1024
     output_tokens: int = 512
     name: str | None = None
     date: _dt.date = field(default_factory=_dt.date.today)
     anchor: bool = True
+
+    @property
+    def batch_cap(self) -> int:
+        """``max_num_seqs``, else what the engine runs with by default on the system
+        (:func:`sdplan.inputs.serving.engine_batch_cap`: vLLM 1,024 on H100, H200 and B200, 256 on A100 and L40S)."""
+        return self.max_num_seqs if self.max_num_seqs is not None else engine_batch_cap(self.backend, self.system)[0]
 
     def check(self) -> None:
         """Refuse a request no derivation can serve (one line naming the option)."""

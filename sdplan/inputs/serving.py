@@ -93,6 +93,30 @@ def served_max_num_seqs(arguments: Sequence[str], hardware: str) -> int:
     return min(cap, int(batched)) if batched and batched.isdigit() and int(batched) > 0 else cap
 
 
+#: SGLang's running-request pool when ``--max-running-requests`` is not given: at least 2,048
+#: (``ModelRunner``: ``min(max(KV tokens / context length x 512, 2048), 4096)``, then at most half the KV
+#: tokens), so the KV cache binds before it on every priced workload.
+SGLANG_MIN_RUNNING_REQUESTS = 2048
+#: ``trtllm-serve --max_batch_size`` when not given.
+TRTLLM_MAX_BATCH_SIZE = 256
+
+
+def engine_batch_cap(engine: str, hardware: str) -> tuple[int, str]:
+    """The running-request cap ``engine`` serves with by default on ``hardware``, and where that comes from.
+
+    vLLM: :func:`engine_max_num_seqs`. SGLang: :data:`SGLANG_MIN_RUNNING_REQUESTS`. TensorRT-LLM:
+    :data:`TRTLLM_MAX_BATCH_SIZE`. Another engine is taken to cap as vLLM does, and the phrase says so.
+    """
+    name = engine.lower()
+    if name == "sglang":
+        return SGLANG_MIN_RUNNING_REQUESTS, "SGLang's default running-request pool (at least 2,048)"
+    if name == "trtllm":
+        return TRTLLM_MAX_BATCH_SIZE, "trtllm-serve's default max_batch_size"
+    where = hardware or "this hardware"
+    phrase = f"vLLM's default max_num_seqs on {where}"
+    return engine_max_num_seqs(hardware), phrase if name == "vllm" else f"assumed for {engine}: {phrase}"
+
+
 def kv_cache_requests(kv_cache_tokens: float, prompt_tokens: float, output_tokens: float) -> int:
     """How many requests of the workload a KV cache holds at once: ``floor(tokens / (p + g))``.
 

@@ -132,8 +132,14 @@ def render_simulate(answer: SimulateAnswer, fmt: OutputFormat, style: Style, ter
                       if alpha is not None else "acceptance as given")
         console.print(f"calibration {document['calibration']['name']}; {workload.get('prompt_tokens')} prompt / "
                       f"{workload.get('output_tokens')} output tokens; {assumption}", markup=False)
+        # admission: max_num_seqs running requests, and as many as the KV cache holds (each option its own)
+        caches = sorted({rate["kv_cache_tokens"] for rate in document["rates"]
+                         if rate["kv_cache_tokens"] is not None and math.isfinite(rate["kv_cache_tokens"])})
+        kv = (f"; KV cache {caches[0]:,.0f}" + (f"-{caches[-1]:,.0f}" if len(caches) > 1 else "") + " tokens"
+              if caches else "")
         console.print(f"{settings['replications']} replications x {settings['requests']} requests per rate (first "
-                      f"10% discarded); arrivals CV {settings['arrival_cv']:g}; batch cap {settings['max_num_seqs']}")
+                      f"10% discarded); arrivals CV {settings['arrival_cv']:g}; max_num_seqs "
+                      f"{settings['max_num_seqs']}{kv}")
         if alpha is not None:
             for line in caveat_lines(caveats(document["calibration"].get("method", ""), source, alpha)):
                 if not line.startswith("Caveat: mean latencies"):
