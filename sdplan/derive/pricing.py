@@ -474,6 +474,28 @@ class Pricer:
         peak = self.gpu.get(PEAK_FLOPS_KEYS[self.request.precision])
         return 2.0 * weights / (self.request.tensor_parallel_size * float(peak)) if peak else 0.0
 
+    def memory_floor_s(self, batch: int, context: float) -> tuple[float, float]:
+        """Seconds a target step needs for its memory traffic at the GPU's peak bandwidth ``BW``, one GPU's share:
+        ``(W / BW, B s kv / BW)``.
+
+        ``W`` is the bytes of the dense target's GEMM weights, each read once a step (:func:`dense_gemm_shapes` at
+        the checkpoint's GEMM precision); ``kv`` the bytes of KV cache a token of context takes
+        (AIConfigurator's memory model); ``B s`` the tokens of context ``batch`` sequences at mean ``context``
+        read once a step. A GEMM takes at least the longer of its weights' read and its rows' FLOPs
+        (:meth:`row_compute_floor_s`); attention runs in kernels of its own, after them, so no step costs less
+        than ``max(W / BW, rows 2P / (TP F)) + B s kv / BW``. ``(0, 0)`` for an MoE target or a GPU whose file
+        gives no bandwidth.
+        """
+        bandwidth = float(self.gpu.get("mem_bw") or 0.0)
+        if self.shapes.get("num_experts") or bandwidth <= 0.0:
+            return 0.0, 0.0
+        gemms = dense_gemm_shapes(self.shapes, self.request.tensor_parallel_size,
+                                  WEIGHT_BYTES[self.quant["gemm_quant_mode"]])
+        weights = sum(layers * n * k * size for layers, n, k, size in gemms.values())
+        estimate = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
+        per_token = kv_bytes_per_token(estimate) if estimate is not None else 0.0
+        return weights / bandwidth, batch * context * per_token / bandwidth
+
     def _kv_estimate(self, path: str, tp: int, quant: dict[str, str] | None = None) -> dict[str, Any] | None:
         """AIConfigurator's memory model for one model on ``tp`` GPUs (None where it cannot say).
 
