@@ -166,3 +166,18 @@ def test_a_simulated_answer_runs_on_the_slower_server(sdplan, write_calibration,
     assert "rerun with --at-calibrated-speed" in slow["speed_margin"]["caveat"]
     for a, b in zip(slow["options"], fast["options"]):
         assert a["max_rate_under_slo_rps"] < b["max_rate_under_slo_rps"]
+
+
+def test_a_closed_loop_is_checked_on_the_slower_server_too(sdplan, write_calibration, acc41) -> None:
+    """check --concurrency applies the same margin: an SLO between the slower server's latency and the
+    calibration's passes only with --at-calibrated-speed."""
+    path = str(write_calibration(acc41, "spread"))
+    args = ("check", "-c", path, "--concurrency", "8", "--acceptance", "0.8", "--draft-length", "off",
+            "--prompt-tokens", "128", "--output-tokens", "64", "-f", "json")
+    probe = json.loads(sdplan(*args, "--slo", "e2e:mean<=100s").stdout)
+    slow = probe["verdicts"][0]["predicted_s"]
+    fast = probe["speed_margin"]["other_side"]["verdicts"][0]["predicted_s"]
+    assert probe["speed_margin"]["applied"] is True
+    assert slow == pytest.approx(fast * probe["speed_margin"]["u"], rel=0.05) and slow > fast
+    slo = ("--slo", f"e2e:mean<={(slow + fast) / 2:.6g}s")
+    assert sdplan(*args, *slo).exit_code == 1 and sdplan(*args, *slo, "--at-calibrated-speed").exit_code == 0

@@ -46,6 +46,11 @@ def _nonnegative_rate(ctx: click.Context, param: click.Parameter, value: float |
 @calibration_option
 @click.option("-r", "--rate", "rate", type=float, callback=_nonnegative_rate, metavar="RPS",
               help="Request rate to check, req/s. Default: traffic.request_rate_rps of the workload file.")
+@click.option("--concurrency", "clients", type=click.IntRange(1, 1_000_000), metavar="N",
+              help="Check with N clients kept in flight instead of a rate: a closed loop, as vllm bench serve "
+              "--max-concurrency and GuideLLM's concurrent profile load a server (sdplan plan --concurrency prices "
+              "it the same way). Past the option's batch cap the other clients wait for admission; utilisation is "
+              "the share of the most it completes.")
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
               help="SLO, repeatable: 'e2e:mean<=2s', 'ttft:mean<=300ms', 'tpot:mean<=40ms', "
               "'throughput>=2000tok/s', 'utilisation<=0.8'. Units required. Replaces the file's SLOs.")
@@ -68,7 +73,8 @@ def _nonnegative_rate(ctx: click.Context, param: click.Parameter, value: float |
               "servers miss.")
 @simulation_options
 @output_options(formats=("table", "json"))
-def check(workload_path: str | None, calibration: str | None, rate: float | None, slos: tuple[str, ...],
+def check(workload_path: str | None, calibration: str | None, rate: float | None, clients: int | None,
+          slos: tuple[str, ...],
           draft_length: str | None, draft_lengths: tuple[int, ...] | None,
           prompt_tokens: int | None, output_tokens: int | None,
           acceptance_alpha: list[float] | None, acceptance_length: list[float] | None, acceptance_profile: str | None,
@@ -77,11 +83,12 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
           arrival_cv: float,
           max_num_seqs: int | None, max_num_batched_tokens: int | None, kv_cache_tokens: float | None,
           lengths_file: str | None, fmt: str, output: str | None, ascii_only: bool) -> ExitStatus:
-    """Check SLOs at one request rate; exit 1 if any is missed.
+    """Check SLOs at one request rate or concurrency; exit 1 if any is missed.
 
     Predicts the mean end-to-end latency, TTFT, TPOT, throughput and
-    utilisation of the configuration at the rate and compares each with its
-    SLO. An unstable rate (past saturation) fails every SLO. Prints a verdict
+    utilisation of the configuration at the rate (or with --concurrency N
+    clients in flight) and compares each with its SLO. An unstable rate
+    (past saturation) fails every SLO. Prints a verdict
     table (or JSON) on stdout and a summary on stderr; under GitHub
     Actions also ::error annotations. Percentile SLOs are refused: the model
     predicts means.
@@ -102,6 +109,7 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
     Examples:
       sdplan check --rate 8 --slo 'e2e:mean<=5s' --slo 'tpot:mean<=15ms' \\
                    --acceptance 0.8
+      sdplan check --concurrency 64 --slo 'tpot:mean<=20ms' --acceptance 0.8
       sdplan check -w deploy/chat.toml --format json
     """
     from sdplan.planning.check_answer import CheckQuery
@@ -117,8 +125,8 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
             lengths_file=lengths_file),
         draft_lengths=draft_lengths,
         query=CheckQuery(
-            rate_rps=rate, slos=slos, draft_length=draft_length, use_simulator=use_simulator, pessimistic=pessimistic,
-            at_calibrated_speed=at_calibrated_speed,
+            rate_rps=rate, clients=clients, slos=slos, draft_length=draft_length, use_simulator=use_simulator,
+            pessimistic=pessimistic, at_calibrated_speed=at_calibrated_speed,
             simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv)),
         output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only)))
 

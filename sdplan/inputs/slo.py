@@ -210,9 +210,13 @@ class Verdict:
     margin: float
 
 
-def evaluate(slos: list[SLO], point: OperatingPoint) -> list[Verdict]:
-    """Check every SLO; an unstable point fails every SLO (it has no steady state)."""
-    stable = point.utilisation < 1.0
+def evaluate(slos: list[SLO], point: OperatingPoint, stable: bool | None = None) -> list[Verdict]:
+    """Check every SLO; an unstable point fails every SLO (it has no steady state).
+
+    ``stable`` defaults to an open loop's rule, utilisation below 1. A closed loop has a steady state at
+    every concurrency (past the engine's cap the other clients wait), so its caller says.
+    """
+    stable = point.utilisation < 1.0 if stable is None else stable
     verdicts = []
     for slo in slos:
         value = point.value(slo.metric) if stable else (math.inf if slo.upper_bound else 0.0)

@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING
 from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.inputs.slo import SLO, OperatingPoint, Verdict, evaluate
 from sdplan.latency import model
+from sdplan.latency.closed_loop import admitted_clients, closed_loop_point
 from sdplan.planning import planner
+from sdplan.planning.closed_loop_answer import closed_loop_plan
 
 if TYPE_CHECKING:
     from sdplan.inputs.serving import EngineLimits
     from sdplan.latency.coefficients import Coefficients
+    from sdplan.planning.scenario import Scenario
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +45,9 @@ class CheckReport:
     #: What an unstable rate exceeds: ``saturation`` (1/C2), or the option's engine cap as a phrase
     #: (``the batch cap of 64 sequences: ...``, :meth:`sdplan.inputs.serving.EngineLimits.cap_phrase`).
     limit: str = "saturation"
+    #: A closed loop's clients (``check --concurrency``); None for an open loop at ``rate_rps``, which is then
+    #: the rate the clients complete.
+    clients: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -118,6 +124,55 @@ def run_check(
         verdicts=tuple(evaluate(slos, point)),
         limit=limit,
     )
+
+
+def run_closed_loop_check(scenario: Scenario, clients: int, mode: str, draft_length: int | None,
+                          slos: list[SLO]) -> CheckReport:
+    """Evaluate the configuration with ``clients`` requests kept in flight (a closed loop) and check ``slos``.
+
+    Each option is priced as ``sdplan plan --concurrency`` prices it
+    (:func:`sdplan.planning.closed_loop_answer.closed_loop_plan`); ``best`` takes the one with the shortest
+    latency among no SD and ``scenario.draft_lengths``. The point's rate is what the clients complete,
+    ``X = N / L``, its throughput ``g X``, and its utilisation ``X`` over the most the option completes (a
+    closed loop at its engine cap): 1 from the cap on, where the other clients wait for admission. A closed
+    loop has a steady state at every concurrency, so only an option that serves no request of the workload
+    fails every SLO as unstable.
+    """
+    if not slos:
+        raise InvalidValueError("no SLO to check; give --slo (e.g. --slo 'tpot:mean<=40ms') or slos in the workload "
+                                "file")
+    if mode == "fixed":
+        if draft_length is None or draft_length < 1:
+            raise InvalidValueError("a fixed draft length must be >= 1")
+        ks = [draft_length]
+    else:
+        ks = [] if mode == "off" else list(scenario.draft_lengths)
+    acceptance = scenario.workload.acceptance
+    evaluated = replace(scenario, draft_lengths=ks, tokens_per_cycle=acceptance.tokens_per_cycle(ks))
+    result = closed_loop_plan(evaluated, (clients,))
+    option = int(result.best[0, 0]) if mode == "best" else (1 if mode == "fixed" else 0)
+    chosen = 0 if option == 0 else ks[option - 1]
+    latency, ttft = float(result.latency_s[0, 0, option]), float(result.ttft_s[0, 0, option])
+    running = int(result.running[0, option])
+    cap = evaluated.limits.caps(ks)[option]
+    per_cycle = 1.0 if chosen == 0 else float(result.tokens_per_cycle[0, option - 1])
+    served = latency < float("inf")
+    rate = clients / latency if served else 0.0
+    if served:
+        full_engine = admitted_clients(int(cap) + 1, cap)  # more clients than the cap: it runs full
+        full = closed_loop_point(evaluated.coefficients, chosen, per_cycle, full_engine, evaluated.moe, cap)
+        utilisation = min(rate / full.throughput_rps, 1.0)
+    else:
+        utilisation = float("inf")
+    g = evaluated.coefficients.output_tokens
+    tpot = float(model.time_per_output_token(result.latency_s[0, 0, option], result.ttft_s[0, 0, option], g))
+    point = OperatingPoint(e2e_s=latency, ttft_s=ttft, tpot_s=tpot if g > 1 else float("nan"),
+                           throughput_tok_s=rate * g, utilisation=utilisation)
+    regime = "unstable" if not served else ("waiting_for_admission" if running < clients else "stable")
+    return CheckReport(
+        rate_rps=rate, alpha=float(evaluated.alpha), mode=mode, draft_length=chosen, candidates=tuple(ks), point=point,
+        batch=float(running), regime=regime, verdicts=tuple(evaluate(slos, point, stable=served)),
+        limit=f"the {evaluated.limits.cap_phrase(chosen)}", clients=clients)
 
 
 def simulated_value(slo: SLO, summary: object, utilisation: float) -> float:

@@ -26,7 +26,7 @@ from sdplan.inputs.workload import measured_draft_lengths
 from sdplan.latency import model
 from sdplan.latency.coefficients import Coefficients
 from sdplan.limits import check_simulation
-from sdplan.planning.check import CheckReport, run_check, simulated_verdicts
+from sdplan.planning.check import CheckReport, run_check, run_closed_loop_check, simulated_verdicts
 from sdplan.planning.scenario import Scenario
 from sdplan.planning.simulation_inputs import SimulationSettings, simulation_config
 from sdplan.planning.uncertainty import (
@@ -50,6 +50,9 @@ class CheckQuery:
     ----------
     rate_rps : float, optional
         The request rate to check, req/s (>= 0); None: the workload file's.
+    clients : int, optional
+        Check a closed loop of this many clients instead of a rate
+        (:func:`sdplan.planning.check.run_closed_loop_check`).
     slos : tuple of str
         SLO expressions; empty: the workload file's.
     draft_length : str, optional
@@ -64,6 +67,7 @@ class CheckQuery:
     """
 
     rate_rps: float | None = None
+    clients: int | None = None
     slos: tuple[str, ...] = ()
     draft_length: str | None = None
     use_simulator: bool = False
@@ -131,7 +135,8 @@ class CheckAnswer:
 
 
 def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
-    """Predict the operating point at the rate and check every SLO against it.
+    """Predict the operating point at the rate (or of ``query.clients`` in a closed loop) and check every SLO
+    against it.
 
     As ``capacity`` (:func:`sdplan.planning.capacity_answer.answer_capacity`), a calibration that measured its servers'
     spread is checked on a server ``u = exp(z sigma / sqrt(n))`` times slower than its own
@@ -145,14 +150,21 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
     ------
     InvalidValueError
         Without a rate or an SLO, for a draft length past the measured acceptance, ``pessimistic`` without a
-        covariance, ``use_simulator`` with an MoE calibration or a zero rate, or more work than the budgets allow.
+        covariance, ``use_simulator`` with an MoE calibration or a zero rate, ``clients`` beside a rate,
+        ``use_simulator`` or ``pessimistic``, or more work than the budgets allow.
     """
     file = scenario.file
-    rate = query.rate_rps if query.rate_rps is not None else (file.request_rate_rps if file is not None else None)
-    if rate is None:
-        raise InvalidValueError("no request rate to check; give --rate RPS or traffic.request_rate_rps in the workload")
-    if rate < 0:
-        raise InvalidValueError(f"the request rate must be >= 0 req/s, not {rate:g}")
+    rate = 0.0  # a closed loop's rate is what its clients complete (run_closed_loop_check)
+    if query.clients is not None:
+        _closed_loop_usage(query)
+    else:
+        given = query.rate_rps if query.rate_rps is not None else (file.request_rate_rps if file else None)
+        if given is None:
+            raise InvalidValueError("no request rate to check; give --rate RPS (or --concurrency N) or "
+                                    "traffic.request_rate_rps in the workload")
+        if given < 0:
+            raise InvalidValueError(f"the request rate must be >= 0 req/s, not {given:g}")
+        rate = given
     choice = query.draft_length
     if choice is None and file is not None and file.mode is not None:
         choice = {"best": "best", "off": "off", "fixed": str(file.draft_length)}[file.mode]
@@ -172,6 +184,8 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
         other = None
 
     def check_on(evaluated: Scenario) -> CheckReport:
+        if query.clients is not None:
+            return run_closed_loop_check(evaluated, query.clients, mode, fixed, slos)
         return run_check(evaluated.coefficients, rate, evaluated.alpha, mode, fixed, evaluated.draft_lengths, slos,
                          tokens_per_cycle=tokens, moe=evaluated.moe, limits=evaluated.limits)
 
@@ -189,6 +203,19 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
     return CheckAnswer(scenario=scenario, report=report, warnings=tuple(_warnings(scenario, report, limits)),
                        pessimistic=intervals, speed_margin=margin,
                        other_speed=None if other is None or query.use_simulator else check_on(other))
+
+
+def _closed_loop_usage(query: CheckQuery) -> None:
+    """Refuse what a closed loop's check does not combine with (one line naming the option)."""
+    if query.rate_rps is not None:
+        raise InvalidValueError("--rate and --concurrency: give one, a request rate (open loop) or the clients kept "
+                                "in flight (closed loop)")
+    if query.use_simulator:
+        raise InvalidValueError("--simulate runs an open loop (arrivals at a rate), not --concurrency's closed loop: "
+                                "drop --simulate, or check a --rate")
+    if query.pessimistic:
+        raise InvalidValueError("--pessimistic: the 95% intervals are computed at a request rate; drop it, or check "
+                                "a --rate")
 
 
 def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tuple[CheckReport, VerdictIntervals]:
@@ -229,8 +256,9 @@ def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits:
 
 
 def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> list[str]:
-    """Where the answer is outside the model's domain: calibrated range, batch cap, prefill load, no steady state,
-    and a TTFT SLO judged on a file whose TTFT was priced, not measured.
+    """Where the answer is outside the model's domain: calibrated range, batch cap (for a closed loop, the clients
+    that wait for admission), prefill load, no steady state, and a TTFT SLO judged on a file whose TTFT was priced,
+    not measured.
 
     An unstable rate fails every SLO anyway, so the batch cap is only said of a finite batch; the prefill
     interference warning reads the model's utilisation, so simulated answers leave it out.
@@ -242,7 +270,14 @@ def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> 
     priced_ttft = scenario.calibration.priced_ttft_warning()
     if priced_ttft is not None and any(verdict.slo.metric is Metric.TTFT for verdict in report.verdicts):
         warnings.append(priced_ttft)
-    if report.simulated is None:
+    if report.clients is not None:
+        if report.regime == "waiting_for_admission":
+            option = f"SD k={report.draft_length}" if report.draft_length else "SD off"
+            warnings.append(f"at {report.clients} clients {option} runs {report.batch:.0f} "
+                            f"({limits.cap_phrase(report.draft_length)}); the other "
+                            f"{report.clients - int(report.batch)} wait for admission (priced: latency x N/cap, the "
+                            "wait added to TTFT)")
+    elif report.simulated is None:
         if math.isfinite(report.batch) and limits.reached(report.batch):
             warnings.append(batch_cap_warning(limits, f"at {rate:g} req/s (effective batch {report.batch:.4g} "
                                               "requests)"))

@@ -33,6 +33,7 @@ from sdplan.render.answer import (
     given_positions,
     speed_caveat,
 )
+from sdplan.render.closed_loop import DEFINITIONS as CLOSED_LOOP_DEFINITIONS
 from sdplan.render.plan import METHOD_LABELS
 from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE
 from sdplan.render.plots import file_bars, terminal_bars
@@ -52,6 +53,16 @@ _SUFFIX = {"e2e": "_s", "ttft": "_s", "tpot": "_s", "throughput": "_tok_s", "uti
 
 def _option(draft_length: int) -> str:
     return "SD off" if draft_length == 0 else f"SD k={draft_length}"
+
+
+def _ttft_note(report: CheckReport) -> str:
+    """What the TTFT is: an open loop's (no queue for admission), or a closed loop's (its wait added)."""
+    return TTFT_NOTE if report.clients is None else CLOSED_LOOP_DEFINITIONS["mean_ttft_s"]
+
+
+def _load(report: CheckReport) -> str:
+    """The load checked: ``8 req/s``, or a closed loop's ``64 clients``."""
+    return f"{report.rate_rps:g} req/s" if report.clients is None else f"{report.clients} clients"
 
 
 def verdict_document(verdict: Verdict) -> dict[str, Any]:
@@ -82,7 +93,7 @@ def check_summary(report: CheckReport) -> str:
     """The summary printed on stderr: one paragraph, which :func:`sdplan.render.say` wraps."""
     met = sum(v.passed for v in report.verdicts)
     head = "PASS" if report.passed else "FAIL"
-    where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
+    where = f"at {_load(report)} with {_option(report.draft_length)}"
     line = f"sdplan check: {head}: {met}/{len(report.verdicts)} SLOs met {where}"
     if report.simulated:
         line += " (simulated)"
@@ -98,7 +109,7 @@ def github_annotations(report: CheckReport) -> list[str]:
     """``::error`` workflow commands for failed SLOs (GitHub Actions)."""
     return [
         f"::error title=sdplan check: SLO violated::{v.slo.text} predicted {v.slo.format_value(v.predicted)} "
-        f"at {report.rate_rps:g} req/s ({_option(report.draft_length)})"
+        f"at {_load(report)} ({_option(report.draft_length)})"
         for v in report.verdicts
         if not v.passed
     ]
@@ -164,7 +175,13 @@ def check_document(answer: CheckAnswer) -> dict[str, Any]:
         "passed": report.passed,
         "exit_status": int(report.exit_status),
         **context,
-        "request_rate_rps": report.rate_rps,
+        "request_rate_rps": report.rate_rps if report.clients is None else None,
+        "closed_loop": None if report.clients is None else {
+            "clients": report.clients,
+            "running_requests": int(report.batch),
+            "waiting_requests": report.clients - int(report.batch),
+            "completed_rate_rps": report.rate_rps,
+        },
         "per_token_alpha": report.alpha,
         "evaluated_by": report.simulated or "analytic model (means)",
         "speculation": {
@@ -182,7 +199,7 @@ def check_document(answer: CheckAnswer) -> dict[str, Any]:
             "utilisation": point.utilisation,
             "effective_batch_size": finite_or_none(report.batch),
         },
-        "definitions": {"mean_ttft_s": TTFT_NOTE, "mean_tpot_s": TPOT_NOTE,
+        "definitions": {"mean_ttft_s": _ttft_note(report), "mean_tpot_s": TPOT_NOTE,
                         "margin_pct": "headroom relative to the limit; negative when violated"},
         "verdicts": [verdict_document(v) for v in report.verdicts],
     }
@@ -199,7 +216,7 @@ def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal:
         source = acceptance.source
         positions = given_positions(acceptance)
         failed = [f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in report.verdicts if not v.passed]
-        where = f"at {report.rate_rps:g} req/s with {_option(report.draft_length)}"
+        where = f"at {_load(report)} with {_option(report.draft_length)}"
         speed_margin = answer.speed_margin
         speed = None if speed_margin is None else speed_caveat(speed_margin, check_other_side(answer.other_speed),
                                                                "checked")
@@ -209,9 +226,16 @@ def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal:
             print_paragraph(console, line)
         console.print(f"calibration {calibration.name} ({METHOD_LABELS.get(calibration.method, '')})", markup=False)
         best_of = f" (best of k={','.join(map(str, report.candidates))})" if report.mode == "best" else ""
-        console.print(f"operating point: {report.rate_rps:g} req/s, {_option(report.draft_length)}{best_of}, "
+        if report.clients is None:
+            load = f"{report.rate_rps:g} req/s"
+            state = f"utilisation {report.point.utilisation:.2f}, B = {report.batch:.3g} requests in flight"
+        else:
+            load = f"{report.clients} clients (closed loop, {report.rate_rps:.4g} req/s completed)"
+            state = (f"{report.batch:.0f} running, utilisation {report.point.utilisation:.2f} of the most it "
+                     "completes")
+        console.print(f"operating point: {load}, {_option(report.draft_length)}{best_of}, "
                       f"{alpha_phrase(report.alpha, source, positions)}: regime {report.regime.replace('_', ' ')}, "
-                      f"utilisation {report.point.utilisation:.2f}, B = {report.batch:.3g} requests in flight")
+                      f"{state}")
         how = report.simulated or "model means"
         table = Table(box=table_box(style))
         for header in ("SLO", "predicted", "limit", "margin", "result"):
@@ -225,12 +249,12 @@ def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal:
                 margin,
                 Text("pass", style="green") if verdict.passed else Text("FAIL", style="bold red"),
             )
-        print_table(console, table, title=f"SLO verdicts at {report.rate_rps:g} req/s, {_option(report.draft_length)}, "
+        print_table(console, table, title=f"SLO verdicts at {_load(report)}, {_option(report.draft_length)}, "
                     f"{alpha_phrase(report.alpha, source, positions)} ({how})")
         if report.simulated:
             console.print("Simulated values are means over replications of each statistic (sdplan-simulate(1)).")
         else:
-            console.print(f"TTFT {TTFT_NOTE}.\nTPOT {TPOT_NOTE}.")
+            console.print(f"TTFT {_ttft_note(report)}.\nTPOT {TPOT_NOTE}.")
 
     return render_rich(draw, style, terminal)
 
