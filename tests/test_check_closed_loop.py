@@ -83,3 +83,22 @@ def test_what_a_closed_loop_does_not_combine_with_is_a_one_line_usage_error(sdpl
     assert result.exit_code == ExitStatus.USAGE
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {named}") and "Traceback" not in result.stderr
+
+
+def test_a_workload_file_can_hold_the_closed_loop_and_a_flag_replaces_it(sdplan, tmp_path) -> None:
+    body = ('schema_version = 1\nslos = ["tpot:mean<=20ms"]\n[acceptance]\nper_token_alpha = 0.8\n'
+            "[traffic]\n")
+    path = tmp_path / "loop.toml"
+    path.write_text(body + "concurrency = 64\n")
+    from_file = json.loads(sdplan("check", "-w", str(path), "-f", "json").stdout)
+    flagged = json.loads(sdplan("check", "--concurrency", "64", *ACCEPTANCE, "--slo", "tpot:mean<=20ms",
+                                "-f", "json").stdout)
+    assert from_file["closed_loop"] == flagged["closed_loop"]
+    assert from_file["operating_point"] == flagged["operating_point"]
+    by_rate = json.loads(sdplan("check", "-w", str(path), "--rate", "3", "-f", "json").stdout)
+    assert by_rate["closed_loop"] is None and by_rate["request_rate_rps"] == 3.0
+    path.write_text(body + "concurrency = 64\nrequest_rate_rps = 3\n")
+    both = sdplan("check", "-w", str(path))
+    assert both.exit_code == ExitStatus.BAD_INPUT
+    assert both.stderr.strip() == (f"Error: {path}: traffic.concurrency: give request_rate_rps (an open loop) or "
+                                   "concurrency (a closed loop of clients), not both")

@@ -191,6 +191,8 @@ def _workload_schema() -> object:
             "traffic": Table(
                 {
                     "request_rate_rps": Field("float", "request rate to check, req/s", required=False, minimum=0.0),
+                    "concurrency": Field("int", "clients kept in flight to check (a closed loop), instead of a "
+                                         "request rate", required=False, minimum=1, maximum=1_000_000),
                     "target_rate_rps": Field("float", "total rate to size the fleet for, req/s", required=False,
                                              minimum=0.0),
                     "prompt_tokens": Field("int", "prompt length, tokens", required=False, minimum=1,
@@ -249,6 +251,7 @@ class WorkloadFile:
     calibration: str | None = None
     slos: tuple[str, ...] = ()
     request_rate_rps: float | None = None
+    concurrency: int | None = None
     target_rate_rps: float | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
@@ -309,12 +312,16 @@ def load_workload_file(path: str) -> WorkloadFile:
     if profile is not None:
         profile = str(file.parent / profile)
     traffic = document.get("traffic", {})
+    if "request_rate_rps" in traffic and "concurrency" in traffic:
+        raise InputFileError(path, "traffic.concurrency", "give request_rate_rps (an open loop) or concurrency (a "
+                             "closed loop of clients), not both")
     deployment = document.get("deployment", {})
     return WorkloadFile(
         path=path,
         calibration=calibration,
         slos=tuple(document.get("slos", ())),
         request_rate_rps=traffic.get("request_rate_rps"),
+        concurrency=traffic.get("concurrency"),
         target_rate_rps=traffic.get("target_rate_rps"),
         prompt_tokens=traffic.get("prompt_tokens"),
         output_tokens=traffic.get("output_tokens"),

@@ -6,8 +6,9 @@ scenario (:func:`sdplan.planning.scenario.resolve_scenario`) and calls
 GitHub annotations are built from the :class:`CheckAnswer` alone
 (``sdplan/render/check.py``), and its exit status is the verdict's.
 
-The rules of the gate live here or in :mod:`sdplan.planning.check`: the rate (the
-command line, else the workload file's ``traffic.request_rate_rps``), the
+The rules of the gate live here or in :mod:`sdplan.planning.check`: the load (the
+command line's rate or concurrency, else the workload file's ``traffic.request_rate_rps`` or
+``traffic.concurrency``), the
 draft length (the command line, else the workload file's speculation mode,
 else the best), the servers' speed margin, the pessimistic end of each
 prediction's 95% interval, the simulator's verdicts, and the warnings where
@@ -155,6 +156,8 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
     """
     file = scenario.file
     rate = 0.0  # a closed loop's rate is what its clients complete (run_closed_loop_check)
+    if query.clients is None and query.rate_rps is None and file is not None and file.concurrency is not None:
+        query = replace(query, clients=file.concurrency)  # the file's closed loop, where no flag gives the load
     if query.clients is not None:
         _closed_loop_usage(query)
     else:
