@@ -45,8 +45,8 @@ class CheckReport:
     #: What an unstable rate exceeds: ``saturation`` (1/C2), or the option's engine cap as a phrase
     #: (``the batch cap of 64 sequences: ...``, :meth:`sdplan.inputs.serving.EngineLimits.cap_phrase`).
     limit: str = "saturation"
-    #: A closed loop's clients (``check --concurrency``); None for an open loop at ``rate_rps``, which is then
-    #: the rate the clients complete.
+    #: A closed loop's clients (``check --concurrency``), whose ``rate_rps`` is then the rate they complete;
+    #: None for an open loop at ``rate_rps``.
     clients: int | None = None
 
     @property

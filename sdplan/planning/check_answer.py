@@ -275,7 +275,7 @@ def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> 
         warnings.append(priced_ttft)
     if report.clients is not None:
         if report.regime == "waiting_for_admission":
-            option = f"SD k={report.draft_length}" if report.draft_length else "SD off"
+            option = f"k={report.draft_length}" if report.draft_length else "no SD"  # as plan --concurrency says
             warnings.append(f"at {report.clients} clients {option} runs {report.batch:.0f} "
                             f"({limits.cap_phrase(report.draft_length)}); the other "
                             f"{report.clients - int(report.batch)} wait for admission (priced: latency x N/cap, the "
