@@ -103,3 +103,25 @@ def test_show_prices_the_engine_step_at_each_batch(sdplan) -> None:
         assert all(b > a for a, b in zip(row, row[1:]))
     table = sdplan("show", "--ascii").stdout
     assert "Engine step at 1024 prompt / 512 output tokens (ms)" in table and "B (sequences)" in table
+
+
+def test_show_says_how_many_requests_each_engine_holds_and_what_limits_it(sdplan) -> None:
+    """No SD has the GPU's memory to itself, SD shares it with its draft: each option's cap at the workload is
+    plan's (resolve_limits, no flags), the KV cache binds before vLLM's max_num_seqs of 1024 on an H100."""
+    from sdplan.calibration import resolve_calibration
+
+    derivation = resolve_calibration(DEFAULT_CALIBRATION).document["derivation"]
+    for prompt, output in ((1024, 512), (8192, 512)):
+        doc = json.loads(sdplan("show", "--prompt-tokens", str(prompt), "--output-tokens", str(output),
+                                "-f", "json").stdout)
+        assert doc["max_num_seqs"]["requests"] == derivation["max_num_seqs"] == 1024
+        caps = {cap["draft_length_tokens"]: cap["requests"] for cap in doc["batch_caps_at_workload"]}
+        assert caps[0] == derivation["kv_cache_tokens_without_draft"] // (prompt + output)
+        # vLLM keeps k lookahead slots a running SD request, so the longer drafts may hold one request fewer
+        assert all(derivation["kv_cache_tokens"] // (prompt + output + k) == caps[k] for k in (1, 2, 3, 4))
+        assert caps[0] > caps[4]
+        assert all(cap["limit"].startswith(f"batch cap of {cap['requests']} sequences: KV cache")
+                   for cap in doc["batch_caps_at_workload"])
+    text = " ".join(sdplan("show", "--ascii").stdout.split())
+    assert "Requests each engine holds at once at 1024 prompt / 512 output tokens" in text
+    assert "| no SD | 281 |" in text and "| k=1-4 | 213 |" in text and "max_num_seqs 1024 (" in text

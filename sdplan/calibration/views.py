@@ -20,6 +20,7 @@ from sdplan.calibration import (
     shipped_calibrations,
 )
 from sdplan.errors import InputFileError
+from sdplan.inputs.serving import LimitOptions, resolve_limits
 from sdplan.latency import model
 from sdplan.latency.coefficients import SPECULATIVE_PARAMETERS, Coefficients
 
@@ -51,6 +52,12 @@ class CalibrationShown:
     step_batches: tuple[int, ...] = ()
     step_draft_lengths: tuple[int, ...] = ()
     step_times_s: tuple[tuple[float, ...], ...] = field(default=())
+    #: Requests of the workload each option's engine holds at once, with what binds (``batch cap of 213
+    #: sequences: KV cache of ...``), for ``step_draft_lengths`` (:func:`sdplan.inputs.serving.resolve_limits`
+    #: with no flags and no workload file).
+    batch_caps: tuple[tuple[int, int, str], ...] = ()
+    #: ``max_num_seqs`` and where it comes from (``the max_num_seqs the derived calibration was priced for``).
+    max_num_seqs: tuple[int, str] = (0, "")
 
 
 #: Batch sizes ``sdplan show`` prices an engine step at: one sequence to a full default ``max_num_seqs``.
@@ -96,9 +103,12 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
         (derivation.draft_lengths if derivation is not None and derivation.draft_lengths else STEP_DRAFT_LENGTHS)[:4])
     times = model.step_times(coefficients, list(lengths), np.asarray(STEP_BATCHES, dtype=np.float64),
                        cal.moe_at(prompt, output))
+    limits = resolve_limits(cal, None, LimitOptions(), (0, *lengths), prompt, output)
+    caps = tuple((k, int(cap), limits.cap_phrase(k)) for k, cap in zip((0, *lengths), limits.caps(lengths)))
     return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)),
                             step_batches=STEP_BATCHES, step_draft_lengths=(0, *lengths),
-                            step_times_s=tuple(tuple(float(t) for t in row) for row in times))
+                            step_times_s=tuple(tuple(float(t) for t in row) for row in times), batch_caps=caps,
+                            max_num_seqs=(limits.max_num_seqs, limits.max_num_seqs_source))
 
 
 def list_shipped() -> ShippedListing:

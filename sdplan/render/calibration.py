@@ -122,6 +122,9 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
                 "batch_requests": list(shown.step_batches),
                 "options": [{"draft_length_tokens": k, "step_s": [row[j] for row in shown.step_times_s]}
                             for j, k in enumerate(shown.step_draft_lengths)]},
+            "max_num_seqs": {"requests": shown.max_num_seqs[0], "source": shown.max_num_seqs[1]},
+            "batch_caps_at_workload": [{"draft_length_tokens": k, "requests": cap, "limit": phrase}
+                                       for k, cap, phrase in shown.batch_caps],
         })
 
     def draw(console: Any) -> None:
@@ -202,6 +205,11 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
             print_table(console, step_table(shown, style),
                         title=f"Engine step at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "
                         "output tokens (ms)", caption=STEP_TIMES_NOTE + beyond)
+        if shown.batch_caps:
+            print_table(console, cap_table(shown, style),
+                        title=f"Requests each engine holds at once at {coefficients.prompt_tokens:g} prompt / "
+                        f"{coefficients.output_tokens:g} output tokens",
+                        caption=f"max_num_seqs {shown.max_num_seqs[0]} ({shown.max_num_seqs[1]}); " + CAPS_NOTE)
 
     return render_rich(draw, style, terminal)
 
@@ -210,6 +218,29 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
 STEP_TIMES_NOTE = ("one engine step with B sequences in flight at the workload's mean context: a decode step without "
                    "SD; with SD a cycle (drafting k tokens, then verifying k + 1 a sequence, the engine's overheads "
                    "included), which emits E tokens a sequence; no concurrent prefill")
+
+
+#: What the batch-cap table of ``sdplan show`` holds.
+CAPS_NOTE = ("the smaller of max_num_seqs and the requests of the workload its KV cache holds (a draft's weights and "
+             "KV take cache); past it requests wait for admission. --max-num-seqs, --kv-cache-tokens or a workload "
+             "file's deployment.max_batch_size set them in plan, check, capacity and simulate")
+
+
+def cap_table(shown: CalibrationShown, style: Style) -> Any:
+    """A row per run of options with the same cap (``k=1-4``): requests held at once and what limits them."""
+    table = Table(box=table_box(style))
+    for header in ("option", "requests", "limit"):
+        table.add_column(header, justify="right" if header == "requests" else "left")
+    runs: list[list[Any]] = []
+    for k, cap, phrase in shown.batch_caps:
+        if runs and k and runs[-1][0] and (runs[-1][2], runs[-1][3]) == (cap, phrase):
+            runs[-1][1] = k
+        else:
+            runs.append([k, k, cap, phrase])
+    for first, last, cap, phrase in runs:
+        name = "no SD" if first == 0 else f"k={first}" if first == last else f"k={first}-{last}"
+        table.add_row(name, str(cap), phrase.split(": ", 1)[-1])
+    return table
 
 
 def step_table(shown: CalibrationShown, style: Style) -> Any:
