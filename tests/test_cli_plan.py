@@ -279,3 +279,12 @@ def test_a_recommended_k_past_the_derived_draft_lengths_is_said(sdplan) -> None:
     assert not [w for w in json.loads(plain.stdout)["warnings"] if "beyond the draft lengths" in w]
     checked = sdplan("check", "--rate", "2", "--slo", "e2e:mean<=60s", "--acceptance", "0.95", "-k", "8")
     assert checked.exit_code == 0 and "k=8 is beyond the draft lengths" in checked.output.replace("\n", " ")
+
+
+def test_the_first_screen_says_once_that_the_batches_pass_the_calibrated_range(sdplan) -> None:
+    """The rate where the best option leaves the calibrated batch sizes and the calibration's own warning of it
+    are one caveat, not two."""
+    words = " ".join(sdplan("plan").stdout.split())
+    assert words.count("exceeds the calibrated batch sizes") == 1
+    assert "the best option has more than 128 requests in flight: effective batch up to" in words
+    assert "maybe the engine's max_num_seqs" not in words

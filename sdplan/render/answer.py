@@ -184,15 +184,20 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
             why += (" (fewer steps outweigh the longer steps): SD saturates later, so its latency gain holds, even "
                     "grows, near no SD's saturation.")
         lines.append(why + _per_step(plan, ia, k0))
-    batch_note = None
+    batch_note, warnings = None, list(inputs.warnings)
     if batch_cap is not None:
         over = [float(rate) for ir, rate in enumerate(plan.rates_rps)
                 if math.isfinite(_best_batch(plan, ia, ir)) and _best_batch(plan, ia, ir) > batch_cap]
         if over:
+            # one caveat for one fact: the calibration's own warning of the batches past its range joins this one
+            generic = next((warning for warning in warnings if "exceeds the calibrated batch sizes" in warning), None)
+            if generic is not None:
+                warnings.remove(generic)
             batch_note = (f"from {_g(over[0])} req/s the best option has more than {batch_cap:g} requests in "
-                          "flight, beyond the calibrated batch sizes (and maybe the engine's max_num_seqs)")
+                          "flight: " + (generic or "beyond the calibrated batch sizes; the step model is extrapolated "
+                                        "there"))
     lines.extend(caveat_lines(caveats(inputs.calibration_method, inputs.acceptance.source, float(plan.alphas[ia]),
-                                      list(inputs.warnings), batch_note)))
+                                      warnings, batch_note)))
     if inputs.extrapolated:  # said before the answer, not only among the caveats after it
         lines[0] = lines[0].replace("Answer:", "Answer, extrapolated past the measured workloads ("
                                     + "; ".join(inputs.extrapolated) + "):", 1)
