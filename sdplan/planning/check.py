@@ -157,17 +157,16 @@ def run_closed_loop_check(scenario: Scenario, clients: int, mode: str, draft_len
     cap = evaluated.limits.caps(ks)[option]
     per_cycle = 1.0 if chosen == 0 else float(result.tokens_per_cycle[0, option - 1])
     served = latency < float("inf")
-    rate = clients / latency if served else 0.0
+    rate = float(result.throughput_rps[0, 0, option])  # N / L: 0 where the option serves nothing
     if served:
         full_engine = admitted_clients(int(cap) + 1, cap)  # more clients than the cap: it runs full
         full = closed_loop_point(evaluated.coefficients, chosen, per_cycle, full_engine, evaluated.moe, cap)
         utilisation = min(rate / full.throughput_rps, 1.0)
     else:
         utilisation = float("inf")
-    g = evaluated.coefficients.output_tokens
-    tpot = float(model.time_per_output_token(result.latency_s[0, 0, option], result.ttft_s[0, 0, option], g))
-    point = OperatingPoint(e2e_s=latency, ttft_s=ttft, tpot_s=tpot if g > 1 else float("nan"),
-                           throughput_tok_s=rate * g, utilisation=utilisation)
+    point = OperatingPoint(e2e_s=latency, ttft_s=ttft, tpot_s=float(result.tpot_s[0, 0, option]),
+                           throughput_tok_s=float(result.output_throughput_tok_s[0, 0, option]),
+                           utilisation=utilisation)
     regime = "unstable" if not served else ("waiting_for_admission" if running < clients else "stable")
     return CheckReport(
         rate_rps=rate, alpha=float(evaluated.alpha), mode=mode, draft_length=chosen, candidates=tuple(ks), point=point,
