@@ -51,6 +51,11 @@ def _nonnegative_rate(ctx: click.Context, param: click.Parameter, value: float |
               "--max-concurrency and GuideLLM's concurrent profile load a server (sdplan plan --concurrency prices "
               "it the same way). Past the option's batch cap the other clients wait for admission; utilisation is "
               "the share of the most it completes.")
+@click.option("--num-prompts", type=click.IntRange(1, 1_000_000_000), metavar="N",
+              help="With --concurrency: the requests a run sends in all (vllm bench serve --num-prompts, 1000 by "
+              "default there). The means then include its opening wave: the clients' first prompts, sent at once, "
+              "queue for prefill. Default: the workload file's traffic.num_prompts, else a long run's steady "
+              "state.")
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
               help="SLO, repeatable: 'e2e:mean<=2s', 'ttft:mean<=300ms', 'tpot:mean<=40ms', "
               "'throughput>=2000tok/s', 'utilisation<=0.8'. Units required. Replaces the file's SLOs.")
@@ -74,7 +79,7 @@ def _nonnegative_rate(ctx: click.Context, param: click.Parameter, value: float |
 @simulation_options
 @output_options(formats=("table", "json"))
 def check(workload_path: str | None, calibration: str | None, rate: float | None, clients: int | None,
-          slos: tuple[str, ...],
+          num_prompts: int | None, slos: tuple[str, ...],
           draft_length: str | None, draft_lengths: tuple[int, ...] | None,
           prompt_tokens: int | None, output_tokens: int | None,
           acceptance_alpha: list[float] | None, acceptance_length: list[float] | None, acceptance_profile: str | None,
@@ -125,8 +130,8 @@ def check(workload_path: str | None, calibration: str | None, rate: float | None
             lengths_file=lengths_file),
         draft_lengths=draft_lengths,
         query=CheckQuery(
-            rate_rps=rate, clients=clients, slos=slos, draft_length=draft_length, use_simulator=use_simulator,
-            pessimistic=pessimistic, at_calibrated_speed=at_calibrated_speed,
+            rate_rps=rate, clients=clients, requests=num_prompts, slos=slos, draft_length=draft_length,
+            use_simulator=use_simulator, pessimistic=pessimistic, at_calibrated_speed=at_calibrated_speed,
             simulation=SimulationSettings(requests=requests, seeds=seeds, seed=seed, arrival_cv=arrival_cv)),
         output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only)))
 

@@ -29,6 +29,7 @@ class PlanRequest:
     scenario: ScenarioFlags
     rates: list[float] | None
     concurrency: tuple[int, ...] | None
+    num_prompts: int | None
     draft_lengths: tuple[int, ...] | None
     policy: str
     wide: bool
@@ -43,6 +44,10 @@ class PlanRequest:
               help="Plan closed loops of N clients instead of request rates (vllm bench serve --max-concurrency N, "
               "GuideLLM's concurrent profile): per N the latency, throughput and speedup of every k, each engine "
               "at its batch cap. A list (1,16,64) or range (1-8).")
+@click.option("--num-prompts", type=click.IntRange(1, 1_000_000_000), metavar="N",
+              help="With --concurrency: the requests a run sends in all (vllm bench serve --num-prompts, 1000 by "
+              "default there). The means then include its opening wave: the clients' first prompts, sent at once, "
+              "queue for prefill. Default: a long run's steady state.")
 @click.option("--policy", type=click.Choice(("best-static", "goodput")), default="best-static", show_default=True,
               help="best-static: the best draft length per rate. goodput: also the SmartSpec-style policy that picks "
               "k per step by goodput at the load's batch size (Little's law), beside the single k tuned at zero load.")
@@ -57,8 +62,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
          acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
          draft_acceptance_rate: list[float] | None, acceptance_k: int | None, position_acceptance: list[float] | None,
          acceptance_profile: str | None,
-         rates: list[float] | None, concurrency: tuple[int, ...] | None, draft_lengths: tuple[int, ...] | None,
-         policy: str, wide: bool, spec_method: str | None,
+         rates: list[float] | None, concurrency: tuple[int, ...] | None, num_prompts: int | None,
+         draft_lengths: tuple[int, ...] | None, policy: str, wide: bool, spec_method: str | None,
          fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
     """Predict latency with and without SD at each request rate.
 
@@ -83,7 +88,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
             acceptance_alpha=acceptance_alpha, acceptance_length=acceptance_length,
             draft_acceptance_rate=draft_acceptance_rate, acceptance_k=acceptance_k,
             position_acceptance=position_acceptance, acceptance_profile=acceptance_profile, spec_method=spec_method),
-        rates=rates, concurrency=concurrency, draft_lengths=draft_lengths, policy=policy, wide=wide,
+        rates=rates, concurrency=concurrency, num_prompts=num_prompts, draft_lengths=draft_lengths, policy=policy,
+        wide=wide,
         output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only, plot=plot, plot_file=plot_file)))
 
 
@@ -99,6 +105,9 @@ def _plan(request: PlanRequest) -> None:
     if request.concurrency is not None:
         _closed_loop(request, request.concurrency)
         return
+    if request.num_prompts is not None:
+        raise usage_error("--num-prompts gives the requests a closed-loop run sends: give --concurrency with it, "
+                          "or drop it")
     scenario = command_scenario(request.scenario, request.draft_lengths, single_acceptance=False)
     answer = answer_plan(scenario, PlanQuery(
         rates_rps=tuple(request.rates) if request.rates is not None else None,
@@ -137,7 +146,8 @@ def _closed_loop(request: PlanRequest, clients: tuple[int, ...]) -> None:
         raise usage_error(f"--concurrency plans closed loops; {', '.join(given)} belong to the request-rate plan: "
                           "drop them, or drop --concurrency")
     scenario = command_scenario(request.scenario, request.draft_lengths, single_acceptance=False)
-    answer = answer_closed_loop(scenario, ClosedLoopQuery(clients=clients, for_table=out.fmt == "table"))
+    answer = answer_closed_loop(scenario, ClosedLoopQuery(clients=clients, requests=request.num_prompts,
+                                                          for_table=out.fmt == "table"))
     if out.fmt != "table":
         warn(answer.inputs.warnings)
     terminal = out.output in (None, "-") and stdout_is_terminal()

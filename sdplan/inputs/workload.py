@@ -193,6 +193,9 @@ def _workload_schema() -> object:
                     "request_rate_rps": Field("float", "request rate to check, req/s", required=False, minimum=0.0),
                     "concurrency": Field("int", "clients kept in flight to check (a closed loop), instead of a "
                                          "request rate", required=False, minimum=1, maximum=1_000_000),
+                    "num_prompts": Field("int", "requests the closed-loop run sends in all (vllm bench serve "
+                                         "--num-prompts), whose opening wave its means include", required=False,
+                                         minimum=1, maximum=1_000_000_000),
                     "target_rate_rps": Field("float", "total rate to size the fleet for, req/s", required=False,
                                              minimum=0.0),
                     "prompt_tokens": Field("int", "prompt length, tokens", required=False, minimum=1,
@@ -252,6 +255,7 @@ class WorkloadFile:
     slos: tuple[str, ...] = ()
     request_rate_rps: float | None = None
     concurrency: int | None = None
+    num_prompts: int | None = None
     target_rate_rps: float | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
@@ -315,6 +319,9 @@ def load_workload_file(path: str) -> WorkloadFile:
     if "request_rate_rps" in traffic and "concurrency" in traffic:
         raise InputFileError(path, "traffic.concurrency", "give request_rate_rps (an open loop) or concurrency (a "
                              "closed loop of clients), not both")
+    if "num_prompts" in traffic and "concurrency" not in traffic:
+        raise InputFileError(path, "traffic.num_prompts", "the requests a closed-loop run sends: give "
+                             "traffic.concurrency with it, or drop it")
     deployment = document.get("deployment", {})
     return WorkloadFile(
         path=path,
@@ -322,6 +329,7 @@ def load_workload_file(path: str) -> WorkloadFile:
         slos=tuple(document.get("slos", ())),
         request_rate_rps=traffic.get("request_rate_rps"),
         concurrency=traffic.get("concurrency"),
+        num_prompts=traffic.get("num_prompts"),
         target_rate_rps=traffic.get("target_rate_rps"),
         prompt_tokens=traffic.get("prompt_tokens"),
         output_tokens=traffic.get("output_tokens"),

@@ -20,7 +20,7 @@ One home for both users of the rule: ``sdplan validate`` predicting a measured c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,6 +72,26 @@ class ClosedLoopPoint:
         latency = waited_latency(self.latency_s, self.running, clients)
         return ClosedLoopPoint(clients=clients, running=self.running, latency_s=latency,
                                ttft_s=self.ttft_s + admission_wait_s(latency, self.running, clients))
+
+    def with_opening_wave(self, coefficients: Coefficients, chunk_tokens: float, requests: int) -> ClosedLoopPoint:
+        """The means a run of ``requests`` in all measures: the opening wave added to the steady state.
+
+        The clients send their first requests at once, so those prompts queue for prefill; over the run's
+        ``R = requests / N`` rounds that adds ``(m(N') - 1) c2p / R`` to both mean TTFT and mean latency, for
+        the ``N'`` requests the engine holds (:func:`sdplan.latency.model.closed_loop_waves_s`, the wave that
+        opens the run only; ``docs/model.md#ttft-and-tpot``). ``chunk_tokens`` is the engine's prefill budget a
+        step. An option that serves nothing stays so.
+
+        Raises
+        ------
+        InvalidValueError
+            For ``requests`` fewer than the clients (a run sends each client's first request).
+        """
+        if not math.isfinite(self.latency_s):
+            return self
+        ttft, latency = model.closed_loop_waves_s(coefficients, self.running, chunk_tokens,
+                                                  requests / self.clients, recurs=False)
+        return replace(self, latency_s=self.latency_s + latency, ttft_s=self.ttft_s + ttft)
 
 
 def admitted_clients(clients: int, batch_cap: float | None) -> int:

@@ -48,6 +48,9 @@ class CheckReport:
     #: A closed loop's clients (``check --concurrency``), whose ``rate_rps`` is then the rate they complete;
     #: None for an open loop at ``rate_rps``.
     clients: int | None = None
+    #: Requests the closed-loop run sends in all, whose opening wave the means include (None: a long run's steady
+    #: state, or a calibration whose fitted TTFT holds its runs' waves).
+    requests: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -127,11 +130,12 @@ def run_check(
 
 
 def run_closed_loop_check(scenario: Scenario, clients: int, mode: str, draft_length: int | None,
-                          slos: list[SLO]) -> CheckReport:
+                          slos: list[SLO], requests: int | None = None) -> CheckReport:
     """Evaluate the configuration with ``clients`` requests kept in flight (a closed loop) and check ``slos``.
 
     Each option is priced as ``sdplan plan --concurrency`` prices it
-    (:func:`sdplan.planning.closed_loop_answer.closed_loop_plan`); ``best`` takes the one with the shortest
+    (:func:`sdplan.planning.closed_loop_answer.closed_loop_plan`), over a run of ``requests`` in all where given
+    (its opening wave included); ``best`` takes the one with the shortest
     latency among no SD and ``scenario.draft_lengths``. The point's rate is what the clients complete,
     ``X = N / L``, its throughput ``g X``, and its utilisation ``X`` over the most the option completes (a
     closed loop at its engine cap): 1 from the cap on, where the other clients wait for admission. A closed
@@ -149,7 +153,7 @@ def run_closed_loop_check(scenario: Scenario, clients: int, mode: str, draft_len
         ks = [] if mode == "off" else list(scenario.draft_lengths)
     acceptance = scenario.workload.acceptance
     evaluated = replace(scenario, draft_lengths=ks, tokens_per_cycle=acceptance.tokens_per_cycle(ks))
-    result = closed_loop_plan(evaluated, (clients,))
+    result = closed_loop_plan(evaluated, (clients,), requests)
     option = int(result.best[0, 0]) if mode == "best" else (1 if mode == "fixed" else 0)
     chosen = 0 if option == 0 else ks[option - 1]
     latency, ttft = float(result.latency_s[0, 0, option]), float(result.ttft_s[0, 0, option])
@@ -171,7 +175,7 @@ def run_closed_loop_check(scenario: Scenario, clients: int, mode: str, draft_len
     return CheckReport(
         rate_rps=rate, alpha=float(evaluated.alpha), mode=mode, draft_length=chosen, candidates=tuple(ks), point=point,
         batch=float(running), regime=regime, verdicts=tuple(evaluate(slos, point, stable=served)),
-        limit=f"the {evaluated.limits.cap_phrase(chosen)}", clients=clients)
+        limit=f"the {evaluated.limits.cap_phrase(chosen)}", clients=clients, requests=result.requests)
 
 
 def simulated_value(slo: SLO, summary: object, utilisation: float) -> float:

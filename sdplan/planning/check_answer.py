@@ -28,6 +28,7 @@ from sdplan.latency import model
 from sdplan.latency.coefficients import Coefficients
 from sdplan.limits import check_simulation
 from sdplan.planning.check import CheckReport, run_check, run_closed_loop_check, simulated_verdicts
+from sdplan.planning.closed_loop_answer import opening_wave_warning
 from sdplan.planning.scenario import Scenario
 from sdplan.planning.simulation_inputs import SimulationSettings, simulation_config
 from sdplan.planning.uncertainty import (
@@ -54,6 +55,9 @@ class CheckQuery:
     clients : int, optional
         Check a closed loop of this many clients instead of a rate
         (:func:`sdplan.planning.check.run_closed_loop_check`).
+    requests : int, optional
+        The requests the closed-loop run sends in all (``--num-prompts``), whose opening wave the means
+        include; None: the workload file's, else a long run's steady state.
     slos : tuple of str
         SLO expressions; empty: the workload file's.
     draft_length : str, optional
@@ -69,6 +73,7 @@ class CheckQuery:
 
     rate_rps: float | None = None
     clients: int | None = None
+    requests: int | None = None
     slos: tuple[str, ...] = ()
     draft_length: str | None = None
     use_simulator: bool = False
@@ -158,6 +163,8 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
     rate = 0.0  # a closed loop's rate is what its clients complete (run_closed_loop_check)
     if query.clients is None and query.rate_rps is None and file is not None and file.concurrency is not None:
         query = replace(query, clients=file.concurrency)  # the file's closed loop, where no flag gives the load
+        if query.requests is None:
+            query = replace(query, requests=file.num_prompts)
     if query.clients is not None:
         _closed_loop_usage(query)
     else:
@@ -168,6 +175,9 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
         if given < 0:
             raise InvalidValueError(f"the request rate must be >= 0 req/s, not {given:g}")
         rate = given
+        if query.requests is not None:
+            raise InvalidValueError("--num-prompts gives the requests a closed-loop run sends: check it with "
+                                    "--concurrency N, or drop it")
     choice = query.draft_length
     if choice is None and file is not None and file.mode is not None:
         choice = {"best": "best", "off": "off", "fixed": str(file.draft_length)}[file.mode]
@@ -188,7 +198,7 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
 
     def check_on(evaluated: Scenario) -> CheckReport:
         if query.clients is not None:
-            return run_closed_loop_check(evaluated, query.clients, mode, fixed, slos)
+            return run_closed_loop_check(evaluated, query.clients, mode, fixed, slos, query.requests)
         return run_check(evaluated.coefficients, rate, evaluated.alpha, mode, fixed, evaluated.draft_lengths, slos,
                          tokens_per_cycle=tokens, moe=evaluated.moe, limits=evaluated.limits)
 
@@ -203,7 +213,8 @@ def answer_check(scenario: Scenario, query: CheckQuery) -> CheckAnswer:
     limits.require_fit(scenario.request_tokens)
     if query.use_simulator:
         report = _simulated(scenario, report, slos, limits, query.simulation)
-    return CheckAnswer(scenario=scenario, report=report, warnings=tuple(_warnings(scenario, report, limits)),
+    return CheckAnswer(scenario=scenario, report=report,
+                       warnings=tuple(_warnings(scenario, report, limits, query.requests)),
                        pessimistic=intervals, speed_margin=margin,
                        other_speed=None if other is None or query.use_simulator else check_on(other))
 
@@ -258,10 +269,11 @@ def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits:
     return simulated_verdicts(report, slos, summary)
 
 
-def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> list[str]:
+def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits,
+              requests: int | None = None) -> list[str]:
     """Where the answer is outside the model's domain: calibrated range, batch cap (for a closed loop, the clients
-    that wait for admission), prefill load, no steady state, and a TTFT SLO judged on a file whose TTFT was priced,
-    not measured.
+    that wait for admission, and the opening wave of a run of ``requests``), prefill load, no steady state, and a
+    TTFT SLO judged on a file whose TTFT was priced, not measured.
 
     An unstable rate fails every SLO anyway, so the batch cap is only said of a finite batch; the prefill
     interference warning reads the model's utilisation, so simulated answers leave it out.
@@ -280,6 +292,9 @@ def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits) -> 
                             f"({limits.cap_phrase(report.draft_length)}); the other "
                             f"{report.clients - int(report.batch)} wait for admission (priced: latency x N/cap, the "
                             "wait added to TTFT)")
+        wave = opening_wave_warning(scenario, requests, (report.clients,))
+        if wave is not None:
+            warnings.append(wave)
     elif report.simulated is None:
         if math.isfinite(report.batch) and limits.reached(report.batch):
             warnings.append(batch_cap_warning(limits, f"at {rate:g} req/s (effective batch {report.batch:.4g} "

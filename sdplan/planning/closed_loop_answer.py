@@ -7,7 +7,9 @@ latency, TTFT, TPOT and throughput of :func:`sdplan.latency.closed_loop.closed_l
 highest throughput (the shortest latency: at one ``N`` both pick the same), and the speedup, no SD's latency
 over the option's (equal to the ratio of their throughputs). Each option runs at most its engine's cap of
 requests (:meth:`sdplan.inputs.serving.EngineLimits.caps`: ``max_num_seqs``, or what its KV cache holds, smaller
-with a draft); the other clients wait for admission, and their wait is priced.
+with a draft); the other clients wait for admission, and their wait is priced. The means are a long run's steady
+state; given the requests a benchmark sends in all (``vllm bench serve --num-prompts``), they are the run's, its
+opening wave included (:meth:`sdplan.latency.closed_loop.ClosedLoopPoint.with_opening_wave`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sdplan.errors import InvalidValueError
+from sdplan.inputs import serving
 from sdplan.latency import model
 from sdplan.latency.closed_loop import ClosedLoopPoint, admitted_clients, closed_loop_point
 from sdplan.limits import check_grid, check_table
@@ -33,13 +37,18 @@ if TYPE_CHECKING:
 
 #: The concurrencies planned when none are given: a sweep's usual powers of two.
 DEFAULT_CLIENTS = (1, 2, 4, 8, 16, 32, 64, 128)
+#: Requests ``vllm bench serve`` sends when its ``--num-prompts`` is not given: the run the steady-state
+#: warning prices the opening wave of (:func:`opening_wave_warning`).
+BENCHMARK_REQUESTS = 1000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClosedLoopQuery:
-    """What ``sdplan plan --concurrency`` asks: the concurrencies (clients) and whether a table shows the answer."""
+    """What ``sdplan plan --concurrency`` asks: the concurrencies (clients), the requests each run sends in all
+    (``--num-prompts``; None: a long run's steady state) and whether a table shows the answer."""
 
     clients: tuple[int, ...] = DEFAULT_CLIENTS
+    requests: int | None = None
     for_table: bool = False
 
 
@@ -65,6 +74,9 @@ class ClosedLoopPlan:
         Requests each option's engine runs at once: ``min(N, cap)``.
     best : (a, n) int
         Index of the option with the shortest latency (0: no SD).
+    requests : int or None
+        Requests each run sends in all, whose opening wave the means include (None: a long run's steady state,
+        or a calibration whose fitted TTFT holds its own runs' waves: :func:`wave_budget_tokens`).
     """
 
     clients: IntArray
@@ -76,6 +88,7 @@ class ClosedLoopPlan:
     ttft_s: FloatArray
     running: IntArray
     best: IntArray
+    requests: int | None = None
 
     @property
     def throughput_rps(self) -> FloatArray:
@@ -119,9 +132,72 @@ class ClosedLoopAnswer:
     inputs: planner.PlanInputs
 
 
-def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...]) -> ClosedLoopPlan:
+def wave_budget_tokens(scenario: Scenario) -> int | None:
+    """The prefill budget a step of ``scenario``'s engine fills with an opening wave's prompts, tokens; None where
+    the calibration prices no wave.
+
+    As ``sdplan validate`` prices a derived file's closed-loop runs (``docs/model.md#ttft-and-tpot``): its engine
+    (:func:`sdplan.inputs.serving.derived_prefill_scheduling`) takes ``max_num_batched_tokens`` of the scenario's
+    limits where it chunks prefills as vLLM does, else its own budget (SGLang's). A measured or fitted
+    calibration's TTFT weights already hold the waves of the runs it was fitted to, and a roofline file records
+    no engine (None).
+    """
+    scheduling = serving.derived_prefill_scheduling(scenario.calibration)
+    if scheduling is None:
+        return None
+    return scheduling.budget_tokens if scheduling.prefill_first else scenario.limits.max_num_batched_tokens
+
+
+def check_requests(requests: int | None, clients: tuple[int, ...]) -> None:
+    """Refuse a run of fewer requests than its clients: each client sends its first request at once.
+
+    Raises
+    ------
+    InvalidValueError
+        ``requests`` is below the largest of ``clients``.
+    """
+    if requests is not None and requests < max(clients):
+        raise InvalidValueError(f"--num-prompts {requests} is fewer than the {max(clients)} clients: a closed-loop "
+                                f"run sends every client's first request at once; give at least {max(clients)}")
+
+
+def opening_wave_warning(scenario: Scenario, requests: int | None, clients: tuple[int, ...]) -> str | None:
+    """What the means leave out or cannot add about a run's opening wave (None: nothing to say).
+
+    Without ``requests`` a derived calibration's means are a long run's steady state, and a benchmark's first
+    prompts, all sent at once, queue for prefill on top of them; with ``requests`` on a fitted calibration,
+    the wave is already in its TTFT weights and nothing is added.
+    """
+    budget = wave_budget_tokens(scenario)
+    if requests is not None and budget is None:
+        return (f"--num-prompts {requests}: nothing added to {scenario.calibration.name}'s means: only a derived "
+                "calibration prices a run's opening wave (a measured or fitted one holds its own runs' waves in "
+                "its TTFT weights)")
+    if requests is not None or budget is None:
+        return None
+    largest = max(clients)
+    sent = max(BENCHMARK_REQUESTS, largest)
+    wave, _ = model.closed_loop_waves_s(scenario.coefficients, admitted_clients(largest, scenario.limits.caps([])[0]),
+                                        budget, sent / largest, recurs=False)
+    if wave <= 0.0:
+        return None
+    return (f"means of a long run's steady state: a benchmark sends its clients' first prompts at once, and that "
+            f"wave adds to its mean TTFT and latency (no SD at {largest} clients: {wave * 1e3:.3g} ms over "
+            f"{sent:,} requests); --num-prompts gives the requests a run sends")
+
+
+def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...], requests: int | None = None) -> ClosedLoopPlan:
     """Every option of ``scenario`` in closed loops of ``clients``: :func:`sdplan.latency.closed_loop.closed_loop_point`
-    at each option's engine cap (:meth:`sdplan.inputs.serving.EngineLimits.caps`)."""
+    at each option's engine cap (:meth:`sdplan.inputs.serving.EngineLimits.caps`), with runs of ``requests`` in all
+    their opening wave (:func:`wave_budget_tokens`; None: a long run's steady state).
+
+    Raises
+    ------
+    InvalidValueError
+        ``requests`` fewer than the clients (:func:`check_requests`).
+    """
+    check_requests(requests, clients)
+    budget = wave_budget_tokens(scenario) if requests is not None else None
     alphas = np.asarray(scenario.workload.acceptance.alphas, dtype=np.float64)
     ks = np.asarray(scenario.draft_lengths, dtype=np.int64)
     tokens = np.broadcast_to(np.asarray(scenario.tokens_per_cycle, dtype=np.float64), (alphas.size, ks.size))
@@ -144,11 +220,14 @@ def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...]) -> ClosedLoop
                     served[held] = closed_loop_point(scenario.coefficients, int(k), per_cycle, held, scenario.moe,
                                                      caps[option])
                 point = served[held].with_clients(int(n))
+                if budget is not None and requests is not None:
+                    point = point.with_opening_wave(scenario.coefficients, budget, requests)
                 latency[ia, i_n, option], ttft[ia, i_n, option] = point.latency_s, point.ttft_s
                 running[i_n, option] = point.running
     return ClosedLoopPlan(clients=counts, draft_lengths=ks, alphas=alphas, tokens_per_cycle=tokens,
                           output_tokens=float(scenario.workload.output_tokens), latency_s=latency, ttft_s=ttft,
-                          running=running, best=np.argmin(latency, axis=2))
+                          running=running, best=np.argmin(latency, axis=2),
+                          requests=requests if budget is not None else None)
 
 
 def _waiting_warnings(plan: ClosedLoopPlan, cap_phrases: tuple[str, ...]) -> list[str]:
@@ -190,9 +269,12 @@ def answer_closed_loop(scenario: Scenario, query: ClosedLoopQuery) -> ClosedLoop
         check_table(len(alphas), len(alphas) * len(query.clients),
                     "give fewer --concurrency or --acceptance values")
     check_speculation_identified(cal)
-    result = closed_loop_plan(scenario, query.clients)
+    result = closed_loop_plan(scenario, query.clients, query.requests)
     cap_phrases = tuple(scenario.limits.cap_phrase(k) for k in (0, *draft_lengths))
+    # the steady state's caveat is check's, which gates on TTFT; the plan's table shows latency, which the wave
+    # moves by little (its definitions say what run_requests adds), so it warns only where nothing is added
+    wave = opening_wave_warning(scenario, query.requests, query.clients) if query.requests is not None else None
     inputs = plan_inputs(scenario, largest_batch=float(result.running.max()),
                          best_draft_lengths={int(k) for k in np.unique(result.best_k) if k > 0},
-                         load_warnings=_waiting_warnings(result, cap_phrases))
+                         load_warnings=_waiting_warnings(result, cap_phrases) + ([wave] if wave else []))
     return ClosedLoopAnswer(plan=result, inputs=inputs)

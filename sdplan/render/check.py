@@ -57,7 +57,10 @@ def _option(draft_length: int) -> str:
 
 def _ttft_note(report: CheckReport) -> str:
     """What the TTFT is: an open loop's (no queue for admission), or a closed loop's (its wait added)."""
-    return TTFT_NOTE if report.clients is None else CLOSED_LOOP_DEFINITIONS["mean_ttft_s"]
+    if report.clients is None:
+        return TTFT_NOTE
+    wave = f", and the opening wave of a run of {report.requests:,} requests" if report.requests is not None else ""
+    return CLOSED_LOOP_DEFINITIONS["mean_ttft_s"] + wave
 
 
 def _load(report: CheckReport) -> str:
@@ -181,6 +184,7 @@ def check_document(answer: CheckAnswer) -> dict[str, Any]:
             "running_requests": int(report.batch),
             "waiting_requests": report.clients - int(report.batch),
             "completed_rate_rps": report.rate_rps,
+            "run_requests": report.requests,
         },
         "per_token_alpha": report.alpha,
         "evaluated_by": report.simulated or "analytic model (means)",
@@ -230,7 +234,8 @@ def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal:
             load = f"{report.rate_rps:g} req/s"
             state = f"utilisation {report.point.utilisation:.2f}, B = {report.batch:.3g} requests in flight"
         else:
-            load = f"{report.clients} clients (closed loop, {report.rate_rps:.4g} req/s completed)"
+            run = f" over {report.requests:,} requests" if report.requests is not None else ""
+            load = f"{report.clients} clients (closed loop{run}, {report.rate_rps:.4g} req/s completed)"
             state = (f"{report.batch:.0f} running, utilisation {report.point.utilisation:.2f} of the most it "
                      "completes")
         console.print(f"operating point: {load}, {_option(report.draft_length)}{best_of}, "

@@ -38,6 +38,9 @@ DEFINITIONS = {
     "mean_e2e_latency_s": "C1 + f (N' - 1) C2 at N' running (the demands past the compute-bound knee there), "
                           "times N/N' where clients wait for admission",
     "mean_ttft_s": "the prefill and the mixed step with f (N' - 1) others, plus the wait for admission",
+    "run_requests": "requests each run sends in all (--num-prompts): its opening wave, the clients' first prompts "
+                    "queued for prefill, adds (m(N') - 1) c2p / (run_requests / N) to mean TTFT and latency; null: "
+                    "a long run's steady state",
     "mean_tpot_s": TPOT_NOTE,
     "throughput_rps": "completed requests a second, N / latency (Little's law)",
     "output_throughput_tok_s": "output tokens a second, output_tokens x N / latency",
@@ -122,7 +125,8 @@ def draw_closed_loop(console: Any, answer: ClosedLoopAnswer, style: Style) -> No
     for ia, alpha in enumerate(plan.alphas):
         console.print()
         assumption = alpha_phrase(float(alpha), source, inputs.acceptance.position_rates)
-        print_table(console, _table(plan, ia, style), title=f"Closed loop of N clients, {assumption}",
+        run = f", runs of {plan.requests:,} requests" if plan.requests is not None else ""
+        print_table(console, _table(plan, ia, style), title=f"Closed loop of N clients{run}, {assumption}",
                     caption="speedup = no-SD latency / best latency at the same N = the ratio of their "
                     "throughputs. running: requests the engine runs (the others wait). Every k: -f json/csv.")
     console.print(f"TPOT {TPOT_NOTE}. Mean latency only: the model does not predict percentiles.")
@@ -182,6 +186,7 @@ def closed_loop_document(answer: ClosedLoopAnswer) -> dict[str, Any]:
         "calibration": calibration_block(inputs),
         "workload": workload_block(inputs),
         "definitions": dict(DEFINITIONS),
+        "run_requests": plan.requests,
         "batch_caps": list(inputs.cap_phrases),
         "warnings": list(inputs.warnings),
         "extrapolated": list(inputs.extrapolated),
