@@ -83,6 +83,11 @@ def test_a_ttft_gate_the_steady_state_passes_fails_over_a_benchmarks_run(sdplan)
     assert run["operating_point"]["mean_ttft_s"] > 1.5 * steady["operating_point"]["mean_ttft_s"]
     assert not any("steady state" in warning for warning in run["warnings"])
     assert run["speculation"] == steady["speculation"]
+    # the wave adds alike to latency and TTFT: TPOT does not move, and a TPOT gate is not warned about it
+    assert run["operating_point"]["mean_tpot_s"] == pytest.approx(steady["operating_point"]["mean_tpot_s"],
+                                                                  rel=1e-9)
+    tpot_only = _check(sdplan, "--concurrency", "64", "--slo", "tpot:mean<=1s")[1]
+    assert not any("steady state" in warning for warning in tpot_only["warnings"])
     text = sdplan("check", *ACCEPTANCE, "--concurrency", "64", "--num-prompts", "1000", "--slo", slo)
     assert "closed loop over 1,000 requests" in text.stdout
 

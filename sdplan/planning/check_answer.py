@@ -292,7 +292,9 @@ def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits,
                             f"({limits.cap_phrase(report.draft_length)}); the other "
                             f"{report.clients - int(report.batch)} wait for admission (priced: latency x N/cap, the "
                             "wait added to TTFT)")
-        wave = opening_wave_warning(scenario, requests, (report.clients,))
+        # the wave adds alike to latency and TTFT, so TPOT = (L - TTFT)/(g - 1) does not see it
+        moved = any(verdict.slo.metric in (Metric.E2E, Metric.TTFT, Metric.THROUGHPUT) for verdict in report.verdicts)
+        wave = opening_wave_warning(scenario, requests, (report.clients,)) if moved or requests else None
         if wave is not None:
             warnings.append(wave)
     elif report.simulated is None:
