@@ -62,7 +62,7 @@ A derived file has no fitted TTFT weights, so its closed loops are given their w
 the prefills queue in chunks of the engine's token budget before each first token. By default
 (``--waves opening``) every engine is priced as vLLM: only the opening wave queues, in chunks of vLLM's
 default ``max_num_batched_tokens``, and spread over the ``--rounds`` requests each client sends
-(:data:`ROUNDS`) it adds ``sdplan.latency.model.closed_loop_wave_s`` to TTFT and E2E. ``--waves engine``
+(:data:`ROUNDS`) it adds ``sdplan.latency.model.closed_loop_wave_s`` to TTFT. ``--waves engine``
 prices each as the derived file's engine schedules prompts (``sdplan.inputs.serving.prefill_scheduling``):
 SGLang prefills first, so where the rows' benchmark sent fixed lengths (:func:`fixed_lengths`) a round's
 requests (those its KV cache admits together) decode in step, finish together and come back as the next
@@ -233,7 +233,7 @@ def errors_of(coefficients_at, runs: list, moe_at=None, batch_cap_at=None,
               waves: ClosedLoopWaves | None = None) -> Errors:
     """Held-out errors of E2E, TPOT and TTFT for a ``coefficients_at(prompt, output)`` (and ``moe_at``);
     ``batch_cap_at(run)``: the requests the engine holds at once for the run (None: no cap); ``waves``: how the
-    closed loops' waves of prompts add to TTFT and E2E (``sdplan.fitting.validation.run_waves``, as ``sdplan
+    closed loops' waves of prompts add to TTFT (``sdplan.fitting.validation.run_waves``, as ``sdplan
     validate`` adds them for a derived calibration; None: no wave, as a fitted calibration's TTFT weights hold it)."""
     result = Errors.empty()
     for run in runs:

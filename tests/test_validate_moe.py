@@ -88,11 +88,17 @@ def test_validate_applies_moe_at_and_the_cli_passes_it(sdplan) -> None:
     with_coverage = validate(cal.coefficients_at, runs, cal.moe_at)
     without = validate(cal.coefficients_at, runs)
     assert [e.predicted_s for e in with_coverage.errors] != pytest.approx([e.predicted_s for e in without.errors])
-    # the CLI also gives a derived file's closed loops their opening wave (the runs record their request counts)
+    # the CLI also gives a derived file's closed loops their opening wave (the runs record their request counts):
+    # in TTFT, not in E2E (the wave does the run's prefills first, not more of them)
     waves = derived_waves(cal, max(run.draft_length for run in runs))
     waved = validate(cal.coefficients_at, runs, cal.moe_at, waves=waves)
-    assert [e.predicted_s for e in waved.errors] != pytest.approx([e.predicted_s for e in with_coverage.errors])
+    assert [e.predicted_ttft_s for e in waved.errors] != pytest.approx(
+        [e.predicted_ttft_s for e in with_coverage.errors])
+    assert [e.predicted_s for e in waved.errors] == [e.predicted_s for e in with_coverage.errors]
     result = sdplan("validate", "-c", str(CALIBRATION), *map(str, RUNS), "--format", "json")
     assert result.exit_code == 0, result.stderr
-    printed = [run["predicted_e2e_latency_s"] for run in json.loads(result.stdout)["runs"]]
-    assert printed == pytest.approx([e.predicted_s for e in waved.errors], rel=1e-9)
+    printed = json.loads(result.stdout)["runs"]
+    assert [run["predicted_e2e_latency_s"] for run in printed] == pytest.approx(
+        [e.predicted_s for e in waved.errors], rel=1e-9)
+    assert [run["predicted_ttft_s"] for run in printed] == pytest.approx(
+        [e.predicted_ttft_s for e in waved.errors], rel=1e-9)

@@ -77,10 +77,11 @@ class ClosedLoopPoint:
         """The means a run of ``requests`` in all measures: the opening wave added to the steady state.
 
         The clients send their first requests at once, so those prompts queue for prefill; over the run's
-        ``R = requests / N`` rounds that adds ``(m(N') - 1) c2p / R`` to both mean TTFT and mean latency, for
-        the ``N'`` requests the engine holds (:func:`sdplan.latency.model.closed_loop_waves_s`, the wave that
-        opens the run only; ``docs/model.md#ttft-and-tpot``). ``chunk_tokens`` is the engine's prefill budget a
-        step. An option that serves nothing stays so.
+        ``R = requests / N`` rounds that adds ``(m(N') - 1) c2p / R`` to mean TTFT, for the ``N'`` requests the
+        engine holds, and nothing to mean latency: the wave moves the run's prefills to its start, it does not
+        add any (:func:`sdplan.latency.model.closed_loop_waves_s`, the wave that opens the run only;
+        ``docs/model.md#ttft-and-tpot``). ``chunk_tokens`` is the engine's prefill budget a step. An option
+        that serves nothing stays so.
 
         Raises
         ------

@@ -292,8 +292,8 @@ def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits,
                             f"({limits.cap_phrase(report.draft_length)}); the other "
                             f"{report.clients - int(report.batch)} wait for admission (priced: latency x N/cap, the "
                             "wait added to TTFT)")
-        # the wave adds alike to latency and TTFT, so TPOT = (L - TTFT)/(g - 1) does not see it
-        moved = any(verdict.slo.metric in (Metric.E2E, Metric.TTFT, Metric.THROUGHPUT) for verdict in report.verdicts)
+        # the wave moves TTFT, and TPOT = (L - TTFT)/(g - 1) with it; not the latency or the throughput N/L
+        moved = any(verdict.slo.metric in (Metric.TTFT, Metric.TPOT) for verdict in report.verdicts)
         wave = opening_wave_warning(scenario, requests, (report.clients,)) if moved or requests else None
         if wave is not None:
             warnings.append(wave)

@@ -182,7 +182,7 @@ def opening_wave_warning(scenario: Scenario, requests: int | None, clients: tupl
     if wave <= 0.0:
         return None
     return (f"means of a long run's steady state: a benchmark sends its clients' first prompts at once, and that "
-            f"wave adds to its mean TTFT and latency (no SD at {largest} clients: {wave * 1e3:.3g} ms over "
+            f"wave adds to its mean TTFT (no SD at {largest} clients: {wave * 1e3:.3g} ms over "
             f"{sent:,} requests); --num-prompts gives the requests a run sends")
 
 

@@ -39,8 +39,8 @@ DEFINITIONS = {
                           "times N/N' where clients wait for admission",
     "mean_ttft_s": "the prefill and the mixed step with f (N' - 1) others, plus the wait for admission",
     "run_requests": "requests each run sends in all (--num-prompts): its opening wave, the clients' first prompts "
-                    "queued for prefill, adds (m(N') - 1) c2p / (run_requests / N) to mean TTFT and latency; null: "
-                    "a long run's steady state",
+                    "queued for prefill, adds (m(N') - 1) c2p / (run_requests / N) to mean TTFT (not to the mean "
+                    "latency: the run's prefills come first, not more of them); null: a long run's steady state",
     "mean_tpot_s": TPOT_NOTE,
     "throughput_rps": "completed requests a second, N / latency (Little's law)",
     "output_throughput_tok_s": "output tokens a second, output_tokens x N / latency",
