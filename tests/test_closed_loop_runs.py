@@ -148,6 +148,11 @@ def test_a_workload_file_holds_the_runs_requests_beside_its_clients(sdplan, tmp_
     # --concurrency replaces the file's closed loop, its requests with it
     replaced = json.loads(sdplan("check", "-w", str(path), "--concurrency", "64", "-f", "json").stdout)
     assert replaced["closed_loop"]["run_requests"] is None
+    path.write_text(body + "concurrency = 64\nnum_prompts = 63\n")
+    fewer = sdplan("check", "-w", str(path))
+    assert fewer.exit_code == ExitStatus.BAD_INPUT
+    assert fewer.stderr.strip() == (f"Error: {path}: traffic.num_prompts: 63 is fewer than the 64 clients of "
+                                    "traffic.concurrency: a run sends every client's first request at once")
     path.write_text(body + "num_prompts = 1000\n")
     alone = sdplan("check", "-w", str(path), "--rate", "3")
     assert alone.exit_code == ExitStatus.BAD_INPUT

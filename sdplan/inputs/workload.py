@@ -322,6 +322,10 @@ def load_workload_file(path: str) -> WorkloadFile:
     if "num_prompts" in traffic and "concurrency" not in traffic:
         raise InputFileError(path, "traffic.num_prompts", "the requests a closed-loop run sends: give "
                              "traffic.concurrency with it, or drop it")
+    if traffic.get("num_prompts", math.inf) < traffic.get("concurrency", 0):
+        raise InputFileError(path, "traffic.num_prompts", f"{traffic['num_prompts']} is fewer than the "
+                             f"{traffic['concurrency']} clients of traffic.concurrency: a run sends every client's "
+                             "first request at once")
     deployment = document.get("deployment", {})
     return WorkloadFile(
         path=path,
