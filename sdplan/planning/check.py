@@ -61,6 +61,23 @@ class CheckReport:
         return ExitStatus.OK if self.passed else ExitStatus.SLO_VIOLATED
 
 
+def checked_lengths(slos: list[SLO], mode: str, draft_length: int | None, candidates: list[int]) -> list[int]:
+    """The draft lengths a check evaluates: ``[draft_length]`` for ``fixed``, else ``candidates``.
+
+    Raises
+    ------
+    InvalidValueError
+        Without an SLO, or for a fixed draft length below 1.
+    """
+    if not slos:
+        raise InvalidValueError("no SLO to check; give --slo (e.g. --slo 'e2e:mean<=2s') or slos in the workload file")
+    if mode != "fixed":
+        return candidates
+    if draft_length is None or draft_length < 1:
+        raise InvalidValueError("a fixed draft length must be >= 1")
+    return [draft_length]
+
+
 def run_check(
     coefficients: Coefficients,
     rate_rps: float,
@@ -79,14 +96,7 @@ def run_check(
     ``candidates``), ``fixed`` (``draft_length``) or ``off`` (no SD). With ``limits``, each option
     saturates at its engine cap too (:func:`sdplan.planning.planner.plan`'s ``batch_caps``).
     """
-    if not slos:
-        raise InvalidValueError("no SLO to check; give --slo (e.g. --slo 'e2e:mean<=2s') or slos in the workload file")
-    if mode == "fixed":
-        if draft_length is None or draft_length < 1:
-            raise InvalidValueError("a fixed draft length must be >= 1")
-        ks = [draft_length]
-    else:
-        ks = candidates
+    ks = checked_lengths(slos, mode, draft_length, candidates)
     result = planner.plan(coefficients, [rate_rps], ks, [alpha], tokens_per_cycle=tokens_per_cycle,  # type: ignore[arg-type]
                           moe=moe, batch_caps=None if limits is None else limits.caps(ks))  # type: ignore[arg-type]
     if mode == "off":
@@ -142,15 +152,7 @@ def run_closed_loop_check(scenario: Scenario, clients: int, mode: str, draft_len
     loop has a steady state at every concurrency, so only an option that serves no request of the workload
     fails every SLO as unstable.
     """
-    if not slos:
-        raise InvalidValueError("no SLO to check; give --slo (e.g. --slo 'tpot:mean<=40ms') or slos in the workload "
-                                "file")
-    if mode == "fixed":
-        if draft_length is None or draft_length < 1:
-            raise InvalidValueError("a fixed draft length must be >= 1")
-        ks = [draft_length]
-    else:
-        ks = [] if mode == "off" else list(scenario.draft_lengths)
+    ks = checked_lengths(slos, mode, draft_length, [] if mode == "off" else list(scenario.draft_lengths))
     acceptance = scenario.workload.acceptance
     evaluated = replace(scenario, draft_lengths=ks, tokens_per_cycle=acceptance.tokens_per_cycle(ks))
     result = closed_loop_plan(evaluated, (clients,), requests)
