@@ -492,9 +492,17 @@ class Pricer:
         gemms = dense_gemm_shapes(self.shapes, self.request.tensor_parallel_size,
                                   WEIGHT_BYTES[self.quant["gemm_quant_mode"]])
         weights = sum(layers * n * k * size for layers, n, k, size in gemms.values())
-        estimate = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
-        per_token = kv_bytes_per_token(estimate) if estimate is not None else 0.0
+        target = self._target_kv()
+        per_token = target[1] if target is not None else 0.0
         return weights / bandwidth, batch * context * per_token / bandwidth
+
+    def _target_kv(self) -> tuple[float, float] | None:
+        """The target's KV cache in AIConfigurator's memory model: ``(free bytes, bytes a token)`` for one GPU's
+        share (None where it cannot say)."""
+        target = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
+        if target is None:
+            return None
+        return float(target["total_kv_size_bytes"]), kv_bytes_per_token(target)
 
     def _kv_estimate(self, path: str, tp: int, quant: dict[str, str] | None = None) -> dict[str, Any] | None:
         """AIConfigurator's memory model for one model on ``tp`` GPUs (None where it cannot say).
@@ -527,18 +535,18 @@ class Pricer:
 
     def kv_cache_tokens_without_draft(self) -> int | None:
         """Tokens of KV cache AIConfigurator's memory model gives the target alone (no SD: no draft loaded)."""
-        target = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
+        target = self._target_kv()
         if target is None:
             return None
-        free, per_token = float(target["total_kv_size_bytes"]), kv_bytes_per_token(target)
+        free, per_token = target
         return max(int(free / per_token), 0) if per_token > 0 else None
 
     def kv_cache_tokens(self) -> int | None:
         """Tokens of KV cache AIConfigurator's memory model gives the target (the draft's weights and KV taken out)."""
-        target = self._kv_estimate(self.target_path, self.request.tensor_parallel_size)
+        target = self._target_kv()
         if target is None:
             return None
-        free, per_token = float(target["total_kv_size_bytes"]), kv_bytes_per_token(target)
+        free, per_token = target
         if self.draft_path is not None:
             draft = self._kv_estimate(self.draft_path, draft_tp(self.request), self.draft_quant)
             if draft is not None:  # a draft on fewer GPUs loads its weights and KV onto those: as much per GPU
