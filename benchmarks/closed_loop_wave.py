@@ -32,6 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from opening_wave import middle, rounds_of  # benchmarks run as scripts: their folder is on sys.path
+
 from sdplan.accuracy.means import standard_error
 from sdplan.calibration import load_calibration
 from sdplan.latency import model
@@ -60,20 +62,6 @@ def fitted_calibration(folder: Path, work: Path):
     subprocess.run([sys.executable, "-m", "sdplan", "fit", str(folder), "-o", str(out)], check=True,
                    capture_output=True, text=True)
     return load_calibration(out)
-
-
-def rounds_of(document: dict, key: str = "ttfts") -> tuple[int, list[float]]:
-    """``N`` and the mean of ``key`` (``ttfts``, ``latencies``; s) over each whole round of ``N`` requests, in start
-    order."""
-    clients = int(document["max_concurrency"])
-    order = sorted(range(len(document[key])), key=lambda i: document["start_times"][i])
-    values = [document[key][i] for i in order]
-    return clients, [statistics.mean(values[r * clients:(r + 1) * clients]) for r in range(len(values) // clients)]
-
-
-def middle(rounds: list[float]) -> float:
-    """The mean of the rounds between the first (the wave) and the last (the drain)."""
-    return statistics.mean(rounds[1:-1] or rounds[1:])
 
 
 def closed_loops(folder: Path) -> list[tuple[str, dict]]:
@@ -112,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for folder, calibration in calibrations.items():
         for name, document in closed_loops(folder):
-            clients, rounds = rounds_of(document)
+            clients = int(document["max_concurrency"])
+            rounds = rounds_of(document, clients, "ttfts")
             excess = rounds[0] - rounds[1]
             priced = priced_excess(calibration, document, clients, args.budget_tokens)
             ratio = excess / priced if priced > 0 else math.nan
@@ -124,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             group = (workload(name), clients)
             own.setdefault(group, []).append(ratio)
             share.setdefault(group, []).append(statistics.mean(rounds) / middle(rounds) - 1.0)
-            latencies = rounds_of(document, "latencies")[1]
+            latencies = rounds_of(document, clients)
             latency.setdefault(group, []).append(statistics.mean(latencies) / middle(latencies) - 1.0)
             spread.setdefault(group, []).append(priced / len(rounds) / middle(latencies))
             for other, other_calibration in calibrations.items():

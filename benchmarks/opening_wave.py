@@ -28,18 +28,27 @@ CLIENTS = 64
 OPTIONS = (("nosd", "k0"), ("k2", "k2"), ("k4", "k4"))
 
 
+def rounds_of(document: dict, clients: int, key: str = "latencies") -> list[float]:
+    """The mean of a result file's per-request ``key`` (``latencies``, ``ttfts``; s) over each whole round of
+    ``clients`` requests, in start order."""
+    values = [value for _, value in sorted(zip(document["start_times"], document[key]))]
+    return [statistics.mean(values[r * clients:(r + 1) * clients]) for r in range(len(values) // clients)]
+
+
+def middle(rounds: list[float]) -> float:
+    """The mean of the rounds between the first (the wave) and the last (the drain)."""
+    return statistics.mean(rounds[1:-1] or rounds[1:])
+
+
 def round_means(path: Path, clients: int = CLIENTS) -> tuple[list[float], float]:
     """Mean E2E of each round of ``clients`` requests in start order (s), and the run's throughput (req/s)."""
     document = json.loads(path.read_text())
-    latencies = [latency for _, latency in sorted(zip(document["start_times"], document["latencies"]))]
-    rounds = [statistics.mean(latencies[r * clients:(r + 1) * clients]) for r in range(len(latencies) // clients)]
-    return rounds, float(document["request_throughput"])
+    return rounds_of(document, clients), float(document["request_throughput"])
 
 
 def wave_excess(rounds: list[float]) -> float:
     """The first round's mean E2E over the middle rounds' (the last round, which drains, left out), minus 1."""
-    middle = rounds[1:-1] or rounds[1:]
-    return rounds[0] / statistics.mean(middle) - 1.0
+    return rounds[0] / middle(rounds) - 1.0
 
 
 def main(folders: list[str]) -> int:
