@@ -50,6 +50,9 @@ A dense row whose closed-loop rate needs more than all of its GPUs' time for the
 as AIConfigurator's database times them bound by compute (:data:`UNLABELLED_SHARE`), cannot have run as
 labelled; the derived section neither anchors to nor scores such rows, lists them with their errors, and gives
 each kind's figures with them too (``--keep-unlabelled`` scores them). The fitted section keeps every row.
+A derived file prices vLLM's prefill overhead per target layer (``[step_model.engine] prefill_overhead_s``),
+fitted to these rows at their lowest concurrency (:func:`prefill_overheads`): the derived figures score each
+model with the value fitted on the other models' rows, and print the all-rows value beside the shipped one.
 About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
@@ -84,10 +87,12 @@ from __future__ import annotations
 import argparse
 import collections
 import math
+import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sdplan.derive import roofline
+from sdplan.derive.request import PREFILL_OVERHEAD_PER_LAYER_S
 from sdplan.fitting.fit import fit_configurations, fit_pooled
 from sdplan.fitting.validation import ClosedLoopWaves, derived_waves, predict_run
 from sdplan.inputs.serving import prefill_scheduling
@@ -401,6 +406,107 @@ def derived_predictors(configuration: silicon.SiliconConfiguration, kept: list, 
     return None, None, why
 
 
+@dataclass
+class Pending:
+    """A configuration derive priced, before it is scored: its rows and its calibrations."""
+
+    configuration: silicon.SiliconConfiguration
+    kind: str
+    database: str
+    labelled: list  # the rows scored (derived only)
+    held: list  # the held-out rows among them (anchored, fitted)
+    unlabelled: list  # (row, shares) screened as not run as labelled
+    only: object  # the derived-only calibration
+    anchored: object  # the anchored calibration, or None
+    fit: object  # the fitted calibration's result
+    cap: object
+    waves: ClosedLoopWaves | None
+
+    @property
+    def layers(self) -> int:
+        return int(self.only.document["derivation"]["target_layers"])
+
+    def shifted(self, coefficients_at, per_layer_s: float):
+        """``coefficients_at`` with the engine's prefill overhead at ``per_layer_s`` a layer instead of the
+        shipped :data:`~sdplan.derive.request.PREFILL_OVERHEAD_PER_LAYER_S` (it adds to ``c1p`` alone)."""
+        shift = self.layers * (per_layer_s - PREFILL_OVERHEAD_PER_LAYER_S)
+
+        def at(prompt_tokens: float, output_tokens: float):
+            coefficients = coefficients_at(prompt_tokens, output_tokens)
+            return replace(coefficients, c1p_s=coefficients.c1p_s + shift)
+        return at
+
+    def scored(self, per_layer_s: float):
+        """``coefficients_at`` of the derived-only and the anchored calibration (or None) at ``per_layer_s``."""
+        anchored = self.shifted(self.anchored.coefficients_at, per_layer_s) if self.anchored is not None else None
+        return self.shifted(self.only.coefficients_at, per_layer_s), anchored
+
+
+def model_family(model: str) -> str:
+    """The model a configuration serves, whatever its checkpoint's precision or tuning (``Llama-3.1-8B-Instruct``
+    and ``-FP8`` are one), so that a model is never scored with a value fitted on its own rows."""
+    name = model.rpartition("/")[2].lower()
+    for suffix in ("-fp8", "-instruct"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+@dataclass
+class PrefillOverheads:
+    """vLLM's prefill overhead per target layer, fitted to its rows at their lowest concurrency."""
+
+    all_rows_s: float  # the median over every vLLM configuration's lowest-concurrency rows: the shipped value
+    held_out: dict[str, float]  # per model: the median over the other models' rows (what it is scored with)
+    samples: dict[str, list[float]]  # per model: its rows' excess TTFT per layer with no overhead
+
+
+def prefill_overheads(pending: list[Pending]) -> PrefillOverheads:
+    """Fit the engine's prefill overhead: per vLLM shape (ISL, OSL) at its lowest concurrency, the measured TTFT
+    less the derived-only TTFT without the overhead, over the target's layers; the median of them.
+
+    Each model is scored with the median over the *other* models' rows (leave one model out), so no figure
+    reported is fitted on the rows it scores. SGLang rows are not fitted: its derived files take vLLM's value.
+    """
+    samples: dict[str, list[float]] = collections.defaultdict(list)
+    for entry in pending:
+        if entry.configuration.backend != "vllm":
+            continue
+        without = entry.shifted(entry.only.coefficients_at, 0.0)
+        lowest: dict[tuple[float, float], object] = {}
+        for run in entry.labelled:
+            shape = (run.prompt_tokens, run.output_tokens)
+            if shape not in lowest or run.concurrency < lowest[shape].concurrency:
+                lowest[shape] = run
+        for run in lowest.values():
+            moe = entry.only.moe_at(run.prompt_tokens, run.output_tokens) if entry.only.moe_at else None
+            _, ttft = predict_run(without(run.prompt_tokens, run.output_tokens), run, moe, entry.cap, entry.waves)
+            samples[model_family(entry.configuration.model)].append((run.mean_ttft_s - ttft) / entry.layers)
+    every = [value for values in samples.values() for value in values]
+    models = {model_family(entry.configuration.model) for entry in pending}
+    held_out = {model: statistics.median(value for other, values in samples.items() if other != model
+                                         for value in values) for model in models}
+    return PrefillOverheads(statistics.median(every), held_out, dict(samples))
+
+
+def prefill_overhead_report(overheads: PrefillOverheads, pending: list[Pending]) -> list[str]:
+    """Markdown lines: the fitted overhead, the value each model is scored with, and TTFT without it."""
+    none, shipped = Errors.empty(), Errors.empty()
+    for entry in pending:
+        for per_layer, errors in ((0.0, none), (overheads.all_rows_s, shipped)):
+            only_at, _ = entry.scored(per_layer)
+            errors.extend(errors_of(only_at, entry.labelled, entry.only.moe_at, entry.cap, entry.waves))
+    count = sum(len(values) for values in overheads.samples.values())
+    lines = [f"\nvLLM's prefill overhead (`[step_model.engine] prefill_overhead_s`, per target layer): the median "
+             f"of {count} vLLM shapes at their lowest concurrency over {len(overheads.samples)} models is "
+             f"{overheads.all_rows_s * 1e3:.3f} ms (shipped: {PREFILL_OVERHEAD_PER_LAYER_S * 1e3:.3f} ms). The "
+             "derived figures above score each model with the median of the other models' rows: "
+             + "; ".join(f"{model} {value * 1e3:.3f} ms" for model, value in sorted(overheads.held_out.items()))
+             + "."]
+    lines.append(f"Derived only, every row: TTFT {cell(none.ttft)} and E2E {cell(none.e2e)} without it; "
+                 f"{cell(shipped.ttft)} and {cell(shipped.e2e)} with the all-rows value (fitted on these rows).")
+    return lines
+
+
 #: A row whose closed-loop rate needs more than this share of the GPUs' time for its target's GEMMs alone, at the
 #: rate AIConfigurator's database times those GEMMs bound by compute, did not run as labelled (:func:`matrix_shares`).
 UNLABELLED_SHARE = 1.0
@@ -530,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     unlabelled_rows: list[str] = []  # rows screened from the derived scores (matrix_shares)
     unlabelled_errors: dict[str, Errors] = collections.defaultdict(Errors.empty)
     reader_notes: list[str] = []  # e.g. a measurement listed in several rows of one configuration, counted once
+    pending: list[Pending] = []  # derived configurations, scored once the prefill overheads are fitted
     for configuration, runs, repeats, notes in configurations(text, str(path)):
         reader_notes += [f"{label(configuration)}: {note}" for note in notes]
         kept = [run for run in runs if not screen(run)]
@@ -584,19 +691,8 @@ def main(argv: list[str] | None = None) -> int:
                 waves = None if args.waves == "none" else derived_waves(only, 0, args.rounds, fixed)
                 if waves is not None and args.waves == "opening":
                     waves = replace(waves, scheduling=prefill_scheduling("vllm", ""))
-                for run, share in unlabelled:
-                    error = errors_of(only.coefficients_at, [run], only.moe_at, cap, waves)
-                    unlabelled_rows.append(
-                        f"{label(configuration)} {run.prompt_tokens:.0f}/{run.output_tokens:.0f} at "
-                        f"{run.concurrency:.0f} clients: {100 * share[1]:.0f}% ({100 * share[0]:.0f}% at peak), "
-                        f"derived-only E2E {100 * error.e2e[0]:+.1f}%")
-                    unlabelled_errors[kind].extend(error)
-                derived.append((label(configuration), kind, database, labelled,
-                                errors_of(only.coefficients_at, labelled, only.moe_at, cap, waves),
-                                errors_of(only.coefficients_at, labelled_held, only.moe_at, cap, waves),
-                                errors_of(anchored.coefficients_at, labelled_held, anchored.moe_at, cap, waves)
-                                if anchored is not None else None,
-                                errors_of(fit.coefficients_at, labelled_held)))
+                pending.append(Pending(configuration, kind, database, labelled, labelled_held, unlabelled,
+                                       only, anchored, fit, cap, waves))
         pooled.extend(errors)
         if roof is not None:
             pooled_roof.extend(roof)
@@ -653,7 +749,24 @@ def main(argv: list[str] | None = None) -> int:
     if reader_notes:
         lines.append("\nThe silicon reader's notes: " + "; ".join(reader_notes) + ".")
     if args.derived:
+        overheads = prefill_overheads(pending)
+        for entry in pending:
+            only_at, anchored_at = entry.scored(overheads.held_out[model_family(entry.configuration.model)])
+            for run, share in entry.unlabelled:
+                error = errors_of(only_at, [run], entry.only.moe_at, entry.cap, entry.waves)
+                unlabelled_rows.append(
+                    f"{label(entry.configuration)} {run.prompt_tokens:.0f}/{run.output_tokens:.0f} at "
+                    f"{run.concurrency:.0f} clients: {100 * share[1]:.0f}% ({100 * share[0]:.0f}% at peak), "
+                    f"derived-only E2E {100 * error.e2e[0]:+.1f}%")
+                unlabelled_errors[entry.kind].extend(error)
+            derived.append((label(entry.configuration), entry.kind, entry.database, entry.labelled,
+                            errors_of(only_at, entry.labelled, entry.only.moe_at, entry.cap, entry.waves),
+                            errors_of(only_at, entry.held, entry.only.moe_at, entry.cap, entry.waves),
+                            errors_of(anchored_at, entry.held, entry.anchored.moe_at, entry.cap, entry.waves)
+                            if anchored_at is not None else None,
+                            errors_of(entry.fit.coefficients_at, entry.held)))
         lines += ["", f"## sdplan derive's calibrations ({args.split} split)", ""] + derived_report(derived)
+        lines += prefill_overhead_report(overheads, pending)
         if not_derived:
             lines.append("\nsdplan derive cannot price: " + "; ".join(not_derived) + ".")
         if peak_shares:

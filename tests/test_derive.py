@@ -212,6 +212,35 @@ def test_shipped_derived_files_say_what_they_rest_on() -> None:
     assert anchored["anchor_rows"] >= 20
 
 
+def test_every_derived_file_prices_the_engines_prefill_overhead_per_target_layer() -> None:
+    """A derived file's prefill overhead is its target's layers times the fitted value, and says so."""
+    from sdplan.derive.request import PREFILL_OVERHEAD_PER_LAYER_S
+
+    derived = [load_calibration(path) for path in shipped_calibrations() if path.stem.endswith("_derived")]
+    layers = {cal.name: cal.document["derivation"]["target_layers"] for cal in derived}
+    assert layers["h100-sxm_llama-3.1-8b_ngram_derived"] == 32 and layers["8xh200_deepseek-v3_mtp_derived"] == 61
+    for cal in derived:
+        overhead = cal.document["step_model"]["engine"]["prefill_overhead_s"]
+        assert overhead == pytest.approx(layers[cal.name] * PREFILL_OVERHEAD_PER_LAYER_S, rel=1e-5)
+        assert any("per target layer" in item for item in cal.provenance["assumptions"])
+
+
+def test_a_benchmark_can_price_another_prefill_overhead() -> None:
+    """The per-layer value is the request's to set (a benchmark scores a model with one fitted without it)."""
+    _aic()
+    from dataclasses import replace
+
+    from sdplan.derive import DeriveRequest, derive
+
+    request = DeriveRequest(target_model="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", method="ngram",
+                            draft_lengths=(1,), anchor=False)
+    shipped = derive(request).document
+    other = derive(replace(request, prefill_overhead_per_layer_s=1e-3)).document
+    assert shipped["step_model"]["engine"]["prefill_overhead_s"] == pytest.approx(32 * 0.60e-3)
+    assert other["step_model"]["engine"]["prefill_overhead_s"] == pytest.approx(32 * 1e-3)
+    assert shipped["step_model"]["prefill"] == other["step_model"]["prefill"]
+
+
 def test_a_derived_file_must_say_how(direct_document) -> None:
     direct_document["provenance"] |= {"method": "derived", "assumptions": ["priced"]}
     with pytest.raises(InputFileError, match="derivation"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -243,6 +244,40 @@ def test_a_knee_needs_both_keys() -> None:
     assert costs.baseline_c1_step_s - bare.baseline_c1_step_s == pytest.approx(2e-3)
     assert costs.c1v_s - bare.c1v_s == pytest.approx(2e-3)
     assert (costs.baseline_c2_step_s, costs.c2v_s) == (bare.baseline_c2_step_s, bare.c2v_s)
+
+
+def test_the_prefill_overhead_is_the_requests_own() -> None:
+    """``prefill_overhead_s`` adds to the request's own prefill (its TTFT and latency), not to what its prefill
+    costs the others (c2p) nor to any step; a negative one is refused naming the key."""
+    import copy
+
+    from sdplan.calibration import parse_calibration
+    from sdplan.errors import InputFileError
+    from sdplan.latency.model import time_to_first_token
+
+    document = copy.deepcopy(resolve_calibration(None).document)
+    document["step_model"]["engine"]["prefill_overhead_s"] = 0.05
+    costs = parse_calibration(document, "with.toml").coefficients_at(1024, 512)
+    document["step_model"]["engine"]["prefill_overhead_s"] = 0.0
+    bare = parse_calibration(document, "bare.toml").coefficients_at(1024, 512)
+    assert costs.c1p_s - bare.c1p_s == pytest.approx(0.05)
+    assert dataclasses.replace(costs, c1p_s=bare.c1p_s) == bare
+    assert float(time_to_first_token(costs) - time_to_first_token(bare)) == pytest.approx(0.05)
+    document["step_model"]["engine"]["prefill_overhead_s"] = -0.01
+    with pytest.raises(InputFileError, match="prefill_overhead_s"):
+        parse_calibration(document, "negative.toml")
+
+
+def test_show_prints_the_engines_overheads(sdplan) -> None:
+    """``show`` names both engine overheads of a derived file, with their values."""
+    engine = resolve_calibration(None).document["step_model"]["engine"]
+    assert engine["prefill_overhead_s"] > 0.0
+    table = sdplan("show").stdout
+    for key in ("step_overhead_s", "prefill_overhead_s"):
+        row = next(line for line in table.splitlines() if f" {key} " in line)
+        assert f"{engine[key]:.6g}" in row
+    shown = json.loads(sdplan("show", "--format", "json").stdout)
+    assert shown["document"]["step_model"]["engine"] == engine
 
 
 def test_the_simulator_admits_a_request_with_its_lookahead_slots() -> None:

@@ -242,7 +242,8 @@ class StepModel:
     """The per-step form (``[step_model]``): the target's, the draft's and prefill's step models.
 
     The speculation overheads are 0 where the file has no ``[step_model.speculation]``, the engine's step
-    overhead (every step, SD or not) 0 where it has no ``[step_model.engine]``.
+    overhead (every step, SD or not) and its prefill overhead (a request's own, in TTFT) 0 where it has no
+    ``[step_model.engine]``.
     """
 
     target: StepCost
@@ -251,6 +252,7 @@ class StepModel:
     overhead_fixed_s: float = 0.0
     overhead_per_sequence_s: float = 0.0
     step_overhead_s: float = 0.0
+    prefill_overhead_s: float = 0.0
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> StepModel:
@@ -262,7 +264,8 @@ class StepModel:
                                        load_per_prompt_token_s=prefill["load_per_prompt_token_s"]),
                    overhead_fixed_s=overhead["overhead_fixed_s"],
                    overhead_per_sequence_s=overhead["overhead_per_sequence_s"],
-                   step_overhead_s=table.get("engine", {}).get("step_overhead_s", 0.0))
+                   step_overhead_s=table.get("engine", {}).get("step_overhead_s", 0.0),
+                   prefill_overhead_s=table.get("engine", {}).get("prefill_overhead_s", 0.0))
 
 
 def read_costs(document: Mapping[str, Any]) -> DirectCoefficients | StepModel:

@@ -264,6 +264,7 @@ CALIBRATION_SCHEMA = Table(
                 "draft_precision": Field("str", "the draft's weights precision priced (a draft model or head)",
                                          required=False),
                 "target_priced_as": Field("str", "model (architecture) the target was priced as"),
+                "target_layers": Field("int", "the target's decoder layers priced", required=False, minimum=1),
                 "draft_priced_as": Field("str", "model (architecture) the proposer was priced as"),
                 "draft_lengths": Field("float_list", "draft lengths priced", minimum=1.0),
                 "max_num_seqs": Field("int", "largest batch the engine runs", minimum=1),
@@ -323,6 +324,8 @@ CALIBRATION_SCHEMA = Table(
                     {
                         "step_overhead_s": _cost("the engine's host seconds per step, SD or not (scheduling, "
                                                  "input preparation, sampling, output processing)"),
+                        "prefill_overhead_s": _cost("the server's seconds around a request's prefill beyond its "
+                                                    "steps' cost, in its TTFT and latency only", required=False),
                     },
                     required=False,
                 ),

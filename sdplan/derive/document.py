@@ -27,7 +27,6 @@ from sdplan.derive.request import (
     DeriveRequest,
     EngineOverheads,
     aic_version,
-    engine_overheads,
     file_stem,
     model_key,
 )
@@ -61,10 +60,10 @@ def draft_name_of(request: DeriveRequest) -> str:
 def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
     """What the file assumes rather than prices, one sentence each."""
     version, method, draft_name = aic_version(), request.method, draft_name_of(request)
-    overheads = engine_overheads(request.backend)
+    overheads = request.overheads
     found = [
         (f"step costs are AIConfigurator {version}'s estimates from its per-operation database measured on "
-        f"{request.system} with {request.backend} {pricer.version}, plus the engine's two overheads below; "
+        f"{request.system} with {request.backend} {pricer.version}, plus the engine's overheads below; "
         "any other serving cost outside the GPU ops enters only through an anchor to measured rows "
         "([derivation] anchor)"),
         ("verification of k+1 tokens per sequence: every op but attention at batch x (k+1) token rows, as "
@@ -79,6 +78,12 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
         "chain drafting (top-k 1): one token per draft step, k + 1 tokens verified; tree drafting is not modelled",
         (f"the engine's host overhead per step, SD or not: {overheads.step_s * 1e3:.3g} ms "
          f"(step_model.engine; {overheads.source}), taken for every GPU and {request.backend} version"),
+        (f"the server's time around a request's prefill that the op database does not time: "
+         f"{overheads.prefill_per_layer_s * 1e3:.3g} ms per target layer, {int(pricer.shapes['layers'])} layers "
+         "(step_model.engine prefill_overhead_s; fitted to AIConfigurator's measured vLLM rows at 4-8 clients, "
+         "benchmarks/RESULTS-accuracy-silicon-2026-11.md"
+         + ("" if overheads.measured else f", {request.backend} assumed to pay vLLM's") + "), in TTFT and latency, "
+         "not in the steps other requests wait for"),
         (f"the SD cycle's own overhead (drafting-phase launch, rejection sampling, bookkeeping): "
          f"{overheads.sd_cycle_s * 1e3:.3g} ms per cycle for a proposer that runs a model ("
          + ("the same source's EAGLE-3 drafting phase less the head steps AIConfigurator prices)"
@@ -156,6 +161,7 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
         "precision": request.precision,
         **({"draft_precision": pricer.draft_precision} if pricer.draft_path is not None else {}),
         "target_priced_as": shown_path(pricer.target_path),
+        "target_layers": int(pricer.shapes["layers"]),
         "draft_priced_as": shown_path(pricer.draft_path) if pricer.draft_path else "none (no device work)"
         if method == "ngram" else "the target's MTP layers",
         "draft_lengths": [float(k) for k in request.draft_lengths],
@@ -186,8 +192,9 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
 
 
 def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, prefill_scale: float,
-                     overheads: EngineOverheads) -> dict[str, Any]:
-    """``[step_model]``: every step cost x ``decode_scale``, every prefill cost x ``prefill_scale``."""
+                     overheads: EngineOverheads, layers: int) -> dict[str, Any]:
+    """``[step_model]``: every step cost x ``decode_scale``, every prefill cost x ``prefill_scale``; the engine's
+    overheads as measured, unscaled (the prefill overhead for the target's ``layers``)."""
     # n-gram: its share of the verification step (k + 1 = 4 rows priced at the source's k = 3), no phase to
     # launch; a proposer that runs a model: the SD cycle's own overhead.
     verify_fixed, verify_per_sequence = fitted.target[0], fitted.target[1] + 4 * fitted.target[2]
@@ -207,7 +214,8 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
                     "load_per_prompt_token_s": written_number(load * prefill_scale)},
         "speculation": {"overhead_fixed_s": written_number(spec_overhead),
                         "overhead_per_sequence_s": written_number(per_sequence_overhead)},
-        "engine": {"step_overhead_s": written_number(overheads.step_s)},
+        "engine": {"step_overhead_s": written_number(overheads.step_s),
+                   "prefill_overhead_s": written_number(overheads.prefill_per_layer_s * layers)},
     }
 
 
@@ -253,8 +261,8 @@ def document(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps,
         "validity": {"prompt_tokens": [float(PROMPT_GRID[0]), float(PROMPT_GRID[-1])],
                      "output_tokens": [32.0, 4096.0], "batch_size": [1.0, float(fitted.batches[-1])]},
         "derivation": derivation_table(request, pricer, fitted, anchor),
-        "step_model": step_model_table(request.method, fitted, decode_scale, prefill_scale,
-                                       engine_overheads(request.backend)),
+        "step_model": step_model_table(request.method, fitted, decode_scale, prefill_scale, request.overheads,
+                                       int(pricer.shapes["layers"])),
     }
     if pricer.routing is not None:
         streamed = written_number(fitted.experts_s * decode_scale)

@@ -81,6 +81,13 @@ SD_CYCLE_OVERHEAD_S = EAGLE_DRAFT_PHASE_S - 3 * EAGLE_HEAD_STEP_PRICED_S
 #: vLLM's n-gram proposer (numba, on the host) per cycle, as a share of the verification step it precedes:
 #: ``ngram_draft_percentage``, the same source.
 NGRAM_DRAFT_SHARE = 0.005875
+#: The server's time around a request's prefill that the op database does not time, per target layer: the
+#: median over AIConfigurator's measured vLLM rows (``systems/silicon_sample.csv``, each shape at its lowest
+#: concurrency, 4-8 clients) of measured TTFT less the derived TTFT without it, over the target's layers.
+#: Fitted, not sourced: no public measurement isolates it. ``benchmarks/accuracy_silicon.py --derived`` fits it
+#: and scores every model with the value fitted on the other models' rows (RESULTS-accuracy-silicon-2026-11.md,
+#: "vLLM's prefill overhead"). AIConfigurator 0.12.0's own vLLM backend adds 0.8 ms a layer for the same gap.
+PREFILL_OVERHEAD_PER_LAYER_S = 0.60e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +102,9 @@ class EngineOverheads:
         The SD cycle's own overhead for a proposer that runs a model (``[step_model.speculation]``).
     ngram_share : float
         n-gram matching per cycle as a share of the verification step.
+    prefill_per_layer_s : float
+        The server's time around a request's prefill beyond the op database's, per target layer
+        (``[step_model.engine] prefill_overhead_s`` is it times the target's layers).
     measured : bool
         Whether the values come from measurements of this engine.
     source : str
@@ -104,18 +114,23 @@ class EngineOverheads:
     step_s: float
     sd_cycle_s: float
     ngram_share: float
+    prefill_per_layer_s: float
     measured: bool
     source: str
 
 
-def engine_overheads(backend: str) -> EngineOverheads:
-    """The overheads of an engine: vLLM's from SpecDecode-Bench's fit; another engine, whose overheads no public
-    measurement gives, takes vLLM's and says so (an engine has host work per step: none would be further off;
-    on AIConfigurator's SGLang rows, derived dense E2E is 15.1% with none and 13.9% with vLLM's)."""
+def engine_overheads(backend: str, prefill_per_layer_s: float | None = None) -> EngineOverheads:
+    """The overheads of an engine: vLLM's from SpecDecode-Bench's fit and its prefill overhead fitted to
+    AIConfigurator's vLLM rows (:data:`PREFILL_OVERHEAD_PER_LAYER_S`, or ``prefill_per_layer_s``); another
+    engine, whose overheads no public measurement gives, takes vLLM's and says so (an engine has host work per
+    step: none would be further off; on AIConfigurator's SGLang rows, derived dense E2E is 15.1% with none and
+    13.9% with vLLM's)."""
     source = "SpecDecode-Bench's fit to vLLM 0.10.1 on one H100, arXiv 2601.11580"
+    per_layer = PREFILL_OVERHEAD_PER_LAYER_S if prefill_per_layer_s is None else prefill_per_layer_s
     if backend == "vllm":
-        return EngineOverheads(ENGINE_STEP_OVERHEAD_S, SD_CYCLE_OVERHEAD_S, NGRAM_DRAFT_SHARE, True, source)
-    return EngineOverheads(ENGINE_STEP_OVERHEAD_S, SD_CYCLE_OVERHEAD_S, NGRAM_DRAFT_SHARE, False,
+        return EngineOverheads(ENGINE_STEP_OVERHEAD_S, SD_CYCLE_OVERHEAD_S, NGRAM_DRAFT_SHARE, per_layer, True,
+                               source)
+    return EngineOverheads(ENGINE_STEP_OVERHEAD_S, SD_CYCLE_OVERHEAD_S, NGRAM_DRAFT_SHARE, per_layer, False,
                            f"assumed: no public measurement of {backend}'s, so vLLM's from {source}")
 #: Share of GPU memory vLLM gives the model and its KV cache (--gpu-memory-utilization default).
 GPU_MEMORY_UTILIZATION = 0.9
@@ -151,6 +166,14 @@ class DeriveRequest:
     name: str | None = None
     date: _dt.date = field(default_factory=_dt.date.today)
     anchor: bool = True
+    #: The engine's prefill overhead per target layer; None: :data:`PREFILL_OVERHEAD_PER_LAYER_S` (a benchmark
+    #: sets it to score each model with a value fitted without that model's rows).
+    prefill_overhead_per_layer_s: float | None = None
+
+    @property
+    def overheads(self) -> EngineOverheads:
+        """The engine's overheads this derivation prices (:func:`engine_overheads`)."""
+        return engine_overheads(self.backend, self.prefill_overhead_per_layer_s)
 
     @property
     def batch_cap(self) -> int:

@@ -184,9 +184,13 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
             coeffs.add_row("load_concavity_sqrt_requests", f"{coefficients.load_concavity_sqrt_requests:.6g}",
                            "psi: B others in flight cost C2 (B + psi sqrt(B)); the first cost more each")
         steps = cal.document.get("step_model", {})
-        engine = steps.get("engine", {}).get("step_overhead_s")
-        if engine is not None:
-            coeffs.add_row("step_overhead_s", f"{engine:.6g}", "engine host time, s per step, SD or not")
+        engine = steps.get("engine", {})
+        if "step_overhead_s" in engine:
+            coeffs.add_row("step_overhead_s", f"{engine['step_overhead_s']:.6g}",
+                           "engine host time, s per step, SD or not")
+        if "prefill_overhead_s" in engine:
+            coeffs.add_row("prefill_overhead_s", f"{engine['prefill_overhead_s']:.6g}",
+                           "server time around a request's prefill, s (TTFT)")
         if "speculation" in steps:
             coeffs.add_row("overhead_fixed_s", f"{steps['speculation']['overhead_fixed_s']:.6g}",
                            "SD cycle's own overhead, s per cycle")
