@@ -266,6 +266,12 @@ def test_the_prefill_overhead_is_the_requests_own() -> None:
     document["step_model"]["engine"]["prefill_overhead_s"] = -0.01
     with pytest.raises(InputFileError, match="prefill_overhead_s"):
         parse_calibration(document, "negative.toml")
+    # either overhead stands alone: the other is then 0
+    document["step_model"]["engine"] = {"prefill_overhead_s": 0.05}
+    alone = parse_calibration(document, "alone.toml").coefficients_at(1024, 512)
+    assert alone.c1p_s == pytest.approx(costs.c1p_s)
+    assert alone.baseline_c1_step_s == pytest.approx(bare.baseline_c1_step_s - resolve_calibration(None).document[
+        "step_model"]["engine"]["step_overhead_s"])
 
 
 def test_show_prints_the_engines_overheads(sdplan) -> None:

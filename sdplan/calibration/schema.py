@@ -323,7 +323,8 @@ CALIBRATION_SCHEMA = Table(
                 "engine": Table(
                     {
                         "step_overhead_s": _cost("the engine's host seconds per step, SD or not (scheduling, "
-                                                 "input preparation, sampling, output processing)"),
+                                                 "input preparation, sampling, output processing)",
+                                                 required=False),
                         "prefill_overhead_s": _cost("the server's seconds around a request's prefill beyond its "
                                                     "steps' cost, in its TTFT and latency only", required=False),
                     },
