@@ -257,7 +257,7 @@ def test_shipped_example_workload_passes(sdplan) -> None:
 
 @pytest.mark.parametrize("command", [["check", "--rate", "8"], ["capacity"]])
 def test_a_ttft_slo_on_a_priced_file_says_its_ttft_was_not_measured(sdplan, command: list[str]) -> None:
-    """The default file is derived: its TTFT is priced, and derived TTFT has run well below measured servers'.
+    """The default file is derived: its TTFT is priced, and derived TTFT has been a quarter off measured servers'.
     Where an SLO bounds TTFT the answer says so (and names the commands that measure it); an E2E SLO, or a
     file whose TTFT was measured (the shipped CPU calibration), gets no such warning."""
     said = "is priced from op timings, not measured"

@@ -202,16 +202,16 @@ class Calibration:
         """Why a TTFT verdict of this file may over-promise: None where TTFT was measured or fitted.
 
         A derived or roofline file has no ``[ttft]`` weights fitted to measured TTFT: its TTFT is the priced
-        prefill plus the default wait and load weights, and on AIConfigurator's measured closed loops that ran
-        well below the measured TTFT (``sdplan-calibration(5)``, ``[ttft]``;
+        prefill plus the default wait and load weights, and on AIConfigurator's measured closed loops that was
+        25% off vLLM's measured TTFT (unbiased) and 58% below SGLang's (``sdplan-calibration(5)``, ``[ttft]``;
         ``benchmarks/RESULTS-accuracy-silicon-2026-11.md``).
         """
         if self.records.ttft is not None or self.method not in ("derived", "roofline"):
             return None
-        return (f"TTFT of {self.name} is priced from op timings, not measured: such TTFT has run well below "
-                "measured servers' (sdplan-calibration(5), [ttft]), so a TTFT SLO it meets may be missed; measure "
-                "TTFT before gating on it (sdplan validate compares this file with your runs; sdplan fit fits "
-                "TTFT to them)")
+        return (f"TTFT of {self.name} is priced from op timings, not measured: such TTFT has been a quarter off "
+                "measured vLLM servers' and well below SGLang's (sdplan-calibration(5), [ttft]), so a TTFT SLO it "
+                "meets may be missed; measure TTFT before gating on it (sdplan validate compares this file with "
+                "your runs; sdplan fit fits TTFT to them)")
 
     def validity_warnings(self, prompt_tokens: float, output_tokens: float, batch: float | None = None,
                           draft_lengths: Iterable[int] = ()) -> list[str]:
