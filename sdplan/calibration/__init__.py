@@ -198,15 +198,16 @@ class Calibration:
                 found.append((name, float(value), float(span[0]), float(span[1])))
         return found
 
-    def priced_ttft_warning(self) -> str | None:
-        """Why a TTFT verdict of this file may over-promise: None where TTFT was measured or fitted.
+    def priced_ttft_warning(self, gated: Iterable[str]) -> str | None:
+        """Why a TTFT verdict of this file may over-promise: None where TTFT was measured or fitted, or where
+        none of the ``gated`` metrics (an SLO's ``metric`` values: ``ttft``, ``tpot``, ...) is TTFT.
 
         A derived or roofline file has no ``[ttft]`` weights fitted to measured TTFT: its TTFT is the priced
         prefill plus the default wait and load weights, and on AIConfigurator's measured closed loops that was
         25% off vLLM's measured TTFT (unbiased) and 58% below SGLang's (``sdplan-calibration(5)``, ``[ttft]``;
         ``benchmarks/RESULTS-accuracy-silicon-2026-11.md``).
         """
-        if self.records.ttft is not None or self.method not in ("derived", "roofline"):
+        if "ttft" not in gated or self.records.ttft is not None or self.method not in ("derived", "roofline"):
             return None
         return (f"TTFT of {self.name} is priced from op timings, not measured: such TTFT has been a quarter off "
                 "measured vLLM servers' and well below SGLang's (sdplan-calibration(5), [ttft]), so a TTFT SLO it "

@@ -26,7 +26,7 @@ import numpy as np
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.methods import draft_weights
 from sdplan.inputs.serving import batch_cap_warning
-from sdplan.inputs.slo import SLO, Metric, resolve_slos
+from sdplan.inputs.slo import SLO, resolve_slos
 from sdplan.latency import model
 from sdplan.limits import check_grid, check_simulation
 from sdplan.planning import export
@@ -389,8 +389,8 @@ def _warnings(scenario: Scenario, table: Capacity, simulated: bool, slos: list[S
     capped = [table.label(index) for index, binding in enumerate(table.binding_slo) if binding == label]
     if capped:  # the batch reaches the cap at those options' capacity
         warnings.append(batch_cap_warning(scenario.limits, f"at the capacity of {', '.join(capped)}"))
-    priced_ttft = scenario.calibration.priced_ttft_warning()
-    if priced_ttft is not None and any(slo.metric is Metric.TTFT for slo in slos):
+    priced_ttft = scenario.calibration.priced_ttft_warning([slo.metric.value for slo in slos])
+    if priced_ttft is not None:
         warnings.append(priced_ttft)
     return warnings + scenario.notes()
 

@@ -282,8 +282,8 @@ def _warnings(scenario: Scenario, report: CheckReport, limits: EngineLimits,
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
                                                       scenario.workload.output_tokens, report.batch,
                                                       (report.draft_length,))
-    priced_ttft = scenario.calibration.priced_ttft_warning()
-    if priced_ttft is not None and any(verdict.slo.metric is Metric.TTFT for verdict in report.verdicts):
+    priced_ttft = scenario.calibration.priced_ttft_warning([verdict.slo.metric.value for verdict in report.verdicts])
+    if priced_ttft is not None:
         warnings.append(priced_ttft)
     if report.clients is not None:
         if report.regime == "waiting_for_admission":
