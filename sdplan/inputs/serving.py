@@ -380,6 +380,10 @@ class EngineLimits:
                            (self.batch_cap, self.batch_cap_source))
         return f"batch cap of {cap:g} sequences: {source}"
 
+    def cap_phrases(self, draft_lengths: Sequence[int]) -> tuple[str, ...]:
+        """:meth:`cap_phrase` of no SD, then of each draft length, in that order."""
+        return tuple(self.cap_phrase(k) for k in (0, *draft_lengths))
+
     def reached(self, batch: float) -> bool:
         """Whether a mean batch of ``batch`` requests (``B = lambda L``; ``inf`` past saturation) reaches the cap."""
         return batch >= self.batch_cap

@@ -270,7 +270,7 @@ def answer_closed_loop(scenario: Scenario, query: ClosedLoopQuery) -> ClosedLoop
                     "give fewer --concurrency or --acceptance values")
     check_speculation_identified(cal)
     result = closed_loop_plan(scenario, query.clients, query.requests)
-    cap_phrases = tuple(scenario.limits.cap_phrase(k) for k in (0, *draft_lengths))
+    cap_phrases = scenario.limits.cap_phrases(draft_lengths)
     # the steady state's caveat is check's, which gates on TTFT; the plan's table shows latency, which the wave
     # moves by little (its definitions say what run_requests adds), so it warns only where nothing is added
     wave = opening_wave_warning(scenario, query.requests, query.clients) if query.requests is not None else None
