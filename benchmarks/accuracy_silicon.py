@@ -419,7 +419,7 @@ class Pending:
     only: object  # the derived-only calibration
     anchored: object  # the anchored calibration, or None
     fit: object  # the fitted calibration's result
-    cap: object
+    cap: object  # batch_cap_at(run) of --kv-cap (kv_cap), or None
     waves: ClosedLoopWaves | None
 
     @property
@@ -479,7 +479,8 @@ def prefill_overheads(pending: list[Pending]) -> PrefillOverheads:
                 lowest[shape] = run
         for run in lowest.values():
             moe = entry.only.moe_at(run.prompt_tokens, run.output_tokens) if entry.only.moe_at else None
-            _, ttft = predict_run(without(run.prompt_tokens, run.output_tokens), run, moe, entry.cap, entry.waves)
+            cap = entry.cap(run) if entry.cap is not None else None
+            _, ttft = predict_run(without(run.prompt_tokens, run.output_tokens), run, moe, cap, entry.waves)
             samples[model_family(entry.configuration.model)].append((run.mean_ttft_s - ttft) / entry.layers)
     every = [value for values in samples.values() for value in values]
     models = {model_family(entry.configuration.model) for entry in pending}
