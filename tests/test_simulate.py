@@ -202,6 +202,27 @@ def test_baseline_counts_g_minus_one_decode_steps_like_an_idle_engine() -> None:
     assert c1_d == pytest.approx(alone, rel=1e-12)
 
 
+def test_the_servers_time_around_a_prefill_delays_the_request_not_the_engine() -> None:
+    """``server_prefill_s`` is in ``c1p`` but no step waits for it: the engine's whole timeline moves by it, so at
+    any load every request's TTFT and latency grow by exactly it and its queueing delay and TPOT do not change.
+    The same seconds as engine time (in ``c1p`` alone) are paid only by an idle engine's pass, so at this load
+    they add less than that to the mean latency, as the analytic model's ``c1p`` does not."""
+    import dataclasses
+
+    server = 0.02
+    config = SimulationConfig(rate_rps=0.6 / float(model.speculative_demand(C, 0.8, 3)[1]), draft_length=3,
+                              position_rates=rates(0.8, 3), requests=4_000)
+    bare = simulate(C, config, numpy.random.default_rng(5))
+    served = simulate(dataclasses.replace(C, c1p_s=C.c1p_s + server, server_prefill_s=server), config,
+                      numpy.random.default_rng(5))
+    assert numpy.allclose(served.ttft_s, bare.ttft_s + server, rtol=0, atol=1e-9)
+    assert numpy.allclose(served.e2e_s, bare.e2e_s + server, rtol=0, atol=1e-9)
+    assert numpy.allclose(served.queue_s, bare.queue_s, rtol=0, atol=1e-9)
+    assert numpy.allclose(served.tpot_s, bare.tpot_s, rtol=0, atol=1e-9, equal_nan=True)
+    engine = simulate(dataclasses.replace(C, c1p_s=C.c1p_s + server), config, numpy.random.default_rng(5))
+    assert 0.0 < engine.e2e_s.mean() - bare.e2e_s.mean() < 0.5 * server
+
+
 def test_token_budget_chunks_long_prefills_across_steps() -> None:
     # One request alone: prompt 4096 with a 1024-token budget takes 4 prefill steps, each a forward pass of an idle
     # engine (fixed part c1p - c2p, plus c2p/p per prompt token), so TTFT = 4 (c1p - c2p) + 4096 c2p / p.

@@ -150,6 +150,7 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
     return Coefficients(
         c1p_s=prefill.fixed_s + steps.prefill_overhead_s + prompt_tokens * prefill.per_prompt_token_s,
         c2p_s=prompt_tokens * prefill.load_per_prompt_token_s,
+        server_prefill_s=steps.prefill_overhead_s,
         c1v_s=target.fixed_s + steps.step_overhead_s + steps.overhead_fixed_s + c2v,
         c2v_s=c2v,
         c1d_s=draft.fixed_s + c2d,

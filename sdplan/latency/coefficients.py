@@ -31,6 +31,10 @@ class Coefficients:
     c1p_s, c2p_s : float
         Prefill: load-independent seconds per request; seconds per request per
         concurrent request (interference of other requests' prefills).
+    server_prefill_s : float
+        The part of ``c1p_s`` that is the server's time around the request's prefill, not the engine's
+        (``[step_model.engine] prefill_overhead_s``): in that request's TTFT and latency, but no step
+        waits for it. 0 by default.
     c1v_s, c2v_s : float
         One verification step of the target over ``k+1`` tokens: seconds per
         cycle; seconds per cycle per concurrent request.
@@ -86,6 +90,7 @@ class Coefficients:
 
     c1p_s: float
     c2p_s: float
+    server_prefill_s: float = 0.0
     c1v_s: float
     c2v_s: float
     c1d_s: float

@@ -17,7 +17,10 @@ Model of one replica (vLLM-like, iteration level):
   admission; no preemption) allow; a request larger than the KV budget is
   refused up front. A prefill chunk of ``q`` tokens adds ``q c2p/p`` to its
   step (the analytic model's interference per prompt token), and a forward
-  pass of an idle engine also pays the prefill's fixed part ``c1p - c2p``;
+  pass of an idle engine also pays the prefill's fixed part ``c1p - c2p``
+  less the server's share of ``c1p`` (``server_prefill_s``: the time around
+  a request's prefill that no step waits for), by which each request
+  instead reaches the engine after it arrives;
   the step that completes a prompt emits the request's first token;
 * every step, each running request verifies ``k`` drafted tokens and keeps
   ``A + 1`` (accepted plus the bonus token), with ``P(A >= j) = r_j``
@@ -135,13 +138,15 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     # Prefill: c2p is the interference of one mean prompt, so c2p / p per prompt token in a busy step;
     # a forward pass of an idle engine also pays the prefill's fixed part, c1p - c2p.
     per_prompt_token = c.c2p_s / max(c.prompt_tokens, 1.0)
-    idle_overhead = max(c.c1p_s - c.c2p_s, 0.0)
+    idle_overhead = max(c.c1p_s - c.server_prefill_s - c.c2p_s, 0.0)
     budget_cap = int(config.max_num_batched_tokens)
     seq_cap = int(config.max_num_seqs)
     kv_cap = float(config.kv_cache_tokens)
 
     prompt_list, output_list = prompt.tolist(), output.tolist()
-    arrival_list = arrival.tolist()
+    # the server's time around a prefill delays a request's reaching the engine, not the engine; its TTFT and
+    # latency still count from its arrival (_summarise)
+    arrival_list = (arrival + c.server_prefill_s).tolist()
     admit_time = [math.nan] * n
     first_token = [math.nan] * n
     finish = [math.nan] * n
@@ -316,7 +321,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             complete(done, t)
 
     return _summarise(config, arrival, output, (admit_time, first_token, finish), t,
-                      (busy_area, busy_time, k_area), expected, k if not adaptive else None)
+                      (busy_area, busy_time, k_area), expected, k if not adaptive else None, c.server_prefill_s)
 
 
 def arrival_times(rate_rps: float, arrival_cv: float, n: int, rng: np.random.Generator,
@@ -340,8 +345,12 @@ def arrival_times(rate_rps: float, arrival_cv: float, n: int, rng: np.random.Gen
 
 def _summarise(config: SimulationConfig, arrival: FloatArray, output: FloatArray,
                times: tuple[list[float], list[float], list[float]], t: float,
-               areas: tuple[float, float, float], expected: float, fixed_k: int | None) -> SimulationResult:
+               areas: tuple[float, float, float], expected: float, fixed_k: int | None,
+               server_s: float = 0.0) -> SimulationResult:
     """One replication's result from its per-request times (admission, first token, finish) and time integrals.
+
+    Latency and TTFT count from each request's arrival; its queueing delay from its reaching the engine,
+    ``server_s`` later (the server's time around its prefill, ``Coefficients.server_prefill_s``).
 
     ``areas`` are the integrals of the sequences in the engine and of the
     draft length over busy time, and the busy time; ``fixed_k`` is ``None``
@@ -364,7 +373,7 @@ def _summarise(config: SimulationConfig, arrival: FloatArray, output: FloatArray
     span = window_end - window_start
     throughput = float(output[in_window].sum()) / span if span > 0 else float(output.sum()) / t
     return SimulationResult(
-        e2e_s=e2e, ttft_s=ttft, tpot_s=tpot, queue_s=(admit_arr - arrival)[keep], duration_s=t,
+        e2e_s=e2e, ttft_s=ttft, tpot_s=tpot, queue_s=(admit_arr - (arrival + server_s))[keep], duration_s=t,
         mean_running=busy_area / t, mean_in_system=float((finish_arr - arrival).sum()) / t,
         throughput_tok_s=throughput, arrival_rate_rps=n / float(arrival[-1]), tokens_per_cycle=expected,
         mean_draft_length=(float(fixed_k) if fixed_k is not None
