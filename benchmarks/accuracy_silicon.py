@@ -472,12 +472,7 @@ def prefill_overheads(pending: list[Pending]) -> PrefillOverheads:
         if entry.configuration.backend != "vllm":
             continue
         without = entry.shifted(entry.only.coefficients_at, 0.0)
-        lowest: dict[tuple[float, float], object] = {}
-        for run in entry.labelled:
-            shape = (run.prompt_tokens, run.output_tokens)
-            if shape not in lowest or run.concurrency < lowest[shape].concurrency:
-                lowest[shape] = run
-        for run in lowest.values():
+        for run in silicon.lowest_concurrency_runs(entry.labelled).values():
             moe = entry.only.moe_at(run.prompt_tokens, run.output_tokens) if entry.only.moe_at else None
             cap = entry.cap(run) if entry.cap is not None else None
             _, ttft = predict_run(without(run.prompt_tokens, run.output_tokens), run, moe, cap, entry.waves)

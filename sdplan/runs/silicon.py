@@ -34,6 +34,7 @@ import csv
 import importlib.util
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -374,14 +375,22 @@ def waited_for_admission(runs: list[BenchmarkRun] | tuple[BenchmarkRun, ...]) ->
     23.8 s at 512). A run is compared with the lowest concurrency of the same prompt and output lengths
     among ``runs``; that run itself, and a run without a TTFT, is never flagged.
     """
-    lowest: dict[tuple[float, float], tuple[float, float]] = {}
+    floor = {shape: run.mean_ttft_s for shape, run in lowest_concurrency_runs(runs).items()
+             if run.mean_ttft_s is not None}
+    return [run.mean_ttft_s is not None
+            and run.mean_ttft_s > ADMISSION_WAIT_TTFT_RATIO * floor[(run.prompt_tokens, run.output_tokens)]
+            for run in runs]
+
+
+def lowest_concurrency_runs(runs: Iterable[BenchmarkRun]) -> dict[tuple[float, float], BenchmarkRun]:
+    """Per (prompt, output) length, the run with a TTFT at the fewest clients (the first listed of equals)."""
+    lowest: dict[tuple[float, float], BenchmarkRun] = {}
     for run in runs:
         shape = (run.prompt_tokens, run.output_tokens)
-        if run.mean_ttft_s is not None and (shape not in lowest or (run.concurrency or 0) < lowest[shape][0]):
-            lowest[shape] = (run.concurrency or 0, run.mean_ttft_s)
-    return [run.mean_ttft_s is not None
-            and run.mean_ttft_s > ADMISSION_WAIT_TTFT_RATIO * lowest[(run.prompt_tokens, run.output_tokens)][1]
-            for run in runs]
+        if run.mean_ttft_s is not None and (shape not in lowest
+                                            or (run.concurrency or 0) < (lowest[shape].concurrency or 0)):
+            lowest[shape] = run
+    return lowest
 
 
 def _agree(value: float | None, other: float | None) -> bool:
