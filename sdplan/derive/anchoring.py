@@ -14,7 +14,7 @@ from typing import Any
 
 from sdplan.derive.fitting import fit_linear
 from sdplan.derive.pricing import MXFP4_EXPERTS, Pricer
-from sdplan.derive.request import MS, DeriveRequest, engine_overheads, model_key
+from sdplan.derive.request import MS, DeriveRequest, model_key
 from sdplan.errors import MissingDependencyError
 from sdplan.runs import silicon
 from sdplan.runs.record import BenchmarkRun
@@ -98,7 +98,7 @@ def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) ->
         return None
     # The engine's step overhead is part of every measured step but no op AIConfigurator prices: it is fixed
     # at its sourced value, and a and b scale what remains.
-    o = engine_overheads(pricer.request.backend).step_s
+    o = pricer.request.overheads.step_s
     (decode_scale, prefill_scale), _, _ = fit_linear([row[:2] for row in design],
                                                      [max(m - o, 1e-6) for m in measured_s])
     fitted = [decode_scale * d + prefill_scale * p + o for d, p, _ in design]
