@@ -81,12 +81,8 @@ class ClosedLoopPoint:
         engine holds, and nothing to mean latency: the wave moves the run's prefills to its start, it does not
         add any (:func:`sdplan.latency.model.closed_loop_waves_s`, the wave that opens the run only;
         ``docs/model.md#ttft-and-tpot``). ``chunk_tokens`` is the engine's prefill budget a step. An option
-        that serves nothing stays so.
-
-        Raises
-        ------
-        InvalidValueError
-            For ``requests`` fewer than the clients (a run sends each client's first request).
+        that serves nothing stays so. ``requests`` is at least the clients: a run sends every client's first
+        request (:func:`sdplan.planning.closed_loop_answer.check_requests` refuses fewer).
         """
         if not math.isfinite(self.latency_s):
             return self
