@@ -321,7 +321,9 @@ def test_a_derivation_without_an_optional_key_still_shows(sdplan: Run, tmp_path:
 
     from sdplan.calibration import resolve_calibration
 
-    anchored = "2xh100-sxm_qwen3-32b_eagle3_derived"  # has every optional key, the anchor's too
+    # each has every optional key, the anchor's too; a draft model's GPUs only a draft model's file has
+    anchored = ("4xh100-sxm_llama-3.1-70b-fp8_llama-3.1-8b_derived" if key == "draft_tensor_parallel_size"
+                else "2xh100-sxm_qwen3-32b_eagle3_derived")
     document = tomllib.loads(Path(resolve_calibration(anchored).path).read_text())
     assert key in document["derivation"]
     del document["derivation"][key]

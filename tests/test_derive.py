@@ -122,9 +122,16 @@ def test_cli_derive_runs_a_draft_on_its_own_gpus(sdplan, tmp_path: Path) -> None
     # the same draft priced on one GPU costs more per step than split over four
     own, split = (load_calibration(path).document["step_model"]["draft"]["fixed_s"] for path in (out, shared))
     assert own > split
-    refused = sdplan(*arguments, "--draft-tp", "8", "-o", str(tmp_path / "x.toml"))
-    assert refused.exit_code == ExitStatus.USAGE and "--draft-tp 8" in refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1
+    assert load_calibration(out).document["derivation"]["draft_tensor_parallel_size"] == 1
+    assert load_calibration(shared).document["derivation"]["draft_tensor_parallel_size"] == 4
+    exported = json.loads(sdplan("capacity", "-c", str(out), "--acceptance", "0.8", "-f", "vllm-config").stdout)
+    assert exported["draft_tensor_parallel_size"] == 1  # vLLM runs it as priced, not on the target's 4
+    # more GPUs than the target's, or a count vLLM's SpeculativeConfig refuses (only 1 or the target's)
+    for gpus in ("8", "2"):
+        refused = sdplan(*arguments, "--draft-tp", gpus, "-o", str(tmp_path / "x.toml"))
+        assert refused.exit_code == ExitStatus.USAGE and f"--draft-tp {gpus}" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.toml").exists()
 
 
 def test_a_draft_runs_at_its_own_checkpoints_precision(sdplan, tmp_path: Path) -> None:

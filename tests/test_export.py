@@ -436,3 +436,25 @@ def test_bare_model_name_and_draft_tp_are_explicit(sdplan) -> None:
     tp4 = json.loads(sdplan("capacity", "-c", "4xh100-sxm_llama-3.1-70b_llama-3.1-8b_derived", "--acceptance", "0.8",
                             "-f", "vllm-config").stdout)
     assert tp4["draft_tensor_parallel_size"] == 4
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp8_block", "nvfp4", "bf16"])
+def test_a_draft_is_served_at_the_precision_it_was_priced_at(sdplan, write_calibration, precision) -> None:
+    """vLLM loads a draft at its checkpoint's precision unless the speculative config says ``quantization``:
+    an FP8-priced draft is written so; NVFP4, which vLLM reads only from a checkpoint, is a warning."""
+    document = read_toml(shipped_directory() / f"{DEFAULT}.toml")
+    document["derivation"]["draft_precision"] = precision
+    path = write_calibration(document, f"draft-{precision}")
+    result = sdplan("capacity", "-c", str(path), "--acceptance", "0.8", "-f", "vllm-config")
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)
+    assert config.get("quantization") == {"fp8": "fp8", "fp8_block": "fp8"}.get(precision)
+    assert config["draft_tensor_parallel_size"] == document["derivation"]["draft_tensor_parallel_size"] == 1
+    assert (f"priced at {precision}" in result.stderr) == (precision == "nvfp4")
+    document["provenance"]["speculative_method"] = "eagle3"
+    document["provenance"]["draft_model"] = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    head = write_calibration(document, f"head-{precision}")
+    for engine in ("sglang", "trtllm"):  # neither config says the draft's precision: the warning does
+        other = sdplan("capacity", "-c", str(head), "--acceptance", "0.8", "-f", engine)
+        assert other.exit_code == 0, other.output
+        assert (f"priced at {precision}" in other.stderr) == (precision != "bf16")

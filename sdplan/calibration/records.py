@@ -408,6 +408,9 @@ class Derivation:
     kv_cache_tokens_without_draft: int | None = None
     #: The draft lengths whose verification and drafting were priced (``draft_lengths``).
     draft_lengths: tuple[int, ...] = ()
+    #: The draft's weights precision and, for a draft model, the GPUs it runs on (None where not written).
+    draft_precision: str | None = None
+    draft_tensor_parallel_size: int | None = None
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> Derivation:
@@ -419,7 +422,9 @@ class Derivation:
                    target_mean_error_pct=table["target_mean_error_pct"],
                    target_max_error_pct=table["target_max_error_pct"],
                    kv_cache_tokens_without_draft=table.get("kv_cache_tokens_without_draft"),
-                   draft_lengths=tuple(int(k) for k in table["draft_lengths"]))
+                   draft_lengths=tuple(int(k) for k in table["draft_lengths"]),
+                   draft_precision=table.get("draft_precision"),
+                   draft_tensor_parallel_size=table.get("draft_tensor_parallel_size"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -263,6 +263,8 @@ CALIBRATION_SCHEMA = Table(
                 "precision": Field("str", "weights precision priced"),
                 "draft_precision": Field("str", "the draft's weights precision priced (a draft model or head)",
                                          required=False),
+                "draft_tensor_parallel_size": Field("int", "GPUs a draft model was priced on (vLLM's "
+                                                    "draft_tensor_parallel_size)", required=False, minimum=1),
                 "target_priced_as": Field("str", "model (architecture) the target was priced as"),
                 "target_layers": Field("int", "the target's decoder layers priced", required=False, minimum=1),
                 "draft_priced_as": Field("str", "model (architecture) the proposer was priced as"),

@@ -27,6 +27,7 @@ from sdplan.derive.request import (
     DeriveRequest,
     EngineOverheads,
     aic_version,
+    draft_tp,
     file_stem,
     model_key,
 )
@@ -160,6 +161,7 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
         "database_version": pricer.version,
         "precision": request.precision,
         **({"draft_precision": pricer.draft_precision} if pricer.draft_path is not None else {}),
+        **({"draft_tensor_parallel_size": draft_tp(request)} if method == "draft_model" else {}),
         "target_priced_as": shown_path(pricer.target_path),
         "target_layers": int(pricer.shapes["layers"]),
         "draft_priced_as": shown_path(pricer.draft_path) if pricer.draft_path else "none (no device work)"

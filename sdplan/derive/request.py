@@ -200,6 +200,10 @@ class DeriveRequest:
         if draft_tp is not None and (draft_tp < 1 or draft_tp > self.tensor_parallel_size):
             raise InvalidValueError(f"--draft-tp {draft_tp}: a draft runs on 1 to the target's "
                                     f"{self.tensor_parallel_size} GPUs")
+        # vLLM refuses any other draft_tensor_parallel_size (SpeculativeConfig._verify_and_get_draft_tp)
+        if draft_tp is not None and self.backend == "vllm" and draft_tp not in (1, self.tensor_parallel_size):
+            raise InvalidValueError(f"--draft-tp {draft_tp}: vLLM runs a draft model on 1 GPU or on the target's "
+                                    f"{self.tensor_parallel_size}; give --draft-tp 1 or leave it out")
         if not self.draft_lengths or min(self.draft_lengths) < 1:
             raise InvalidValueError("--draft-lengths: give draft lengths of at least 1, e.g. 1-5")
 

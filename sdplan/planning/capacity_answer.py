@@ -47,6 +47,7 @@ from sdplan.planning.uncertainty import (
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from sdplan.calibration import Calibration
     from sdplan.planning.export import EngineConfig
     from sdplan.simulate import SimulationConfig
 
@@ -314,13 +315,13 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
     if schedule.off:
         return EngineConfigAnswer(engine=engine, method=method, schedule=schedule, config=None, notes=())
     weights = draft_weights(method, calibration)
+    draft = draft_serving(calibration)
     if engine == "vllm-config":
-        config = export.vllm_config(schedule, method, weights, query.data_parallel_size,
-                                    calibration.provenance.get("tensor_parallel_size"))
+        config = export.vllm_config(schedule, method, weights, query.data_parallel_size, draft)
     elif engine == "sglang":
-        config = export.sglang_config(schedule, method, weights)
+        config = export.sglang_config(schedule, method, weights, draft)
     elif engine == "trtllm":
-        config = export.trtllm_config(schedule, method, weights)
+        config = export.trtllm_config(schedule, method, weights, draft)
     else:
         raise InvalidValueError(f"no engine configuration '{engine}'; one of {', '.join(ENGINES)}")
     notes = []
@@ -331,6 +332,21 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
     elif schedule.goodput_loss_pct > 0:
         notes.append(f"--min-k costs up to {schedule.goodput_loss_pct:.2g}% goodput at some batch sizes")
     return EngineConfigAnswer(engine=engine, method=method, schedule=schedule, config=config, notes=tuple(notes))
+
+
+def draft_serving(calibration: Calibration) -> export.DraftServing:
+    """The draft as the calibration priced it: ``[derivation] draft_tensor_parallel_size`` and ``draft_precision``.
+
+    A file that does not record the draft's GPUs gives the target's where those are more than one, so that
+    vLLM is told, not left to default.
+    """
+    derivation = calibration.records.derivation
+    target_tp = calibration.provenance.get("tensor_parallel_size")
+    draft_tp = derivation.draft_tensor_parallel_size if derivation is not None else None
+    if draft_tp is None and isinstance(target_tp, int) and target_tp > 1:
+        draft_tp = target_tp
+    return export.DraftServing(tensor_parallel_size=draft_tp,
+                               precision=derivation.draft_precision if derivation is not None else None)
 
 
 def fleet_plan(scenario: Scenario, table: Capacity, target_rate_rps: float, gpus_per_replica: int | None,

@@ -57,8 +57,30 @@ def _k0_warning(schedule: EngineSchedule, engine: str) -> list[str]:
             "#49548, NVIDIA/TensorRT-LLM#16888): give --min-k 1 to keep SD on at every batch size"]
 
 
+@dataclass(frozen=True, slots=True)
+class DraftServing:
+    """How the calibration priced the draft: the GPUs it runs on and its weights' precision (None: not said)."""
+
+    tensor_parallel_size: int | None = None
+    precision: str | None = None
+
+
+#: vLLM's speculative-config ``quantization`` for a draft priced at a precision vLLM can load a draft at
+#: whatever its checkpoint (``Fp8Config``: an FP8 checkpoint as it is, block-scaled or not, a 16-bit one
+#: quantised online); NVFP4 needs a checkpoint quantised so, which vLLM detects by itself.
+VLLM_DRAFT_QUANTIZATION = {"fp8": "fp8", "fp8_block": "fp8"}
+
+
+def _draft_precision_warning(draft: DraftServing, engine: str) -> list[str]:
+    """Where the engine's config cannot say the draft's priced precision: a warning naming it."""
+    if draft.precision in (None, "bf16"):
+        return []
+    return [f"the draft was priced at {draft.precision} ([derivation] draft_precision): serve a draft checkpoint "
+            f"quantised so; {engine} loads a draft at its checkpoint's precision"]
+
+
 def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data_parallel_size: int = 1,
-                tensor_parallel_size: int | None = None) -> EngineConfig:
+                draft: DraftServing = DraftServing()) -> EngineConfig:
     """``vllm serve --speculative-config`` JSON with the per-batch-size schedule.
 
     Notes
@@ -72,6 +94,13 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
     and ``num_speculative_tokens_per_batch_size``, ``[[start, end, k], ...]``
     inclusive, first range at 1 (``dynamic/utils.py:21-72``), covering the
     engine's ``max_num_seqs``.
+
+    The draft runs as it was priced (``draft``): a draft model's
+    ``draft_tensor_parallel_size`` is written where the calibration says it
+    (vLLM's default is the target's, and 1 is the only other value it takes);
+    ``quantization`` is written for a draft model or head priced at FP8
+    (:data:`VLLM_DRAFT_QUANTIZATION`), since vLLM otherwise loads it at its
+    checkpoint's precision.
     """
     check_vllm_schedule(schedule.tiers)
     config: dict[str, Any] = {"method": method}
@@ -79,11 +108,15 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
         config["model"] = weights
     if method == "ngram":
         config["prompt_lookup_min"], config["prompt_lookup_max"] = NGRAM_LOOKUP_TOKENS
-    if weights is not None and method == "draft_model" and tensor_parallel_size and tensor_parallel_size > 1:
-        config["draft_tensor_parallel_size"] = tensor_parallel_size
+    if weights is not None and method == "draft_model" and draft.tensor_parallel_size is not None:
+        config["draft_tensor_parallel_size"] = draft.tensor_parallel_size
+    warnings = []
+    if weights is not None and draft.precision in VLLM_DRAFT_QUANTIZATION:
+        config["quantization"] = VLLM_DRAFT_QUANTIZATION[draft.precision]
+    elif weights is not None:
+        warnings += _draft_precision_warning(draft, "vLLM")
     config["num_speculative_tokens"] = schedule.max_k
     config["num_speculative_tokens_per_batch_size"] = [list(tier) for tier in schedule.tiers]
-    warnings = []
     if weights is not None and "/" not in weights:
         warnings.append(f"model \"{weights}\" is a bare name: vLLM loads it from ./{weights} or as a Hugging Face id; "
                         "replace it with the path or repository of the weights you serve")
@@ -103,7 +136,8 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
     return EngineConfig(json.dumps(config) + "\n", usage, warnings)
 
 
-def sglang_config(schedule: EngineSchedule, method: str, weights: str | None) -> EngineConfig:
+def sglang_config(schedule: EngineSchedule, method: str, weights: str | None,
+                  draft: DraftServing = DraftServing()) -> EngineConfig:
     """SGLang adaptive-steps config (JSON) pinning ``speculative_num_steps`` per batch-size tier, and its flags.
 
     Notes
@@ -140,11 +174,14 @@ def sglang_config(schedule: EngineSchedule, method: str, weights: str | None) ->
     warnings = ["SGLang pads a batch up to its CUDA-graph batch sizes before picking the tier "
                 "(adaptive_step_router.py): a tier takes effect at the first graph size at or above its start"]
     warnings += _k0_warning(schedule, "SGLang")
+    if weights is not None:
+        warnings += _draft_precision_warning(draft, "SGLang")
     return EngineConfig(json.dumps(config, indent=2) + "\n",
                         "python -m sglang.launch_server --model-path TARGET " + " ".join(flags), warnings)
 
 
-def trtllm_config(schedule: EngineSchedule, method: str, weights: str | None) -> EngineConfig:
+def trtllm_config(schedule: EngineSchedule, method: str, weights: str | None,
+                  draft: DraftServing = DraftServing()) -> EngineConfig:
     """TensorRT-LLM ``speculative_config`` (YAML for ``trtllm-serve --config``) with ``draft_len_schedule``.
 
     Notes
@@ -190,4 +227,6 @@ def trtllm_config(schedule: EngineSchedule, method: str, weights: str | None) ->
         warnings.append(f"TensorRT-LLM drafts nothing above the last key ({schedule.max_num_seqs}); give "
                         "--max-num-seqs equal to its max_batch_size so the schedule covers every batch")
     warnings += _k0_warning(schedule, "TensorRT-LLM")
+    if weights is not None:
+        warnings += _draft_precision_warning(draft, "TensorRT-LLM")
     return EngineConfig("\n".join(lines) + "\n", "trtllm-serve TARGET --config FILE", warnings)
