@@ -205,16 +205,22 @@ def test_an_nvfp4_target_reads_half_the_bytes_of_fp8_and_anchors_to_the_fp4_rows
     assert "none: silicon_sample.csv has no measured rows" not in text
 
 
-def test_nvfp4_on_a_gpu_without_fp4_units_is_a_one_line_error(sdplan, tmp_path) -> None:
-    _aic()
+@pytest.mark.parametrize(("system", "flag", "precision", "units"), [
+    ("h100_sxm", "--precision", "nvfp4", "FP4"), ("l40s", "--draft-precision", "nvfp4", "FP4"),
+    ("a100_sxm", "--precision", "fp8", "FP8"), ("a100_sxm", "--draft-precision", "fp8_block", "FP8")])
+def test_a_precision_the_gpu_has_no_units_for_is_a_one_line_error(sdplan, tmp_path, system, flag, precision,
+                                                                   units) -> None:
+    """Refused before pricing, naming the units the GPU lacks and the GPUs that have them."""
     from sdplan.errors import ExitStatus
 
     out = tmp_path / "x.toml"
-    result = sdplan("derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "h100_sxm",
-                    "--method", "ngram", "--precision", "nvfp4", "-o", str(out))
+    result = sdplan("derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", system,
+                    "--method", "draft_model", "--draft-model", "meta-llama/Llama-3.2-1B-Instruct", flag, precision,
+                    "-o", str(out))
     assert result.exit_code == ExitStatus.USAGE
-    error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("Error: AIConfigurator 0.12.0 cannot price") and "fp4_tc_flops" in error
+    error = result.stderr.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"Error: {flag} {precision}: {system} has no {units} tensor cores")
+    assert "b200_sxm" in error[0] and f"give {flag} bf16" in error[0]
     assert "Traceback" not in result.stderr and not out.exists()
 
 

@@ -194,6 +194,13 @@ class DeriveRequest:
                                     "(MTP layers are the target's, at --precision); leave it out")
         if self.system not in SYSTEMS:
             raise InvalidValueError(f"--system {self.system}: sdplan derives for {', '.join(SYSTEMS)}")
+        for flag, precision in (("--precision", self.precision), ("--draft-precision", self.draft_precision)):
+            units, systems = {"nvfp4": ("FP4", FP4_SYSTEMS), "fp8": ("FP8", FP8_SYSTEMS),
+                              "fp8_block": ("FP8", FP8_SYSTEMS)}.get(str(precision), ("", SYSTEMS))
+            if self.system not in systems:
+                raise InvalidValueError(f"{flag} {precision}: {self.system} has no {units} tensor cores, and "
+                                        f"AIConfigurator times {precision} only on {', '.join(systems)}; "
+                                        f"give {flag} bf16 or another --system")
         if self.method in ("draft_model", "eagle", "eagle3") and not self.draft_model:
             raise InvalidValueError(f"--method {self.method} needs --draft-model (the draft LM or the head's name)")
         draft_tp = self.draft_tensor_parallel_size
@@ -271,6 +278,9 @@ def draft_tp(request: DeriveRequest) -> int:
 WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625}
 #: The AIConfigurator systems with FP4 tensor cores (Blackwell), where ``--precision nvfp4`` can be priced.
 FP4_SYSTEMS = ("b200_sxm", "gb200", "b300_sxm", "gb300")
+#: The systems with FP8 tensor cores (Ada, Hopper, Blackwell: every one but the A100), where the fp8 modes can be
+#: priced: AIConfigurator 0.12.0's a100_sxm file gives no ``fp8_tc_flops``.
+FP8_SYSTEMS = tuple(system for system in SYSTEMS if system != "a100_sxm")
 #: The key of a GPU's peak tensor FLOP/s for each ``--precision`` in AIConfigurator's system files.
 PEAK_FLOPS_KEYS = {"bf16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops",
                    "nvfp4": "fp4_tc_flops"}
