@@ -94,10 +94,12 @@ def test_gpus_per_replica_come_from_the_flag_then_the_file_then_the_calibration(
     assert answer_capacity(scenario, CapacityQuery(target_rate_rps=10.0)).fleet.target_rate_rps == 10.0
 
 
-def test_capacity_refuses_moe_but_writes_its_engine_config() -> None:
+def test_capacity_of_moe_is_searched_and_writes_its_engine_config() -> None:
     scenario = resolve_scenario(ScenarioOptions(calibration=MOE))
-    with pytest.raises(InvalidValueError, match="MoE"):
-        answer_capacity(scenario, CapacityQuery(slos=("e2e:mean<=5s",)))
+    answer = answer_capacity(scenario, CapacityQuery(slos=("e2e:mean<=5s",)))
+    assert answer.capacity.expert_coverage and answer.intervals is None and "MoE" in answer.evaluated_by
+    with pytest.raises(InvalidValueError, match="MoE"):  # the simulator has no expert coverage
+        answer_capacity(scenario, CapacityQuery(slos=("e2e:mean<=5s",), use_simulator=True))
     config = engine_config_answer(scenario, CapacityQuery(), "vllm-config")
     assert config.config is not None and "num_speculative_tokens" in config.config.text
     assert config.schedule.tiers[0][0] == 1 and config.schedule.tiers[-1][1] == config.schedule.max_num_seqs

@@ -218,7 +218,7 @@ def test_cli_plan_moe(sdplan) -> None:
     assert "speedup lost to coverage (x)" in table.stdout and "at zero load" in table.stdout
     assert all("break_even_rates_rps" in per_k for per_k in doc["results"][0]["draft_lengths"])
     assert sdplan("plan", "-c", name, "--policy", "goodput").exit_code == ExitStatus.USAGE
-    assert sdplan("capacity", "-c", name, "--slo", "e2e:mean<=10s").exit_code == ExitStatus.USAGE
+    assert sdplan("capacity", "-c", name, "--slo", "e2e:mean<=10s").exit_code == 0  # searched over rates
     check = sdplan("check", "-c", name, "--rate", "2", "--slo", "e2e:mean<=30s", "--acceptance", "0.8")
     assert check.exit_code == 0, check.output
 
@@ -290,3 +290,56 @@ def test_an_moe_plan_saturates_at_its_kv_cap_not_past_it(sdplan) -> None:
     batches = [point["effective_batch_size"] for row in document["results"][0]["rates"]
                for point in [row["baseline"], *row["speculative"]] if point["effective_batch_size"] is not None]
     assert batches and max(batches) <= 77.0 + 1e-6
+
+
+MOE_FILE = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived"
+
+
+def _capacity_options(sdplan, *slos: str, extra: tuple[str, ...] = ()) -> list[dict]:
+    arguments = ["capacity", "-c", MOE_FILE, "--acceptance", "0.8", "-k", "1-5", "-f", "json", *extra]
+    for slo in slos:
+        arguments += ["--slo", slo]
+    result = sdplan(*arguments)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)["options"]
+
+
+def _check(sdplan, rate: float, k: int, slo: str) -> dict:
+    return json.loads(sdplan("check", "-c", MOE_FILE, "--acceptance", "0.8", "--rate", repr(rate), "--slo", slo,
+                             "--draft-length", str(k) if k else "off", "-f", "json").stdout)
+
+
+@pytest.mark.parametrize("slo", ["e2e:mean<=6s", "ttft:mean<=90ms", "tpot:mean<=10ms"])
+def test_moe_capacity_is_the_rate_where_check_starts_to_fail(sdplan, slo) -> None:
+    """An MoE target has no closed-form inverse: capacity searches the rates, and ``check`` (the same fixed
+    point) passes at each option's capacity and fails 1% above it, where the binding SLO is missed."""
+    options = _capacity_options(sdplan, slo)
+    assert any(option["feasible"] for option in options)
+    for option in options:
+        if not option["feasible"]:
+            continue
+        k, rate = option["draft_length_tokens"] or 0, option["max_rate_under_slo_rps"]
+        assert option["binding_slo"] == slo
+        assert _check(sdplan, rate * 0.999, k, slo)["verdicts"][0]["passed"]
+        assert not _check(sdplan, rate * 1.01, k, slo)["verdicts"][0]["passed"]
+
+
+def test_moe_capacity_names_the_kv_cap_where_it_binds(sdplan) -> None:
+    """Under a loose SLO each option runs up to its KV cache's requests (77 without the draft, 30 with it), the
+    rate where its batch reaches them: the cap binds, and capacity is the planner's saturation there."""
+    options = _capacity_options(sdplan, "e2e:mean<=60s")
+    assert [option["binding_slo"] for option in options] == \
+        ["batch cap (77 sequences)"] + ["batch cap (30 sequences)"] * 5
+    for option in options:
+        assert option["max_rate_under_slo_rps"] == pytest.approx(option["saturation_rate_rps"], rel=1e-6)
+        batch = option["max_rate_under_slo_rps"] * option["mean_e2e_latency_at_capacity_s"]
+        assert batch == pytest.approx(77.0 if option["option"] == "off" else 30.0, rel=1e-3)
+
+
+def test_moe_capacity_sizes_a_fleet_and_refuses_the_simulator(sdplan) -> None:
+    result = sdplan("capacity", "-c", MOE_FILE, "--acceptance", "0.8", "--slo", "e2e:mean<=6s", "--target-rate", "20")
+    assert result.exit_code == 0, result.stderr
+    assert "replicas without SD" in result.stdout and "L = C1(B)/(1 - rate*C2(B))" in result.stdout
+    refused = sdplan("capacity", "-c", MOE_FILE, "--slo", "e2e:mean<=6s", "--simulate")
+    assert refused.exit_code == ExitStatus.USAGE and "--simulate" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from sdplan.latency.coefficients import Coefficients
     from sdplan.latency.knee import KneeDemands
+    from sdplan.latency.moe import MoESpec
 
     FloatArray = npt.NDArray[np.float64]
 
@@ -71,6 +72,8 @@ class Capacity:
     break_even_rate_rps: FloatArray
     best: int
     knee: KneeDemands | None = None
+    #: An MoE target's answer (:func:`moe_capacity`): ``c1_s`` at zero load and ``c2_s`` at full expert coverage.
+    expert_coverage: bool = False
 
     def label(self, index: int) -> str:
         return "off" if index == 0 else f"k={self.draft_lengths[index - 1]}"
@@ -222,6 +225,116 @@ def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeD
     low = np.where(first > 0, edge(at_first, at_first - step), 0.0)
     high = np.where(last < SLO_SCAN_RATES - 1, edge(at_last, at_last + step), top)
     return np.where(anywhere, low, 0.0), np.where(anywhere, high, -1.0)
+
+
+#: Bisection steps that refine an MoE option's capacity between two scanned rates (to 2**-30 of the step).
+MOE_BISECTIONS = 30
+
+
+def moe_capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO],
+                 tokens_per_cycle: FloatArray, moe: MoESpec, max_batch: Sequence[float]) -> Capacity:
+    """:func:`capacity` for an MoE target, whose ``C1``, ``C2`` depend on the load: no closed-form inverse.
+
+    Notes
+    -----
+    Each option's latency, TTFT, TPOT and utilisation at a rate are the planner's
+    (:func:`sdplan.planning.planner.plan`: the fixed point of :func:`sdplan.latency.moe.solve` over the experts
+    a batch covers, each option held at its engine cap ``max_batch``, no SD first). They are evaluated on
+    :data:`SLO_SCAN_RATES` rates up to the highest saturation; an option's capacity is the last scanned rate where
+    every upper SLO holds (they are taken to hold on one interval of rates, as on a straight law), refined by
+    bisection towards the next. Where that is the option's saturation at its engine cap, the cap binds;
+    otherwise the SLO that fails first past it. ``c1_s`` and ``c2_s`` are the planner's zero-load latency and
+    the demand at full coverage, for the answer's "why"; the break-even rate is the planner's first crossing.
+    """
+    from sdplan.planning import planner
+
+    if not any(slo.metric.bounds_rate for slo in slos):
+        raise InvalidValueError(
+            "capacity needs an SLO that bounds the request rate: e2e:mean<=..., ttft:mean<=..., tpot:mean<=... or "
+            "utilisation<=..."
+        )
+    tokens = np.atleast_2d(np.asarray(tokens_per_cycle, dtype=np.float64))
+    g = coefficients.output_tokens
+
+    def evaluated(rates: FloatArray) -> dict[str, FloatArray]:
+        """(options, rates) arrays of each metric, no SD first; latency inf where the option is unstable."""
+        result = planner.plan(coefficients, rates, draft_lengths, [alpha], tokens, moe=moe, batch_caps=max_batch)
+        with np.errstate(invalid="ignore"):
+            metrics = {
+                "e2e": np.vstack([result.baseline_latency_s, result.latency_s[0].T]),
+                "ttft": np.vstack([result.baseline_ttft_load_s, result.ttft_load_s[0].T]),
+                "tpot": np.vstack([result.baseline_tpot_s, result.tpot_s[0].T]),
+                "utilisation": np.vstack([result.baseline_utilisation, result.utilisation[0].T]),
+            }
+        return metrics
+
+    def violated(metrics: dict[str, FloatArray]) -> list[list[str | None]]:
+        """Per option and rate, the first upper SLO missed (None: every one holds, on a stable point)."""
+        shape = metrics["e2e"].shape
+        found: list[list[str | None]] = [[None] * shape[1] for _ in range(shape[0])]
+        for slo in slos:
+            if not slo.metric.bounds_rate or slo.metric is Metric.THROUGHPUT:
+                continue
+            missed = ~(metrics[slo.metric.value] <= slo.limit)
+            for i, j in zip(*np.nonzero(missed & np.isfinite(metrics["e2e"]))):
+                if found[i][j] is None:
+                    found[i][j] = slo.text
+        return found
+
+    zero = planner.plan(coefficients, [0.0], draft_lengths, [alpha], tokens, moe=moe, batch_caps=max_batch)
+    saturation = np.concatenate(([zero.baseline_saturation_rate_rps], zero.saturation_rate_rps[0]))
+    at_cap = np.concatenate(([zero.baseline_saturation_limit == "cap"], zero.saturation_limit[0] == "cap"))
+    options = saturation.size
+    top = float(np.nanmax(saturation)) if np.isfinite(saturation).any() else 0.0
+    scan = top * np.linspace(0.0, 1.0, SLO_SCAN_RATES + 1)[1:-1]
+    metrics = evaluated(scan)
+    misses = violated(metrics)
+    holds = np.isfinite(metrics["e2e"]) & np.array([[miss is None for miss in row] for row in misses])
+    found = holds.any(axis=1)
+    last = np.where(found, holds.shape[1] - 1 - np.argmax(holds[:, ::-1], axis=1), 0)
+    low = np.where(found, scan[last], 0.0)
+    high = np.where(last + 1 < scan.size, scan[np.minimum(last + 1, scan.size - 1)], saturation)
+    high = np.where(found, high, 0.0)
+
+    def on_diagonal(rates: FloatArray) -> tuple[dict[str, FloatArray], list[str | None]]:
+        """Each option's metrics at its own rate, and the first upper SLO it misses there."""
+        at = evaluated(rates)
+        return {name: np.diagonal(values)[:, None] for name, values in at.items()}, \
+            [row[index] for index, row in enumerate(violated(at))]
+
+    for _ in range(MOE_BISECTIONS):  # every option's bracket at once: one planner call a step
+        middle = 0.5 * (low + high)
+        point, missed = on_diagonal(middle)
+        ok = np.isfinite(point["e2e"][:, 0]) & np.array([miss is None for miss in missed])
+        low, high = np.where(ok, middle, low), np.where(ok, high, middle)
+    highest = np.where(found, low, 0.0)
+    _, beyond = on_diagonal(high)
+    caps = np.broadcast_to(np.asarray(max_batch, dtype=np.float64), (options,))
+    binding: list[str | None] = []
+    for index in range(options):
+        if not found[index]:
+            binding.append(next((miss for miss in misses[index] if miss is not None), None))
+        elif beyond[index] is None and at_cap[index]:  # stable up to the cap's saturation: the cap binds
+            binding.append(batch_cap_label(float(caps[index])))
+        else:
+            binding.append(beyond[index])
+    lowest = np.zeros(options)
+    for slo in slos:
+        if slo.metric is Metric.THROUGHPUT:  # output tokens a second: g lambda >= X in steady state
+            lowest = np.maximum(lowest, slo.limit / g)
+    feasible = (highest > 0) & (highest >= lowest)
+    max_rate = np.where(feasible, highest, 0.0)
+    at_capacity, _ = on_diagonal(max_rate)
+    latency = np.where(feasible, at_capacity["e2e"][:, 0], np.nan)
+    ranked = np.where(feasible, max_rate, -1.0)
+    return Capacity(
+        draft_lengths=[int(k) for k in draft_lengths], alpha=float(alpha),
+        c1_s=np.concatenate(([zero.baseline_c1_s], zero.c1_s[0])),
+        c2_s=np.concatenate(([zero.baseline_c2_s], zero.c2_s[0])),
+        max_rate_rps=max_rate, min_rate_rps=lowest, binding_slo=binding, feasible=feasible,
+        saturation_rate_rps=saturation, latency_at_capacity_s=latency,
+        break_even_rate_rps=np.asarray(zero.break_even_rate_rps[0], dtype=np.float64),
+        best=int(np.argmax(ranked)) if np.any(feasible) else -1, expert_coverage=True)
 
 
 def latency_at(cap: Capacity, rates_rps: FloatArray) -> FloatArray:

@@ -30,7 +30,15 @@ from sdplan.inputs.slo import SLO, resolve_slos
 from sdplan.latency import model
 from sdplan.limits import check_grid, check_simulation
 from sdplan.planning import export
-from sdplan.planning.capacity import Capacity, Fleet, batch_cap_label, capacity, fleet, latency_at, simulated_capacity
+from sdplan.planning.capacity import (
+    Capacity,
+    Fleet,
+    batch_cap_label,
+    capacity,
+    fleet,
+    moe_capacity,
+    simulated_capacity,
+)
 from sdplan.planning.scenario import Scenario
 from sdplan.planning.schedule import EngineSchedule, engine_schedule, goodput_per_size
 from sdplan.planning.simulation_inputs import SimulationSettings, simulation_config
@@ -59,9 +67,9 @@ Progress = Callable[[int, int, str], None]
 #: The engines whose speculative configuration capacity writes (``--format``).
 ENGINES = ("vllm-config", "sglang", "trtllm")
 
-#: Why capacity refuses an MoE calibration.
-MOE_REFUSAL = ("capacity is not available for MoE calibrations yet: expert coverage makes C1, C2 depend on the "
-               "load, so the closed-form inverse does not hold; use plan or check")
+#: Why capacity does not simulate an MoE calibration.
+MOE_SIMULATION_REFUSAL = ("--simulate is not available for MoE calibrations: the simulator does not model expert "
+                          "coverage; leave it out for the model's means")
 
 #: The message of the exit status "infeasible" when no option meets the SLOs.
 NO_OPTION_MEETS = "no option meets the SLOs at any request rate (see the binding SLO per option)"
@@ -255,9 +263,8 @@ def answer_capacity(scenario: Scenario, query: CapacityQuery, progress: Progress
     InvalidValueError
         For an MoE calibration, no SLO, no SLO that bounds the rate, or more work than the budgets allow.
     """
-    if scenario.moe is not None:
-        _schedule(scenario, query.min_k, query.min_tier_width)
-        raise InvalidValueError(MOE_REFUSAL)
+    if scenario.moe is not None and query.use_simulator:
+        raise InvalidValueError(MOE_SIMULATION_REFUSAL)
     margin = speed_margin(scenario.calibration, query.at_calibrated_speed)
     measured = margin is not None and margin.measured
     calibrated = scenario
@@ -274,6 +281,8 @@ def answer_capacity(scenario: Scenario, query: CapacityQuery, progress: Progress
     if query.use_simulator:
         table = _simulated(answered, table, slos, settings, progress)
         evaluated_by = f"simulated: bisection on rate, {settings.seeds} x {settings.requests} requests per point"
+    elif scenario.moe is not None:
+        evaluated_by = "analytic model (means), searched over rates (MoE expert coverage: no closed form)"
     else:
         evaluated_by = "analytic model (means), closed-form inverse"
     file = scenario.file
@@ -291,6 +300,9 @@ def answer_capacity(scenario: Scenario, query: CapacityQuery, progress: Progress
 def _table(scenario: Scenario, slos: list[SLO]) -> Capacity:
     """Each option's capacity under ``slos`` in closed form, on the scenario's coefficients."""
     candidates = scenario.draft_lengths
+    if scenario.moe is not None:  # C1, C2 depend on the load: no closed form
+        return moe_capacity(scenario.coefficients, candidates, scenario.alpha, slos, scenario.tokens_per_cycle[0],
+                            scenario.moe, scenario.limits.caps(candidates))
     return capacity(scenario.coefficients, candidates, scenario.alpha, slos,
                     tokens_per_cycle=scenario.tokens_per_cycle[0], max_batch=scenario.limits.caps(candidates))
 
@@ -390,13 +402,13 @@ def _warnings(scenario: Scenario, table: Capacity, simulated: bool, slos: list[S
     against the batch sizes the calibration measured. The prefill interference warning reads the model's
     utilisation ``lambda C2`` at capacity, so it is left out of simulated answers.
     """
-    at_capacity = table.max_rate_rps * latency_at(table, table.max_rate_rps)
+    at_capacity = table.max_rate_rps * table.latency_at_capacity_s
     finite = at_capacity[np.isfinite(at_capacity) & table.feasible]
     best = [table.draft_lengths[table.best - 1]] if table.best > 0 else []
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
                                                       scenario.workload.output_tokens,
                                                       float(finite.max()) if finite.size else None, best)
-    if not simulated:
+    if not simulated and not table.expert_coverage:  # an MoE answer's C2 is at full coverage, not at capacity
         interference = model.prefill_interference_warning(scenario.coefficients.c2p_s, table.c2_s[table.feasible],
                                                           (table.max_rate_rps * table.c2_s)[table.feasible])
         if interference is not None:
@@ -414,6 +426,8 @@ def _warnings(scenario: Scenario, table: Capacity, simulated: bool, slos: list[S
 def _intervals(scenario: Scenario, slos: list[SLO]) -> CapacityIntervals | None:
     """95% intervals of each option's capacity from the calibration's covariance (None without one)."""
     workload, candidates, tokens = scenario.workload, scenario.draft_lengths, scenario.tokens_per_cycle[0]
+    if scenario.moe is not None:  # each draw would need the MoE search (moe_capacity): not offered
+        return None
     draws = coefficient_draws(scenario.calibration, workload.prompt_tokens, workload.output_tokens,
                               options=(candidates, tokens))
     if draws is None:

@@ -332,12 +332,20 @@ def capacity_why(answer: CapacityAnswer) -> str | None:
     c1_d, c2_d = float(cap.c1_s[0]), float(c2[0])
     c1_k, c2_k = float(cap.c1_s[best_sd]), float(c2[best_sd])
     direction = "rises" if c2_k > c2_d else "falls"
-    law = _law(0.0 if cap.knee is None else cap.knee.concavity)
-    text = (f"Why: {law}. {cap.label(best_sd)} cuts C1 {_g(c1_d, 4)} -> {_g(c1_k, 4)} s "
-            f"{'but' if c2_k > c2_d else 'and'} C2 {direction} {_g(c2_d, 4)} -> {_g(c2_k, 4)} s")
+    if cap.expert_coverage:  # C1 at zero load, C2 with every expert covered (moe_capacity)
+        law, c1_name, c2_name = (f"{MOE_LAW}, their steps costing more as a batch covers more experts",
+                                 "C1 (zero load)", "C2 (every expert covered)")
+    else:
+        law, c1_name, c2_name = _law(0.0 if cap.knee is None else cap.knee.concavity), "C1", "C2"
+    text = (f"Why: {law}. {cap.label(best_sd)} cuts {c1_name} {_g(c1_d, 4)} -> {_g(c1_k, 4)} s "
+            f"{'but' if c2_k > c2_d else 'and'} {c2_name} {direction} {_g(c2_d, 4)} -> {_g(c2_k, 4)} s")
     if c2_k > c2_d:
         return text + ": SD helps a latency bound at low load, and costs capacity near saturation."
     return text + ": SD both lowers latency and lifts saturation."
+
+
+#: The load law of an MoE target's answer (:mod:`sdplan.latency.moe`): a fixed point, no closed form.
+MOE_LAW = "L = C1(B)/(1 - rate*C2(B)) with B = rate*L"
 
 
 def _law(concavity: float) -> str:
