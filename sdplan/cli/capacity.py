@@ -39,6 +39,9 @@ class CapacityRequest:
     draft_lengths: tuple[int, ...] | None
     query: CapacityQuery
     output: OutputRequest
+    #: Answer in clients kept in flight (--closed-loop), for ``target_clients`` in all where given.
+    closed_loop: bool = False
+    target_clients: int | None = None
 
 
 @click.command()
@@ -51,6 +54,12 @@ class CapacityRequest:
               help="Draft lengths to evaluate (list or range). Default: the file's, else 1-8.")
 @click.option("--target-rate", type=click.FloatRange(min=0), metavar="RPS",
               help="Total request rate to serve, req/s: prints replicas for no SD and the best SD option.")
+@click.option("--closed-loop", is_flag=True,
+              help="Answer in clients kept in flight (a closed loop: vllm bench serve --max-concurrency, GuideLLM's "
+                   "concurrent profile) instead of a request rate: the most clients per replica under the SLOs.")
+@click.option("--target-concurrency", type=click.IntRange(min=1), metavar="N",
+              help="Total clients to serve at once: prints replicas for no SD and the best SD option (implies "
+                   "--closed-loop).")
 @click.option("--gpus-per-replica", type=click.IntRange(1, 1_000_000), metavar="N",
               help="GPUs per replica, for GPU counts. "
                    "Default: the file's, else the calibration's tensor parallel size.")
@@ -81,7 +90,8 @@ class CapacityRequest:
 @plot_options
 def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str, ...],
              draft_lengths: tuple[int, ...] | None,
-             target_rate: float | None, gpus_per_replica: int | None, gpu_hour_cost: float | None,
+             target_rate: float | None, closed_loop: bool, target_concurrency: int | None,
+             gpus_per_replica: int | None, gpu_hour_cost: float | None,
              max_batch_size: int | None, spec_method: str | None, min_k: int, min_tier_width: int,
              data_parallel_size: int, at_calibrated_speed: bool, prompt_tokens: int | None,
              output_tokens: int | None,
@@ -114,10 +124,16 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
     caveat gives u and the answer at the calibration's speed;
     --at-calibrated-speed answers there instead.
 
+    --closed-loop answers in clients kept in flight instead (a closed loop,
+    priced as plan --concurrency prices it): the most clients per replica
+    under the SLOs, and with --target-concurrency the replicas for that
+    many.
+
     \b
     Examples:
       sdplan capacity --slo 'e2e:mean<=4s' --acceptance 0.8
       sdplan capacity -w chat.toml --target-rate 120 --gpu-hour-cost 2.5
+      sdplan capacity --slo 'tpot:mean<=20ms' --target-concurrency 500
       sdplan capacity --slo 'tpot:mean<=20ms' --format vllm-config
       sdplan capacity -c h100-sxm_llama-3.1-8b_eagle3_derived --acceptance 0.7 \\
                       -f sglang -o spec.json
@@ -136,6 +152,8 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
             max_num_batched_tokens=max_num_batched_tokens, kv_cache_tokens=kv_cache_tokens,
             lengths_file=lengths_file),
         draft_lengths=draft_lengths,
+        closed_loop=closed_loop or target_concurrency is not None,
+        target_clients=target_concurrency,
         query=CapacityQuery(
             slos=slos, target_rate_rps=target_rate, gpus_per_replica=gpus_per_replica, gpu_hour_cost_usd=gpu_hour_cost,
             min_k=min_k, min_tier_width=min_tier_width, data_parallel_size=data_parallel_size,
@@ -152,6 +170,9 @@ def _capacity(request: CapacityRequest) -> None:
 
     out = request.output
     check_plot_request(out.plot, out.plot_file, out.fmt)
+    if request.closed_loop:
+        _client_capacity(request)
+        return
     scenario = command_scenario(request.scenario, request.draft_lengths)
     if out.fmt in ENGINE_FORMATS:
         config = engine_config_answer(scenario, request.query, out.fmt)
@@ -171,3 +192,24 @@ def _capacity(request: CapacityRequest) -> None:
     emit(text + capacity_plots(answer, out.plot, out.plot_file, *terminal_plot_settings(out.ascii_only)), out.output)
     if not answer.feasible:
         raise InfeasibleError(NO_OPTION_MEETS)
+
+
+def _client_capacity(request: CapacityRequest) -> None:
+    """``--closed-loop``: the most clients per replica under the SLOs, and the fleet for a target concurrency."""
+    from sdplan.planning.client_capacity import answer_client_capacity, refuse_with_closed_loop
+    from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
+    from sdplan.render.client_capacity import client_capacity_plots, render_client_capacity
+
+    out, query = request.output, request.query
+    refuse_with_closed_loop(engine_format=out.fmt if out.fmt in ENGINE_FORMATS else None,
+                            target_rate=query.target_rate_rps, simulate=query.use_simulator)
+    scenario = command_scenario(request.scenario, request.draft_lengths)
+    answer = answer_client_capacity(scenario, query.slos, request.target_clients, query.gpus_per_replica,
+                                    query.gpu_hour_cost_usd, query.at_calibrated_speed)
+    warn(answer.warnings)
+    terminal = out.output in (None, "-") and stdout_is_terminal()
+    text = render_client_capacity(answer, OutputFormat(out.fmt), Style(ascii=out.ascii_only), terminal)
+    emit(text + client_capacity_plots(answer, out.plot, out.plot_file, *terminal_plot_settings(out.ascii_only)),
+         out.output)
+    if not answer.feasible:
+        raise InfeasibleError("no option meets the SLOs with any number of clients (see the binding SLO per option)")

@@ -322,6 +322,15 @@ def _fleet_phrase(fleet: FleetPlan) -> str:
     return ", ".join(parts)
 
 
+def replicas_saved_phrase(saved: int, at: str) -> str:
+    """What SD does to a fleet's replicas at ``at`` (a target rate or concurrency), in words."""
+    if saved > 0:
+        return f"SD saves {saved} replica(s) at {at}"
+    if saved < 0:
+        return f"SD needs {-saved} more replica(s) at {at}"
+    return f"SD needs as many replicas as no SD at {at}"
+
+
 def capacity_why(answer: CapacityAnswer) -> str | None:
     """Why SD gains (or loses) capacity: C1 and C2 (past the knee) of no SD and of the best SD option."""
     cap = answer.capacity

@@ -31,6 +31,7 @@ from sdplan.render.answer import (
     capacity_other_side,
     check_answer,
     given_positions,
+    replicas_saved_phrase,
     speed_caveat,
 )
 from sdplan.render.closed_loop import DEFINITIONS as CLOSED_LOOP_DEFINITIONS
@@ -390,22 +391,44 @@ def method_phrase(method: object) -> str:
     return f"{METHODS[str(method)].label} ({method})" if str(method) in METHODS else str(method)
 
 
+def print_fleet(console: Any, style: Style, per_replica_header: str,
+                rows: list[tuple[str, Any, str | None]], target: str, assumption: str, saved: int | None) -> None:
+    """The fleet table of a capacity answer (a rate's or a closed loop's) and what SD saves.
+
+    ``rows`` are ``(name, fleet or None, what one replica holds)``; a fleet has ``option``, ``replicas``,
+    ``gpus``, ``cost_per_hour_usd`` and ``cost_per_million_output_tokens_usd``; None is an option that meets
+    no SLO.
+    """
+    plan = Table(box=table_box(style))
+    for header in ("option", per_replica_header, "replicas", "GPUs", "USD/hour", "USD per 1M output tokens"):
+        plan.add_column(header, justify="left" if header == "option" else "right")
+    for name, item, per_replica in rows:
+        if item is None:
+            plan.add_row(name, "infeasible", "-", "-", "-", "-")
+            continue
+        plan.add_row(item.option, per_replica, str(item.replicas), "-" if item.gpus is None else str(item.gpus),
+                     "-" if item.cost_per_hour_usd is None else f"{item.cost_per_hour_usd:.2f}",
+                     "-" if item.cost_per_million_output_tokens_usd is None
+                     else f"{item.cost_per_million_output_tokens_usd:.3f}")
+    console.print()
+    print_table(console, plan, title=f"Fleet for {target}, {assumption}")
+    if saved is not None:
+        console.print(replicas_saved_phrase(saved, target))
+
+
 def render_capacity(answer: CapacityAnswer, fmt: OutputFormat, style: Style, terminal: bool) -> str:
     """The answer of ``sdplan capacity``: JSON, or the decision in words, the capacity and fleet tables."""
     if fmt is OutputFormat.JSON:
         return to_json(capacity_document(answer))
     cap, scenario, fleet = answer.capacity, answer.scenario, answer.fleet
-    calibration, acceptance = scenario.calibration, scenario.workload.acceptance
+    acceptance = scenario.workload.acceptance
 
     def draw(console: Any) -> None:
         for line in capacity_answer(answer):
             print_paragraph(console, line)
         assumption = alpha_phrase(cap.alpha, acceptance.source, given_positions(acceptance))
-        console.print(f"calibration {calibration.name} "
-                      f"({METHOD_LABELS.get(calibration.method, '')}); SD method "
-                      f"{method_phrase(scenario.method)}", markup=False)
-        console.print(f"SLOs {', '.join(slo.text for slo in answer.slos)}; {assumption}"
-                      + (f"; {answer.evaluated_by}" if answer.evaluated_by else ""))
+        print_scenario_head(console, scenario, ", ".join(slo.text for slo in answer.slos),
+                            assumption + (f"; {answer.evaluated_by}" if answer.evaluated_by else ""))
         table = Table(box=table_box(style))
         for header in ("option", "max rate under SLO (req/s)", "binding SLO", "latency at capacity (s)",
                        "saturation (req/s)", "break-even (req/s)"):
@@ -429,25 +452,10 @@ def render_capacity(answer: CapacityAnswer, fmt: OutputFormat, style: Style, ter
                        else "(model means).")
                     + " break-even: rate where SD and no SD have equal mean latency (none: they never cross).")
         if fleet is not None:
-            plan = Table(box=table_box(style))
-            for header in ("option", "per replica (req/s)", "replicas", "GPUs", "USD/hour", "USD per 1M output tokens"):
-                plan.add_column(header, justify="left" if header == "option" else "right")
-            for name, item in (("no SD", fleet.no_sd), ("best SD", fleet.best_sd)):
-                if item is None:
-                    plan.add_row(name, "infeasible", "-", "-", "-", "-")
-                    continue
-                plan.add_row(
-                    item.option, f"{item.per_replica_rate_rps:.4g}", str(item.replicas),
-                    "-" if item.gpus is None else str(item.gpus),
-                    "-" if item.cost_per_hour_usd is None else f"{item.cost_per_hour_usd:.2f}",
-                    "-" if item.cost_per_million_output_tokens_usd is None
-                    else f"{item.cost_per_million_output_tokens_usd:.3f}",
-                )
-            console.print()
-            print_table(console, plan, title=f"Fleet for {fleet.target_rate_rps:g} req/s, {assumption}")
-            if fleet.replicas_saved_by_sd is not None:
-                console.print(f"SD saves {fleet.replicas_saved_by_sd} replica(s) "
-                              f"at {fleet.target_rate_rps:g} req/s")
+            print_fleet(console, style, "per replica (req/s)",
+                        [(name, item, None if item is None else f"{item.per_replica_rate_rps:.4g}")
+                         for name, item in (("no SD", fleet.no_sd), ("best SD", fleet.best_sd))],
+                        f"{fleet.target_rate_rps:g} req/s", assumption, fleet.replicas_saved_by_sd)
         tiers = answer.schedule.tiers
         if tiers:
             console.print(f"best k by batch size for {method_phrase(scenario.method)} "
@@ -465,13 +473,31 @@ def capacity_plots(answer: CapacityAnswer, plot: bool, plot_file: str | None, wi
     values = [float(rate) for rate in cap.max_rate_rps]
     title = (f"Highest request rate under {', '.join(slo.text for slo in answer.slos)} per replica, "
              f"{alpha_phrase(scenario.alpha, scenario.workload.acceptance.source)}")
+    return option_bars(labels, values, title, ("request rate (req/s)", "max request rate under SLO (req/s)"),
+                       scenario.calibration.name, cap.label(cap.best) if cap.best >= 0 else None,
+                       (plot, plot_file, width, color))
+
+
+def option_bars(labels: list[str], values: list[float], title: str, axes: tuple[str, str], calibration: str,
+                highlight: str | None, where: tuple[bool, str | None, int, bool]) -> str:
+    """A capacity per option as bars: returned for the terminal where ``where``'s plot flag is set, written to
+    its plot file where one is given (``where``: plot, plot file, terminal width, colour; ``axes``: the
+    terminal's axis label, the file's)."""
+    plot, plot_file, width, color = where
     text = ""
     if plot:
-        text = "\n" + terminal_bars(labels, values, title, "request rate (req/s)", width, color)
+        text = "\n" + terminal_bars(labels, values, title, axes[0], width, color)
     if plot_file is not None:
-        file_bars(labels, values, title + f"\n{scenario.calibration.name}", "max request rate under SLO (req/s)",
-                  Path(plot_file), highlight=cap.label(cap.best) if cap.best >= 0 else None)
+        file_bars(labels, values, title + f"\n{calibration}", axes[1], Path(plot_file), highlight=highlight)
     return text
+
+
+def print_scenario_head(console: Any, scenario: Scenario, slos: str, how: str) -> None:
+    """The two lines under an answer: the calibration and SD method, then the SLOs, acceptance and how."""
+    calibration = scenario.calibration
+    console.print(f"calibration {calibration.name} ({METHOD_LABELS.get(calibration.method, '')}); SD method "
+                  f"{method_phrase(scenario.method)}", markup=False)
+    console.print(f"SLOs {slos}; {how}")
 
 
 def engine_config_summary(answer: EngineConfigAnswer) -> str:
