@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -563,6 +563,13 @@ def with_simulated_rates(cap: Capacity, rates_rps: list[float], binding: list[st
 
 #: Largest fleet sized (more is no deployment: a typo in the target rate or an SLO).
 MAX_REPLICAS = 1e15
+
+
+def replicas_saved(no_sd: Any, best_sd: Any) -> int | None:
+    """Replicas SD saves (negative: costs) between two fleets with ``replicas``; None unless both serve."""
+    if no_sd is None or best_sd is None:
+        return None
+    return int(no_sd.replicas - best_sd.replicas)
 
 
 def replicas_needed(target_rate_rps: float, per_replica_rps: float) -> int | None:

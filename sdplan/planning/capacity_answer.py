@@ -37,6 +37,7 @@ from sdplan.planning.capacity import (
     capacity,
     fleet,
     moe_capacity,
+    replicas_saved,
     simulated_capacity,
 )
 from sdplan.planning.scenario import Scenario
@@ -120,9 +121,7 @@ class FleetPlan:
     @property
     def replicas_saved_by_sd(self) -> int | None:
         """Replicas SD saves at the target rate; None unless both options can serve it."""
-        if self.no_sd is None or self.best_sd is None:
-            return None
-        return self.no_sd.replicas - self.best_sd.replicas
+        return replicas_saved(self.no_sd, self.best_sd)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,7 +23,7 @@ import numpy as np
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.slo import SLO, Metric, resolve_slos
 from sdplan.latency.closed_loop import admitted_clients
-from sdplan.planning.capacity import replicas_needed
+from sdplan.planning.capacity import replicas_needed, replicas_saved
 from sdplan.planning.closed_loop_answer import closed_loop_plan
 from sdplan.planning.uncertainty import SpeedMargin, on_slower_server, speed_margin
 
@@ -135,9 +135,8 @@ class ClientFleetPlan:
 
     @property
     def replicas_saved_by_sd(self) -> int | None:
-        if self.no_sd is None or self.best_sd is None:
-            return None
-        return self.no_sd.replicas - self.best_sd.replicas
+        """Replicas SD saves at the target concurrency; None unless both options can serve it."""
+        return replicas_saved(self.no_sd, self.best_sd)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
