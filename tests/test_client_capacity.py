@@ -87,6 +87,7 @@ def test_a_target_concurrency_sizes_the_fleet(sdplan) -> None:
     (["--target-concurrency", "10", "--target-rate", "5", "--slo", "e2e:mean<=8s"], "--target-rate and"),
     (["--closed-loop", "--simulate", "--slo", "e2e:mean<=8s"], "--simulate"),
     (["--closed-loop", "--slo", "throughput>=100tok/s"], "bounds the clients"),
+    (["--closed-loop", "--slo", "tpot:mean<=50ms"], "with any number of clients"),
     (["--closed-loop", "--slo", "e2e:p99<=8s"], "p99"),
     (["--target-concurrency", "0", "--slo", "e2e:mean<=8s"], "--target-concurrency"),
 ])

@@ -240,7 +240,10 @@ def client_capacity(scenario: Scenario, slos: list[SLO]) -> ClientCapacity:
     missed_one = evaluate.missed(first)
     low, high = _largest(evaluate, [miss is None for miss in missed_one])
     if (low >= MAX_CLIENTS).any():
-        raise InvalidValueError(NEEDS_BOUND)
+        raise InvalidValueError(
+            f"{', '.join(slo.text for slo in slos)} hold{'s' if len(slos) == 1 else ''} with any number of clients: "
+            "past the engine's cap the others wait for admission, which adds to latency and TTFT but not to TPOT; "
+            "add an e2e:mean or ttft:mean SLO to bound them")
     g = float(scenario.workload.output_tokens)
     floors = [slo.limit / g for slo in slos if slo.metric is Metric.THROUGHPUT]  # requests a second
     needed = np.ones(options, dtype=np.int64)
