@@ -100,3 +100,23 @@ def test_what_a_closed_loop_does_not_combine_with_is_one_line(sdplan, arguments,
 def test_no_option_meeting_the_slos_exits_4(sdplan) -> None:
     result = sdplan("capacity", "--closed-loop", "--slo", "e2e:mean<=0.5s", "--acceptance", "0.8")
     assert result.exit_code == ExitStatus.INFEASIBLE and "any number of clients" in result.stdout
+
+
+def test_a_workload_files_target_concurrency_asks_for_clients(sdplan, tmp_path) -> None:
+    """traffic.target_concurrency sizes a closed loop's fleet unless the command line asks for a rate; a file
+    with both targets is refused, naming the key."""
+    from sdplan.fileio import dumps_toml
+
+    def workload(**traffic) -> str:
+        path = tmp_path / "w.toml"
+        path.write_text(dumps_toml({"schema_version": 1, "slos": ["e2e:mean<=8s"], "traffic": traffic,
+                                    "acceptance": {"per_token_alpha": 0.8}}))
+        return str(path)
+
+    document = json.loads(sdplan("capacity", "-w", workload(target_concurrency=500), "-f", "json").stdout)
+    assert document["mode"] == "closed_loop" and document["fleet"]["target_clients"] == 500
+    rate = json.loads(sdplan("capacity", "-w", workload(target_concurrency=500), "--target-rate", "20",
+                             "-f", "json").stdout)
+    assert "mode" not in rate and rate["fleet"]["target_rate_rps"] == 20
+    both = sdplan("capacity", "-w", workload(target_concurrency=500, target_rate_rps=20.0))
+    assert both.exit_code == ExitStatus.BAD_INPUT and "traffic.target_concurrency" in both.stderr

@@ -25,6 +25,7 @@ from sdplan.errors import InfeasibleError
 if TYPE_CHECKING:
 
     from sdplan.planning.capacity_answer import CapacityQuery
+    from sdplan.planning.scenario import Scenario
 
 #: The engine configurations ``--format`` writes (:data:`sdplan.planning.capacity_answer.ENGINES`; not imported here,
 #: so that help does not load the core).
@@ -170,10 +171,14 @@ def _capacity(request: CapacityRequest) -> None:
 
     out = request.output
     check_plot_request(out.plot, out.plot_file, out.fmt)
-    if request.closed_loop:
-        _client_capacity(request)
-        return
     scenario = command_scenario(request.scenario, request.draft_lengths)
+    file = scenario.file
+    # a workload file's target_concurrency asks for clients, unless the command line asks for a rate
+    from_file = file is not None and file.target_concurrency is not None and request.query.target_rate_rps is None \
+        and out.fmt not in ENGINE_FORMATS
+    if request.closed_loop or from_file:
+        _client_capacity(request, scenario)
+        return
     if out.fmt in ENGINE_FORMATS:
         config = engine_config_answer(scenario, request.query, out.fmt)
         if config.config is not None:
@@ -194,8 +199,9 @@ def _capacity(request: CapacityRequest) -> None:
         raise InfeasibleError(NO_OPTION_MEETS)
 
 
-def _client_capacity(request: CapacityRequest) -> None:
-    """``--closed-loop``: the most clients per replica under the SLOs, and the fleet for a target concurrency."""
+def _client_capacity(request: CapacityRequest, scenario: Scenario) -> None:
+    """``--closed-loop``: the most clients per replica under the SLOs, and the fleet for a target concurrency
+    (``--target-concurrency``, else the workload file's ``traffic.target_concurrency``)."""
     from sdplan.planning.client_capacity import answer_client_capacity, refuse_with_closed_loop
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.client_capacity import client_capacity_plots, render_client_capacity
@@ -203,8 +209,10 @@ def _client_capacity(request: CapacityRequest) -> None:
     out, query = request.output, request.query
     refuse_with_closed_loop(engine_format=out.fmt if out.fmt in ENGINE_FORMATS else None,
                             target_rate=query.target_rate_rps, simulate=query.use_simulator)
-    scenario = command_scenario(request.scenario, request.draft_lengths)
-    answer = answer_client_capacity(scenario, query.slos, request.target_clients, query.gpus_per_replica,
+    file = scenario.file
+    target = request.target_clients if request.target_clients is not None else \
+        (file.target_concurrency if file is not None else None)
+    answer = answer_client_capacity(scenario, query.slos, target, query.gpus_per_replica,
                                     query.gpu_hour_cost_usd, query.at_calibrated_speed)
     warn(answer.warnings)
     terminal = out.output in (None, "-") and stdout_is_terminal()

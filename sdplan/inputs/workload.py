@@ -198,6 +198,9 @@ def _workload_schema() -> object:
                                          minimum=1, maximum=1_000_000_000),
                     "target_rate_rps": Field("float", "total rate to size the fleet for, req/s", required=False,
                                              minimum=0.0),
+                    "target_concurrency": Field("int", "total clients kept in flight to size the fleet for (a "
+                                                "closed loop: capacity answers in clients), instead of a rate",
+                                                required=False, minimum=1, maximum=1_000_000_000),
                     "prompt_tokens": Field("int", "prompt length, tokens", required=False, minimum=1,
                                            maximum=MAX_TOKENS),
                     "output_tokens": Field("int", "output length, tokens", required=False, minimum=1,
@@ -257,6 +260,7 @@ class WorkloadFile:
     concurrency: int | None = None
     num_prompts: int | None = None
     target_rate_rps: float | None = None
+    target_concurrency: int | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     alpha: float | None = None
@@ -326,6 +330,9 @@ def load_workload_file(path: str) -> WorkloadFile:
         raise InputFileError(path, "traffic.num_prompts", f"{traffic['num_prompts']} is fewer than the "
                              f"{traffic['concurrency']} clients of traffic.concurrency: a run sends every client's "
                              "first request at once")
+    if "target_rate_rps" in traffic and "target_concurrency" in traffic:
+        raise InputFileError(path, "traffic.target_concurrency", "give target_rate_rps (a fleet for a request rate) "
+                             "or target_concurrency (a fleet for clients in flight), not both")
     deployment = document.get("deployment", {})
     return WorkloadFile(
         path=path,
@@ -335,6 +342,7 @@ def load_workload_file(path: str) -> WorkloadFile:
         concurrency=traffic.get("concurrency"),
         num_prompts=traffic.get("num_prompts"),
         target_rate_rps=traffic.get("target_rate_rps"),
+        target_concurrency=traffic.get("target_concurrency"),
         prompt_tokens=traffic.get("prompt_tokens"),
         output_tokens=traffic.get("output_tokens"),
         alpha=acceptance.get("per_token_alpha"),
