@@ -95,6 +95,22 @@ class Capacity:
         return int(np.argmax(rates)) + 1 if np.any(self.feasible[1:]) else -1
 
 
+def require_rate_bound(slos: list[SLO]) -> None:
+    """Refuse SLOs none of which bounds the request rate: capacity would be the saturation, where latency is
+    unbounded.
+
+    Raises
+    ------
+    InvalidValueError
+        No e2e, TTFT, TPOT or utilisation SLO among ``slos``.
+    """
+    if not any(slo.metric.bounds_rate for slo in slos):
+        raise InvalidValueError(
+            "capacity needs an SLO that bounds the request rate: e2e:mean<=..., ttft:mean<=..., tpot:mean<=... or "
+            "utilisation<=..."
+        )
+
+
 def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO],
              tokens_per_cycle: FloatArray | None = None,
              max_batch: float | Sequence[float] | None = None) -> Capacity:
@@ -112,11 +128,7 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         If no SLO bounds the rate (capacity would be the saturation rate,
         where latency is unbounded).
     """
-    if not any(slo.metric.bounds_rate for slo in slos):
-        raise InvalidValueError(
-            "capacity needs an SLO that bounds the request rate: e2e:mean<=..., ttft:mean<=..., tpot:mean<=... or "
-            "utilisation<=..."
-        )
+    require_rate_bound(slos)
     ks = np.asarray(draft_lengths, dtype=np.float64)
     if tokens_per_cycle is None:
         tokens_per_cycle = expected_tokens_per_cycle(alpha, ks)
@@ -248,32 +260,24 @@ def moe_capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: fl
     """
     from sdplan.planning import planner
 
-    if not any(slo.metric.bounds_rate for slo in slos):
-        raise InvalidValueError(
-            "capacity needs an SLO that bounds the request rate: e2e:mean<=..., ttft:mean<=..., tpot:mean<=... or "
-            "utilisation<=..."
-        )
+    require_rate_bound(slos)
     tokens = np.atleast_2d(np.asarray(tokens_per_cycle, dtype=np.float64))
     g = coefficients.output_tokens
 
     def evaluated(rates: FloatArray) -> dict[str, FloatArray]:
         """(options, rates) arrays of each metric, no SD first; latency inf where the option is unstable."""
         result = planner.plan(coefficients, rates, draft_lengths, [alpha], tokens, moe=moe, batch_caps=max_batch)
-        with np.errstate(invalid="ignore"):
-            metrics = {
-                "e2e": np.vstack([result.baseline_latency_s, result.latency_s[0].T]),
+        return {"e2e": np.vstack([result.baseline_latency_s, result.latency_s[0].T]),
                 "ttft": np.vstack([result.baseline_ttft_load_s, result.ttft_load_s[0].T]),
                 "tpot": np.vstack([result.baseline_tpot_s, result.tpot_s[0].T]),
-                "utilisation": np.vstack([result.baseline_utilisation, result.utilisation[0].T]),
-            }
-        return metrics
+                "utilisation": np.vstack([result.baseline_utilisation, result.utilisation[0].T])}
 
     def violated(metrics: dict[str, FloatArray]) -> list[list[str | None]]:
         """Per option and rate, the first upper SLO missed (None: every one holds, on a stable point)."""
         shape = metrics["e2e"].shape
         found: list[list[str | None]] = [[None] * shape[1] for _ in range(shape[0])]
         for slo in slos:
-            if not slo.metric.bounds_rate or slo.metric is Metric.THROUGHPUT:
+            if not slo.metric.bounds_rate:  # throughput>= is a floor, applied below
                 continue
             missed = ~(metrics[slo.metric.value] <= slo.limit)
             for i, j in zip(*np.nonzero(missed & np.isfinite(metrics["e2e"]))):

@@ -260,7 +260,8 @@ def answer_capacity(scenario: Scenario, query: CapacityQuery, progress: Progress
     Raises
     ------
     InvalidValueError
-        For an MoE calibration, no SLO, no SLO that bounds the rate, or more work than the budgets allow.
+        For ``--simulate`` with an MoE calibration, no SLO, no SLO that bounds the rate, or more work than the
+        budgets allow.
     """
     if scenario.moe is not None and query.use_simulator:
         raise InvalidValueError(MOE_SIMULATION_REFUSAL)
