@@ -2,7 +2,7 @@
 
 A closed loop (``vllm bench serve --max-concurrency N``, GuideLLM's concurrent profile, a chat service sized
 in concurrent users) holds ``N`` requests in flight instead of arriving at a rate. Each option is priced as
-``sdplan plan --concurrency`` prices it (:func:`sdplan.planning.closed_loop_answer.closed_loop_plan`: past
+``sdplan plan --concurrency`` prices it (:func:`sdplan.planning.closed_loop_answer.steady_point`: past
 the engine's cap the other clients wait for admission, and their wait is priced), and its capacity is the
 largest ``N`` at which every SLO holds: latency, TTFT and TPOT grow with ``N``, so each upper SLO holds on
 ``1..N*``; ``throughput>=X`` holds from the ``N`` whose output tokens a second first reach ``X``. A
@@ -22,9 +22,10 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.slo import SLO, Metric, resolve_slos
-from sdplan.latency.closed_loop import admitted_clients
+from sdplan.latency import model
+from sdplan.latency.closed_loop import ClosedLoopPoint
 from sdplan.planning.capacity import replicas_needed, replicas_saved
-from sdplan.planning.closed_loop_answer import closed_loop_plan
+from sdplan.planning.closed_loop_answer import steady_point
 from sdplan.planning.uncertainty import SpeedMargin, on_slower_server, speed_margin
 
 if TYPE_CHECKING:
@@ -166,18 +167,30 @@ class _Evaluator:
 
     def __init__(self, scenario: Scenario, slos: list[SLO]) -> None:
         self.scenario, self.slos = scenario, slos
-        caps = scenario.limits.caps(scenario.draft_lengths)
-        self.options = len(caps)
+        self.caps = scenario.limits.caps(scenario.draft_lengths)
+        self.options = len(self.caps)
+        self.lengths = (0, *scenario.draft_lengths)
+        self.per_cycle = (1.0, *(float(e) for e in np.atleast_1d(scenario.tokens_per_cycle[0])))
+        # each option's points by the number its engine runs: every search step past the cap reuses them
+        self.served: list[dict[int, ClosedLoopPoint]] = [{} for _ in range(self.options)]
         # what a full engine completes a second, for the utilisation SLO (check --concurrency's rule)
-        beyond = int(max(cap for cap in caps if math.isfinite(cap))) + 1
+        beyond = int(max(cap for cap in self.caps if math.isfinite(cap))) + 1
         self.full_rps: FloatArray = self.at(np.full(self.options, beyond))["throughput"]
+
+    def point(self, option: int, clients: int) -> ClosedLoopPoint:
+        """Option ``option``'s steady state with ``clients`` in flight (:func:`steady_point`)."""
+        return steady_point(self.scenario, self.lengths[option], self.per_cycle[option], clients,
+                            self.caps[option], self.served[option])
 
     def at(self, clients: IntArray) -> dict[str, FloatArray]:
         """Option ``j``'s means at ``clients[j]`` clients."""
-        plan = closed_loop_plan(self.scenario, tuple(int(n) for n in clients))
-        pick = (0, np.arange(self.options), np.arange(self.options))
-        return {"e2e": plan.latency_s[pick], "ttft": plan.ttft_s[pick], "tpot": plan.tpot_s[pick],
-                "throughput": plan.throughput_rps[pick], "running": plan.running[pick[1:]].astype(np.float64)}
+        points = [self.point(j, int(n)) for j, n in enumerate(clients)]
+        latency = np.array([point.latency_s for point in points])
+        ttft = np.array([point.ttft_s for point in points])
+        g = float(self.scenario.workload.output_tokens)
+        return {"e2e": latency, "ttft": ttft, "tpot": model.time_per_output_token(latency, ttft, g),
+                "throughput": np.array([point.throughput_rps for point in points]),
+                "running": np.array([float(point.running) for point in points])}
 
     def missed(self, values: dict[str, FloatArray]) -> list[str | None]:
         """Per option, the first upper SLO missed (an option that serves nothing misses the first one)."""
@@ -224,18 +237,15 @@ def _largest(evaluate: _Evaluator, holds_one: list[bool]) -> tuple[IntArray, Int
     return low, high
 
 
-def client_capacity(scenario: Scenario, slos: list[SLO]) -> ClientCapacity:
-    """The most clients each option keeps in flight under ``slos`` (:class:`ClientCapacity`).
+def client_capacity(evaluate: _Evaluator) -> ClientCapacity:
+    """The most clients each option keeps in flight under ``evaluate``'s SLOs (:class:`ClientCapacity`).
 
     Raises
     ------
     InvalidValueError
         No SLO bounds the clients (every one still holds at :data:`MAX_CLIENTS`).
     """
-    if not any(slo.metric.bounds_rate for slo in slos):
-        raise InvalidValueError(NEEDS_BOUND)
-    evaluate = _Evaluator(scenario, slos)
-    options = evaluate.options
+    scenario, slos, options = evaluate.scenario, evaluate.slos, evaluate.options
     first = evaluate.at(np.ones(options, dtype=np.int64))
     missed_one = evaluate.missed(first)
     low, high = _largest(evaluate, [miss is None for miss in missed_one])
@@ -280,26 +290,24 @@ def client_capacity(scenario: Scenario, slos: list[SLO]) -> ClientCapacity:
         latency_s=np.where(feasible, served["e2e"], nan), ttft_s=np.where(feasible, served["ttft"], nan),
         tpot_s=np.where(feasible, served["tpot"], nan), throughput_rps=np.where(feasible, served["throughput"], nan),
         running=np.where(feasible, served["running"], 0).astype(np.int64),
-        caps=np.asarray(scenario.limits.caps(scenario.draft_lengths), dtype=np.float64), best=-1)
+        caps=np.asarray(evaluate.caps, dtype=np.float64), best=-1)
     if feasible.any():
         best = _ranked(np.where(feasible, low, -1), np.where(feasible, served["throughput"], -1.0))
         capacity = replace(capacity, best=best)
     return capacity
 
 
-def client_fleet(scenario: Scenario, table: ClientCapacity, index: int, target_clients: int, gpus: int | None,
+def client_fleet(evaluate: _Evaluator, table: ClientCapacity, index: int, target_clients: int, gpus: int | None,
                  cost_usd: float | None) -> ClientFleet | None:
-    """Replicas for ``target_clients`` with option ``index``; None where it meets no SLO."""
+    """Replicas for ``target_clients`` with option ``index``, each replica holding its share (priced by
+    ``evaluate``, the search's own); None where it meets no SLO."""
     if not table.feasible[index]:
         return None
     replicas = replicas_needed(float(target_clients), float(table.max_clients[index]))
     if replicas is None:
         return None
     share = max(1, math.ceil(target_clients / max(replicas, 1)))
-    clients = np.ones(len(table.draft_lengths) + 1, dtype=np.int64)
-    clients[index] = share
-    plan = closed_loop_plan(scenario, tuple(int(n) for n in clients))
-    latency = float(plan.latency_s[0, index, index])
+    latency = evaluate.point(index, share).latency_s
     throughput = target_clients * table.output_tokens / latency if replicas else 0.0
     hourly = None if cost_usd is None or gpus is None else replicas * gpus * cost_usd
     per_million = None if hourly is None or throughput <= 0 else hourly / (throughput * 3600.0) * 1e6
@@ -348,7 +356,10 @@ def answer_client_capacity(scenario: Scenario, slos_given: tuple[str, ...], targ
     answered = scenario
     if margin is not None and margin.measured and margin.applied:
         answered = replace(scenario, coefficients=on_slower_server(scenario.coefficients, margin.factor))
-    table = client_capacity(answered, slos)
+    if not any(slo.metric.bounds_rate for slo in slos):
+        raise InvalidValueError(NEEDS_BOUND)
+    evaluate = _Evaluator(answered, slos)
+    table = client_capacity(evaluate)
     file = answered.file
     gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
         answered.calibration.provenance.get("tensor_parallel_size")
@@ -358,8 +369,8 @@ def answer_client_capacity(scenario: Scenario, slos_given: tuple[str, ...], targ
         best_sd = table.best_speculative
         fleet = ClientFleetPlan(
             target_clients=target_clients,
-            no_sd=client_fleet(answered, table, 0, target_clients, gpus, cost),
-            best_sd=client_fleet(answered, table, best_sd, target_clients, gpus, cost) if best_sd > 0 else None)
+            no_sd=client_fleet(evaluate, table, 0, target_clients, gpus, cost),
+            best_sd=client_fleet(evaluate, table, best_sd, target_clients, gpus, cost) if best_sd > 0 else None)
     return ClientCapacityAnswer(scenario=answered, capacity=table, slos=tuple(slos),
                                 warnings=tuple(_warnings(answered, table, slos)), fleet=fleet, speed_margin=margin)
 
@@ -371,10 +382,9 @@ def _warnings(scenario: Scenario, table: ClientCapacity, slos: list[SLO]) -> lis
     running = float(table.running[feasible].max()) if feasible.any() else None
     warnings = scenario.calibration.validity_warnings(scenario.workload.prompt_tokens,
                                                       scenario.workload.output_tokens, running, best)
-    caps = scenario.limits.caps(scenario.draft_lengths)
     waiting = [f"{table.label(j)} ({int(table.max_clients[j]) - int(table.running[j])} of "
-               f"{int(table.max_clients[j])})" for j in range(len(caps))
-               if feasible[j] and admitted_clients(int(table.max_clients[j]), caps[j]) < table.max_clients[j]]
+               f"{int(table.max_clients[j])})" for j in range(len(table.max_clients))
+               if feasible[j] and table.running[j] < table.max_clients[j]]
     if waiting:
         warnings.append("at capacity some clients wait for admission past the engine's cap (priced: latency x "
                         f"N/cap, the wait added to TTFT): {', '.join(waiting)}")

@@ -14,6 +14,7 @@ opening wave included (:meth:`sdplan.latency.closed_loop.ClosedLoopPoint.with_op
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -186,6 +187,25 @@ def opening_wave_warning(scenario: Scenario, requests: int | None, clients: tupl
             f"{sent:,} requests); --num-prompts gives the requests a run sends")
 
 
+def steady_point(scenario: Scenario, draft_length: int, tokens_per_cycle: float, clients: int, cap: float,
+                 served: dict[int, ClosedLoopPoint] | None = None) -> ClosedLoopPoint:
+    """One option's long-run steady state with ``clients`` in flight and its engine cap ``cap``.
+
+    The engine runs ``min(N, cap)`` of them (:func:`sdplan.latency.closed_loop.admitted_clients`) and the others
+    wait for admission (:meth:`~sdplan.latency.closed_loop.ClosedLoopPoint.with_clients`); ``served`` caches the
+    point of each number the engine runs, for callers that price many ``N`` of one option. A cap below one
+    request (a KV cache that holds no whole request) admits nobody, as the rate plan says: infinite latency.
+    """
+    if cap < 1:
+        return ClosedLoopPoint(clients=clients, running=0, latency_s=math.inf, ttft_s=math.inf)
+    held = admitted_clients(clients, cap)
+    cache = {} if served is None else served
+    if held not in cache:
+        cache[held] = closed_loop_point(scenario.coefficients, draft_length, tokens_per_cycle, held, scenario.moe,
+                                        cap)
+    return cache[held].with_clients(clients)
+
+
 def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...], requests: int | None = None) -> ClosedLoopPlan:
     """Every option of ``scenario`` in closed loops of ``clients``: :func:`sdplan.latency.closed_loop.closed_loop_point`
     at each option's engine cap (:meth:`sdplan.inputs.serving.EngineLimits.caps`), with runs of ``requests`` in all
@@ -208,18 +228,10 @@ def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...], requests: int
     running = np.empty(shape[1:], dtype=np.int64)
     for ia in range(alphas.size):
         for option, k in enumerate((0, *ks)):
-            if caps[option] < 1:  # a KV cache that holds no whole request admits nobody, as the rate plan says
-                latency[ia, :, option] = ttft[ia, :, option] = np.inf
-                running[:, option] = 0
-                continue
             per_cycle = 1.0 if k == 0 else float(tokens[ia, option - 1])
             served: dict[int, ClosedLoopPoint] = {}  # past the cap every N shares the state of the full engine
             for i_n, n in enumerate(counts):
-                held = admitted_clients(int(n), caps[option])
-                if held not in served:
-                    served[held] = closed_loop_point(scenario.coefficients, int(k), per_cycle, held, scenario.moe,
-                                                     caps[option])
-                point = served[held].with_clients(int(n))
+                point = steady_point(scenario, int(k), per_cycle, int(n), caps[option], served)
                 if budget is not None and requests is not None:
                     point = point.with_opening_wave(scenario.coefficients, budget, requests)
                 latency[ia, i_n, option], ttft[ia, i_n, option] = point.latency_s, point.ttft_s
