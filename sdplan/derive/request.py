@@ -195,8 +195,7 @@ class DeriveRequest:
         if self.system not in SYSTEMS:
             raise InvalidValueError(f"--system {self.system}: sdplan derives for {', '.join(SYSTEMS)}")
         for flag, precision in (("--precision", self.precision), ("--draft-precision", self.draft_precision)):
-            units, systems = {"nvfp4": ("FP4", FP4_SYSTEMS), "fp8": ("FP8", FP8_SYSTEMS),
-                              "fp8_block": ("FP8", FP8_SYSTEMS)}.get(str(precision), ("", SYSTEMS))
+            units, systems = TENSOR_CORE_SYSTEMS.get(str(precision), ("", SYSTEMS))
             if self.system not in systems:
                 raise InvalidValueError(f"{flag} {precision}: {self.system} has no {units} tensor cores, and "
                                         f"AIConfigurator times {precision} only on {', '.join(systems)}; "
@@ -281,6 +280,8 @@ FP4_SYSTEMS = ("b200_sxm", "gb200", "b300_sxm", "gb300")
 #: The systems with FP8 tensor cores (Ada, Hopper, Blackwell: every one but the A100), where the fp8 modes can be
 #: priced: AIConfigurator 0.12.0's a100_sxm file gives no ``fp8_tc_flops``.
 FP8_SYSTEMS = tuple(system for system in SYSTEMS if system != "a100_sxm")
+#: The tensor cores a ``--precision`` needs and the systems that have them; bf16 runs on every system.
+TENSOR_CORE_SYSTEMS = {"fp8": ("FP8", FP8_SYSTEMS), "fp8_block": ("FP8", FP8_SYSTEMS), "nvfp4": ("FP4", FP4_SYSTEMS)}
 #: The key of a GPU's peak tensor FLOP/s for each ``--precision`` in AIConfigurator's system files.
 PEAK_FLOPS_KEYS = {"bf16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops",
                    "nvfp4": "fp4_tc_flops"}
