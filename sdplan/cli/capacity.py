@@ -166,17 +166,15 @@ def capacity(workload_path: str | None, calibration: str | None, slos: tuple[str
 def _capacity(request: CapacityRequest) -> None:
     """Parse, answer, render: the capacity table (text or JSON), or an engine's configuration."""
     from sdplan.planning.capacity_answer import NO_OPTION_MEETS, answer_capacity, engine_config_answer
+    from sdplan.planning.client_capacity import asks_for_clients
     from sdplan.render import OutputFormat, Style, emit, say, stdout_is_terminal, warn
     from sdplan.render.check import capacity_interval_note, capacity_plots, engine_config_summary, render_capacity
 
     out = request.output
     check_plot_request(out.plot, out.plot_file, out.fmt)
     scenario = command_scenario(request.scenario, request.draft_lengths)
-    file = scenario.file
-    # a workload file's target_concurrency asks for clients, unless the command line asks for a rate
-    from_file = file is not None and file.target_concurrency is not None and request.query.target_rate_rps is None \
-        and out.fmt not in ENGINE_FORMATS
-    if request.closed_loop or from_file:
+    if asks_for_clients(scenario, request.closed_loop, request.query.target_rate_rps,
+                        out.fmt if out.fmt in ENGINE_FORMATS else None):
         _client_capacity(request, scenario)
         return
     if out.fmt in ENGINE_FORMATS:
@@ -200,8 +198,7 @@ def _capacity(request: CapacityRequest) -> None:
 
 
 def _client_capacity(request: CapacityRequest, scenario: Scenario) -> None:
-    """``--closed-loop``: the most clients per replica under the SLOs, and the fleet for a target concurrency
-    (``--target-concurrency``, else the workload file's ``traffic.target_concurrency``)."""
+    """``--closed-loop``: the most clients per replica under the SLOs, and the fleet for a target concurrency."""
     from sdplan.planning.client_capacity import answer_client_capacity, refuse_with_closed_loop
     from sdplan.render import OutputFormat, Style, emit, stdout_is_terminal, warn
     from sdplan.render.client_capacity import client_capacity_plots, render_client_capacity
@@ -209,10 +206,7 @@ def _client_capacity(request: CapacityRequest, scenario: Scenario) -> None:
     out, query = request.output, request.query
     refuse_with_closed_loop(engine_format=out.fmt if out.fmt in ENGINE_FORMATS else None,
                             target_rate=query.target_rate_rps, simulate=query.use_simulator)
-    file = scenario.file
-    target = request.target_clients if request.target_clients is not None else \
-        (file.target_concurrency if file is not None else None)
-    answer = answer_client_capacity(scenario, query.slos, target, query.gpus_per_replica,
+    answer = answer_client_capacity(scenario, query.slos, request.target_clients, query.gpus_per_replica,
                                     query.gpu_hour_cost_usd, query.at_calibrated_speed)
     warn(answer.warnings)
     terminal = out.output in (None, "-") and stdout_is_terminal()

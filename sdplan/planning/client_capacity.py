@@ -316,6 +316,17 @@ def client_fleet(evaluate: _Evaluator, table: ClientCapacity, index: int, target
                        output_throughput_tok_s=throughput, cost_per_million_output_tokens_usd=per_million)
 
 
+def asks_for_clients(scenario: Scenario, closed_loop: bool, target_rate_rps: float | None,
+                     engine_format: str | None) -> bool:
+    """Whether ``capacity`` answers in clients: ``--closed-loop`` (or ``--target-concurrency``) says so, and so
+    does a workload file's ``traffic.target_concurrency`` unless the command line asks for a rate or an engine
+    format."""
+    file = scenario.file
+    from_file = file is not None and file.target_concurrency is not None and target_rate_rps is None \
+        and engine_format is None
+    return closed_loop or from_file
+
+
 def refuse_with_closed_loop(engine_format: str | None, target_rate: float | None, simulate: bool) -> None:
     """Refuse what ``--closed-loop`` does not combine with (one line naming the option).
 
@@ -338,7 +349,8 @@ def refuse_with_closed_loop(engine_format: str | None, target_rate: float | None
 def answer_client_capacity(scenario: Scenario, slos_given: tuple[str, ...], target_clients: int | None,
                            gpus_per_replica: int | None, gpu_hour_cost_usd: float | None,
                            at_calibrated_speed: bool = False) -> ClientCapacityAnswer:
-    """``sdplan capacity --closed-loop``: the table, its warnings and the fleet for ``target_clients``.
+    """``sdplan capacity --closed-loop``: the table, its warnings and the fleet for ``target_clients`` (None: the
+    workload file's ``traffic.target_concurrency``, else no fleet).
 
     A calibration that measured its servers' spread is answered on the slower server, as the rate's capacity
     is (:func:`sdplan.planning.capacity_answer.answer_capacity`).
@@ -361,6 +373,8 @@ def answer_client_capacity(scenario: Scenario, slos_given: tuple[str, ...], targ
     evaluate = _Evaluator(answered, slos)
     table = client_capacity(evaluate)
     file = answered.file
+    if target_clients is None and file is not None:
+        target_clients = file.target_concurrency
     gpus = gpus_per_replica or (file.gpus_per_replica if file else None) or \
         answered.calibration.provenance.get("tensor_parallel_size")
     cost = gpu_hour_cost_usd if gpu_hour_cost_usd is not None else (file.gpu_hour_cost_usd if file else None)

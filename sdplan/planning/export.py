@@ -71,9 +71,10 @@ class DraftServing:
 VLLM_DRAFT_QUANTIZATION = {"fp8": "fp8", "fp8_block": "fp8"}
 
 
-def _draft_precision_warning(draft: DraftServing, engine: str) -> list[str]:
-    """Where the engine's config cannot say the draft's priced precision: a warning naming it."""
-    if draft.precision in (None, "bf16"):
+def _draft_precision_warning(draft: DraftServing, weights: str | None, engine: str) -> list[str]:
+    """Where the engine loads draft weights and its config cannot say their priced precision: a warning naming
+    it (none for MTP and n-gram, which load no draft of their own)."""
+    if weights is None or draft.precision in (None, "bf16"):
         return []
     return [f"the draft was priced at {draft.precision} ([derivation] draft_precision): serve a draft checkpoint "
             f"quantised so; {engine} loads a draft at its checkpoint's precision"]
@@ -113,8 +114,8 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
     warnings = []
     if weights is not None and draft.precision in VLLM_DRAFT_QUANTIZATION:
         config["quantization"] = VLLM_DRAFT_QUANTIZATION[draft.precision]
-    elif weights is not None:
-        warnings += _draft_precision_warning(draft, "vLLM")
+    else:
+        warnings += _draft_precision_warning(draft, weights, "vLLM")
     config["num_speculative_tokens"] = schedule.max_k
     config["num_speculative_tokens_per_batch_size"] = [list(tier) for tier in schedule.tiers]
     if weights is not None and "/" not in weights:
@@ -174,8 +175,7 @@ def sglang_config(schedule: EngineSchedule, method: str, weights: str | None,
     warnings = ["SGLang pads a batch up to its CUDA-graph batch sizes before picking the tier "
                 "(adaptive_step_router.py): a tier takes effect at the first graph size at or above its start"]
     warnings += _k0_warning(schedule, "SGLang")
-    if weights is not None:
-        warnings += _draft_precision_warning(draft, "SGLang")
+    warnings += _draft_precision_warning(draft, weights, "SGLang")
     return EngineConfig(json.dumps(config, indent=2) + "\n",
                         "python -m sglang.launch_server --model-path TARGET " + " ".join(flags), warnings)
 
@@ -227,6 +227,5 @@ def trtllm_config(schedule: EngineSchedule, method: str, weights: str | None,
         warnings.append(f"TensorRT-LLM drafts nothing above the last key ({schedule.max_num_seqs}); give "
                         "--max-num-seqs equal to its max_batch_size so the schedule covers every batch")
     warnings += _k0_warning(schedule, "TensorRT-LLM")
-    if weights is not None:
-        warnings += _draft_precision_warning(draft, "TensorRT-LLM")
+    warnings += _draft_precision_warning(draft, weights, "TensorRT-LLM")
     return EngineConfig("\n".join(lines) + "\n", "trtllm-serve TARGET --config FILE", warnings)
