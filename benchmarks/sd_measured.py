@@ -34,7 +34,10 @@ its lowest load only: ``E`` (tokens per cycle) is solved so that the model repro
 smallest batch (lowest rate); for the blog also the output length, so that the no-SD latency at the lowest rate is
 the measured one. Every other point (larger batches; rates 2-10 req/s) is a prediction, and is
 what the summary scores: the error of the predicted ratio, the sign (SD faster or slower), and the
-crossover rate where the source has one.
+crossover rate where the source has one. It then asks what the errors cost a user who follows the model: at
+each predicted load of a panel (the options a source measured side by side: no SD and each method or draft
+length on one model and dataset), the option of the largest predicted ratio against the measured best, and the
+measured ratio given up (the regret).
 """
 
 from __future__ import annotations
@@ -436,12 +439,62 @@ def main() -> int:
                   f"({anchored / traced - 1:+.1%})")
     for name, measured, predicted, unit in crossings:
         print(f"  crossover {name}: measured below 1 from {unit} {measured}, predicted from {unit} {predicted}")
+    print_decisions(scored, source_of)
     print_equal_rate(equal)
     print_steady(steady)
     if options.json:
         everything = rows + [point for _, _, points in equal for point in points]
         options.json.write_text(json.dumps([p.__dict__ | {"error_pct": p.error_pct} for p in everything], indent=1))
     return 0
+
+
+def panel_of(series_id: str) -> str:
+    """The measured panel a series belongs to: its id up to its dataset (the options measured side by side)."""
+    dataset = next(name for name in DATASET_LENGTHS if f"_{name}_" in f"_{series_id}_")
+    return series_id[:series_id.index(dataset) + len(dataset)]
+
+
+def decisions(scored: list[Point]) -> list[tuple[str, float, str, str, float]]:
+    """The option the model would run at each predicted load of a panel, against the best one measured.
+
+    A panel's options are no SD (ratio 1) and each of its series (a method or draft length) measured at the
+    same load. Returns ``(panel, load, chosen, best, regret)`` per panel and load, with ``regret`` the measured
+    ratio of the best option over that of the chosen one, less 1 (0 where the model picks the best), the
+    throughput or latency a user who follows the model gives up (the brief's chosen-option regret).
+    """
+    options: dict[tuple[str, float], dict[str, tuple[float, float]]] = {}
+    for point in scored:
+        key = (panel_of(point.series), point.load)
+        options.setdefault(key, {"no SD": (1.0, 1.0)})[point.series] = (point.measured, point.predicted)
+    found = []
+    for (panel, load), choices in sorted(options.items()):
+        chosen = max(choices, key=lambda name: choices[name][1])
+        best = max(choices, key=lambda name: choices[name][0])
+        found.append((panel, load, chosen, best, choices[best][0] / choices[chosen][0] - 1.0))
+    return found
+
+
+def print_decisions(scored: list[Point], source_of: dict[str, str]) -> None:
+    """Per source: how often the model's best option is the measured best, and what its choice costs."""
+    print("  the option the model would run (no SD or a measured series, by predicted ratio) against the measured "
+          "best, per panel and predicted load:")
+    made = decisions(scored)
+    panel_source = {panel_of(sid): source for sid, source in source_of.items()}
+    for source_id in sorted(set(source_of.values())) + ["all"]:
+        group = [d for d in made if source_id in ("all", panel_source[d[0]])]
+        if not group:
+            continue
+        regrets = np.array([d[4] for d in group]) * 100.0
+        print(f"    {source_id}: best chosen at {sum(d[2] == d[3] for d in group)} of {len(group)}; regret mean "
+              f"{regrets.mean():.1f}%, largest {regrets.max():.1f}%")
+    alone = [max(p.measured, 1.0) / (p.measured if p.predicted >= 1.0 else 1.0) - 1.0 for p in scored]
+    print(f"    each series alone (SD on or off): the model's choice is the measured best at "
+          f"{sum(r == 0.0 for r in alone)} of {len(alone)}; regret mean {100 * np.mean(alone):.1f}%, largest "
+          f"{100 * max(alone):.1f}%")
+    for panel, load, chosen, best, regret in made:
+        if regret > 0.05:
+            print(f"    regret over 5%: {panel} at {load:g}: chose {chosen}, measured best {best} "
+                  f"(+{regret:.1%})")
 
 
 def print_unscored(source_id: str, series_id: str, points: list[Point], axis: str, load_format: str) -> None:
