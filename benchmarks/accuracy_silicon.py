@@ -363,14 +363,16 @@ def derive_request(configuration: silicon.SiliconConfiguration, runs: list, vers
 
 
 def kv_cap(calibration):
-    """``batch_cap_at(run)`` of a derived calibration: the requests of the run's lengths its KV cache holds
-    (its ``max_num_seqs`` is at least every row's concurrency, :func:`derive_request`)."""
-    from sdplan.inputs.serving import derived_kv_cache_tokens, kv_cache_requests
+    """``batch_cap_at(run)`` of a derived calibration: the requests of the run's lengths its KV cache keeps running
+    as its engine fills it (:func:`sdplan.inputs.serving.kv_hold`; its ``max_num_seqs`` is at least every row's
+    concurrency, :func:`derive_request`)."""
+    from sdplan.inputs.serving import derived_kv_cache_tokens, kv_hold
 
     found = derived_kv_cache_tokens(calibration, 0)
     if found is None:
         return None
-    return lambda run: float(kv_cache_requests(found[0], run.prompt_tokens, run.output_tokens))
+    hold = kv_hold(calibration.records.provenance.engine, calibration.records.provenance.hardware)
+    return lambda run: float(hold.running(found[0], run.prompt_tokens, run.output_tokens))
 
 
 def derived_predictors(configuration: silicon.SiliconConfiguration, kept: list, train: list):

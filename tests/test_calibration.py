@@ -295,22 +295,23 @@ def test_a_served_calibration_knows_the_kv_cache_of_each_server(write_calibratio
     assert simulated("--draft-length", "off") == [2000.0]
     assert simulated("--draft-length", "2") == [1000.0]
     assert simulated("--draft-length", "2", "--kv-cache-tokens", "5000") == [5000.0]
-    # capacity: the smallest cache of the servers its options run on, 1000 tokens = 5 requests of 200
+    # capacity: the smallest cache of the servers its options run on: 1000 tokens keep 6 requests of 100 + 100
+    # running, each holding its prompt, half its output and half a 16-token block on average (vLLM on a GPU)
     capacity = sdplan("capacity", *workload, "--slo", "e2e:mean<=600s", "-f", "json")
     assert capacity.exit_code == 0, capacity.output
-    assert json.loads(capacity.stdout)["batch_cap_sequences"] == 5
+    assert json.loads(capacity.stdout)["batch_cap_sequences"] == 1000 // (100 + 100 / 2 + 16 / 2) == 6
     given = sdplan("capacity", *workload, "--slo", "e2e:mean<=600s", "-f", "json", "--kv-cache-tokens", "1e6")
     assert json.loads(given.stdout)["batch_cap_sequences"] == 64
     # check names where its batch cap comes from
     checked = sdplan("check", *workload, "--rate", "20", "--draft-length", "off", "--slo", "e2e:mean<=600s")
     assert "KV cache of 2,000 tokens the calibrated nosd server reported" in " ".join(checked.output.split())
-    # plan: each option saturates at its own server's cap, no SD at its 2,000 tokens = 10 requests of 200
+    # plan: each option saturates at its own server's cap, no SD at its 2,000 tokens: 12 requests of 158 tokens held
     planned = sdplan("plan", *workload, "--rates", "1,20", "-k", "2")
     assert planned.exit_code == 0, planned.output
     text = " ".join(planned.output.split())
-    assert "without SD (its batch cap of 10 sequences: KV cache of 2,000 tokens the calibrated nosd server" in text
-    # k = 2 at its 1,000 tokens: 4 requests, each holding p + g and k lookahead slots (202 tokens)
-    assert "with k=2 (its batch cap of 4 sequences: KV cache of 1,000 tokens the calibrated k2 server" in text
+    assert "without SD (its batch cap of 12 sequences: KV cache of 2,000 tokens the calibrated nosd server" in text
+    # k = 2 at its 1,000 tokens: 6 requests, each holding k lookahead slots more (160 tokens)
+    assert "with k=2 (its batch cap of 6 sequences: KV cache of 1,000 tokens the calibrated k2 server" in text
     # a workload that does not fit even once: plan answers, and says the server could not run it
     too_long = sdplan("plan", "-c", path, "--acceptance", "0.7", "--prompt-tokens", "900", "--output-tokens", "200",
                       "--rates", "0.1")

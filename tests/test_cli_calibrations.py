@@ -116,12 +116,14 @@ def test_show_says_how_many_requests_each_engine_holds_and_what_limits_it(sdplan
                                 "-f", "json").stdout)
         assert doc["max_num_seqs"]["requests"] == derivation["max_num_seqs"] == 1024
         caps = {cap["draft_length_tokens"]: cap["requests"] for cap in doc["batch_caps_at_workload"]}
-        assert caps[0] == derivation["kv_cache_tokens_without_draft"] // (prompt + output)
-        # vLLM keeps k lookahead slots a running SD request, so the longer drafts may hold one request fewer
-        assert all(derivation["kv_cache_tokens"] // (prompt + output + k) == caps[k] for k in (1, 2, 3, 4))
+        # vLLM fills its cache as requests run: each holds its prompt, half its output and half a 16-token block
+        assert caps[0] == derivation["kv_cache_tokens_without_draft"] // (prompt + output / 2 + 8)
+        # and k lookahead slots a running SD request, so the longer drafts may hold one request fewer
+        assert all(derivation["kv_cache_tokens"] // (prompt + output / 2 + 8 + k) == caps[k] for k in (1, 2, 3, 4))
         assert caps[0] > caps[4]
         assert all(cap["limit"].startswith(f"batch cap of {cap['requests']} sequences: KV cache")
                    for cap in doc["batch_caps_at_workload"])
     text = " ".join(sdplan("show", "--ascii").stdout.split())
-    assert "Requests each engine holds at once at 1024 prompt / 512 output tokens" in text
-    assert "| no SD | 281 |" in text and "| k=1-4 | 213 |" in text and "max_num_seqs 1024 (" in text
+    assert "Requests each engine keeps running at 1024 prompt / 512 output tokens" in text
+    assert "| no SD | 336 |" in text and "| k=1-3 | 254 |" in text and "| k=4 | 253 |" in text
+    assert "max_num_seqs 1024 (" in text

@@ -282,14 +282,14 @@ def test_an_moe_options_batch_reaches_its_cap_at_the_cap_rate_the_grid_gives() -
 
 
 def test_an_moe_plan_saturates_at_its_kv_cap_not_past_it(sdplan) -> None:
-    """Qwen3-30B-A3B with a 0.6B draft on one H100: its KV cache holds 77 requests without SD and 30 with k=2."""
+    """Qwen3-30B-A3B with a 0.6B draft on one H100: its KV cache keeps 91 requests running without SD, 36 with k=2."""
     result = sdplan("plan", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived", "-f", "json")
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["baseline"]["saturation_limit"] == "cap"
     batches = [point["effective_batch_size"] for row in document["results"][0]["rates"]
                for point in [row["baseline"], *row["speculative"]] if point["effective_batch_size"] is not None]
-    assert batches and max(batches) <= 77.0 + 1e-6
+    assert batches and max(batches) <= 91.0 + 1e-6
 
 
 MOE_FILE = "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived"
@@ -325,15 +325,15 @@ def test_moe_capacity_is_the_rate_where_check_starts_to_fail(sdplan, slo) -> Non
 
 
 def test_moe_capacity_names_the_kv_cap_where_it_binds(sdplan) -> None:
-    """Under a loose SLO each option runs up to its KV cache's requests (77 without the draft, 30 with it), the
+    """Under a loose SLO each option runs up to its KV cache's requests (91 without the draft, 36 with it), the
     rate where its batch reaches them: the cap binds, and capacity is the planner's saturation there."""
     options = _capacity_options(sdplan, "e2e:mean<=60s")
     assert [option["binding_slo"] for option in options] == \
-        ["batch cap (77 sequences)"] + ["batch cap (30 sequences)"] * 5
+        ["batch cap (91 sequences)"] + ["batch cap (36 sequences)"] * 5
     for option in options:
         assert option["max_rate_under_slo_rps"] == pytest.approx(option["saturation_rate_rps"], rel=1e-6)
         batch = option["max_rate_under_slo_rps"] * option["mean_e2e_latency_at_capacity_s"]
-        assert batch == pytest.approx(77.0 if option["option"] == "off" else 30.0, rel=1e-3)
+        assert batch == pytest.approx(91.0 if option["option"] == "off" else 36.0, rel=1e-3)
 
 
 def test_moe_capacity_sizes_a_fleet_and_refuses_the_simulator(sdplan) -> None:

@@ -9,6 +9,7 @@ import numpy
 import pytest
 
 from sdplan.errors import ExitStatus, InvalidValueError
+from sdplan.inputs.serving import KvHold, kv_hold
 from sdplan.latency import model
 from sdplan.latency.coefficients import Coefficients
 from sdplan.simulate import SimulationConfig, cycles_needed, simulate
@@ -550,3 +551,26 @@ def test_littles_law_on_the_goodput_policy_trace() -> None:
     little = run.arrival_rate_rps * run.e2e_s.mean()
     assert run.mean_in_system == pytest.approx(little, rel=0.05)
     assert 1.0 < run.mean_draft_length < 5.0
+
+
+@pytest.mark.parametrize(("hold", "cap"), [(KvHold(), 20_300 // (100 + 100 + 3)),
+                                           (KvHold(0.5, 16), 20_300 // (100 + 50 + 3 + 8))])
+def test_a_full_kv_cache_keeps_its_cap_running_to_the_end(hold: KvHold, cap: int) -> None:
+    """Overloaded SD with a KV budget: every completed request gives back what it held, lookahead slots included,
+    so the engine keeps the cap running to the end (it lost k tokens a request before, 9,000 of these 20,300)."""
+    config = SimulationConfig(rate_rps=2_000.0, draft_length=3, position_rates=rates(0.7, 3), requests=3000,
+                              prompt_tokens=100, output_tokens=100, max_num_seqs=512, kv_cache_tokens=20_300,
+                              kv_hold=hold, warmup_fraction=0.0)
+    run = simulate(C, config, numpy.random.default_rng(5))
+    assert cap * 0.95 <= run.mean_running <= cap + 1e-9
+
+
+def test_an_engine_that_fills_its_cache_as_requests_run_keeps_more_of_them() -> None:
+    """vLLM holds a prompt, half the output and half a block on average; SGLang and TensorRT-LLM reserve the output."""
+    vllm, sglang = kv_hold("vllm", "NVIDIA H100 SXM 80GB"), kv_hold("sglang", "NVIDIA H100 SXM 80GB")
+    assert vllm.running(432_992, 1024, 512) == 432_992 // (1024 + 256 + 8) == 336
+    assert sglang.running(432_992, 1024, 512) == kv_hold("trtllm", "B200").running(432_992, 1024, 512) == 281
+    assert vllm.running(328_102, 1024, 512, 3) == 328_102 // (1024 + 256 + 3 + 8)
+    assert kv_hold("vllm", "AMD EPYC (CPU, 2 cores)").tokens(256, 512) == 256 + 256 + 64  # 128-token blocks
+    # one request must fit whole: vLLM refuses a max_model_len over its cache
+    assert vllm.running(1_500, 1024, 512) == 0 and vllm.running(1_536, 1024, 512) == 1

@@ -76,8 +76,9 @@ def fit_anchor(measured: MeasuredRows, pricer: Pricer, kv_tokens: int | None) ->
     decode step at the mean context ``s = p + g/2`` and ``P`` its prefill of one
     prompt. ``a`` and ``b`` are fitted by
     :func:`~sdplan.derive.fitting.fit_linear` to the measured rows whose
-    sequences fit the KV cache (``N (p + g)`` tokens at most; beyond it
-    requests queue for memory, which no step cost describes). The derived
+    sequences fit the KV cache at their longest (``N (p + g)`` tokens at most: no
+    request is ever preempted; beyond it requests may queue for memory or be
+    computed again, which no step cost describes). The derived
     file keeps AIConfigurator's ratios of every SD step to the plain decode
     step: every target and draft step cost is multiplied by ``a``, every
     prefill cost by ``b``. None with fewer than three usable rows.

@@ -1,11 +1,12 @@
 """The serving setup: the engine limits one replica runs under, resolved once.
 
 A vLLM replica holds at most ``max_num_seqs`` requests in its running batch,
-schedules at most ``max_num_batched_tokens`` tokens per step, and reserves
-each running request's prompt and output in a KV cache of ``kv_cache_tokens``
-tokens. The *batch cap* is the number of requests of the workload it can hold
-at once: ``min(max_num_seqs, floor(kv_cache_tokens / (p + g)))``. Past it
-requests queue for a slot, which the mean model ``L = C1/(1 - lambda C2)``
+schedules at most ``max_num_batched_tokens`` tokens per step, and keeps each
+running request's tokens in a KV cache of ``kv_cache_tokens`` tokens, which it
+fills as the requests run (:class:`KvHold`). The *batch cap* is the number of
+requests of the workload it keeps running at once: ``min(max_num_seqs,
+floor(kv_cache_tokens / (p + g/2 + k + block/2)))``. Past it requests queue for
+a slot, which the mean model ``L = C1/(1 - lambda C2)``
 (:mod:`sdplan.latency.model`) does not represent; the simulator does.
 
 :func:`resolve_limits` is the one place that decides each limit, with one
@@ -118,12 +119,66 @@ def engine_batch_cap(engine: str, hardware: str) -> tuple[int, str]:
 
 
 def kv_cache_requests(kv_cache_tokens: float, prompt_tokens: float, output_tokens: float) -> int:
-    """How many requests of the workload a KV cache holds at once: ``floor(tokens / (p + g))``.
+    """How many requests of the workload a KV cache holds at their longest: ``floor(tokens / (p + g))``.
 
-    vLLM's own "maximum concurrency" line at start-up; each running request reserves its prompt and its
-    output. 0 where not one fits (vLLM refuses to start a ``max_model_len`` over the cache).
+    vLLM's own "maximum concurrency" line at start-up: up to this many requests run without one ever
+    being preempted, so a calibration's sweep stops here (:mod:`sdplan.measure.levels`). The requests a
+    cache keeps running on average are more (:class:`KvHold`). 0 where not one fits (vLLM refuses to start a
+    ``max_model_len`` over the cache).
     """
     return max(0, math.floor(kv_cache_tokens / (prompt_tokens + output_tokens)))
+
+
+#: Tokens of one KV cache block in vLLM by default: 16 on a GPU (its attention backends' block), 128 on a CPU
+#: (``vllm==0.32.0:vllm/platforms/cpu.py``, ``CpuPlatform.check_and_update_config``). A request's last block is
+#: half empty on average.
+KV_BLOCK_TOKENS_GPU, KV_BLOCK_TOKENS_CPU = 16, 128
+
+
+@dataclass(frozen=True, slots=True)
+class KvHold:
+    """What one running request holds of the KV cache on average: ``p + share g + k + block/2`` tokens.
+
+    vLLM allocates a request's blocks as it runs: it admits a waiting request once its prompt fits
+    (``KVCacheManager.allocate_slots`` checks the tokens the request has, not its ``max_tokens``), gives a
+    running request a block when its tokens fill the last one, and when none is free preempts the newest
+    running request (``Scheduler.schedule``). Over its life a request's output so far is ``g/2`` on
+    average, so its hold is ``p + g/2``, with its ``k`` lookahead slots under SD and half a block
+    (``output_share`` 0.5). Measured with vLLM 0.32 (CPU, 128-token blocks, a 7,680-token cache; 32
+    clients at 256/512 and 128/896 tokens): 12.5 and 11.5 requests running on average, where this hold
+    gives 13.3 and 12.0 and ``p + g`` 10 and 7 (``benchmarks/kv_running.py``;
+    benchmarks/RESULTS-accuracy-served-2026-11.md, eighth session). SGLang and TensorRT-LLM reserve the
+    output at admission (``PrefillAdder.add_one_req``; ``GUARANTEED_NO_EVICT``): ``output_share`` 1 and no
+    block term.
+
+    Attributes
+    ----------
+    output_share : float
+        Share of the output tokens held on average (0.5 allocated as it runs, 1 reserved).
+    block_tokens : int
+        Tokens of one block; half of one is held empty on average (0 for an engine that reserves).
+    """
+
+    output_share: float = 1.0
+    block_tokens: int = 0
+
+    def tokens(self, prompt_tokens: float, output_tokens: float, lookahead: int = 0) -> float:
+        """Tokens one running request holds on average."""
+        return prompt_tokens + self.output_share * output_tokens + lookahead + self.block_tokens / 2.0
+
+    def running(self, kv_cache_tokens: float, prompt_tokens: float, output_tokens: float, lookahead: int = 0) -> int:
+        """Requests of the workload the cache keeps running at once; 0 where one whole request does not fit."""
+        if prompt_tokens + output_tokens + lookahead > kv_cache_tokens:
+            return 0
+        return max(1, math.floor(kv_cache_tokens / self.tokens(prompt_tokens, output_tokens, lookahead)))
+
+
+def kv_hold(engine: str, hardware: str) -> KvHold:
+    """How ``engine`` fills its KV cache (:class:`KvHold`): as requests run (vLLM, and any engine not named),
+    or reserved at admission (SGLang, TensorRT-LLM)."""
+    if engine.lower() in ("sglang", "trtllm"):
+        return KvHold()
+    return KvHold(0.5, KV_BLOCK_TOKENS_CPU if "cpu" in hardware.lower() else KV_BLOCK_TOKENS_GPU)
 
 
 # ----------------------------------------------------------------------------- what a served calibration ran with
@@ -351,11 +406,16 @@ class EngineLimits:
     kv_cache_tokens : float or None
         KV cache capacity in tokens; None is unlimited.
     batch_cap : int
-        Requests of the workload the engine holds at once:
-        ``min(max_num_seqs, floor(kv_cache_tokens / (p + g)))``; 0 where not one fits.
+        Requests of the workload the engine keeps running at once:
+        ``min(max_num_seqs, floor(kv_cache_tokens / hold))`` with ``hold`` of :attr:`kv_hold`; 0 where not
+        one fits.
     max_num_seqs_source, max_num_batched_tokens_source, kv_cache_source, batch_cap_source : str
         Where each came from, as a phrase a warning can quote (e.g. ``the calibrated server's
         max_num_seqs``); ``kv_cache_source`` is empty for an unlimited cache.
+    option_caps : tuple
+        ``(k, cap, source)`` of each option with a cache of its own.
+    kv_hold : KvHold
+        What one running request holds of the KV cache on average (the engine's rule).
     """
 
     max_num_seqs: int
@@ -367,6 +427,7 @@ class EngineLimits:
     batch_cap: int
     batch_cap_source: str
     option_caps: tuple[tuple[int, int, str], ...] = ()
+    kv_hold: KvHold = KvHold()
 
     def caps(self, draft_lengths: Sequence[int]) -> list[float]:
         """Requests each option's engine holds at once, no SD first, then ``draft_lengths`` (for
@@ -454,8 +515,8 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
     4. vLLM's default for the calibration's hardware (:func:`engine_max_num_seqs`),
        :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS`, and an unlimited KV cache.
 
-    The batch cap is ``min(max_num_seqs, floor(kv_cache_tokens / (p + g)))`` (:func:`kv_cache_requests`),
-    named after whichever of the two is smaller.
+    The batch cap is ``min(max_num_seqs, floor(kv_cache_tokens / hold))``, the hold of the calibration's engine
+    (:func:`kv_hold`), named after whichever of the two is smaller.
     """
     seqs, seqs_source = _max_num_seqs(calibration, workload_file, given.max_num_seqs)
     if given.max_num_batched_tokens is not None:
@@ -465,9 +526,10 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
     else:
         batched, batched_source = DEFAULT_MAX_NUM_BATCHED_TOKENS, "sdplan's default max_num_batched_tokens"
     kv, kv_source = _kv_cache(calibration, given.kv_cache_tokens, draft_lengths)
+    hold = kv_hold(calibration.records.provenance.engine, calibration.records.provenance.hardware)
     cap, cap_source = seqs, seqs_source
     if kv is not None:
-        held = kv_cache_requests(kv, prompt_tokens, output_tokens)
+        held = hold.running(kv, prompt_tokens, output_tokens)
         if held < seqs:
             cap, cap_source = held, kv_source
     return EngineLimits(max_num_seqs=seqs, max_num_seqs_source=seqs_source, max_num_batched_tokens=batched,
@@ -475,17 +537,18 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
                         batch_cap=cap, batch_cap_source=cap_source,
                         option_caps=tuple(
                             _option_cap(calibration, given.kv_cache_tokens, k, seqs, seqs_source, prompt_tokens,
-                                        output_tokens) for k in sorted(set(draft_lengths))))
+                                        output_tokens, hold) for k in sorted(set(draft_lengths))),
+                        kv_hold=hold)
 
 
 def _option_cap(calibration: Calibration, given: float | None, draft_length: int, seqs: int, seqs_source: str,
-                prompt_tokens: float, output_tokens: float) -> tuple[int, int, str]:
-    """``(k, cap, source)``: the requests one option's engine holds, ``min(max_num_seqs, floor(KV / (p + g + k)))``.
+                prompt_tokens: float, output_tokens: float, hold: KvHold) -> tuple[int, int, str]:
+    """``(k, cap, source)``: the requests one option's engine keeps running, ``min(max_num_seqs, floor(KV / h))``.
 
     Its KV cache: the one given, else what its calibrated server reported, else what a derived calibration
     priced for it (:func:`derived_kv_cache_tokens`: no SD without the draft's memory), else unlimited. vLLM
-    keeps ``k`` lookahead slots per running request for the drafted tokens, so an SD request holds
-    ``p + g + k`` tokens of it.
+    keeps ``k`` lookahead slots per running request for the drafted tokens, so an SD request's hold ``h``
+    (:class:`KvHold`) has ``k`` tokens more.
     """
     if given is not None:
         found = (given, f"KV budget of {given:g} tokens") if math.isfinite(given) else None
@@ -495,7 +558,7 @@ def _option_cap(calibration: Calibration, given: float | None, draft_length: int
             if served else derived_kv_cache_tokens(calibration, draft_length)
     if found is None:
         return draft_length, seqs, seqs_source
-    held = kv_cache_requests(found[0], prompt_tokens + draft_length, output_tokens)
+    held = hold.running(found[0], prompt_tokens, output_tokens, draft_length)
     return (draft_length, held, found[1]) if held < seqs else (draft_length, seqs, seqs_source)
 
 

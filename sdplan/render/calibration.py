@@ -211,7 +211,7 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
                         "output tokens (ms)", caption=STEP_TIMES_NOTE + beyond)
         if shown.batch_caps:
             print_table(console, cap_table(shown, style),
-                        title=f"Requests each engine holds at once at {coefficients.prompt_tokens:g} prompt / "
+                        title=f"Requests each engine keeps running at {coefficients.prompt_tokens:g} prompt / "
                         f"{coefficients.output_tokens:g} output tokens",
                         caption=f"max_num_seqs {shown.max_num_seqs[0]} ({shown.max_num_seqs[1]}); " + CAPS_NOTE)
 
@@ -225,9 +225,10 @@ STEP_TIMES_NOTE = ("one engine step with B sequences in flight at the workload's
 
 
 #: What the batch-cap table of ``sdplan show`` holds.
-CAPS_NOTE = ("the smaller of max_num_seqs and the requests of the workload its KV cache holds (a draft's weights and "
-             "KV take cache); past it requests wait for admission. --max-num-seqs, --kv-cache-tokens or a workload "
-             "file's deployment.max_batch_size set them in plan, check, capacity and simulate")
+CAPS_NOTE = ("the smaller of max_num_seqs and the requests of the workload its KV cache keeps running (a draft's "
+             "weights and KV take cache; vLLM fills the cache as requests run, so each holds its prompt and half its "
+             "output on average); past it requests wait for admission. --max-num-seqs, --kv-cache-tokens or a "
+             "workload file's deployment.max_batch_size set them in plan, check, capacity and simulate")
 
 
 def cap_table(shown: CalibrationShown, style: Style) -> Any:

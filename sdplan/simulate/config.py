@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sdplan.errors import InvalidValueError
+from sdplan.inputs.serving import KvHold
 from sdplan.limits import MAX_SIMULATED_RATE_RPS, MIN_SIMULATED_RATE_RPS
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ class SimulationConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     kv_cache_tokens: float = math.inf
+    #: What an admitted request holds of the KV cache, its mean over its life (vLLM fills the cache as requests
+    #: run); the default reserves its prompt, output and lookahead slots at admission.
+    kv_hold: KvHold = KvHold()
     #: Goodput-adaptive policy: candidate draft lengths (0 = off allowed) chosen per step by E(k)/tau_k(B)
     #: (SmartSpec); ``draft_length`` and ``position_rates`` then only give the rates for the longest k.
     adaptive_draft_lengths: tuple[int, ...] | None = None

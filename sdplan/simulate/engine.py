@@ -161,11 +161,13 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     completed = 0
     report_every = max(1, n // 20)
 
+    held = [0.0] * n  # what each admitted request holds of the KV cache, released when it completes
+
     def complete(requests: list[int], when: float) -> None:
         nonlocal kv_used, completed
         for request in requests:
             finish[request] = when
-            kv_used -= prompt_list[request] + output_list[request]
+            kv_used -= held[request]
         before = completed
         completed += len(requests)
         if on_progress is not None and completed // report_every != before // report_every:
@@ -249,11 +251,12 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             chunk_tokens += take
         while queue and budget > 0 and batch + len(prefilling) < seq_cap:
             request = queue[0]
-            need = prompt_list[request] + output_list[request] + lookahead  # vLLM's k lookahead slots with SD
+            need = config.kv_hold.tokens(prompt_list[request], output_list[request], lookahead)  # k lookahead slots
             if kv_used + need > kv_cap:
                 break
             queue.popleft()
             kv_used += need
+            held[request] = need
             admit_time[request] = t
             take = min(prompt_list[request], budget)
             budget -= take
