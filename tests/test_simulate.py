@@ -570,6 +570,8 @@ def test_an_engine_that_fills_its_cache_as_requests_run_keeps_more_of_them() -> 
     vllm, sglang = kv_hold("vllm", "NVIDIA H100 SXM 80GB"), kv_hold("sglang", "NVIDIA H100 SXM 80GB")
     assert vllm.running(432_992, 1024, 512) == 432_992 // (1024 + 256 + 8) == 336
     assert sglang.running(432_992, 1024, 512) == kv_hold("trtllm", "B200").running(432_992, 1024, 512) == 281
+    # SGLang reserves at most 4,096 output tokens (CLIP_MAX_NEW_TOKENS); TensorRT-LLM all of them
+    assert sglang.tokens(1024, 8192) == 1024 + 4096 and kv_hold("trtllm", "B200").tokens(1024, 8192) == 1024 + 8192
     assert vllm.running(328_102, 1024, 512, 3) == 328_102 // (1024 + 256 + 3 + 8)
     assert kv_hold("vllm", "AMD EPYC (CPU, 2 cores)").tokens(256, 512) == 256 + 256 + 64  # 128-token blocks
     # one request must fit whole: vLLM refuses a max_model_len over its cache

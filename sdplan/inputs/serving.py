@@ -149,7 +149,7 @@ class KvHold:
     gives 13.3 and 12.0 and ``p + g`` 10 and 7 (``benchmarks/kv_running.py``;
     benchmarks/RESULTS-accuracy-served-2026-11.md, eighth session). SGLang and TensorRT-LLM reserve the
     output at admission (``PrefillAdder.add_one_req``; ``GUARANTEED_NO_EVICT``): ``output_share`` 1 and no
-    block term.
+    block term; SGLang at most :data:`SGLANG_CLIP_MAX_NEW_TOKENS` of it.
 
     Attributes
     ----------
@@ -157,14 +157,18 @@ class KvHold:
         Share of the output tokens held on average (0.5 allocated as it runs, 1 reserved).
     block_tokens : int
         Tokens of one block; half of one is held empty on average (0 for an engine that reserves).
+    output_clip : float
+        The most output tokens counted (SGLang's reservation stops at 4,096; unlimited otherwise).
     """
 
     output_share: float = 1.0
     block_tokens: int = 0
+    output_clip: float = math.inf
 
     def tokens(self, prompt_tokens: float, output_tokens: float, lookahead: int = 0) -> float:
         """Tokens one running request holds on average."""
-        return prompt_tokens + self.output_share * output_tokens + lookahead + self.block_tokens / 2.0
+        return (prompt_tokens + self.output_share * min(output_tokens, self.output_clip) + lookahead
+                + self.block_tokens / 2.0)
 
     def running(self, kv_cache_tokens: float, prompt_tokens: float, output_tokens: float, lookahead: int = 0) -> int:
         """Requests of the workload the cache keeps running at once; 0 where one whole request does not fit."""
@@ -176,7 +180,9 @@ class KvHold:
 def kv_hold(engine: str, hardware: str) -> KvHold:
     """How ``engine`` fills its KV cache (:class:`KvHold`): as requests run (vLLM, and any engine not named),
     or reserved at admission (SGLang, TensorRT-LLM)."""
-    if engine.lower() in ("sglang", "trtllm"):
+    if engine.lower() == "sglang":
+        return KvHold(output_clip=SGLANG_CLIP_MAX_NEW_TOKENS)
+    if engine.lower() == "trtllm":
         return KvHold()
     return KvHold(0.5, KV_BLOCK_TOKENS_CPU if "cpu" in hardware.lower() else KV_BLOCK_TOKENS_GPU)
 
@@ -308,7 +314,7 @@ class PrefillScheduling:
         """
         if kv_cache_tokens is None:
             return clients
-        held = math.floor(kv_cache_tokens / (prompt_tokens + min(output_tokens, SGLANG_CLIP_MAX_NEW_TOKENS)))
+        held = math.floor(kv_cache_tokens / kv_hold("sglang", "").tokens(prompt_tokens, output_tokens))
         return max(1, min(clients, held))
 
 
