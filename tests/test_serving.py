@@ -18,6 +18,7 @@ from sdplan.fileio import dumps_toml
 from sdplan.inputs.serving import (
     EngineLimits,
     LimitOptions,
+    batch_cap_warning,
     derived_prefill_scheduling,
     engine_batch_cap,
     engine_max_num_seqs,
@@ -209,3 +210,14 @@ def test_each_engine_caps_its_batch_by_its_own_default() -> None:
     assert engine_batch_cap("trtllm", "h100_sxm")[0] == 256
     other = engine_batch_cap("lmdeploy", "b200")
     assert other[0] == 1024 and other[1].startswith("assumed for lmdeploy: vLLM's")
+
+
+def test_a_vllm_kv_cap_warns_that_its_preemptions_are_not_priced() -> None:
+    """vLLM fills its KV cache as requests run and preempts when it is full; the model does not price that churn."""
+    calibration = resolve_calibration(DERIVED)
+    by_cache = limits(calibration, prompt=8192, output=1024)
+    assert by_cache.batch_cap_source == by_cache.kv_cache_source
+    assert "preempts running requests, whose tokens are computed again: not priced" in batch_cap_warning(
+        by_cache, "at 3 req/s")
+    by_seqs = limits(calibration, max_num_seqs=8)
+    assert by_seqs.batch_cap == 8 and "preempts" not in batch_cap_warning(by_seqs, "at 3 req/s")

@@ -573,12 +573,17 @@ def batch_cap_warning(limits: EngineLimits, where: str) -> str:
 
     ``where`` is e.g. ``at 12 req/s`` (see :meth:`EngineLimits.reached`). The mean model has no batch cap:
     past ``B = batch_cap`` requests queue for a slot (:func:`sdplan.latency.model.batch_cap_rate`), so its latency is
-    a lower bound there. With a cap of 0 the warning says that not one request fits the KV cache.
+    a lower bound there. Where vLLM's KV cache sets the cap, it fills as requests run (:class:`KvHold`) and
+    preempts the newest when full (about 1 and 2.6 times a request on a real server, benchmarks/kv_running.py),
+    which the model does not price: the warning says so. With a cap of 0 it says that not one request fits the KV
+    cache.
     """
     if limits.batch_cap < 1:
         return (f"not one request of the workload fits the {limits.kv_cache_source}: that server cannot run it "
                 "(vLLM refuses a max_model_len over its KV cache); the model assumes memory it does not have")
+    churn = ("; a full KV cache also preempts running requests, whose tokens are computed again: not priced"
+             if limits.batch_cap_source == limits.kv_cache_source and limits.kv_hold.output_share < 1.0 else "")
     return (f"{where} the mean model's batch reaches the batch cap of {limits.batch_cap:g} sequences "
             f"({limits.batch_cap_source}): from there requests wait for a batch slot; the model takes that rate as "
             "the option's saturation and does not price the wait just below it, so its latency is a lower bound "
-            "there; the simulator models the cap")
+            f"there; the simulator models the cap{churn}")
