@@ -38,7 +38,6 @@ import urllib.request
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data" / "kv-running"
-PORT = 8123
 BLOCK_TOKENS = 128  # vLLM's KV block on a CPU (vllm/platforms/cpu.py)
 #: name, KV blocks, prompt tokens, output tokens, clients, requests: two limited caches and their unlimited controls
 RUNS = (("limited-256-512", 60, 256, 512, 32, 320), ("limited-128-896", 60, 128, 896, 32, 240),
@@ -46,13 +45,13 @@ RUNS = (("limited-256-512", 60, 256, 512, 32, 320), ("limited-128-896", 60, 128,
 METRIC = re.compile(r"^vllm:(num_requests_running|num_requests_waiting|num_preemptions_total)\{[^}]*\} ([\d.e+-]+)")
 
 
-def _poll(until: subprocess.Popen, out: Path) -> None:
+def _poll(until: subprocess.Popen, base_url: str, out: Path) -> None:
     """Write ``T time`` then the polled gauges, twice a second, until the client ``until`` exits."""
     with out.open("w") as sink:
         while until.poll() is None:
             sink.write(f"T {time.time():.3f}\n")
             try:
-                with urllib.request.urlopen(f"http://localhost:{PORT}/metrics", timeout=2) as response:
+                with urllib.request.urlopen(f"{base_url}/metrics", timeout=2) as response:
                     text = response.read().decode()
             except OSError:
                 text = ""
@@ -61,49 +60,42 @@ def _poll(until: subprocess.Popen, out: Path) -> None:
 
 
 def record(folder: Path) -> int:
-    from sdplan._vllm.launch import subprocess_environment
+    from sdplan.measure.server import ServedEngine
     from sdplan.testing.tiny_models import served_pair
 
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         target = served_pair(Path(scratch), hidden=128, target_layers=2, skip_every=3)["target"]
-        env = subprocess_environment() | {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-                                          "TRANSFORMERS_OFFLINE": "1", "VLLM_CACHE_ROOT": f"{scratch}/cache"}
-        launch = [sys.executable, "-m", "sdplan._vllm.launch"]
+        offline = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "VLLM_CACHE_ROOT": f"{scratch}/cache"}
         for name, blocks, prompt, output, clients, requests in RUNS:
             print(f"{name}: {blocks} blocks, {prompt}/{output} tokens, {clients} clients", flush=True)
-            with (folder / f"{name}.server.log").open("w") as log:
-                server = subprocess.Popen([*launch, "serve", str(target), "--port", str(PORT), "--dtype", "float32",
-                                           "--max-num-seqs", "128", "--max-model-len", "1024", "--enforce-eager",
-                                           "--no-enable-prefix-caching", "--num-gpu-blocks-override", str(blocks)],
-                                          env=env, stdout=log, stderr=subprocess.STDOUT)
-            try:
-                for _ in range(300):
-                    try:
-                        urllib.request.urlopen(f"http://localhost:{PORT}/health", timeout=2)
-                        break
-                    except OSError:
-                        time.sleep(1)
+            # sdplan's own server wrapper: it stops vLLM's whole process group, also on Ctrl-C and failure
+            with ServedEngine(model=str(target), log_path=folder / f"{name}.server.log", environment=offline,
+                              arguments=["--dtype", "float32", "--max-num-seqs", "128", "--max-model-len", "1024",
+                                         "--enforce-eager", "--no-enable-prefix-caching",
+                                         "--num-gpu-blocks-override", str(blocks)]) as server:
                 client = subprocess.Popen(
-                    [*launch, "bench", "serve", "--backend", "vllm", "--base-url", f"http://localhost:{PORT}",
-                     "--model", str(target), "--dataset-name", "random", "--random-input-len", str(prompt),
-                     "--random-output-len", str(output), "--random-range-ratio", "0", "--ignore-eos",
-                     "--max-concurrency", str(clients), "--num-prompts", str(requests), "--request-rate", "inf",
-                     "--save-result", "--result-dir", str(folder), "--result-filename", f"{name}.json"],
-                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    [sys.executable, "-m", "sdplan._vllm.launch", "bench", "serve", "--backend", "vllm",
+                     "--base-url", server.base_url, "--model", str(target), "--dataset-name", "random",
+                     "--random-input-len", str(prompt), "--random-output-len", str(output),
+                     "--random-range-ratio", "0", "--ignore-eos", "--max-concurrency", str(clients),
+                     "--num-prompts", str(requests), "--request-rate", "inf", "--save-result",
+                     "--result-dir", str(folder), "--result-filename", f"{name}.json"],
+                    env=server_environment_of(offline), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 try:
-                    _poll(client, folder / f"{name}.poll.txt")
+                    _poll(client, server.base_url, folder / f"{name}.poll.txt")
                 finally:
                     client.kill()
                     client.wait()
-            finally:
-                server.terminate()
-                try:
-                    server.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
     return report(folder)
+
+
+def server_environment_of(extra: dict[str, str]) -> dict[str, str]:
+    """The benchmark client's environment: vLLM's subprocess environment (the CPU build named) and ``extra``."""
+    from sdplan._vllm.launch import subprocess_environment
+
+    return subprocess_environment() | extra
 
 
 def _samples(path: Path) -> list[dict[str, float]]:

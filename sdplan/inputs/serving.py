@@ -145,8 +145,8 @@ class KvHold:
     running request (``Scheduler.schedule``). Over its life a request's output so far is ``g/2`` on
     average, so its hold is ``p + g/2``, with its ``k`` lookahead slots under SD and half a block
     (``output_share`` 0.5). Measured with vLLM 0.32 (CPU, 128-token blocks, a 7,680-token cache; 32
-    clients at 256/512 and 128/896 tokens): 12.5 and 11.5 requests running on average, where this hold
-    gives 13.3 and 12.0 and ``p + g`` 10 and 7 (``benchmarks/kv_running.py``;
+    clients at 256/512 and 128/896 tokens): 12.3 and 11.6 requests running on average over three runs each,
+    where this hold gives 13.3 and 12.0 and ``p + g`` 10 and 7 (``benchmarks/kv_running.py``;
     benchmarks/RESULTS-accuracy-served-2026-11.md, eighth session). SGLang and TensorRT-LLM reserve the
     output at admission (``PrefillAdder.add_one_req``; ``GUARANTEED_NO_EVICT``): ``output_share`` 1 and no
     block term; SGLang at most :data:`SGLANG_CLIP_MAX_NEW_TOKENS` of it.
@@ -574,7 +574,7 @@ def batch_cap_warning(limits: EngineLimits, where: str) -> str:
     ``where`` is e.g. ``at 12 req/s`` (see :meth:`EngineLimits.reached`). The mean model has no batch cap:
     past ``B = batch_cap`` requests queue for a slot (:func:`sdplan.latency.model.batch_cap_rate`), so its latency is
     a lower bound there. Where vLLM's KV cache sets the cap, it fills as requests run (:class:`KvHold`) and
-    preempts the newest when full (about 1 and 2.6 times a request on a real server, benchmarks/kv_running.py),
+    preempts the newest when full (0.9-1.1 and 2.6 times a request on a real server, benchmarks/kv_running.py),
     which the model does not price: the warning says so. With a cap of 0 it says that not one request fits the KV
     cache.
     """
