@@ -34,7 +34,8 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
                      help="Token budget per step (decode tokens first, then prefill chunks). Default: the "
                      "--max-num-batched-tokens a served calibration's servers ran with, else 8192."),
         click.option("--kv-cache-tokens", type=click.FloatRange(min=1), metavar="TOKENS",
-                     help="KV cache capacity in tokens (prompt + output reserved per running request). "
+                     help="KV cache capacity in tokens (vLLM: a running request holds its prompt and half its output "
+                     "on average; SGLang, TensorRT-LLM: prompt + output reserved). "
                      "Default: the KV cache a served calibration's server of that draft length reported, "
                      "else unlimited."),
         click.option("--lengths-file", metavar="CSV",
