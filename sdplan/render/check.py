@@ -41,7 +41,9 @@ from sdplan.render.plots import file_bars, terminal_bars
 from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
-    from sdplan.inputs.slo import Verdict
+    from collections.abc import Sequence
+
+    from sdplan.inputs.slo import SLO, Verdict
     from sdplan.planning.capacity import Fleet
     from sdplan.planning.capacity_answer import CapacityAnswer, EngineConfigAnswer, OtherSpeed
     from sdplan.planning.check import CheckReport
@@ -421,14 +423,10 @@ def render_capacity(answer: CapacityAnswer, fmt: OutputFormat, style: Style, ter
     if fmt is OutputFormat.JSON:
         return to_json(capacity_document(answer))
     cap, scenario, fleet = answer.capacity, answer.scenario, answer.fleet
-    acceptance = scenario.workload.acceptance
 
     def draw(console: Any) -> None:
-        for line in capacity_answer(answer):
-            print_paragraph(console, line)
-        assumption = alpha_phrase(cap.alpha, acceptance.source, given_positions(acceptance))
-        print_scenario_head(console, scenario, ", ".join(slo.text for slo in answer.slos),
-                            assumption + (f"; {answer.evaluated_by}" if answer.evaluated_by else ""))
+        assumption = print_capacity_head(console, capacity_answer(answer), scenario, answer.slos, cap.alpha,
+                                         f"; {answer.evaluated_by}" if answer.evaluated_by else "")
         table = Table(box=table_box(style))
         for header in ("option", "max rate under SLO (req/s)", "binding SLO", "latency at capacity (s)",
                        "saturation (req/s)", "break-even (req/s)"):
@@ -439,7 +437,7 @@ def render_capacity(answer: CapacityAnswer, fmt: OutputFormat, style: Style, ter
             saturation = finite_or_none(cap.saturation_rate_rps[index])
             even = finite_or_none(cap.break_even_rate_rps[index - 1]) if index else None
             table.add_row(
-                Text(cap.label(index) + ("*" if best else ""), style="bold green" if best else ""),
+                best_option_cell(cap.label(index), best),
                 f"{float(cap.max_rate_rps[index]):.4g}" if cap.feasible[index] else "infeasible",
                 cap.binding_slo[index] or "-",
                 "-" if latency is None else f"{latency:.4g}",
@@ -490,6 +488,24 @@ def option_bars(labels: list[str], values: list[float], title: str, axes: tuple[
     if plot_file is not None:
         file_bars(labels, values, title + f"\n{calibration}", axes[1], Path(plot_file), highlight=highlight)
     return text
+
+
+def print_capacity_head(console: Any, lines: list[str], scenario: Scenario, slos: Sequence[SLO], alpha: float,
+                        how: str) -> str:
+    """A capacity answer's opening (rates or clients): the answer in words, then the scenario head with the SLOs,
+    the acceptance assumed and ``how`` (appended to it). Returns the acceptance phrase, which the tables' titles
+    repeat."""
+    for line in lines:
+        print_paragraph(console, line)
+    acceptance = scenario.workload.acceptance
+    assumption = alpha_phrase(alpha, acceptance.source, given_positions(acceptance))
+    print_scenario_head(console, scenario, ", ".join(slo.text for slo in slos), assumption + how)
+    return assumption
+
+
+def best_option_cell(label: str, best: bool) -> Text:
+    """An option's first cell in a capacity table: starred and green where it is the best."""
+    return Text(label + ("*" if best else ""), style="bold green" if best else "")
 
 
 def print_scenario_head(console: Any, scenario: Scenario, slos: str, how: str) -> None:

@@ -8,14 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
-from rich.text import Text
 
 from sdplan import __version__
 from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
     Style,
-    print_paragraph,
     print_table,
     render_rich,
     table_box,
@@ -25,10 +23,16 @@ from sdplan.render.answer import (
     alpha_phrase,
     caveat_lines,
     caveats,
-    given_positions,
     speed_caveat,
 )
-from sdplan.render.check import margin_document, option_bars, print_fleet, print_scenario_head, scenario_document
+from sdplan.render.check import (
+    best_option_cell,
+    margin_document,
+    option_bars,
+    print_capacity_head,
+    print_fleet,
+    scenario_document,
+)
 from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
@@ -147,14 +151,10 @@ def render_client_capacity(answer: ClientCapacityAnswer, fmt: OutputFormat, styl
     if fmt is OutputFormat.JSON:
         return to_json(client_capacity_document(answer))
     cap, scenario, fleet = answer.capacity, answer.scenario, answer.fleet
-    acceptance = scenario.workload.acceptance
 
     def draw(console: Any) -> None:
-        for line in client_capacity_answer(answer):
-            print_paragraph(console, line)
-        assumption = alpha_phrase(cap.alpha, acceptance.source, given_positions(acceptance))
-        print_scenario_head(console, scenario, ", ".join(slo.text for slo in answer.slos),
-                            f"{assumption}; analytic model (means), closed loops searched over the clients")
+        assumption = print_capacity_head(console, client_capacity_answer(answer), scenario, answer.slos, cap.alpha,
+                                         "; analytic model (means), closed loops searched over the clients")
         table = Table(box=table_box(style))
         for header in ("option", "max clients under SLO", "binding SLO", "latency (s)", "TTFT (ms)", "TPOT (ms)",
                        "output (tok/s)"):
@@ -162,7 +162,7 @@ def render_client_capacity(answer: ClientCapacityAnswer, fmt: OutputFormat, styl
         for index in range(len(cap.max_clients)):
             best = index == cap.best
             table.add_row(
-                Text(cap.label(index) + ("*" if best else ""), style="bold green" if best else ""),
+                best_option_cell(cap.label(index), best),
                 (f"{int(cap.max_clients[index])}" + (" (cap)" if cap.at_cap[index] else ""))
                 if cap.feasible[index] else "infeasible",
                 cap.binding_slo[index] or "-",
