@@ -124,9 +124,9 @@ def kv_cache_requests(kv_cache_tokens: float, prompt_tokens: float, output_token
     vLLM's own "maximum concurrency" line at start-up: up to this many requests run without one ever
     being preempted, so a calibration's sweep stops here (:mod:`sdplan.measure.levels`). The requests a
     cache keeps running on average are more (:class:`KvHold`). 0 where not one fits (vLLM refuses to start a
-    ``max_model_len`` over the cache).
+    ``max_model_len`` over the cache). The hold of an engine that reserves the whole output.
     """
-    return max(0, math.floor(kv_cache_tokens / (prompt_tokens + output_tokens)))
+    return KvHold().running(kv_cache_tokens, prompt_tokens, output_tokens)
 
 
 #: Tokens of one KV cache block in vLLM by default: 16 on a GPU (its attention backends' block), 128 on a CPU
