@@ -127,3 +127,25 @@ def test_show_says_how_many_requests_each_engine_holds_and_what_limits_it(sdplan
     assert "Requests each engine keeps running at 1024 prompt / 512 output tokens" in text
     assert "| no SD | 336 |" in text and "| k=1-3 | 254 |" in text and "| k=4 | 253 |" in text
     assert "max_num_seqs 1024 (" in text
+    assert "vLLM fills the cache as requests run" in text
+    assert doc["kv_cache_rule"].startswith("vLLM fills the cache as requests run")
+
+
+def test_show_says_an_sglang_file_reserves_each_requests_output(sdplan, tmp_path: Path) -> None:
+    """The cap caption names the file's own engine and rule: SGLang reserves a request's prompt and output (at most
+    4,096 tokens of it) at admission, so its caps are the KV cache over ``p + g``, not vLLM's ``p + g/2 + 8``."""
+    from sdplan.calibration import resolve_calibration
+
+    cal = resolve_calibration(DEFAULT_CALIBRATION)
+    text = Path(cal.path).read_text(encoding="utf-8")
+    assert text.count('engine = "vllm"') == 1
+    path = tmp_path / "sglang.toml"
+    path.write_text(text.replace('engine = "vllm"', 'engine = "sglang"'), encoding="utf-8")
+    derivation = cal.document["derivation"]
+    doc = json.loads(sdplan("show", "-c", str(path), "-f", "json").stdout)
+    assert doc["kv_cache_rule"] == ("SGLang reserves each request's prompt and output, at most 4,096 tokens of it, "
+                                    "at admission")
+    caps = {cap["draft_length_tokens"]: cap["requests"] for cap in doc["batch_caps_at_workload"]}
+    assert caps[0] == derivation["kv_cache_tokens_without_draft"] // (1024 + 512)
+    shown = " ".join(sdplan("show", "-c", str(path), "--ascii").stdout.split())
+    assert "SGLang reserves each request's prompt and output" in shown and "vLLM fills" not in shown

@@ -20,7 +20,7 @@ from sdplan.calibration import (
     shipped_calibrations,
 )
 from sdplan.errors import InputFileError
-from sdplan.inputs.serving import LimitOptions, resolve_limits
+from sdplan.inputs.serving import LimitOptions, engine_name, resolve_limits
 from sdplan.latency import model
 from sdplan.latency.coefficients import SPECULATIVE_PARAMETERS, Coefficients
 
@@ -58,6 +58,9 @@ class CalibrationShown:
     batch_caps: tuple[tuple[int, int, str], ...] = ()
     #: ``max_num_seqs`` and where it comes from (``the max_num_seqs the derived calibration was priced for``).
     max_num_seqs: tuple[int, str] = (0, "")
+    #: How the calibration's engine fills its KV cache, a sentence (``vLLM fills the cache as requests run, ...``;
+    #: :attr:`sdplan.inputs.serving.KvHold.rule`).
+    kv_rule: str = ""
 
 
 #: Batch sizes ``sdplan show`` prices an engine step at: one sequence to a full default ``max_num_seqs``.
@@ -108,7 +111,8 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
     return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)),
                             step_batches=STEP_BATCHES, step_draft_lengths=(0, *lengths),
                             step_times_s=tuple(tuple(float(t) for t in row) for row in times), batch_caps=caps,
-                            max_num_seqs=(limits.max_num_seqs, limits.max_num_seqs_source))
+                            max_num_seqs=(limits.max_num_seqs, limits.max_num_seqs_source),
+                            kv_rule=f"{engine_name(cal.records.provenance.engine)} {limits.kv_hold.rule}")
 
 
 def list_shipped() -> ShippedListing:

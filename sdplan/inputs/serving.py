@@ -165,6 +165,14 @@ class KvHold:
     block_tokens: int = 0
     output_clip: float = math.inf
 
+    @property
+    def rule(self) -> str:
+        """How the engine fills its cache, a phrase with the engine as its subject (``fills the cache as ...``)."""
+        if self.output_share < 1.0:
+            return "fills the cache as requests run, so each holds its prompt and half its output on average"
+        clip = "" if math.isinf(self.output_clip) else f", at most {self.output_clip:,.0f} tokens of it,"
+        return f"reserves each request's prompt and output{clip} at admission"
+
     def tokens(self, prompt_tokens: float, output_tokens: float, lookahead: int = 0) -> float:
         """Tokens one running request holds on average."""
         return (prompt_tokens + self.output_share * min(output_tokens, self.output_clip) + lookahead
@@ -175,6 +183,15 @@ class KvHold:
         if prompt_tokens + output_tokens + lookahead > kv_cache_tokens:
             return 0
         return max(1, math.floor(kv_cache_tokens / self.tokens(prompt_tokens, output_tokens, lookahead)))
+
+
+#: Engines as their projects write them, by the name calibration files give (``[provenance] engine``).
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def engine_name(engine: str) -> str:
+    """``engine`` as its project writes it (``sglang``: SGLang); a name not known is returned as given."""
+    return ENGINE_NAMES.get(engine.lower(), engine)
 
 
 def kv_hold(engine: str, hardware: str) -> KvHold:
@@ -306,15 +323,16 @@ class PrefillScheduling:
                           kv_cache_tokens: float | None) -> int:
         """How many of ``clients`` requests that arrive together into an empty batch the engine admits at once.
 
-        SGLang admits a waiting request only while its prompt and its output (at most
-        :data:`SGLANG_CLIP_MAX_NEW_TOKENS` of it) fit what the KV cache has left after those admitted before it
-        (``PrefillAdder.add_one_req``): ``min(N, floor(kv_cache_tokens / (p + min(g, 4096))))``, at least one.
-        None for the cache: unlimited, all ``N``. A prefill-first engine's rounds arrive together, so this is the
-        size of the wave that recurs (:func:`sdplan.fitting.validation.run_waves`).
+        The engine admits a waiting request only while what it holds (:func:`kv_hold`) fits what the KV cache
+        has left after those admitted before it: ``min(N, floor(kv_cache_tokens / hold))``, at least one. For
+        SGLang, the prefill-first engine, the hold is its prompt and its output, at most
+        :data:`SGLANG_CLIP_MAX_NEW_TOKENS` of it (``PrefillAdder.add_one_req``). None for the cache: unlimited,
+        all ``N``. A prefill-first engine's rounds arrive together, so this is the size of the wave that recurs
+        (:func:`sdplan.fitting.validation.run_waves`).
         """
         if kv_cache_tokens is None:
             return clients
-        held = math.floor(kv_cache_tokens / kv_hold("sglang", "").tokens(prompt_tokens, output_tokens))
+        held = math.floor(kv_cache_tokens / kv_hold(self.engine, "").tokens(prompt_tokens, output_tokens))
         return max(1, min(clients, held))
 
 

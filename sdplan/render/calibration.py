@@ -125,6 +125,7 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
             "max_num_seqs": {"requests": shown.max_num_seqs[0], "source": shown.max_num_seqs[1]},
             "batch_caps_at_workload": [{"draft_length_tokens": k, "requests": cap, "limit": phrase}
                                        for k, cap, phrase in shown.batch_caps],
+            "kv_cache_rule": shown.kv_rule,
         })
 
     def draw(console: Any) -> None:
@@ -213,7 +214,8 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
             print_table(console, cap_table(shown, style),
                         title=f"Requests each engine keeps running at {coefficients.prompt_tokens:g} prompt / "
                         f"{coefficients.output_tokens:g} output tokens",
-                        caption=f"max_num_seqs {shown.max_num_seqs[0]} ({shown.max_num_seqs[1]}); " + CAPS_NOTE)
+                        caption=f"max_num_seqs {shown.max_num_seqs[0]} ({shown.max_num_seqs[1]}); "
+                                + CAPS_NOTE.format(rule=shown.kv_rule))
 
     return render_rich(draw, style, terminal)
 
@@ -226,9 +228,9 @@ STEP_TIMES_NOTE = ("one engine step with B sequences in flight at the workload's
 
 #: What the batch-cap table of ``sdplan show`` holds.
 CAPS_NOTE = ("the smaller of max_num_seqs and the requests of the workload its KV cache keeps running (a draft's "
-             "weights and KV take cache; vLLM fills the cache as requests run, so each holds its prompt and half its "
-             "output on average); past it requests wait for admission. --max-num-seqs, --kv-cache-tokens or a "
-             "workload file's deployment.max_batch_size set them in plan, check, capacity and simulate")
+             "weights and KV take cache; {rule}); past it requests wait for admission. --max-num-seqs, "
+             "--kv-cache-tokens or a workload file's deployment.max_batch_size set them in plan, check, capacity and "
+             "simulate")
 
 
 def cap_table(shown: CalibrationShown, style: Style) -> Any:
