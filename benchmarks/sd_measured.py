@@ -22,6 +22,9 @@ measured:
 
   with ``tau`` the calibration's decode step and SD cycle at ``B`` sequences (the compute-bound knee
   included, :func:`sdplan.latency.model.step_times`) and ``P(B) = c1p + (B - 1) c2p`` the batch's prefill.
+  Where the engine runs at most ``C < B`` requests under SD (SGLang's 48 with an EAGLE head,
+  :func:`sdplan.inputs.serving.sd_max_num_seqs`), SD runs batches of ``C`` and the ratio takes ``C / B`` of
+  the SD side's throughput at ``C``.
   An n-gram series takes its dataset's draft coverage (``NGRAM_DRAFT_COVERAGE``): vLLM's n-gram
   proposer drafts nothing for a sequence without a match, so its cycle drafts ``c k`` tokens and
   verifies ``1 + c k`` rows a sequence (``docs/model.md#draft-coverage``).
@@ -53,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from sdplan.calibration import parse_calibration, resolve_calibration
+from sdplan.inputs.serving import sd_max_num_seqs
 from sdplan.latency.closed_loop import closed_loop_latency
 from sdplan.latency.coefficients import Coefficients
 from sdplan.latency.model import step_times
@@ -251,12 +255,17 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Po
         prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
         cycles = ((prefill + (g - 1.0) * tau_0) / measured_ratio(first) - prefill) / tau_k  # g/E at that ratio
         ANCHORED[series["id"]] = min(max(g / cycles, 1.0), k + 1.0)
+    # the engine's own limit on the requests it runs under SD (SGLang's max_running_requests of 48)
+    cap = sd_max_num_seqs(series["engine"]["name"], series["draft"]["method"]) or math.inf
     points = []
     for point in series["points"]:
         tokens_per_cycle = float(point[ACCEPTANCE]) if stated else ANCHORED[series["id"]]
-        without, with_sd = decode_time(coefficients, k, tokens_per_cycle, point[load_key], moe)
-        points.append(Point(series["id"], setup, point[load_key], measured_ratio(point), without / with_sd,
-                            point is first and not stated))
+        batch = float(point[load_key])
+        without, _ = decode_time(coefficients, k, tokens_per_cycle, batch, moe)
+        running = min(batch, cap)
+        _, with_sd = decode_time(coefficients, k, tokens_per_cycle, running, moe)
+        points.append(Point(series["id"], setup, point[load_key], measured_ratio(point),
+                            running / batch * without / with_sd, point is first and not stated))
     return points
 
 

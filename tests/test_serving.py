@@ -221,3 +221,51 @@ def test_a_vllm_kv_cap_warns_that_its_preemptions_are_not_priced() -> None:
         by_cache, "at 3 req/s")
     by_seqs = limits(calibration, max_num_seqs=8)
     assert by_seqs.batch_cap == 8 and "preempts" not in batch_cap_warning(by_seqs, "at 3 req/s")
+
+
+def engine_file(tmp_path: Path, engine: str, name: str = "h100-sxm_llama-3.1-8b_eagle3_derived") -> Any:
+    """A shipped derived file as if priced for ``engine`` (its ``[provenance] engine``)."""
+    document: dict[str, Any] = copy.deepcopy(resolve_calibration(name).document)
+    document["provenance"]["engine"] = engine
+    path = tmp_path / f"{engine}.toml"
+    path.write_text(dumps_toml(document))
+    return load_calibration(path)
+
+
+def test_sglang_runs_at_most_48_requests_under_speculative_decoding(tmp_path: Path) -> None:
+    """SGLang resets max_running_requests to 48 for EAGLE, EAGLE-3, a draft model and MTP unless it is given:
+    its SD options, and a server that runs SD only, are held to 48; no SD keeps its own cap."""
+    sglang = engine_file(tmp_path, "sglang")
+    mixed = limits(sglang, draft_lengths=(0, 1, 3), prompt=1024, output=512)
+    caps = mixed.caps([1, 3])
+    assert caps[0] > 200 and caps[1:] == [48.0, 48.0]
+    assert mixed.max_num_seqs == 1024  # the server without SD
+    assert mixed.cap_phrase(3) == ("batch cap of 48 sequences: SGLang's max_running_requests under speculative "
+                                   "decoding (48 unless --max-running-requests is given)")
+    sd_only = limits(sglang, draft_lengths=(3,), prompt=1024, output=512)
+    assert (sd_only.max_num_seqs, sd_only.batch_cap) == (48, 48)
+    # what the user sets wins, as for every other limit: the flag, or the workload file's max_batch_size
+    assert limits(sglang, draft_lengths=(0, 3), prompt=1024, output=512, max_num_seqs=128).caps([3]) == [128.0] * 2
+    filed = limits(sglang, workload_file(tmp_path, max_batch_size=96), draft_lengths=(0, 3), prompt=1024,
+                   output=512)
+    assert filed.caps([3]) == [96.0, 96.0]
+    # vLLM has no such limit: the same file for vLLM caps SD by its KV cache only
+    assert limits(engine_file(tmp_path, "vllm"), draft_lengths=(0, 3), prompt=1024, output=512).caps([3])[1] > 200
+    # SGLang's n-gram proposer is not among the methods reset
+    ngram = engine_file(tmp_path, "sglang", "h100-sxm_llama-3.1-8b_ngram_derived")
+    assert limits(ngram, draft_lengths=(0, 3), prompt=1024, output=512).caps([3])[1] > 48
+
+
+def test_a_closed_loop_past_sglangs_sd_limit_waits_for_admission(sdplan, tmp_path: Path) -> None:
+    """plan --concurrency: past 48 clients an SGLang SD server runs 48, the rest wait, and its throughput stops
+    growing; no SD runs every client."""
+    path = engine_file(tmp_path, "sglang").path
+    doc = json.loads(sdplan("plan", "-c", str(path), "--concurrency", "32,48,96", "--acceptance-length", "2.4",
+                            "--acceptance-k", "3", "--draft-lengths", "3", "-f", "json").stdout)
+    rows = {row["clients"]: {option["draft_length_tokens"]: option for option in row["options"]}
+            for row in doc["results"][0]["concurrency"]}
+    assert [rows[n][3]["running_requests"] for n in (32, 48, 96)] == [32, 48, 48]
+    assert rows[96][3]["waiting_requests"] == 48 and rows[96][0]["running_requests"] == 96
+    assert rows[96][3]["throughput_rps"] == pytest.approx(rows[48][3]["throughput_rps"], rel=1e-9)
+    assert rows[96][0]["throughput_rps"] > rows[48][0]["throughput_rps"]
+    assert any("SGLang's max_running_requests under speculative decoding" in w for w in doc["warnings"])

@@ -26,9 +26,10 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
         click.option("--arrival-cv", type=click.FloatRange(0.05, 10), default=1.0, show_default=True,
                      help="Coefficient of variation of inter-arrival times: 1 Poisson, > 1 bursty (gamma)."),
         click.option("--max-num-seqs", type=click.IntRange(1, MAX_BATCH_SIZE), metavar="N",
-                     help="Batch cap (vLLM max_num_seqs). Default: the workload file's deployment.max_batch_size "
-                     "(with -w), else the max_num_seqs a served calibration's servers ran with, "
-                     "else vLLM's default for the calibration's hardware "
+                     help="Batch cap (vLLM max_num_seqs, SGLang --max-running-requests). Default: the workload "
+                     "file's deployment.max_batch_size (with -w), else the max_num_seqs a served calibration's "
+                     "servers ran with or a derived one was priced for (SGLang's SD options: at most 48, its "
+                     "limit under SD), else vLLM's default for the calibration's hardware "
                      "(1024 on H100/H200/B200, 256 on A100/L40S, 128 on CPU)."),
         click.option("--max-num-batched-tokens", type=click.IntRange(min=1), metavar="N",
                      help="Token budget per step (decode tokens first, then prefill chunks). Default: the "

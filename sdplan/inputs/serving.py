@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
+from sdplan.inputs.methods import calibration_method
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -185,6 +186,16 @@ class KvHold:
         return max(1, math.floor(kv_cache_tokens / self.tokens(prompt_tokens, output_tokens, lookahead)))
 
 
+#: The most requests SGLang runs at once under speculative decoding with a proposer that runs a model (EAGLE,
+#: EAGLE-3, a draft model: ``STANDALONE``; MTP: ``NEXTN``, which SGLang runs as EAGLE) where
+#: ``--max-running-requests`` is not given: ``ServerArgs`` sets ``max_running_requests = 48`` for them
+#: (``python/sglang/srt/server_args.py``: in ``__post_init__`` in spring 2025, with the EAGLE and EAGLE3
+#: algorithms; in ``_handle_speculative_decoding`` later, with STANDALONE and the warning "Max running requests
+#: is reset to 48 for speculative decoding"). Without SD its limit is far higher (the KV cache's).
+SGLANG_SD_MAX_RUNNING_REQUESTS = 48
+#: The SD methods (sdplan's names) SGLang's reset applies to.
+SGLANG_SD_CAPPED_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
+
 #: Engines as their projects write them, by the name calibration files give (``[provenance] engine``).
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
@@ -192,6 +203,17 @@ ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 def engine_name(engine: str) -> str:
     """``engine`` as its project writes it (``sglang``: SGLang); a name not known is returned as given."""
     return ENGINE_NAMES.get(engine.lower(), engine)
+
+
+def sd_max_num_seqs(engine: str, method: str) -> int | None:
+    """The most requests ``engine`` runs at once with SD by ``method`` where nothing sets it; None: no limit of
+    its own (the engine's ``max_num_seqs`` holds for SD too).
+
+    SGLang: :data:`SGLANG_SD_MAX_RUNNING_REQUESTS` for the methods of :data:`SGLANG_SD_CAPPED_METHODS`.
+    """
+    if engine.lower() == "sglang" and method in SGLANG_SD_CAPPED_METHODS:
+        return SGLANG_SD_MAX_RUNNING_REQUESTS
+    return None
 
 
 def kv_hold(engine: str, hardware: str) -> KvHold:
@@ -540,9 +562,20 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
        :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS`, and an unlimited KV cache.
 
     The batch cap is ``min(max_num_seqs, floor(kv_cache_tokens / hold))``, the hold of the calibration's engine
-    (:func:`kv_hold`), named after whichever of the two is smaller.
+    (:func:`kv_hold`), named after whichever of the two is smaller. Where neither 1 nor 2 sets ``max_num_seqs``,
+    an engine with a limit of its own under SD (:func:`sd_max_num_seqs`: SGLang's 48) holds its SD options, and a
+    server that runs SD only (0 not among ``draft_lengths``: the simulator's, check's), to it.
     """
     seqs, seqs_source = _max_num_seqs(calibration, workload_file, given.max_num_seqs)
+    sd_seqs, sd_seqs_source = seqs, seqs_source
+    own = sd_max_num_seqs(calibration.records.provenance.engine, calibration_method(calibration))
+    chosen = given.max_num_seqs is not None or (workload_file is not None and workload_file.max_batch_size is not None)
+    if own is not None and not chosen and own < seqs:
+        sd_seqs, sd_seqs_source = own, (f"{engine_name(calibration.records.provenance.engine)}'s "
+                                        f"max_running_requests under speculative decoding ({own} unless "
+                                        "--max-running-requests is given)")
+    if draft_lengths and 0 not in draft_lengths:
+        seqs, seqs_source = sd_seqs, sd_seqs_source
     if given.max_num_batched_tokens is not None:
         batched, batched_source = given.max_num_batched_tokens, "the max_num_batched_tokens given"
     elif (served := served_max_num_batched_tokens(calibration)) is not None:
@@ -560,8 +593,9 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
                         max_num_batched_tokens_source=batched_source, kv_cache_tokens=kv, kv_cache_source=kv_source,
                         batch_cap=cap, batch_cap_source=cap_source,
                         option_caps=tuple(
-                            _option_cap(calibration, given.kv_cache_tokens, k, seqs, seqs_source, prompt_tokens,
-                                        output_tokens, hold) for k in sorted(set(draft_lengths))),
+                            _option_cap(calibration, given.kv_cache_tokens, k, *((sd_seqs, sd_seqs_source) if k
+                                                                                   else (seqs, seqs_source)),
+                                        prompt_tokens, output_tokens, hold) for k in sorted(set(draft_lengths))),
                         kv_hold=hold)
 
 
