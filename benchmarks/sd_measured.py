@@ -22,7 +22,7 @@ measured:
 
   with ``tau`` the calibration's decode step and SD cycle at ``B`` sequences (the compute-bound knee
   included, :func:`sdplan.latency.model.step_times`) and ``P(B) = c1p + (B - 1) c2p`` the batch's prefill.
-  Where the engine runs at most ``C < B`` requests under SD (SGLang's 48 with an EAGLE head,
+  Where the engine runs at most ``C < B`` requests under SD (SGLang's 48,
   :func:`sdplan.inputs.serving.sd_max_num_seqs`), SD runs batches of ``C`` and the ratio takes ``C / B`` of
   the SD side's throughput at ``C``.
   An n-gram series takes its dataset's draft coverage (``NGRAM_DRAFT_COVERAGE``): vLLM's n-gram
@@ -256,7 +256,7 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str) -> list[Po
         cycles = ((prefill + (g - 1.0) * tau_0) / measured_ratio(first) - prefill) / tau_k  # g/E at that ratio
         ANCHORED[series["id"]] = min(max(g / cycles, 1.0), k + 1.0)
     # the engine's own limit on the requests it runs under SD (SGLang's max_running_requests of 48)
-    cap = sd_max_num_seqs(series["engine"]["name"], series["draft"]["method"]) or math.inf
+    cap = sd_max_num_seqs(series["engine"]["name"]) or math.inf
     points = []
     for point in series["points"]:
         tokens_per_cycle = float(point[ACCEPTANCE]) if stated else ANCHORED[series["id"]]

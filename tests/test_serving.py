@@ -233,8 +233,8 @@ def engine_file(tmp_path: Path, engine: str, name: str = "h100-sxm_llama-3.1-8b_
 
 
 def test_sglang_runs_at_most_48_requests_under_speculative_decoding(tmp_path: Path) -> None:
-    """SGLang resets max_running_requests to 48 for EAGLE, EAGLE-3, a draft model and MTP unless it is given:
-    its SD options, and a server that runs SD only, are held to 48; no SD keeps its own cap."""
+    """SGLang resets max_running_requests to 48 for every speculative algorithm unless it is given: its SD
+    options, and a server that runs SD only, are held to 48; no SD keeps its own cap."""
     sglang = engine_file(tmp_path, "sglang")
     mixed = limits(sglang, draft_lengths=(0, 1, 3), prompt=1024, output=512)
     caps = mixed.caps([1, 3])
@@ -251,9 +251,10 @@ def test_sglang_runs_at_most_48_requests_under_speculative_decoding(tmp_path: Pa
     assert filed.caps([3]) == [96.0, 96.0]
     # vLLM has no such limit: the same file for vLLM caps SD by its KV cache only
     assert limits(engine_file(tmp_path, "vllm"), draft_lengths=(0, 3), prompt=1024, output=512).caps([3])[1] > 200
-    # SGLang's n-gram proposer is not among the methods reset
+    # n-gram too (SGLang's NGRAM algorithm)
     ngram = engine_file(tmp_path, "sglang", "h100-sxm_llama-3.1-8b_ngram_derived")
-    assert limits(ngram, draft_lengths=(0, 3), prompt=1024, output=512).caps([3])[1] > 48
+    ngram_caps = limits(ngram, draft_lengths=(0, 3), prompt=1024, output=512).caps([3])
+    assert ngram_caps[0] > 200 and ngram_caps[1] == 48.0
 
 
 def test_a_closed_loop_past_sglangs_sd_limit_waits_for_admission(sdplan, tmp_path: Path) -> None:

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdplan.errors import InvalidValueError
-from sdplan.inputs.methods import calibration_method
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
@@ -186,15 +185,13 @@ class KvHold:
         return max(1, math.floor(kv_cache_tokens / self.tokens(prompt_tokens, output_tokens, lookahead)))
 
 
-#: The most requests SGLang runs at once under speculative decoding with a proposer that runs a model (EAGLE,
-#: EAGLE-3, a draft model: ``STANDALONE``; MTP: ``NEXTN``, which SGLang runs as EAGLE) where
-#: ``--max-running-requests`` is not given: ``ServerArgs`` sets ``max_running_requests = 48`` for them
-#: (``python/sglang/srt/server_args.py``: in ``__post_init__`` in spring 2025, with the EAGLE and EAGLE3
-#: algorithms; in ``_handle_speculative_decoding`` later, with STANDALONE and the warning "Max running requests
-#: is reset to 48 for speculative decoding"). Without SD its limit is far higher (the KV cache's).
+#: The most requests SGLang runs at once under speculative decoding where ``--max-running-requests`` is not
+#: given: ``ServerArgs`` sets ``max_running_requests = 48`` for every speculative algorithm (EAGLE, EAGLE3,
+#: STANDALONE: a draft model, NEXTN: MTP, run as EAGLE, and NGRAM) (``python/sglang/srt/server_args.py``: in
+#: ``__post_init__`` in spring 2025, for EAGLE and EAGLE3; in ``_handle_speculative_decoding`` later, for all
+#: five, with the warning "Max running requests is reset to 48 for speculative decoding"). Without SD its limit
+#: is far higher (the KV cache's).
 SGLANG_SD_MAX_RUNNING_REQUESTS = 48
-#: The SD methods (sdplan's names) SGLang's reset applies to.
-SGLANG_SD_CAPPED_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
 
 #: Engines as their projects write them, by the name calibration files give (``[provenance] engine``).
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -205,15 +202,10 @@ def engine_name(engine: str) -> str:
     return ENGINE_NAMES.get(engine.lower(), engine)
 
 
-def sd_max_num_seqs(engine: str, method: str) -> int | None:
-    """The most requests ``engine`` runs at once with SD by ``method`` where nothing sets it; None: no limit of
-    its own (the engine's ``max_num_seqs`` holds for SD too).
-
-    SGLang: :data:`SGLANG_SD_MAX_RUNNING_REQUESTS` for the methods of :data:`SGLANG_SD_CAPPED_METHODS`.
-    """
-    if engine.lower() == "sglang" and method in SGLANG_SD_CAPPED_METHODS:
-        return SGLANG_SD_MAX_RUNNING_REQUESTS
-    return None
+def sd_max_num_seqs(engine: str) -> int | None:
+    """The most requests ``engine`` runs at once with SD where nothing sets it; None: no limit of its own (the
+    engine's ``max_num_seqs`` holds for SD too). SGLang: :data:`SGLANG_SD_MAX_RUNNING_REQUESTS`."""
+    return SGLANG_SD_MAX_RUNNING_REQUESTS if engine.lower() == "sglang" else None
 
 
 def kv_hold(engine: str, hardware: str) -> KvHold:
@@ -568,7 +560,7 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
     """
     seqs, seqs_source = _max_num_seqs(calibration, workload_file, given.max_num_seqs)
     sd_seqs, sd_seqs_source = seqs, seqs_source
-    own = sd_max_num_seqs(calibration.records.provenance.engine, calibration_method(calibration))
+    own = sd_max_num_seqs(calibration.records.provenance.engine)
     chosen = given.max_num_seqs is not None or (workload_file is not None and workload_file.max_batch_size is not None)
     if own is not None and not chosen and own < seqs:
         sd_seqs, sd_seqs_source = own, (f"{engine_name(calibration.records.provenance.engine)}'s "
