@@ -63,3 +63,18 @@ def test_default_speedup_at_a_fixed_batch_shrinks_as_measured(sdplan) -> None:
         if option["draft_length_tokens"] == 3:
             at = dict(curve)
             assert min(ratios) <= at[128.0] / at[1.0] <= max(ratios), (at, min(ratios), max(ratios))
+
+
+def test_capacity_says_the_saturation_and_break_even_plan_says(sdplan) -> None:
+    """One rule for both answers: each option saturates at the lower of 1/C2 and its batch cap's rate, and a
+    break-even past SD's own limit is SD's limit (k=8 at alpha 0.8 on the default file: its cap comes first)."""
+    plan = json.loads(sdplan("plan", "--acceptance", "0.8", "-f", "json").stdout)
+    capacity = json.loads(sdplan("capacity", "--slo", "e2e:mean<=5s", "--acceptance", "0.8", "-f", "json").stdout)
+    options = {option["draft_length_tokens"]: option for option in capacity["options"]}
+    assert options[None]["saturation_rate_rps"] == plan["baseline"]["saturation_rate_rps"]
+    assert plan["baseline"]["saturation_limit"] == "cap"
+    planned = plan["results"][0]["draft_lengths"]
+    for option in planned:
+        assert options[option["draft_length_tokens"]]["saturation_rate_rps"] == option["saturation_rate_rps"]
+        assert options[option["draft_length_tokens"]]["break_even_rate_rps"] == option["break_even_rate_rps"]
+    assert options[8]["break_even_rate_rps"] == options[8]["saturation_rate_rps"] < options[None]["saturation_rate_rps"]

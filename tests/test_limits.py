@@ -29,6 +29,10 @@ def test_capacity_never_exceeds_the_batch_cap() -> None:
     assert numpy.all(capped.max_rate_rps < free.max_rate_rps)
     assert capped.binding_slo == [batch_cap_label(32)] * 3
     numpy.testing.assert_allclose(batch, 32.0, rtol=1e-9)  # the cap binds exactly at lambda L = 32
+    # and there the option saturates, as plan says: past the cap's rate it has no steady state
+    numpy.testing.assert_allclose(capped.saturation_rate_rps, capped.max_rate_rps, rtol=1e-12)
+    assert numpy.all(capped.saturation_rate_rps < free.saturation_rate_rps)
+    numpy.testing.assert_allclose(free.saturation_rate_rps, 1.0 / free.c2_s, rtol=1e-12)
 
 
 def test_a_full_batch_runs_as_the_closed_loop_the_validation_predicts() -> None:

@@ -241,7 +241,7 @@ def test_sglang_runs_at_most_48_requests_under_speculative_decoding(tmp_path: Pa
     assert caps[0] > 200 and caps[1:] == [48.0, 48.0]
     assert mixed.max_num_seqs == 1024  # the server without SD
     assert mixed.cap_phrase(3) == ("batch cap of 48 sequences: SGLang's max_running_requests under speculative "
-                                   "decoding (48 unless --max-running-requests is given)")
+                                   "decoding, 48 unless --max-running-requests is given")
     sd_only = limits(sglang, draft_lengths=(3,), prompt=1024, output=512)
     assert (sd_only.max_num_seqs, sd_only.batch_cap) == (48, 48)
     # what the user sets wins, as for every other limit: the flag, or the workload file's max_batch_size
@@ -270,3 +270,14 @@ def test_a_closed_loop_past_sglangs_sd_limit_waits_for_admission(sdplan, tmp_pat
     assert rows[96][3]["throughput_rps"] == pytest.approx(rows[48][3]["throughput_rps"], rel=1e-9)
     assert rows[96][0]["throughput_rps"] > rows[48][0]["throughput_rps"]
     assert any("SGLang's max_running_requests under speculative decoding" in w for w in doc["warnings"])
+
+
+def test_the_simulator_runs_an_sglang_sd_server_at_48(sdplan, tmp_path: Path) -> None:
+    """simulate admits SD requests as the SGLang server does: 48 at most; its header and JSON say so per rate."""
+    path = engine_file(tmp_path, "sglang").path
+    args = ["simulate", "-c", str(path), "--rates", "2", "--acceptance", "0.7", "--requests", "200"]
+    doc = json.loads(sdplan(*args, "--draft-length", "3", "-f", "json").stdout)
+    assert [rate["max_num_seqs"] for rate in doc["rates"]] == [48]
+    off = json.loads(sdplan(*args, "--draft-length", "off", "-f", "json").stdout)
+    assert [rate["max_num_seqs"] for rate in off["rates"]] == [1024]
+    assert "max_num_seqs 48;" in sdplan(*args, "--draft-length", "3", "--ascii").stdout

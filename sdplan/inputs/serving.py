@@ -564,8 +564,8 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
     chosen = given.max_num_seqs is not None or (workload_file is not None and workload_file.max_batch_size is not None)
     if own is not None and not chosen and own < seqs:
         sd_seqs, sd_seqs_source = own, (f"{engine_name(calibration.records.provenance.engine)}'s "
-                                        f"max_running_requests under speculative decoding ({own} unless "
-                                        "--max-running-requests is given)")
+                                        f"max_running_requests under speculative decoding, {own} unless "
+                                        "--max-running-requests is given")
     if draft_lengths and 0 not in draft_lengths:
         seqs, seqs_source = sd_seqs, sd_seqs_source
     if given.max_num_batched_tokens is not None:

@@ -204,8 +204,8 @@ def capped_break_even(solved: SolvedGrid, base_rate: float, sd_rate: FloatArray)
     even = solved.even
     base_limit = min(base_rate, 1.0 / solved.c2_d if solved.c2_d > 0 else math.inf)
     sd_limit = np.minimum(sd_rate, np.where(solved.c2 > 0, 1.0 / np.where(solved.c2 > 0, solved.c2, 1.0), np.inf))
-    earlier = even.sd_faster_below & (sd_limit < base_limit) & ~(even.rate_rps <= sd_limit)
-    return model.BreakEven(rate_rps=np.where(earlier, sd_limit, even.rate_rps),
+    return model.BreakEven(rate_rps=model.break_even_within_limits(even.rate_rps, even.sd_faster_below, base_limit,
+                                                                   sd_limit),
                            sd_faster_below=even.sd_faster_below)
 
 

@@ -674,6 +674,18 @@ class BreakEven:
     sd_faster_below: npt.NDArray[np.bool_]
 
 
+def break_even_within_limits(rate_rps: FloatArray, sd_faster_below: npt.NDArray[np.bool_], base_limit_rps: float,
+                             sd_limit_rps: FloatArray) -> FloatArray:
+    """The break-even once each option's own limit bounds it (its saturation, ``1/C2`` or its batch cap's rate).
+
+    An option past its limit is unstable. Where SD wins below the break-even (or at every rate) but its limit
+    comes before both that break-even and no SD's, no SD is the faster one from SD's limit on: the break-even
+    is SD's limit there (``docs/model.md#saturation-and-batch-cap``).
+    """
+    earlier = sd_faster_below & (sd_limit_rps < base_limit_rps) & ~(rate_rps <= sd_limit_rps)
+    return np.where(earlier, sd_limit_rps, rate_rps)
+
+
 def break_even(c1_d: float, c2_d: float, c1_sd: FloatArray, c2_sd: FloatArray) -> BreakEven:
     """Arrival rate at which SD's speedup crosses 1.
 

@@ -49,9 +49,11 @@ class Capacity:
     min_rate_rps : (k+1,) lowest rate some SLO (throughput) requires.
     binding_slo : list of str or None: the SLO that sets ``max_rate_rps``.
     feasible : (k+1,) bool
-    saturation_rate_rps : (k+1,)
+    saturation_rate_rps : (k+1,) the rate past which the option has no steady state: the lower of ``1/C2`` and
+        the rate at which its mean batch reaches its batch cap (as :func:`sdplan.planning.planner.plan` says it).
     latency_at_capacity_s : (k+1,) mean latency at ``max_rate_rps``.
-    break_even_rate_rps : (k,) nan where SD and no SD never cross.
+    break_even_rate_rps : (k,) nan where SD and no SD never cross; SD's saturation where it comes first
+        (:func:`sdplan.latency.model.break_even_within_limits`, as plan says it).
     knee : KneeDemands, optional
         The demands past the target's compute-bound knee (:mod:`sdplan.latency.knee`); None is no knee.
     best : int
@@ -166,11 +168,13 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         for index in np.flatnonzero(cap_rate < highest):
             binding[int(index)] = batch_cap_label(float(caps[index]))
         highest = np.minimum(highest, cap_rate)
+        saturation = np.minimum(saturation, cap_rate)
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)
     latency = np.where(feasible, knee.mean_latency(c1, c2, above, max_rate), np.nan)
     even_rate, faster_below = knee.break_even(float(c1[0]), float(c2[0]), knee.take(above, slice(0, 1)),
                                               c1[1:], c2[1:], knee.take(above, slice(1, None)))
+    even_rate = model.break_even_within_limits(even_rate, faster_below, float(saturation[0]), saturation[1:])
     ranked = np.where(feasible, max_rate, -1.0)
     best = int(np.argmax(ranked)) if np.any(feasible) else -1
     return Capacity(

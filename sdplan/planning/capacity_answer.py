@@ -383,8 +383,10 @@ def fleet_plan(scenario: Scenario, table: Capacity, target_rate_rps: float, gpus
 
 
 def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSchedule:
-    """The goodput-optimal k per batch size 1..max_num_seqs, merged so k does not flap."""
-    candidates, cap = scenario.draft_lengths, scenario.limits.max_num_seqs
+    """The goodput-optimal k per batch size 1..max_num_seqs of the server that runs SD (SGLang's: at most 48 where
+    nothing sets it, :func:`sdplan.inputs.serving.resolve_limits`), merged so k does not flap."""
+    candidates = scenario.draft_lengths
+    cap = scenario.limits_for(list(candidates)).max_num_seqs
     check_grid(cap * len(candidates), f"{cap} batch sizes x {len(candidates)} draft lengths",
                "lower --max-num-seqs or give fewer --draft-lengths")
     if min_k > max(candidates):

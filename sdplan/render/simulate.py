@@ -80,6 +80,7 @@ def simulate_document(answer: SimulateAnswer) -> dict[str, Any]:
             "simulated_vs_analytic_pct": finite_or_none(
                 (summary.stats[("e2e", "mean")].value / summary.analytic_e2e_s - 1) * 100
                 if math.isfinite(summary.analytic_e2e_s) else math.inf),
+            "max_num_seqs": its.max_num_seqs,
             "kv_cache_tokens": its.kv_cache_tokens,
         })
     return {"schema_version": JSON_SCHEMA_VERSION, "sdplan_version": __version__, "command": "simulate",
@@ -137,9 +138,10 @@ def render_simulate(answer: SimulateAnswer, fmt: OutputFormat, style: Style, ter
                          if rate["kv_cache_tokens"] is not None and math.isfinite(rate["kv_cache_tokens"])})
         kv = (f"; KV cache {caches[0]:,.0f}" + (f"-{caches[-1]:,.0f}" if len(caches) > 1 else "") + " tokens"
               if caches else "")
+        seqs = sorted({rate["max_num_seqs"] for rate in document["rates"]}) or [settings["max_num_seqs"]]
         console.print(f"{settings['replications']} replications x {settings['requests']} requests per rate (first "
                       f"10% discarded); arrivals CV {settings['arrival_cv']:g}; max_num_seqs "
-                      f"{settings['max_num_seqs']}{kv}")
+                      f"{seqs[0]}" + (f"-{seqs[-1]}" if len(seqs) > 1 else "") + kv)
         if alpha is not None:
             for line in caveat_lines(caveats(document["calibration"].get("method", ""), source, alpha)):
                 if not line.startswith("Caveat: mean latencies"):
