@@ -350,3 +350,18 @@ def test_an_anchor_leaves_out_rows_whose_requests_waited_for_admission() -> None
     anchor = derive(request).anchor
     assert anchor is not None and anchor["concurrency"][1] < 512
     assert anchor["anchored_mape_pct"] < 10 and anchor["prefill_scale"] > 0.5 and anchor["decode_scale"] > 0.5
+
+
+def test_an_sglang_file_says_sglang_runs_48_requests_under_sd() -> None:
+    """The file says what the planner applies: SGLang's 48 running requests under SD; a vLLM file says nothing."""
+    _aic()
+    from sdplan.derive import DeriveRequest, derive
+
+    request = DeriveRequest(target_model="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", method="eagle3",
+                            draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", backend="sglang", draft_lengths=(1,),
+                            anchor=False)
+    sglang = derive(request).document["provenance"]["assumptions"]
+    assert any(item.startswith("SGLang runs at most 48 requests at once under SD") for item in sglang)
+    vllm = derive(DeriveRequest(target_model="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", method="ngram",
+                                draft_lengths=(1,), anchor=False)).document["provenance"]["assumptions"]
+    assert not any("requests at once under SD" in item for item in vllm)

@@ -32,6 +32,7 @@ from sdplan.derive.request import (
     model_key,
 )
 from sdplan.fileio import dumps_toml
+from sdplan.inputs.serving import engine_name, sd_max_num_seqs
 from sdplan.units import written_number
 
 PRECISION_TEXT = {"bf16": "bfloat16 weights, activations and KV cache",
@@ -77,6 +78,10 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
          "system file) and then computing their rows at the rate its database times them at 8,192 rows: a served "
          "kernel overlaps the two, so a small-batch timing above their sum is not what the engine runs"),
         "chain drafting (top-k 1): one token per draft step, k + 1 tokens verified; tree drafting is not modelled",
+        *([f"{engine_name(request.backend)} runs at most {limit} requests at once under SD unless "
+           "--max-running-requests is given (its ServerArgs): plan, check, capacity and simulate hold the SD "
+           "options' batch cap to it where --max-num-seqs does not set one; the steps are priced past it for a "
+           "server given more"] if (limit := sd_max_num_seqs(request.backend)) is not None else []),
         (f"the engine's host overhead per step, SD or not: {overheads.step_s * 1e3:.3g} ms "
          f"(step_model.engine; {overheads.source}), taken for every GPU and {request.backend} version"),
         (f"the server's time around a request's prefill that the op database does not time: "
