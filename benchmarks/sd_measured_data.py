@@ -42,6 +42,8 @@ VALUE_KEYS = {k for pair in PAIRS for k in pair[:2]} | {"speedup", "speedup_stat
 ACCEPTANCE_KEY = "acceptance_tokens_per_cycle"
 POINT_KEYS = LOAD_KEYS | VALUE_KEYS | {ACCEPTANCE_KEY}
 DRAFT_METHODS = {"eagle", "eagle3", "draft_model", "mtp", "ngram", "medusa", "other"}
+#: The target's weights precision a series may state (``sdplan derive --precision``).
+PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4")
 READING_METHODS = {"table", "text", "plot_labels", "vector_plot", "raster_plot", "raw_data"}
 SOURCE_FIELDS = ("title", "authors", "reference", "url", "repo_refs", "locator")
 SERIES_FIELDS = ("id", "locator", "hardware", "engine", "target_model", "draft",
@@ -107,6 +109,19 @@ def check_series(series: dict, where: str) -> list[str]:
         errors.append(f"{where}: acceptance.value given without saying which metric")
     if not isinstance(series["workload"], dict) or not series["workload"].get("dataset"):
         errors.append(f"{where}: workload.dataset missing")
+    else:
+        for key in ("prompt_tokens_mean", "output_tokens_mean", "max_output_tokens"):
+            if key in series["workload"] and not _positive_number(series["workload"][key]):
+                errors.append(f"{where}: workload.{key} must be a positive number, got {series['workload'][key]!r}")
+    # optional fields that say how sd_measured.py prices a series no setup of its own covers
+    if "precision" in series and series["precision"] not in PRECISIONS:
+        errors.append(f"{where}: precision must be one of {list(PRECISIONS)} (the target's weights)")
+    if "panel" in series and not (isinstance(series["panel"], str) and series["panel"]):
+        errors.append(f"{where}: panel must be a non-empty string (the series measured side by side share one)")
+    if "sdplan" in series and not (isinstance(series["sdplan"], dict)
+                                   and isinstance(series["sdplan"].get("calibration"), str)
+                                   and series["sdplan"]["calibration"]):
+        errors.append(f"{where}: sdplan must be an object with 'calibration' (a shipped name or a file)")
     mode = series["mode"]
     if mode not in MODES:
         errors.append(f"{where}: mode must be one of {sorted(MODES)}")

@@ -1,0 +1,134 @@
+"""``benchmarks/sd_measured.py`` on source files it was not written for: a team's own measurements, given with
+``--data``, are priced from their own fields, and what cannot be priced is said, not dropped or crashed on."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sdplan.calibration import parse_calibration
+from sdplan.latency.model import step_times
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+SCRIPT = BENCHMARKS / "sd_measured.py"
+
+pytest.importorskip("aiconfigurator_core", reason="sdplan derive prices the setups: pip install -e '.[derive]'")
+from sdplan.derive import DeriveRequest, derive  # noqa: E402  (after the skip: it needs the extra)
+
+
+def _series(series_id: str, **changes: Any) -> dict[str, Any]:
+    """A closed-loop series in data/sd-measured/README.md's schema (values typed in for the test, not a source)."""
+    series = {
+        "id": series_id, "locator": "test table",
+        "hardware": {"gpu": "NVIDIA H100 80GB", "count": 1, "tensor_parallel": 1},
+        "engine": {"name": "vllm", "version": "0.11.0"},
+        "target_model": "Qwen/Qwen3-8B",
+        "draft": {"method": "eagle3", "model": "AngelSlim/Qwen3-8B_eagle3", "k_tokens": 3, "structure": "chain"},
+        "acceptance": {"metric": None, "value": None},
+        "workload": {"dataset": "team chat logs", "prompt_tokens_mean": 200.0, "output_tokens_mean": 400.0},
+        "mode": "closed_loop_batch", "metric": "throughput with SD over without, same batch",
+        "reading": {"method": "table"},
+        "points": [{"batch": 1, "speedup": 1.8}, {"batch": 16, "speedup": 1.7}, {"batch": 64, "speedup": 1.4}],
+    }
+    for key, value in changes.items():
+        series[key] = value
+    return series
+
+
+def _source(folder: Path, name: str, series: list[dict[str, Any]]) -> Path:
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps({
+        "schema_version": 1, "id": name, "measured": True,
+        "source": {"title": "t", "authors": "a", "reference": "r", "url": "u", "repo_refs": ["o/r@c:p"],
+                   "locator": "l"},
+        "series": series}))
+    return path
+
+
+def _run(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *arguments], capture_output=True, text=True, timeout=300)
+
+
+def test_a_team_file_is_priced_from_its_own_fields_and_what_is_not_priced_says_why(tmp_path: Path) -> None:
+    unknown_gpu = _series("s2_qwen3-8b_chat_eagle3", hardware={"gpu": "TPU v5e", "count": 1, "tensor_parallel": 1})
+    no_lengths = _series("s3_qwen3-8b_chat_eagle3", workload={"dataset": "team chat logs"})
+    path = _source(tmp_path, "team_h100", [_series("s1_qwen3-8b_chat_eagle3"), unknown_gpu, no_lengths])
+    found = _run("--data", str(path), "--json", str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    # priced at the lengths the series states, with derive's calibration of its target, GPU and head
+    assert "team_h100/s1_qwen3-8b_chat_eagle3 (derived; 200 prompt / 400 output tokens)" in found.stdout
+    assert "not priced: team_h100/s2_qwen3-8b_chat_eagle3: GPU 'TPU v5e'" in found.stdout
+    assert "not priced: team_h100/s3_qwen3-8b_chat_eagle3: no prompt or output length" in found.stdout
+    assert "2 predicted points in 1 series" in found.stdout
+    points = json.loads((tmp_path / "points.json").read_text())
+    assert [p["load"] for p in points] == [1, 16, 64] and points[0]["anchor"] and not points[1]["anchor"]
+    assert points[0]["predicted"] == pytest.approx(1.8, rel=1e-6)  # E is anchored at the smallest batch
+    # the model's SD gain shrinks as the batch grows, as every measured source's does
+    assert points[0]["predicted"] > points[1]["predicted"] > points[2]["predicted"] > 1.0
+
+
+def test_a_bad_team_file_is_refused_naming_the_file_series_and_field(tmp_path: Path) -> None:
+    bad = _series("s1_qwen3-8b_chat_eagle3", precision="int3")
+    bad["points"][1] = {"batch": 16, "speedup": -1.0}
+    path = _source(tmp_path, "team_bad", [bad])
+    found = _run("--data", str(path))
+    assert found.returncode == 2 and found.stdout == ""
+    lines = found.stderr.strip().splitlines()
+    assert any("team_bad.json:s1_qwen3-8b_chat_eagle3: precision must be one of" in line for line in lines)
+    assert any("point 1: 'speedup' must be a positive number, got -1.0" in line for line in lines)
+    assert "Traceback" not in found.stderr
+
+
+def test_a_series_id_repeated_across_files_is_refused(tmp_path: Path) -> None:
+    first = _source(tmp_path, "team_a", [_series("s1_qwen3-8b_chat_eagle3")])
+    second = _source(tmp_path, "team_b", [_series("s1_qwen3-8b_chat_eagle3")])
+    found = _run("--data", str(first), "--data", str(second))
+    assert found.returncode == 2
+    assert "team_b:s1_qwen3-8b_chat_eagle3: the series id is also in team_a" in found.stderr
+
+
+def test_options_measured_side_by_side_are_one_panel_in_the_choice_scores(tmp_path: Path) -> None:
+    ngram = _series("s1_qwen3-8b_chat_ngram", draft={"method": "ngram", "model": None, "k_tokens": 3,
+                                                     "structure": "chain"},
+                    points=[{"batch": 1, "speedup": 1.2}, {"batch": 16, "speedup": 1.15},
+                            {"batch": 64, "speedup": 1.05}])
+    path = _source(tmp_path, "team_h100", [_series("s1_qwen3-8b_chat_eagle3"), ngram])
+    found = _run("--data", str(path))
+    assert found.returncode == 0, found.stderr
+    # one panel (no SD, EAGLE-3, n-gram) at the two predicted batches: two choices, not four
+    assert "team_h100: best chosen at" in found.stdout and " of 2; regret" in found.stdout
+    assert "4 predicted points in 2 series" in found.stdout
+
+
+def test_a_reasoning_runs_output_length_gives_back_its_measured_no_sd_throughput(tmp_path: Path) -> None:
+    """SpecDecode-Bench's Qwen3-8B thinking runs state no output length: the benchmark takes the one at which the
+    derived file gives the no-SD throughput measured at the largest batch, and that length must give it back."""
+    shipped = json.loads((BENCHMARKS / "data" / "sd-measured" / "specdecode_bench_2601.11580.json").read_text())
+    series = next(s for s in shipped["series"] if s["id"] == "fig3a_qwen3-8b-thinking_gsm8k_eagle3")
+    path = tmp_path / "specdecode_bench_2601.11580.json"
+    path.write_text(json.dumps(shipped | {"series": [series]}))
+    found = _run("--data", str(path))
+    assert found.returncode == 0, found.stderr
+    lengths = re.search(r"fig3a_qwen3-8b-thinking_gsm8k_eagle3 \(derived; ([0-9.e+]+) prompt / ([0-9.e+]+) output",
+                        found.stdout)
+    assert lengths is not None, found.stdout
+    prompt, output = float(lengths[1]), float(lengths[2])
+    assert prompt == 94.5 and output > 5 * 166.2  # thinking outputs: far longer than GSM8K's answers without
+    request = DeriveRequest(target_model="Qwen/Qwen3-8B", system="h100_sxm", method="eagle3",
+                            draft_model="AngelSlim/Qwen3-8B_eagle3", date=datetime.date(2026, 11, 29))
+    calibration = parse_calibration(derive(request).document, "<derived>")
+    coefficients = calibration.coefficients_at(prompt, output)
+    last = series["points"][-1]
+    batch = float(last["batch"])
+    tau_0 = step_times(coefficients, [3], np.asarray([batch]), calibration.moe_at(prompt, output))[0][0]
+    # a static batch without SD: its prefill, then g - 1 decode steps
+    without = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s + (output - 1.0) * float(tau_0)
+    assert batch * output / without == pytest.approx(last["baseline_tokens_per_s"], rel=0.005)
