@@ -105,6 +105,27 @@ def test_show_prices_the_engine_step_at_each_batch(sdplan) -> None:
     assert "Engine step at 1024 prompt / 512 output tokens (ms)" in table and "B (sequences)" in table
 
 
+def test_show_prices_the_step_at_the_batches_and_draft_lengths_asked(sdplan) -> None:
+    """A GPU's step timings come at their own batches and draft lengths: --batch-sizes and -k price those."""
+    from sdplan.calibration import resolve_calibration
+    from sdplan.latency.model import step_times
+
+    doc = json.loads(sdplan("show", "--batch-sizes", "2,32,8", "-k", "5,3", "-f", "json").stdout)
+    steps = doc["step_times_at_workload"]
+    assert steps["batch_requests"] == [2, 8, 32]
+    assert [o["draft_length_tokens"] for o in steps["options"]] == [0, 3, 5]
+    expected = step_times(resolve_calibration(DEFAULT_CALIBRATION).coefficients_at(1024, 512), [3, 5], [2, 8, 32])
+    for column, option in enumerate(steps["options"]):
+        assert option["step_s"] == list(expected[:, column])
+    assert [cap["draft_length_tokens"] for cap in doc["batch_caps_at_workload"]] == [0, 3, 5]
+    table = sdplan("show", "--batch-sizes", "1-3", "--ascii").stdout
+    assert "k=4" in table and "k=5" not in table  # the file's priced draft lengths, up to four
+    for bad, says in (("0,4", "a step runs at least 1 sequence"), ("4-2", "empty range"), ("x", "not an integer")):
+        result = sdplan("show", "--batch-sizes", bad)
+        assert result.exit_code == ExitStatus.USAGE and says in result.output, bad
+        assert "Traceback" not in result.output
+
+
 def test_show_says_how_many_requests_each_engine_holds_and_what_limits_it(sdplan) -> None:
     """No SD has the GPU's memory to itself, SD shares it with its draft: each option's cap at the workload is
     plan's (resolve_limits, no flags), the KV cache binds before vLLM's max_num_seqs of 1024 on an H100."""

@@ -19,7 +19,7 @@ from sdplan.calibration import (
     resolve_calibration,
     shipped_calibrations,
 )
-from sdplan.errors import InputFileError
+from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.inputs.serving import LimitOptions, engine_name, resolve_limits
 from sdplan.latency import model
 from sdplan.latency.coefficients import SPECULATIVE_PARAMETERS, Coefficients
@@ -33,6 +33,10 @@ class ShowRequest:
     calibration: str | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    #: Sequences in flight and draft lengths to price the engine step at (None: STEP_BATCHES, and the file's
+    #: priced draft lengths up to four).
+    batch_sizes: tuple[int, ...] | None = None
+    draft_lengths: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,14 +106,19 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
     # the no-SD demand that sets its saturation: past the compute-bound knee where the file has one
     past = model.baseline_knee(coefficients, c1_d, c2_d)
     derivation = cal.records.derivation
-    lengths = () if set(cal.without_runs) >= set(SPECULATIVE_PARAMETERS) else tuple(
+    no_sd = set(cal.without_runs) >= set(SPECULATIVE_PARAMETERS)
+    if no_sd and request.draft_lengths:
+        raise InvalidValueError(f"--draft-lengths: {cal.name} prices no SD (its file has no speculative "
+                                "parameters); leave the option out")
+    lengths = () if no_sd else request.draft_lengths or tuple(
         (derivation.draft_lengths if derivation is not None and derivation.draft_lengths else STEP_DRAFT_LENGTHS)[:4])
-    times = model.step_times(coefficients, list(lengths), np.asarray(STEP_BATCHES, dtype=np.float64),
-                       cal.moe_at(prompt, output))
+    batches = request.batch_sizes or STEP_BATCHES
+    times = model.step_times(coefficients, list(lengths), np.asarray(batches, dtype=np.float64),
+                             cal.moe_at(prompt, output))
     limits = resolve_limits(cal, None, LimitOptions(), (0, *lengths), prompt, output)
     caps = tuple((k, int(cap), limits.cap_phrase(k)) for k, cap in zip((0, *lengths), limits.caps(lengths)))
     return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)),
-                            step_batches=STEP_BATCHES, step_draft_lengths=(0, *lengths),
+                            step_batches=batches, step_draft_lengths=(0, *lengths),
                             step_times_s=tuple(tuple(float(t) for t in row) for row in times), batch_caps=caps,
                             max_num_seqs=(limits.max_num_seqs, limits.max_num_seqs_source),
                             kv_rule=f"{engine_name(cal.records.provenance.engine)} {limits.kv_hold.rule}")
