@@ -350,16 +350,15 @@ class Pricer:
         self.gpu = gpu_spec(request.system)
         self.target_bound = StepBound(self.target, shapes, request.tensor_parallel_size, self.quant, self.gpu)
         self._mtp: dict[int, Any] = {}
-        self.draft_path: str | None = None
+        self.draft_path: str | None = models.path(str(request.draft_model)) \
+            if request.method == "draft_model" else None
+        draft_shapes = get_model_config_from_model_path(self.draft_path) if self.draft_path is not None else None
         self.draft: Any = None
         #: the precision the draft runs at and AIConfigurator's modes for it (:func:`draft_precision`): its own
         #: checkpoint's, not the target's; MTP layers are the target's
-        self.draft_precision = draft_precision(request)
+        self.draft_precision = draft_precision(request, draft_shapes)
         self.draft_quant = self.quant
-        if request.method == "draft_model":
-            self.draft_path = models.path(str(request.draft_model))
-            draft_shapes = get_model_config_from_model_path(self.draft_path)
-            self.draft_precision = draft_precision(request, draft_shapes)
+        if self.draft_path is not None and draft_shapes is not None:
             self.draft_quant = checkpoint_quant_modes(self.draft_precision, draft_shapes, request.backend)
             self.draft = self.compile(self.draft_path, tp=draft_tp(request), quant=self.draft_quant)
         elif request.method in ("eagle", "eagle3"):

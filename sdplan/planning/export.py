@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.methods import NGRAM_LOOKUP_TOKENS
+from sdplan.inputs.serving import engine_name
 from sdplan.planning.schedule import check_vllm_schedule
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
     if weights is not None and draft.precision in VLLM_DRAFT_QUANTIZATION:
         config["quantization"] = VLLM_DRAFT_QUANTIZATION[draft.precision]
     else:
-        warnings += _draft_precision_warning(draft, weights, "vLLM")
+        warnings += _draft_precision_warning(draft, weights, engine_name("vllm"))
     config["num_speculative_tokens"] = schedule.max_k
     config["num_speculative_tokens_per_batch_size"] = [list(tier) for tier in schedule.tiers]
     if weights is not None and "/" not in weights:
@@ -131,7 +132,7 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
                     "FULL graphs; set VLLM_USE_V2_MODEL_RUNNER=1, or calibrate with the schedule on")
     if method not in VLLM_V1_SCHEDULE_METHODS:
         warnings.append(f"method {method}: Model Runner V1 ignores the schedule for it (static k)")
-    warnings += _k0_warning(schedule, "vLLM")
+    warnings += _k0_warning(schedule, engine_name("vllm"))
     usage = (f"vllm serve TARGET --max-num-seqs {schedule.max_num_seqs} --speculative-config \"$(cat FILE)\""
              + (f" --data-parallel-size {data_parallel_size}" if data_parallel_size > 1 else ""))
     return EngineConfig(json.dumps(config) + "\n", usage, warnings)
@@ -174,8 +175,8 @@ def sglang_config(schedule: EngineSchedule, method: str, weights: str | None,
               "--speculative-adaptive-config FILE", f"--max-running-requests {schedule.max_num_seqs}"]
     warnings = ["SGLang pads a batch up to its CUDA-graph batch sizes before picking the tier "
                 "(adaptive_step_router.py): a tier takes effect at the first graph size at or above its start"]
-    warnings += _k0_warning(schedule, "SGLang")
-    warnings += _draft_precision_warning(draft, weights, "SGLang")
+    warnings += _k0_warning(schedule, engine_name("sglang"))
+    warnings += _draft_precision_warning(draft, weights, engine_name("sglang"))
     return EngineConfig(json.dumps(config, indent=2) + "\n",
                         "python -m sglang.launch_server --model-path TARGET " + " ".join(flags), warnings)
 
@@ -226,6 +227,6 @@ def trtllm_config(schedule: EngineSchedule, method: str, weights: str | None,
     if tiers[-1][1] == schedule.max_num_seqs:
         warnings.append(f"TensorRT-LLM drafts nothing above the last key ({schedule.max_num_seqs}); give "
                         "--max-num-seqs equal to its max_batch_size so the schedule covers every batch")
-    warnings += _k0_warning(schedule, "TensorRT-LLM")
-    warnings += _draft_precision_warning(draft, weights, "TensorRT-LLM")
+    warnings += _k0_warning(schedule, engine_name("trtllm"))
+    warnings += _draft_precision_warning(draft, weights, engine_name("trtllm"))
     return EngineConfig("\n".join(lines) + "\n", "trtllm-serve TARGET --config FILE", warnings)
