@@ -105,6 +105,26 @@ def test_show_prices_the_engine_step_at_each_batch(sdplan) -> None:
     assert "Engine step at 1024 prompt / 512 output tokens (ms)" in table and "B (sequences)" in table
 
 
+def test_show_says_what_of_each_step_is_the_engines_overhead_beside_its_kernels(sdplan) -> None:
+    """Kernel timings hold against the step less the engine's overheads the file prices beside its op timings."""
+    from sdplan.calibration import resolve_calibration
+
+    name = "h100-sxm_llama-3.1-8b_ngram_derived"  # its n-gram lookup costs per running sequence too
+    steps = resolve_calibration(name).document["step_model"]
+    host, cycle = steps["engine"]["step_overhead_s"], steps["speculation"]
+    doc = json.loads(sdplan("show", "-c", name, "--batch-sizes", "1,64", "-f", "json").stdout)
+    options = doc["step_times_at_workload"]["options"]
+    assert options[0]["engine_overhead_s"] == [host, host]
+    for option in options[1:]:
+        per_cycle, per_sequence = cycle["overhead_fixed_s"], cycle["overhead_per_sequence_s"]
+        assert option["engine_overhead_s"] == [host + per_cycle + batch * per_sequence for batch in (1, 64)]
+        assert option["engine_overhead_s"][1] > option["engine_overhead_s"][0]
+    for option in options:  # the kernels' part of every step is what is left, and it is most of it
+        assert all(0 < overhead < 0.5 * step for overhead, step in zip(option["engine_overhead_s"], option["step_s"]))
+    table = sdplan("show", "-c", name, "--ascii").stdout
+    assert "overhead beside its kernels" in " ".join(table.split())
+
+
 def test_show_prices_the_step_at_the_batches_and_draft_lengths_asked(sdplan) -> None:
     """A GPU's step timings come at their own batches and draft lengths: --batch-sizes and -k price those."""
     from sdplan.calibration import resolve_calibration

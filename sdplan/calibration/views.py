@@ -19,6 +19,7 @@ from sdplan.calibration import (
     resolve_calibration,
     shipped_calibrations,
 )
+from sdplan.calibration.records import StepModel
 from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.inputs.serving import LimitOptions, engine_name, resolve_limits
 from sdplan.latency import model
@@ -56,6 +57,11 @@ class CalibrationShown:
     step_batches: tuple[int, ...] = ()
     step_draft_lengths: tuple[int, ...] = ()
     step_times_s: tuple[tuple[float, ...], ...] = field(default=())
+    #: Of each step, the engine's overheads the file prices beside the op timings (``[step_model.engine]
+    #: step_overhead_s``, the host's scheduling; for an SD cycle also ``[step_model.speculation]``'s per cycle and
+    #: per sequence: the drafting phase's launch, rejection sampling, bookkeeping, an n-gram lookup), so a kernel
+    #: timing is held against ``step_times_s`` less these. Empty but for a derived file (priced from op timings).
+    step_overhead_s: tuple[tuple[float, ...], ...] = field(default=())
     #: Requests of the workload each option's engine holds at once, with what binds (``batch cap of 213
     #: sequences: KV cache of ...``), for ``step_draft_lengths`` (:func:`sdplan.inputs.serving.resolve_limits`
     #: with no flags and no workload file).
@@ -115,11 +121,19 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
     batches = request.batch_sizes or STEP_BATCHES
     times = model.step_times(coefficients, list(lengths), np.asarray(batches, dtype=np.float64),
                              cal.moe_at(prompt, output))
+    costs = cal.records.costs
+    # only a file priced from op timings tells its kernels from the engine's overheads; a fitted one has one sum
+    overheads: tuple[tuple[float, ...], ...] = ()
+    if isinstance(costs, StepModel) and cal.records.provenance.method == "derived":
+        cycle = costs.step_overhead_s + costs.overhead_fixed_s
+        overheads = tuple((costs.step_overhead_s, *(cycle + batch * costs.overhead_per_sequence_s for _ in lengths))
+                          for batch in batches)
     limits = resolve_limits(cal, None, LimitOptions(), (0, *lengths), prompt, output)
     caps = tuple((k, int(cap), limits.cap_phrase(k)) for k, cap in zip((0, *lengths), limits.caps(lengths)))
     return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)),
                             step_batches=batches, step_draft_lengths=(0, *lengths),
-                            step_times_s=tuple(tuple(float(t) for t in row) for row in times), batch_caps=caps,
+                            step_times_s=tuple(tuple(float(t) for t in row) for row in times),
+                            step_overhead_s=overheads, batch_caps=caps,
                             max_num_seqs=(limits.max_num_seqs, limits.max_num_seqs_source),
                             kv_rule=f"{engine_name(cal.records.provenance.engine)} {limits.kv_hold.rule}")
 

@@ -120,7 +120,9 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
             "step_times_at_workload": {
                 "definition": STEP_TIMES_NOTE,
                 "batch_requests": list(shown.step_batches),
-                "options": [{"draft_length_tokens": k, "step_s": [row[j] for row in shown.step_times_s]}
+                "options": [{"draft_length_tokens": k, "step_s": [row[j] for row in shown.step_times_s],
+                             **({"engine_overhead_s": [row[j] for row in shown.step_overhead_s]}
+                                if shown.step_overhead_s else {})}
                             for j, k in enumerate(shown.step_draft_lengths)]},
             "max_num_seqs": {"requests": shown.max_num_seqs[0], "source": shown.max_num_seqs[1]},
             "batch_caps_at_workload": [{"draft_length_tokens": k, "requests": cap, "limit": phrase}
@@ -209,7 +211,7 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
                       if valid and valid[1] < max(shown.step_batches) else "")
             print_table(console, step_table(shown, style),
                         title=f"Engine step at {coefficients.prompt_tokens:g} prompt / {coefficients.output_tokens:g} "
-                        "output tokens (ms)", caption=STEP_TIMES_NOTE + beyond)
+                        "output tokens (ms)", caption=STEP_TIMES_NOTE + beyond + overhead_phrase(shown))
         if shown.batch_caps:
             print_table(console, cap_table(shown, style),
                         title=f"Requests each engine keeps running at {coefficients.prompt_tokens:g} prompt / "
@@ -248,6 +250,19 @@ def cap_table(shown: CalibrationShown, style: Style) -> Any:
         name = "no SD" if first == 0 else f"k={first}" if first == last else f"k={first}-{last}"
         table.add_row(name, str(cap), phrase.split(": ", 1)[-1])
     return table
+
+
+def overhead_phrase(shown: CalibrationShown) -> str:
+    """What of the step table is the engine's overheads beside the op timings, for a file that prices them."""
+    if not shown.step_overhead_s or not any(any(row) for row in shown.step_overhead_s):
+        return ""
+    first = shown.step_overhead_s[0]
+    phrase = f"; of each step {1e3 * first[0]:.3g} ms is the engine's overhead beside its kernels"
+    if len(first) > 1:
+        grows = len({row[1] for row in shown.step_overhead_s}) > 1
+        phrase += f", of an SD cycle {1e3 * first[1]:.3g} ms" + (f" at B = {shown.step_batches[0]}, more with B"
+                                                                  if grows else "")
+    return phrase + ": take it off to hold a row against kernel timings (JSON engine_overhead_s)"
 
 
 def step_table(shown: CalibrationShown, style: Style) -> Any:
