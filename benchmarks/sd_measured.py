@@ -51,7 +51,9 @@ largest batch (:func:`anchored_output_tokens`; only the no-SD side, so the SD ra
 A source file other than these (``--data``) is priced from its own fields (:func:`setup_of`): the calibration its
 series names (``sdplan.calibration``), or one derived for its ``target_model``, GPU, tensor parallelism, engine,
 draft and optional ``precision``, at the lengths it states (``workload.prompt_tokens_mean`` and
-``output_tokens_mean``). A series that cannot be priced is listed with the reason (``not priced: ...``); a file
+``output_tokens_mean``). A series that gives only the mean TPOT with and without SD (as ``vllm bench serve``
+reports it) is scored on the ratio of the two against ``plan``'s at its concurrency or rate (:func:`tpot_ratios`).
+A series that cannot be priced is listed with the reason (``not priced: ...``); a file
 that breaks the schema is refused with each problem on a line (exit 2), as ``sd_measured_data.py`` checks it.
 """
 
@@ -71,9 +73,9 @@ from sd_measured_data import check_file
 from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.errors import SdplanError
 from sdplan.inputs.serving import sd_max_num_seqs
-from sdplan.latency.closed_loop import closed_loop_latency
+from sdplan.latency.closed_loop import closed_loop_latency, closed_loop_point
 from sdplan.latency.coefficients import Coefficients
-from sdplan.latency.model import step_times
+from sdplan.latency.model import step_times, time_per_output_token
 from sdplan.latency.moe import MoESpec
 from sdplan.planning import planner
 
@@ -490,6 +492,57 @@ def open_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: tup
     return points
 
 
+def has_tpot_pairs(series: dict[str, Any]) -> bool:
+    """Whether every point gives the mean TPOT with and without SD (``sd_tpot_s``, ``baseline_tpot_s``)."""
+    return all("sd_tpot_s" in point and "baseline_tpot_s" in point for point in series["points"])
+
+
+def tpot_ratios(series: dict[str, Any], calibration: Any, setup: str, lengths: tuple[str, float, float]) -> list[Point]:
+    """TPOT ratios (no SD over SD) at each concurrency or rate, as ``plan`` prices them.
+
+    The mean time per output token, vLLM's ``(L - TTFT) / (g - 1)``
+    (:func:`sdplan.latency.model.time_per_output_token`): a closed loop of ``N`` clients (or a batch of ``N``) as
+    ``plan --concurrency`` prices it (:func:`sdplan.latency.closed_loop.closed_loop_point`, the engine's batch cap
+    left out as the static batches leave it), an open loop at ``plan``'s rate. ``E`` is the
+    acceptance the source measured at each point where it gives one; otherwise it is solved at the lowest load so that
+    the model gives the measured ratio there, and that point is left out of the scores.
+    """
+    dataset, p, g = lengths
+    k = int(series["draft"]["k_tokens"])
+    coefficients = coefficients_of(series, calibration, dataset, p, g)
+    moe = calibration.moe_at(p, g)
+    key = "concurrency" if "concurrency" in series["points"][0] else "rate_rps" if "rate_rps" in series["points"][0] \
+        else "batch"
+
+    def ratio(load: float, tokens_per_cycle: float) -> float:
+        if key == "rate_rps":
+            result = planner.plan(coefficients, [load], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]))
+            return float(result.baseline_tpot_s[0] / result.tpot_s[0, 0, 0])
+        without = closed_loop_point(coefficients, 0, 1.0, int(load), moe)
+        with_sd = closed_loop_point(coefficients, k, tokens_per_cycle, int(load), moe)
+        return float(time_per_output_token(np.asarray(without.latency_s), without.ttft_s, g)
+                     / time_per_output_token(np.asarray(with_sd.latency_s), with_sd.ttft_s, g))
+
+    stated = all(ACCEPTANCE in point for point in series["points"])
+    first = series["points"][0]
+    tokens = 1.0
+    if not stated:
+        low, high = 1.0, k + 1.0
+        measured = float(first["baseline_tpot_s"]) / float(first["sd_tpot_s"])
+        for _ in range(60):  # E at which the model gives the measured ratio at the lowest load
+            middle = 0.5 * (low + high)
+            low, high = (middle, high) if ratio(float(first[key]), middle) < measured else (low, middle)
+        tokens = low
+        ANCHORED[series["id"]] = tokens
+    points = []
+    for point in series["points"]:
+        predicted = ratio(float(point[key]), float(point[ACCEPTANCE]) if stated else tokens)
+        measured = float(point["baseline_tpot_s"]) / float(point["sd_tpot_s"])
+        points.append(Point(series["id"], setup, point[key], measured, predicted if math.isfinite(predicted) else 0.0,
+                            point is first and not stated))
+    return points
+
+
 def streams_at(points: list[dict[str, Any]], field: str, throughput: float) -> float | None:
     """The streams in flight at which a closed loop's measured ``field`` (tokens/s) reaches ``throughput``:
     interpolated in log-log between the measured points (proportional below the first; None above the last)."""
@@ -587,9 +640,10 @@ def main(argv: list[str] | None = None) -> int:
         for series in source["series"]:
             closed = series["mode"] == "closed_loop_batch" and all(measured_ratio(p) for p in series["points"])
             opened = series["mode"] == "open_loop_rate" and all("sd_latency_s" in p for p in series["points"])
-            if not (closed or opened):
-                unpriced.append((source["id"], series["id"], "its points give no SD-to-no-SD throughput ratio or "
-                                 "latency pair"))
+            per_token = not (closed or opened) and has_tpot_pairs(series)
+            if not (closed or opened or per_token):
+                unpriced.append((source["id"], series["id"], "its points give no SD-to-no-SD throughput ratio, "
+                                 "latency pair or TPOT pair"))
                 continue
             setup = setup_of(series, source["id"])
             try:
@@ -601,7 +655,13 @@ def main(argv: list[str] | None = None) -> int:
                 unpriced.append((source["id"], series["id"], str(why)))
                 continue
             label = f"{setup.label} k={series['draft']['k_tokens']}"
-            if closed:
+            if per_token:
+                found = tpot_ratios(series, calibration, label, lengths)
+                crossed = crossover(found, "measured"), crossover(found, "predicted")
+                if crossed != (None, None):
+                    crossings.append((series["id"], *crossed, "req/s" if series["mode"] == "open_loop_rate" else
+                                      "clients"))
+            elif closed:
                 found = closed_loop(series, calibration, label, lengths)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
                 if crossed != (None, None):
@@ -648,13 +708,16 @@ def main(argv: list[str] | None = None) -> int:
         last = [p.error_pct for p in group if p.load == max(q.load for q in group)]
         print(f"    {key:28s} {int((np.abs(errs) <= 10).sum()):3d}/{len(group):<3d} MAPE {np.mean(np.abs(errs)):5.1f}% "
               f"bias {np.mean(errs):+6.1f}%  at the largest load {np.mean(last):+6.1f}%")
-    print("  n-gram E anchored at batch 1 against SpecDecode-Bench's Llama-3.1-8B traces (tokens per cycle):")
+    traced_lines = []
     for (dataset, k), traced in NGRAM_TRACE_TOKENS_PER_CYCLE.items():
         name = f"_llama3.1-8b_{dataset}_ngram" + ("_k5" if k == 5 else "")
         anchored = next((e for sid, e in ANCHORED.items() if sid.endswith(name)), None)
         if anchored is not None:
-            print(f"    {dataset:14s} k={k}: anchored {anchored:.3f}, traces {traced:.3f} "
-                  f"({anchored / traced - 1:+.1%})")
+            traced_lines.append(f"    {dataset:14s} k={k}: anchored {anchored:.3f}, traces {traced:.3f} "
+                                f"({anchored / traced - 1:+.1%})")
+    if traced_lines:
+        print("  n-gram E anchored at batch 1 against SpecDecode-Bench's Llama-3.1-8B traces (tokens per cycle):")
+        print("\n".join(traced_lines))
     for name, measured, predicted, unit in crossings:
         print(f"  crossover {name}: measured below 1 from {unit} {measured}, predicted from {unit} {predicted}")
     print_decisions(scored, source_of)

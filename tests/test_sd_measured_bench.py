@@ -75,6 +75,29 @@ def test_a_team_file_is_priced_from_its_own_fields_and_what_is_not_priced_says_w
     assert points[0]["predicted"] > points[1]["predicted"] > points[2]["predicted"] > 1.0
 
 
+def test_tpot_pairs_of_a_concurrency_sweep_or_a_rate_sweep_are_priced_as_plan_prices_them(tmp_path: Path) -> None:
+    """Engines' benchmarks often give the mean TPOT with and without SD (vllm bench serve): the ratio no SD over SD
+    is scored against plan's, E solved at the lowest load."""
+    sweep = _series("s1_qwen3-8b_chat_eagle3", points=[
+        {"concurrency": 1, "sd_tpot_s": 0.004, "baseline_tpot_s": 0.0072},
+        {"concurrency": 16, "sd_tpot_s": 0.0055, "baseline_tpot_s": 0.0085},
+        {"concurrency": 64, "sd_tpot_s": 0.0095, "baseline_tpot_s": 0.012}])
+    rates = _series("s2_qwen3-8b_chat_eagle3", mode="open_loop_rate", points=[
+        {"rate_rps": 0.5, "sd_tpot_s": 0.004, "baseline_tpot_s": 0.0072},
+        {"rate_rps": 4.0, "sd_tpot_s": 0.0045, "baseline_tpot_s": 0.0076}])
+    path = _source(tmp_path, "team_tpot", [sweep, rates])
+    found = _run("--data", str(path), "--json", str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    assert "not priced" not in found.stdout and "3 predicted points in 2 series" in found.stdout
+    points = {(p["series"], p["load"]): p for p in json.loads((tmp_path / "points.json").read_text())}
+    for first in (("s1_qwen3-8b_chat_eagle3", 1), ("s2_qwen3-8b_chat_eagle3", 0.5)):
+        assert points[first]["anchor"] and points[first]["predicted"] == pytest.approx(1.8, rel=1e-3)
+    assert points["s1_qwen3-8b_chat_eagle3", 16]["measured"] == pytest.approx(0.0085 / 0.0055)
+    # the model's TPOT gain shrinks as clients are added (more sequences a step; a longer verification)
+    sweep_predicted = [points["s1_qwen3-8b_chat_eagle3", n]["predicted"] for n in (1, 16, 64)]
+    assert sweep_predicted[0] > sweep_predicted[1] > sweep_predicted[2] > 1.0
+
+
 def test_a_bad_team_file_is_refused_naming_the_file_series_and_field(tmp_path: Path) -> None:
     bad = _series("s1_qwen3-8b_chat_eagle3", precision="int3")
     bad["points"][1] = {"batch": 16, "speedup": -1.0}
