@@ -687,6 +687,10 @@ def main(argv: list[str] | None = None) -> int:
         print("sd_measured: no series could be priced", file=sys.stderr)
         return 1
     scored = [p for p in rows if not p.anchor]
+    if not scored:
+        print("sd_measured: nothing to score: each priced series has only the point its acceptance is solved at "
+              "(give more loads, or acceptance_tokens_per_cycle at each point)", file=sys.stderr)
+        return 1
     errors = np.array([p.error_pct for p in scored])
     within = np.abs(errors) <= 10.0
     sign = [(p.measured >= 1.0) == (p.predicted >= 1.0) for p in scored]

@@ -113,6 +113,11 @@ def check_series(series: dict, where: str) -> list[str]:
         for key in ("prompt_tokens_mean", "output_tokens_mean", "max_output_tokens"):
             if key in series["workload"] and not _positive_number(series["workload"][key]):
                 errors.append(f"{where}: workload.{key} must be a positive number, got {series['workload'][key]!r}")
+    if not (isinstance(series["target_model"], str) and series["target_model"]):
+        errors.append(f"{where}: target_model must be the model's name (a non-empty string)")
+    if isinstance(draft, dict) and draft.get("model") is not None and not (isinstance(draft["model"], str)
+                                                                           and draft["model"]):
+        errors.append(f"{where}: draft.model must be the draft's name or null")
     # optional fields that say how sd_measured.py prices a series no setup of its own covers
     if "precision" in series and series["precision"] not in PRECISIONS:
         errors.append(f"{where}: precision must be one of {list(PRECISIONS)} (the target's weights)")

@@ -101,13 +101,21 @@ def test_tpot_pairs_of_a_concurrency_sweep_or_a_rate_sweep_are_priced_as_plan_pr
 def test_a_bad_team_file_is_refused_naming_the_file_series_and_field(tmp_path: Path) -> None:
     bad = _series("s1_qwen3-8b_chat_eagle3", precision="int3")
     bad["points"][1] = {"batch": 16, "speedup": -1.0}
-    path = _source(tmp_path, "team_bad", [bad])
+    path = _source(tmp_path, "team_bad", [bad, _series("s2_qwen3-8b_chat_eagle3", target_model=8)])
     found = _run("--data", str(path))
     assert found.returncode == 2 and found.stdout == ""
     lines = found.stderr.strip().splitlines()
     assert any("team_bad.json:s1_qwen3-8b_chat_eagle3: precision must be one of" in line for line in lines)
     assert any("point 1: 'speedup' must be a positive number, got -1.0" in line for line in lines)
+    assert any("s2_qwen3-8b_chat_eagle3: target_model must be the model's name" in line for line in lines)
     assert "Traceback" not in found.stderr
+
+
+def test_a_file_with_nothing_to_predict_says_so(tmp_path: Path) -> None:
+    """One load a series: its acceptance is solved there, so no point is left to score."""
+    path = _source(tmp_path, "team_one", [_series("s1_qwen3-8b_chat_eagle3", points=[{"batch": 1, "speedup": 1.5}])])
+    found = _run("--data", str(path))
+    assert found.returncode == 1 and "nothing to score" in found.stderr and "Traceback" not in found.stderr
 
 
 def test_a_series_id_repeated_across_files_is_refused(tmp_path: Path) -> None:
