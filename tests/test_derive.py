@@ -274,6 +274,26 @@ def test_a_model_aiconfigurator_lacks_is_refused_offline(sdplan, tmp_path: Path)
     assert "ships no config.json" in result.stderr and "HuggingFace" not in result.stderr
 
 
+def test_mtp_is_refused_for_a_target_without_mtp_layers(sdplan, tmp_path: Path) -> None:
+    """MTP drafts with the target's own layers: a config.json that declares none (Qwen3-8B, Kimi-K2.5) has nothing
+    to serve it with; one that does, at the top level (DeepSeek-V3) or in its text_config (Qwen3.5), is priced."""
+    _aic()
+    from sdplan.derive.pricing import has_mtp_layers, model_config_json
+
+    result = sdplan("derive", "--target-model", "Qwen/Qwen3-8B", "--system", "h100_sxm", "--method", "mtp",
+                    "-o", str(tmp_path / "x.toml"))
+    assert result.exit_code == ExitStatus.USAGE and not (tmp_path / "x.toml").exists()
+    assert "declares no MTP layers" in result.stderr and "--method eagle3" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert [has_mtp_layers(model_config_json(name) or {}) for name in
+            ("deepseek-ai/DeepSeek-V3", "Qwen/Qwen3.5-27B", "moonshotai/Kimi-K2.5", "Qwen/Qwen3-8B")] == \
+        [True, True, False, False]
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"text_config": {"mtp_num_hidden_layers": 1}}))
+    assert has_mtp_layers(model_config_json(str(folder)) or {})
+
+
 def test_anchoring_reads_the_rows_sdplan_fit_reads_and_only_the_rows_given() -> None:
     """derive anchors on sdplan.runs.silicon's rows of its configuration, or on the rows it is given."""
     _aic()

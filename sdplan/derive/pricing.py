@@ -197,6 +197,34 @@ def shipped_config_files(name: str) -> list[tuple[Any, str]]:
     return found if found and found[0][1] == "config.json" else []
 
 
+#: config.json keys that declare a model's own multi-token-prediction layers (DeepSeek, GLM, MiMo, Nemotron:
+#: ``num_nextn_predict_layers``; Qwen3.5: ``mtp_num_hidden_layers``; MiniMax: ``num_mtp_modules``), at its top level
+#: or in its ``text_config``.
+MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules", "mtp_transformer_layers")
+
+
+def model_config_json(name: str) -> dict[str, Any] | None:
+    """The config.json a model name is priced from: sdplan's own table, a folder's, or AIConfigurator's packaged
+    one; None where none of these is at hand (nothing to read it from offline)."""
+    if name in ARCHITECTURES:
+        return ARCHITECTURES[name]
+    folder = Path(name) / "config.json"
+    if folder.is_file():
+        loaded: dict[str, Any] = json.loads(folder.read_text())
+        return loaded
+    shipped = shipped_config_files(MODEL_ALIASES.get(name, name))
+    return json.loads(shipped[0][0].read_text()) if shipped else None
+
+
+def has_mtp_layers(config: dict[str, Any]) -> bool:
+    """Whether a config.json declares MTP layers (:data:`MTP_LAYER_KEYS` above 0): the only layers vLLM's and
+    SGLang's MTP proposers draft with."""
+    for scope in (config, config.get("text_config") or {}):
+        if any(isinstance(scope.get(key), int) and scope[key] > 0 for key in MTP_LAYER_KEYS):
+            return True
+    return False
+
+
 class Models:
     """config.json folders for the architectures AIConfigurator lacks, written once per derivation."""
 
@@ -333,6 +361,12 @@ class Pricer:
         self.engine, self.request = engine, request
         self.version = self._literal_version()
         self.target_path = models.path(request.target_model)
+        config = model_config_json(request.target_model) if request.method == "mtp" else None
+        if config is not None and not has_mtp_layers(config):
+            raise InvalidValueError(
+                f"--method mtp: {request.target_model}'s config.json declares no MTP layers "
+                f"({', '.join(MTP_LAYER_KEYS)}), and MTP drafts only with the target's own; choose --method eagle3, "
+                "draft_model or ngram")
         from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
 
         shapes = get_model_config_from_model_path(self.target_path)
