@@ -443,3 +443,35 @@ def test_sdplan_validate_assumes_no_lockstep_where_the_runs_do_not_say_their_len
     assert as_sglang["ttft_mape_pct"] == pytest.approx(as_vllm["ttft_mape_pct"])
     document["derivation"]["backend"] = "vllm"  # the twin really is the same file
     assert document == resolve_calibration(DERIVED_QWEN).document
+
+
+def test_validate_holds_sglang_sd_runs_to_its_48_requests_unless_told_the_servers_limit(sdplan, tmp_path) -> None:
+    """SGLang runs at most 48 requests under SD unless --max-running-requests is set (its ServerArgs): an SD
+    closed loop of 96 clients keeps 48 running and the rest waiting, which validate prices; --max-num-seqs gives
+    the server's own limit instead, and without SD the 48 does not apply."""
+    shipped = Path(__file__).resolve().parent.parent / "calibrations" / "h100-sxm_llama-3.1-8b_eagle3_derived.toml"
+    text = shipped.read_text()
+    assert text.count('engine = "vllm"') == 1
+    calibration = tmp_path / "sglang.toml"
+    calibration.write_text(text.replace('engine = "vllm"', 'engine = "sglang"'))
+    runs = tmp_path / "runs.csv"
+    runs.write_text("request_rate_rps,draft_length,acceptance,prompt_tokens,output_tokens,mean_e2e_latency_s,"
+                    "max_concurrency\n16,3,0.7,1024,512,6.0,96\n16,0,0.0,1024,512,6.0,96\n5.33,3,0.7,1024,512,3.0,16\n")
+
+    def predicted(*extra: str) -> tuple[dict[tuple[int, int], float], str]:
+        found = sdplan("validate", "-c", str(calibration), str(runs), "-f", "json", *extra)
+        assert found.exit_code == 0, found.output
+        doc = json.loads(found.stdout)
+        found_runs = doc["runs"]
+        return {(r["draft_length_tokens"], r["closed_loop_clients"]): r["predicted_e2e_latency_s"]
+                for r in found_runs}, found.stderr
+
+    held, said = predicted()
+    free, quiet = predicted("--max-num-seqs", "1024")
+    # past 48 the SD run waits: N L(48) / 48, dearer than all 96 running at once
+    assert held[3, 96] > 1.2 * free[3, 96]
+    assert held[0, 96] == free[0, 96] and held[3, 16] == free[3, 16]
+    assert "1 SD run(s) had more clients than the 48 requests SGLang runs at once under SD" in " ".join(said.split())
+    assert "48 requests" not in quiet
+    capped, _ = predicted("--max-num-seqs", "32")  # the server's own limit holds for every run
+    assert capped[0, 96] > free[0, 96] and capped[3, 96] > held[3, 96]

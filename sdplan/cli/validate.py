@@ -16,6 +16,7 @@ from sdplan.cli._options import (
 )
 from sdplan.cli._results import result_files, results_options
 from sdplan.errors import ExitStatus
+from sdplan.limits import MAX_BATCH_SIZE
 
 
 def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -35,13 +36,17 @@ def _percent(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @results_options
 @click.option("--max-error", callback=_percent, metavar="PERCENT",
               help="Exit 1 when the mean absolute percentage error exceeds this (10% or 0.1).")
+@click.option("--max-num-seqs", type=click.IntRange(1, MAX_BATCH_SIZE), metavar="N",
+              help="Requests the measured server ran at once (vLLM --max-num-seqs, SGLang --max-running-requests): "
+                   "a closed loop of more clients keeps the rest waiting for admission. Default: SGLang's 48 for "
+                   "its SD runs (its limit under SD), else none.")
 @output_options(formats=("table", "json"))
 @plot_options
 def validate(calibration: str | None, results: tuple[str, ...], input_format: str, select: tuple[str, ...],
              window: float | None, draft_length: int | None,
              acceptance_alpha: list[float] | None, acceptance_length: list[float] | None,
              draft_acceptance_rate: list[float] | None, acceptance_k: int | None,
-        position_acceptance: list[float] | None, max_error: float | None,
+             position_acceptance: list[float] | None, max_error: float | None, max_num_seqs: int | None,
              fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> ExitStatus:
     """Compare the model's predictions with measured mean latencies.
 
@@ -73,7 +78,7 @@ def validate(calibration: str | None, results: tuple[str, ...], input_format: st
         calibration=calibration,
         files=result_files(results, input_format, select, window, draft_length, acceptance_alpha, acceptance_length,
                            draft_acceptance_rate, acceptance_k, position_acceptance),
-        max_error_pct=max_error), on_read=warn)
+        max_error_pct=max_error, max_num_seqs=max_num_seqs), on_read=warn)
     warn(outcome.warnings)
     result = outcome.validation
     terminal = output in (None, "-") and stdout_is_terminal()

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 
 from sdplan.calibration import resolve_calibration
 from sdplan.fitting.validation import derived_waves, validate
+from sdplan.inputs.serving import engine_name, sd_max_num_seqs
 from sdplan.measure.result_files import ResultFiles, read_runs, result_alpha
 
 if TYPE_CHECKING:
     from sdplan.calibration import Calibration
     from sdplan.fitting.validation import Validation
+    from sdplan.runs import BenchmarkRun
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,13 +33,18 @@ class ValidateRequest:
     calibration: str | None
     files: ResultFiles
     max_error_pct: float | None = None
+    #: The requests the measured server ran at once (vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``);
+    #: None: only the engine's own limit under SD where it has one (SGLang's 48), else none.
+    max_num_seqs: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Validated:
     """The calibration validated, the per-run errors and summary, and the gate's verdict.
 
-    ``warnings`` are about the gate itself (a limit below the runs' own spread), said after the result.
+    ``warnings`` are said after the result: about the gate itself (a limit below the runs' own spread), and
+    about SD runs predicted past the engine's own limit under SD (SGLang's 48) where no ``--max-num-seqs`` says
+    the server's.
     """
 
     calibration: Calibration
@@ -73,9 +80,22 @@ def validate_runs(request: ValidateRequest,
     on_read(warnings)
     # A derived file has no fitted TTFT weights to hold its closed loops' waves of prompts: price them.
     waves = derived_waves(cal, max((run.draft_length for run in runs), default=0))
-    result = validate(cal.coefficients_at, runs, cal.moe_at, waves=waves)
+    engine = cal.records.provenance.engine
+    sd_cap = sd_max_num_seqs(engine)
+
+    def batch_cap(run: BenchmarkRun) -> float | None:
+        """A closed loop past the server's limit keeps the rest of its clients waiting for admission."""
+        return request.max_num_seqs or (sd_cap if run.draft_length > 0 else None)
+
+    result = validate(cal.coefficients_at, runs, cal.moe_at, batch_cap_at=batch_cap, waves=waves)
     spread, limit = result.repeat_spread, request.max_error_pct
     gate = []
+    capped = [e.run for e in result.errors
+              if e.run.concurrency and (cap := batch_cap(e.run)) and e.run.concurrency > cap]
+    if capped and request.max_num_seqs is None:
+        gate.append(f"{len(capped)} SD run(s) had more clients than the {sd_cap} requests {engine_name(engine)} runs "
+                    "at once under SD unless --max-running-requests is set: predicted with the rest waiting for "
+                    "admission; give --max-num-seqs if the server ran with another limit")
     if limit is not None and spread is not None and limit < spread.exact_model_mape_pct:
         gate.append(f"--max-error {limit:g}% is below the {spread.exact_model_mape_pct:.1f}% an exact model "
                     f"would score on these runs (the spread of their {spread.runs} repeats): the gate fails on "
