@@ -118,14 +118,24 @@ def _rates_callback(ctx: click.Context, param: click.Parameter, value: str | Non
 MAX_CLIENTS = 1_000_000
 
 
-def concurrency_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
-    """``--concurrency``: clients of a closed loop, a list (``1,16,64``) or inclusive range (``1-8``), each >= 1."""
-    if value is None:
-        return None
-    clients = parse_int_list(value, "clients of a closed loop", MAX_CLIENTS)
-    if any(n < 1 for n in clients):
-        raise click.BadParameter("a closed loop has at least 1 client")
-    return tuple(sorted(set(clients)))
+def counts_callback(what: str, below_one: str) -> Callable[[click.Context, click.Parameter, str | None],
+                                                             tuple[int, ...] | None]:
+    """A callback for a list (``1,16,64``) or inclusive range (``1-8``) of counts, each >= 1 (``below_one`` says
+    why not) and at most :data:`MAX_CLIENTS`: sorted and unique."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        counts = parse_int_list(value, what, MAX_CLIENTS)
+        if any(n < 1 for n in counts):
+            raise click.BadParameter(below_one)
+        return tuple(sorted(set(counts)))
+
+    return callback
+
+
+#: ``--concurrency``: clients of a closed loop.
+concurrency_callback = counts_callback("clients of a closed loop", "a closed loop has at least 1 client")
 
 
 class DraftLengths(click.ParamType):

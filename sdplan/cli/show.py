@@ -4,24 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sdplan.cli._options import (
-    MAX_CLIENTS,
-    DraftLengths,
-    calibration_option,
-    output_options,
-    parse_int_list,
-    positive_tokens,
-)
-
-
-def batch_sizes_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
-    """``--batch-sizes``: sequences in flight, a list (``1,8,32``) or inclusive range (``1-8``), each >= 1."""
-    if value is None:
-        return None
-    sizes = parse_int_list(value, "sequences in flight", MAX_CLIENTS)
-    if any(size < 1 for size in sizes):
-        raise click.BadParameter("a step runs at least 1 sequence")
-    return tuple(sorted(set(sizes)))
+from sdplan.cli._options import DraftLengths, calibration_option, counts_callback, output_options, positive_tokens
 
 
 @click.command()
@@ -30,7 +13,8 @@ def batch_sizes_callback(ctx: click.Context, param: click.Parameter, value: str 
               help="Show coefficients at this prompt length. Default: the reference workload.")
 @click.option("--output-tokens", type=int, callback=positive_tokens, metavar="TOKENS",
               help="Show coefficients at this output length. Default: the reference workload.")
-@click.option("--batch-sizes", callback=batch_sizes_callback, metavar="LIST",
+@click.option("--batch-sizes", callback=counts_callback("sequences in flight", "a step runs at least 1 sequence"),
+              metavar="LIST",
               help="Price the engine step table at these sequences in flight: a list (1,8,32) or a range (1-8). "
                    "Default: 1,4,16,64,128,256.")
 @click.option("-k", "--draft-lengths", type=DraftLengths(), metavar="KS",
