@@ -500,11 +500,27 @@ class EngineLimits:
                                     f"{self.kv_cache_source}; raise --kv-cache-tokens")
 
 
-def _max_num_seqs(calibration: Calibration, file: WorkloadFile | None, given: int | None) -> tuple[int, str]:
+def _max_num_seqs(calibration: Calibration, file: WorkloadFile | None, given: int | None,
+                  speculative: bool = False) -> tuple[int, str]:
+    """``max_num_seqs`` and where it comes from: given, else the workload file's, else the calibration's or its
+    engine's default. A server of SD options (``speculative``) takes its engine's own limit under SD instead of that
+    default where it is the smaller (:func:`sd_max_num_seqs`: SGLang's 48)."""
     if given is not None:
         return given, "the max_num_seqs given"
     if file is not None and file.max_batch_size is not None:
         return file.max_batch_size, f"deployment.max_batch_size of {file.path}"
+    engine = calibration.records.provenance.engine
+    own = sd_max_num_seqs(engine) if speculative else None
+    found = _default_max_num_seqs(calibration)
+    if own is not None and own < found[0]:
+        return own, f"{engine_name(engine)}'s max_running_requests under speculative decoding, {own} unless " \
+                    "--max-running-requests is given"
+    return found
+
+
+def _default_max_num_seqs(calibration: Calibration) -> tuple[int, str]:
+    """The ``max_num_seqs`` a calibration's servers ran with or a derived one was priced for, else vLLM's default
+    on its hardware."""
     served = served_batch_cap(calibration)
     if served is not None:
         return served
@@ -559,13 +575,7 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
     server that runs SD only (0 not among ``draft_lengths``: the simulator's, check's), to it.
     """
     seqs, seqs_source = _max_num_seqs(calibration, workload_file, given.max_num_seqs)
-    sd_seqs, sd_seqs_source = seqs, seqs_source
-    own = sd_max_num_seqs(calibration.records.provenance.engine)
-    chosen = given.max_num_seqs is not None or (workload_file is not None and workload_file.max_batch_size is not None)
-    if own is not None and not chosen and own < seqs:
-        sd_seqs, sd_seqs_source = own, (f"{engine_name(calibration.records.provenance.engine)}'s "
-                                        f"max_running_requests under speculative decoding, {own} unless "
-                                        "--max-running-requests is given")
+    sd_seqs, sd_seqs_source = _max_num_seqs(calibration, workload_file, given.max_num_seqs, speculative=True)
     if draft_lengths and 0 not in draft_lengths:
         seqs, seqs_source = sd_seqs, sd_seqs_source
     if given.max_num_batched_tokens is not None:
