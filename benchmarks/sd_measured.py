@@ -63,12 +63,13 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sd_measured_data import check_file
+from sd_measured_data import check_file, point_load
 
 from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.errors import SdplanError
@@ -332,6 +333,15 @@ def dataset_of(series: dict[str, Any]) -> str | None:
     return next((name for name in (*DATASET_LENGTHS, *REASONING_PROMPT_TOKENS) if f"_{name}_" in text), None)
 
 
+def bisect(holds: Callable[[float], bool], low: float, high: float, steps: int = 60, geometric: bool = False) -> float:
+    """Where ``holds`` stops holding between ``low`` (where it holds) and ``high`` (where it does not): the last point
+    found to hold after ``steps`` halvings of the interval, in ``x`` or, ``geometric``, in ``log x``."""
+    for _ in range(steps):
+        middle = math.sqrt(low * high) if geometric else 0.5 * (low + high)
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    return low
+
+
 def anchored_output_tokens(series: dict[str, Any], calibration: Any, prompt_tokens: float) -> float:
     """The output length at which the calibration gives the no-SD throughput the series measured at its largest
     batch (tokens).
@@ -361,10 +371,7 @@ def anchored_output_tokens(series: dict[str, Any], calibration: Any, prompt_toke
                        f"({measured:g} tokens/s at batch {batch:g})")
     low = float(max(reached))
     high = float(grid[min(len(grid) - 1, int(np.searchsorted(grid, low)) + 1)])
-    for _ in range(40):
-        middle = math.sqrt(low * high)
-        low, high = (middle, high) if throughput(middle) >= measured else (low, middle)
-    return low
+    return bisect(lambda g: throughput(g) >= measured, low, high, steps=40, geometric=True)
 
 
 def lengths_of(series: dict[str, Any], setup: Setup, calibration: Any) -> tuple[str, float, float]:
@@ -466,25 +473,21 @@ def open_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: tup
     def baseline_latency(g: float, rate: float) -> float:
         return float(planner.plan(calibration.coefficients_at(p, g), [rate], [k], [0.5]).baseline_latency_s[0])
 
-    low, high = 2.0, 8192.0
-    for _ in range(60):  # the output length whose no-SD latency at the lowest rate is the measured one
-        middle = math.sqrt(low * high)
-        low, high = (middle, high) if baseline_latency(middle, first["rate_rps"]) < first["baseline_latency_s"] \
-            else (low, middle)
-    coefficients = coefficients_of(series, calibration, dataset, p, low)
+    # the output length whose no-SD latency at the lowest rate is the measured one
+    g = bisect(lambda g: baseline_latency(g, first["rate_rps"]) < first["baseline_latency_s"], 2.0, 8192.0,
+               geometric=True)
+    coefficients = coefficients_of(series, calibration, dataset, p, g)
 
     def sd_latency(tokens_per_cycle: float, rate: float) -> float:
         result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]))
         return float(result.latency_s[0, 0, 0])
 
-    lo, hi = 1.0, k + 1.0
-    for _ in range(60):  # E whose SD latency at the lowest rate is the measured one
-        middle = 0.5 * (lo + hi)
-        lo, hi = (middle, hi) if sd_latency(middle, first["rate_rps"]) > first["sd_latency_s"] else (lo, middle)
+    # E whose SD latency at the lowest rate is the measured one
+    tokens = bisect(lambda e: sd_latency(e, first["rate_rps"]) > first["sd_latency_s"], 1.0, k + 1.0)
     points = []
     for point in series["points"]:
         rate = point["rate_rps"]
-        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[lo]]))
+        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens]]))
         predicted = float(result.baseline_latency_s[0] / result.latency_s[0, 0, 0])
         measured = point["baseline_latency_s"] / point["sd_latency_s"]
         points.append(Point(series["id"], setup, rate, measured, predicted if math.isfinite(predicted) else 0.0,
@@ -511,8 +514,7 @@ def tpot_ratios(series: dict[str, Any], calibration: Any, setup: str, lengths: t
     k = int(series["draft"]["k_tokens"])
     coefficients = coefficients_of(series, calibration, dataset, p, g)
     moe = calibration.moe_at(p, g)
-    key = "concurrency" if "concurrency" in series["points"][0] else "rate_rps" if "rate_rps" in series["points"][0] \
-        else "batch"
+    key, _ = point_load(series["points"][0])  # the schema check has given every point one load key
 
     def ratio(load: float, tokens_per_cycle: float) -> float:
         if key == "rate_rps":
@@ -527,12 +529,9 @@ def tpot_ratios(series: dict[str, Any], calibration: Any, setup: str, lengths: t
     first = series["points"][0]
     tokens = 1.0
     if not stated:
-        low, high = 1.0, k + 1.0
         measured = float(first["baseline_tpot_s"]) / float(first["sd_tpot_s"])
-        for _ in range(60):  # E at which the model gives the measured ratio at the lowest load
-            middle = 0.5 * (low + high)
-            low, high = (middle, high) if ratio(float(first[key]), middle) < measured else (low, middle)
-        tokens = low
+        # E at which the model gives the measured ratio at the lowest load
+        tokens = bisect(lambda e: ratio(float(first[key]), e) < measured, 1.0, k + 1.0)
         ANCHORED[series["id"]] = tokens
     points = []
     for point in series["points"]:
