@@ -89,16 +89,16 @@ def validate_runs(request: ValidateRequest,
 
     result = validate(cal.coefficients_at, runs, cal.moe_at, batch_cap_at=batch_cap, waves=waves)
     spread, limit = result.repeat_spread, request.max_error_pct
-    gate = []
+    after: list[str] = []
     capped = [e.run for e in result.errors
               if e.run.concurrency and (cap := batch_cap(e.run)) and e.run.concurrency > cap]
     if capped and request.max_num_seqs is None:
-        gate.append(f"{len(capped)} SD run(s) had more clients than the {sd_cap} requests {engine_name(engine)} runs "
-                    "at once under SD unless --max-running-requests is set: predicted with the rest waiting for "
-                    "admission; give --max-num-seqs if the server ran with another limit")
+        after.append(f"{len(capped)} SD run(s) had more clients than the {sd_cap} requests {engine_name(engine)} runs "
+                     "at once under SD unless --max-running-requests is set: predicted with the rest waiting for "
+                     "admission; give --max-num-seqs if the server ran with another limit")
     if limit is not None and spread is not None and limit < spread.exact_model_mape_pct:
-        gate.append(f"--max-error {limit:g}% is below the {spread.exact_model_mape_pct:.1f}% an exact model "
-                    f"would score on these runs (the spread of their {spread.runs} repeats): the gate fails on "
-                    "noise; measure longer or more runs, or raise the limit")
+        after.append(f"--max-error {limit:g}% is below the {spread.exact_model_mape_pct:.1f}% an exact model "
+                     f"would score on these runs (the spread of their {spread.runs} repeats): the gate fails on "
+                     "noise; measure longer or more runs, or raise the limit")
     return Validated(calibration=cal, validation=result, max_error_pct=limit, passed=passes(result.mape_pct, limit),
-                     warnings=gate)
+                     warnings=after)
