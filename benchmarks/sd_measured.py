@@ -53,6 +53,8 @@ series names (``sdplan.calibration``), or one derived for its ``target_model``, 
 draft and optional ``precision``, at the lengths it states (``workload.prompt_tokens_mean`` and
 ``output_tokens_mean``). A series that gives only the mean TPOT with and without SD (as ``vllm bench serve``
 reports it) is scored on the ratio of the two against ``plan``'s at its concurrency or rate (:func:`tpot_ratios`).
+Where its GPUs run several replicas of the engine (``hardware.count`` over ``tensor_parallel``), each replica is priced
+at its share of the load (:func:`per_replica`). A tree's drafting is not priced (:func:`unpriced_structure`).
 A series that cannot be priced is listed with the reason (``not priced: ...``); a file
 that breaks the schema is refused with each problem on a line (exit 2), as ``sd_measured_data.py`` checks it.
 """
@@ -247,6 +249,56 @@ class Setup:
     label: str
     key: str
     spec: str | dict[str, Any]
+
+
+#: Point fields that total over a series' engine replicas (the whole system's throughput); a replica's share is
+#: what :func:`per_replica` prices.
+REPLICA_TOTALS = ("sd_tokens_per_s", "baseline_tokens_per_s")
+
+
+def unpriced_structure(series: dict[str, Any]) -> str | None:
+    """Why a series' drafting cannot be priced as measured, or None: sdplan prices a chain (one token a draft step,
+    ``k + 1`` rows verified a sequence); a tree (SGLang's ``--speculative-eagle-topk`` over 1) drafts ``topk``
+    candidates a step and verifies ``--speculative-num-draft-tokens`` rows a sequence, neither of which a chain of
+    ``k`` gives, so pricing it as one would score a setup that was not run."""
+    if series["draft"].get("structure") == "tree":
+        return ("tree drafting (several candidates a draft step, more rows verified than k + 1): sdplan prices a "
+                "chain of k drafted tokens")
+    return None
+
+
+def replicas_of(series: dict[str, Any]) -> int | str:
+    """The engine replicas a series' GPUs run (``hardware.count`` over ``tensor_parallel``), or why not."""
+    count, tp = int(series["hardware"]["count"]), int(series["hardware"]["tensor_parallel"])
+    if count % tp:
+        return (f"hardware.count {count} is not a multiple of tensor_parallel {tp}: the GPUs do not split into "
+                "replicas of one engine")
+    return count // tp
+
+
+def per_replica(series: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """The series as one of its ``replicas`` engines serves it, the load shared evenly (a router's round robin).
+
+    A closed loop's ``N`` clients or batch give each replica ``max(1, round(N / replicas))`` (fewer clients than
+    replicas leave replicas idle, and each busy one runs one); an open loop's rate gives each ``rate / replicas``.
+    Whole-system throughputs (:data:`REPLICA_TOTALS`) become a replica's share, so ratios are unchanged; per-user
+    throughputs, latencies and TPOTs are a replica's as they stand.
+    """
+    if replicas == 1:
+        return series
+    points = []
+    for point in series["points"]:
+        key, load = point_load(point)  # the schema check has given every point one load key
+        share = load / replicas if key == "rate_rps" else max(1, round(load / replicas))
+        points.append(point | {key: share} | {total: point[total] / replicas for total in REPLICA_TOTALS
+                                               if total in point})
+    return series | {"points": points}
+
+
+def at_source_loads(points: list[Point], series: dict[str, Any]) -> list[Point]:
+    """Points priced on :func:`per_replica`'s series, at the loads the source gives (one point per measured one)."""
+    return [replace(point, load=point_load(measured)[1]) for point, measured in zip(points, series["points"],
+                                                                                   strict=True)]
 
 
 def setup_key(series: dict[str, Any], source: str) -> str:
@@ -645,38 +697,49 @@ def main(argv: list[str] | None = None) -> int:
                                  "latency pair or TPOT pair"))
                 continue
             setup = setup_of(series, source["id"])
+            replicas = replicas_of(series)
             try:
-                if isinstance(setup, str):
-                    raise Unpriced(setup)
+                for why in (unpriced_structure(series), replicas, setup):
+                    if isinstance(why, str):
+                        raise Unpriced(why)
+                assert isinstance(setup, Setup) and isinstance(replicas, int)
                 calibration = calibration_of(setup)
                 lengths = lengths_of(series, setup, calibration)
             except (Unpriced, SdplanError) as why:
                 unpriced.append((source["id"], series["id"], str(why)))
                 continue
             label = f"{setup.label} k={series['draft']['k_tokens']}"
+            # priced as one replica serves its share of each load; the tables keep the source's loads
+            replica = per_replica(series, replicas)
             if per_token:
-                found = tpot_ratios(series, calibration, label, lengths)
+                found = at_source_loads(tpot_ratios(replica, calibration, label, lengths), series)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
                 if crossed != (None, None):
                     crossings.append((series["id"], *crossed, "req/s" if series["mode"] == "open_loop_rate" else
                                       "clients"))
             elif closed:
-                found = closed_loop(series, calibration, label, lengths)
+                found = at_source_loads(closed_loop(replica, calibration, label, lengths), series)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
                 if crossed != (None, None):
                     crossings.append((series["id"], *crossed, "batch"))
                 if "concurrency" in series["points"][0]:
-                    steady.append((source["id"], series["id"], steady_closed_loop(series, calibration, label, lengths)))
+                    steady.append((source["id"], series["id"],
+                                   at_source_loads(steady_closed_loop(replica, calibration, label, lengths), series)))
                 if all({"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in series["points"]):
-                    equal.append((source["id"], series["id"], equal_throughput(series, calibration, label, lengths)))
+                    equal.append((source["id"], series["id"],
+                                  [replace(point, load=point.load * replicas)
+                                   for point in equal_throughput(replica, calibration, label, lengths)]))
             else:
-                found = open_loop(series, calibration, label, lengths)
+                found = at_source_loads(open_loop(replica, calibration, label, lengths), series)
                 crossings.append((series["id"], crossover(found, "measured"), crossover(found, "predicted"), "req/s"))
             rows.extend(found)
             source_of.update({series["id"]: source["id"]})
             PANELS[series["id"]] = panel_key(series, source["id"])
             priced = setup.spec if isinstance(setup.spec, str) else "derived"
-            print(f"{source['id']}/{series['id']} ({priced}; {lengths[1]:.4g} prompt / {lengths[2]:.4g} output tokens)")
+            tp = series["hardware"]["tensor_parallel"]
+            shared = f"; {replicas} replicas of TP{tp}, each priced at its share of the load" if replicas > 1 else ""
+            print(f"{source['id']}/{series['id']} ({priced}; {lengths[1]:.4g} prompt / {lengths[2]:.4g} output tokens"
+                  f"{shared})")
             print("  load " + " ".join(f"{p.load:>7g}" for p in found))
             print("  meas " + " ".join(f"{p.measured:7.3f}" for p in found))
             print("  pred " + " ".join(f"{p.predicted:7.3f}" for p in found))

@@ -163,3 +163,30 @@ def test_a_reasoning_runs_output_length_gives_back_its_measured_no_sd_throughput
     # a static batch without SD: its prefill, then g - 1 decode steps
     without = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s + (output - 1.0) * float(tau_0)
     assert batch * output / without == pytest.approx(last["baseline_tokens_per_s"], rel=0.005)
+
+
+def test_replicas_are_priced_at_their_share_of_the_load_and_a_tree_is_not_priced_as_a_chain(tmp_path: Path) -> None:
+    """Two data-parallel replicas at batch 2N run what one runs at N, so the ratio is one replica's at N, printed at
+    the source's loads; a tree's drafting (top-k over 1) is not a chain of k, so it is said not to be priced."""
+    one = _series("s1_qwen3-8b_chat_eagle3", points=[{"batch": 1, "speedup": 1.8}, {"batch": 16, "speedup": 1.7},
+                                                     {"batch": 64, "speedup": 1.4}])
+    two = _series("s2_qwen3-8b_chat_eagle3", hardware={"gpu": "NVIDIA H100 80GB", "count": 2, "tensor_parallel": 1},
+                  points=[{"batch": 2, "speedup": 1.8}, {"batch": 32, "speedup": 1.7}, {"batch": 128, "speedup": 1.4}])
+    tree = _series("s3_qwen3-8b_chat_eagle3", draft={"method": "eagle3", "model": "AngelSlim/Qwen3-8B_eagle3",
+                                                     "k_tokens": 3, "structure": "tree"})
+    uneven = _series("s4_qwen3-8b_chat_eagle3", hardware={"gpu": "NVIDIA H100 80GB", "count": 3, "tensor_parallel": 2})
+    alone = _series("s5_qwen3-8b_chat_eagle3", points=two["points"])
+    path = _source(tmp_path, "team_dp", [one, two, tree, uneven, alone])
+    found = _run("--data", str(path), "--json", str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    assert "s2_qwen3-8b_chat_eagle3 (derived; 200 prompt / 400 output tokens; 2 replicas of TP1" in found.stdout
+    assert "not priced: team_dp/s3_qwen3-8b_chat_eagle3: tree drafting" in found.stdout
+    assert "not priced: team_dp/s4_qwen3-8b_chat_eagle3: hardware.count 3 is not a multiple of tensor_parallel 2" \
+        in found.stdout
+    points = json.loads((tmp_path / "points.json").read_text())
+    single = [p for p in points if p["series"] == one["id"]]
+    shared = [p for p in points if p["series"] == two["id"]]
+    assert [p["load"] for p in shared] == [2, 32, 128]
+    assert [p["predicted"] for p in shared] == pytest.approx([p["predicted"] for p in single], rel=1e-9)
+    # a replica's share is not the whole load: the same 128 sequences on one engine gain less
+    assert shared[-1]["predicted"] > [p for p in points if p["series"] == alone["id"]][-1]["predicted"] * 1.05
