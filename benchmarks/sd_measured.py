@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sd_measured_data import check_file, point_load
+from sd_measured_data import check_file, point_load, series_tokens_per_cycle
 
 from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.errors import SdplanError
@@ -295,6 +295,16 @@ def per_replica(series: dict[str, Any], replicas: int) -> dict[str, Any]:
     return series | {"points": points}
 
 
+def with_series_acceptance(series: dict[str, Any]) -> dict[str, Any]:
+    """The series with its own stated acceptance at every point, where its points give none and its
+    ``acceptance`` is tokens per cycle (:func:`sd_measured_data.series_tokens_per_cycle`): every point is then a
+    prediction, as with ``acceptance_tokens_per_cycle`` at each point."""
+    stated = series_tokens_per_cycle(series)
+    if stated is None or any(ACCEPTANCE in point for point in series["points"]):
+        return series
+    return series | {"points": [point | {ACCEPTANCE: stated} for point in series["points"]]}
+
+
 def at_source_loads(points: list[Point], series: dict[str, Any]) -> list[Point]:
     """Points priced on :func:`per_replica`'s series, at the loads the source gives (one point per measured one)."""
     return [replace(point, load=point_load(measured)[1]) for point, measured in zip(points, series["points"],
@@ -516,34 +526,37 @@ def steady_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
 
 
 def open_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: tuple[str, float, float]) -> list[Point]:
-    """Latency ratios (no SD over SD) at each rate; output length and ``E`` anchored at the lowest rate (the prompt
-    is ``lengths``')."""
-    dataset, p, _ = lengths
+    """Latency ratios (no SD over SD) at each rate, at the prompt of ``lengths``. The output length is the series'
+    own where it states one, else anchored at the lowest rate (no SD's latency there is the measured one); ``E`` is
+    the stated acceptance at each point, else anchored at the lowest rate (that point is then left out)."""
+    dataset, p, stated_g = lengths
     k = int(series["draft"]["k_tokens"])
     first = series["points"][0]
 
     def baseline_latency(g: float, rate: float) -> float:
         return float(planner.plan(calibration.coefficients_at(p, g), [rate], [k], [0.5]).baseline_latency_s[0])
 
-    # the output length whose no-SD latency at the lowest rate is the measured one
-    g = bisect(lambda g: baseline_latency(g, first["rate_rps"]) < first["baseline_latency_s"], 2.0, 8192.0,
-               geometric=True)
+    g = stated_g if series.get("workload", {}).get("output_tokens_mean") else bisect(
+        lambda g: baseline_latency(g, first["rate_rps"]) < first["baseline_latency_s"], 2.0, 8192.0, geometric=True)
     coefficients = coefficients_of(series, calibration, dataset, p, g)
 
     def sd_latency(tokens_per_cycle: float, rate: float) -> float:
         result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]))
         return float(result.latency_s[0, 0, 0])
 
-    # E whose SD latency at the lowest rate is the measured one
-    tokens = bisect(lambda e: sd_latency(e, first["rate_rps"]) > first["sd_latency_s"], 1.0, k + 1.0)
+    stated = all(ACCEPTANCE in point for point in series["points"])
+    # else E whose SD latency at the lowest rate is the measured one
+    tokens = 1.0 if stated else bisect(lambda e: sd_latency(e, first["rate_rps"]) > first["sd_latency_s"], 1.0,
+                                       k + 1.0)
     points = []
     for point in series["points"]:
         rate = point["rate_rps"]
-        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens]]))
+        accepted = float(point[ACCEPTANCE]) if stated else tokens
+        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[accepted]]))
         predicted = float(result.baseline_latency_s[0] / result.latency_s[0, 0, 0])
         measured = point["baseline_latency_s"] / point["sd_latency_s"]
         points.append(Point(series["id"], setup, rate, measured, predicted if math.isfinite(predicted) else 0.0,
-                            point is first))
+                            point is first and not stated))
     return points
 
 
@@ -710,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             label = f"{setup.label} k={series['draft']['k_tokens']}"
             # priced as one replica serves its share of each load; the tables keep the source's loads
-            replica = per_replica(series, replicas)
+            replica = per_replica(with_series_acceptance(series), replicas)
             if per_token:
                 found = at_source_loads(tpot_ratios(replica, calibration, label, lengths), series)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
@@ -725,7 +738,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "concurrency" in series["points"][0]:
                     steady.append((source["id"], series["id"],
                                    at_source_loads(steady_closed_loop(replica, calibration, label, lengths), series)))
-                if all({"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in series["points"]):
+                if all({"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in replica["points"]):
                     equal.append((source["id"], series["id"],
                                   [replace(point, load=point.load * replicas)
                                    for point in equal_throughput(replica, calibration, label, lengths)]))

@@ -77,6 +77,16 @@ def point_load(point: dict) -> tuple[str, float] | None:
     return None
 
 
+def series_tokens_per_cycle(series: dict) -> float | None:
+    """The series' own acceptance as tokens per cycle (bonus included), where ``acceptance.metric`` says it is that
+    (its wording names "tokens per cycle") and ``acceptance.value`` is one number; None otherwise."""
+    acc = series.get("acceptance")
+    if not isinstance(acc, dict) or "tokens per cycle" not in str(acc.get("metric") or "").lower():
+        return None
+    value = acc.get("value")
+    return float(value) if _positive_number(value) else None
+
+
 def check_series(series: dict, where: str) -> list[str]:
     errors = []
     for field in SERIES_FIELDS:
@@ -107,6 +117,11 @@ def check_series(series: dict, where: str) -> list[str]:
         errors.append(f"{where}: acceptance needs 'metric' and 'value' (both may be null)")
     elif acc["value"] is not None and not acc["metric"]:
         errors.append(f"{where}: acceptance.value given without saying which metric")
+    elif series_tokens_per_cycle(series) is not None and isinstance(draft, dict) \
+            and isinstance(draft.get("k_tokens"), int) \
+            and not 1.0 <= series_tokens_per_cycle(series) <= draft["k_tokens"] + 1:
+        errors.append(f"{where}: acceptance.value is tokens per cycle with the bonus token: between 1 and "
+                      f"k_tokens + 1 = {draft['k_tokens'] + 1}, got {acc['value']!r}")
     if not isinstance(series["workload"], dict) or not series["workload"].get("dataset"):
         errors.append(f"{where}: workload.dataset missing")
     else:
@@ -153,6 +168,12 @@ def check_series(series: dict, where: str) -> list[str]:
                               f"{sorted(POINT_KEYS)})")
             elif not _positive_number(value):
                 errors.append(f"{pw}: '{key}' must be a positive number, got {value!r}")
+        accepted = point.get(ACCEPTANCE_KEY)
+        k = draft.get("k_tokens") if isinstance(draft, dict) else None
+        if _positive_number(accepted) and isinstance(k, int) and not 1.0 <= accepted <= k + 1:
+            # a cycle emits the bonus token and at most its k drafts
+            errors.append(f"{pw}: '{ACCEPTANCE_KEY}' is tokens per cycle with the bonus token: between 1 and "
+                          f"k_tokens + 1 = {k + 1}, got {accepted!r}")
         load = point_load(point)
         if load is None or load[0] not in MODES[mode]:
             errors.append(f"{pw}: needs one of {MODES[mode]} for mode {mode}")

@@ -190,3 +190,29 @@ def test_replicas_are_priced_at_their_share_of_the_load_and_a_tree_is_not_priced
     assert [p["predicted"] for p in shared] == pytest.approx([p["predicted"] for p in single], rel=1e-9)
     # a replica's share is not the whole load: the same 128 sequences on one engine gain less
     assert shared[-1]["predicted"] > [p for p in points if p["series"] == alone["id"]][-1]["predicted"] * 1.05
+
+
+def test_a_series_own_acceptance_in_tokens_per_cycle_makes_every_point_a_prediction(tmp_path: Path) -> None:
+    """Where the series states its acceptance as tokens per cycle, nothing is anchored: each point, the lowest load
+    too, is priced with it (a closed loop, and an open loop at its stated lengths); an acceptance a chain of k cannot
+    reach is refused as a schema error."""
+    acceptance = {"metric": "mean acceptance length, tokens per cycle incl. bonus", "value": 2.6}
+    closed = _series("s1_qwen3-8b_chat_eagle3", acceptance=acceptance)
+    opened = _series("s2_qwen3-8b_chat_eagle3", acceptance=acceptance, mode="open_loop_rate",
+                     metric="mean end-to-end latency", points=[
+                         {"rate_rps": 1, "sd_latency_s": 2.0, "baseline_latency_s": 3.6},
+                         {"rate_rps": 4, "sd_latency_s": 2.3, "baseline_latency_s": 4.0}])
+    path = _source(tmp_path, "team_acc", [closed, opened])
+    found = _run("--data", str(path), "--json", str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    assert "5 predicted points in 2 series" in found.stdout
+    points = json.loads((tmp_path / "points.json").read_text())
+    assert not any(p["anchor"] for p in points)
+    per_cycle = _series("s3_qwen3-8b_chat_eagle3", acceptance={"metric": "tokens per cycle", "value": 4.5})
+    over = _series("s4_qwen3-8b_chat_eagle3")
+    over["points"][1]["acceptance_tokens_per_cycle"] = 5.0
+    found = _run("--data", str(_source(tmp_path, "team_bad_acc", [per_cycle, over])))
+    assert found.returncode == 2 and "Traceback" not in found.stderr
+    assert "s3_qwen3-8b_chat_eagle3: acceptance.value is tokens per cycle with the bonus token: between 1 and " \
+           "k_tokens + 1 = 4, got 4.5" in found.stderr
+    assert "s4_qwen3-8b_chat_eagle3 point 1: 'acceptance_tokens_per_cycle' is tokens per cycle" in found.stderr
