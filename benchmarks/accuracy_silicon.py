@@ -540,7 +540,23 @@ def matrix_shares(configuration: silicon.SiliconConfiguration, runs: list) -> li
     return [(rate * floor, rate * database) for rate in rows_per_s]
 
 
-def derived_report(entries: list) -> list[str]:
+@dataclass
+class Scored:
+    """A derived configuration's errors: derived only on every row and on the held-out rows, anchored on the fit
+    split (None where no anchor), and the fitted calibration's, on the held-out rows."""
+
+    name: str
+    kind: str  # dense or MoE
+    engine: str  # the rows' backend
+    database: str
+    kept: list  # the rows scored
+    only: Errors
+    only_held: Errors
+    anchored: Errors | None
+    fitted: Errors
+
+
+def derived_report(entries: list[Scored]) -> list[str]:
     """Markdown lines: derived only on every row, and derived only / anchored / fitted on the held-out rows."""
     lines = [("| configuration | kind | database | rows | derived only: E2E MAPE (bias) | TPOT | TTFT | held rows | "
              "derived only, held: E2E / TPOT | anchored on the fit split, held: E2E | TPOT | TTFT | "
@@ -550,11 +566,14 @@ def derived_report(entries: list) -> list[str]:
     buckets: dict[str, Errors] = collections.defaultdict(Errors.empty)
     by_kind: dict[str, Errors] = collections.defaultdict(Errors.empty)
     with_ttft: dict[str, list[float]] = collections.defaultdict(list)
-    for name, kind, database, kept, only, only_held, anchored, fitted in entries:
+    for entry in entries:
+        name, kind, engine, database, kept = entry.name, entry.kind, entry.engine, entry.database, entry.kept
+        only, only_held, anchored, fitted = entry.only, entry.only_held, entry.anchored, entry.fitted
         pooled["only"].extend(only)
         pooled["only_held"].extend(only_held)
         pooled["fitted"].extend(fitted)
         by_kind[kind].extend(only)
+        by_kind[f"{engine} engine"].extend(only)
         # E2E with the measured TTFT in place of the predicted one: how far TPOT alone is off
         with_ttft[kind] += [(run.mean_ttft_s + (run.output_tokens - 1.0) * run.mean_tpot_s * (1.0 + tpot))
                             / run.mean_e2e_latency_s - 1.0 for run, tpot in zip(kept, only.tpot)]
@@ -569,7 +588,7 @@ def derived_report(entries: list) -> list[str]:
                      f"{cell(only.ttft)} | {len(only_held.e2e)} | {mape(only_held.e2e):.1f}% / "
                      f"{mape(only_held.tpot):.1f}% | {anchored_cells} | {mape(fitted.e2e):.1f}% / "
                      f"{mape(fitted.tpot):.1f}% |")
-    anchored_count = sum(1 for entry in entries if entry[6] is not None)
+    anchored_count = sum(1 for entry in entries if entry.anchored is not None)
     lines.append(f"| **pooled, {len(entries)} configurations** | | | {len(pooled['only'].e2e)} | "
                  f"**{cell(pooled['only'].e2e)}** | **{cell(pooled['only'].tpot)}** | "
                  f"**{cell(pooled['only'].ttft)}** | "
@@ -628,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     folded = []
     own_fit: dict[str, list[float]] = collections.defaultdict(list)  # the pooled fit's MAPE on its own rows
     per_shape: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)  # (R2, worst residual)
-    derived: list = []  # (label, kind, database, kept, only, only on held, anchored on held, fitted on held)
+    derived: list[Scored] = []
     not_derived: list[str] = []
     peak_shares: list[str] = []  # dense configurations: the largest share of peak matrix throughput a row needs
     unlabelled_rows: list[str] = []  # rows screened from the derived scores (matrix_shares)
@@ -757,12 +776,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"{run.concurrency:.0f} clients: {100 * share[1]:.0f}% ({100 * share[0]:.0f}% at peak), "
                     f"derived-only E2E {100 * error.e2e[0]:+.1f}%")
                 unlabelled_errors[entry.kind].extend(error)
-            derived.append((label(entry.configuration), entry.kind, entry.database, entry.labelled,
-                            errors_of(only_at, entry.labelled, entry.only.moe_at, entry.cap, entry.waves),
-                            errors_of(only_at, entry.held, entry.only.moe_at, entry.cap, entry.waves),
-                            errors_of(anchored_at, entry.held, entry.anchored.moe_at, entry.cap, entry.waves)
-                            if anchored_at is not None else None,
-                            errors_of(entry.fit.coefficients_at, entry.held)))
+            derived.append(Scored(
+                label(entry.configuration), entry.kind, entry.configuration.backend, entry.database, entry.labelled,
+                errors_of(only_at, entry.labelled, entry.only.moe_at, entry.cap, entry.waves),
+                errors_of(only_at, entry.held, entry.only.moe_at, entry.cap, entry.waves),
+                errors_of(anchored_at, entry.held, entry.anchored.moe_at, entry.cap, entry.waves)
+                if anchored_at is not None else None,
+                errors_of(entry.fit.coefficients_at, entry.held)))
         lines += ["", f"## sdplan derive's calibrations ({args.split} split)", ""] + derived_report(derived)
         lines += prefill_overhead_report(overheads, pending)
         if not_derived:
@@ -779,8 +799,8 @@ def main(argv: list[str] | None = None) -> int:
             for kind, errors in sorted(unlabelled_errors.items()):
                 everything = Errors.empty()
                 for entry in derived:
-                    if entry[1] == kind:
-                        everything.extend(entry[4])
+                    if entry.kind == kind:
+                        everything.extend(entry.only)
                 everything.extend(errors)
                 lines.append(f"Derived only, {kind}, with them: E2E {cell(everything.e2e)}, TPOT "
                              f"{cell(everything.tpot)}, TTFT {cell(everything.ttft)} ({len(everything.e2e)} rows).")
