@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from sdplan.calibration import DEFAULT_CALIBRATION, shipped_calibrations
 from sdplan.errors import ExitStatus
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def test_calibrations_lists_every_shipped_file(sdplan) -> None:
@@ -123,6 +127,38 @@ def test_show_says_what_of_each_step_is_the_engines_overhead_beside_its_kernels(
         assert all(0 < overhead < 0.5 * step for overhead, step in zip(option["engine_overhead_s"], option["step_s"]))
     table = sdplan("show", "-c", name, "--ascii").stdout
     assert "overhead beside its kernels" in " ".join(table.split())
+
+
+def test_show_parts_an_sd_cycle_into_the_drafters_steps_and_the_verification(sdplan) -> None:
+    """A drafter's step timings and a verification step's are held against their own parts of the cycle: the
+    drafter's k steps (drafting_s), and what is left less the overheads, which verifies k + 1 rows a sequence and so
+    costs at least the decode step's kernels, more once the rows pass the knee. A fitted file, whose drafted token
+    and verified row are one cost, gives no split."""
+    from sdplan.calibration import resolve_calibration
+
+    name = "h100-sxm_llama-3.1-8b_eagle3_derived"
+    draft = resolve_calibration(name).document["step_model"]["draft"]
+    doc = json.loads(sdplan("show", "-c", name, "--batch-sizes", "1,64,128", "-k", "1,3", "-f", "json").stdout)
+    steps = doc["step_times_at_workload"]
+    assert "drafting_s" in steps["drafting_definition"]
+    decode, *cycles = steps["options"]
+    assert "drafting_s" not in decode
+    kernels = [step - overhead for step, overhead in zip(decode["step_s"], decode["engine_overhead_s"])]
+    for option in cycles:
+        k = option["draft_length_tokens"]
+        context = 1024 + 512 / 2
+        assert option["drafting_s"] == pytest.approx([k * (draft["fixed_s"] + batch * (
+            draft["per_sequence_s"] + draft["per_query_token_s"] + context * draft["per_context_token_s"]))
+            for batch in (1, 64, 128)], rel=1e-9)
+        verify = [step - drafting - overhead for step, drafting, overhead
+                  in zip(option["step_s"], option["drafting_s"], option["engine_overhead_s"])]
+        assert verify[0] == pytest.approx(kernels[0], rel=0.01)  # one sequence: bound by memory, as a decode step
+        assert all(v >= d for v, d in zip(verify, kernels))
+    assert cycles[1]["step_s"][2] - cycles[1]["drafting_s"][2] - cycles[1]["engine_overhead_s"][2] > 1.2 * kernels[2]
+    fitted = json.loads(sdplan("show", "-c", str(DATA / "served-passes-cpu" / "served.toml"), "-f", "json").stdout)
+    assert fitted["form"] == "direct"
+    assert "drafting_definition" not in fitted["step_times_at_workload"]
+    assert not any("drafting_s" in option for option in fitted["step_times_at_workload"]["options"])
 
 
 def test_show_prices_the_step_at_the_batches_and_draft_lengths_asked(sdplan) -> None:

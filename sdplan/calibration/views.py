@@ -20,6 +20,7 @@ from sdplan.calibration import (
     shipped_calibrations,
 )
 from sdplan.calibration.records import StepModel
+from sdplan.calibration.scaling import draft_step_s
 from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.inputs.serving import LimitOptions, engine_name, resolve_limits
 from sdplan.latency import model
@@ -62,6 +63,11 @@ class CalibrationShown:
     #: per sequence: the drafting phase's launch, rejection sampling, bookkeeping, an n-gram lookup), so a kernel
     #: timing is held against ``step_times_s`` less these. Empty but for a derived file (priced from op timings).
     step_overhead_s: tuple[tuple[float, ...], ...] = field(default=())
+    #: Of each step, the drafting phase's device work: the drafter's ``c k`` steps (:func:`sdplan.latency.model.
+    #: drafted_tokens`, each :func:`sdplan.calibration.scaling.draft_step_s`; 0 without SD). The rest of an SD cycle
+    #: is the verification pass and the engine's overheads. Empty but for a file with a step model (a fitted one
+    #: prices a drafted token and its verified row as one cost).
+    step_drafting_s: tuple[tuple[float, ...], ...] = field(default=())
     #: Requests of the workload each option's engine holds at once, with what binds (``batch cap of 213
     #: sequences: KV cache of ...``), for ``step_draft_lengths`` (:func:`sdplan.inputs.serving.resolve_limits`
     #: with no flags and no workload file).
@@ -122,6 +128,11 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
     times = model.step_times(coefficients, list(lengths), np.asarray(batches, dtype=np.float64),
                              cal.moe_at(prompt, output))
     costs = cal.records.costs
+    drafting: tuple[tuple[float, ...], ...] = ()
+    if isinstance(costs, StepModel):
+        drafted = model.drafted_tokens(coefficients, np.asarray((0, *lengths), dtype=np.float64))
+        drafting = tuple(tuple(float(tokens) * draft_step_s(costs, prompt, output, batch) for tokens in drafted)
+                         for batch in batches)
     # only a file priced from op timings tells its kernels from the engine's overheads; a fitted one has one sum
     overheads: tuple[tuple[float, ...], ...] = ()
     if isinstance(costs, StepModel) and cal.records.provenance.method == "derived":
@@ -133,7 +144,7 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
     return CalibrationShown(calibration=cal, coefficients=coefficients, baseline_demand=(c1_d, float(past.c2_above_s)),
                             step_batches=batches, step_draft_lengths=(0, *lengths),
                             step_times_s=tuple(tuple(float(t) for t in row) for row in times),
-                            step_overhead_s=overheads, batch_caps=caps,
+                            step_overhead_s=overheads, step_drafting_s=drafting, batch_caps=caps,
                             max_num_seqs=(limits.max_num_seqs, limits.max_num_seqs_source),
                             kv_rule=f"{engine_name(cal.records.provenance.engine)} {limits.kv_hold.rule}")
 

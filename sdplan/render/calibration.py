@@ -120,7 +120,10 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
             "step_times_at_workload": {
                 "definition": STEP_TIMES_NOTE,
                 "batch_requests": list(shown.step_batches),
+                **({"drafting_definition": DRAFTING_NOTE} if shown.step_drafting_s else {}),
                 "options": [{"draft_length_tokens": k, "step_s": [row[j] for row in shown.step_times_s],
+                             **({"drafting_s": [row[j] for row in shown.step_drafting_s]}
+                                if k and shown.step_drafting_s else {}),
                              **({"engine_overhead_s": [row[j] for row in shown.step_overhead_s]}
                                 if shown.step_overhead_s else {})}
                             for j, k in enumerate(shown.step_draft_lengths)]},
@@ -226,6 +229,13 @@ def render_calibration(shown: CalibrationShown, fmt: OutputFormat, style: Style,
 STEP_TIMES_NOTE = ("one engine step with B sequences in flight at the workload's mean context: a decode step without "
                    "SD; with SD a cycle (drafting k tokens, then verifying k + 1 a sequence, the engine's overheads "
                    "included), which emits E tokens a sequence; no concurrent prefill")
+
+
+#: What the JSON's ``drafting_s`` of an SD option holds.
+DRAFTING_NOTE = ("drafting_s: of an SD cycle's step_s, the drafter's k steps as priced (the draft model's or head's "
+                 "device work; an n-gram lookup is host time, in engine_overhead_s where given); the rest is the "
+                 "verification pass of k + 1 tokens a sequence and the engine's overheads. Given for a file with a "
+                 "step model; a fitted file prices a drafted token and its verified row as one cost")
 
 
 #: What the batch-cap table of ``sdplan show`` holds.
