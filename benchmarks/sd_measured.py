@@ -541,23 +541,36 @@ def open_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: tup
     coefficients = coefficients_of(series, calibration, dataset, p, g)
 
     def sd_latency(tokens_per_cycle: float, rate: float) -> float:
-        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]))
+        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]),
+                              batch_caps=sd_caps(series))
         return float(result.latency_s[0, 0, 0])
 
     stated = all(ACCEPTANCE in point for point in series["points"])
-    # else E whose SD latency at the lowest rate is the measured one
-    tokens = 1.0 if stated else bisect(lambda e: sd_latency(e, first["rate_rps"]) > first["sd_latency_s"], 1.0,
-                                       k + 1.0)
+    # else E whose latency ratio at the lowest rate is the measured one (with the output length anchored, the same
+    # as SD's latency there being the measured one)
+    at_first = baseline_latency(g, first["rate_rps"])
+    tokens = 1.0 if stated else bisect(
+        lambda e: at_first / sd_latency(e, first["rate_rps"]) < first["baseline_latency_s"] / first["sd_latency_s"],
+        1.0, k + 1.0)
     points = []
     for point in series["points"]:
         rate = point["rate_rps"]
         accepted = float(point[ACCEPTANCE]) if stated else tokens
-        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[accepted]]))
+        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[accepted]]),
+                              batch_caps=sd_caps(series))
         predicted = float(result.baseline_latency_s[0] / result.latency_s[0, 0, 0])
         measured = point["baseline_latency_s"] / point["sd_latency_s"]
         points.append(Point(series["id"], setup, rate, measured, predicted if math.isfinite(predicted) else 0.0,
                             point is first and not stated))
     return points
+
+
+def sd_caps(series: dict[str, Any]) -> list[float] | None:
+    """``planner.plan``'s batch caps for a series at rates: none for no SD, the engine's own limit on the requests
+    it runs under SD (SGLang's 48, :func:`sdplan.inputs.serving.sd_max_num_seqs`) for SD; None where the engine
+    has no such limit."""
+    cap = sd_max_num_seqs(series["engine"]["name"])
+    return None if cap is None else [math.inf, float(cap)]
 
 
 def has_tpot_pairs(series: dict[str, Any]) -> bool:
@@ -570,8 +583,9 @@ def tpot_ratios(series: dict[str, Any], calibration: Any, setup: str, lengths: t
 
     The mean time per output token, vLLM's ``(L - TTFT) / (g - 1)``
     (:func:`sdplan.latency.model.time_per_output_token`): a closed loop of ``N`` clients (or a batch of ``N``) as
-    ``plan --concurrency`` prices it (:func:`sdplan.latency.closed_loop.closed_loop_point`, the engine's batch cap
-    left out as the static batches leave it), an open loop at ``plan``'s rate. ``E`` is the
+    ``plan --concurrency`` prices it (:func:`sdplan.latency.closed_loop.closed_loop_point`; the engine's own limit
+    on the requests it runs under SD applies to the SD side, as :func:`closed_loop` applies it: SGLang's 48, whose
+    other clients wait for admission, in TTFT and not in TPOT), an open loop at ``plan``'s rate. ``E`` is the
     acceptance the source measured at each point where it gives one; otherwise it is solved at the lowest load so that
     the model gives the measured ratio there, and that point is left out of the scores.
     """
@@ -580,13 +594,15 @@ def tpot_ratios(series: dict[str, Any], calibration: Any, setup: str, lengths: t
     coefficients = coefficients_of(series, calibration, dataset, p, g)
     moe = calibration.moe_at(p, g)
     key, _ = point_load(series["points"][0])  # the schema check has given every point one load key
+    sd_cap = sd_max_num_seqs(series["engine"]["name"])
 
     def ratio(load: float, tokens_per_cycle: float) -> float:
         if key == "rate_rps":
-            result = planner.plan(coefficients, [load], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]))
+            result = planner.plan(coefficients, [load], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]),
+                                  batch_caps=sd_caps(series))
             return float(result.baseline_tpot_s[0] / result.tpot_s[0, 0, 0])
         without = closed_loop_point(coefficients, 0, 1.0, int(load), moe)
-        with_sd = closed_loop_point(coefficients, k, tokens_per_cycle, int(load), moe)
+        with_sd = closed_loop_point(coefficients, k, tokens_per_cycle, int(load), moe, sd_cap)
         return float(time_per_output_token(np.asarray(without.latency_s), without.ttft_s, g)
                      / time_per_output_token(np.asarray(with_sd.latency_s), with_sd.ttft_s, g))
 
@@ -640,7 +656,8 @@ def equal_throughput(series: dict[str, Any], calibration: Any, setup: str,
         if streams is None:
             continue
         rate = throughput / g
-        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]))
+        result = planner.plan(coefficients, [rate], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]),
+                              batch_caps=sd_caps(series))
         predicted = float(result.baseline_latency_s[0] / result.latency_s[0, 0, 0])
         points.append(Point(series["id"], setup, rate, float(point["concurrency"]) / streams,
                             predicted if math.isfinite(predicted) else 0.0, False))

@@ -216,3 +216,32 @@ def test_a_series_own_acceptance_in_tokens_per_cycle_makes_every_point_a_predict
     assert "s3_qwen3-8b_chat_eagle3: acceptance.value is tokens per cycle with the bonus token: between 1 and " \
            "k_tokens + 1 = 4, got 4.5" in found.stderr
     assert "s4_qwen3-8b_chat_eagle3 point 1: 'acceptance_tokens_per_cycle' is tokens per cycle" in found.stderr
+
+
+def test_sglang_runs_at_most_48_requests_under_sd_in_tpot_and_rate_series_too(tmp_path: Path) -> None:
+    """SGLang holds SD to 48 running requests: past 48 clients the others wait for admission, in their TTFT, so
+    SD's TPOT stops growing while no SD's grows on, and the ratio turns up; at rates, SD saturates where its 48
+    are full, so its latency gain collapses before no SD's does."""
+    engine = {"name": "sglang", "version": "0.5.9"}
+    tpot = [{"concurrency": 1, "sd_tpot_s": 0.004, "baseline_tpot_s": 0.0072},
+            {"concurrency": 64, "sd_tpot_s": 0.008, "baseline_tpot_s": 0.012},
+            {"concurrency": 128, "sd_tpot_s": 0.009, "baseline_tpot_s": 0.016}]
+    sweeps = [_series(f"s{i}_qwen3-8b_chat_eagle3", engine=engine if i == 1 else _series("x")["engine"], points=tpot)
+              for i in (1, 2)]
+    rates = [_series(f"s{i}_qwen3-8b_chat_eagle3", engine=engine if i == 3 else _series("x")["engine"],
+                     mode="open_loop_rate", metric="mean end-to-end latency", points=[
+                         {"rate_rps": 0.5, "sd_latency_s": 2.0, "baseline_latency_s": 3.6},
+                         {"rate_rps": 28.0, "sd_latency_s": 3.0, "baseline_latency_s": 6.0}])
+             for i in (3, 4)]
+    found = _run("--data", str(_source(tmp_path, "team_sglang", sweeps + rates)),
+                 "--json", str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    everything = json.loads((tmp_path / "points.json").read_text())
+    # at the stated lengths, E is solved so that the lowest load gives back its measured ratio
+    assert all(p["predicted"] == pytest.approx(p["measured"], rel=1e-3) for p in everything if p["anchor"])
+    points = {(p["series"], p["load"]): p["predicted"] for p in everything}
+    sglang = [points["s1_qwen3-8b_chat_eagle3", n] for n in (64, 128)]
+    vllm = [points["s2_qwen3-8b_chat_eagle3", n] for n in (64, 128)]
+    assert sglang[1] > sglang[0] and vllm[1] < vllm[0]
+    # 28 req/s fills SGLang's 48 under SD (unstable: ratio 0) while vLLM's SD still gains
+    assert points["s3_qwen3-8b_chat_eagle3", 28.0] < 1.0 < points["s4_qwen3-8b_chat_eagle3", 28.0]
