@@ -326,8 +326,7 @@ def priced_step_s(steps: Any, which: str, batch: int, query: int, context: int) 
     # coefficients at a mean context of s (p + g/2) carry the file's knee as it is
     knee = float(step_excess_s(coefficients_from_steps(steps, context - 1.0, 2.0), batch * query)) \
         if which == "target" else 0.0
-    return (cost.fixed_s + batch * (cost.per_sequence_s + query * cost.per_query_token_s
-                                    + context * cost.per_context_token_s) + knee)
+    return cost.at(batch, query, context) + knee
 
 
 def compare(job_path: Path, measured_path: Path) -> int:

@@ -219,6 +219,16 @@ class StepCost:
     knee_tokens: float = 0.0
     per_token_above_knee_s: float = 0.0
 
+    def per_sequence_at(self, query: float, context: float) -> float:
+        """What each sequence of ``query`` tokens at KV context ``context`` adds to the step (s):
+        ``seq + q tok + s ctx``."""
+        return self.per_sequence_s + query * self.per_query_token_s + context * self.per_context_token_s
+
+    def at(self, batch: float, query: float, context: float) -> float:
+        """One step over ``batch`` sequences of ``query`` tokens at KV context ``context`` (s), the knee left out:
+        ``T(B, q, s) = fixed + B (seq + q tok + s ctx)`` (``docs/model.md#per-step-form``)."""
+        return self.fixed_s + batch * self.per_sequence_at(query, context)
+
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> StepCost:
         """The record of a schema-checked step table (no knee where the table gives none)."""

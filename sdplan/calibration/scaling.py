@@ -113,16 +113,6 @@ def direct_coefficients_at(direct: DirectCoefficients, reference: ReferenceWorkl
     )
 
 
-def draft_step_s(steps: StepModel, prompt_tokens: float, output_tokens: float, batch: float) -> float:
-    """One draft step over ``batch`` sequences at the workload's mean context ``s`` (s):
-    ``D.fixed + B (D.seq + D.tok + s D.ctx)``, the drafter's own work in :func:`coefficients_from_steps`'s
-    ``c1d`` and ``c2d`` (which also carry the verified row ``T.tok`` each drafted token adds to the target's step)."""
-    draft = steps.draft
-    context = mean_context(prompt_tokens, output_tokens)
-    per_sequence = draft.per_sequence_s + draft.per_query_token_s + context * draft.per_context_token_s
-    return draft.fixed_s + batch * per_sequence
-
-
 def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_tokens: float) -> Coefficients:
     """Kong coefficients from per-step linear time models.
 
@@ -153,7 +143,7 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
     """
     target, draft, prefill = steps.target, steps.draft, steps.prefill
     context = mean_context(prompt_tokens, output_tokens)
-    target_per_sequence = target.per_sequence_s + target.per_query_token_s + context * target.per_context_token_s
+    target_per_sequence = target.per_sequence_at(1.0, context)
     c2v = target_per_sequence + steps.overhead_per_sequence_s
     c2d = (target.per_query_token_s + draft.per_sequence_s + draft.per_query_token_s
            + context * draft.per_context_token_s)

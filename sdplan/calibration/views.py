@@ -20,7 +20,7 @@ from sdplan.calibration import (
     shipped_calibrations,
 )
 from sdplan.calibration.records import StepModel
-from sdplan.calibration.scaling import draft_step_s
+from sdplan.calibration.scaling import mean_context
 from sdplan.errors import InputFileError, InvalidValueError
 from sdplan.inputs.serving import LimitOptions, engine_name, resolve_limits
 from sdplan.latency import model
@@ -63,10 +63,11 @@ class CalibrationShown:
     #: per sequence: the drafting phase's launch, rejection sampling, bookkeeping, an n-gram lookup), so a kernel
     #: timing is held against ``step_times_s`` less these. Empty but for a derived file (priced from op timings).
     step_overhead_s: tuple[tuple[float, ...], ...] = field(default=())
-    #: Of each step, the drafting phase's device work: the drafter's ``c k`` steps (:func:`sdplan.latency.model.
-    #: drafted_tokens`, each :func:`sdplan.calibration.scaling.draft_step_s`; 0 without SD). The rest of an SD cycle
-    #: is the verification pass and the engine's overheads. Empty but for a file with a step model (a fitted one
-    #: prices a drafted token and its verified row as one cost).
+    #: Of each step, the drafting phase's device work: the drafter's ``c k`` steps
+    #: (:func:`sdplan.latency.model.drafted_tokens`), each ``[step_model.draft]`` at one token a sequence
+    #: (:meth:`sdplan.calibration.records.StepCost.at`); 0 without SD. The rest of an SD cycle is the verification
+    #: pass and the engine's overheads. Empty but for a file with a step model (a fitted one prices a drafted token
+    #: and its verified row as one cost).
     step_drafting_s: tuple[tuple[float, ...], ...] = field(default=())
     #: Requests of the workload each option's engine holds at once, with what binds (``batch cap of 213
     #: sequences: KV cache of ...``), for ``step_draft_lengths`` (:func:`sdplan.inputs.serving.resolve_limits`
@@ -131,7 +132,8 @@ def show_calibration(request: ShowRequest) -> CalibrationShown:
     drafting: tuple[tuple[float, ...], ...] = ()
     if isinstance(costs, StepModel):
         drafted = model.drafted_tokens(coefficients, np.asarray((0, *lengths), dtype=np.float64))
-        drafting = tuple(tuple(float(tokens) * draft_step_s(costs, prompt, output, batch) for tokens in drafted)
+        context = mean_context(prompt, output)  # the draft's KV context is taken equal to the target's
+        drafting = tuple(tuple(float(tokens) * costs.draft.at(batch, 1.0, context) for tokens in drafted)
                          for batch in batches)
     # only a file priced from op timings tells its kernels from the engine's overheads; a fitted one has one sum
     overheads: tuple[tuple[float, ...], ...] = ()
