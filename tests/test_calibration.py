@@ -204,6 +204,26 @@ def test_validity_warnings(direct_document) -> None:
     assert "outside the calibrated range" in cal.validity_warnings(4096, 500)[0]
 
 
+def test_a_file_derived_for_another_engine_than_vllm_says_its_sd_cycle_is_vllms(tmp_path: Path, sdplan) -> None:
+    """sdplan derive prices SGLang and TensorRT-LLM with vLLM's measured overheads; an answer that turns SD on
+    with such a file says so, with what SGLang's measured SD runs showed, and a vLLM file says nothing of it."""
+    from sdplan.calibration import load_calibration
+
+    shipped = resolve_calibration("h100-sxm_llama-3.1-8b_eagle3_derived")
+    text = Path(shipped.path).read_text()
+    for engine in ("sglang", "trtllm"):
+        path = tmp_path / f"{engine}.toml"
+        path.write_text(text.replace('engine = "vllm"', f'engine = "{engine}"')
+                        .replace('backend = "vllm"', f'backend = "{engine}"'))
+        warnings = load_calibration(path).validity_warnings(1024, 512, None, [3])
+        assert any("SD cycle takes vLLM's engine overheads, assumed for" in w for w in warnings)
+        assert any("10-50% above the measured" in w for w in warnings) == (engine == "sglang")
+        assert not load_calibration(path).validity_warnings(1024, 512, None, [0])  # no SD: nothing to say
+    assert not shipped.validity_warnings(1024, 512, None, [3])
+    answer = sdplan("plan", "-c", str(tmp_path / "sglang.toml"), "--rates", "2").stdout
+    assert "SD cycle takes vLLM's engine" in " ".join(answer.split())
+
+
 def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_calibration, direct_document,
                                                                         sdplan) -> None:
     from sdplan.calibration import load_calibration

@@ -41,6 +41,7 @@ from sdplan.calibration.records import (
 from sdplan.calibration.scaling import costs_at, mean_context, scale_direct
 from sdplan.calibration.schema import CALIBRATION_SCHEMA, METHODS, SCHEMA_VERSION
 from sdplan.errors import InputFileError
+from sdplan.inputs.serving import assumed_overheads_warning
 from sdplan.latency.coefficients import Coefficients
 from sdplan.latency.moe import MoESpec
 from sdplan.schema import read_toml
@@ -246,6 +247,9 @@ class Calibration:
                 f"lengths {self.name} priced (up to k={top}): verification and drafting are extrapolated "
                 f"there (sdplan derive --draft-lengths 1-{beyond[-1]} prices them)"
             )
+        assumed = assumed_overheads_warning(derivation.backend, self.name) if derivation is not None else None
+        if assumed is not None and any(int(k) > 0 for k in draft_lengths):
+            warnings.append(assumed)
         return warnings
 
 

@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from sdplan.errors import InvalidValueError, MissingDependencyError
-from sdplan.inputs.serving import engine_batch_cap
+from sdplan.inputs.serving import OVERHEADS_MEASURED, engine_batch_cap
 
 #: The distribution and version the shipped files were built with (``pyproject.toml`` extra ``derive``).
 AIC_DISTRIBUTION = "aiconfigurator-core"
@@ -127,7 +127,7 @@ def engine_overheads(backend: str, prefill_per_layer_s: float | None = None) -> 
     13.9% with vLLM's)."""
     source = "SpecDecode-Bench's fit to vLLM 0.10.1 on one H100, arXiv 2601.11580"
     per_layer = PREFILL_OVERHEAD_PER_LAYER_S if prefill_per_layer_s is None else prefill_per_layer_s
-    if backend == "vllm":
+    if backend in OVERHEADS_MEASURED:
         return EngineOverheads(ENGINE_STEP_OVERHEAD_S, SD_CYCLE_OVERHEAD_S, NGRAM_DRAFT_SHARE, per_layer, True,
                                source)
     return EngineOverheads(ENGINE_STEP_OVERHEAD_S, SD_CYCLE_OVERHEAD_S, NGRAM_DRAFT_SHARE, per_layer, False,

@@ -202,6 +202,29 @@ def engine_name(engine: str) -> str:
     return ENGINE_NAMES.get(engine.lower(), engine)
 
 
+#: Engines whose host overheads a step and an SD cycle a public measurement gives (SpecDecode-Bench's fit to real
+#: vLLM 0.10.1 runs, :data:`sdplan.derive.request.ENGINE_STEP_OVERHEAD_S`); ``sdplan derive`` prices another engine
+#: with vLLM's, and its files say so (:func:`assumed_overheads_warning`).
+OVERHEADS_MEASURED = frozenset({"vllm"})
+#: What is known of how far vLLM's overheads are from another engine's SD cycle, from measured SD runs
+#: (``benchmarks/RESULTS-sd-measured-2026-11.md``, the EAGLE-3 paper's Table 3 on SGLang 0.4.4).
+ASSUMED_OVERHEADS_EVIDENCE = {
+    "sglang": ("on SGLang 0.4.4's measured EAGLE and EAGLE-3 runs (Llama-3.1-8B, one H100) a file priced so put SD's "
+               "throughput 10-50% above the measured at 8-48 requests in flight"),
+}
+
+
+def assumed_overheads_warning(engine: str, name: str) -> str | None:
+    """The warning a derived calibration of ``engine`` gives with an SD answer, where its SD cycle takes vLLM's
+    measured overheads (:data:`OVERHEADS_MEASURED`); None for an engine they were measured on."""
+    if engine.lower() in OVERHEADS_MEASURED:
+        return None
+    evidence = ASSUMED_OVERHEADS_EVIDENCE.get(engine.lower())
+    return (f"{name}'s SD cycle takes vLLM's engine overheads, assumed for {engine_name(engine)} (no public "
+            f"measurement of its cycle); " + (f"{evidence}; " if evidence else "")
+            + "check SD's gain on your server before relying on it (sdplan validate)")
+
+
 def sd_max_num_seqs(engine: str) -> int | None:
     """The most requests ``engine`` runs at once with SD where nothing sets it; None: no limit of its own (the
     engine's ``max_num_seqs`` holds for SD too). SGLang: :data:`SGLANG_SD_MAX_RUNNING_REQUESTS`."""
