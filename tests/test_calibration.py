@@ -222,6 +222,12 @@ def test_a_file_derived_for_another_engine_than_vllm_says_its_sd_cycle_is_vllms(
     assert not shipped.validity_warnings(1024, 512, None, [3])
     answer = sdplan("plan", "-c", str(tmp_path / "sglang.toml"), "--rates", "2").stdout
     assert "SD cycle takes vLLM's engine" in " ".join(answer.split())
+    # the simulator's answer runs a draft length too, and says so (it named no draft length before)
+    simulated = sdplan("simulate", "-c", str(tmp_path / "sglang.toml"), "--rates", "2", "-k", "7",
+                       "--requests", "200")
+    assert simulated.exit_code == 0, simulated.output
+    said = " ".join(simulated.output.split())
+    assert "SD cycle takes vLLM's engine" in said and "k=7 is beyond the draft lengths" in said
 
 
 def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_calibration, direct_document,

@@ -159,7 +159,8 @@ def _warnings(scenario: Scenario, summaries: list[RateSummary], limits: list[Eng
     batches = [float(summary.rate_rps * summary.analytic_e2e_s) for summary in summaries]
     finite = [b for b in batches if math.isfinite(b)]
     warnings = scenario.calibration.validity_warnings(workload.prompt_tokens, workload.output_tokens,
-                                                      max(finite) if finite else None)
+                                                      max(finite) if finite else None,
+                                                      {summary.draft_length for summary in summaries})
     over = [(f"{s.rate_rps:g}", its) for s, b, its in zip(summaries, batches, limits)
             if its.reached(b)]
     for its in dict.fromkeys(its for _, its in over):
