@@ -87,6 +87,16 @@ def series_tokens_per_cycle(series: dict) -> float | None:
     return float(value) if _positive_number(value) else None
 
 
+def _per_cycle_error(what: str, tokens: float | None, draft: object) -> list[str]:
+    """The error of an acceptance in tokens per cycle that no chain of the series' ``k_tokens`` can emit (a cycle
+    emits its bonus token and at most its k drafts: 1 to k + 1); none where it is within, not a positive number
+    (said elsewhere), or the draft gives no k to hold it to."""
+    k = draft.get("k_tokens") if isinstance(draft, dict) else None
+    if not _positive_number(tokens) or not isinstance(k, int) or 1.0 <= tokens <= k + 1:
+        return []
+    return [f"{what} is tokens per cycle with the bonus token: between 1 and k_tokens + 1 = {k + 1}, got {tokens!r}"]
+
+
 def check_series(series: dict, where: str) -> list[str]:
     errors = []
     for field in SERIES_FIELDS:
@@ -117,11 +127,8 @@ def check_series(series: dict, where: str) -> list[str]:
         errors.append(f"{where}: acceptance needs 'metric' and 'value' (both may be null)")
     elif acc["value"] is not None and not acc["metric"]:
         errors.append(f"{where}: acceptance.value given without saying which metric")
-    elif series_tokens_per_cycle(series) is not None and isinstance(draft, dict) \
-            and isinstance(draft.get("k_tokens"), int) \
-            and not 1.0 <= series_tokens_per_cycle(series) <= draft["k_tokens"] + 1:
-        errors.append(f"{where}: acceptance.value is tokens per cycle with the bonus token: between 1 and "
-                      f"k_tokens + 1 = {draft['k_tokens'] + 1}, got {acc['value']!r}")
+    elif series_tokens_per_cycle(series) is not None:
+        errors.extend(_per_cycle_error(f"{where}: acceptance.value", acc["value"], draft))
     if not isinstance(series["workload"], dict) or not series["workload"].get("dataset"):
         errors.append(f"{where}: workload.dataset missing")
     else:
@@ -168,12 +175,7 @@ def check_series(series: dict, where: str) -> list[str]:
                               f"{sorted(POINT_KEYS)})")
             elif not _positive_number(value):
                 errors.append(f"{pw}: '{key}' must be a positive number, got {value!r}")
-        accepted = point.get(ACCEPTANCE_KEY)
-        k = draft.get("k_tokens") if isinstance(draft, dict) else None
-        if _positive_number(accepted) and isinstance(k, int) and not 1.0 <= accepted <= k + 1:
-            # a cycle emits the bonus token and at most its k drafts
-            errors.append(f"{pw}: '{ACCEPTANCE_KEY}' is tokens per cycle with the bonus token: between 1 and "
-                          f"k_tokens + 1 = {k + 1}, got {accepted!r}")
+        errors.extend(_per_cycle_error(f"{pw}: '{ACCEPTANCE_KEY}'", point.get(ACCEPTANCE_KEY), draft))
         load = point_load(point)
         if load is None or load[0] not in MODES[mode]:
             errors.append(f"{pw}: needs one of {MODES[mode]} for mode {mode}")
