@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from sdplan.derive.pricing import checkpoint_quant_modes, kv_bytes_per_token
+from sdplan.calibration import load_calibration
+from sdplan.derive.pricing import checkpoint_quant_modes, kv_bytes_per_token, kv_cache_dtype, kv_cache_modes
 from sdplan.errors import InvalidValueError
 
 
@@ -67,6 +68,46 @@ def test_an_unquantised_moe_checkpoint_at_fp8_is_priced_as_vllm_quantises_it() -
         models.close()
     # fp8 experts read half the bytes of bf16 ones: no decode step of them costs more
     assert all(fp8 <= bf16 * 1.01 for fp8, bf16 in zip(steps["fp8"], steps["bf16"]))
+
+
+def test_the_kv_cache_follows_what_the_checkpoint_declares_not_its_weights() -> None:
+    """vLLM's --kv-cache-dtype auto: fp8 where the checkpoint declares an fp8 cache, bf16 otherwise, fp8
+    weights or not (AIConfigurator alone prices fp8 for every fp8 checkpoint)."""
+    declared = {"raw_config": {"quant_algo": "nvfp4", "kv_cache_quant_algo": "fp8"}}
+    weights_only = {"raw_config": {"quant_algo": "fp8_block", "kv_cache_quant_algo": None}}
+    assert kv_cache_dtype("auto", declared) == "fp8"
+    assert kv_cache_dtype("auto", weights_only) == "bf16"
+    assert kv_cache_dtype("auto", {}) == "bf16"
+    # what the user asks for wins either way
+    assert kv_cache_dtype("fp8", weights_only) == "fp8" and kv_cache_dtype("bf16", declared) == "bf16"
+    assert kv_cache_modes("bf16") == {"kvcache_quant_mode": "bfloat16", "fmha_quant_mode": "bfloat16"}
+    assert kv_cache_modes("fp8") == {"kvcache_quant_mode": "fp8"}
+
+
+def test_deepseeks_fp8_weights_keep_a_bfloat16_cache_unless_asked(sdplan, tmp_path) -> None:
+    """DeepSeek-V3's block-scaled fp8 checkpoint declares no KV quantisation: its cache is bf16 and holds half
+    the tokens an fp8 one does; the file says which. SGLang prices it too (its database has no fp8 MLA)."""
+    _aic()
+    tokens, dtypes = {}, {}
+    for dtype in ("auto", "fp8"):
+        out = tmp_path / f"{dtype}.toml"
+        done = sdplan("derive", "--target-model", "deepseek-ai/DeepSeek-V3", "--system", "h200_sxm", "--tp", "8",
+                      "--method", "mtp", "--precision", "fp8_block", "--draft-lengths", "1", "--kv-cache-dtype",
+                      dtype, "--no-anchor", "-o", str(out))
+        assert done.exit_code == 0, done.output
+        document = load_calibration(out).document
+        tokens[dtype] = document["derivation"]["kv_cache_tokens"]
+        dtypes[dtype] = document["provenance"]["dtype"]
+    assert 1.9 < tokens["fp8"] / tokens["auto"] < 2.1
+    assert dtypes == {"auto": "float8 weights (blockwise), bfloat16 KV cache",
+                      "fp8": "float8 weights (blockwise), float8 KV cache"}
+    out = tmp_path / "sglang.toml"
+    done = sdplan("derive", "--target-model", "deepseek-ai/DeepSeek-V3", "--system", "h200_sxm", "--tp", "8",
+                  "--method", "mtp", "--precision", "fp8_block", "--draft-lengths", "1", "--backend", "sglang",
+                  "--no-anchor", "-o", str(out))
+    assert done.exit_code == 0, done.output
+    assert any("declares no KV-cache quantisation" in line
+               for line in load_calibration(out).document["provenance"]["assumptions"])
 
 
 def test_a_target_that_leaves_no_kv_cache_is_refused() -> None:

@@ -40,6 +40,10 @@ from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
               help="The draft model's or EAGLE head's weights precision. Default: its checkpoint's own, as vLLM "
               "loads it (bf16 for an unquantised checkpoint or a head), whatever --precision says; MTP layers "
               "take --precision.")
+@click.option("--kv-cache-dtype", default="auto", show_default=True, type=click.Choice(("auto", "bf16", "fp8")),
+              help="The KV cache's dtype (vLLM's --kv-cache-dtype). auto: float8 where the checkpoint declares an "
+              "fp8 cache (kv_cache_quant_algo), else bfloat16, as vLLM serves it; it sets the requests the cache "
+              "holds.")
 @click.option("--draft-lengths", default="1-5", show_default=True, type=DraftLengths(MAX_SERVED_DRAFT_LENGTH),
               metavar="LIST",
               help="Draft lengths k to price verification at (k+1 tokens per sequence).")
@@ -61,7 +65,7 @@ from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
 @output_options(formats=("table", "json"), to_file=False)
 def derive(target_model: str, system: str, speculative_method: str, draft_model: str | None, backend: str,
            backend_version: str | None, tensor_parallel_size: int, draft_tensor_parallel_size: int | None,
-           precision: str, draft_precision: str | None, draft_lengths: tuple[int, ...],
+           precision: str, draft_precision: str | None, kv_cache_dtype: str, draft_lengths: tuple[int, ...],
            max_num_seqs: int | None, prompt_tokens: int, output_tokens: int, no_anchor: bool, date_text: str | None,
            name: str | None, calibration_out: str, fmt: str, ascii_only: bool) -> None:
     """Derive a calibration from NVIDIA AIConfigurator's silicon-measured op database.
@@ -99,7 +103,7 @@ def derive(target_model: str, system: str, speculative_method: str, draft_model:
         target_model=target_model, system=system, method=speculative_method, draft_model=draft_model,
         backend=backend, backend_version=backend_version, tensor_parallel_size=tensor_parallel_size,
         draft_tensor_parallel_size=draft_tensor_parallel_size, precision=precision, draft_precision=draft_precision,
-        draft_lengths=draft_lengths,
+        kv_cache_dtype=kv_cache_dtype, draft_lengths=draft_lengths,
         max_num_seqs=max_num_seqs, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, name=name or (None if to_stdout else out.stem), date=date, anchor=not no_anchor)
     derived = derive_file(request, str(out), progress=say)

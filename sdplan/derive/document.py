@@ -35,10 +35,21 @@ from sdplan.fileio import dumps_toml
 from sdplan.inputs.serving import engine_name, sd_max_num_seqs
 from sdplan.units import written_number
 
-PRECISION_TEXT = {"bf16": "bfloat16 weights, activations and KV cache",
-                  "fp8": "float8 weights and activations (per tensor), bfloat16 KV cache",
-                  "fp8_block": "float8 weights (blockwise), bfloat16 KV cache",
-                  "nvfp4": "NVFP4 weights and activations (4-bit, an fp8 scale per 16 elements), bfloat16 KV cache"}
+PRECISION_TEXT = {"bf16": "bfloat16 weights and activations",
+                  "fp8": "float8 weights and activations (per tensor)",
+                  "fp8_block": "float8 weights (blockwise)",
+                  "nvfp4": "NVFP4 weights and activations (4-bit, an fp8 scale per 16 elements)"}
+KV_CACHE_TEXT = {"bf16": "bfloat16", "fp8": "float8"}
+#: Checkpoint quantisations (AIConfigurator's ``quant_algo``) for which AIConfigurator, left to itself, prices a
+#: float8 KV cache whether or not the checkpoint declares one.
+AIC_FP8_CACHE_CHECKPOINTS = ("fp8", "fp8_block", "nvfp4")
+
+
+def dtype_text(precision: str, kv_cache_dtype: str) -> str:
+    """``provenance.dtype``: the target's weights at ``precision`` and its KV cache at ``kv_cache_dtype``."""
+    if precision == "bf16" and kv_cache_dtype == "bf16":
+        return "bfloat16 weights, activations and KV cache"
+    return f"{PRECISION_TEXT[precision]}, {KV_CACHE_TEXT[kv_cache_dtype]} KV cache"
 STEP_KEYS = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
 #: The comment at the head of a file ``sdplan derive`` writes: where its numbers come from.
 HEADER = ("Derived with 'sdplan derive' from NVIDIA AIConfigurator's op database: see [derivation] and "
@@ -138,6 +149,7 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
                       "with the method it runs for block-scaled checkpoints (Fp8MoEMethod), not ModelOpt's")
                      + f": its experts are priced with the engine's {pricer.quant['moe_quant_mode']} MoE kernels, the "
                      f"other GEMMs at {pricer.quant['gemm_quant_mode']}")
+    found.extend(kv_cache_assumption(request, pricer))
     for name in (request.target_model, request.draft_model):
         if name in MODEL_ALIASES and MODEL_ALIASES[name] != name:
             found.append(f"{name} is priced with AIConfigurator's {MODEL_ALIASES[name]} (same architecture)")
@@ -226,6 +238,27 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
     }
 
 
+def kv_cache_assumption(request: DeriveRequest, pricer: Pricer) -> list[str]:
+    """Say which KV cache a derivation priced where the checkpoint's weights alone might suggest another.
+
+    Nothing for an unquantised checkpoint served with the default cache (bfloat16 throughout, as
+    ``provenance.dtype`` says); otherwise where the cache's dtype comes from (:func:`kv_cache_dtype`).
+    """
+    checkpoint = pricer.shapes.get("raw_config") or {}
+    if request.kv_cache_dtype != "auto":
+        return [f"KV cache in {KV_CACHE_TEXT[pricer.kv_cache_dtype]} (--kv-cache-dtype {request.kv_cache_dtype}), "
+                "for the target and its draft; it sets the cache's bytes a token, so the requests it holds"]
+    if pricer.kv_cache_dtype == "fp8":
+        return [f"KV cache in float8, as {request.target_model}'s checkpoint declares (kv_cache_quant_algo) and "
+                "vLLM's --kv-cache-dtype auto follows; --kv-cache-dtype bf16 prices a bfloat16 cache"]
+    if checkpoint.get("quant_algo") in AIC_FP8_CACHE_CHECKPOINTS:
+        return [f"KV cache in bfloat16: {request.target_model}'s checkpoint quantises its weights but declares no "
+                "KV-cache quantisation, and vLLM's --kv-cache-dtype auto then keeps the model's dtype "
+                "(AIConfigurator's own default would price float8, twice the requests a cache holds); "
+                "--kv-cache-dtype fp8 prices a float8 cache"]
+    return []
+
+
 def provenance(request: DeriveRequest, pricer: Pricer, anchor: dict[str, Any] | None) -> dict[str, Any]:
     """``[provenance]`` of a derived file."""
     version = aic_version()
@@ -239,7 +272,7 @@ def provenance(request: DeriveRequest, pricer: Pricer, anchor: dict[str, Any] | 
         "engine_version": pricer.version,
         "date": request.date,
         "created_by": f"sdplan derive (sdplan {__version__}, {AIC_DISTRIBUTION} {version})",
-        "dtype": PRECISION_TEXT[request.precision],
+        "dtype": dtype_text(request.precision, pricer.kv_cache_dtype),
         "tensor_parallel_size": request.tensor_parallel_size,
         "assumptions": assumptions(request, pricer),
         "sources": [(f"{AIC_DISTRIBUTION} {version} ({AIC_LICENCE}): systems/data/{request.system} "

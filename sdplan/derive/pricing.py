@@ -313,6 +313,37 @@ def checkpoint_quant_modes(precision: str, shapes: dict[str, Any], backend: str 
     return modes
 
 
+def kv_cache_dtype(requested: str, shapes: dict[str, Any]) -> str:
+    """The KV cache's dtype, ``bf16`` or ``fp8``, that ``--kv-cache-dtype requested`` serves a checkpoint with.
+
+    Notes
+    -----
+    ``auto`` is vLLM's default, which follows the checkpoint: an fp8 cache where the checkpoint declares one
+    (ModelOpt's ``kv_cache_quant_algo``, or a compressed-tensors ``kv_cache_scheme``; AIConfigurator reads both
+    into its ``kv_cache_quant_algo``), otherwise the model's own dtype, bfloat16 (vLLM pull request 29980,
+    "Load kv-cache dtype from hf_quant_config.json automatically"; SGLang and TensorRT-LLM read the same
+    declaration). Fp8 weights alone do not make an fp8 cache: DeepSeek-V3's block-scaled checkpoint is served
+    with a bfloat16 cache unless ``--kv-cache-dtype fp8`` is given. AIConfigurator left to itself prices an fp8
+    cache for every fp8 or nvfp4 checkpoint, which halves the cache's bytes a token and doubles the requests
+    a derived file says its cache holds.
+    """
+    if requested != "auto":
+        return requested
+    declared = (shapes.get("raw_config") or {}).get("kv_cache_quant_algo")
+    return "fp8" if str(declared).lower() == "fp8" else "bf16"
+
+
+def kv_cache_modes(dtype: str) -> dict[str, str]:
+    """AIConfigurator's KV-cache (and, for a bfloat16 cache, attention) quantisation modes for a cache dtype.
+
+    An fp8 cache leaves the attention kernel's mode to AIConfigurator, which takes it per engine (vLLM's
+    tables time bfloat16 attention over an fp8 cache); a bfloat16 cache is read by bfloat16 attention.
+    """
+    if dtype == "fp8":
+        return {"kvcache_quant_mode": "fp8"}
+    return {"kvcache_quant_mode": "bfloat16", "fmha_quant_mode": "bfloat16"}
+
+
 #: Head sizes every AIConfigurator 0.12.0 decode-attention table holds (vLLM 0.24.0 on GB200: 64, 128, 192,
 #: 256 and 512; SGLang and TensorRT-LLM: 64 and 128 at least).
 TIMED_HEAD_DIMS = (64, 128)
@@ -371,8 +402,11 @@ class Pricer:
 
         shapes = get_model_config_from_model_path(self.target_path)
         self.shapes = shapes
+        #: the KV cache's dtype (:func:`kv_cache_dtype`): one cache serves the target and its draft
+        self.kv_cache_dtype = kv_cache_dtype(request.kv_cache_dtype, shapes)
+        kv_modes = kv_cache_modes(self.kv_cache_dtype)
         #: AIConfigurator's quantisation modes for every model priced (:func:`checkpoint_quant_modes`)
-        self.quant = checkpoint_quant_modes(request.precision, shapes, request.backend)
+        self.quant = checkpoint_quant_modes(request.precision, shapes, request.backend) | kv_modes
         self.target = self.compile(self.target_path)
         #: (experts per token m, experts per layer M) of an MoE target, None for a dense one
         self.routing = (int(shapes["topk"]), int(shapes["num_experts"])) if shapes.get("num_experts") else None
@@ -393,12 +427,12 @@ class Pricer:
         self.draft_precision = draft_precision(request, draft_shapes)
         self.draft_quant = self.quant
         if self.draft_path is not None and draft_shapes is not None:
-            self.draft_quant = checkpoint_quant_modes(self.draft_precision, draft_shapes, request.backend)
+            self.draft_quant = checkpoint_quant_modes(self.draft_precision, draft_shapes, request.backend) | kv_modes
             self.draft = self.compile(self.draft_path, tp=draft_tp(request), quant=self.draft_quant)
         elif request.method in ("eagle", "eagle3"):
             head = eagle_head_config(shapes)
             self.draft_path = models.path(f"{request.draft_model}--priced-head", head)
-            self.draft_quant = quant_modes(self.draft_precision)
+            self.draft_quant = quant_modes(self.draft_precision) | kv_modes
             self.draft = self.compile(self.draft_path, quant=self.draft_quant)
 
     def _literal_version(self) -> str:
@@ -555,7 +589,8 @@ class Pricer:
                 path, self.request.system, self.request.backend, self.version,
                 max_num_tokens=8192, max_batch_size=self.request.batch_cap, memory_fraction_kind="of_total",
                 memory_fraction_value=GPU_MEMORY_UTILIZATION, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
-                gemm_quant_mode=quant["gemm_quant_mode"], moe_quant_mode=quant["moe_quant_mode"])
+                gemm_quant_mode=quant["gemm_quant_mode"], moe_quant_mode=quant["moe_quant_mode"],
+                kvcache_quant_mode=quant.get("kvcache_quant_mode"), fmha_quant_mode=quant.get("fmha_quant_mode"))
         except ValueError as error:
             if str(error).startswith(NO_KV_BUDGET):
                 raise InvalidValueError(

@@ -25,8 +25,12 @@ INSTALL_HINT = (f"sdplan derive needs NVIDIA AIConfigurator's estimator: pip ins
                 "(Python >= 3.11), or pip install -e '.[derive]' in a checkout")
 
 METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
-#: ``--precision`` values: weights (and activations) as AIConfigurator prices them; the KV cache stays bfloat16.
+#: ``--precision`` values: weights (and activations) as AIConfigurator prices them; the KV cache is
+#: ``--kv-cache-dtype``'s (:data:`KV_CACHE_DTYPES`).
 PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4")
+#: ``--kv-cache-dtype`` values, vLLM's names; ``auto`` follows the checkpoint
+#: (:func:`sdplan.derive.pricing.kv_cache_dtype`).
+KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
 #: AIConfigurator system name -> hardware as sdplan files name it, and the file-name part.
 SYSTEMS = {
     "h100_sxm": ("NVIDIA H100 SXM 80GB", "h100-sxm"),
@@ -158,6 +162,8 @@ class DeriveRequest:
     precision: str = "bf16"
     #: The draft's weights precision; None: its checkpoint's own (:func:`draft_precision`).
     draft_precision: str | None = None
+    #: The KV cache's dtype (:data:`KV_CACHE_DTYPES`); ``auto``: the checkpoint's, as vLLM reads it.
+    kv_cache_dtype: str = "auto"
     draft_lengths: tuple[int, ...] = (1, 2, 3, 4, 5)
     #: The engine's largest batch; None: the engine's own default on the system (:attr:`batch_cap`).
     max_num_seqs: int | None = None
@@ -187,6 +193,8 @@ class DeriveRequest:
             raise InvalidValueError(f"--method {self.method}: not one of {', '.join(METHODS)}")
         if self.precision not in PRECISIONS:
             raise InvalidValueError(f"--precision {self.precision}: not one of {', '.join(PRECISIONS)}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InvalidValueError(f"--kv-cache-dtype {self.kv_cache_dtype}: not one of {', '.join(KV_CACHE_DTYPES)}")
         if self.draft_precision is not None and self.draft_precision not in PRECISIONS:
             raise InvalidValueError(f"--draft-precision {self.draft_precision}: not one of {', '.join(PRECISIONS)}")
         if self.draft_precision is not None and self.method in ("mtp", "ngram"):
