@@ -340,9 +340,12 @@ def derivation_of(series: dict[str, Any]) -> dict[str, Any] | str:
     if method in ("draft_model", "eagle", "eagle3") and not draft:
         return f"draft method {method} names no draft model (draft.model)"
     k = int(series["draft"]["k_tokens"])
+    # derive prices a checkpoint's MXFP4 experts from the checkpoint itself, its other weights at bf16
+    precision = {"mxfp4": "bf16"}.get(series.get("precision", "bf16"), series.get("precision", "bf16"))
     return dict(target_model=series["target_model"], system=system, method=method, draft_model=draft,
                 backend=backend, tensor_parallel_size=int(series["hardware"].get("tensor_parallel", 1)),
-                precision=series.get("precision", "bf16"), draft_lengths=tuple(sorted({1, 2, 3, 4, 5, k})))
+                precision=precision, kv_cache_dtype=series.get("kv_cache_dtype", "auto"),
+                draft_lengths=tuple(sorted({1, 2, 3, 4, 5, k})))
 
 
 def setup_of(series: dict[str, Any], source: str) -> Setup | str:

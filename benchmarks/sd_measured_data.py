@@ -43,9 +43,12 @@ ACCEPTANCE_KEY = "acceptance_tokens_per_cycle"
 POINT_KEYS = LOAD_KEYS | VALUE_KEYS | {ACCEPTANCE_KEY}
 DRAFT_METHODS = {"eagle", "eagle3", "draft_model", "mtp", "ngram", "medusa", "other"}
 #: The target's weights precision a series may state (``sdplan derive --precision``).
-PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4")
+PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4", "mxfp4")
+KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
 READING_METHODS = {"table", "text", "plot_labels", "vector_plot", "raster_plot", "raw_data"}
-SOURCE_FIELDS = ("title", "authors", "reference", "url", "repo_refs", "locator")
+SOURCE_FIELDS = ("title", "authors", "reference", "locator")
+#: Where public data was read (a team's own measurement may have neither); the shipped sources give both.
+PUBLIC_SOURCE_FIELDS = ("url", "repo_refs")
 SERIES_FIELDS = ("id", "locator", "hardware", "engine", "target_model", "draft",
                  "acceptance", "workload", "mode", "metric", "reading", "points")
 # A stated speedup may differ from the ratio of the stated values by rounding.
@@ -143,6 +146,8 @@ def check_series(series: dict, where: str) -> list[str]:
     # optional fields that say how sd_measured.py prices a series no setup of its own covers
     if "precision" in series and series["precision"] not in PRECISIONS:
         errors.append(f"{where}: precision must be one of {list(PRECISIONS)} (the target's weights)")
+    if "kv_cache_dtype" in series and series["kv_cache_dtype"] not in KV_CACHE_DTYPES:
+        errors.append(f"{where}: kv_cache_dtype must be one of {list(KV_CACHE_DTYPES)} (vLLM's --kv-cache-dtype)")
     if "panel" in series and not (isinstance(series["panel"], str) and series["panel"]):
         errors.append(f"{where}: panel must be a non-empty string (the series measured side by side share one)")
     if "sdplan" in series and not (isinstance(series["sdplan"], dict)
@@ -220,6 +225,11 @@ def check_file(path: Path) -> tuple[dict | None, list[str]]:
         for field in SOURCE_FIELDS:
             if not source.get(field):
                 errors.append(f"{path.name}: source.{field} missing")
+        if source.get("url") is not None and not isinstance(source["url"], str):
+            errors.append(f"{path.name}: source.url must be a string (the page the data was read from)")
+        refs = source.get("repo_refs", [])
+        if not (isinstance(refs, list) and all(isinstance(ref, str) and ref for ref in refs)):
+            errors.append(f"{path.name}: source.repo_refs must be a list of 'owner/repo@commit:path' strings")
     series_list = doc.get("series")
     if not isinstance(series_list, list) or not series_list:
         errors.append(f"{path.name}: series must be a non-empty list")

@@ -101,14 +101,31 @@ def test_tpot_pairs_of_a_concurrency_sweep_or_a_rate_sweep_are_priced_as_plan_pr
 def test_a_bad_team_file_is_refused_naming_the_file_series_and_field(tmp_path: Path) -> None:
     bad = _series("s1_qwen3-8b_chat_eagle3", precision="int3")
     bad["points"][1] = {"batch": 16, "speedup": -1.0}
-    path = _source(tmp_path, "team_bad", [bad, _series("s2_qwen3-8b_chat_eagle3", target_model=8)])
+    path = _source(tmp_path, "team_bad", [bad, _series("s2_qwen3-8b_chat_eagle3", target_model=8),
+                                           _series("s3_qwen3-8b_chat_eagle3", kv_cache_dtype="fp16")])
     found = _run("--data", str(path))
     assert found.returncode == 2 and found.stdout == ""
     lines = found.stderr.strip().splitlines()
     assert any("team_bad.json:s1_qwen3-8b_chat_eagle3: precision must be one of" in line for line in lines)
     assert any("point 1: 'speedup' must be a positive number, got -1.0" in line for line in lines)
     assert any("s2_qwen3-8b_chat_eagle3: target_model must be the model's name" in line for line in lines)
+    assert any("s3_qwen3-8b_chat_eagle3: kv_cache_dtype must be one of ['auto', 'bf16', 'fp8']" in line
+               for line in lines)
     assert "Traceback" not in found.stderr
+
+
+def test_a_team_file_needs_no_url_or_repository_but_bad_ones_are_refused(tmp_path: Path) -> None:
+    path = _source(tmp_path, "team_private", [_series("s1_qwen3-8b_chat_eagle3")])
+    document = json.loads(path.read_text())
+    del document["source"]["url"]
+    document["source"]["repo_refs"] = []
+    path.write_text(json.dumps(document))
+    found = _run("--data", str(path))
+    assert found.returncode == 0, found.stderr
+    document["source"]["repo_refs"] = "o/r@c:p"
+    path.write_text(json.dumps(document))
+    found = _run("--data", str(path))
+    assert found.returncode == 2 and "team_private.json: source.repo_refs must be a list" in found.stderr
 
 
 def test_a_file_with_nothing_to_predict_says_so(tmp_path: Path) -> None:

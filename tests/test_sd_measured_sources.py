@@ -55,3 +55,10 @@ def test_speculators_sweep_reproduces_the_tables_printed_beside_its_csvs() -> No
     for points in (humaneval, math):
         ratios = [p["sd_tokens_per_s"] / p["baseline_tokens_per_s"] for p in points]
         assert min(ratios) > 1.0 and ratios[-1] < 0.6 * ratios[0]
+
+
+def test_every_shipped_source_says_where_it_was_read() -> None:
+    """A team's own file may have no URL or repository; the published ones here must give both."""
+    for path in sorted(DATA.glob("*.json")):
+        source = json.loads(path.read_text())["source"]
+        assert source["url"] and source["repo_refs"], path.name
