@@ -230,6 +230,27 @@ def test_a_file_derived_for_another_engine_than_vllm_says_its_sd_cycle_is_vllms(
     assert "SD cycle takes vLLM's engine" in said and "k=7 is beyond the draft lengths" in said
 
 
+def test_a_kv_cache_dtype_chosen_at_derive_is_handed_to_the_server(sdplan, tmp_path: Path) -> None:
+    """A file priced with ``derive --kv-cache-dtype`` names the flag its server needs; one priced at the
+    checkpoint's own cache (no key) adds none; an unknown dtype is a one-line schema error."""
+    shipped = (REPO / "calibrations" / "h100-sxm_llama-3.1-8b_eagle3_derived.toml").read_text()
+    assert "kv_cache_dtype" not in shipped
+    plain = sdplan("capacity", "-c", "h100-sxm_llama-3.1-8b_eagle3_derived", "--acceptance", "0.7",
+                   "-f", "vllm-config")
+    assert plain.exit_code == 0, plain.output
+    assert "--kv-cache-dtype" not in plain.stderr
+    chosen = tmp_path / "fp8.toml"
+    chosen.write_text(shipped.replace("[derivation]\n", "[derivation]\nkv_cache_dtype = \"fp8\"\n", 1))
+    exported = sdplan("capacity", "-c", str(chosen), "--acceptance", "0.7", "-f", "vllm-config")
+    assert exported.exit_code == 0, exported.output
+    said = " ".join(exported.stderr.split())
+    assert "--kv-cache-dtype fp8" in said and "priced with a float8 KV cache" in said
+    bad = tmp_path / "fp16.toml"
+    bad.write_text(shipped.replace("[derivation]\n", "[derivation]\nkv_cache_dtype = \"fp16\"\n", 1))
+    shown = sdplan("show", "-c", str(bad))
+    assert shown.exit_code == 3 and "kv_cache_dtype" in shown.stderr and "Traceback" not in shown.stderr
+
+
 def test_a_served_calibration_knows_the_batch_cap_its_servers_ran_with(write_calibration, direct_document,
                                                                         sdplan) -> None:
     from sdplan.calibration import load_calibration

@@ -98,6 +98,8 @@ def test_deepseeks_fp8_weights_keep_a_bfloat16_cache_unless_asked(sdplan, tmp_pa
         document = load_calibration(out).document
         tokens[dtype] = document["derivation"]["kv_cache_tokens"]
         dtypes[dtype] = document["provenance"]["dtype"]
+        # the flag the server needs is recorded where it was chosen, not where the checkpoint's own is priced
+        assert document["derivation"].get("kv_cache_dtype") == (None if dtype == "auto" else dtype)
     assert 1.9 < tokens["fp8"] / tokens["auto"] < 2.1
     assert dtypes == {"auto": "float8 weights (blockwise), bfloat16 KV cache",
                       "fp8": "float8 weights (blockwise), float8 KV cache"}

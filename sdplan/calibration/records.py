@@ -421,6 +421,8 @@ class Derivation:
     #: The draft's weights precision and, for a draft model, the GPUs it runs on (None where not written).
     draft_precision: str | None = None
     draft_tensor_parallel_size: int | None = None
+    #: The KV cache's dtype where ``sdplan derive --kv-cache-dtype`` chose it (None: auto, the checkpoint's).
+    kv_cache_dtype: str | None = None
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> Derivation:
@@ -434,7 +436,8 @@ class Derivation:
                    kv_cache_tokens_without_draft=table.get("kv_cache_tokens_without_draft"),
                    draft_lengths=tuple(int(k) for k in table["draft_lengths"]),
                    draft_precision=table.get("draft_precision"),
-                   draft_tensor_parallel_size=table.get("draft_tensor_parallel_size"))
+                   draft_tensor_parallel_size=table.get("draft_tensor_parallel_size"),
+                   kv_cache_dtype=table.get("kv_cache_dtype"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -265,6 +265,9 @@ CALIBRATION_SCHEMA = Table(
                                          required=False),
                 "draft_tensor_parallel_size": Field("int", "GPUs a draft model was priced on (vLLM's "
                                                     "draft_tensor_parallel_size)", required=False, minimum=1),
+                "kv_cache_dtype": Field("str", "the KV cache dtype the engine must be given (vLLM's "
+                                        "--kv-cache-dtype; absent: auto, the checkpoint's)", required=False,
+                                        choices=("bf16", "fp8")),
                 "target_priced_as": Field("str", "model (architecture) the target was priced as"),
                 "target_layers": Field("int", "the target's decoder layers priced", required=False, minimum=1),
                 "draft_priced_as": Field("str", "model (architecture) the proposer was priced as"),

@@ -179,6 +179,8 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
         "precision": request.precision,
         **({"draft_precision": pricer.draft_precision} if pricer.draft_path is not None else {}),
         **({"draft_tensor_parallel_size": draft_tp(request)} if method == "draft_model" else {}),
+        # the flag the server needs: without one it serves the checkpoint's own cache (auto)
+        **({"kv_cache_dtype": pricer.kv_cache_dtype} if request.kv_cache_dtype != "auto" else {}),
         "target_priced_as": shown_path(pricer.target_path),
         "target_layers": int(pricer.shapes["layers"]),
         "draft_priced_as": shown_path(pricer.draft_path) if pricer.draft_path else "none (no device work)"

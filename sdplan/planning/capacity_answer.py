@@ -328,8 +328,10 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
         return EngineConfigAnswer(engine=engine, method=method, schedule=schedule, config=None, notes=())
     weights = draft_weights(method, calibration)
     draft = draft_serving(calibration)
+    derivation = calibration.records.derivation
+    kv_cache_dtype = derivation.kv_cache_dtype if derivation is not None else None
     if engine == "vllm-config":
-        config = export.vllm_config(schedule, method, weights, query.data_parallel_size, draft)
+        config = export.vllm_config(schedule, method, weights, query.data_parallel_size, draft, kv_cache_dtype)
     elif engine == "sglang":
         config = export.sglang_config(schedule, method, weights, draft)
     elif engine == "trtllm":
@@ -337,6 +339,10 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
     else:
         raise InvalidValueError(f"no engine configuration '{engine}'; one of {', '.join(ENGINES)}")
     notes = []
+    if kv_cache_dtype is not None:
+        notes.append(f"the calibration was priced with a {'float8' if kv_cache_dtype == 'fp8' else 'bfloat16'} KV "
+                     f"cache (sdplan derive --kv-cache-dtype {kv_cache_dtype}): serve with it, or the cache holds "
+                     "other numbers of requests than planned")
     if schedule.merged:
         notes.append(f"merged {schedule.merged} tier(s) narrower than --min-tier-width so k does not flap at tier "
                      f"edges (vllm-project/vllm#49548); goodput within {schedule.goodput_loss_pct:.2g}% of the "

@@ -81,8 +81,12 @@ def _draft_precision_warning(draft: DraftServing, weights: str | None, engine: s
             f"quantised so; {engine} loads a draft at its checkpoint's precision"]
 
 
+#: vLLM's ``--kv-cache-dtype`` for a KV cache dtype ``sdplan derive --kv-cache-dtype`` priced.
+VLLM_KV_CACHE_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
+
+
 def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data_parallel_size: int = 1,
-                draft: DraftServing = DraftServing()) -> EngineConfig:
+                draft: DraftServing = DraftServing(), kv_cache_dtype: str | None = None) -> EngineConfig:
     """``vllm serve --speculative-config`` JSON with the per-batch-size schedule.
 
     Notes
@@ -102,7 +106,9 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
     (vLLM's default is the target's, and 1 is the only other value it takes);
     ``quantization`` is written for a draft model or head priced at FP8
     (:data:`VLLM_DRAFT_QUANTIZATION`), since vLLM otherwise loads it at its
-    checkpoint's precision.
+    checkpoint's precision. A KV cache dtype the calibration was priced at by choice (``kv_cache_dtype``,
+    ``[derivation] kv_cache_dtype``) goes into the usage line as ``--kv-cache-dtype``: unasked, vLLM serves the
+    checkpoint's own.
     """
     check_vllm_schedule(schedule.tiers)
     config: dict[str, Any] = {"method": method}
@@ -134,7 +140,8 @@ def vllm_config(schedule: EngineSchedule, method: str, weights: str | None, data
         warnings.append(f"method {method}: Model Runner V1 ignores the schedule for it (static k)")
     warnings += _k0_warning(schedule, engine_name("vllm"))
     usage = (f"vllm serve TARGET --max-num-seqs {schedule.max_num_seqs} --speculative-config \"$(cat FILE)\""
-             + (f" --data-parallel-size {data_parallel_size}" if data_parallel_size > 1 else ""))
+             + (f" --data-parallel-size {data_parallel_size}" if data_parallel_size > 1 else "")
+             + (f" --kv-cache-dtype {VLLM_KV_CACHE_DTYPES[kv_cache_dtype]}" if kv_cache_dtype else ""))
     return EngineConfig(json.dumps(config) + "\n", usage, warnings)
 
 
