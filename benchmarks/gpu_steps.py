@@ -7,6 +7,10 @@ Usage, on two machines::
     python benchmarks/gpu_steps.py measure gpu-job.json [...] -o FOLDER     # on the GPU: torch only
     python benchmarks/gpu_steps.py compare gpu-job.json FOLDER/NAME.steps.json   # here: sdplan
 
+or, for step timings measured elsewhere (a profiler, an engine's own step timer)::
+
+    python benchmarks/gpu_steps.py score CALIBRATION timings.csv [--engine-steps]
+
 ``prepare`` reads a derived, dense, bf16 calibration and writes what the GPU must run: the target's and the
 draft's shapes (from the config.json that ``sdplan derive`` priced, AIConfigurator's or
 ``sdplan.derive.request.ARCHITECTURES``), one tensor-parallel shard of them, and the grid of batches ``B``,
@@ -38,6 +42,11 @@ causal mask among a verification's ``q`` new tokens (it changes which scores are
 A calibration of another GPU than the one measured is compared all the same and said so: an H100's steps
 cannot be faster than an H200's (the same GH100 compute, less bandwidth), so the floor still binds.
 Never a product dependency and never in CI: it runs where a GPU is lent (``benchmarks/RESULTS-gpu-steps-2026-11.md``).
+
+``score`` holds any calibration with a ``[step_model]`` against step timings in a CSV (``TIMINGS_CSV`` below):
+the same per-point ratios, the verification-over-decode ratios and, where ``gemm_s`` is given, the floor.
+Timings of whole engine steps (host time included) are compared with ``--engine-steps``, which adds the
+file's ``[step_model.engine] step_overhead_s`` to every priced step.
 """
 
 from __future__ import annotations
@@ -369,6 +378,94 @@ def compare(job_path: Path, measured_path: Path) -> int:
     return 1 if below and not measured["tiny"] else 0
 
 
+#: ``score``'s CSV: one step timing a row. ``model`` (target or draft) and ``gemm_s`` (the step's GEMMs alone)
+#: may be left out; a draft row's ``query_tokens`` is 1.
+TIMINGS_CSV = ("batch", "query_tokens", "context_tokens", "step_s")
+TIMINGS_OPTIONAL = ("model", "gemm_s")
+
+
+def read_timings(path: Path) -> list[dict[str, Any]]:
+    """The rows of a step-timing CSV as ``measure`` writes its points, or SystemExit naming the row and column."""
+    import csv
+
+    try:
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise SystemExit(f"gpu_steps: cannot read {path}: {error}") from None
+    if not rows:
+        raise SystemExit(f"gpu_steps: {path} has no rows; give a header {','.join(TIMINGS_CSV)} and one row a step")
+    missing = [column for column in TIMINGS_CSV if column not in rows[0]]
+    if missing:
+        raise SystemExit(f"gpu_steps: {path} lacks the column(s) {', '.join(missing)} (need {','.join(TIMINGS_CSV)}; "
+                         f"optional {','.join(TIMINGS_OPTIONAL)})")
+    points = []
+    for number, row in enumerate(rows, start=2):
+        model = (row.get("model") or "target").strip().lower()
+        if model not in ("target", "draft"):
+            raise SystemExit(f"gpu_steps: {path} line {number}: model is {row['model']!r}; write target or draft")
+        try:
+            point = {"model": model, "batch": int(row["batch"]), "query_tokens": int(row["query_tokens"]),
+                     "context_tokens": int(row["context_tokens"]), "step_s": float(row["step_s"]),
+                     "gemm_s": float(row["gemm_s"]) if (row.get("gemm_s") or "").strip() else None}
+        except (TypeError, ValueError):
+            raise SystemExit(f"gpu_steps: {path} line {number}: batch, query_tokens and context_tokens must be whole "
+                             "numbers and step_s (gemm_s) seconds") from None
+        if min(point["batch"], point["query_tokens"], point["context_tokens"]) < 1 or not (
+                math.isfinite(point["step_s"]) and point["step_s"] > 0):
+            raise SystemExit(f"gpu_steps: {path} line {number}: batch, query_tokens and context_tokens must be at "
+                             "least 1 and step_s a positive number of seconds")
+        points.append(point)
+    return points
+
+
+def score(calibration_name: str, timings: Path, engine_steps: bool) -> int:
+    """A calibration's ``[step_model]`` against step timings measured elsewhere (``TIMINGS_CSV``)."""
+    from sdplan.calibration import resolve_calibration
+    from sdplan.calibration.records import StepModel
+    from sdplan.errors import SdplanError
+
+    try:
+        calibration = resolve_calibration(calibration_name)
+    except SdplanError as error:
+        raise SystemExit(f"gpu_steps: {error}") from None
+    if "step_model" not in calibration.document:
+        raise SystemExit(f"gpu_steps: {calibration_name} has no [step_model] to price steps with (a derived or "
+                         "step-model file)")
+    steps = StepModel.from_table(calibration.document["step_model"])
+    points = read_timings(timings)
+    host = steps.step_overhead_s if engine_steps else 0.0
+    print(f"{calibration_name} ({calibration.provenance.get('hardware')}) against {timings.name}: "
+          + (f"whole engine steps (priced with the engine's {1e3 * host:.2f} ms a step)" if engine_steps
+             else "device time (priced without the engine's host overhead)"))
+    print(f"{'model':6} {'B':>4} {'q':>2} {'s':>6} {'priced ms':>10} {'measured ms':>11} {'priced/measured':>15}")
+    errors, rows, below = [], {}, []
+    for point in sorted(points, key=lambda p: (p["model"], p["context_tokens"], p["batch"], p["query_tokens"])):
+        model, batch, query, context = point["model"], point["batch"], point["query_tokens"], point["context_tokens"]
+        priced = priced_step_s(steps, model, batch, query, context) + host
+        rows[(model, batch, query, context)] = (priced, point["step_s"])
+        errors.append(priced / point["step_s"] - 1.0)
+        print(f"{model:6} {batch:4d} {query:2d} {context:6d} {1e3 * priced:10.3f} {1e3 * point['step_s']:11.3f} "
+              f"{priced / point['step_s']:15.2f}")
+        if point["gemm_s"] is not None and priced - host < point["gemm_s"]:
+            below.append(f"{model} B={batch} q={query} s={context}")
+    print(f"\n{len(errors)} steps: MAPE {100 * statistics.fmean(abs(e) for e in errors):.1f}%, "
+          f"bias {100 * statistics.fmean(errors):+.1f}%, worst {100 * max(errors, key=abs):+.1f}%")
+    ratios = [(key, value) for key, value in rows.items() if key[0] == "target" and key[2] > 1
+              and ("target", key[1], 1, key[3]) in rows]
+    if ratios:
+        print("verification over decode, T(B, k+1, s) / T(B, 1, s): priced / measured")
+        for (_, batch, query, context), (priced, measured) in ratios:
+            base_priced, base_measured = rows[("target", batch, 1, context)]
+            priced_ratio, measured_ratio = priced / base_priced, measured / base_measured
+            print(f"  B={batch:4d} k={query - 1} s={context:6d}: {priced_ratio:5.2f} / {measured_ratio:5.2f} "
+                  f"({100 * (priced_ratio / measured_ratio - 1):+.0f}%)")
+    if any(point["gemm_s"] is not None for point in points):
+        print(f"steps priced below their GEMMs' measured time: {len(below)}" + (f" ({', '.join(below)})" if below
+                                                                                 else ""))
+    return 1 if below else 0
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
@@ -394,11 +491,19 @@ def main(argv: list[str] | None = None) -> int:
     c = commands.add_parser("compare", help="the calibration's steps against the measured ones (here)")
     c.add_argument("job", type=Path)
     c.add_argument("measured", type=Path)
+    t = commands.add_parser("score", help="a calibration's steps against step timings in a CSV (here)")
+    t.add_argument("calibration", help="a calibration file or shipped name with a [step_model]")
+    t.add_argument("timings", type=Path,
+                   help=f"CSV with columns {','.join(TIMINGS_CSV)} (optional {','.join(TIMINGS_OPTIONAL)})")
+    t.add_argument("--engine-steps", action="store_true",
+                   help="the timings are whole engine steps: add the file's host overhead a step")
     args = parser.parse_args(argv)
     if args.command == "prepare":
         return prepare(args.calibration, args.output, args.batches, args.query_tokens, args.contexts)
     if args.command == "measure":
         return measure(args.jobs, args.output, args)
+    if args.command == "score":
+        return score(args.calibration, args.timings, args.engine_steps)
     return compare(args.job, args.measured)
 
 
