@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sd_measured_data import check_file, point_load, series_tokens_per_cycle
+from sd_measured_data import check_file, point_load, point_tokens_per_cycle, series_tokens_per_cycle
 
 from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.errors import SdplanError
@@ -298,7 +298,12 @@ def per_replica(series: dict[str, Any], replicas: int) -> dict[str, Any]:
 def with_series_acceptance(series: dict[str, Any]) -> dict[str, Any]:
     """The series with its own stated acceptance at every point, where its points give none and its
     ``acceptance`` is tokens per cycle (:func:`sd_measured_data.series_tokens_per_cycle`): every point is then a
-    prediction, as with ``acceptance_tokens_per_cycle`` at each point."""
+    prediction, as with ``acceptance_tokens_per_cycle`` at each point. A point's ``draft_acceptance_rate`` is
+    taken as tokens per cycle first (:func:`sd_measured_data.point_tokens_per_cycle`)."""
+    k = int(series["draft"]["k_tokens"])
+    series = series | {"points": [point if ACCEPTANCE in point or point_tokens_per_cycle(point, k) is None
+                                  else point | {ACCEPTANCE: point_tokens_per_cycle(point, k)}
+                                  for point in series["points"]]}
     stated = series_tokens_per_cycle(series)
     if stated is None or any(ACCEPTANCE in point for point in series["points"]):
         return series

@@ -40,7 +40,9 @@ PAIRS = (
 VALUE_KEYS = {k for pair in PAIRS for k in pair[:2]} | {"speedup", "speedup_stated"}
 # A point may carry the acceptance measured at it: tokens per cycle, the bonus token included.
 ACCEPTANCE_KEY = "acceptance_tokens_per_cycle"
-POINT_KEYS = LOAD_KEYS | VALUE_KEYS | {ACCEPTANCE_KEY}
+# Or vLLM's draft acceptance rate there: accepted over drafted tokens, 0-1 (a cycle then emits 1 + k x rate tokens).
+DRAFT_RATE_KEY = "draft_acceptance_rate"
+POINT_KEYS = LOAD_KEYS | VALUE_KEYS | {ACCEPTANCE_KEY, DRAFT_RATE_KEY}
 DRAFT_METHODS = {"eagle", "eagle3", "draft_model", "mtp", "ngram", "medusa", "other"}
 #: The target's weights precision a series may state (``sdplan derive --precision``).
 PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4", "mxfp4")
@@ -77,6 +79,17 @@ def point_load(point: dict) -> tuple[str, float] | None:
     for key in ("batch", "concurrency", "rate_rps"):
         if key in point:
             return key, point[key]
+    return None
+
+
+def point_tokens_per_cycle(point: dict, k: int) -> float | None:
+    """The acceptance measured at a point as tokens per cycle, bonus included: ``acceptance_tokens_per_cycle``, or
+    ``1 + k r`` from vLLM's draft acceptance rate ``r`` (accepted over drafted tokens, ``k`` drafted a cycle:
+    ``vllm:spec_decode_num_accepted_tokens / vllm:spec_decode_num_draft_tokens``); None where it gives neither."""
+    if ACCEPTANCE_KEY in point:
+        return float(point[ACCEPTANCE_KEY])
+    if DRAFT_RATE_KEY in point:
+        return 1.0 + k * float(point[DRAFT_RATE_KEY])
     return None
 
 
@@ -181,6 +194,11 @@ def check_series(series: dict, where: str) -> list[str]:
             elif not _positive_number(value):
                 errors.append(f"{pw}: '{key}' must be a positive number, got {value!r}")
         errors.extend(_per_cycle_error(f"{pw}: '{ACCEPTANCE_KEY}'", point.get(ACCEPTANCE_KEY), draft))
+        if DRAFT_RATE_KEY in point and ACCEPTANCE_KEY in point:
+            errors.append(f"{pw}: give '{ACCEPTANCE_KEY}' or '{DRAFT_RATE_KEY}', not both")
+        elif _positive_number(point.get(DRAFT_RATE_KEY)) and point[DRAFT_RATE_KEY] > 1:
+            errors.append(f"{pw}: '{DRAFT_RATE_KEY}' is accepted over drafted tokens, at most 1; got "
+                          f"{point[DRAFT_RATE_KEY]!r} (a percentage? write it as a fraction)")
         load = point_load(point)
         if load is None or load[0] not in MODES[mode]:
             errors.append(f"{pw}: needs one of {MODES[mode]} for mode {mode}")

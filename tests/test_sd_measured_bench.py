@@ -235,6 +235,31 @@ def test_a_series_own_acceptance_in_tokens_per_cycle_makes_every_point_a_predict
     assert "s4_qwen3-8b_chat_eagle3 point 1: 'acceptance_tokens_per_cycle' is tokens per cycle" in found.stderr
 
 
+def test_vllms_draft_acceptance_rate_is_taken_as_one_plus_k_times_it(tmp_path: Path) -> None:
+    """A point's draft_acceptance_rate (accepted over drafted tokens) prices it as 1 + k r tokens per cycle: the
+    same predictions as those tokens per cycle given outright; a percentage, or both keys at one point, refused."""
+    by_rate, by_tokens = _series("s1_qwen3-8b_chat_eagle3"), _series("s2_qwen3-8b_chat_eagle3", panel="other")
+    for rate, point, same in zip((0.6, 0.55, 0.5), by_rate["points"], by_tokens["points"]):
+        point["draft_acceptance_rate"] = rate
+        same["acceptance_tokens_per_cycle"] = 1 + 3 * rate
+    found = _run("--data", str(_source(tmp_path, "team_rate", [by_rate, by_tokens])), "--json",
+                 str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    points = json.loads((tmp_path / "points.json").read_text())
+    predicted = {}
+    for point in points:
+        assert not point["anchor"]
+        predicted.setdefault(point["series"].split("/")[-1][:2], []).append(point["predicted"])
+    assert len(predicted["s1"]) == 3 and predicted["s1"] == pytest.approx(predicted["s2"], rel=1e-12)
+    bad = _series("s3_qwen3-8b_chat_eagle3")
+    bad["points"][0]["draft_acceptance_rate"] = 62.0
+    bad["points"][1] |= {"draft_acceptance_rate": 0.5, "acceptance_tokens_per_cycle": 2.5}
+    found = _run("--data", str(_source(tmp_path, "team_bad_rate", [bad])))
+    assert found.returncode == 2 and "Traceback" not in found.stderr
+    assert "point 0: 'draft_acceptance_rate' is accepted over drafted tokens, at most 1; got 62.0" in found.stderr
+    assert "point 1: give 'acceptance_tokens_per_cycle' or 'draft_acceptance_rate', not both" in found.stderr
+
+
 def test_sglang_runs_at_most_48_requests_under_sd_in_tpot_and_rate_series_too(tmp_path: Path) -> None:
     """SGLang holds SD to 48 running requests: past 48 clients the others wait for admission, in their TTFT, so
     SD's TPOT stops growing while no SD's grows on, and the ratio turns up; at rates, SD saturates where its 48
