@@ -60,13 +60,17 @@ def _run(*arguments: str) -> subprocess.CompletedProcess[str]:
 def test_a_team_file_is_priced_from_its_own_fields_and_what_is_not_priced_says_why(tmp_path: Path) -> None:
     unknown_gpu = _series("s2_qwen3-8b_chat_eagle3", hardware={"gpu": "TPU v5e", "count": 1, "tensor_parallel": 1})
     no_lengths = _series("s3_qwen3-8b_chat_eagle3", workload={"dataset": "team chat logs"})
-    path = _source(tmp_path, "team_h100", [_series("s1_qwen3-8b_chat_eagle3"), unknown_gpu, no_lengths])
+    pcie = _series("s4_qwen3-8b_chat_eagle3", hardware={"gpu": "NVIDIA H100 PCIe", "count": 1, "tensor_parallel": 1})
+    path = _source(tmp_path, "team_h100", [_series("s1_qwen3-8b_chat_eagle3"), unknown_gpu, no_lengths, pcie])
     found = _run("--data", str(path), "--json", str(tmp_path / "points.json"))
     assert found.returncode == 0, found.stderr
     # priced at the lengths the series states, with derive's calibration of its target, GPU and head
     assert "team_h100/s1_qwen3-8b_chat_eagle3 (derived; 200 prompt / 400 output tokens)" in found.stdout
     assert "not priced: team_h100/s2_qwen3-8b_chat_eagle3: GPU 'TPU v5e'" in found.stdout
     assert "not priced: team_h100/s3_qwen3-8b_chat_eagle3: no prompt or output length" in found.stdout
+    # an H100 on a PCIe card has 2.0 TB/s, not the SXM module's 3.35: not priced as one
+    assert "not priced: team_h100/s4_qwen3-8b_chat_eagle3: GPU 'NVIDIA H100 PCIe': derive prices the SXM" \
+        in found.stdout
     assert "2 predicted points in 1 series" in found.stdout
     points = json.loads((tmp_path / "points.json").read_text())
     assert [p["load"] for p in points] == [1, 16, 64] and points[0]["anchor"] and not points[1]["anchor"]
