@@ -588,6 +588,20 @@ def sd_caps(series: dict[str, Any]) -> list[float] | None:
     return None if cap is None else [math.inf, float(cap)]
 
 
+def with_per_user_tpot(series: dict[str, Any]) -> dict[str, Any]:
+    """An open loop's per-user output tokens/s read as TPOT pairs: the decode speed each user sees is one token a
+    TPOT (``1 / tokens_per_s_per_user``). At a rate the two options serve the same requests, so unlike a closed
+    loop's (:func:`measured_ratio`) their per-user rates are not a throughput ratio; a point that gives TPOTs or
+    latencies keeps them."""
+    if series["mode"] != "open_loop_rate":
+        return series
+    pair = ("sd_tokens_per_s_per_user", "baseline_tokens_per_s_per_user")
+    return series | {"points": [
+        point | {"sd_tpot_s": 1.0 / float(point[pair[0]]), "baseline_tpot_s": 1.0 / float(point[pair[1]])}
+        if all(key in point for key in pair) and not {"sd_tpot_s", "sd_latency_s"} & set(point) else point
+        for point in series["points"]]}
+
+
 def has_tpot_pairs(series: dict[str, Any]) -> bool:
     """Whether every point gives the mean TPOT with and without SD (``sd_tpot_s``, ``baseline_tpot_s``)."""
     return all("sd_tpot_s" in point and "baseline_tpot_s" in point for point in series["points"])
@@ -733,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
     #: (source id, series id, points) of the concurrency sweeps, priced as plan --concurrency prices them
     steady: list[tuple[str, str, list[Point]]] = []
     for source in sources:
-        for series in source["series"]:
+        for series in map(with_per_user_tpot, source["series"]):
             closed = series["mode"] == "closed_loop_batch" and all(measured_ratio(p) for p in series["points"])
             opened = series["mode"] == "open_loop_rate" and all("sd_latency_s" in p for p in series["points"])
             per_token = not (closed or opened) and has_tpot_pairs(series)

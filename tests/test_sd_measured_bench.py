@@ -264,6 +264,26 @@ def test_vllms_draft_acceptance_rate_is_taken_as_one_plus_k_times_it(tmp_path: P
     assert "point 1: give 'acceptance_tokens_per_cycle' or 'draft_acceptance_rate', not both" in found.stderr
 
 
+def test_an_open_loops_per_user_tokens_per_s_is_read_as_its_tpot(tmp_path: Path) -> None:
+    """At a rate both options serve the same requests: each user's output tokens/s is one token a TPOT, so a
+    series of them is priced as the same series of TPOT pairs would be."""
+    rates = ((1.0, 180.0, 110.0), (4.0, 160.0, 105.0), (8.0, 120.0, 100.0))
+    per_user = _series("s1_qwen3-8b_chat_eagle3", mode="open_loop_rate", metric="output tokens/s per user", points=[
+        {"rate_rps": r, "sd_tokens_per_s_per_user": sd, "baseline_tokens_per_s_per_user": base}
+        for r, sd, base in rates])
+    tpots = _series("s2_qwen3-8b_chat_eagle3", mode="open_loop_rate", metric="mean TPOT", points=[
+        {"rate_rps": r, "sd_tpot_s": 1.0 / sd, "baseline_tpot_s": 1.0 / base} for r, sd, base in rates])
+    found = _run("--data", str(_source(tmp_path, "team_users", [per_user, tpots])), "--json",
+                 str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    assert "not priced" not in found.stdout
+    points = json.loads((tmp_path / "points.json").read_text())
+    by_series: dict[str, list[float]] = {}
+    for point in points:
+        by_series.setdefault(point["series"].split("/")[-1][:2], []).append(point["predicted"])
+    assert len(by_series["s1"]) == 3 and by_series["s1"] == pytest.approx(by_series["s2"], rel=1e-12)
+
+
 def test_sglang_runs_at_most_48_requests_under_sd_in_tpot_and_rate_series_too(tmp_path: Path) -> None:
     """SGLang holds SD to 48 running requests: past 48 clients the others wait for admission, in their TTFT, so
     SD's TPOT stops growing while no SD's grows on, and the ratio turns up; at rates, SD saturates where its 48
