@@ -235,8 +235,8 @@ REASONING_PROMPT_TOKENS = {"aime22-24": 150.0, "gpqa_main": 300.0}
 GPU_SYSTEMS = (("gb300", "gb300"), ("gb200", "gb200"), ("b300", "b300_sxm"), ("b200", "b200_sxm"),
                ("h200", "h200_sxm"), ("h100", "h100_sxm"), ("a100", "a100_sxm"), ("l40s", "l40s"))
 #: Parts of a GPU's name that say it is not the SXM module AIConfigurator's system file describes (PCIe and NVL
-#: cards, the 40 GB A100: other memory, bandwidth or clocks).
-OTHER_PARTS = ("pcie", "nvl", "40gb")
+#: cards, the 40 GB A100, Grace Hopper's H100 with 96 or 144 GB: other memory, bandwidth or clocks).
+OTHER_PARTS = ("pcie", "nvl", "40gb", "gh200")
 #: A series' ``engine.name`` (any case) -> the op database ``sdplan derive --backend`` prices it with.
 ENGINE_BACKENDS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "tensorrt-llm": "trtllm",
                    "tensorrt_llm": "trtllm"}
@@ -339,7 +339,7 @@ def derivation_of(series: dict[str, Any]) -> dict[str, Any] | str:
     variant = next((part for part in OTHER_PARTS if part in gpu), None)
     if system is not None and variant is not None:
         return (f"GPU {series['hardware'].get('gpu')!r}: derive prices the SXM parts' memory and bandwidth "
-                f"({system}); a {variant.upper()} part has less, so it is not priced as one")
+                f"({system}); a {variant.upper()} part has others, so it is not priced as one")
     if system is None:
         return f"GPU {series['hardware'].get('gpu')!r}: derive prices {', '.join(s for _, s in GPU_SYSTEMS)}"
     backend = ENGINE_BACKENDS.get(str(series["engine"]["name"]).lower())
