@@ -325,17 +325,26 @@ def measure(job_paths: list[Path], out_folder: Path, args: Any) -> int:
 
 # ----------------------------------------------------------------------------- compare (here)
 
-def priced_step_s(steps: Any, which: str, batch: int, query: int, context: int) -> float:
+def priced_step_s(steps: Any, which: str, batch: int, query: int, context: int, moe: Any = None) -> float:
     """The calibration's device time of one step: ``T(B, q, s)`` of ``[step_model.target]`` or ``.draft``,
-    with the target's compute-bound knee on its ``B q`` rows (:func:`sdplan.latency.knee.step_excess_s`)."""
+    with the target's compute-bound knee on its ``B q`` rows (:func:`sdplan.latency.knee.step_excess_s`) and, for
+    an MoE target (``moe``, :class:`sdplan.latency.moe.MoESpec`), the experts its ``B q`` routed tokens touch:
+    ``phi(B q)`` times the coverage increments of a decode step or a verification, as ``sdplan show`` prices
+    them (:func:`sdplan.latency.model.step_times`)."""
     from sdplan.calibration.scaling import coefficients_from_steps
     from sdplan.latency.knee import step_excess_s
 
     cost = steps.target if which == "target" else steps.draft
+    if which != "target":
+        return cost.at(batch, query, context)
     # coefficients at a mean context of s (p + g/2) carry the file's knee as it is
-    knee = float(step_excess_s(coefficients_from_steps(steps, context - 1.0, 2.0), batch * query)) \
-        if which == "target" else 0.0
-    return cost.at(batch, query, context) + knee
+    knee = float(step_excess_s(coefficients_from_steps(steps, context - 1.0, 2.0), batch * query))
+    experts = 0.0
+    if moe is not None:
+        fixed, other = ("c1v_s", "c2v_s") if query > 1 else ("baseline_c1_step_s", "baseline_c2_step_s")
+        experts = float(moe.phi(batch * query)) * (moe.coverage.get(fixed, 0.0)
+                                                   + (batch - 1) * moe.coverage.get(other, 0.0))
+    return cost.at(batch, query, context) + knee + experts
 
 
 def compare(job_path: Path, measured_path: Path) -> int:
@@ -433,6 +442,8 @@ def score(calibration_name: str, timings: Path, engine_steps: bool) -> int:
         raise SystemExit(f"gpu_steps: {calibration_name} has no [step_model] to price steps with (a derived or "
                          "step-model file)")
     steps = StepModel.from_table(calibration.document["step_model"])
+    reference = calibration.records.reference
+    moe = calibration.moe_at(reference.prompt_tokens, reference.output_tokens)  # None for a dense target
     points = read_timings(timings)
     host = steps.step_overhead_s if engine_steps else 0.0
     print(f"{calibration_name} ({calibration.provenance.get('hardware')}) against {timings.name}: "
@@ -442,7 +453,7 @@ def score(calibration_name: str, timings: Path, engine_steps: bool) -> int:
     errors, rows, below = [], {}, []
     for point in sorted(points, key=lambda p: (p["model"], p["context_tokens"], p["batch"], p["query_tokens"])):
         model, batch, query, context = point["model"], point["batch"], point["query_tokens"], point["context_tokens"]
-        priced = priced_step_s(steps, model, batch, query, context) + host
+        priced = priced_step_s(steps, model, batch, query, context, moe) + host
         rows[(model, batch, query, context)] = (priced, point["step_s"])
         errors.append(priced / point["step_s"] - 1.0)
         print(f"{model:6} {batch:4d} {query:2d} {context:6d} {1e3 * priced:10.3f} {1e3 * point['step_s']:11.3f} "

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 FILE = "h100-sxm_llama-3.1-8b_eagle3_derived"
 
@@ -20,19 +22,21 @@ def _score(*arguments: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, check=False)
 
 
-def test_engine_steps_are_priced_as_show_prices_them(sdplan, tmp_path: Path) -> None:
-    shown = sdplan("show", "-c", FILE, "--batch-sizes", "1,64", "-k", "3", "-f", "json")
+@pytest.mark.parametrize("calibration", [FILE, "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived"])
+def test_engine_steps_are_priced_as_show_prices_them(sdplan, tmp_path: Path, calibration: str) -> None:
+    """A dense file's steps, and an MoE file's with the experts its routed tokens touch."""
+    shown = sdplan("show", "-c", calibration, "--batch-sizes", "1,64", "-k", "3", "-f", "json")
     steps = json.loads(shown.stdout)["step_times_at_workload"]["options"][0]["step_s"]  # no SD, at 1024 + 512 / 2
     timings = tmp_path / "steps.csv"
     timings.write_text("batch,query_tokens,context_tokens,step_s\n"
                        f"1,1,1280,{steps[0] * 1.1}\n64,1,1280,{steps[1] * 0.9}\n64,4,1280,{steps[1]}\n")
-    done = _score(FILE, str(timings), "--engine-steps")
+    done = _score(calibration, str(timings), "--engine-steps")
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("target")]
     assert [float(row[-1]) for row in rows[:2]] == [round(1 / 1.1, 2), round(1 / 0.9, 2)]
     assert "3 steps: MAPE" in done.stdout and "B=  64 k=3 s=  1280" in done.stdout
     # device time leaves the engine's host overhead out: every priced step is lower
-    device = _score(FILE, str(timings))
+    device = _score(calibration, str(timings))
     priced = [float(line.split()[4]) for line in device.stdout.splitlines() if line.startswith("target")]
     assert all(p < float(row[4]) for p, row in zip(priced, rows))
 
