@@ -51,6 +51,14 @@ MODEL_ALIASES = {
     "meta-llama/Llama-3.3-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
     "meta-llama/Llama-3.1-405B-Instruct": "meta-llama/Meta-Llama-3.1-405B",
     "meta-llama/Llama-3.1-405B": "meta-llama/Meta-Llama-3.1-405B",
+    # the same checkpoints under their first Hugging Face names, and Llama 3 (the 3.1 shapes, a shorter context)
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": "meta-llama/Meta-Llama-3.1-405B",
+    "meta-llama/Meta-Llama-3-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Meta-Llama-3-8B": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Meta-Llama-3-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Meta-Llama-3-70B": "meta-llama/Meta-Llama-3.1-70B",
 }
 #: Architectures AIConfigurator 0.12.0 does not ship, from each model's public config.json (shapes only).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
