@@ -274,6 +274,35 @@ def test_a_model_aiconfigurator_lacks_is_refused_offline(sdplan, tmp_path: Path)
     assert "ships no config.json" in result.stderr and "HuggingFace" not in result.stderr
 
 
+@pytest.mark.parametrize(("target", "draft", "said"), [
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-3B-Instruct",
+     "priced with AIConfigurator's meta-llama/Meta-Llama-3.1-8B"),
+    ("Qwen/Qwen3-14B", "Qwen/Qwen3-4B", "Qwen/Qwen3-4B is not in AIConfigurator's model set"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-1B is not in"),
+])
+def test_common_targets_and_drafts_are_priced_offline_and_say_from_what(sdplan, tmp_path: Path, target: str,
+                                                                         draft: str, said: str) -> None:
+    """The names benchmarks give (Meta-Llama-3.1 Instruct, Llama 3.2 1B/3B and Qwen3-4B drafts) are priced
+    from AIConfigurator's architecture or sdplan's own config.json table, without a download."""
+    _aic()
+    out = tmp_path / "x.toml"
+    result = sdplan("derive", "--target-model", target, "--system", "h100_sxm", "--method", "draft_model",
+                    "--draft-model", draft, "--draft-lengths", "1", "--no-anchor", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert any(said in line for line in load_calibration(out).document["provenance"]["assumptions"])
+
+
+def test_a_draft_that_leaves_no_kv_cache_is_a_one_line_error(sdplan, tmp_path: Path) -> None:
+    """Qwen3-32B in bf16 (64 GB) and Qwen3-4B (8 GB) on one H100: nothing is left for the KV cache with SD on."""
+    _aic()
+    result = sdplan("derive", "--target-model", "Qwen/Qwen3-32B", "--system", "h100_sxm", "--method", "draft_model",
+                    "--draft-model", "Qwen/Qwen3-4B", "--draft-lengths", "1", "--no-anchor",
+                    "-o", str(tmp_path / "x.toml"))
+    assert result.exit_code == ExitStatus.USAGE and not (tmp_path / "x.toml").exists()
+    assert "leaves no KV cache on 1x h100_sxm at bf16" in result.stderr and "raise --tp" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_mtp_is_refused_for_a_target_without_mtp_layers(sdplan, tmp_path: Path) -> None:
     """MTP drafts with the target's own layers: a config.json that declares none (Qwen3-8B, Kimi-K2.5) has nothing
     to serve it with; one that does, at the top level (DeepSeek-V3) or in its text_config (Qwen3.5), is priced."""

@@ -610,7 +610,13 @@ class Pricer:
         return max(int(free / per_token), 0) if per_token > 0 else None
 
     def kv_cache_tokens(self) -> int | None:
-        """Tokens of KV cache AIConfigurator's memory model gives the target (the draft's weights and KV taken out)."""
+        """Tokens of KV cache AIConfigurator's memory model gives the target (the draft's weights and KV taken out).
+
+        Raises
+        ------
+        InvalidValueError
+            Where the draft's weights take what the target left: no request could be admitted with SD on.
+        """
         target = self._target_kv()
         if target is None:
             return None
@@ -620,7 +626,14 @@ class Pricer:
             if draft is not None:  # a draft on fewer GPUs loads its weights and KV onto those: as much per GPU
                 free -= float(draft["memory_breakdown"]["weights_bytes"])
                 per_token += kv_bytes_per_token(draft)
-        return max(int(free / per_token), 0) if per_token > 0 else None
+        tokens = max(int(free / per_token), 0) if per_token > 0 else None
+        if tokens == 0:
+            request = self.request
+            raise InvalidValueError(
+                f"{request.target_model} with {shown_path(str(self.draft_path))} as draft leaves no KV cache on "
+                f"{request.tensor_parallel_size}x {request.system} at {request.precision}: the draft's weights take "
+                "what the target's leave; raise --tp")
+        return tokens
 
 
 def kv_bytes_per_token(estimate: dict[str, Any]) -> float:

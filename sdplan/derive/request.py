@@ -67,12 +67,25 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
         "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": True,
         "torch_dtype": "bfloat16"},
+    "meta-llama/Llama-3.2-3B-Instruct": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 3072,
+        "intermediate_size": 8192, "num_attention_heads": 24, "num_hidden_layers": 28, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16"},
+    "Qwen/Qwen3-4B": {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 2560,
+        "intermediate_size": 9728, "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16"},
     "Qwen/Qwen3-14B": {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
         "intermediate_size": 17408, "num_attention_heads": 40, "num_hidden_layers": 40, "num_key_value_heads": 8,
         "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960, "tie_word_embeddings": False,
         "torch_dtype": "bfloat16"},
 }
+# base checkpoints have their instruction-tuned twins' shapes
+ARCHITECTURES["meta-llama/Llama-3.2-1B"] = ARCHITECTURES["meta-llama/Llama-3.2-1B-Instruct"]
+ARCHITECTURES["meta-llama/Llama-3.2-3B"] = ARCHITECTURES["meta-llama/Llama-3.2-3B-Instruct"]
 #: Draft vocabulary of the public EAGLE-3 heads (yuhuili/EAGLE3-*, AngelSlim/*_eagle3: draft_vocab_size).
 EAGLE3_DRAFT_VOCAB = 32000
 #: The engine's overheads, which AIConfigurator's op database does not price (it times device ops). Source:
