@@ -336,10 +336,16 @@ def test_moe_capacity_names_the_kv_cap_where_it_binds(sdplan) -> None:
         assert batch == pytest.approx(91.0 if option["option"] == "off" else 36.0, rel=1e-3)
 
 
-def test_moe_capacity_sizes_a_fleet_and_refuses_the_simulator(sdplan) -> None:
+def test_moe_capacity_sizes_a_fleet_and_the_simulator_agrees(sdplan) -> None:
+    """The simulator prices an MoE target's steps as the model does (the experts their routed tokens touch): each
+    option's simulated capacity under a mean SLO is the model's within 10%."""
     result = sdplan("capacity", "-c", MOE_FILE, "--acceptance", "0.8", "--slo", "e2e:mean<=6s", "--target-rate", "20")
     assert result.exit_code == 0, result.stderr
     assert "replicas without SD" in result.stdout and "L = C1(B)/(1 - rate*C2(B))" in result.stdout
-    refused = sdplan("capacity", "-c", MOE_FILE, "--slo", "e2e:mean<=6s", "--simulate")
-    assert refused.exit_code == ExitStatus.USAGE and "--simulate" in refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1
+    capacities = []
+    for extra in ((), ("--simulate", "--requests", "1500", "--seeds", "2")):
+        done = sdplan("capacity", "-c", MOE_FILE, "--acceptance", "0.8", "--slo", "e2e:mean<=6s", "-f", "json", *extra)
+        assert done.exit_code == 0, done.stderr
+        capacities.append([option["max_rate_under_slo_rps"] for option in json.loads(done.stdout)["options"]])
+    analytic, simulated = capacities
+    assert len(analytic) == 9 and simulated == pytest.approx(analytic, rel=0.10)

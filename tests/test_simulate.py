@@ -576,3 +576,29 @@ def test_an_engine_that_fills_its_cache_as_requests_run_keeps_more_of_them() -> 
     assert kv_hold("vllm", "AMD EPYC (CPU, 2 cores)").tokens(256, 512) == 256 + 256 + 64  # 128-token blocks
     # one request must fit whole: vLLM refuses a max_model_len over its cache
     assert vllm.running(1_500, 1024, 512) == 0 and vllm.running(1_536, 1024, 512) == 1
+
+
+def test_an_moe_targets_steps_pay_for_their_experts_as_the_model_prices_them(sdplan) -> None:
+    """Qwen3-30B-A3B on an H100 (derived): each simulated step pays phi(n (k + 1)) of streaming every expert, the
+    model's MoE fixed point; at the default rates (now within the KV cap's saturation) the two means agree."""
+    done = sdplan("simulate", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived", "--acceptance", "0.7",
+                  "--requests", "2000", "--seeds", "2", "-f", "json")
+    assert done.exit_code == 0, done.output
+    rates = json.loads(done.stdout)["rates"]
+    assert len(rates) == 4 and all(rate["steady_state"] for rate in rates)
+    for rate in rates:
+        simulated, analytic = rate["statistics"]["e2e_mean_s"]["value"], rate["analytic_mean_e2e_latency_s"]
+        assert simulated == pytest.approx(analytic, rel=0.05), rate["request_rate_rps"]
+    checked = sdplan("check", "-c", "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived", "--acceptance", "0.7", "--rate", "2",
+                     "--slo", "e2e:p99<=12s", "--simulate", "--requests", "1000", "--seeds", "2")
+    assert checked.exit_code == 0, checked.output
+
+
+def test_the_goodput_policy_counts_what_else_a_step_costs() -> None:
+    """An option whose steps cost more (an MoE target's experts, ``extra_s``) is not chosen where it loses."""
+    from sdplan.latency.policy import step_choices
+
+    expected, costs = [1.0, 2.0], [(0.010, 1e-4), (0.015, 1.5e-4)]
+    assert step_choices(expected, costs, 8) == [1] * 9
+    dearer = step_choices(expected, costs, 8, extra_s=lambda option, n: 0.02 * option * n / 8)
+    assert dearer[:2] == [1, 1] and dearer[-1] == 0

@@ -35,7 +35,7 @@ import numpy as np
 from sdplan.latency.model import concave_load
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import numpy.typing as npt
 
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
 def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[float, float]],
                  largest_batch: int, rows_per_sequence: Sequence[float] | None = None,
-                 knee: tuple[float, float] = (0.0, 0.0), concavity: float = 0.0) -> list[int]:
+                 knee: tuple[float, float] = (0.0, 0.0), concavity: float = 0.0,
+                 extra_s: Callable[[int, int], float] | None = None) -> list[int]:
     """The goodput policy's option index for every batch size ``n = 0 .. largest_batch``.
 
     At a step with ``n`` sequences the policy picks the option with the
@@ -63,7 +64,8 @@ def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[
     ``(R, b)`` and each option's token rows per sequence ``t``, a step also
     pays ``b max(0, n t - R)`` past the target's compute-bound knee
     (:mod:`sdplan.latency.knee`). With ``concavity`` ``psi`` the ``n - 1`` others
-    cost ``h(n - 1)`` per-sequence costs (``docs/model.md#concave-load``).
+    cost ``h(n - 1)`` per-sequence costs (``docs/model.md#concave-load``). ``extra_s(option, n)`` adds what
+    else a step of that option costs at ``n`` sequences (an MoE target's experts, :mod:`sdplan.latency.moe`).
     """
     rows = list(rows_per_sequence) if rows_per_sequence is not None else [1.0] * len(expected_tokens)
     knee_tokens, knee_slope = knee
@@ -71,8 +73,9 @@ def step_choices(expected_tokens: Sequence[float], step_costs_s: Sequence[tuple[
     for batch in range(largest_batch + 1):
         scheduled = max(batch, 1)
         others = concave_load(scheduled - 1, concavity)
-        goodput = [e / (fixed + others * per_sequence + knee_slope * max(scheduled * t - knee_tokens, 0.0))
-                   for e, (fixed, per_sequence), t in zip(expected_tokens, step_costs_s, rows)]
+        goodput = [e / (fixed + others * per_sequence + knee_slope * max(scheduled * t - knee_tokens, 0.0)
+                        + (extra_s(option, scheduled) if extra_s is not None else 0.0))
+                   for option, (e, (fixed, per_sequence), t) in enumerate(zip(expected_tokens, step_costs_s, rows))]
         choices.append(goodput.index(max(goodput)))
     return choices
 

@@ -68,10 +68,6 @@ Progress = Callable[[int, int, str], None]
 #: The engines whose speculative configuration capacity writes (``--format``).
 ENGINES = ("vllm-config", "sglang", "trtllm")
 
-#: Why capacity does not simulate an MoE calibration.
-MOE_SIMULATION_REFUSAL = ("--simulate is not available for MoE calibrations: the simulator does not model expert "
-                          "coverage; leave it out for the model's means")
-
 #: The message of the exit status "infeasible" when no option meets the SLOs.
 NO_OPTION_MEETS = "no option meets the SLOs at any request rate (see the binding SLO per option)"
 
@@ -260,11 +256,8 @@ def answer_capacity(scenario: Scenario, query: CapacityQuery, progress: Progress
     Raises
     ------
     InvalidValueError
-        For ``--simulate`` with an MoE calibration, no SLO, no SLO that bounds the rate, or more work than the
-        budgets allow.
+        For no SLO, no SLO that bounds the rate, or more work than the budgets allow.
     """
-    if scenario.moe is not None and query.use_simulator:
-        raise InvalidValueError(MOE_SIMULATION_REFUSAL)
     margin = speed_margin(scenario.calibration, query.at_calibrated_speed)
     measured = margin is not None and margin.measured
     calibrated = scenario

@@ -259,8 +259,6 @@ def _pessimistic(scenario: Scenario, report: CheckReport, slos: list[SLO]) -> tu
 def _simulated(scenario: Scenario, report: CheckReport, slos: list[SLO], limits: EngineLimits,
                settings: SimulationSettings) -> CheckReport:
     """The report with every latency verdict from the simulator's statistics."""
-    if scenario.moe is not None:
-        raise InvalidValueError("--simulate does not model MoE expert coverage yet")
     if report.rate_rps <= 0:
         raise InvalidValueError("--simulate needs a rate > 0 req/s")
     check_simulation(settings.requests, settings.seeds, 1, "rate")

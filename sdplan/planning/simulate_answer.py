@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from sdplan.errors import InvalidValueError
 from sdplan.inputs.serving import batch_cap_warning
 from sdplan.latency import model
 from sdplan.limits import check_simulation, check_table
@@ -37,9 +36,6 @@ Progress = Callable[[int, int, str], None]
 
 #: The default rates, as fractions of the no-SD saturation rate ``1/C2``: light load to near saturation.
 DEFAULT_RATE_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
-
-#: Why simulate refuses an MoE calibration.
-MOE_REFUSAL = "simulate does not model MoE expert coverage yet; use plan for MoE calibrations"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,9 +89,15 @@ class SimulateAnswer:
 
 
 def default_rates(scenario: Scenario) -> list[float]:
-    """:data:`DEFAULT_RATE_FRACTIONS` of the no-SD saturation rate ``1/C2`` (req/s, 4 decimals)."""
+    """:data:`DEFAULT_RATE_FRACTIONS` of the no-SD saturation rate (req/s, 4 decimals): ``1/C2``, or the rate at
+    which the engine's batch cap fills where that is lower (a KV cache that holds few requests), as ``plan``
+    gives it."""
     _, c2_d = model.baseline_demand(scenario.coefficients)
-    return [round(f / c2_d, 4) for f in DEFAULT_RATE_FRACTIONS]
+    at_zero = planner.plan(scenario.coefficients, [0.0], scenario.draft_lengths, scenario.workload.acceptance.alphas,
+                           tokens_per_cycle=scenario.tokens_per_cycle, moe=scenario.moe,
+                           batch_caps=scenario.limits.caps(scenario.draft_lengths))
+    saturation = min(1.0 / c2_d, at_zero.baseline_saturation_rate_rps)
+    return [round(f * saturation, 4) for f in DEFAULT_RATE_FRACTIONS]
 
 
 def answer_simulate(scenario: Scenario, query: SimulateQuery, progress: Progress | None = None) -> SimulateAnswer:
@@ -103,20 +105,18 @@ def answer_simulate(scenario: Scenario, query: SimulateQuery, progress: Progress
 
     Raises
     ------
-    InvalidValueError
-        An MoE calibration (:data:`MOE_REFUSAL`).
     LimitError
         The simulations (or, for a table, its rows) are over the work budget.
     """
-    if scenario.moe is not None:
-        raise InvalidValueError(MOE_REFUSAL)
     rates = list(query.rates_rps) if query.rates_rps is not None else default_rates(scenario)
     settings = query.settings
     check_simulation(settings.requests, settings.seeds, len(rates), "rates")
     if query.for_table:
         check_table(1, len(rates), "give fewer --rates")
+    # the model's best static k and mean at each rate, as plan gives them (its MoE coverage and batch caps)
     result = planner.plan(scenario.coefficients, rates, scenario.draft_lengths, scenario.workload.acceptance.alphas,
-                          tokens_per_cycle=scenario.tokens_per_cycle)
+                          tokens_per_cycle=scenario.tokens_per_cycle, moe=scenario.moe,
+                          batch_caps=scenario.limits.caps(scenario.draft_lengths))
     summaries, limits = _simulate_rates(scenario, result, query.draft_length, settings, progress)
     return SimulateAnswer(scenario=scenario, query=query, summaries=tuple(summaries), limits=tuple(limits),
                           warnings=tuple(_warnings(scenario, summaries, limits)))

@@ -70,5 +70,5 @@ def simulation_config(scenario: Scenario, rate_rps: float, draft_length: int, li
         prompt_tokens=prompts, output_tokens=outputs, arrival_cv=settings.arrival_cv,
         max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
         kv_cache_tokens=limits.kv_cache_tokens if limits.kv_cache_tokens is not None else math.inf,
-        kv_hold=limits.kv_hold,
+        kv_hold=limits.kv_hold, moe=scenario.moe,
         adaptive_draft_lengths=(0, *scenario.draft_lengths) if adaptive else None)

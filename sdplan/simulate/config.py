@@ -15,6 +15,8 @@ from sdplan.limits import MAX_SIMULATED_RATE_RPS, MIN_SIMULATED_RATE_RPS
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from sdplan.latency.moe import MoESpec
+
     FloatArray = npt.NDArray[np.float64]
 
 #: Fraction of the earliest requests discarded as warm-up (the empty system is not steady state).
@@ -45,6 +47,9 @@ class SimulationConfig:
     #: Fraction of the earliest requests left out of the statistics (0 to compare with a served benchmark,
     #: which starts from an empty engine and keeps every request).
     warmup_fraction: float = WARMUP_FRACTION
+    #: An MoE target's routing and coverage increments (:class:`sdplan.latency.moe.MoESpec`): each step then pays
+    #: for the experts its routed tokens touch, as the planner's steps do; None for a dense target.
+    moe: MoESpec | None = None
 
     def validate(self) -> None:
         """Refuse an impossible configuration, or a request larger than the KV budget (it could never be admitted).

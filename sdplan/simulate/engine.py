@@ -29,7 +29,10 @@ Model of one replica (vLLM-like, iteration level):
   ``tau(B) = (c1v + k c1d) + (B - 1)(c2v + k c2d)`` (``c1_step + (B - 1) c2_step``
   without SD) plus its prefill chunks: the per-step form behind eq. 3, where
   ``C1`` is the batch-1 latency and ``C2`` the cost of each other request
-  (``docs/model.md#per-step-form``).
+  (``docs/model.md#per-step-form``); for a mixture-of-experts target, plus
+  ``phi(B (k + 1))`` times the coverage increments, the experts its routed
+  tokens touch, and its prefill at ``phi(p)`` (:mod:`sdplan.latency.moe`), as
+  the planner prices them.
 
 Because ``k`` is fixed within a run, the cycles each request needs to emit
 its ``g - 1`` tokens after the prefill are drawn when it arrives (from their
@@ -57,6 +60,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sdplan.latency.model import concave_load
+from sdplan.latency.moe import at_coverage
 from sdplan.latency.policy import step_choices
 from sdplan.simulate.config import SimulationConfig, SimulationResult, is_steady
 from sdplan.simulate.sampling import AdaptiveDecode, StretchTables, cycles_needed
@@ -94,7 +98,9 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     prompt, output = config.lengths()
     arrival = arrival_times(config.rate_rps, config.arrival_cv, n, rng, uniforms)
     adaptive = config.adaptive_draft_lengths is not None
-    c = coefficients
+    moe = config.moe
+    # an MoE target's prefill at the experts its prompt touches; each step's experts follow its own routed tokens
+    c = coefficients if moe is None else at_coverage(coefficients, moe, 0.0)
     rates_all = np.asarray(config.position_rates, dtype=np.float64)
 
     knee_tokens, knee_slope = c.knee_tokens, c.knee_per_token_s
@@ -115,6 +121,22 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     def rows(sequences: int, draft: int) -> float:
         """Decode token rows of a step: ``1 + c k`` a sequence (sdplan.latency.model.verified_rows)."""
         return sequences * (1.0 + c.draft_coverage * draft)
+
+    def experts_s(sequences: int, draft: int) -> float:
+        """Seconds the experts a step's ``n (k + 1)`` routed tokens touch add to it: ``phi`` times the coverage
+        increments, as :func:`sdplan.latency.model.step_times` prices them; 0 for a dense target."""
+        if moe is None:
+            return 0.0
+        fixed_key, other_key = ("c1v_s", "c2v_s") if draft else ("baseline_c1_step_s", "baseline_c2_step_s")
+        others = float(concave_load(sequences - 1, psi))
+        return float(moe.phi(sequences * (draft + 1.0))) * (moe.coverage.get(fixed_key, 0.0)
+                                                            + others * moe.coverage.get(other_key, 0.0))
+
+    def decode_step_s(sequences: int) -> float:
+        """A decode step (an SD cycle) of ``sequences`` at the current ``k``: the per-step form, the knee and an MoE
+        target's experts."""
+        return float(fixed + concave_load(sequences - 1, psi) * per_sequence + knee_excess(rows(sequences, k))
+                     + experts_s(sequences, k))
 
     decode: AdaptiveDecode | None = None
     stretch: StretchTables | None = None  # the goodput policy's exact draws per stretch of constant k
@@ -192,7 +214,8 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             n_step = batch + len(prefilling) + (1 if queue else 0)
             if n_step >= len(choice_by_batch):
                 choice_by_batch = step_choices(expected_by_option, costs, max(2 * n_step, 16),
-                                               [o + 1.0 for o in options], (knee_tokens, knee_slope), psi)
+                                               [o + 1.0 for o in options], (knee_tokens, knee_slope), psi,
+                                               None if moe is None else lambda i, m: experts_s(m, options[i]))
             if choice_by_batch[n_step] != option:
                 previous, option = k, choice_by_batch[n_step]
                 k = options[option]
@@ -219,8 +242,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             # admission, no other chunk) until its last chunk or the next completion; leap over those steps
             # (a prompt of 10^8 tokens is 10^4 steps of chunked prefill).
             repeats = math.ceil(prefilling[0][1] / budget) - 1
-            step = ((fixed + concave_load(batch - 1, psi) * per_sequence + knee_excess(rows(batch, k))) if batch
-                    else idle_overhead) + budget * per_prompt_token
+            step = (decode_step_s(batch) if batch else idle_overhead) + budget * per_prompt_token
             if batch and decode is None:
                 repeats = min(repeats, heap[0][0] - counter - 1)
             if adaptive and not queue and next_arrival < n:  # an arrival changes the goodput policy's choice of k
@@ -262,7 +284,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             budget -= take
             chunk_tokens += take
             prefilling.append([request, prompt_list[request] - take])
-        step = (fixed + concave_load(batch - 1, psi) * per_sequence + knee_excess(rows(batch, k))) if batch else 0.0
+        step = decode_step_s(batch) if batch else 0.0
         engine = batch + len(prefilling)
         if chunk_tokens > 0:
             step += chunk_tokens * per_prompt_token + (idle_overhead if batch == 0 else 0.0)
