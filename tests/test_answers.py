@@ -98,8 +98,13 @@ def test_capacity_of_moe_is_searched_and_writes_its_engine_config() -> None:
     scenario = resolve_scenario(ScenarioOptions(calibration=MOE))
     answer = answer_capacity(scenario, CapacityQuery(slos=("e2e:mean<=5s",)))
     assert answer.capacity.expert_coverage and answer.intervals is None and "MoE" in answer.evaluated_by
-    with pytest.raises(InvalidValueError, match="MoE"):  # the simulator has no expert coverage
-        answer_capacity(scenario, CapacityQuery(slos=("e2e:mean<=5s",), use_simulator=True))
+    # the simulator prices the experts each step's routed tokens touch too
+    from sdplan.planning.simulation_inputs import SimulationSettings
+
+    settings = SimulationSettings(requests=500, seeds=1, seed=0, arrival_cv=1.0)
+    simulated = answer_capacity(scenario, CapacityQuery(slos=("e2e:mean<=5s",), use_simulator=True,
+                                                        simulation=settings))
+    assert simulated.simulated and "simulated" in simulated.evaluated_by
     config = engine_config_answer(scenario, CapacityQuery(), "vllm-config")
     assert config.config is not None and "num_speculative_tokens" in config.config.text
     assert config.schedule.tiers[0][0] == 1 and config.schedule.tiers[-1][1] == config.schedule.max_num_seqs
