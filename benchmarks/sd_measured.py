@@ -483,6 +483,9 @@ def measured_ratio(point: dict[str, Any]) -> float | None:
     # per-user output tokens/s at a fixed concurrency: each option's throughput over the same number of users
     if "sd_tokens_per_s_per_user" in point and "baseline_tokens_per_s_per_user" in point:
         return float(point["sd_tokens_per_s_per_user"]) / float(point["baseline_tokens_per_s_per_user"])
+    # mean request latency with N in flight: N / L each option's request rate (Little's law), so L0 / Lk
+    if "sd_latency_s" in point and "baseline_latency_s" in point:
+        return float(point["baseline_latency_s"]) / float(point["sd_latency_s"])
     return None
 
 

@@ -284,6 +284,23 @@ def test_an_open_loops_per_user_tokens_per_s_is_read_as_its_tpot(tmp_path: Path)
     assert len(by_series["s1"]) == 3 and by_series["s1"] == pytest.approx(by_series["s2"], rel=1e-12)
 
 
+def test_a_closed_loops_latency_pairs_are_its_throughput_ratio(tmp_path: Path) -> None:
+    """With N requests in flight each option completes N / L requests a second (Little's law): latency pairs at a
+    batch or concurrency are priced as the speedup L0 / Lk."""
+    pairs = ((1, 4.0, 6.8), (16, 5.0, 8.0), (64, 7.5, 9.9))
+    latencies = _series("s1_qwen3-8b_chat_eagle3", metric="mean request latency", points=[
+        {"batch": b, "sd_latency_s": sd, "baseline_latency_s": base} for b, sd, base in pairs])
+    speedups = _series("s2_qwen3-8b_chat_eagle3", points=[{"batch": b, "speedup": base / sd} for b, sd, base in pairs])
+    found = _run("--data", str(_source(tmp_path, "team_latency", [latencies, speedups])), "--json",
+                 str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    assert "not priced" not in found.stdout
+    by_series: dict[str, list[float]] = {}
+    for point in json.loads((tmp_path / "points.json").read_text()):
+        by_series.setdefault(point["series"].split("/")[-1][:2], []).extend((point["measured"], point["predicted"]))
+    assert len(by_series["s1"]) == 6 and by_series["s1"] == pytest.approx(by_series["s2"], rel=1e-12)
+
+
 def test_sglang_runs_at_most_48_requests_under_sd_in_tpot_and_rate_series_too(tmp_path: Path) -> None:
     """SGLang holds SD to 48 running requests: past 48 clients the others wait for admission, in their TTFT, so
     SD's TPOT stops growing while no SD's grows on, and the ratio turns up; at rates, SD saturates where its 48
