@@ -347,6 +347,43 @@ def priced_step_s(steps: Any, which: str, batch: int, query: int, context: int, 
     return cost.at(batch, query, context) + knee + experts
 
 
+def report_steps(steps: Any, points: list[dict[str, Any]], moe: Any = None, host_s: float = 0.0) -> list[str]:
+    """Print each measured step beside its priced time (:func:`priced_step_s` plus ``host_s``, the engine's host
+    time for whole engine steps), their MAPE and bias, the verification-over-decode ratios where a decode step of
+    the same batch and context was measured, and the steps priced below their measured GEMMs (``gemm_s``, where
+    given); return those steps."""
+    gemms = any(point.get("gemm_s") is not None for point in points)
+    print(f"{'model':6} {'B':>4} {'q':>2} {'s':>6} {'priced ms':>10} {'measured ms':>11} "
+          + (f"{'GEMMs ms':>9} " if gemms else "") + f"{'priced/measured':>15}")
+    errors, rows, below = [], {}, []
+    for point in sorted(points, key=lambda p: (p["model"], p["context_tokens"], p["batch"], p["query_tokens"])):
+        model, batch, query, context = point["model"], point["batch"], point["query_tokens"], point["context_tokens"]
+        priced = priced_step_s(steps, model, batch, query, context, moe) + host_s
+        rows[(model, batch, query, context)] = (priced, point["step_s"])
+        errors.append(priced / point["step_s"] - 1.0)
+        gemm = point.get("gemm_s")
+        print(f"{model:6} {batch:4d} {query:2d} {context:6d} {1e3 * priced:10.3f} {1e3 * point['step_s']:11.3f} "
+              + ((f"{1e3 * gemm:9.3f} " if gemm is not None else f"{'-':>9} ") if gemms else "")
+              + f"{priced / point['step_s']:15.2f}")
+        if gemm is not None and priced - host_s < gemm:
+            below.append(f"{model} B={batch} q={query} s={context}")
+    print(f"\n{len(errors)} steps: MAPE {100 * statistics.fmean(abs(e) for e in errors):.1f}%, "
+          f"bias {100 * statistics.fmean(errors):+.1f}%, worst {100 * max(errors, key=abs):+.1f}%")
+    ratios = [(key, value) for key, value in rows.items() if key[0] == "target" and key[2] > 1
+              and ("target", key[1], 1, key[3]) in rows]
+    if ratios:
+        print("verification over decode, T(B, k+1, s) / T(B, 1, s): priced / measured")
+        for (_, batch, query, context), (priced, measured) in ratios:
+            base_priced, base_measured = rows[("target", batch, 1, context)]
+            priced_ratio, measured_ratio = priced / base_priced, measured / base_measured
+            print(f"  B={batch:4d} k={query - 1} s={context:6d}: {priced_ratio:5.2f} / {measured_ratio:5.2f} "
+                  f"({100 * (priced_ratio / measured_ratio - 1):+.0f}%)")
+    if gemms:
+        print(f"steps priced below their GEMMs' measured time: {len(below)}" + (f" ({', '.join(below)})" if below
+                                                                                 else ""))
+    return below
+
+
 def compare(job_path: Path, measured_path: Path) -> int:
     from sdplan.calibration import resolve_calibration
     from sdplan.calibration.records import StepModel
@@ -358,30 +395,7 @@ def compare(job_path: Path, measured_path: Path) -> int:
           + ("; TINY SHAPES: the code path only, not a measurement of the calibration" if measured["tiny"] else ""))
     if measured["tiny"] or measured["device"] == "cpu":
         print("  (the floor and ratios below compare a GPU calibration with CPU timings: meaningless as figures)")
-    by_key = {(p["model"], p["batch"], p["query_tokens"], p["context_tokens"]): p for p in measured["points"]}
-    below, rows = [], []
-    print(f"{'model':6} {'B':>4} {'q':>2} {'s':>5} {'priced ms':>10} {'step ms':>9} {'GEMMs ms':>9} "
-          f"{'priced/step':>11}")
-    for (model, batch, query, context), point in sorted(by_key.items()):
-        priced = priced_step_s(steps, model, batch, query, context)
-        rows.append((model, batch, query, context, priced, point))
-        print(f"{model:6} {batch:4d} {query:2d} {context:5d} {1e3 * priced:10.3f} {1e3 * point['step_s']:9.3f} "
-              f"{1e3 * point['gemm_s']:9.3f} {priced / point['step_s']:11.2f}")
-        if priced < point["gemm_s"]:
-            below.append(f"{model} B={batch} q={query} s={context}: priced {1e3 * priced:.3f} ms < GEMMs "
-                          f"{1e3 * point['gemm_s']:.3f} ms")
-    print("\nverification over decode, T(B, k+1, s) / T(B, 1, s): priced / measured step")
-    for model, batch, query, context, priced, point in rows:
-        base = by_key.get((model, batch, 1, context))
-        if model != "target" or query == 1 or base is None:
-            continue
-        priced_ratio = priced / priced_step_s(steps, model, batch, 1, context)
-        measured_ratio = point["step_s"] / base["step_s"]
-        print(f"  B={batch:4d} k={query - 1} s={context:5d}: {priced_ratio:5.2f} / {measured_ratio:5.2f} "
-              f"({100 * (priced_ratio / measured_ratio - 1):+.0f}%)")
-    print(f"\nsteps priced below their GEMMs' measured time: {len(below)} of {len(rows)}")
-    for line in below:
-        print(f"  {line}")
+    below = report_steps(steps, measured["points"])
     if measured["skipped"]:
         print(f"not timed (KV cache over the budget): {', '.join(measured['skipped'])}")
     return 1 if below and not measured["tiny"] else 0
@@ -449,32 +463,7 @@ def score(calibration_name: str, timings: Path, engine_steps: bool) -> int:
     print(f"{calibration_name} ({calibration.provenance.get('hardware')}) against {timings.name}: "
           + (f"whole engine steps (priced with the engine's {1e3 * host:.2f} ms a step)" if engine_steps
              else "device time (priced without the engine's host overhead)"))
-    print(f"{'model':6} {'B':>4} {'q':>2} {'s':>6} {'priced ms':>10} {'measured ms':>11} {'priced/measured':>15}")
-    errors, rows, below = [], {}, []
-    for point in sorted(points, key=lambda p: (p["model"], p["context_tokens"], p["batch"], p["query_tokens"])):
-        model, batch, query, context = point["model"], point["batch"], point["query_tokens"], point["context_tokens"]
-        priced = priced_step_s(steps, model, batch, query, context, moe) + host
-        rows[(model, batch, query, context)] = (priced, point["step_s"])
-        errors.append(priced / point["step_s"] - 1.0)
-        print(f"{model:6} {batch:4d} {query:2d} {context:6d} {1e3 * priced:10.3f} {1e3 * point['step_s']:11.3f} "
-              f"{priced / point['step_s']:15.2f}")
-        if point["gemm_s"] is not None and priced - host < point["gemm_s"]:
-            below.append(f"{model} B={batch} q={query} s={context}")
-    print(f"\n{len(errors)} steps: MAPE {100 * statistics.fmean(abs(e) for e in errors):.1f}%, "
-          f"bias {100 * statistics.fmean(errors):+.1f}%, worst {100 * max(errors, key=abs):+.1f}%")
-    ratios = [(key, value) for key, value in rows.items() if key[0] == "target" and key[2] > 1
-              and ("target", key[1], 1, key[3]) in rows]
-    if ratios:
-        print("verification over decode, T(B, k+1, s) / T(B, 1, s): priced / measured")
-        for (_, batch, query, context), (priced, measured) in ratios:
-            base_priced, base_measured = rows[("target", batch, 1, context)]
-            priced_ratio, measured_ratio = priced / base_priced, measured / base_measured
-            print(f"  B={batch:4d} k={query - 1} s={context:6d}: {priced_ratio:5.2f} / {measured_ratio:5.2f} "
-                  f"({100 * (priced_ratio / measured_ratio - 1):+.0f}%)")
-    if any(point["gemm_s"] is not None for point in points):
-        print(f"steps priced below their GEMMs' measured time: {len(below)}" + (f" ({', '.join(below)})" if below
-                                                                                 else ""))
-    return 1 if below else 0
+    return 1 if report_steps(steps, points, moe, host) else 0
 
 
 def _ints(text: str) -> tuple[int, ...]:
