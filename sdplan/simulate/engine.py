@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from sdplan.latency.coefficients import Coefficients
+    from sdplan.latency.moe import MoESpec
 
     FloatArray = npt.NDArray[np.float64]
 
@@ -122,21 +123,20 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
         """Decode token rows of a step: ``1 + c k`` a sequence (sdplan.latency.model.verified_rows)."""
         return sequences * (1.0 + c.draft_coverage * draft)
 
-    def experts_s(sequences: int, draft: int) -> float:
-        """Seconds the experts a step's ``n (k + 1)`` routed tokens touch add to it: ``phi`` times the coverage
-        increments, as :func:`sdplan.latency.model.step_times` prices them; 0 for a dense target."""
-        if moe is None:
-            return 0.0
+    def experts_s(moe: MoESpec, sequences: int, draft: int, others: float) -> float:
+        """Seconds the experts a step's ``n (k + 1)`` routed tokens touch add to it (``others``: what the other
+        sequences cost, ``h(n - 1)``): ``phi`` times the coverage increments, as
+        :func:`sdplan.latency.model.step_times` prices them."""
         fixed_key, other_key = ("c1v_s", "c2v_s") if draft else ("baseline_c1_step_s", "baseline_c2_step_s")
-        others = float(concave_load(sequences - 1, psi))
         return float(moe.phi(sequences * (draft + 1.0))) * (moe.coverage.get(fixed_key, 0.0)
                                                             + others * moe.coverage.get(other_key, 0.0))
 
     def decode_step_s(sequences: int) -> float:
         """A decode step (an SD cycle) of ``sequences`` at the current ``k``: the per-step form, the knee and an MoE
         target's experts."""
-        return float(fixed + concave_load(sequences - 1, psi) * per_sequence + knee_excess(rows(sequences, k))
-                     + experts_s(sequences, k))
+        others = concave_load(sequences - 1, psi)
+        step = fixed + others * per_sequence + knee_excess(rows(sequences, k))
+        return float(step if moe is None else step + experts_s(moe, sequences, k, float(others)))
 
     decode: AdaptiveDecode | None = None
     stretch: StretchTables | None = None  # the goodput policy's exact draws per stretch of constant k
@@ -215,7 +215,8 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             if n_step >= len(choice_by_batch):
                 choice_by_batch = step_choices(expected_by_option, costs, max(2 * n_step, 16),
                                                [o + 1.0 for o in options], (knee_tokens, knee_slope), psi,
-                                               None if moe is None else lambda i, m: experts_s(m, options[i]))
+                                               None if moe is None else lambda i, m: experts_s(
+                                                   moe, m, options[i], float(concave_load(m - 1, psi))))
             if choice_by_batch[n_step] != option:
                 previous, option = k, choice_by_batch[n_step]
                 k = options[option]
