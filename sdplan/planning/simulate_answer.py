@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sdplan.inputs.serving import batch_cap_warning
-from sdplan.latency import model
 from sdplan.limits import check_simulation, check_table
 from sdplan.planning import planner
 from sdplan.planning.simulation_inputs import simulation_config
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 #: Progress of the simulations, for a progress bar: (requests done, requests in all, the rate simulated now).
 Progress = Callable[[int, int, str], None]
 
-#: The default rates, as fractions of the no-SD saturation rate ``1/C2``: light load to near saturation.
+#: The default rates, as fractions of the no-SD saturation rate: light load to near saturation.
 DEFAULT_RATE_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
 
 
@@ -88,15 +87,17 @@ class SimulateAnswer:
     warnings: tuple[str, ...]
 
 
+def _planned(scenario: Scenario, rates: list[float]) -> Plan:
+    """The model at ``rates`` as ``plan`` gives it: the scenario's MoE coverage and engine batch caps."""
+    return planner.plan(scenario.coefficients, rates, scenario.draft_lengths, scenario.workload.acceptance.alphas,
+                        tokens_per_cycle=scenario.tokens_per_cycle, moe=scenario.moe,
+                        batch_caps=scenario.limits.caps(scenario.draft_lengths))
+
+
 def default_rates(scenario: Scenario) -> list[float]:
-    """:data:`DEFAULT_RATE_FRACTIONS` of the no-SD saturation rate (req/s, 4 decimals): ``1/C2``, or the rate at
-    which the engine's batch cap fills where that is lower (a KV cache that holds few requests), as ``plan``
-    gives it."""
-    _, c2_d = model.baseline_demand(scenario.coefficients)
-    at_zero = planner.plan(scenario.coefficients, [0.0], scenario.draft_lengths, scenario.workload.acceptance.alphas,
-                           tokens_per_cycle=scenario.tokens_per_cycle, moe=scenario.moe,
-                           batch_caps=scenario.limits.caps(scenario.draft_lengths))
-    saturation = min(1.0 / c2_d, at_zero.baseline_saturation_rate_rps)
+    """:data:`DEFAULT_RATE_FRACTIONS` of the no-SD saturation rate (req/s, 4 decimals) ``plan`` gives: ``1/C2``,
+    or the rate at which the engine's batch cap fills where that is lower (a KV cache that holds few requests)."""
+    saturation = _planned(scenario, [0.0]).baseline_saturation_rate_rps
     return [round(f * saturation, 4) for f in DEFAULT_RATE_FRACTIONS]
 
 
@@ -113,10 +114,7 @@ def answer_simulate(scenario: Scenario, query: SimulateQuery, progress: Progress
     check_simulation(settings.requests, settings.seeds, len(rates), "rates")
     if query.for_table:
         check_table(1, len(rates), "give fewer --rates")
-    # the model's best static k and mean at each rate, as plan gives them (its MoE coverage and batch caps)
-    result = planner.plan(scenario.coefficients, rates, scenario.draft_lengths, scenario.workload.acceptance.alphas,
-                          tokens_per_cycle=scenario.tokens_per_cycle, moe=scenario.moe,
-                          batch_caps=scenario.limits.caps(scenario.draft_lengths))
+    result = _planned(scenario, rates)  # the model's best static k and mean at each rate
     summaries, limits = _simulate_rates(scenario, result, query.draft_length, settings, progress)
     return SimulateAnswer(scenario=scenario, query=query, summaries=tuple(summaries), limits=tuple(limits),
                           warnings=tuple(_warnings(scenario, summaries, limits)))
