@@ -32,14 +32,13 @@ from sdplan.derive.request import (
     model_key,
 )
 from sdplan.fileio import dumps_toml
-from sdplan.inputs.serving import engine_name, sd_max_num_seqs
+from sdplan.inputs.serving import KV_CACHE_DTYPE_NAMES, engine_name, sd_max_num_seqs
 from sdplan.units import written_number
 
 PRECISION_TEXT = {"bf16": "bfloat16 weights and activations",
                   "fp8": "float8 weights and activations (per tensor)",
                   "fp8_block": "float8 weights (blockwise)",
                   "nvfp4": "NVFP4 weights and activations (4-bit, an fp8 scale per 16 elements)"}
-KV_CACHE_TEXT = {"bf16": "bfloat16", "fp8": "float8"}
 #: Checkpoint quantisations (AIConfigurator's ``quant_algo``) for which AIConfigurator, left to itself, prices a
 #: float8 KV cache whether or not the checkpoint declares one.
 AIC_FP8_CACHE_CHECKPOINTS = ("fp8", "fp8_block", "nvfp4")
@@ -49,7 +48,9 @@ def dtype_text(precision: str, kv_cache_dtype: str) -> str:
     """``provenance.dtype``: the target's weights at ``precision`` and its KV cache at ``kv_cache_dtype``."""
     if precision == "bf16" and kv_cache_dtype == "bf16":
         return "bfloat16 weights, activations and KV cache"
-    return f"{PRECISION_TEXT[precision]}, {KV_CACHE_TEXT[kv_cache_dtype]} KV cache"
+    return f"{PRECISION_TEXT[precision]}, {KV_CACHE_DTYPE_NAMES[kv_cache_dtype]} KV cache"
+
+
 STEP_KEYS = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
 #: The comment at the head of a file ``sdplan derive`` writes: where its numbers come from.
 HEADER = ("Derived with 'sdplan derive' from NVIDIA AIConfigurator's op database: see [derivation] and "
@@ -248,8 +249,9 @@ def kv_cache_assumption(request: DeriveRequest, pricer: Pricer) -> list[str]:
     """
     checkpoint = pricer.shapes.get("raw_config") or {}
     if request.kv_cache_dtype != "auto":
-        return [f"KV cache in {KV_CACHE_TEXT[pricer.kv_cache_dtype]} (--kv-cache-dtype {request.kv_cache_dtype}), "
-                "for the target and its draft; it sets the cache's bytes a token, so the requests it holds"]
+        return [f"KV cache in {KV_CACHE_DTYPE_NAMES[pricer.kv_cache_dtype]} (--kv-cache-dtype "
+                f"{request.kv_cache_dtype}), for the target and its draft; it sets the cache's bytes a token, so the "
+                "requests it holds"]
     if pricer.kv_cache_dtype == "fp8":
         return [f"KV cache in float8, as {request.target_model}'s checkpoint declares (kv_cache_quant_algo) and "
                 "vLLM's --kv-cache-dtype auto follows; --kv-cache-dtype bf16 prices a bfloat16 cache"]

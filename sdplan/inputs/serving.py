@@ -225,6 +225,10 @@ def assumed_overheads_warning(engine: str, name: str) -> str | None:
             + "check SD's gain on your server before relying on it (sdplan validate)")
 
 
+#: The KV cache dtypes ``sdplan derive --kv-cache-dtype`` prices, by their names in words.
+KV_CACHE_DTYPE_NAMES = {"bf16": "bfloat16", "fp8": "float8"}
+
+
 def sd_max_num_seqs(engine: str) -> int | None:
     """The most requests ``engine`` runs at once with SD where nothing sets it; None: no limit of its own (the
     engine's ``max_num_seqs`` holds for SD too). SGLang: :data:`SGLANG_SD_MAX_RUNNING_REQUESTS`."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.methods import draft_weights
-from sdplan.inputs.serving import batch_cap_warning
+from sdplan.inputs.serving import KV_CACHE_DTYPE_NAMES, batch_cap_warning
 from sdplan.inputs.slo import SLO, resolve_slos
 from sdplan.latency import model
 from sdplan.limits import check_grid, check_simulation
@@ -333,7 +333,7 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
         raise InvalidValueError(f"no engine configuration '{engine}'; one of {', '.join(ENGINES)}")
     notes = []
     if kv_cache_dtype is not None:
-        notes.append(f"the calibration was priced with a {'float8' if kv_cache_dtype == 'fp8' else 'bfloat16'} KV "
+        notes.append(f"the calibration was priced with a {KV_CACHE_DTYPE_NAMES[kv_cache_dtype]} KV "
                      f"cache (sdplan derive --kv-cache-dtype {kv_cache_dtype}): serve with it, or the cache holds "
                      "other numbers of requests than planned")
     if schedule.merged:
