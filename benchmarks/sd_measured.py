@@ -304,9 +304,11 @@ def with_series_acceptance(series: dict[str, Any]) -> dict[str, Any]:
     prediction, as with ``acceptance_tokens_per_cycle`` at each point. A point's ``draft_acceptance_rate`` is
     taken as tokens per cycle first (:func:`sd_measured_data.point_tokens_per_cycle`)."""
     k = int(series["draft"]["k_tokens"])
-    series = series | {"points": [point if ACCEPTANCE in point or point_tokens_per_cycle(point, k) is None
-                                  else point | {ACCEPTANCE: point_tokens_per_cycle(point, k)}
-                                  for point in series["points"]]}
+    points = []
+    for point in series["points"]:
+        tokens = None if ACCEPTANCE in point else point_tokens_per_cycle(point, k)
+        points.append(point if tokens is None else point | {ACCEPTANCE: tokens})
+    series = series | {"points": points}
     stated = series_tokens_per_cycle(series)
     if stated is None or any(ACCEPTANCE in point for point in series["points"]):
         return series
@@ -352,8 +354,9 @@ def derivation_of(series: dict[str, Any]) -> dict[str, Any] | str:
     if method in ("draft_model", "eagle", "eagle3") and not draft:
         return f"draft method {method} names no draft model (draft.model)"
     k = int(series["draft"]["k_tokens"])
-    # derive prices a checkpoint's MXFP4 experts from the checkpoint itself, its other weights at bf16
-    precision = {"mxfp4": "bf16"}.get(series.get("precision", "bf16"), series.get("precision", "bf16"))
+    precision = series.get("precision", "bf16")
+    if precision == "mxfp4":  # derive prices a checkpoint's MXFP4 experts from the checkpoint, the rest at bf16
+        precision = "bf16"
     return dict(target_model=series["target_model"], system=system, method=method, draft_model=draft,
                 backend=backend, tensor_parallel_size=int(series["hardware"].get("tensor_parallel", 1)),
                 precision=precision, kv_cache_dtype=series.get("kv_cache_dtype", "auto"),

@@ -48,9 +48,8 @@ DRAFT_METHODS = {"eagle", "eagle3", "draft_model", "mtp", "ngram", "medusa", "ot
 PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4", "mxfp4")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
 READING_METHODS = {"table", "text", "plot_labels", "vector_plot", "raster_plot", "raw_data"}
+#: What a source must give; its ``url`` and ``repo_refs`` (where public data was read) only where it has them.
 SOURCE_FIELDS = ("title", "authors", "reference", "locator")
-#: Where public data was read (a team's own measurement may have neither); the shipped sources give both.
-PUBLIC_SOURCE_FIELDS = ("url", "repo_refs")
 SERIES_FIELDS = ("id", "locator", "hardware", "engine", "target_model", "draft",
                  "acceptance", "workload", "mode", "metric", "reading", "points")
 # A stated speedup may differ from the ratio of the stated values by rounding.
