@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sdplan.calibration import parse_calibration
-from sdplan.errors import ExitStatus, InputFileError
+from sdplan.errors import InputFileError
 from sdplan.latency.coefficients import Coefficients
 from sdplan.latency.moe import MoESpec, solve
 from sdplan.planning import planner
@@ -217,7 +217,9 @@ def test_cli_plan_moe(sdplan) -> None:
     table = sdplan("plan", "-c", name, "--acceptance", "0.8", "--rates", "2,8")
     assert "speedup lost to coverage (x)" in table.stdout and "at zero load" in table.stdout
     assert all("break_even_rates_rps" in per_k for per_k in doc["results"][0]["draft_lengths"])
-    assert sdplan("plan", "-c", name, "--policy", "goodput").exit_code == ExitStatus.USAGE
+    goodput = sdplan("plan", "-c", name, "--acceptance", "0.8", "--rates", "2,4", "--policy", "goodput")
+    assert goodput.exit_code == 0, goodput.output
+    assert "goodput (s)" in goodput.stdout and "speedup lost to coverage (x)" in goodput.stdout
     assert sdplan("capacity", "-c", name, "--slo", "e2e:mean<=10s").exit_code == 0  # searched over rates
     check = sdplan("check", "-c", name, "--rate", "2", "--slo", "e2e:mean<=30s", "--acceptance", "0.8")
     assert check.exit_code == 0, check.output
@@ -251,6 +253,63 @@ def test_moe_schedule_counts_expert_streaming_per_step() -> None:
         assert got[n] == best, n
     dense = {n: k for a, b, k in batch_size_schedule(BASE, ks, 0.8, 64) for n in range(a, b + 1)}
     assert dense != got  # coverage changes the answer for this target
+
+
+def _envelope_fixed_point(rate: float, ks: list[int], alpha: float, spec: MoESpec) -> float:
+    """Brute force: the smallest fixed point of ``L = min_k h_k(rate L)`` by monotone iteration from 0, with
+    ``h_k(B) = C1 + B C2`` of the dense formulas at the coverage ``phi((k + 1)(1 + B))`` of the request's step
+    (docs/model.md#goodput-adaptive-draft-length, #mixture-of-experts); inf where it never settles."""
+    from sdplan.inputs.acceptance import expected_tokens_per_cycle
+
+    g, p = BASE.output_tokens, BASE.prompt_tokens
+    prefill_phi = 1.0 - (1.0 - 8 / 128) ** p
+
+    def h(k: int, others: float) -> float:
+        phi = 1.0 - (1.0 - 8 / 128) ** ((k + 1) * (1.0 + others))
+        c1p = BASE.c1p_s + prefill_phi * COVERAGE["c1p_s"]
+        if k == 0:
+            step1 = BASE.baseline_c1_step_s + phi * COVERAGE["baseline_c1_step_s"]
+            step2 = BASE.baseline_c2_step_s + phi * COVERAGE["baseline_c2_step_s"]
+            return c1p + (g - 1) * step1 + others * (BASE.c2p_s + (g - 1) * step2)
+        cycles = g / float(expected_tokens_per_cycle(alpha, k))
+        cycle1 = BASE.c1v_s + k * BASE.c1d_s + phi * COVERAGE["c1v_s"]
+        cycle2 = BASE.c2v_s + k * BASE.c2d_s + phi * COVERAGE["c2v_s"]
+        return c1p + cycles * cycle1 + others * (BASE.c2p_s + cycles * cycle2)
+
+    latency = 0.0
+    for _ in range(100_000):
+        new = min(h(k, rate * latency) for k in [0, *ks])
+        if new > 1e6:
+            return float("inf")
+        if abs(new - latency) <= 1e-12 * new:
+            return new
+        latency = new
+    return float("inf")
+
+
+def test_moe_goodput_policy_is_the_fixed_point_of_the_options_envelope() -> None:
+    """``--policy goodput`` on an MoE target: the latency of choosing k per step is the smallest fixed point of the
+    lower envelope of the options' latency curves, found here by brute force, never above any static option's;
+    the zero-load k is the option fastest alone, at the coverage of its own steps."""
+    spec = MoESpec(8, 128, COVERAGE)
+    # at 0.5 the option fastest alone is k=1 with the coverage of its own steps, k=2 without it
+    ks, alpha = [1, 2, 3, 4, 6], 0.5
+    rates = numpy.linspace(0.5, 20.0, 14)  # past every option's saturation (14-18 req/s)
+    result = planner.plan(BASE, rates, ks, [alpha], moe=spec, goodput_policy=True)
+    assert result.goodput_latency_s is not None and result.zero_load_k is not None
+    statics = numpy.concatenate([result.baseline_latency_s[None, :], result.latency_s[0].T])  # (1 + k, r)
+    for ir, rate in enumerate(rates):
+        expected = _envelope_fixed_point(float(rate), ks, alpha, spec)
+        got = float(result.goodput_latency_s[0, ir])
+        if numpy.isinf(expected):
+            assert numpy.isinf(got), rate
+            continue
+        assert got == pytest.approx(expected, rel=1e-7), rate
+        assert got <= statics[:, ir].min() * (1 + 1e-12)
+    alone = [_envelope_fixed_point(0.0, [k], alpha, spec) if k else _envelope_fixed_point(0.0, [], alpha, spec)
+             for k in [0, *ks]]
+    assert int(result.zero_load_k[0]) == [0, *ks][int(numpy.argmin(alone))]
+    assert numpy.isinf(result.goodput_latency_s[0]).any() and numpy.isfinite(result.goodput_latency_s[0]).any()
 
 
 def test_cli_capacity_vllm_config_for_moe_uses_coverage(sdplan) -> None:

@@ -187,9 +187,6 @@ def plan(
     the shorter draft.
     """
     rates, ks, alpha = _axes(rates_rps, draft_lengths, alphas)
-    if goodput_policy and moe is not None:
-        raise InvalidValueError("--policy goodput is not available for MoE calibrations yet (coverage makes C1, C2 "
-                                "depend on the batch); use best-static")
     if tokens_per_cycle is None:
         tokens = expected_tokens_per_cycle(alpha[:, None], ks[None, :].astype(np.float64))  # (a, k)
     else:
@@ -256,18 +253,23 @@ class _Goodput:
 
 
 def _goodput(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, rates: FloatArray,
-             option_latency: FloatArray) -> _Goodput:
+             option_latency: FloatArray, zero_load_c1: FloatArray | None = None) -> _Goodput:
     """The goodput policy (:func:`sdplan.latency.policy.goodput_latency`) and the zero-load-tuned option at every rate.
 
     ``option_latency`` is the static latency per option, shape ``(a, r, 1 + k)`` with "off" in column 0.
+    ``zero_load_c1`` is each option's latency alone, shape ``(a, 1 + k)``, where it is not the straight-line
+    ``C1`` (an MoE target's, at the coverage of the request's own steps); its latencies are then fixed points of
+    curves, not of straight lines.
     """
     options = model.option_demands(coefficients, ks, tokens)
-    zero_load = np.argmin(options.c1_s, axis=1)  # the option tuned at batch size 1, kept at every load
+    alone = options.c1_s if zero_load_c1 is None else zero_load_c1
+    zero_load = np.argmin(alone, axis=1)  # the option tuned at batch size 1, kept at every load
     static = np.take_along_axis(option_latency, np.broadcast_to(zero_load[:, None, None],
                                                                 option_latency.shape[:2] + (1,)), axis=2)[..., 0]
-    if knee.has_bend(coefficients):
-        # Each option's latency is the smallest fixed point of an increasing h_k(B) (two pieces), and the
-        # smallest fixed point of min_k h_k is the least of them (docs/model.md#goodput-adaptive-draft-length).
+    if zero_load_c1 is not None or knee.has_bend(coefficients):
+        # Each option's latency is the smallest fixed point of an increasing h_k(B) (two pieces past a knee; an
+        # MoE target's grows with the experts the batch covers), and the smallest fixed point of min_k h_k is the
+        # least of them (docs/model.md#goodput-adaptive-draft-length).
         chosen = np.argmin(option_latency, axis=2)
         best = np.take_along_axis(option_latency, chosen[..., None], axis=2)[..., 0]
         return _Goodput(latency_s=best, k=np.where(np.isfinite(best), options.draft_lengths[chosen], NONE_STABLE),
@@ -296,7 +298,9 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
         [np.broadcast_to(s.base_latency[None, :, None], (alpha.size, rates.size, 1)), s.latency], axis=2)
     best_column = np.argmin(option_latency, axis=2)
     best_latency = np.take_along_axis(option_latency, best_column[..., None], axis=2)[..., 0]
-    policy = _goodput(coefficients, ks, tokens, rates, option_latency) if goodput_policy else None
+    alone = None if moe is None else np.concatenate(  # an MoE option alone pays the coverage of its own steps
+        [np.full((alpha.size, 1), s.c1_d), np.broadcast_to(s.c1, (alpha.size, ks.size))], axis=1)
+    policy = _goodput(coefficients, ks, tokens, rates, option_latency, alone) if goodput_policy else None
     return Plan(
         coefficients=coefficients,
         alphas=alpha,
