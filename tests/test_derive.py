@@ -414,3 +414,44 @@ def test_an_sglang_file_says_sglang_runs_48_requests_under_sd() -> None:
     vllm = derive(DeriveRequest(target_model="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", method="ngram",
                                 draft_lengths=(1,), anchor=False)).document["provenance"]["assumptions"]
     assert not any("requests at once under SD" in item for item in vllm)
+
+
+def test_a_tensorrt_llm_cache_is_sized_from_the_memory_its_weights_leave_free(sdplan, tmp_path: Path) -> None:
+    """TensorRT-LLM sizes its KV cache from 0.9 of the memory free after the weights (free_gpu_memory_fraction),
+    vLLM from 0.9 of the whole GPU: AIConfigurator refuses the vLLM budget for trtllm, and the derived file had
+    no KV cache at all ("KV cache unknown"), so no cap. Now it records AIConfigurator's own count for TensorRT-LLM's
+    budget, which holds more than vLLM's whenever the weights take memory: 0.9 (M - W) > 0.9 M - W."""
+    _aic()
+    from aiconfigurator_core.sdk.memory import estimate_kv_cache
+
+    arguments = ["derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "h100_sxm",
+                 "--method", "eagle3", "--draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--draft-lengths", "1",
+                 "--no-anchor", "--date", "2026-12-01"]
+    caches = {}
+    for backend in ("trtllm", "vllm"):
+        out = tmp_path / f"{backend}.toml"
+        result = sdplan(*arguments, "--backend", backend, "-o", str(out))
+        assert result.exit_code == 0, result.output
+        assert "KV cache unknown" not in result.stderr
+        caches[backend] = load_calibration(out).document["derivation"]
+    trt, vllm = caches["trtllm"], caches["vllm"]
+    assert trt["kv_cache_tokens"] < trt["kv_cache_tokens_without_draft"]  # the head's weights and KV take some
+    assert trt["kv_cache_tokens_without_draft"] > vllm["kv_cache_tokens_without_draft"]
+    from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
+
+    models = Models()
+    try:
+        request = DeriveRequest(target_model="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", method="ngram",
+                                backend="trtllm")
+        path = Pricer(load_aic(), request, models).target_path  # the config.json AIConfigurator ships, offline
+        own = estimate_kv_cache(path, "h100_sxm", "trtllm", trt["database_version"], max_num_tokens=8192,
+                                max_batch_size=256, memory_fraction_kind="of_free", memory_fraction_value=0.9,
+                                tp_size=1, moe_tp_size=1, moe_ep_size=1, gemm_quant_mode="bfloat16")
+    finally:
+        models.close()
+    assert trt["kv_cache_tokens_without_draft"] == pytest.approx(own["total_kv_size_tokens"], rel=1e-6)
+    # TensorRT-LLM reserves a request's whole prompt and output at admission (GUARANTEED_NO_EVICT)
+    plan = sdplan("plan", "-c", str(tmp_path / "trtllm.toml"), "--acceptance", "0.7", "--prompt-tokens", "4096",
+                  "--output-tokens", "2048")
+    held = trt["kv_cache_tokens_without_draft"] // (4096 + 2048)
+    assert plan.exit_code == 0 and f"batch cap of {held} sequences: KV cache of" in " ".join(plan.stdout.split())

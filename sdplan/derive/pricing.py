@@ -20,7 +20,6 @@ from typing import Any
 from sdplan.derive.request import (
     ARCHITECTURES,
     EAGLE3_DRAFT_VOCAB,
-    GPU_MEMORY_UTILIZATION,
     MODEL_ALIASES,
     MS,
     PEAK_FLOPS_KEYS,
@@ -32,6 +31,7 @@ from sdplan.derive.request import (
     quant_modes,
 )
 from sdplan.errors import InvalidValueError
+from sdplan.inputs.serving import kv_memory_share
 
 #: How AIConfigurator's memory model (``estimate_kv_cache``) says the weights and runtime memory fill the GPU.
 NO_KV_BUDGET = "no KV budget"
@@ -584,11 +584,12 @@ class Pricer:
         from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
         quant = quant or self.quant
+        kind, share = kv_memory_share(self.request.backend)
         try:
             return estimate_kv_cache(
                 path, self.request.system, self.request.backend, self.version,
-                max_num_tokens=8192, max_batch_size=self.request.batch_cap, memory_fraction_kind="of_total",
-                memory_fraction_value=GPU_MEMORY_UTILIZATION, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
+                max_num_tokens=8192, max_batch_size=self.request.batch_cap, memory_fraction_kind=kind,
+                memory_fraction_value=share, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
                 gemm_quant_mode=quant["gemm_quant_mode"], moe_quant_mode=quant["moe_quant_mode"],
                 kvcache_quant_mode=quant.get("kvcache_quant_mode"), fmha_quant_mode=quant.get("fmha_quant_mode"))
         except ValueError as error:

@@ -157,8 +157,6 @@ def engine_overheads(backend: str, prefill_per_layer_s: float | None = None) -> 
                                source)
     return EngineOverheads(ENGINE_STEP_OVERHEAD_S, SD_CYCLE_OVERHEAD_S, NGRAM_DRAFT_SHARE, per_layer, False,
                            f"assumed: no public measurement of {backend}'s, so vLLM's from {source}")
-#: Share of GPU memory vLLM gives the model and its KV cache (--gpu-memory-utilization default).
-GPU_MEMORY_UTILIZATION = 0.9
 #: Grids priced: batch sizes (capped by max_num_seqs and the KV cache), mean contexts and prompt lengths.
 BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CONTEXT_GRID = (256, 1024, 2048, 4096, 8192)

@@ -102,6 +102,21 @@ SGLANG_MIN_RUNNING_REQUESTS = 2048
 TRTLLM_MAX_BATCH_SIZE = 256
 
 
+#: The share of GPU memory an engine sizes its KV cache from when not told, as AIConfigurator's memory model
+#: takes it (``memory_fraction_kind``, ``memory_fraction_value``): vLLM's ``--gpu-memory-utilization``, 0.9 of the
+#: GPU's total with the weights and activations inside it (SGLang's ``--mem-fraction-static`` is priced the same
+#: way); TensorRT-LLM's ``KvCacheConfig.free_gpu_memory_fraction``, 0.9 of what the weights and activations leave
+#: free (its LLM API reference), a budget AIConfigurator refuses to take as a share of the total.
+KV_MEMORY_SHARE = {"trtllm": ("of_free", 0.9)}
+VLLM_KV_MEMORY_SHARE = ("of_total", 0.9)
+
+
+def kv_memory_share(engine: str) -> tuple[str, float]:
+    """``(kind, fraction)`` of GPU memory ``engine`` sizes its KV cache from by default (:data:`KV_MEMORY_SHARE`;
+    vLLM's for any other engine)."""
+    return KV_MEMORY_SHARE.get(engine.lower(), VLLM_KV_MEMORY_SHARE)
+
+
 def engine_batch_cap(engine: str, hardware: str) -> tuple[int, str]:
     """The running-request cap ``engine`` serves with by default on ``hardware``, and where that comes from.
 
