@@ -43,7 +43,8 @@ A calibration of another GPU than the one measured is compared all the same and 
 cannot be faster than an H200's (the same GH100 compute, less bandwidth), so the floor still binds.
 Never a product dependency and never in CI: it runs where a GPU is lent (``benchmarks/RESULTS-gpu-steps-2026-11.md``).
 
-``score`` holds any calibration with a ``[step_model]`` against step timings in a CSV (``TIMINGS_CSV`` below):
+``score`` holds any calibration with a ``[step_model]`` against step timings in a CSV (``TIMINGS_CSV`` below,
+in seconds, or ``step_ms``/``gemm_ms`` in milliseconds):
 the same per-point ratios, the verification-over-decode ratios and, where ``gemm_s`` is given, the floor.
 Timings of whole engine steps (host time included) are compared with ``--engine-steps``, which adds the
 file's ``[step_model.engine] step_overhead_s`` to every priced step.
@@ -402,9 +403,24 @@ def compare(job_path: Path, measured_path: Path) -> int:
 
 
 #: ``score``'s CSV: one step timing a row. ``model`` (target or draft) and ``gemm_s`` (the step's GEMMs alone)
-#: may be left out; a draft row's ``query_tokens`` is 1.
+#: may be left out; a draft row's ``query_tokens`` is 1. The times may be given in milliseconds instead, as
+#: profilers print them: ``step_ms`` and ``gemm_ms`` (one unit a file, named in the header).
 TIMINGS_CSV = ("batch", "query_tokens", "context_tokens", "step_s")
 TIMINGS_OPTIONAL = ("model", "gemm_s")
+#: Seconds per unit of a time column, by the suffix of its name.
+TIME_UNITS = {"_s": 1.0, "_ms": 1e-3}
+
+
+def _time_columns(header: list[str], path: Path) -> tuple[str, str, float]:
+    """The step and GEMM columns of a timing CSV and their unit in seconds: ``step_s``/``gemm_s`` or
+    ``step_ms``/``gemm_ms``; SystemExit where the header gives both units or neither."""
+    given = [suffix for suffix in TIME_UNITS if f"step{suffix}" in header]
+    if len(given) != 1:
+        raise SystemExit(f"gpu_steps: {path} " + ("gives both step_s and step_ms; keep one unit" if given else
+                         f"lacks a step time column (step_s, or step_ms in milliseconds; need "
+                         f"{','.join(TIMINGS_CSV)}, optional {','.join(TIMINGS_OPTIONAL)})"))
+    suffix = given[0]
+    return f"step{suffix}", f"gemm{suffix}", TIME_UNITS[suffix]
 
 
 def read_timings(path: Path) -> list[dict[str, Any]]:
@@ -418,10 +434,13 @@ def read_timings(path: Path) -> list[dict[str, Any]]:
         raise SystemExit(f"gpu_steps: cannot read {path}: {error}") from None
     if not rows:
         raise SystemExit(f"gpu_steps: {path} has no rows; give a header {','.join(TIMINGS_CSV)} and one row a step")
-    missing = [column for column in TIMINGS_CSV if column not in rows[0]]
+    header = [name.strip() for name in rows[0]]
+    missing = [column for column in TIMINGS_CSV[:-1] if column not in header]
     if missing:
         raise SystemExit(f"gpu_steps: {path} lacks the column(s) {', '.join(missing)} (need {','.join(TIMINGS_CSV)}; "
                          f"optional {','.join(TIMINGS_OPTIONAL)})")
+    step, gemm, unit = _time_columns(header, path)
+    rows = [{(key or "").strip(): value for key, value in row.items()} for row in rows]
     points = []
     for number, row in enumerate(rows, start=2):
         model = (row.get("model") or "target").strip().lower()
@@ -429,15 +448,15 @@ def read_timings(path: Path) -> list[dict[str, Any]]:
             raise SystemExit(f"gpu_steps: {path} line {number}: model is {row['model']!r}; write target or draft")
         try:
             point = {"model": model, "batch": int(row["batch"]), "query_tokens": int(row["query_tokens"]),
-                     "context_tokens": int(row["context_tokens"]), "step_s": float(row["step_s"]),
-                     "gemm_s": float(row["gemm_s"]) if (row.get("gemm_s") or "").strip() else None}
+                     "context_tokens": int(row["context_tokens"]), "step_s": float(row[step]) * unit,
+                     "gemm_s": float(row[gemm]) * unit if (row.get(gemm) or "").strip() else None}
         except (TypeError, ValueError):
             raise SystemExit(f"gpu_steps: {path} line {number}: batch, query_tokens and context_tokens must be whole "
-                             "numbers and step_s (gemm_s) seconds") from None
+                             f"numbers and {step} ({gemm}) a number") from None
         if min(point["batch"], point["query_tokens"], point["context_tokens"]) < 1 or not (
                 math.isfinite(point["step_s"]) and point["step_s"] > 0):
             raise SystemExit(f"gpu_steps: {path} line {number}: batch, query_tokens and context_tokens must be at "
-                             "least 1 and step_s a positive number of seconds")
+                             f"least 1 and {step} a positive time")
         points.append(point)
     return points
 

@@ -47,10 +47,21 @@ def test_a_step_priced_below_its_measured_gemms_fails_and_bad_files_say_what_to_
                        "target,1,1,1024,0.0065,0.0090\ndraft,1,1,1024,0.0004,\n")
     done = _score(FILE, str(timings))
     assert done.returncode == 1 and "priced below their GEMMs' measured time: 1 (target B=1 q=1 s=1024)" in done.stdout
+    # the same timings in milliseconds, as a profiler prints them, with spaces after the commas: the same report
+    timings.write_text("model, batch, query_tokens, context_tokens, step_ms, gemm_ms\n"
+                       "target, 1, 1, 1024, 6.5, 9.0\ndraft, 1, 1, 1024, 0.4,\n")
+    in_ms = _score(FILE, str(timings))
+    assert in_ms.returncode == 1 and in_ms.stdout.splitlines()[1:] == done.stdout.splitlines()[1:]
     for text, said in (("batch,step_s\n1,0.1\n", "lacks the column(s) query_tokens, context_tokens"),
                        ("batch,query_tokens,context_tokens,step_s\n1,1,1024,-2\n", "line 2: batch"),
                        ("model,batch,query_tokens,context_tokens,step_s\nverify,1,1,1024,0.01\n",
                         "line 2: model is 'verify'")):
+        timings.write_text(text)
+        done = _score(FILE, str(timings))
+        assert done.returncode != 0 and said in done.stderr and "Traceback" not in done.stderr
+    both = "batch,query_tokens,context_tokens,step_s,step_ms\n1,1,1024,0.01,10\n"
+    for text, said in ((both, "gives both step_s and step_ms"), ("batch,query_tokens,context_tokens,t\n1,1,1,1\n",
+                                                                  "lacks a step time column")):
         timings.write_text(text)
         done = _score(FILE, str(timings))
         assert done.returncode != 0 and said in done.stderr and "Traceback" not in done.stderr
