@@ -416,19 +416,21 @@ def test_an_sglang_file_says_sglang_runs_48_requests_under_sd() -> None:
     assert not any("requests at once under SD" in item for item in vllm)
 
 
-def test_a_tensorrt_llm_cache_is_sized_from_the_memory_its_weights_leave_free(sdplan, tmp_path: Path) -> None:
+def test_each_engine_sizes_its_kv_cache_from_its_own_default_share(sdplan, tmp_path: Path) -> None:
     """TensorRT-LLM sizes its KV cache from 0.9 of the memory free after the weights (free_gpu_memory_fraction),
     vLLM from 0.9 of the whole GPU: AIConfigurator refuses the vLLM budget for trtllm, and the derived file had
     no KV cache at all ("KV cache unknown"), so no cap. Now it records AIConfigurator's own count for TensorRT-LLM's
-    budget, which holds more than vLLM's whenever the weights take memory: 0.9 (M - W) > 0.9 M - W."""
+    budget, which holds more than vLLM's whenever the weights take memory: 0.9 (M - W) > 0.9 M - W. SGLang keeps
+    a reserve of at least 10 GiB on an 80 GB GPU (mem_fraction_static 0.836 on one H100), so less than vLLM."""
     _aic()
+    from aiconfigurator_core.sdk.backends.sglang_backend import derive_sglang_mem_fraction_static
     from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
     arguments = ["derive", "--target-model", "meta-llama/Llama-3.1-8B-Instruct", "--system", "h100_sxm",
                  "--method", "eagle3", "--draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--draft-lengths", "1",
                  "--no-anchor", "--date", "2026-12-01"]
     caches = {}
-    for backend in ("trtllm", "vllm"):
+    for backend in ("trtllm", "vllm", "sglang"):
         out = tmp_path / f"{backend}.toml"
         result = sdplan(*arguments, "--backend", backend, "-o", str(out))
         assert result.exit_code == 0, result.output
@@ -437,6 +439,7 @@ def test_a_tensorrt_llm_cache_is_sized_from_the_memory_its_weights_leave_free(sd
     trt, vllm = caches["trtllm"], caches["vllm"]
     assert trt["kv_cache_tokens"] < trt["kv_cache_tokens_without_draft"]  # the head's weights and KV take some
     assert trt["kv_cache_tokens_without_draft"] > vllm["kv_cache_tokens_without_draft"]
+    assert caches["sglang"]["kv_cache_tokens_without_draft"] < 0.93 * vllm["kv_cache_tokens_without_draft"]
     from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
 
     models = Models()
@@ -447,9 +450,16 @@ def test_a_tensorrt_llm_cache_is_sized_from_the_memory_its_weights_leave_free(sd
         own = estimate_kv_cache(path, "h100_sxm", "trtllm", trt["database_version"], max_num_tokens=8192,
                                 max_batch_size=256, memory_fraction_kind="of_free", memory_fraction_value=0.9,
                                 tp_size=1, moe_tp_size=1, moe_ep_size=1, gemm_quant_mode="bfloat16")
+        sglang = caches["sglang"]
+        share = derive_sglang_mem_fraction_static(80 * 1024**3, tp_size=1)  # h100_sxm's 80 GiB
+        assert share == pytest.approx(0.836)
+        theirs = estimate_kv_cache(path, "h100_sxm", "sglang", sglang["database_version"], max_num_tokens=8192,
+                                   max_batch_size=2048, memory_fraction_kind="of_total", memory_fraction_value=share,
+                                   tp_size=1, moe_tp_size=1, moe_ep_size=1, gemm_quant_mode="bfloat16")
     finally:
         models.close()
     assert trt["kv_cache_tokens_without_draft"] == pytest.approx(own["total_kv_size_tokens"], rel=1e-6)
+    assert sglang["kv_cache_tokens_without_draft"] == pytest.approx(theirs["total_kv_size_tokens"], rel=1e-6)
     # TensorRT-LLM reserves a request's whole prompt and output at admission (GUARANTEED_NO_EVICT)
     plan = sdplan("plan", "-c", str(tmp_path / "trtllm.toml"), "--acceptance", "0.7", "--prompt-tokens", "4096",
                   "--output-tokens", "2048")

@@ -585,6 +585,11 @@ class Pricer:
 
         quant = quant or self.quant
         kind, share = kv_memory_share(self.request.backend)
+        if share is None:  # SGLang's mem_fraction_static, from the GPU's capacity and the server's parallelism
+            from aiconfigurator_core.sdk.backends.sglang_backend import derive_sglang_mem_fraction_static
+
+            share = derive_sglang_mem_fraction_static(int(self.gpu["mem_capacity"]),
+                                                      tp_size=self.request.tensor_parallel_size)
         try:
             return estimate_kv_cache(
                 path, self.request.system, self.request.backend, self.version,

@@ -104,16 +104,20 @@ TRTLLM_MAX_BATCH_SIZE = 256
 
 #: The share of GPU memory an engine sizes its KV cache from when not told, as AIConfigurator's memory model
 #: takes it (``memory_fraction_kind``, ``memory_fraction_value``): vLLM's ``--gpu-memory-utilization``, 0.9 of the
-#: GPU's total with the weights and activations inside it (SGLang's ``--mem-fraction-static`` is priced the same
-#: way); TensorRT-LLM's ``KvCacheConfig.free_gpu_memory_fraction``, 0.9 of what the weights and activations leave
-#: free (its LLM API reference), a budget AIConfigurator refuses to take as a share of the total.
-KV_MEMORY_SHARE = {"trtllm": ("of_free", 0.9)}
-VLLM_KV_MEMORY_SHARE = ("of_total", 0.9)
+#: GPU's total with the weights and activations inside it; SGLang's ``--mem-fraction-static``, also of the total,
+#: which SGLang computes from the GPU's capacity and the parallelism (None here: the GPU's memory less a reserve
+#: for prefill chunks, CUDA graphs and the parallel groups, at least 10 GiB on a GPU over 60 GB; 0.836 on one
+#: 80 GB H100, 0.907 on one H200; ``ServerArgs._handle_gpu_memory_settings``, which AIConfigurator's
+#: ``derive_sglang_mem_fraction_static`` mirrors); TensorRT-LLM's ``KvCacheConfig.free_gpu_memory_fraction``, 0.9
+#: of what the weights and activations leave free (its LLM API reference), a budget AIConfigurator refuses to
+#: take as a share of the total.
+KV_MEMORY_SHARE: dict[str, tuple[str, float | None]] = {"trtllm": ("of_free", 0.9), "sglang": ("of_total", None)}
+VLLM_KV_MEMORY_SHARE: tuple[str, float | None] = ("of_total", 0.9)
 
 
-def kv_memory_share(engine: str) -> tuple[str, float]:
+def kv_memory_share(engine: str) -> tuple[str, float | None]:
     """``(kind, fraction)`` of GPU memory ``engine`` sizes its KV cache from by default (:data:`KV_MEMORY_SHARE`;
-    vLLM's for any other engine)."""
+    vLLM's for any other engine); fraction None: the engine's own rule from the GPU's capacity (SGLang)."""
     return KV_MEMORY_SHARE.get(engine.lower(), VLLM_KV_MEMORY_SHARE)
 
 
