@@ -511,17 +511,16 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: t
         prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
         cycles = ((prefill + (g - 1.0) * tau_0) / measured_ratio(first) - prefill) / tau_k  # g/E at that ratio
         ANCHORED[series["id"]] = min(max(g / cycles, 1.0), k + 1.0)
-    # the engine's own limit on the requests it runs under SD (SGLang's max_running_requests of 48)
-    cap = sd_max_num_seqs(series["engine"]["name"]) or math.inf
+    base_cap, sd_cap = (math.inf if cap is None else cap for cap in engine_caps(series))
     points = []
     for point in series["points"]:
         tokens_per_cycle = float(point[ACCEPTANCE]) if stated else ANCHORED[series["id"]]
         batch = float(point[load_key])
-        without, _ = decode_time(coefficients, k, tokens_per_cycle, batch, moe)
-        running = min(batch, cap)
+        base_running, running = min(batch, base_cap), min(batch, sd_cap)
+        without, _ = decode_time(coefficients, k, tokens_per_cycle, base_running, moe)
         _, with_sd = decode_time(coefficients, k, tokens_per_cycle, running, moe)
         points.append(Point(series["id"], setup, point[load_key], measured_ratio(point),
-                            running / batch * without / with_sd, point is first and not stated))
+                            running / base_running * without / with_sd, point is first and not stated))
     return points
 
 
@@ -529,18 +528,20 @@ def steady_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
                        lengths: tuple[str, float, float]) -> list[Point]:
     """Throughput ratios at each concurrency as ``sdplan plan --concurrency`` prices a closed loop: the steady
     state of ``N`` streams, ``L = C1 + f (N - 1) C2`` (:func:`sdplan.latency.closed_loop.closed_loop_latency`),
-    no engine cap. ``E`` as :func:`closed_loop` takes it (stated, or its anchor: that point is marked one)."""
+    with the engine's caps (:func:`engine_caps`). ``E`` as :func:`closed_loop` takes it (stated, or its anchor: that
+    point is marked one)."""
     dataset, p, g = lengths
     k = int(series["draft"]["k_tokens"])
     coefficients = coefficients_of(series, calibration, dataset, p, g)
     moe = calibration.moe_at(p, g)
     stated = all(ACCEPTANCE in point for point in series["points"])
+    base_cap, sd_cap = engine_caps(series)
     points = []
     for point in series["points"]:
         clients = int(point["concurrency"])
         tokens_per_cycle = float(point[ACCEPTANCE]) if stated else ANCHORED[series["id"]]
-        without = closed_loop_latency(coefficients, 0, 1.0, clients, moe)
-        with_sd = closed_loop_latency(coefficients, k, tokens_per_cycle, clients, moe)
+        without = closed_loop_latency(coefficients, 0, 1.0, clients, moe, base_cap)
+        with_sd = closed_loop_latency(coefficients, k, tokens_per_cycle, clients, moe, sd_cap)
         points.append(Point(series["id"], setup, clients, measured_ratio(point), without / with_sd,
                             point is series["points"][0] and not stated))
     return points
@@ -586,12 +587,24 @@ def open_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: tup
     return points
 
 
+def engine_caps(series: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The most requests the series' engine ran at once, ``(no SD, SD)``; None: no cap of its own.
+
+    The series' ``engine.max_running_requests`` for both where it gives one (what the run set: vLLM's
+    ``--max-num-seqs``, SGLang's ``--max-running-requests``, TensorRT-LLM's ``--max_batch_size``); else none for
+    no SD and the engine's own default under SD (SGLang's 48, :func:`sdplan.inputs.serving.sd_max_num_seqs`).
+    """
+    given = series["engine"].get("max_running_requests")
+    if given is not None:
+        return int(given), int(given)
+    return None, sd_max_num_seqs(series["engine"]["name"])
+
+
 def sd_caps(series: dict[str, Any]) -> list[float] | None:
-    """``planner.plan``'s batch caps for a series at rates: none for no SD, the engine's own limit on the requests
-    it runs under SD (SGLang's 48, :func:`sdplan.inputs.serving.sd_max_num_seqs`) for SD; None where the engine
-    has no such limit."""
-    cap = sd_max_num_seqs(series["engine"]["name"])
-    return None if cap is None else [math.inf, float(cap)]
+    """``planner.plan``'s batch caps for a series at rates, no SD first (:func:`engine_caps`); None where neither
+    option has a cap."""
+    caps = engine_caps(series)
+    return None if caps == (None, None) else [math.inf if cap is None else float(cap) for cap in caps]
 
 
 def with_per_user_tpot(series: dict[str, Any]) -> dict[str, Any]:
@@ -629,14 +642,14 @@ def tpot_ratios(series: dict[str, Any], calibration: Any, setup: str, lengths: t
     coefficients = coefficients_of(series, calibration, dataset, p, g)
     moe = calibration.moe_at(p, g)
     key, _ = point_load(series["points"][0])  # the schema check has given every point one load key
-    sd_cap = sd_max_num_seqs(series["engine"]["name"])
+    base_cap, sd_cap = engine_caps(series)
 
     def ratio(load: float, tokens_per_cycle: float) -> float:
         if key == "rate_rps":
             result = planner.plan(coefficients, [load], [k], [0.5], tokens_per_cycle=np.asarray([[tokens_per_cycle]]),
                                   batch_caps=sd_caps(series))
             return float(result.baseline_tpot_s[0] / result.tpot_s[0, 0, 0])
-        without = closed_loop_point(coefficients, 0, 1.0, int(load), moe)
+        without = closed_loop_point(coefficients, 0, 1.0, int(load), moe, base_cap)
         with_sd = closed_loop_point(coefficients, k, tokens_per_cycle, int(load), moe, sd_cap)
         return float(time_per_output_token(np.asarray(without.latency_s), without.ttft_s, g)
                      / time_per_output_token(np.asarray(with_sd.latency_s), with_sd.ttft_s, g))

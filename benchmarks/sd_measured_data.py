@@ -129,6 +129,12 @@ def check_series(series: dict, where: str) -> list[str]:
     if not isinstance(series["engine"], dict) or not series["engine"].get("name") \
             or "version" not in series["engine"]:
         errors.append(f"{where}: engine needs name and version (version may say 'not stated')")
+    elif "max_running_requests" in series["engine"] and not (
+            isinstance(series["engine"]["max_running_requests"], int)
+            and not isinstance(series["engine"]["max_running_requests"], bool)
+            and series["engine"]["max_running_requests"] >= 1):
+        errors.append(f"{where}: engine.max_running_requests must be a positive integer (vLLM --max-num-seqs, "
+                      f"SGLang --max-running-requests), got {series['engine']['max_running_requests']!r}")
     draft = series["draft"]
     if not isinstance(draft, dict) or draft.get("method") not in DRAFT_METHODS:
         errors.append(f"{where}: draft.method must be one of {sorted(DRAFT_METHODS)}")

@@ -328,3 +328,27 @@ def test_sglang_runs_at_most_48_requests_under_sd_in_tpot_and_rate_series_too(tm
     assert sglang[1] > sglang[0] and vllm[1] < vllm[0]
     # 28 req/s fills SGLang's 48 under SD (unstable: ratio 0) while vLLM's SD still gains
     assert points["s3_qwen3-8b_chat_eagle3", 28.0] < 1.0 < points["s4_qwen3-8b_chat_eagle3", 28.0]
+
+
+def test_a_series_that_says_its_engines_running_limit_is_priced_with_it_for_both_options(tmp_path: Path) -> None:
+    """A run that set SGLang's --max-running-requests (or vLLM's --max-num-seqs) says so in
+    ``engine.max_running_requests``: SD then runs all 64 sequences of a batch of 64, not SGLang's default 48, and
+    with a limit of 16 both options run 16 of every larger batch, so their ratio there is the ratio at 16."""
+    points = [{"batch": 1, "speedup": 1.8}, {"batch": 16, "speedup": 1.6}, {"batch": 64, "speedup": 1.3}]
+    sglang = {"name": "sglang", "version": "0.5.9"}
+    series = [_series("r1_qwen3-8b_chat_eagle3", engine=sglang, points=points),
+              _series("r2_qwen3-8b_chat_eagle3", engine=sglang | {"max_running_requests": 64}, points=points),
+              _series("r3_qwen3-8b_chat_eagle3", engine=sglang | {"max_running_requests": 16}, points=points)]
+    found = _run("--data", str(_source(tmp_path, "team_limit", series)), "--json", str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    predicted = {(p["series"].split("/")[-1][:2], p["load"]): p["predicted"]
+                 for p in json.loads((tmp_path / "points.json").read_text())}
+    # the default 48 makes SD run fewer of the 64 than no SD: a lower ratio than with all 64 running
+    assert predicted["r1", 64] < predicted["r2", 64]
+    # with a limit of 16 a batch of 64 runs as 16 on both sides: the ratio at 16 again; without one it is not
+    assert predicted["r3", 64] == pytest.approx(predicted["r3", 16], rel=1e-9)
+    assert predicted["r2", 64] != pytest.approx(predicted["r2", 16], rel=1e-3)
+    bad = _series("r5_qwen3-8b_chat_eagle3", engine=sglang | {"max_running_requests": 0}, points=points)
+    refused = _run("--data", str(_source(tmp_path, "team_bad_limit", [bad])))
+    assert refused.returncode == 2 and "engine.max_running_requests must be a positive integer" in refused.stderr
+    assert "Traceback" not in refused.stderr
