@@ -237,6 +237,8 @@ GPU_SYSTEMS = (("gb300", "gb300"), ("gb200", "gb200"), ("b300", "b300_sxm"), ("b
 #: Parts of a GPU's name that say it is not the SXM module AIConfigurator's system file describes (PCIe and NVL
 #: cards, the 40 GB A100, Grace Hopper's H100 with 96 or 144 GB: other memory, bandwidth or clocks).
 OTHER_PARTS = ("pcie", "nvl", "40gb", "gh200")
+#: Systems whose rack name carries "NVL" (GB200 NVL72, GB300 NVL72: the NVLink domain), not a card of its own.
+NVL_RACKS = ("gb200", "gb300")
 #: A series' ``engine.name`` (any case) -> the op database ``sdplan derive --backend`` prices it with.
 ENGINE_BACKENDS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "tensorrt-llm": "trtllm",
                    "tensorrt_llm": "trtllm"}
@@ -338,7 +340,8 @@ def derivation_of(series: dict[str, Any]) -> dict[str, Any] | str:
     """
     gpu = str(series["hardware"].get("gpu", "")).lower().replace(" ", "")
     system = next((found for name, found in GPU_SYSTEMS if name in gpu), None)
-    variant = next((part for part in OTHER_PARTS if part in gpu), None)
+    variant = next((part for part in OTHER_PARTS if part in gpu and not (part == "nvl" and system in NVL_RACKS)),
+                   None)
     if system is not None and variant is not None:
         return (f"GPU {series['hardware'].get('gpu')!r}: derive prices the SXM parts' memory and bandwidth "
                 f"({system}); a {variant.upper()} part has others, so it is not priced as one")

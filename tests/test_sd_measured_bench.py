@@ -61,7 +61,12 @@ def test_a_team_file_is_priced_from_its_own_fields_and_what_is_not_priced_says_w
     unknown_gpu = _series("s2_qwen3-8b_chat_eagle3", hardware={"gpu": "TPU v5e", "count": 1, "tensor_parallel": 1})
     no_lengths = _series("s3_qwen3-8b_chat_eagle3", workload={"dataset": "team chat logs"})
     pcie = _series("s4_qwen3-8b_chat_eagle3", hardware={"gpu": "NVIDIA H100 PCIe", "count": 1, "tensor_parallel": 1})
-    path = _source(tmp_path, "team_h100", [_series("s1_qwen3-8b_chat_eagle3"), unknown_gpu, no_lengths, pcie])
+    # "NVL" names an H100 or H200 card, but a GB200 NVL72 rack's GPU is the GB200 module AIConfigurator describes
+    card = _series("s5_qwen3-8b_chat_eagle3", hardware={"gpu": "NVIDIA H200 NVL", "count": 1, "tensor_parallel": 1})
+    rack = _series("s6_qwen3-8b_chat_eagle3", hardware={"gpu": "NVIDIA GB200 NVL72", "count": 1,
+                                                        "tensor_parallel": 1})
+    path = _source(tmp_path, "team_h100", [_series("s1_qwen3-8b_chat_eagle3"), unknown_gpu, no_lengths, pcie, card,
+                                           rack])
     found = _run("--data", str(path), "--json", str(tmp_path / "points.json"))
     assert found.returncode == 0, found.stderr
     # priced at the lengths the series states, with derive's calibration of its target, GPU and head
@@ -71,8 +76,12 @@ def test_a_team_file_is_priced_from_its_own_fields_and_what_is_not_priced_says_w
     # an H100 on a PCIe card has 2.0 TB/s, not the SXM module's 3.35: not priced as one
     assert "not priced: team_h100/s4_qwen3-8b_chat_eagle3: GPU 'NVIDIA H100 PCIe': derive prices the SXM" \
         in found.stdout
-    assert "2 predicted points in 1 series" in found.stdout
-    points = json.loads((tmp_path / "points.json").read_text())
+    assert "not priced: team_h100/s5_qwen3-8b_chat_eagle3: GPU 'NVIDIA H200 NVL': derive prices the SXM" \
+        in found.stdout
+    assert "team_h100/s6_qwen3-8b_chat_eagle3 (derived; 200 prompt / 400 output tokens)" in found.stdout
+    assert "4 predicted points in 2 series" in found.stdout
+    points = [point for point in json.loads((tmp_path / "points.json").read_text())
+              if point["series"].endswith("s1_qwen3-8b_chat_eagle3")]
     assert [p["load"] for p in points] == [1, 16, 64] and points[0]["anchor"] and not points[1]["anchor"]
     assert points[0]["predicted"] == pytest.approx(1.8, rel=1e-6)  # E is anchored at the smallest batch
     # the model's SD gain shrinks as the batch grows, as every measured source's does
