@@ -76,19 +76,15 @@ JOB_SCHEMA = 1
 # ----------------------------------------------------------------------------- prepare (here)
 
 def _config(name: str) -> dict[str, Any]:
-    """The config.json ``sdplan derive`` priced ``name`` with: its own architecture table, or AIConfigurator's."""
-    from sdplan.derive.request import ARCHITECTURES, MODEL_ALIASES
+    """The config.json ``sdplan derive`` priced ``name`` with: its own architecture table, or AIConfigurator's
+    (``sdplan.derive.pricing.model_config_json``, the name resolved as derive resolves it)."""
+    from sdplan.derive.pricing import model_config_json
 
-    if name in ARCHITECTURES:
-        return ARCHITECTURES[name]
-    import aiconfigurator_core
-
-    known = MODEL_ALIASES.get(name, name)
-    path = Path(aiconfigurator_core.__file__).parent / "model_configs" / f"{known.replace('/', '--')}_config.json"
-    if not path.is_file():
-        raise SystemExit(f"gpu_steps: no config.json for {name} (looked for {path.name} in AIConfigurator's "
-                         "model_configs and sdplan.derive.request.ARCHITECTURES)")
-    return json.loads(path.read_text())
+    config = model_config_json(name)
+    if config is None:
+        raise SystemExit(f"gpu_steps: no config.json for {name} (neither AIConfigurator's model_configs nor "
+                         "sdplan.derive.request.ARCHITECTURES has it, and it is not a folder with one)")
+    return config
 
 
 def _shapes(config: dict[str, Any], tp: int) -> dict[str, int]:

@@ -16,7 +16,7 @@ from sdplan.calibration import (
     resolve_calibration,
     shipped_calibrations,
 )
-from sdplan.errors import ExitStatus, InputFileError
+from sdplan.errors import ExitStatus, InputFileError, InvalidValueError
 
 REPO = Path(__file__).resolve().parent.parent
 #: A shipped file anchored to measured rows (Qwen3-32B BF16, H100 TP2, vLLM): it exercises the whole derivation.
@@ -465,3 +465,63 @@ def test_each_engine_sizes_its_kv_cache_from_its_own_default_share(sdplan, tmp_p
                   "--output-tokens", "2048")
     held = trt["kv_cache_tokens_without_draft"] // (4096 + 2048)
     assert plan.exit_code == 0 and f"batch cap of {held} sequences: KV cache of" in " ".join(plan.stdout.split())
+
+
+KNOWN = {"meta-llama/Meta-Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B", "Qwen/Qwen3-4B",
+         "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B-FP8", "deepseek-ai/DeepSeek-R1",
+         "nvidia/Llama-3.1-70B-Instruct-FP8", "org-a/Twin-7B", "org-b/Twin-7B"}
+
+
+@pytest.mark.parametrize(("name", "precision", "priced", "says"), [
+    ("meta-llama/Llama-3.1-8B-Instruct", None, "meta-llama/Meta-Llama-3.1-8B", "same architecture"),
+    ("Qwen/Qwen3-8B", None, "Qwen/Qwen3-8B", None),
+    ("qwen/qwen3-8b", None, "Qwen/Qwen3-8B", "up to case"),
+    ("Llama-3.1-8B-Instruct", None, "meta-llama/Meta-Llama-3.1-8B", "organisation"),
+    ("deepseek-ai/DeepSeek-R1-0528", None, "deepseek-ai/DeepSeek-R1", "dated re-release"),
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", None, "Qwen/Qwen3-30B-A3B", "dated re-release"),
+    ("Qwen/Qwen3-4B-Thinking-2507", None, "Qwen/Qwen3-4B", "dated re-release"),
+    ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "fp8_block", "Qwen/Qwen3-235B-A22B-FP8", "dated re-release"),
+    ("RedHatAI/Llama-3.1-8B-Instruct-FP8", "fp8", "meta-llama/Meta-Llama-3.1-8B", "its name says FP8 weights"),
+    ("RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic", "fp8", "meta-llama/Meta-Llama-3.1-8B", "FP8-DYNAMIC"),
+    ("nvidia/Llama-3.1-70B-Instruct-FP8", "fp8", "nvidia/Llama-3.1-70B-Instruct-FP8", None),
+])
+def test_a_model_name_is_priced_under_the_name_of_its_architecture(name: str, precision: str | None, priced: str,
+                                                                   says: str | None) -> None:
+    """Benchmarks and papers name models as Hugging Face lists them today: without the organisation, in other
+    case, as a dated re-release (-2507, -0528) or as someone's quantised checkpoint (-FP8). Each is priced with
+    the architecture derive has a config for, and the file's assumptions say so."""
+    from sdplan.derive.request import resolve_model_name
+
+    resolved = resolve_model_name(name, KNOWN, precision)
+    assert resolved is not None and resolved.name == priced
+    assert (resolved.note is None) if says is None else (says in str(resolved.note) and name in str(resolved.note))
+
+
+def test_a_name_no_rule_can_place_is_not_guessed_and_a_quantised_name_needs_its_precision() -> None:
+    from sdplan.derive.request import resolve_model_name
+
+    assert resolve_model_name("Twin-7B", KNOWN) is None  # two organisations have a Twin-7B: not guessed
+    assert resolve_model_name("Qwen3", KNOWN) is None and resolve_model_name("acme/Model-7B-FP8", KNOWN) is None
+    with pytest.raises(InvalidValueError, match=r"its name says FP8 weights.*give --draft-precision fp8 to price "
+                                                r"it as meta-llama/Meta-Llama-3\.1-8B at fp8"):
+        resolve_model_name("RedHatAI/Llama-3.1-8B-Instruct-FP8", KNOWN, "bf16", "--draft-precision")
+
+
+def test_derive_prices_a_model_name_without_its_organisation_as_the_named_one(sdplan, tmp_path: Path) -> None:
+    """"Llama-3.1-8B-Instruct" (a benchmark's name for it) derives the file "meta-llama/Llama-3.1-8B-Instruct"
+    derives, but for the name and the assumption that says how it was matched; an -FP8 checkpoint's name at the
+    default bf16 is a one-line usage error naming the --precision to give, and no file is written."""
+    _aic()
+    arguments = ["derive", "--system", "h100_sxm", "--method", "ngram", "--draft-lengths", "1", "--no-anchor",
+                 "--date", "2026-12-01", "--name", "x"]
+    for name, out in (("meta-llama/Llama-3.1-8B-Instruct", "full.toml"), ("Llama-3.1-8B-Instruct", "short.toml")):
+        done = sdplan(*arguments, "--target-model", name, "-o", str(tmp_path / out))
+        assert done.exit_code == 0, done.output
+    full, short = (load_calibration(tmp_path / out).document for out in ("full.toml", "short.toml"))
+    assert full["step_model"] == short["step_model"] and full["derivation"] == short["derivation"]
+    assert ("Llama-3.1-8B-Instruct is priced as meta-llama/Meta-Llama-3.1-8B (the same model name up to case and "
+            "organisation)") in short["provenance"]["assumptions"]
+    refused = sdplan(*arguments, "--target-model", "RedHatAI/Llama-3.1-8B-Instruct-FP8",
+                     "-o", str(tmp_path / "fp8.toml"))
+    assert refused.exit_code == ExitStatus.USAGE and "give --precision fp8" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "fp8.toml").exists()

@@ -9,11 +9,12 @@ was assumed rather than priced (``provenance.assumptions``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sdplan import __version__
 from sdplan.derive.fitting import FittedSteps
-from sdplan.derive.pricing import MXFP4_EXPERTS, Pricer, shown_path
+from sdplan.derive.pricing import MXFP4_EXPERTS, Pricer, priced_model_name, shown_path
 from sdplan.derive.request import (
     AIC_DISTRIBUTION,
     AIC_LICENCE,
@@ -21,7 +22,6 @@ from sdplan.derive.request import (
     CONTEXT_GRID,
     EAGLE3_DRAFT_VOCAB,
     FP4_SYSTEMS,
-    MODEL_ALIASES,
     PROMPT_GRID,
     SYSTEMS,
     DeriveRequest,
@@ -144,18 +144,29 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
                          "benchmarks/RESULTS-accuracy-silicon-2026-11.md)")
     elif pricer.quant["moe_quant_mode"] != pricer.quant["gemm_quant_mode"]:
         block = (pricer.shapes.get("raw_config") or {}).get("quant_algo") == "fp8_block"
+        by_name = not (Path(request.target_model) / "config.json").is_file() and priced_model_name(
+            request.target_model, request.precision).quantised
         found.append((f"{request.target_model}'s checkpoint is block-scaled fp8 (config.json weight_block_size)"
                       if block else
+                      f"{request.target_model}'s quantisation scheme is not at hand (its config.json is not), so it "
+                      "is priced as vLLM runs a checkpoint it quantises to fp8 as it loads (Fp8MoEMethod)"
+                      if by_name else
                       f"{request.target_model}'s checkpoint is unquantised and vLLM quantises it to fp8 as it loads, "
                       "with the method it runs for block-scaled checkpoints (Fp8MoEMethod), not ModelOpt's")
                      + f": its experts are priced with the engine's {pricer.quant['moe_quant_mode']} MoE kernels, the "
                      f"other GEMMs at {pricer.quant['gemm_quant_mode']}")
     found.extend(kv_cache_assumption(request, pricer))
-    for name in (request.target_model, request.draft_model):
-        if name in MODEL_ALIASES and MODEL_ALIASES[name] != name:
-            found.append(f"{name} is priced with AIConfigurator's {MODEL_ALIASES[name]} (same architecture)")
-        elif name in ARCHITECTURES:
-            found.append(f"{name} is not in AIConfigurator's model set: priced from its config.json shapes "
+    models = [(request.target_model, request.precision)]
+    if request.method == "draft_model" and request.draft_model is not None:
+        models.append((request.draft_model, pricer.draft_precision))
+    for name, precision in models:
+        if (Path(name) / "config.json").is_file():
+            continue
+        resolved = priced_model_name(name, precision)
+        if resolved.note is not None:
+            found.append(resolved.note)
+        if resolved.name in ARCHITECTURES:
+            found.append(f"{resolved.name} is not in AIConfigurator's model set: priced from its config.json shapes "
                          "(sdplan.derive.ARCHITECTURES)")
     found.append("acceptance is not part of this file: give it per workload (--acceptance)")
     return found

@@ -11,6 +11,7 @@ architectures it does not ship.
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from dataclasses import dataclass
@@ -25,10 +26,12 @@ from sdplan.derive.request import (
     PEAK_FLOPS_KEYS,
     WEIGHT_BYTES,
     DeriveRequest,
+    ModelName,
     aic_version,
     draft_precision,
     draft_tp,
     quant_modes,
+    resolve_model_name,
 )
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.serving import kv_memory_share
@@ -184,6 +187,38 @@ class StepBound:
         return self._excess[rows]
 
 
+@functools.cache
+def known_model_names() -> frozenset[str]:
+    """The model names derive prices from files at hand: AIConfigurator's model list and packaged config.json
+    files, :data:`ARCHITECTURES` and the :data:`MODEL_ALIASES` names."""
+    from importlib import resources
+
+    from aiconfigurator_core.sdk.common import DefaultHFModels
+
+    folder = resources.files("aiconfigurator_core") / "model_configs"
+    packaged = {entry.name.removesuffix("_config.json").replace("--", "/") for entry in folder.iterdir()
+                if entry.name.endswith("_config.json") and not entry.name.endswith("_hf_quant_config.json")}
+    return frozenset(DefaultHFModels) | packaged | set(ARCHITECTURES) | set(MODEL_ALIASES)
+
+
+def priced_model_name(name: str, precision: str | None = None, option: str = "--precision") -> ModelName:
+    """The name ``name`` is priced under (:func:`sdplan.derive.request.resolve_model_name` over
+    :func:`known_model_names`), with the assumption that says so.
+
+    Raises
+    ------
+    InvalidValueError
+        Where no rule finds one (sdplan derive works offline and does not download a config), or a quantised
+        checkpoint's name rules out ``precision``.
+    """
+    resolved = resolve_model_name(name, known_model_names(), precision, option)
+    if resolved is None:
+        raise InvalidValueError(
+            f"{name}: AIConfigurator {aic_version()} ships no config.json for it and it is not a folder with one; "
+            "give the folder of the model's config.json (sdplan derive works offline)")
+    return resolved
+
+
 def shipped_config_files(name: str) -> list[tuple[Any, str]]:
     """AIConfigurator's packaged ``config.json`` (and ``hf_quant_config.json``) of a model name, with the file
     names a model folder gives them; empty where the package ships none."""
@@ -206,13 +241,16 @@ MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_
 def model_config_json(name: str) -> dict[str, Any] | None:
     """The config.json a model name is priced from: sdplan's own table, a folder's, or AIConfigurator's packaged
     one; None where none of these is at hand (nothing to read it from offline)."""
-    if name in ARCHITECTURES:
-        return ARCHITECTURES[name]
     folder = Path(name) / "config.json"
     if folder.is_file():
         loaded: dict[str, Any] = json.loads(folder.read_text())
         return loaded
-    shipped = shipped_config_files(MODEL_ALIASES.get(name, name))
+    resolved = resolve_model_name(name, known_model_names())
+    if resolved is None:
+        return None
+    if resolved.name in ARCHITECTURES:
+        return ARCHITECTURES[resolved.name]
+    shipped = shipped_config_files(resolved.name)
     return json.loads(shipped[0][0].read_text()) if shipped else None
 
 
@@ -232,8 +270,10 @@ class Models:
         self._folder = tempfile.TemporaryDirectory(prefix="sdplan-derive-")
         self.root = Path(self._folder.name)
 
-    def path(self, name: str, config: dict[str, Any] | None = None) -> str:
-        """The model path AIConfigurator reads for ``name`` (its own, an alias, or a folder written here).
+    def path(self, name: str, config: dict[str, Any] | None = None, precision: str | None = None,
+             option: str = "--precision") -> str:
+        """The model path AIConfigurator reads for ``name`` (its own, the name it is priced under, or a folder written
+        here; :func:`priced_model_name` at ``precision``).
 
         Raises
         ------
@@ -243,23 +283,19 @@ class Models:
         """
         from aiconfigurator_core.sdk.common import DefaultHFModels
 
-        if config is None and name in ARCHITECTURES:
-            config = ARCHITECTURES[name]
+        if config is None and not (Path(name) / "config.json").is_file():
+            name = priced_model_name(name, precision, option).name
+            config = ARCHITECTURES.get(name)
         if config is None:
-            known = MODEL_ALIASES.get(name, name)
-            shipped = shipped_config_files(known)
-            if known not in DefaultHFModels and shipped:
+            shipped = shipped_config_files(name)
+            if name not in DefaultHFModels and shipped:
                 # a config AIConfigurator ships but no longer lists (Mixtral): its own files, as a local folder
-                folder = self.root / known.replace("/", "--")
+                folder = self.root / name.replace("/", "--")
                 folder.mkdir(parents=True, exist_ok=True)
                 for source, target in shipped:
                     (folder / target).write_bytes(source.read_bytes())
                 return str(folder)
-            if known not in DefaultHFModels and not (Path(name) / "config.json").is_file():
-                raise InvalidValueError(
-                    f"{name}: AIConfigurator {aic_version()} ships no config.json for it and it is not a folder "
-                    "with one; give the folder of the model's config.json (sdplan derive works offline)")
-            return known
+            return name
         folder = self.root / name.replace("/", "--")
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config, sort_keys=True))
@@ -391,7 +427,7 @@ class Pricer:
     def __init__(self, engine: Any, request: DeriveRequest, models: Models) -> None:
         self.engine, self.request = engine, request
         self.version = self._literal_version()
-        self.target_path = models.path(request.target_model)
+        self.target_path = models.path(request.target_model, precision=request.precision)
         config = model_config_json(request.target_model) if request.method == "mtp" else None
         if config is not None and not has_mtp_layers(config):
             raise InvalidValueError(
@@ -418,7 +454,8 @@ class Pricer:
         self.gpu = gpu_spec(request.system)
         self.target_bound = StepBound(self.target, shapes, request.tensor_parallel_size, self.quant, self.gpu)
         self._mtp: dict[int, Any] = {}
-        self.draft_path: str | None = models.path(str(request.draft_model)) \
+        self.draft_path: str | None = models.path(str(request.draft_model), precision=request.draft_precision or "bf16",
+                                                  option="--draft-precision") \
             if request.method == "draft_model" else None
         draft_shapes = get_model_config_from_model_path(self.draft_path) if self.draft_path is not None else None
         self.draft: Any = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -86,6 +87,85 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 # base checkpoints have their instruction-tuned twins' shapes
 ARCHITECTURES["meta-llama/Llama-3.2-1B"] = ARCHITECTURES["meta-llama/Llama-3.2-1B-Instruct"]
 ARCHITECTURES["meta-llama/Llama-3.2-3B"] = ARCHITECTURES["meta-llama/Llama-3.2-3B-Instruct"]
+#: Dated re-releases, priced with their first release's architecture: Qwen's July 2025 updates
+#: (``Qwen3-30B-A3B-Instruct-2507``, ``-Thinking-2507``), DeepSeek's (``DeepSeek-V3-0324``, ``DeepSeek-R1-0528``).
+RELEASE_MARKS = ("-instruct-2507", "-thinking-2507", "-2507", "-0528", "-0324")
+#: Name endings of a quantised checkpoint of a known architecture, and the ``--precision`` values its weights
+#: can be priced at (a ``-FP8`` checkpoint may be per-tensor or block-scaled).
+QUANTISED_MARKS = (("-fp8-dynamic", ("fp8",)), ("-fp8", ("fp8", "fp8_block")), ("-nvfp4", ("nvfp4",)),
+                   ("-fp4", ("nvfp4",)))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelName:
+    """The name a model is priced under, and the assumption that says so where it is another name's."""
+
+    name: str
+    note: str | None = None
+    #: the name says the checkpoint is quantised, and ``name`` is its base architecture's unquantised config
+    quantised: bool = False
+
+
+def resolve_model_name(name: str, known: Collection[str], precision: str | None = None,
+                       option: str = "--precision") -> ModelName | None:
+    """The name AIConfigurator (or :data:`ARCHITECTURES`) prices ``name`` under; None where no rule finds one.
+
+    In order: :data:`MODEL_ALIASES`; a known name as given; the same name up to case, or without its
+    organisation where one known name has that model part; a dated re-release (:data:`RELEASE_MARKS`) as its
+    first release; a quantised checkpoint (:data:`QUANTISED_MARKS`) as its base architecture at ``precision``
+    (``option`` names the command-line option that sets it, for the message).
+
+    Raises
+    ------
+    InvalidValueError
+        For a quantised checkpoint's name at a ``precision`` its name rules out (``-FP8`` priced at bf16): its
+        base architecture is named with the ``--precision`` to give.
+    """
+    if name in MODEL_ALIASES:
+        return ModelName(MODEL_ALIASES[name], f"{name} is priced with AIConfigurator's {MODEL_ALIASES[name]} "
+                                              "(same architecture)")
+    if name in known:
+        return ModelName(name)
+    found = _lookup(name, known)
+    if found is not None:
+        return ModelName(found, f"{name} is priced as {found} (the same model name up to case and organisation)")
+    organisation, _, model = name.rpartition("/")
+    lowered = model.lower()
+    for mark in RELEASE_MARKS:
+        if mark in lowered:
+            first = lowered.replace(mark, "", 1)
+            found = _lookup(f"{organisation}/{first}" if organisation else first, known) or _lookup(first, known)
+            if found is not None:
+                return ModelName(found, f"{name} is priced with {found}'s architecture (a dated re-release of it)")
+    for mark, precisions in QUANTISED_MARKS:
+        if lowered.endswith(mark):
+            base = resolve_model_name(model[:-len(mark)], known)
+            if base is None:
+                return None
+            if precision is not None and precision not in precisions:
+                raise InvalidValueError(
+                    f"{name}: its name says {mark[1:].upper()} weights, which {option} {precision} would price as "
+                    f"{precision}; give {option} {precisions[0]} to price it as {base.name} at {precisions[0]}, or "
+                    "the folder of its config.json")
+            return ModelName(base.name, f"{name} is priced with {base.name}'s architecture at {option} "
+                                        f"{precision or precisions[0]} (its name says {mark[1:].upper()} weights)",
+                             quantised=True)
+    return None
+
+
+def _lookup(name: str, known: Collection[str]) -> str | None:
+    """A known name equal to ``name`` up to case, or, for a name without an organisation, the one known name whose
+    model part it is (up to case); :data:`MODEL_ALIASES` followed. None where none or several match."""
+    lowered = name.lower()
+    matches = {entry for entry in known if entry.lower() == lowered}
+    if not matches and "/" not in name:
+        matches = {entry for entry in known if entry.rpartition("/")[2].lower() == lowered}
+    if len(matches) != 1:
+        return None
+    (match,) = matches
+    return MODEL_ALIASES.get(match, match)
+
+
 #: Draft vocabulary of the public EAGLE-3 heads (yuhuili/EAGLE3-*, AngelSlim/*_eagle3: draft_vocab_size).
 EAGLE3_DRAFT_VOCAB = 32000
 #: The engine's overheads, which AIConfigurator's op database does not price (it times device ops). Source:
