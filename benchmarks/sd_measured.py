@@ -239,9 +239,14 @@ GPU_SYSTEMS = (("gb300", "gb300"), ("gb200", "gb200"), ("b300", "b300_sxm"), ("b
 OTHER_PARTS = ("pcie", "nvl", "40gb", "gh200")
 #: Systems whose rack name carries "NVL" (GB200 NVL72, GB300 NVL72: the NVLink domain), not a card of its own.
 NVL_RACKS = ("gb200", "gb300")
-#: A series' ``engine.name`` (any case) -> the op database ``sdplan derive --backend`` prices it with.
-ENGINE_BACKENDS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "tensorrt-llm": "trtllm",
-                   "tensorrt_llm": "trtllm"}
+#: A series' ``engine.name`` (any case, without spaces, hyphens or underscores: "TensorRT-LLM", "TRT LLM") -> the
+#: op database ``sdplan derive --backend`` prices it with (:func:`engine_backend`).
+ENGINE_BACKENDS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "tensorrtllm": "trtllm"}
+
+
+def engine_backend(name: object) -> str | None:
+    """``sdplan derive --backend`` for a series' ``engine.name`` (:data:`ENGINE_BACKENDS`); None: not priced."""
+    return ENGINE_BACKENDS.get("".join(character for character in str(name).lower() if character not in " -_"))
 #: ``sdplan derive --method`` values (vLLM's names).
 DERIVED_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
 
@@ -327,7 +332,7 @@ def setup_key(series: dict[str, Any], source: str) -> str:
     """``[engine:]model:method``; the engine is named where it is not vLLM, whose op database the shipped files use."""
     parts = series["id"].split("_")
     model = SOURCE_MODELS.get(source, parts[1] if len(parts) > 1 else series["id"])
-    engine = series["engine"]["name"]
+    engine = engine_backend(series["engine"]["name"]) or str(series["engine"]["name"])
     return f"{'' if engine == 'vllm' else engine + ':'}{model}:{series['draft']['method']}"
 
 
@@ -347,7 +352,7 @@ def derivation_of(series: dict[str, Any]) -> dict[str, Any] | str:
                 f"({system}); a {variant.upper()} part has others, so it is not priced as one")
     if system is None:
         return f"GPU {series['hardware'].get('gpu')!r}: derive prices {', '.join(s for _, s in GPU_SYSTEMS)}"
-    backend = ENGINE_BACKENDS.get(str(series["engine"]["name"]).lower())
+    backend = engine_backend(series["engine"]["name"])
     if backend is None:
         return f"engine {series['engine']['name']!r}: derive prices vllm, sglang and trtllm"
     method = series["draft"]["method"]
@@ -600,7 +605,7 @@ def engine_caps(series: dict[str, Any]) -> tuple[int | None, int | None]:
     given = series["engine"].get("max_running_requests")
     if given is not None:
         return int(given), int(given)
-    return None, sd_max_num_seqs(series["engine"]["name"])
+    return None, sd_max_num_seqs(engine_backend(series["engine"]["name"]) or str(series["engine"]["name"]))
 
 
 def sd_caps(series: dict[str, Any]) -> list[float] | None:

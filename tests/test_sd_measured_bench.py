@@ -347,13 +347,18 @@ def test_a_series_that_says_its_engines_running_limit_is_priced_with_it_for_both
     sglang = {"name": "sglang", "version": "0.5.9"}
     series = [_series("r1_qwen3-8b_chat_eagle3", engine=sglang, points=points),
               _series("r2_qwen3-8b_chat_eagle3", engine=sglang | {"max_running_requests": 64}, points=points),
-              _series("r3_qwen3-8b_chat_eagle3", engine=sglang | {"max_running_requests": 16}, points=points)]
+              _series("r3_qwen3-8b_chat_eagle3", engine=sglang | {"max_running_requests": 16}, points=points),
+              # an engine named as its project writes it is the same engine
+              _series("r4_qwen3-8b_chat_eagle3", engine={"name": "SGLang", "version": "0.5.9"}, points=points),
+              _series("r6_qwen3-8b_chat_eagle3", engine={"name": "TensorRT LLM", "version": "1.2"}, points=points)]
     found = _run("--data", str(_source(tmp_path, "team_limit", series)), "--json", str(tmp_path / "points.json"))
     assert found.returncode == 0, found.stderr
     predicted = {(p["series"].split("/")[-1][:2], p["load"]): p["predicted"]
                  for p in json.loads((tmp_path / "points.json").read_text())}
     # the default 48 makes SD run fewer of the 64 than no SD: a lower ratio than with all 64 running
     assert predicted["r1", 64] < predicted["r2", 64]
+    assert predicted["r4", 64] == predicted["r1", 64] and ("r6", 64) in predicted
+    assert "not priced" not in found.stdout
     # with a limit of 16 a batch of 64 runs as 16 on both sides: the ratio at 16 again; without one it is not
     assert predicted["r3", 64] == pytest.approx(predicted["r3", 16], rel=1e-9)
     assert predicted["r2", 64] != pytest.approx(predicted["r2", 16], rel=1e-3)
