@@ -92,14 +92,39 @@ def point_tokens_per_cycle(point: dict, k: int) -> float | None:
     return None
 
 
+#: ``acceptance.metric`` wordings read as tokens per cycle with the bonus token: vLLM's and SGLang's mean
+#: acceptance length ("accept len" in SGLang's log) and the EAGLE papers' average acceptance length count it.
+TOKENS_PER_CYCLE_WORDS = ("tokens per cycle", "acceptance length", "accept length", "accept len")
+
+
 def series_tokens_per_cycle(series: dict) -> float | None:
-    """The series' own acceptance as tokens per cycle (bonus included), where ``acceptance.metric`` says it is that
-    (its wording names "tokens per cycle") and ``acceptance.value`` is one number; None otherwise."""
+    """The series' own acceptance as tokens per cycle (bonus included), where ``acceptance.metric`` says what it is;
+    None otherwise. Read: one number in tokens per cycle (:data:`TOKENS_PER_CYCLE_WORDS`); vLLM's draft
+    acceptance rate ``r`` (accepted over drafted tokens) as ``1 + k r``; vLLM's per-position acceptance rates
+    (each position's accepted drafts over the cycles, ``spec_decode_num_accepted_tokens_per_pos``) as
+    ``1 + sum(r_i)``, at most ``k`` of them."""
     acc = series.get("acceptance")
-    if not isinstance(acc, dict) or "tokens per cycle" not in str(acc.get("metric") or "").lower():
+    if not isinstance(acc, dict):
         return None
-    value = acc.get("value")
-    return float(value) if _positive_number(value) else None
+    metric, value = str(acc.get("metric") or "").lower(), acc.get("value")
+    draft = series.get("draft")
+    k = draft.get("k_tokens") if isinstance(draft, dict) else None
+    if any(words in metric for words in TOKENS_PER_CYCLE_WORDS):
+        return float(value) if _positive_number(value) else None
+    if not (isinstance(k, int) and k >= 1):
+        return None
+    if "draft acceptance rate" in metric and _fraction(value):
+        return 1.0 + k * float(value)
+    if "per-position acceptance rate" in metric and isinstance(value, list) and 0 < len(value) <= k and all(
+            _fraction(rate) for rate in value):
+        return 1.0 + sum(float(rate) for rate in value)
+    return None
+
+
+def _fraction(value: object) -> bool:
+    """A number in [0, 1] (an acceptance rate)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0.0 <= value <= 1.0)
 
 
 def _per_cycle_error(what: str, tokens: float | None, draft: object) -> list[str]:
@@ -149,7 +174,9 @@ def check_series(series: dict, where: str) -> list[str]:
     elif acc["value"] is not None and not acc["metric"]:
         errors.append(f"{where}: acceptance.value given without saying which metric")
     elif series_tokens_per_cycle(series) is not None:
-        errors.extend(_per_cycle_error(f"{where}: acceptance.value", acc["value"], draft))
+        tokens = series_tokens_per_cycle(series)
+        what = "acceptance.value" if tokens == acc["value"] else f"acceptance.value {acc['value']!r}, read as {tokens}"
+        errors.extend(_per_cycle_error(f"{where}: {what}", tokens, draft))
     if not isinstance(series["workload"], dict) or not series["workload"].get("dataset"):
         errors.append(f"{where}: workload.dataset missing")
     else:

@@ -248,6 +248,30 @@ def test_a_series_own_acceptance_in_tokens_per_cycle_makes_every_point_a_predict
     assert "s4_qwen3-8b_chat_eagle3 point 1: 'acceptance_tokens_per_cycle' is tokens per cycle" in found.stderr
 
 
+def test_a_series_acceptance_in_the_engines_own_words_is_read_as_tokens_per_cycle(tmp_path: Path) -> None:
+    """vLLM and SGLang report a mean acceptance length (the bonus token counted), a draft acceptance rate (accepted
+    over drafted) or per-position acceptance rates (each position's accepted drafts over the cycles). The same
+    acceptance in each of these words prices every point the same, with nothing anchored."""
+    forms = [{"metric": "tokens per cycle", "value": 2.5},
+             {"metric": "mean acceptance length (vLLM spec_decode)", "value": 2.5},
+             {"metric": "draft acceptance rate (vLLM /metrics)", "value": 0.5},
+             {"metric": "per-position acceptance rate", "value": [0.8, 0.45, 0.25]}]
+    series = [_series(f"a{i}_qwen3-8b_chat_eagle3", acceptance=form) for i, form in enumerate(forms)]
+    found = _run("--data", str(_source(tmp_path, "team_words", series)), "--json", str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    points = json.loads((tmp_path / "points.json").read_text())
+    assert len(points) == 12 and not any(p["anchor"] for p in points)
+    by_load: dict[int, set[float]] = {}
+    for point in points:
+        by_load.setdefault(point["load"], set()).add(round(point["predicted"], 12))
+    assert all(len(values) == 1 for values in by_load.values())
+    # more positions than the chain drafts is not read: the series is anchored at its lowest load instead
+    loose = _series("a9_qwen3-8b_chat_eagle3", acceptance={"metric": "per-position acceptance rate",
+                                                            "value": [0.8, 0.5, 0.3, 0.2]})
+    found = _run("--data", str(_source(tmp_path, "team_loose", [loose])), "--json", str(tmp_path / "loose.json"))
+    assert found.returncode == 0 and json.loads((tmp_path / "loose.json").read_text())[0]["anchor"]
+
+
 def test_vllms_draft_acceptance_rate_is_taken_as_one_plus_k_times_it(tmp_path: Path) -> None:
     """A point's draft_acceptance_rate (accepted over drafted tokens) prices it as 1 + k r tokens per cycle: the
     same predictions as those tokens per cycle given outright; a percentage, or both keys at one point, refused."""
