@@ -57,7 +57,7 @@ About 1.5 minutes in all on a 2-core VM.
 
     python benchmarks/accuracy_silicon.py [--csv PATH] [--split concurrency|length] [--aic] [--derived]
                                           [--kv-cap] [--rounds R] [--waves engine|opening|none]
-                                          [--keep-unlabelled]
+                                          [--keep-unlabelled] [--backends vllm,sglang,trtllm]
                                           [--markdown FILE]
 
 A derived file has no fitted TTFT weights, so its closed loops are given their waves of prompts
@@ -98,7 +98,10 @@ from sdplan.fitting.validation import ClosedLoopWaves, derived_waves, predict_ru
 from sdplan.inputs.serving import prefill_scheduling
 from sdplan.runs import screen, silicon
 
+#: Engines whose rows are scored by default: the issue's figures (vLLM and SGLang); ``--backends`` adds
+#: TensorRT-LLM's rows (the same file holds 1,338 aggregated ones), scored the same way.
 BACKENDS = ("vllm", "sglang")
+ALL_BACKENDS = ("vllm", "sglang", "trtllm")
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")
 #: Fewest distinct (ISL, OSL, N) points a configuration needs.
 MIN_POINTS = 9
@@ -170,14 +173,15 @@ def group_table(title: str, groups: dict[str, Errors], buckets: dict[str, Errors
     return lines
 
 
-def configurations(text: str, name: str) -> list[tuple[silicon.SiliconConfiguration, list, list[str], list[str]]]:
+def configurations(text: str, name: str, backends: tuple[str, ...] = BACKENDS
+                   ) -> list[tuple[silicon.SiliconConfiguration, list, list[str], list[str]]]:
     """(configuration, runs, labels it repeats, the reader's notes) for every eligible configuration, duplicates
     folded: a configuration measured under another label once, a measurement listed in several rows of one
     configuration once (the reader's rule, :func:`sdplan.runs.silicon.distinct_measurements`, says so in a note)."""
     rows = silicon.parse_rows(name, text)
     groups: dict[tuple[str, ...], list] = collections.defaultdict(list)
     for line, row in rows:
-        if row["backend"] in BACKENDS and row["system"] in SYSTEMS:
+        if row["backend"] in backends and row["system"] in SYSTEMS:
             groups[tuple(silicon.cell_value(row, key) for key in silicon.KEYS)].append((line, row))
     found: dict[tuple, tuple[silicon.SiliconConfiguration, list, list[str], list[str]]] = {}
     for key in sorted(groups):
@@ -613,6 +617,15 @@ def derived_report(entries: list[Scored]) -> list[str]:
 # ----------------------------------------------------------------------------- report
 
 
+def _backends(text: str) -> tuple[str, ...]:
+    """``--backends``: engine names from :data:`ALL_BACKENDS`, comma-separated."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in ALL_BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{','.join(unknown) or text!r}: choose from {','.join(ALL_BACKENDS)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", default=silicon.PACKAGED, help="silicon_sample.csv (default: the installed one)")
@@ -634,6 +647,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-unlabelled", action="store_true",
                         help="with --derived: anchor to and score the rows that need more than the GPUs' time for "
                         "the target's GEMMs (by default screened as not run as labelled, and listed)")
+    parser.add_argument("--backends", type=_backends, default=BACKENDS, metavar="LIST",
+                        help=f"engines whose rows are scored, comma-separated from {','.join(ALL_BACKENDS)} "
+                        f"(default {','.join(BACKENDS)}, the rows of the issue's figures)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     args = parser.parse_args(argv)
     path = silicon.resolve_path(args.csv)
@@ -654,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     unlabelled_errors: dict[str, Errors] = collections.defaultdict(Errors.empty)
     reader_notes: list[str] = []  # e.g. a measurement listed in several rows of one configuration, counted once
     pending: list[Pending] = []  # derived configurations, scored once the prefill overheads are fitted
-    for configuration, runs, repeats, notes in configurations(text, str(path)):
+    for configuration, runs, repeats, notes in configurations(text, str(path), args.backends):
         reader_notes += [f"{label(configuration)}: {note}" for note in notes]
         kept = [run for run in runs if not screen(run)]
         train, held = split(kept, args.split)
