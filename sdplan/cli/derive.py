@@ -16,7 +16,9 @@ from sdplan.limits import MAX_SERVED_DRAFT_LENGTH
 @click.command()
 @click.option("--target-model", required=True, metavar="NAME",
               help="Target model: a Hugging Face name AIConfigurator knows (e.g. Qwen/Qwen3-32B, "
-              "meta-llama/Llama-3.1-8B-Instruct) or a folder with its config.json.")
+              "meta-llama/Llama-3.1-8B-Instruct; also matched up to case, without the organisation, as a dated "
+              "re-release such as -2507, or as an -FP8 checkpoint at --precision fp8) or a folder with its "
+              "config.json.")
 @click.option("--system", required=True, metavar="GPU",
               help="AIConfigurator system: h100_sxm, h200_sxm, b200_sxm, b300_sxm, a100_sxm, l40s, gb200 or gb300.")
 @click.option("--method", "speculative_method", required=True,
