@@ -144,9 +144,9 @@ def resolve_model_name(name: str, known: Collection[str], precision: str | None 
                 return None
             if precision is not None and precision not in precisions:
                 raise InvalidValueError(
-                    f"{name}: its name says {mark[1:].upper()} weights, which {option} {precision} would price as "
-                    f"{precision}; give {option} {precisions[0]} to price it as {base.name} at {precisions[0]}, or "
-                    "the folder of its config.json")
+                    f"{name}: its name says {mark[1:].upper()} weights, not {precision}; give {option} "
+                    f"{precisions[0]} to price it as {base.name} at {precisions[0]}, or the folder of its "
+                    "config.json")
             return ModelName(base.name, f"{name} is priced with {base.name}'s architecture at {option} "
                                         f"{precision or precisions[0]} (its name says {mark[1:].upper()} weights)",
                              quantised=True)
