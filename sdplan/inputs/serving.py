@@ -225,11 +225,15 @@ def engine_name(engine: str) -> str:
 #: vLLM 0.10.1 runs, :data:`sdplan.derive.request.ENGINE_STEP_OVERHEAD_S`); ``sdplan derive`` prices another engine
 #: with vLLM's, and its files say so (:func:`assumed_overheads_warning`).
 OVERHEADS_MEASURED = frozenset({"vllm"})
-#: What is known of how far vLLM's overheads are from another engine's SD cycle, from measured SD runs
-#: (``benchmarks/RESULTS-sd-measured-2026-11.md``, the EAGLE-3 paper's Table 3 on SGLang 0.4.4).
+#: What is known of how far vLLM's overheads are from another engine's, from measured runs: SGLang's SD runs
+#: (``benchmarks/RESULTS-sd-measured-2026-11.md``, the EAGLE-3 paper's Table 3 on SGLang 0.4.4); TensorRT-LLM's
+#: no-SD rows in AIConfigurator's silicon sample (``benchmarks/RESULTS-accuracy-silicon-2026-11.md``, 693 rows, E2E
+#: 20.9% MAPE, +16.5% bias): a step priced slow also makes the steps SD saves worth more.
 ASSUMED_OVERHEADS_EVIDENCE = {
     "sglang": ("on SGLang 0.4.4's measured EAGLE and EAGLE-3 runs (Llama-3.1-8B, one H100) a file priced so put SD's "
                "throughput 10-50% above the measured at 8-48 requests in flight"),
+    "trtllm": ("on AIConfigurator's measured TensorRT-LLM rows without SD, files priced so put the mean latency "
+               "16.5% above the measured on average, so the steps SD saves may be worth less than priced"),
 }
 
 
