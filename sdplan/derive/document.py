@@ -9,12 +9,11 @@ was assumed rather than priced (``provenance.assumptions``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from sdplan import __version__
 from sdplan.derive.fitting import FittedSteps
-from sdplan.derive.pricing import MXFP4_EXPERTS, Pricer, priced_model_name, shown_path
+from sdplan.derive.pricing import MXFP4_EXPERTS, Pricer, shown_path
 from sdplan.derive.request import (
     AIC_DISTRIBUTION,
     AIC_LICENCE,
@@ -144,8 +143,7 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
                          "benchmarks/RESULTS-accuracy-silicon-2026-11.md)")
     elif pricer.quant["moe_quant_mode"] != pricer.quant["gemm_quant_mode"]:
         block = (pricer.shapes.get("raw_config") or {}).get("quant_algo") == "fp8_block"
-        by_name = not (Path(request.target_model) / "config.json").is_file() and priced_model_name(
-            request.target_model, request.precision).quantised
+        by_name = pricer.target_name.quantised
         found.append((f"{request.target_model}'s checkpoint is block-scaled fp8 (config.json weight_block_size)"
                       if block else
                       f"{request.target_model}'s quantisation scheme is not at hand (its config.json is not), so it "
@@ -156,13 +154,9 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
                      + f": its experts are priced with the engine's {pricer.quant['moe_quant_mode']} MoE kernels, the "
                      f"other GEMMs at {pricer.quant['gemm_quant_mode']}")
     found.extend(kv_cache_assumption(request, pricer))
-    models = [(request.target_model, request.precision)]
-    if request.method == "draft_model" and request.draft_model is not None:
-        models.append((request.draft_model, pricer.draft_precision))
-    for name, precision in models:
-        if (Path(name) / "config.json").is_file():
+    for resolved in (pricer.target_name, pricer.draft_name):
+        if resolved is None:
             continue
-        resolved = priced_model_name(name, precision)
         if resolved.note is not None:
             found.append(resolved.note)
         if resolved.name in ARCHITECTURES:

@@ -203,7 +203,7 @@ def known_model_names() -> frozenset[str]:
 
 def priced_model_name(name: str, precision: str | None = None, option: str = "--precision") -> ModelName:
     """The name ``name`` is priced under (:func:`sdplan.derive.request.resolve_model_name` over
-    :func:`known_model_names`), with the assumption that says so.
+    :func:`known_model_names`), with the assumption that says so; a folder with a config.json is priced as itself.
 
     Raises
     ------
@@ -211,6 +211,8 @@ def priced_model_name(name: str, precision: str | None = None, option: str = "--
         Where no rule finds one (sdplan derive works offline and does not download a config), or a quantised
         checkpoint's name rules out ``precision``.
     """
+    if (Path(name) / "config.json").is_file():
+        return ModelName(name)
     resolved = resolve_model_name(name, known_model_names(), precision, option)
     if resolved is None:
         raise InvalidValueError(
@@ -270,10 +272,9 @@ class Models:
         self._folder = tempfile.TemporaryDirectory(prefix="sdplan-derive-")
         self.root = Path(self._folder.name)
 
-    def path(self, name: str, config: dict[str, Any] | None = None, precision: str | None = None,
-             option: str = "--precision") -> str:
-        """The model path AIConfigurator reads for ``name`` (its own, the name it is priced under, or a folder written
-        here; :func:`priced_model_name` at ``precision``).
+    def path(self, name: str, config: dict[str, Any] | None = None) -> str:
+        """The model path AIConfigurator reads for ``name``, a name :func:`priced_model_name` gives (AIConfigurator's
+        own, a folder with a config.json, or one of :data:`ARCHITECTURES`, written here), or ``config`` written here.
 
         Raises
         ------
@@ -283,8 +284,7 @@ class Models:
         """
         from aiconfigurator_core.sdk.common import DefaultHFModels
 
-        if config is None and not (Path(name) / "config.json").is_file():
-            name = priced_model_name(name, precision, option).name
+        if config is None:
             config = ARCHITECTURES.get(name)
         if config is None:
             shipped = shipped_config_files(name)
@@ -427,7 +427,11 @@ class Pricer:
     def __init__(self, engine: Any, request: DeriveRequest, models: Models) -> None:
         self.engine, self.request = engine, request
         self.version = self._literal_version()
-        self.target_path = models.path(request.target_model, precision=request.precision)
+        #: the names the target (and a draft model) are priced under, with the assumptions that say so
+        self.target_name = priced_model_name(request.target_model, request.precision)
+        self.draft_name = priced_model_name(str(request.draft_model), request.draft_precision or "bf16",
+                                            "--draft-precision") if request.method == "draft_model" else None
+        self.target_path = models.path(self.target_name.name)
         config = model_config_json(request.target_model) if request.method == "mtp" else None
         if config is not None and not has_mtp_layers(config):
             raise InvalidValueError(
@@ -454,9 +458,7 @@ class Pricer:
         self.gpu = gpu_spec(request.system)
         self.target_bound = StepBound(self.target, shapes, request.tensor_parallel_size, self.quant, self.gpu)
         self._mtp: dict[int, Any] = {}
-        self.draft_path: str | None = models.path(str(request.draft_model), precision=request.draft_precision or "bf16",
-                                                  option="--draft-precision") \
-            if request.method == "draft_model" else None
+        self.draft_path: str | None = models.path(self.draft_name.name) if self.draft_name is not None else None
         draft_shapes = get_model_config_from_model_path(self.draft_path) if self.draft_path is not None else None
         self.draft: Any = None
         #: the precision the draft runs at and AIConfigurator's modes for it (:func:`draft_precision`): its own
