@@ -167,6 +167,30 @@ def test_vllm_schedule_without_merging_is_the_per_size_optimum(sdplan) -> None:
     assert dense[1:] == per_size_optimum(300, list(range(1, 7)), 0.8)
 
 
+def test_sizes_past_the_kv_cache_keep_the_k_of_the_largest_batch_it_holds(sdplan) -> None:
+    # 128,000 tokens hold about 100 requests of 1,024 + 512 tokens (a prompt and half the output each, in vLLM):
+    # sizes past that never run, so they keep its k, where the per-size optimum would go on to k = 2 from 176
+    result = sdplan("capacity", "--acceptance", "0.8", "-k", "1-6", "--min-tier-width", "1", "--max-num-seqs", "300",
+                    "--kv-cache-tokens", "128000", "-f", "vllm-config")
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)
+    dense = vllm_dense(config["num_speculative_tokens_per_batch_size"], 300, config["num_speculative_tokens"])
+    note = next(line for line in result.stderr.split("warning: ") if line.startswith("batch sizes "))
+    reachable = int(note.split(" keep the k of ")[1].split(":")[0])
+    assert note.startswith(f"batch sizes {reachable + 1}-300 ") and 90 <= reachable <= 128000 // 1280
+    optimum = per_size_optimum(300, list(range(1, 7)), 0.8)
+    assert dense[1:reachable + 1] == optimum[:reachable]
+    assert set(dense[reachable + 1:]) == {optimum[reachable - 1]} != set(optimum[reachable:])
+    # the capacity table says the same of its schedule; a cache that holds every slot changes nothing
+    table = sdplan("capacity", "--acceptance", "0.8", "-k", "1-6", "--max-num-seqs", "300", "--kv-cache-tokens",
+                   "128000", "--slo", "tpot:mean<=50ms")
+    assert f"(sizes past {reachable} keep its k" in " ".join(table.stdout.split())
+    roomy = sdplan("capacity", "--acceptance", "0.8", "-k", "1-6", "--min-tier-width", "1", "--max-num-seqs", "300",
+                   "--kv-cache-tokens", "1e9", "-f", "vllm-config")
+    assert "keep the k of" not in roomy.stderr
+    assert vllm_dense(json.loads(roomy.stdout)["num_speculative_tokens_per_batch_size"], 300, 6)[1:] == optimum
+
+
 def test_vllm_tiers_are_wide_and_cost_little(sdplan) -> None:
     result = sdplan("capacity", "--acceptance", "0.8", "-k", "1-8", "-f", "vllm-config")
     assert result.exit_code == 0, result.output
@@ -324,6 +348,18 @@ def test_engine_schedule_properties(size: int, count: int, width: int, seed: int
     assert schedule.goodput_loss_pct == pytest.approx(float(numpy.max(1 - kept / goodput.max(axis=1)) * 100))
     if width == 1:
         assert tiers == schedule.optimal and schedule.goodput_loss_pct == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 120), st.integers(1, 4), st.integers(1, 6), st.integers(1, 130), st.integers(0, 2**32 - 1))
+def test_sizes_past_reach_keep_its_k(size: int, count: int, width: int, reach: int, seed: int) -> None:
+    goodput = numpy.random.default_rng(seed).uniform(0.5, 1.5, size=(size, count + 1))
+    schedule = engine_schedule(goodput, list(range(1, count + 1)), min_tier_width=width, reachable=reach)
+    per_size = [k for a, b, k in schedule.tiers for _ in range(a, b + 1)]
+    assert len(per_size) == size == schedule.max_num_seqs and schedule.reachable == min(reach, size)
+    assert set(per_size[schedule.reachable - 1:]) == {per_size[schedule.reachable - 1]}
+    if width == 1:  # below the reach, the per-size optimum of the goodput given
+        assert per_size[:schedule.reachable] == list(numpy.argmax(goodput[:schedule.reachable], axis=1))
 
 
 def test_engine_schedule_matches_goodput_per_size_of_a_calibration() -> None:

@@ -336,6 +336,8 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
         notes.append(f"the calibration was priced with a {KV_CACHE_DTYPE_NAMES[kv_cache_dtype]} KV "
                      f"cache (sdplan derive --kv-cache-dtype {kv_cache_dtype}): serve with it, or the cache holds "
                      "other numbers of requests than planned")
+    if schedule.reachable < schedule.max_num_seqs:
+        notes.append(reach_note(scenario, schedule))
     if schedule.merged:
         notes.append(f"merged {schedule.merged} tier(s) narrower than --min-tier-width so k does not flap at tier "
                      f"edges (vllm-project/vllm#49548); goodput within {schedule.goodput_loss_pct:.2g}% of the "
@@ -343,6 +345,16 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
     elif schedule.goodput_loss_pct > 0:
         notes.append(f"--min-k costs up to {schedule.goodput_loss_pct:.2g}% goodput at some batch sizes")
     return EngineConfigAnswer(engine=engine, method=method, schedule=schedule, config=config, notes=tuple(notes))
+
+
+def reach_note(scenario: Scenario, schedule: EngineSchedule) -> str:
+    """Why the schedule's sizes past ``schedule.reachable`` keep its k: the option's cap and its source."""
+    limits = scenario.limits_for(list(scenario.draft_lengths))
+    caps = limits.caps(scenario.draft_lengths)[1:]
+    widest = scenario.draft_lengths[caps.index(max(caps))]
+    return (f"batch sizes {schedule.reachable + 1}-{schedule.max_num_seqs} keep the k of {schedule.reachable}: "
+            f"with SD the engine holds about that many requests of {scenario.workload.prompt_tokens:,} + "
+            f"{scenario.workload.output_tokens:,} tokens at once ({limits.cap_phrase(widest)})")
 
 
 def draft_serving(calibration: Calibration) -> export.DraftServing:
@@ -383,16 +395,19 @@ def fleet_plan(scenario: Scenario, table: Capacity, target_rate_rps: float, gpus
 
 def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSchedule:
     """The goodput-optimal k per batch size 1..max_num_seqs of the server that runs SD (SGLang's: at most 48 where
-    nothing sets it, :func:`sdplan.inputs.serving.resolve_limits`), merged so k does not flap."""
+    nothing sets it, :func:`sdplan.inputs.serving.resolve_limits`), merged so k does not flap. Sizes past the
+    largest batch an SD option's KV cache holds keep that size's k (:func:`engine_schedule`)."""
     candidates = scenario.draft_lengths
-    cap = scenario.limits_for(list(candidates)).max_num_seqs
+    limits = scenario.limits_for(list(candidates))
+    cap = limits.max_num_seqs
     check_grid(cap * len(candidates), f"{cap} batch sizes x {len(candidates)} draft lengths",
                "lower --max-num-seqs or give fewer --draft-lengths")
     if min_k > max(candidates):
         raise InvalidValueError(f"--min-k {min_k} exceeds every draft length ({max(candidates)} at most)")
     goodput = goodput_per_size(scenario.coefficients, candidates, scenario.alpha, cap,
                                tokens_per_cycle=scenario.tokens_per_cycle[0], moe=scenario.moe)
-    return engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k)
+    return engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k,
+                           reachable=int(max(limits.caps(candidates)[1:])))
 
 
 def _warnings(scenario: Scenario, table: Capacity, simulated: bool, slos: list[SLO]) -> list[str]:

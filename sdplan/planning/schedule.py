@@ -119,6 +119,9 @@ class EngineSchedule:
         percent of that size's optimum.
     merged : int
         Tiers absorbed into a neighbour for being narrower than the minimum width.
+    reachable : int
+        Largest batch the engine runs: its KV cache holds no more requests of the workload. Larger sizes,
+        up to ``max_num_seqs``, keep this size's k. Equal to ``max_num_seqs`` where the cache holds every slot.
     """
 
     tiers: list[tuple[int, int, int]]
@@ -126,6 +129,7 @@ class EngineSchedule:
     max_num_seqs: int
     goodput_loss_pct: float
     merged: int
+    reachable: int
 
     @property
     def off(self) -> bool:
@@ -138,7 +142,7 @@ class EngineSchedule:
 
 
 def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_width: int = 4,
-                    min_k: int = 0) -> EngineSchedule:
+                    min_k: int = 0, reachable: int | None = None) -> EngineSchedule:
     """Per-size optimum of ``goodput`` made safe to run: a k floor and no narrow tiers.
 
     Parameters
@@ -151,6 +155,10 @@ def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_widt
         span ``TIER_WIDTH_FRACTION * s``. 1 keeps the per-size optimum.
     min_k : int
         Floor on k (1: never switch SD off inside a schedule).
+    reachable : int, optional
+        Largest batch the engine runs (the KV cache's batch cap). The engine's format still covers
+        ``1..max_num_seqs``, but sizes past the cap never run, so they keep the cap's k: a tier there would
+        be an answer about batches that never form. Default: every size runs.
 
     Notes
     -----
@@ -166,6 +174,9 @@ def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_widt
     neighbours merge. Near a crossing the two ks' goodputs are close, so the
     loss is small; it is reported.
     """
+    sizes = goodput.shape[0]
+    reachable = sizes if reachable is None else min(max(int(reachable), 1), sizes)
+    goodput = goodput[np.minimum(np.arange(sizes), reachable - 1)]
     k_with_off = option_lengths(draft_lengths)
     allowed = k_with_off >= min_k
     if not allowed.any():
@@ -203,8 +214,9 @@ def engine_schedule(goodput: FloatArray, draft_lengths: list[int], min_tier_widt
         tiers = joined
     chosen = np.concatenate([np.full(end - start + 1, column[k]) for start, end, k in tiers])
     kept = goodput[np.arange(goodput.shape[0]), chosen]
-    return EngineSchedule(tiers=[(a, b, k) for a, b, k in tiers], optimal=optimal, max_num_seqs=goodput.shape[0],
-                          goodput_loss_pct=float(np.max(1.0 - kept / best) * 100.0), merged=merged)
+    return EngineSchedule(tiers=[(a, b, k) for a, b, k in tiers], optimal=optimal, max_num_seqs=sizes,
+                          goodput_loss_pct=float(np.max(1.0 - kept / best) * 100.0), merged=merged,
+                          reachable=reachable)
 
 
 def check_vllm_schedule(schedule: list[tuple[int, int, int]]) -> None:

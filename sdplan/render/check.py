@@ -458,7 +458,9 @@ def render_capacity(answer: CapacityAnswer, fmt: OutputFormat, style: Style, ter
         if tiers:
             console.print(f"best k by batch size for {method_phrase(scenario.method)} "
                           "(vLLM num_speculative_tokens_per_batch_size): "
-                          + ", ".join(f"{a}-{b}: {k}" for a, b, k in tiers))
+                          + ", ".join(f"{a}-{b}: {k}" for a, b, k in tiers)
+                          + (f" (sizes past {answer.schedule.reachable} keep its k: with SD the KV cache holds no "
+                             "more requests)" if answer.schedule.reachable < answer.schedule.max_num_seqs else ""))
 
     return render_rich(draw, style, terminal)
 
