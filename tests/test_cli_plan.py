@@ -50,8 +50,8 @@ def test_plan_json_schema_and_values(sdplan) -> None:
     assert [k["draft_length_tokens"] for k in block["draft_lengths"]] == [1, 2, 3]
     assert set(block["draft_lengths"][0]) == {
         "draft_length_tokens", "tokens_per_cycle", "c1_s", "c2_s", "zero_load_latency_s", "zero_load_speedup",
-        "saturation_rate_rps", "saturation_limit", "max_output_throughput_tok_s", "break_even_rate_rps", "sd_faster",
-        "step_speedup"}
+        "saturation_rate_rps", "saturation_limit", "batch_cap_sequences", "batch_cap_limit",
+        "max_output_throughput_tok_s", "break_even_rate_rps", "sd_faster", "step_speedup"}
     rows = block["rates"]
     assert [row["request_rate_rps"] for row in rows] == [1, 5, 40]
     assert set(rows[0]["baseline"]) == {"mean_e2e_latency_s", "effective_batch_size", "utilisation", "mean_ttft_s",

@@ -281,3 +281,37 @@ def test_the_simulator_runs_an_sglang_sd_server_at_48(sdplan, tmp_path: Path) ->
     off = json.loads(sdplan(*args, "--draft-length", "off", "-f", "json").stdout)
     assert [rate["max_num_seqs"] for rate in off["rates"]] == [1024]
     assert "max_num_seqs 48;" in sdplan(*args, "--draft-length", "3", "--ascii").stdout
+
+
+def test_the_json_answers_name_the_limit_that_sets_each_options_cap(sdplan) -> None:
+    """plan, capacity and check say in JSON how many requests each option runs at once and which limit sets it."""
+    def plan(*args: str) -> dict[str, Any]:
+        result = sdplan("plan", "-c", DERIVED, "-k", "1-3", *args, "-f", "json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    document = plan()
+    baseline, options = document["baseline"], document["results"][0]["draft_lengths"]
+    # the draft's weights and KV and the lookahead slots take cache: SD runs fewer requests, set by the KV cache
+    assert baseline["batch_cap_limit"] == "kv_cache" and baseline["batch_cap_sequences"] < 1024
+    assert all(option["batch_cap_limit"] == "kv_cache" for option in options)
+    assert all(option["batch_cap_sequences"] < baseline["batch_cap_sequences"] for option in options)
+    # the text answer names the same caps
+    text = " ".join(sdplan("plan", "-c", DERIVED, "-k", "1-3").stdout.split())
+    assert f"its batch cap of {baseline['batch_cap_sequences']} sequences: KV cache" in text
+    # the engine's max_num_seqs sets them where it is the smaller, or where the cache holds every slot
+    for args, requests in ((("--max-num-seqs", "64"), 64), (("--kv-cache-tokens", "1e9"), 1024)):
+        document = plan(*args)
+        for entry in (document["baseline"], *document["results"][0]["draft_lengths"]):
+            assert (entry["batch_cap_sequences"], entry["batch_cap_limit"]) == (requests, "max_num_seqs")
+    # capacity gives each option the cap plan gives it, and check the cap of the option it checks
+    capacity = json.loads(sdplan("capacity", "-c", DERIVED, "-k", "1-3", "--slo", "e2e:mean<=30s", "-f", "json").stdout)
+    caps = {option["option"]: (option["batch_cap_sequences"], option["batch_cap_limit"])
+            for option in capacity["options"]}
+    assert caps == {"off": (baseline["batch_cap_sequences"], "kv_cache")} | {
+        f"k={option['draft_length_tokens']}": (option["batch_cap_sequences"], "kv_cache") for option in options}
+    for load, option in ((("--rate", "5"), "k=3"), (("--concurrency", "400"), "k=3"), (("--rate", "5"), "off")):
+        result = sdplan("check", "-c", DERIVED, *load, "--draft-length", option.removeprefix("k="),
+                        "--slo", "e2e:mean<=60s", "-f", "json")
+        point = json.loads(result.stdout)["operating_point"]
+        assert (point["batch_cap_sequences"], point["batch_cap_limit"]) == caps[option], (load, option)

@@ -1,6 +1,7 @@
-"""Options shared by ``simulate``, ``check --simulate`` and ``capacity --simulate``.
+"""Options shared by ``simulate``, ``check --simulate`` and ``capacity --simulate``, and the engine limits.
 
-Each command parses them into a :class:`sdplan.planning.simulation_inputs.SimulationSettings` in its request.
+Each command parses them into a :class:`sdplan.planning.simulation_inputs.SimulationSettings` in its request;
+the engine limits, which ``plan`` takes too, into :class:`sdplan.inputs.serving.LimitOptions`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,30 @@ import click
 from sdplan.cli._options import apply_options
 from sdplan.limits import MAX_BATCH_SIZE, MAX_REPLICATIONS, MAX_REQUESTS
 
+#: The engine's limits, which every answer holds each option to (``plan``, ``check``, ``capacity``, ``simulate``):
+#: parsed into :class:`sdplan.inputs.serving.LimitOptions` (:func:`sdplan.cli._inputs.command_scenario`).
+ENGINE_LIMIT_OPTIONS = [
+    click.option("--max-num-seqs", type=click.IntRange(1, MAX_BATCH_SIZE), metavar="N",
+                 help="Batch cap (vLLM max_num_seqs, SGLang --max-running-requests). Default: the workload "
+                 "file's deployment.max_batch_size (with -w), else the max_num_seqs a served calibration's "
+                 "servers ran with or a derived one was priced for (SGLang's SD options: at most 48, its "
+                 "limit under SD), else vLLM's default for the calibration's hardware "
+                 "(1024 on H100/H200/B200, 256 on A100/L40S, 128 on CPU)."),
+    click.option("--max-num-batched-tokens", type=click.IntRange(min=1), metavar="N",
+                 help="Token budget per step (decode tokens first, then prefill chunks). Default: the "
+                 "--max-num-batched-tokens a served calibration's servers ran with, else 8192."),
+    click.option("--kv-cache-tokens", type=click.FloatRange(min=1), metavar="TOKENS",
+                 help="KV cache capacity in tokens (vLLM: a running request holds its prompt and half its output "
+                 "on average; SGLang, TensorRT-LLM: prompt + output reserved). "
+                 "Default: the KV cache a served calibration's server of that draft length reported or a "
+                 "derived one was priced with, else unlimited."),
+]
+
+
+def engine_limit_options(fn: Any) -> Any:
+    """``--max-num-seqs``, ``--max-num-batched-tokens`` and ``--kv-cache-tokens`` (:data:`ENGINE_LIMIT_OPTIONS`)."""
+    return apply_options(fn, ENGINE_LIMIT_OPTIONS)
+
 
 def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
     return apply_options(fn, [
@@ -25,20 +50,7 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
                      help="First seed; results are reproducible."),
         click.option("--arrival-cv", type=click.FloatRange(0.05, 10), default=1.0, show_default=True,
                      help="Coefficient of variation of inter-arrival times: 1 Poisson, > 1 bursty (gamma)."),
-        click.option("--max-num-seqs", type=click.IntRange(1, MAX_BATCH_SIZE), metavar="N",
-                     help="Batch cap (vLLM max_num_seqs, SGLang --max-running-requests). Default: the workload "
-                     "file's deployment.max_batch_size (with -w), else the max_num_seqs a served calibration's "
-                     "servers ran with or a derived one was priced for (SGLang's SD options: at most 48, its "
-                     "limit under SD), else vLLM's default for the calibration's hardware "
-                     "(1024 on H100/H200/B200, 256 on A100/L40S, 128 on CPU)."),
-        click.option("--max-num-batched-tokens", type=click.IntRange(min=1), metavar="N",
-                     help="Token budget per step (decode tokens first, then prefill chunks). Default: the "
-                     "--max-num-batched-tokens a served calibration's servers ran with, else 8192."),
-        click.option("--kv-cache-tokens", type=click.FloatRange(min=1), metavar="TOKENS",
-                     help="KV cache capacity in tokens (vLLM: a running request holds its prompt and half its output "
-                     "on average; SGLang, TensorRT-LLM: prompt + output reserved). "
-                     "Default: the KV cache a served calibration's server of that draft length reported, "
-                     "else unlimited."),
+        *ENGINE_LIMIT_OPTIONS,
         click.option("--lengths-file", metavar="CSV",
                      help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight; requests "
                      "draw from it (the model uses its means)."),

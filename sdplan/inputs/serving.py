@@ -481,6 +481,26 @@ class LimitOptions:
     kv_cache_tokens: float | None = None
 
 
+#: What sets an option's batch cap: the KV cache's room for the workload's requests, or the engine's
+#: ``max_num_seqs`` (SGLang's ``--max-running-requests``, TensorRT-LLM's ``max_batch_size``).
+CAP_LIMITS = ("kv_cache", "max_num_seqs")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCap:
+    """The requests one option's engine keeps running at once, where that number comes from, and which limit sets
+    it (one of :data:`CAP_LIMITS`)."""
+
+    requests: int
+    source: str
+    limit: str
+
+    @property
+    def phrase(self) -> str:
+        """``batch cap of 213 sequences: KV cache of ...``, for warnings and answers."""
+        return f"batch cap of {self.requests:g} sequences: {self.source}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineLimits:
     """The engine limits one replica runs under, each with where it came from (a phrase for warnings).
@@ -500,8 +520,10 @@ class EngineLimits:
     max_num_seqs_source, max_num_batched_tokens_source, kv_cache_source, batch_cap_source : str
         Where each came from, as a phrase a warning can quote (e.g. ``the calibrated server's
         max_num_seqs``); ``kv_cache_source`` is empty for an unlimited cache.
+    batch_cap_limit : str
+        Which limit sets :attr:`batch_cap` (one of :data:`CAP_LIMITS`).
     option_caps : tuple
-        ``(k, cap, source)`` of each option with a cache of its own.
+        ``(k, BatchCap)`` of each option resolved on its own server.
     kv_hold : KvHold
         What one running request holds of the KV cache on average (the engine's rule).
     """
@@ -514,24 +536,31 @@ class EngineLimits:
     kv_cache_source: str
     batch_cap: int
     batch_cap_source: str
-    option_caps: tuple[tuple[int, int, str], ...] = ()
+    batch_cap_limit: str = "max_num_seqs"
+    option_caps: tuple[tuple[int, BatchCap], ...] = ()
     kv_hold: KvHold = KvHold()
+
+    def cap_of(self, draft_length: int) -> BatchCap:
+        """An option's cap (0: no SD): its own where one was resolved, else :attr:`batch_cap`."""
+        return next((cap for k, cap in self.option_caps if k == draft_length),
+                    BatchCap(self.batch_cap, self.batch_cap_source, self.batch_cap_limit))
+
+    def batch_caps(self, draft_lengths: Sequence[int]) -> tuple[BatchCap, ...]:
+        """:meth:`cap_of` no SD, then of each draft length, in that order."""
+        return tuple(self.cap_of(k) for k in (0, *draft_lengths))
 
     def caps(self, draft_lengths: Sequence[int]) -> list[float]:
         """Requests each option's engine holds at once, no SD first, then ``draft_lengths`` (for
-        :func:`sdplan.planning.planner.plan`): its own cap where one was resolved, else :attr:`batch_cap`."""
-        own = {k: cap for k, cap, _ in self.option_caps}
-        return [float(own.get(k, self.batch_cap)) for k in (0, *draft_lengths)]
+        :func:`sdplan.planning.planner.plan`)."""
+        return [float(cap.requests) for cap in self.batch_caps(draft_lengths)]
 
     def cap_phrase(self, draft_length: int) -> str:
         """An option's cap and where it comes from: ``batch cap of 213 sequences: KV cache of ...``."""
-        cap, source = next(((cap, source) for k, cap, source in self.option_caps if k == draft_length),
-                           (self.batch_cap, self.batch_cap_source))
-        return f"batch cap of {cap:g} sequences: {source}"
+        return self.cap_of(draft_length).phrase
 
     def cap_phrases(self, draft_lengths: Sequence[int]) -> tuple[str, ...]:
         """:meth:`cap_phrase` of no SD, then of each draft length, in that order."""
-        return tuple(self.cap_phrase(k) for k in (0, *draft_lengths))
+        return tuple(cap.phrase for cap in self.batch_caps(draft_lengths))
 
     def reached(self, batch: float) -> bool:
         """Whether a mean batch of ``batch`` requests (``B = lambda L``; ``inf`` past saturation) reaches the cap."""
@@ -636,14 +665,14 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
         batched, batched_source = DEFAULT_MAX_NUM_BATCHED_TOKENS, "sdplan's default max_num_batched_tokens"
     kv, kv_source = _kv_cache(calibration, given.kv_cache_tokens, draft_lengths)
     hold = kv_hold(calibration.records.provenance.engine, calibration.records.provenance.hardware)
-    cap, cap_source = seqs, seqs_source
+    cap = BatchCap(seqs, seqs_source, "max_num_seqs")
     if kv is not None:
         held = hold.running(kv, prompt_tokens, output_tokens)
         if held < seqs:
-            cap, cap_source = held, kv_source
+            cap = BatchCap(held, kv_source, "kv_cache")
     return EngineLimits(max_num_seqs=seqs, max_num_seqs_source=seqs_source, max_num_batched_tokens=batched,
                         max_num_batched_tokens_source=batched_source, kv_cache_tokens=kv, kv_cache_source=kv_source,
-                        batch_cap=cap, batch_cap_source=cap_source,
+                        batch_cap=cap.requests, batch_cap_source=cap.source, batch_cap_limit=cap.limit,
                         option_caps=tuple(
                             _option_cap(calibration, given.kv_cache_tokens, k, *((sd_seqs, sd_seqs_source) if k
                                                                                    else (seqs, seqs_source)),
@@ -652,8 +681,8 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
 
 
 def _option_cap(calibration: Calibration, given: float | None, draft_length: int, seqs: int, seqs_source: str,
-                prompt_tokens: float, output_tokens: float, hold: KvHold) -> tuple[int, int, str]:
-    """``(k, cap, source)``: the requests one option's engine keeps running, ``min(max_num_seqs, floor(KV / h))``.
+                prompt_tokens: float, output_tokens: float, hold: KvHold) -> tuple[int, BatchCap]:
+    """``(k, cap)``: the requests one option's engine keeps running, ``min(max_num_seqs, floor(KV / h))``.
 
     Its KV cache: the one given, else what its calibrated server reported, else what a derived calibration
     priced for it (:func:`derived_kv_cache_tokens`: no SD without the draft's memory), else unlimited. vLLM
@@ -666,10 +695,11 @@ def _option_cap(calibration: Calibration, given: float | None, draft_length: int
         served = served_kv_cache_tokens(calibration, draft_length)
         found = (served[0], f"KV cache of {served[0]:,.0f} tokens the calibrated {served[1]} server reported") \
             if served else derived_kv_cache_tokens(calibration, draft_length)
+    engine = BatchCap(seqs, seqs_source, "max_num_seqs")
     if found is None:
-        return draft_length, seqs, seqs_source
+        return draft_length, engine
     held = hold.running(found[0], prompt_tokens, output_tokens, draft_length)
-    return (draft_length, held, found[1]) if held < seqs else (draft_length, seqs, seqs_source)
+    return draft_length, (BatchCap(held, found[1], "kv_cache") if held < seqs else engine)
 
 
 def batch_cap_warning(limits: EngineLimits, where: str) -> str:

@@ -13,7 +13,7 @@ from sdplan.planning import planner
 from sdplan.planning.closed_loop_answer import closed_loop_plan
 
 if TYPE_CHECKING:
-    from sdplan.inputs.serving import EngineLimits
+    from sdplan.inputs.serving import BatchCap, EngineLimits
     from sdplan.latency.coefficients import Coefficients
     from sdplan.planning.scenario import Scenario
 
@@ -45,6 +45,8 @@ class CheckReport:
     #: What an unstable rate exceeds: ``saturation`` (1/C2), or the option's engine cap as a phrase
     #: (``the batch cap of 64 sequences: ...``, :meth:`sdplan.inputs.serving.EngineLimits.cap_phrase`).
     limit: str = "saturation"
+    #: The checked option's engine cap and what sets it (None: checked without engine limits).
+    batch_cap: BatchCap | None = None
     #: A closed loop's clients (``check --concurrency``), whose ``rate_rps`` is then the rate they complete;
     #: None for an open loop at ``rate_rps``.
     clients: int | None = None
@@ -136,6 +138,7 @@ def run_check(
         regime=str(model.regime(rho)),
         verdicts=tuple(evaluate(slos, point)),
         limit=limit,
+        batch_cap=None if limits is None else limits.cap_of(chosen),
     )
 
 
@@ -177,7 +180,8 @@ def run_closed_loop_check(scenario: Scenario, clients: int, mode: str, draft_len
     return CheckReport(
         rate_rps=rate, alpha=float(evaluated.alpha), mode=mode, draft_length=chosen, candidates=tuple(ks), point=point,
         batch=float(running), regime=regime, verdicts=tuple(evaluate(slos, point, stable=served)),
-        limit=f"the {evaluated.limits.cap_phrase(chosen)}", clients=clients, requests=result.requests)
+        limit=f"the {evaluated.limits.cap_phrase(chosen)}", batch_cap=evaluated.limits.cap_of(chosen), clients=clients,
+        requests=result.requests)
 
 
 def simulated_value(slo: SLO, summary: object, utilisation: float) -> float:

@@ -118,7 +118,7 @@ def plan_inputs(scenario: Scenario, *, largest_batch: float | None, best_draft_l
                        + load_warnings + identification_warnings(cal) + scenario.notes()),
         extrapolated=tuple(f"{name} {value:g}, measured {low:g}-{high:g}" for name, value, low, high
                            in cal.outside_measured(workload.prompt_tokens, workload.output_tokens)),
-        cap_phrases=scenario.limits.cap_phrases(scenario.draft_lengths),
+        batch_caps=scenario.limits.batch_caps(scenario.draft_lengths),
     )
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.acceptance import AcceptanceSpec, expected_tokens_per_cycle
-from sdplan.inputs.serving import batch_cap_warning
+from sdplan.inputs.serving import BatchCap, batch_cap_warning
 from sdplan.latency import knee, model
 from sdplan.latency import moe as moe_model
 from sdplan.latency.latency_grid import SolvedGrid, dense_grid, moe_grid, with_batch_caps
@@ -436,6 +436,11 @@ class PlanInputs:
     #: 95% intervals from the calibration's covariance (:class:`sdplan.planning.uncertainty.PlanIntervals`), if it has
     #: one.
     intervals: PlanIntervals | None = None
-    #: Each option's engine cap as a phrase, no SD first then the draft lengths (``batch cap of 256 sequences:
-    #: ...``), for the answer to say which limit a saturation is (:attr:`Plan.saturation_limit`).
-    cap_phrases: tuple[str, ...] = ()
+    #: Each option's engine cap, no SD first then the draft lengths, for the answer to say which limit a
+    #: saturation is (:attr:`Plan.saturation_limit`) and what sets it.
+    batch_caps: tuple[BatchCap, ...] = ()
+
+    @property
+    def cap_phrases(self) -> tuple[str, ...]:
+        """:attr:`batch_caps` as phrases (``batch cap of 256 sequences: ...``)."""
+        return tuple(cap.phrase for cap in self.batch_caps)

@@ -205,6 +205,8 @@ def check_document(answer: CheckAnswer) -> dict[str, Any]:
             "output_throughput_tok_s": point.throughput_tok_s if stable else None,
             "utilisation": point.utilisation,
             "effective_batch_size": finite_or_none(report.batch),
+            "batch_cap_sequences": None if report.batch_cap is None else report.batch_cap.requests,
+            "batch_cap_limit": None if report.batch_cap is None else report.batch_cap.limit,
         },
         "definitions": {"mean_ttft_s": _ttft_note(report), "mean_tpot_s": TPOT_NOTE,
                         "margin_pct": "headroom relative to the limit; negative when violated"},
@@ -287,6 +289,7 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
     """The answer of ``sdplan capacity`` as JSON."""
     cap, scenario = answer.capacity, answer.scenario
     c2 = cap.c2_past_knee_s
+    batch_caps = scenario.limits.batch_caps(cap.draft_lengths)
     options = []
     for index in range(len(cap.c1_s)):
         options.append({
@@ -300,6 +303,8 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
             "c1_s": float(cap.c1_s[index]),
             "c2_s": float(c2[index]),
             "saturation_rate_rps": finite_or_none(cap.saturation_rate_rps[index]),
+            "batch_cap_sequences": batch_caps[index].requests,
+            "batch_cap_limit": batch_caps[index].limit,
             "break_even_rate_rps": finite_or_none(cap.break_even_rate_rps[index - 1]) if index else None,
         })
     document: dict[str, Any] = {

@@ -95,6 +95,7 @@ def _fleet_document(item: ClientFleet | None) -> dict[str, Any] | None:
 def client_capacity_document(answer: ClientCapacityAnswer) -> dict[str, Any]:
     """The answer as JSON."""
     cap, scenario = answer.capacity, answer.scenario
+    batch_caps = scenario.limits.batch_caps(scenario.draft_lengths)
     options = []
     for index in range(len(cap.max_clients)):
         options.append({
@@ -106,6 +107,8 @@ def client_capacity_document(answer: ClientCapacityAnswer) -> dict[str, Any]:
             "min_clients": int(cap.min_clients[index]),
             "binding_slo": cap.binding_slo[index],
             "at_batch_cap": bool(cap.at_cap[index]),
+            "batch_cap_sequences": batch_caps[index].requests,
+            "batch_cap_limit": batch_caps[index].limit,
             "running_requests": int(cap.running[index]),
             "mean_e2e_latency_s": finite_or_none(cap.latency_s[index]),
             "mean_ttft_s": finite_or_none(cap.ttft_s[index]),

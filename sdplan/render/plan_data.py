@@ -39,6 +39,10 @@ DEFINITIONS = {
                         "included, at draft coverage c (share of steps with a draft): c E + (1 - c)",
     "speedup_lost_to_expert_coverage": "MoE only: speedup if verification routed only 1 + B tokens, minus "
     "the speedup with (1 + B)(k+1) routed tokens (extra experts loaded by the drafted tokens)",
+    "saturation_limit": "what sets saturation_rate_rps: compute (lambda C2 = 1) or cap (the batch reaches "
+    "batch_cap_sequences)",
+    "batch_cap_sequences": "requests the option's engine runs at once: the fewer of max_num_seqs and the "
+    "workload's requests its KV cache holds; batch_cap_limit says which (kv_cache or max_num_seqs)",
 }
 
 
@@ -124,7 +128,7 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
     g = plan.coefficients.output_tokens
     intervals = inputs.intervals
     results = [{"per_token_alpha": float(alpha),
-                "draft_lengths": [_per_k_entry(plan, intervals, ia, ik) for ik in range(len(plan.draft_lengths))],
+                "draft_lengths": [_per_k_entry(plan, inputs, ia, ik) for ik in range(len(plan.draft_lengths))],
                 "rates": [_rate_row(plan, intervals, ia, ir) for ir in range(len(plan.rates_rps))]}
                for ia, alpha in enumerate(plan.alphas)]
     return {
@@ -147,6 +151,7 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
             "c2_s": plan.baseline_c2_s,
             "saturation_rate_rps": finite_or_none(plan.baseline_saturation_rate_rps),
             "saturation_limit": plan.baseline_saturation_limit,
+            **_cap_fields(inputs, 0),
             "max_output_throughput_tok_s": finite_or_none(g * plan.baseline_saturation_rate_rps),
         },
         "intervals": None if intervals is None else {
@@ -158,8 +163,17 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
     }
 
 
-def _per_k_entry(plan: Plan, intervals: PlanIntervals | None, ia: int, ik: int) -> dict[str, Any]:
+def _cap_fields(inputs: PlanInputs, option: int) -> dict[str, Any]:
+    """An option's batch cap and the limit that sets it (option 0: no SD); none where the inputs carry no caps."""
+    if not inputs.batch_caps:
+        return {}
+    cap = inputs.batch_caps[option]
+    return {"batch_cap_sequences": cap.requests, "batch_cap_limit": cap.limit}
+
+
+def _per_k_entry(plan: Plan, inputs: PlanInputs, ia: int, ik: int) -> dict[str, Any]:
     """One draft length at one acceptance: its demand, saturation and break-even (with its interval)."""
+    intervals = inputs.intervals
     g = plan.coefficients.output_tokens
     c1, c2 = float(plan.c1_s[ia, ik]), float(plan.c2_s[ia, ik])
     entry: dict[str, Any] = {
@@ -171,6 +185,7 @@ def _per_k_entry(plan: Plan, intervals: PlanIntervals | None, ia: int, ik: int) 
         "zero_load_speedup": plan.baseline_c1_s / c1,
         "saturation_rate_rps": finite_or_none(plan.saturation_rate_rps[ia, ik]),
         "saturation_limit": str(plan.saturation_limit[ia, ik]),
+        **_cap_fields(inputs, ik + 1),
         "max_output_throughput_tok_s": finite_or_none(g * plan.saturation_rate_rps[ia, ik]),
         "break_even_rate_rps": finite_or_none(plan.break_even_rate_rps[ia, ik]),
         "sd_faster": _sd_faster(float(plan.break_even_rate_rps[ia, ik]), bool(plan.sd_faster_below_break_even[ia, ik])),
