@@ -32,14 +32,17 @@ measured:
 * **open-loop rate** (vLLM blog 2024-10-17, Figures 5-7). Latency ratio of no SD to SD at each rate,
   from :func:`sdplan.planning.planner.plan`.
 
-Only the speculators sweep states its acceptance (at every point: its ``E`` is used, and every point is a
-prediction). The other sources state none, and the blog no lengths. So each of their series is anchored at
-its lowest load only: ``E`` (tokens per cycle) is solved so that the model reproduces the measured ratio at the
-smallest batch (lowest rate); for the blog also the output length, so that the no-SD latency at the lowest rate is
-the measured one. Every other point (larger batches; rates 2-10 req/s) is a prediction, and is
-what the summary scores: the error of the predicted ratio, the sign (SD faster or slower), and the
-crossover rate where the source has one. It then asks what the errors cost a user who follows the model: at
-each predicted load of a panel (the options a source measured side by side: no SD and each method or draft
+The speculators sweep states its acceptance (at every point: its ``E`` is used, and every point is a prediction).
+SpecDecode-Bench published its Llama-3.1-8B runs' EAGLE-3 and n-gram acceptance at every output position (its
+simulator's traces, ``TRACES``): those series are priced request by request at each request's own lengths and
+acceptance and scored as the source plots them, the mean of the requests' throughputs
+(:func:`traced_closed_loop`), every point a prediction. The other sources state none, and the blog no lengths. So
+each of their series is anchored at its lowest load only: ``E`` (tokens per cycle) is solved so that the model
+reproduces the measured ratio at the smallest batch (lowest rate); for the blog also the output length, so that
+the no-SD latency at the lowest rate is the measured one. Every other point (larger batches; rates 2-10 req/s) is
+a prediction, and is what the summary scores: the error of the predicted ratio, the sign (SD faster or slower),
+and the crossover rate where the source has one. It then asks what the errors cost a user who follows the model:
+at each predicted load of a panel (the options a source measured side by side: no SD and each method or draft
 length on one model and dataset), the option of the largest predicted ratio against the measured best, and the
 measured ratio given up (the regret).
 
@@ -62,6 +65,8 @@ that breaks the schema is refused with each problem on a line (exit 2), as ``sd_
 from __future__ import annotations
 
 import argparse
+import csv
+import functools
 import json
 import math
 import sys
@@ -71,6 +76,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ngram_coverage import DATASETS as TRACE_DATASETS
+from ngram_coverage import MATCHING_PROBABILITY
 from sd_measured_data import check_file, point_load, point_tokens_per_cycle, series_tokens_per_cycle
 
 from sdplan.calibration import parse_calibration, resolve_calibration
@@ -114,10 +121,12 @@ NGRAM_DRAFT_COVERAGE = {
     ("sharegpt", 3): 0.328, ("sharegpt", 4): 0.314, ("sharegpt", 5): 0.306,
     ("instructcoder", 3): 0.874, ("instructcoder", 4): 0.867, ("instructcoder", 5): 0.861,
 }
-#: (dataset, k) -> n-gram tokens per cycle (cycles without a draft included) in the same traces: a check of the
-#: ``E`` each series is anchored at (Llama-3.1-8B only; the traces are its outputs).
-NGRAM_TRACE_TOKENS_PER_CYCLE = {("gsm8k", 3): 1.164, ("cnn_dailymail", 3): 1.334, ("sharegpt", 3): 1.395,
-                                ("instructcoder", 3): 2.028, ("instructcoder", 5): 2.289}
+#: SpecDecode-Bench's acceptance traces of Llama-3.1-8B, one row a request (``ngram_coverage.py --summary``):
+#: the source's own acceptance for its Llama-3.1-8B EAGLE-3 and n-gram series, priced request by request
+#: (:func:`traced_closed_loop`).
+TRACES = Path(__file__).resolve().parent / "data" / "sd-measured" / "specdecode_bench_llama3.1-8b_traces.csv"
+#: The source whose Llama-3.1-8B runs the traces are of, and the proposers and draft lengths they cover.
+TRACED_SOURCE, TRACED_METHODS, TRACED_LENGTHS = "specdecode_bench_2601.11580", ("eagle3", "ngram"), (3, 5)
 
 LLAMA_8B, LLAMA_70B = "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct"
 #: Qwama-0.5B (turboderp/Qwama-0.5B-Instruct): Qwen2-0.5B's shapes with Llama-3's vocabulary (its config.json).
@@ -185,6 +194,8 @@ class Point:
 _CACHE: dict[str, Any] = {}
 #: series id -> the tokens per cycle ``E`` it was anchored at (closed loop).
 ANCHORED: dict[str, float] = {}
+#: series id -> (requests, tokens per cycle over all of them, the requests' mean) of a series priced from traces.
+TRACED_E: dict[str, tuple[int, float, float]] = {}
 
 
 def calibration_of(setup: Setup) -> Any:
@@ -532,6 +543,63 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: t
     return points
 
 
+@functools.cache
+def trace_rows() -> tuple[dict[str, str], ...]:
+    """The rows of :data:`TRACES`."""
+    with TRACES.open(newline="", encoding="utf-8") as file:
+        return tuple(csv.DictReader(file))
+
+
+def traced_requests(source_id: str, series: dict[str, Any], dataset: str) -> list[dict[str, str]] | None:
+    """The traced requests a series of :data:`TRACED_SOURCE` ran (Llama-3.1-8B, EAGLE-3 or n-gram, k = 3 or 5, a
+    traced dataset), else None."""
+    if (source_id != TRACED_SOURCE or series["target_model"] != LLAMA_8B
+            or series["draft"]["method"] not in TRACED_METHODS or int(series["draft"]["k_tokens"]) not in TRACED_LENGTHS
+            or series["mode"] != "closed_loop_batch" or "batch" not in series["points"][0]):
+        return None
+    return [row for row in trace_rows() if row["dataset"] == dataset] or None
+
+
+def traced_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
+                       requests: list[dict[str, str]]) -> list[Point]:
+    """Throughput ratios of a static-batch series priced request by request from the source's own traces.
+
+    SpecDecode-Bench times each dataset prompt as ``B`` copies of it, one prompt after another
+    (``scripts/bench_latency.py``), and plots the mean over prompts of each prompt's throughput, with SD over
+    without (``scripts/vis_speedup.py``, ``compute_throughput``). So each traced request is priced at its own
+    prompt and output, the plain output for no SD and the proposer's run for SD, and at the tokens per cycle its
+    trace gives at the series' ``k`` (an n-gram request at its own draft coverage, with the authors' matching
+    probability, ``ngram_coverage.py``); the ratio is of the means. No point is an anchor. The traces hold every
+    request the simulator kept (300-500 a dataset), the runs the first 100 that stopped by themselves: which
+    ones is not recorded."""
+    k, method = int(series["draft"]["k_tokens"]), series["draft"]["method"]
+    matching = {TRACE_DATASETS[name]: m for name, m in MATCHING_PROBABILITY.items()}
+    base_cap, sd_cap = (math.inf if cap is None else cap for cap in engine_caps(series))
+    priced = []
+    for row in requests:
+        prompt, plain = float(row["prompt_tokens"]), float(row["output_tokens"])
+        if method == "eagle3":
+            output, coverage = float(row["eagle3_output_tokens"]), 1.0
+            cycles = float(row[f"eagle3_cycles_k{k}"])
+        else:
+            output, cycles = plain, float(row[f"ngram_cycles_k{k}"])
+            matched = float(row[f"ngram_matched_cycles_k{k}"])
+            coverage = (matched + matching[row["dataset"]] * (cycles - matched)) / cycles
+        with_sd = replace(calibration.coefficients_at(prompt, output), draft_coverage=coverage)
+        priced.append((calibration.coefficients_at(prompt, plain), with_sd, output / cycles, output, cycles))
+    TRACED_E[series["id"]] = (len(priced), sum(p[3] for p in priced) / sum(p[4] for p in priced),
+                              float(np.mean([p[2] for p in priced])))
+    points = []
+    for point in series["points"]:
+        batch = float(point["batch"])
+        base_running, running = min(batch, base_cap), min(batch, sd_cap)
+        without = np.mean([base_running * c.output_tokens / decode_time(c, k, 1.0, base_running)[0]
+                           for c, *_ in priced])
+        with_sd = np.mean([running * c.output_tokens / decode_time(c, k, e, running)[1] for _, c, e, *_ in priced])
+        points.append(Point(series["id"], setup, batch, measured_ratio(point), float(with_sd / without), False))
+    return points
+
+
 def steady_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
                        lengths: tuple[str, float, float]) -> list[Point]:
     """Throughput ratios at each concurrency as ``sdplan plan --concurrency`` prices a closed loop: the steady
@@ -804,7 +872,9 @@ def main(argv: list[str] | None = None) -> int:
                     crossings.append((series["id"], *crossed, "req/s" if series["mode"] == "open_loop_rate" else
                                       "clients"))
             elif closed:
-                found = at_source_loads(closed_loop(replica, calibration, label, lengths), series)
+                requests = traced_requests(source["id"], series, lengths[0]) if replicas == 1 else None
+                found = at_source_loads(closed_loop(replica, calibration, label, lengths) if requests is None else
+                                        traced_closed_loop(replica, calibration, label, requests), series)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
                 if crossed != (None, None):
                     crossings.append((series["id"], *crossed, "batch"))
@@ -824,8 +894,10 @@ def main(argv: list[str] | None = None) -> int:
             priced = setup.spec if isinstance(setup.spec, str) else "derived"
             tp = series["hardware"]["tensor_parallel"]
             shared = f"; {replicas} replicas of TP{tp}, each priced at its share of the load" if replicas > 1 else ""
-            print(f"{source['id']}/{series['id']} ({priced}; {lengths[1]:.4g} prompt / {lengths[2]:.4g} output tokens"
-                  f"{shared})")
+            traced = TRACED_E.get(series["id"])
+            shape = (f"{traced[0]} traced requests, each at its own lengths and acceptance" if traced else
+                     f"{lengths[1]:.4g} prompt / {lengths[2]:.4g} output tokens")
+            print(f"{source['id']}/{series['id']} ({priced}; {shape}{shared})")
             print("  load " + " ".join(f"{p.load:>7g}" for p in found))
             print("  meas " + " ".join(f"{p.measured:7.3f}" for p in found))
             print("  pred " + " ".join(f"{p.predicted:7.3f}" for p in found))
@@ -860,16 +932,11 @@ def main(argv: list[str] | None = None) -> int:
         last = [p.error_pct for p in group if p.load == max(q.load for q in group)]
         print(f"    {key:28s} {int((np.abs(errs) <= 10).sum()):3d}/{len(group):<3d} MAPE {np.mean(np.abs(errs)):5.1f}% "
               f"bias {np.mean(errs):+6.1f}%  at the largest load {np.mean(last):+6.1f}%")
-    traced_lines = []
-    for (dataset, k), traced in NGRAM_TRACE_TOKENS_PER_CYCLE.items():
-        name = f"_llama3.1-8b_{dataset}_ngram" + ("_k5" if k == 5 else "")
-        anchored = next((e for sid, e in ANCHORED.items() if sid.endswith(name)), None)
-        if anchored is not None:
-            traced_lines.append(f"    {dataset:14s} k={k}: anchored {anchored:.3f}, traces {traced:.3f} "
-                                f"({anchored / traced - 1:+.1%})")
-    if traced_lines:
-        print("  n-gram E anchored at batch 1 against SpecDecode-Bench's Llama-3.1-8B traces (tokens per cycle):")
-        print("\n".join(traced_lines))
+    if TRACED_E:
+        print("  acceptance from SpecDecode-Bench's Llama-3.1-8B traces, request by request (every point a "
+              "prediction): tokens per cycle over all tokens and cycles, and the requests' mean")
+        for series_id, (requests, pooled, mean) in TRACED_E.items():
+            print(f"    {series_id:45s} {requests:4d} requests  E {pooled:.3f}  (mean {mean:.3f})")
     for name, measured, predicted, unit in crossings:
         print(f"  crossover {name}: measured below 1 from {unit} {measured}, predicted from {unit} {predicted}")
     print_decisions(scored, source_of)

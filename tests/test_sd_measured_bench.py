@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import datetime
 import json
 import re
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sdplan.calibration import parse_calibration
+from sdplan.calibration import parse_calibration, resolve_calibration
 from sdplan.latency.model import step_times
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -390,3 +391,40 @@ def test_a_series_that_says_its_engines_running_limit_is_priced_with_it_for_both
     refused = _run("--data", str(_source(tmp_path, "team_bad_limit", [bad])))
     assert refused.returncode == 2 and "engine.max_running_requests must be a positive integer" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_the_sources_traced_llama_runs_are_priced_request_by_request_at_their_own_acceptance(tmp_path: Path) -> None:
+    """SpecDecode-Bench's Llama-3.1-8B EAGLE-3 and n-gram series are priced from its traces: each request at its own
+    prompt, output and tokens per cycle, the ratio of the means of the requests' throughputs (how its
+    vis_speedup.py plots them), and no point is an anchor, batch 1 included."""
+    shipped = json.loads((BENCHMARKS / "data" / "sd-measured" / "specdecode_bench_2601.11580.json").read_text())
+    kept = [s for s in shipped["series"]
+            if s["id"] in ("fig1a_llama3.1-8b_gsm8k_eagle3", "fig1a_llama3.1-8b_gsm8k_eagle")]
+    path = tmp_path / "specdecode_bench_2601.11580.json"
+    path.write_text(json.dumps(shipped | {"series": kept}))
+    found = _run("--data", str(path), "--json", str(tmp_path / "points.json"))
+    assert found.returncode == 0, found.stderr
+    assert "fig1a_llama3.1-8b_gsm8k_eagle3 (h100-sxm_llama-3.1-8b_eagle3_derived; 300 traced requests" in found.stdout
+    points = json.loads((tmp_path / "points.json").read_text())
+    traced = [p for p in points if p["series"].endswith("_eagle3")]
+    assert len(traced) == 4 and not any(p["anchor"] for p in traced)
+    # the EAGLE-1 series has no trace: anchored at batch 1 as before
+    assert [p["anchor"] for p in points if p["series"].endswith("_eagle")] == [True, False, False, False]
+    with (BENCHMARKS / "data" / "sd-measured" / "specdecode_bench_llama3.1-8b_traces.csv").open() as file:
+        requests = [row for row in csv.DictReader(file) if row["dataset"] == "gsm8k"]
+    calibration = resolve_calibration("h100-sxm_llama-3.1-8b_eagle3_derived")
+
+    def throughput(batch: float, prompt: float, output: float, cycles: float | None) -> float:
+        coefficients = calibration.coefficients_at(prompt, output)
+        plain, speculative = step_times(coefficients, [3], np.asarray([batch]))[0]
+        prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
+        return batch * output / (prefill + (output - 1.0 if cycles is None else cycles) *
+                                 (plain if cycles is None else speculative))
+
+    for point in traced:
+        batch = point["load"]
+        with_sd = np.mean([throughput(batch, float(r["prompt_tokens"]), float(r["eagle3_output_tokens"]),
+                                      float(r["eagle3_cycles_k3"])) for r in requests])
+        without = np.mean([throughput(batch, float(r["prompt_tokens"]), float(r["output_tokens"]), None)
+                           for r in requests])
+        assert point["predicted"] == pytest.approx(with_sd / without, rel=1e-9)
