@@ -310,6 +310,8 @@ def test_the_json_answers_name_the_limit_that_sets_each_options_cap(sdplan) -> N
             for option in capacity["options"]}
     assert caps == {"off": (baseline["batch_cap_sequences"], "kv_cache")} | {
         f"k={option['draft_length_tokens']}": (option["batch_cap_sequences"], "kv_cache") for option in options}
+    closed = json.loads(sdplan("plan", "-c", DERIVED, "-k", "1-3", "--concurrency", "1,400", "-f", "json").stdout)
+    assert list(zip(closed["batch_caps_sequences"], closed["batch_cap_limits"])) == list(caps.values())
     for load, option in ((("--rate", "5"), "k=3"), (("--concurrency", "400"), "k=3"), (("--rate", "5"), "off")):
         result = sdplan("check", "-c", DERIVED, *load, "--draft-length", option.removeprefix("k="),
                         "--slo", "e2e:mean<=60s", "-f", "json")

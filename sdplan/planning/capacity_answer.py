@@ -25,7 +25,7 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.methods import draft_weights
-from sdplan.inputs.serving import KV_CACHE_DTYPE_NAMES, batch_cap_warning
+from sdplan.inputs.serving import KV_CACHE_DTYPE_NAMES, BatchCap, batch_cap_warning
 from sdplan.inputs.slo import SLO, resolve_slos
 from sdplan.latency import model
 from sdplan.limits import check_grid, check_simulation
@@ -347,14 +347,17 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
     return EngineConfigAnswer(engine=engine, method=method, schedule=schedule, config=config, notes=tuple(notes))
 
 
-def reach_note(scenario: Scenario, schedule: EngineSchedule) -> str:
-    """Why the schedule's sizes past ``schedule.reachable`` keep its k: the option's cap and its source."""
+def widest_sd_cap(scenario: Scenario) -> BatchCap:
+    """The largest batch cap among the SD options of the server that runs them: the largest batch it forms."""
     limits = scenario.limits_for(list(scenario.draft_lengths))
-    caps = limits.caps(scenario.draft_lengths)[1:]
-    widest = scenario.draft_lengths[caps.index(max(caps))]
+    return max(limits.batch_caps(scenario.draft_lengths)[1:], key=lambda cap: cap.requests)
+
+
+def reach_note(scenario: Scenario, schedule: EngineSchedule) -> str:
+    """Why the schedule's sizes past ``schedule.reachable`` keep its k: the cap and its source."""
     return (f"batch sizes {schedule.reachable + 1}-{schedule.max_num_seqs} keep the k of {schedule.reachable}: "
             f"with SD the engine holds about that many requests of {scenario.workload.prompt_tokens:,} + "
-            f"{scenario.workload.output_tokens:,} tokens at once ({limits.cap_phrase(widest)})")
+            f"{scenario.workload.output_tokens:,} tokens at once ({widest_sd_cap(scenario).phrase})")
 
 
 def draft_serving(calibration: Calibration) -> export.DraftServing:
@@ -398,8 +401,7 @@ def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSche
     nothing sets it, :func:`sdplan.inputs.serving.resolve_limits`), merged so k does not flap. Sizes past the
     largest batch an SD option's KV cache holds keep that size's k (:func:`engine_schedule`)."""
     candidates = scenario.draft_lengths
-    limits = scenario.limits_for(list(candidates))
-    cap = limits.max_num_seqs
+    cap = scenario.limits_for(list(candidates)).max_num_seqs
     check_grid(cap * len(candidates), f"{cap} batch sizes x {len(candidates)} draft lengths",
                "lower --max-num-seqs or give fewer --draft-lengths")
     if min_k > max(candidates):
@@ -407,7 +409,7 @@ def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSche
     goodput = goodput_per_size(scenario.coefficients, candidates, scenario.alpha, cap,
                                tokens_per_cycle=scenario.tokens_per_cycle[0], moe=scenario.moe)
     return engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k,
-                           reachable=int(max(limits.caps(candidates)[1:])))
+                           reachable=widest_sd_cap(scenario).requests)
 
 
 def _warnings(scenario: Scenario, table: Capacity, simulated: bool, slos: list[SLO]) -> list[str]:

@@ -35,6 +35,8 @@ DEFINITIONS = {
     "running_requests": "requests the option's engine runs at once: N, or its batch cap (max_num_seqs or what "
                         "its KV cache holds) where the clients are more",
     "waiting_requests": "clients whose request waits for admission: N - running",
+    "batch_caps_sequences": "each option's batch cap, no SD first, then each draft length; batch_cap_limits says "
+                            "which limit sets it (kv_cache or max_num_seqs), batch_caps where it comes from",
     "mean_e2e_latency_s": "C1 + f (N' - 1) C2 at N' running (the demands past the compute-bound knee there), "
                           "times N/N' where clients wait for admission",
     "mean_ttft_s": "the prefill and the mixed step with f (N' - 1) others, plus the wait for admission",
@@ -188,6 +190,8 @@ def closed_loop_document(answer: ClosedLoopAnswer) -> dict[str, Any]:
         "definitions": dict(DEFINITIONS),
         "run_requests": plan.requests,
         "batch_caps": list(inputs.cap_phrases),
+        "batch_caps_sequences": [cap.requests for cap in inputs.batch_caps],
+        "batch_cap_limits": [cap.limit for cap in inputs.batch_caps],
         "warnings": list(inputs.warnings),
         "extrapolated": list(inputs.extrapolated),
         "results": [{"per_token_alpha": float(alpha),
