@@ -36,7 +36,7 @@ from sdplan.render.answer import (
 )
 from sdplan.render.closed_loop import DEFINITIONS as CLOSED_LOOP_DEFINITIONS
 from sdplan.render.plan import METHOD_LABELS
-from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE
+from sdplan.render.plan_data import TPOT_NOTE, TTFT_NOTE, cap_fields
 from sdplan.render.plots import file_bars, terminal_bars
 from sdplan.units import finite_or_none
 
@@ -205,8 +205,7 @@ def check_document(answer: CheckAnswer) -> dict[str, Any]:
             "output_throughput_tok_s": point.throughput_tok_s if stable else None,
             "utilisation": point.utilisation,
             "effective_batch_size": finite_or_none(report.batch),
-            "batch_cap_sequences": None if report.batch_cap is None else report.batch_cap.requests,
-            "batch_cap_limit": None if report.batch_cap is None else report.batch_cap.limit,
+            **cap_fields(report.batch_cap),
         },
         "definitions": {"mean_ttft_s": _ttft_note(report), "mean_tpot_s": TPOT_NOTE,
                         "margin_pct": "headroom relative to the limit; negative when violated"},
@@ -303,8 +302,7 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
             "c1_s": float(cap.c1_s[index]),
             "c2_s": float(c2[index]),
             "saturation_rate_rps": finite_or_none(cap.saturation_rate_rps[index]),
-            "batch_cap_sequences": batch_caps[index].requests,
-            "batch_cap_limit": batch_caps[index].limit,
+            **cap_fields(batch_caps[index]),
             "break_even_rate_rps": finite_or_none(cap.break_even_rate_rps[index - 1]) if index else None,
         })
     document: dict[str, Any] = {

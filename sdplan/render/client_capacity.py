@@ -33,6 +33,7 @@ from sdplan.render.check import (
     print_fleet,
     scenario_document,
 )
+from sdplan.render.plan_data import cap_fields
 from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
@@ -107,8 +108,7 @@ def client_capacity_document(answer: ClientCapacityAnswer) -> dict[str, Any]:
             "min_clients": int(cap.min_clients[index]),
             "binding_slo": cap.binding_slo[index],
             "at_batch_cap": bool(cap.at_cap[index]),
-            "batch_cap_sequences": batch_caps[index].requests,
-            "batch_cap_limit": batch_caps[index].limit,
+            **cap_fields(batch_caps[index]),
             "running_requests": int(cap.running[index]),
             "mean_e2e_latency_s": finite_or_none(cap.latency_s[index]),
             "mean_ttft_s": finite_or_none(cap.ttft_s[index]),

@@ -15,6 +15,7 @@ from sdplan.render import JSON_SCHEMA_VERSION
 from sdplan.units import finite_or_none
 
 if TYPE_CHECKING:
+    from sdplan.inputs.serving import BatchCap
     from sdplan.planning.planner import Plan, PlanInputs
     from sdplan.planning.uncertainty import PlanIntervals
 
@@ -163,12 +164,15 @@ def plan_document(plan: Plan, inputs: PlanInputs) -> dict[str, Any]:
     }
 
 
+def cap_fields(cap: BatchCap | None) -> dict[str, Any]:
+    """An option's batch cap and the limit that sets it, as every JSON answer names them (null: no engine limits)."""
+    return {"batch_cap_sequences": None if cap is None else cap.requests,
+            "batch_cap_limit": None if cap is None else cap.limit}
+
+
 def _cap_fields(inputs: PlanInputs, option: int) -> dict[str, Any]:
-    """An option's batch cap and the limit that sets it (option 0: no SD); none where the inputs carry no caps."""
-    if not inputs.batch_caps:
-        return {}
-    cap = inputs.batch_caps[option]
-    return {"batch_cap_sequences": cap.requests, "batch_cap_limit": cap.limit}
+    """:func:`cap_fields` of an option (0: no SD); none where the inputs carry no caps."""
+    return cap_fields(inputs.batch_caps[option]) if inputs.batch_caps else {}
 
 
 def _per_k_entry(plan: Plan, inputs: PlanInputs, ia: int, ik: int) -> dict[str, Any]:
