@@ -586,16 +586,19 @@ def traced_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
             matched = float(row[f"ngram_matched_cycles_k{k}"])
             coverage = (matched + matching[row["dataset"]] * (cycles - matched)) / cycles
         with_sd = replace(calibration.coefficients_at(prompt, output), draft_coverage=coverage)
-        priced.append((calibration.coefficients_at(prompt, plain), with_sd, output / cycles, output, cycles))
-    TRACED_E[series["id"]] = (len(priced), sum(p[3] for p in priced) / sum(p[4] for p in priced),
-                              float(np.mean([p[2] for p in priced])))
+        priced.append((calibration.coefficients_at(prompt, plain), with_sd, cycles))
+    outputs = np.array([c.output_tokens for _, c, _ in priced])
+    cycles_each = np.array([n for _, _, n in priced])
+    TRACED_E[series["id"]] = (len(priced), float(outputs.sum() / cycles_each.sum()),
+                              float(np.mean(outputs / cycles_each)))
     points = []
     for point in series["points"]:
         batch = float(point["batch"])
         base_running, running = min(batch, base_cap), min(batch, sd_cap)
         without = np.mean([base_running * c.output_tokens / decode_time(c, k, 1.0, base_running)[0]
-                           for c, *_ in priced])
-        with_sd = np.mean([running * c.output_tokens / decode_time(c, k, e, running)[1] for _, c, e, *_ in priced])
+                           for c, _, _ in priced])
+        with_sd = np.mean([running * c.output_tokens / decode_time(c, k, c.output_tokens / n, running)[1]
+                           for _, c, n in priced])
         points.append(Point(series["id"], setup, batch, measured_ratio(point), float(with_sd / without), False))
     return points
 
