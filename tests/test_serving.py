@@ -16,8 +16,11 @@ from sdplan.calibration import load_calibration, resolve_calibration
 from sdplan.errors import ExitStatus, InvalidValueError
 from sdplan.fileio import dumps_toml
 from sdplan.inputs.serving import (
+    BatchCap,
     EngineLimits,
+    KvHold,
     LimitOptions,
+    batch_cap,
     batch_cap_warning,
     derived_prefill_scheduling,
     engine_batch_cap,
@@ -54,7 +57,7 @@ def test_without_flag_or_file_a_served_calibration_gives_what_its_servers_ran_wi
     # the no-SD server (87,296 tokens) and the longest draft length's (k4: 74,880): the smallest
     assert resolved.kv_cache_tokens == 74_880 and "calibrated k4 server" in resolved.kv_cache_source
     assert resolved.max_num_batched_tokens == 8192  # its servers were not given --max-num-batched-tokens
-    assert resolved.batch_cap == 128  # 74,880 tokens hold 390 requests of 192 tokens
+    assert resolved.batch_cap.requests == 128  # 74,880 tokens hold 390 requests of 192 tokens
     no_sd = limits(load_calibration(SERVED), draft_lengths=(0,))
     assert no_sd.kv_cache_tokens == 87_296 and "calibrated nosd server" in no_sd.kv_cache_source
 
@@ -62,9 +65,10 @@ def test_without_flag_or_file_a_served_calibration_gives_what_its_servers_ran_wi
 def test_the_workload_file_wins_over_the_served_calibration(tmp_path: Path) -> None:
     file = workload_file(tmp_path, max_batch_size=32)
     resolved = limits(load_calibration(SERVED), file)
-    assert resolved.max_num_seqs == resolved.batch_cap == 32
+    assert resolved.max_num_seqs == resolved.batch_cap.requests == 32
     assert resolved.max_num_seqs_source == f"deployment.max_batch_size of {file.path}"
-    assert resolved.batch_cap_source == resolved.max_num_seqs_source
+    assert resolved.batch_cap.source == resolved.max_num_seqs_source
+    assert resolved.batch_cap.limit == "max_num_seqs"
 
 
 def test_the_flag_wins_over_the_workload_file(tmp_path: Path) -> None:
@@ -74,10 +78,11 @@ def test_the_flag_wins_over_the_workload_file(tmp_path: Path) -> None:
     # vLLM on a CPU fills 128-token blocks as requests run: a request of 128 + 64 tokens holds 128 + 32 and half a
     # block on average, so 2,000 tokens keep 8 running (10 if each reserved its whole output), and the KV budget
     # sets the batch cap, and says so
-    assert resolved.batch_cap == 2000 // (128 + 64 / 2 + 128 / 2) == 8
-    assert resolved.batch_cap_source == "KV budget of 2000 tokens"
+    assert resolved.batch_cap.requests == 2000 // (128 + 64 / 2 + 128 / 2) == 8
+    assert resolved.batch_cap.source == "KV budget of 2000 tokens"
+    assert resolved.batch_cap.limit == "kv_cache"
     unlimited = limits(load_calibration(SERVED), kv_cache_tokens=float("inf"))
-    assert unlimited.kv_cache_tokens is None and unlimited.batch_cap == 128
+    assert unlimited.kv_cache_tokens is None and unlimited.batch_cap.requests == 128
 
 
 @pytest.mark.parametrize(("name", "expected"), [
@@ -86,7 +91,7 @@ def test_the_flag_wins_over_the_workload_file(tmp_path: Path) -> None:
 ])
 def test_otherwise_vllms_default_for_the_calibrations_hardware(name: str, expected: int) -> None:
     resolved = limits(resolve_calibration(name))
-    assert resolved.max_num_seqs == resolved.batch_cap == expected
+    assert resolved.max_num_seqs == resolved.batch_cap.requests == expected
     assert resolved.max_num_seqs_source.startswith("vLLM's default max_num_seqs on ")
     assert resolved.kv_cache_tokens is None and resolved.max_num_batched_tokens == 8192
 
@@ -103,13 +108,13 @@ def test_a_derived_calibration_gives_what_it_was_priced_for(tmp_path: Path) -> N
                                         "calibration was priced with")
     # long requests: the priced KV cache holds fewer than max_num_seqs of them, and the cap says so
     long = limits(calibration, prompt=8192, output=1024)
-    assert long.batch_cap == derivation["kv_cache_tokens"] // (8192 + 1024 / 2 + 16 / 2) < 1024
-    assert long.batch_cap_source == long.kv_cache_source
+    assert long.batch_cap.requests == derivation["kv_cache_tokens"] // (8192 + 1024 / 2 + 16 / 2) < 1024
+    assert long.batch_cap.source == long.kv_cache_source
     # the workload file and the flags still win
     filed = limits(calibration, workload_file(tmp_path, max_batch_size=32))
     assert filed.max_num_seqs == 32 and filed.max_num_seqs_source.startswith("deployment.max_batch_size")
     given = limits(calibration, max_num_seqs=8, kv_cache_tokens=float("inf"))
-    assert (given.max_num_seqs, given.kv_cache_tokens, given.batch_cap) == (8, None, 8)
+    assert (given.max_num_seqs, given.kv_cache_tokens, given.batch_cap.requests) == (8, None, 8)
 
 
 def test_a_served_calibrations_token_budget_and_default_cap(tmp_path: Path) -> None:
@@ -124,9 +129,21 @@ def test_a_served_calibrations_token_budget_and_default_cap(tmp_path: Path) -> N
     assert resolved.max_num_seqs == 96 and "default" in resolved.max_num_seqs_source
 
 
+def test_a_cap_is_named_after_the_smaller_limit_and_an_sd_option_holds_its_lookahead() -> None:
+    hold = KvHold(output_share=0.5)  # allocated as it runs: the prompt and half the output on average
+    seqs = (64, "the max_num_seqs given")
+    engine = BatchCap(64, "the max_num_seqs given", "max_num_seqs")
+    assert batch_cap(hold, seqs, None, P, G) == batch_cap(hold, seqs, (1e9, "a big cache"), P, G) == engine
+    exact = 64 * (P + G / 2)  # holds max_num_seqs requests exactly: a tie names the engine's limit
+    assert batch_cap(hold, seqs, (exact, "the cache"), P, G) == engine
+    assert batch_cap(hold, seqs, (exact, "the cache"), P, G, lookahead=3) == BatchCap(
+        int(exact // (P + G / 2 + 3)), "the cache", "kv_cache")
+    assert batch_cap(hold, seqs, (P + G - 1, "the cache"), P, G).requests == 0
+
+
 def test_a_workload_that_does_not_fit_the_kv_cache_is_refused() -> None:
     resolved = limits(load_calibration(SERVED), prompt=80_000, output=10_000)
-    assert resolved.batch_cap == 0
+    assert resolved.batch_cap.requests == 0
     with pytest.raises(InvalidValueError, match="does not fit the KV cache of 74,880 tokens"):
         resolved.require_fit(90_000)
 
@@ -216,11 +233,11 @@ def test_a_vllm_kv_cap_warns_that_its_preemptions_are_not_priced() -> None:
     """vLLM fills its KV cache as requests run and preempts when it is full; the model does not price that churn."""
     calibration = resolve_calibration(DERIVED)
     by_cache = limits(calibration, prompt=8192, output=1024)
-    assert by_cache.batch_cap_source == by_cache.kv_cache_source
+    assert by_cache.batch_cap.source == by_cache.kv_cache_source
     assert "preempts running requests, whose tokens are computed again: not priced" in batch_cap_warning(
         by_cache, "at 3 req/s")
     by_seqs = limits(calibration, max_num_seqs=8)
-    assert by_seqs.batch_cap == 8 and "preempts" not in batch_cap_warning(by_seqs, "at 3 req/s")
+    assert by_seqs.batch_cap.requests == 8 and "preempts" not in batch_cap_warning(by_seqs, "at 3 req/s")
 
 
 def engine_file(tmp_path: Path, engine: str, name: str = "h100-sxm_llama-3.1-8b_eagle3_derived") -> Any:
@@ -243,7 +260,7 @@ def test_sglang_runs_at_most_48_requests_under_speculative_decoding(tmp_path: Pa
     assert mixed.cap_phrase(3) == ("batch cap of 48 sequences: SGLang's max_running_requests under speculative "
                                    "decoding, 48 unless --max-running-requests is given")
     sd_only = limits(sglang, draft_lengths=(3,), prompt=1024, output=512)
-    assert (sd_only.max_num_seqs, sd_only.batch_cap) == (48, 48)
+    assert (sd_only.max_num_seqs, sd_only.batch_cap.requests) == (48, 48)
     # what the user sets wins, as for every other limit: the flag, or the workload file's max_batch_size
     assert limits(sglang, draft_lengths=(0, 3), prompt=1024, output=512, max_num_seqs=128).caps([3]) == [128.0] * 2
     filed = limits(sglang, workload_file(tmp_path, max_batch_size=96), draft_lengths=(0, 3), prompt=1024,

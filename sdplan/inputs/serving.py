@@ -513,15 +513,12 @@ class EngineLimits:
         Token budget per step (vLLM ``max_num_batched_tokens``), tokens.
     kv_cache_tokens : float or None
         KV cache capacity in tokens; None is unlimited.
-    batch_cap : int
-        Requests of the workload the engine keeps running at once:
-        ``min(max_num_seqs, floor(kv_cache_tokens / hold))`` with ``hold`` of :attr:`kv_hold`; 0 where not
-        one fits.
-    max_num_seqs_source, max_num_batched_tokens_source, kv_cache_source, batch_cap_source : str
+    batch_cap : BatchCap
+        Requests of the workload the engine keeps running at once (:func:`batch_cap`), where that number
+        comes from and which limit sets it; 0 requests where not one fits.
+    max_num_seqs_source, max_num_batched_tokens_source, kv_cache_source : str
         Where each came from, as a phrase a warning can quote (e.g. ``the calibrated server's
         max_num_seqs``); ``kv_cache_source`` is empty for an unlimited cache.
-    batch_cap_limit : str
-        Which limit sets :attr:`batch_cap` (one of :data:`CAP_LIMITS`).
     option_caps : tuple
         ``(k, BatchCap)`` of each option resolved on its own server.
     kv_hold : KvHold
@@ -534,16 +531,13 @@ class EngineLimits:
     max_num_batched_tokens_source: str
     kv_cache_tokens: float | None
     kv_cache_source: str
-    batch_cap: int
-    batch_cap_source: str
-    batch_cap_limit: str = "max_num_seqs"
+    batch_cap: BatchCap
     option_caps: tuple[tuple[int, BatchCap], ...] = ()
     kv_hold: KvHold = KvHold()
 
     def cap_of(self, draft_length: int) -> BatchCap:
         """An option's cap (0: no SD): its own where one was resolved, else :attr:`batch_cap`."""
-        return next((cap for k, cap in self.option_caps if k == draft_length),
-                    BatchCap(self.batch_cap, self.batch_cap_source, self.batch_cap_limit))
+        return next((cap for k, cap in self.option_caps if k == draft_length), self.batch_cap)
 
     def batch_caps(self, draft_lengths: Sequence[int]) -> tuple[BatchCap, ...]:
         """:meth:`cap_of` no SD, then of each draft length, in that order."""
@@ -564,7 +558,7 @@ class EngineLimits:
 
     def reached(self, batch: float) -> bool:
         """Whether a mean batch of ``batch`` requests (``B = lambda L``; ``inf`` past saturation) reaches the cap."""
-        return batch >= self.batch_cap
+        return batch >= self.batch_cap.requests
 
     def require_fit(self, request_tokens: float) -> None:
         """Refuse a workload of which not even one request (``request_tokens = p + g``) fits the KV cache.
@@ -574,7 +568,7 @@ class EngineLimits:
         InvalidValueError
             If the batch cap is 0.
         """
-        if self.batch_cap < 1:
+        if self.batch_cap.requests < 1:
             raise InvalidValueError(f"a request of {request_tokens:g} tokens (prompt + output) does not fit the "
                                     f"{self.kv_cache_source}; raise --kv-cache-tokens")
 
@@ -665,15 +659,11 @@ def resolve_limits(calibration: Calibration, workload_file: WorkloadFile | None,
         batched, batched_source = DEFAULT_MAX_NUM_BATCHED_TOKENS, "sdplan's default max_num_batched_tokens"
     kv, kv_source = _kv_cache(calibration, given.kv_cache_tokens, draft_lengths)
     hold = kv_hold(calibration.records.provenance.engine, calibration.records.provenance.hardware)
-    cap = BatchCap(seqs, seqs_source, "max_num_seqs")
-    if kv is not None:
-        held = hold.running(kv, prompt_tokens, output_tokens)
-        if held < seqs:
-            cap = BatchCap(held, kv_source, "kv_cache")
+    cap = batch_cap(hold, (seqs, seqs_source), (kv, kv_source) if kv is not None else None, prompt_tokens,
+                    output_tokens)
     return EngineLimits(max_num_seqs=seqs, max_num_seqs_source=seqs_source, max_num_batched_tokens=batched,
                         max_num_batched_tokens_source=batched_source, kv_cache_tokens=kv, kv_cache_source=kv_source,
-                        batch_cap=cap.requests, batch_cap_source=cap.source, batch_cap_limit=cap.limit,
-                        option_caps=tuple(
+                        batch_cap=cap, option_caps=tuple(
                             _option_cap(calibration, given.kv_cache_tokens, k, *((sd_seqs, sd_seqs_source) if k
                                                                                    else (seqs, seqs_source)),
                                         prompt_tokens, output_tokens, hold) for k in sorted(set(draft_lengths))),
@@ -695,11 +685,24 @@ def _option_cap(calibration: Calibration, given: float | None, draft_length: int
         served = served_kv_cache_tokens(calibration, draft_length)
         found = (served[0], f"KV cache of {served[0]:,.0f} tokens the calibrated {served[1]} server reported") \
             if served else derived_kv_cache_tokens(calibration, draft_length)
-    engine = BatchCap(seqs, seqs_source, "max_num_seqs")
-    if found is None:
-        return draft_length, engine
-    held = hold.running(found[0], prompt_tokens, output_tokens, draft_length)
-    return draft_length, (BatchCap(held, found[1], "kv_cache") if held < seqs else engine)
+    return draft_length, batch_cap(hold, (seqs, seqs_source), found, prompt_tokens, output_tokens, draft_length)
+
+
+def batch_cap(hold: KvHold, max_num_seqs: tuple[int, str], kv_cache: tuple[float, str] | None,
+              prompt_tokens: float, output_tokens: float, lookahead: int = 0) -> BatchCap:
+    """The requests of a workload one engine keeps running at once: ``min(max_num_seqs, floor(KV / h))``.
+
+    ``max_num_seqs`` and ``kv_cache`` (None: unlimited) come with where they came from; ``h`` is what one
+    running request of ``p + g`` tokens holds of the cache under the engine's rule (:class:`KvHold`), with
+    ``lookahead`` slots more for an SD option's drafted tokens. The cap is named after whichever limit is
+    the smaller, the engine's where they tie.
+    """
+    seqs, seqs_source = max_num_seqs
+    if kv_cache is not None:
+        held = hold.running(kv_cache[0], prompt_tokens, output_tokens, lookahead)
+        if held < seqs:
+            return BatchCap(held, kv_cache[1], "kv_cache")
+    return BatchCap(seqs, seqs_source, "max_num_seqs")
 
 
 def batch_cap_warning(limits: EngineLimits, where: str) -> str:
@@ -712,12 +715,13 @@ def batch_cap_warning(limits: EngineLimits, where: str) -> str:
     which the model does not price: the warning says so. With a cap of 0 it says that not one request fits the KV
     cache.
     """
-    if limits.batch_cap < 1:
+    cap = limits.batch_cap
+    if cap.requests < 1:
         return (f"not one request of the workload fits the {limits.kv_cache_source}: that server cannot run it "
                 "(vLLM refuses a max_model_len over its KV cache); the model assumes memory it does not have")
     churn = ("; a full KV cache also preempts running requests, whose tokens are computed again: not priced"
-             if limits.batch_cap_source == limits.kv_cache_source and limits.kv_hold.output_share < 1.0 else "")
-    return (f"{where} the mean model's batch reaches the batch cap of {limits.batch_cap:g} sequences "
-            f"({limits.batch_cap_source}): from there requests wait for a batch slot; the model takes that rate as "
+             if cap.limit == "kv_cache" and limits.kv_hold.output_share < 1.0 else "")
+    return (f"{where} the mean model's batch reaches the batch cap of {cap.requests:g} sequences "
+            f"({cap.source}): from there requests wait for a batch slot; the model takes that rate as "
             "the option's saturation and does not price the wait just below it, so its latency is a lower bound "
             f"there; the simulator models the cap{churn}")

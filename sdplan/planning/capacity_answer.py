@@ -17,7 +17,7 @@ then the calibration's tensor parallel size).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.methods import draft_weights
-from sdplan.inputs.serving import KV_CACHE_DTYPE_NAMES, BatchCap, batch_cap_warning
+from sdplan.inputs.serving import KV_CACHE_DTYPE_NAMES, BatchCap, EngineLimits, batch_cap_warning
 from sdplan.inputs.slo import SLO, resolve_slos
 from sdplan.latency import model
 from sdplan.limits import check_grid, check_simulation
@@ -264,7 +264,7 @@ def answer_capacity(scenario: Scenario, query: CapacityQuery, progress: Progress
     slower = replace(scenario, coefficients=on_slower_server(scenario.coefficients, margin.factor)) \
         if margin is not None and measured else scenario
     answered, other = (slower, calibrated) if margin is not None and margin.applied else (calibrated, slower)
-    schedule = _schedule(answered, query.min_k, query.min_tier_width)
+    schedule, _ = _schedule(answered, query.min_k, query.min_tier_width)
     slos = resolve_slos(query.slos, scenario.file, allow_percentiles=query.use_simulator)
     if not slos:
         raise InvalidValueError("capacity needs SLOs; give --slo (e.g. --slo 'e2e:mean<=4s') or slos in the workload")
@@ -315,7 +315,7 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
     The schedule is the goodput-optimal k per batch size up to the engine's ``max_num_seqs``, with narrow
     tiers merged so that k does not flap (vllm-project/vllm#49548).
     """
-    schedule = _schedule(scenario, query.min_k, query.min_tier_width)
+    schedule, widest = _schedule(scenario, query.min_k, query.min_tier_width)
     method, calibration = scenario.method, scenario.calibration
     if schedule.off:
         return EngineConfigAnswer(engine=engine, method=method, schedule=schedule, config=None, notes=())
@@ -337,7 +337,7 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
                      f"cache (sdplan derive --kv-cache-dtype {kv_cache_dtype}): serve with it, or the cache holds "
                      "other numbers of requests than planned")
     if schedule.reachable < schedule.max_num_seqs:
-        notes.append(reach_note(scenario, schedule))
+        notes.append(reach_note(scenario, schedule, widest))
     if schedule.merged:
         notes.append(f"merged {schedule.merged} tier(s) narrower than --min-tier-width so k does not flap at tier "
                      f"edges (vllm-project/vllm#49548); goodput within {schedule.goodput_loss_pct:.2g}% of the "
@@ -347,17 +347,17 @@ def engine_config_answer(scenario: Scenario, query: CapacityQuery, engine: str) 
     return EngineConfigAnswer(engine=engine, method=method, schedule=schedule, config=config, notes=tuple(notes))
 
 
-def widest_sd_cap(scenario: Scenario) -> BatchCap:
-    """The largest batch cap among the SD options of the server that runs them: the largest batch it forms."""
-    limits = scenario.limits_for(list(scenario.draft_lengths))
-    return max(limits.batch_caps(scenario.draft_lengths)[1:], key=lambda cap: cap.requests)
+def widest_sd_cap(limits: EngineLimits, draft_lengths: Sequence[int]) -> BatchCap:
+    """The largest batch cap among the SD options ``draft_lengths`` of the server that runs them (``limits``):
+    the largest batch it forms."""
+    return max(limits.batch_caps(draft_lengths)[1:], key=lambda cap: cap.requests)
 
 
-def reach_note(scenario: Scenario, schedule: EngineSchedule) -> str:
-    """Why the schedule's sizes past ``schedule.reachable`` keep its k: the cap and its source."""
+def reach_note(scenario: Scenario, schedule: EngineSchedule, widest: BatchCap) -> str:
+    """Why the schedule's sizes past ``schedule.reachable`` keep its k: the widest SD cap and its source."""
     return (f"batch sizes {schedule.reachable + 1}-{schedule.max_num_seqs} keep the k of {schedule.reachable}: "
             f"with SD the engine holds about that many requests of {scenario.workload.prompt_tokens:,} + "
-            f"{scenario.workload.output_tokens:,} tokens at once ({widest_sd_cap(scenario).phrase})")
+            f"{scenario.workload.output_tokens:,} tokens at once ({widest.phrase})")
 
 
 def draft_serving(calibration: Calibration) -> export.DraftServing:
@@ -396,20 +396,22 @@ def fleet_plan(scenario: Scenario, table: Capacity, target_rate_rps: float, gpus
     return FleetPlan(target_rate_rps=target_rate_rps, no_sd=no_sd, best_sd=with_sd)
 
 
-def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> EngineSchedule:
+def _schedule(scenario: Scenario, min_k: int, min_tier_width: int) -> tuple[EngineSchedule, BatchCap]:
     """The goodput-optimal k per batch size 1..max_num_seqs of the server that runs SD (SGLang's: at most 48 where
-    nothing sets it, :func:`sdplan.inputs.serving.resolve_limits`), merged so k does not flap. Sizes past the
-    largest batch an SD option's KV cache holds keep that size's k (:func:`engine_schedule`)."""
+    nothing sets it, :func:`sdplan.inputs.serving.resolve_limits`), merged so k does not flap, and the widest SD
+    option's cap (:func:`widest_sd_cap`): sizes past it keep its k (:func:`engine_schedule`)."""
     candidates = scenario.draft_lengths
-    cap = scenario.limits_for(list(candidates)).max_num_seqs
+    limits = scenario.limits_for(list(candidates))
+    cap = limits.max_num_seqs
     check_grid(cap * len(candidates), f"{cap} batch sizes x {len(candidates)} draft lengths",
                "lower --max-num-seqs or give fewer --draft-lengths")
     if min_k > max(candidates):
         raise InvalidValueError(f"--min-k {min_k} exceeds every draft length ({max(candidates)} at most)")
     goodput = goodput_per_size(scenario.coefficients, candidates, scenario.alpha, cap,
                                tokens_per_cycle=scenario.tokens_per_cycle[0], moe=scenario.moe)
+    widest = widest_sd_cap(limits, candidates)
     return engine_schedule(goodput, candidates, min_tier_width=min_tier_width, min_k=min_k,
-                           reachable=widest_sd_cap(scenario).requests)
+                           reachable=widest.requests), widest
 
 
 def _warnings(scenario: Scenario, table: Capacity, simulated: bool, slos: list[SLO]) -> list[str]:
@@ -431,7 +433,7 @@ def _warnings(scenario: Scenario, table: Capacity, simulated: bool, slos: list[S
                                                           (table.max_rate_rps * table.c2_s)[table.feasible])
         if interference is not None:
             warnings.append(interference)
-    label = batch_cap_label(scenario.limits.batch_cap)
+    label = batch_cap_label(scenario.limits.batch_cap.requests)
     capped = [table.label(index) for index, binding in enumerate(table.binding_slo) if binding == label]
     if capped:  # the batch reaches the cap at those options' capacity
         warnings.append(batch_cap_warning(scenario.limits, f"at the capacity of {', '.join(capped)}"))

@@ -357,7 +357,7 @@ def domain_warnings(result: Plan, limits: EngineLimits) -> list[str]:
     stable = rho < 1.0
     warnings = []
     largest = largest_batch(result)
-    if limits.batch_cap < 1 or (largest is not None and limits.reached(largest)):
+    if limits.batch_cap.requests < 1 or (largest is not None and limits.reached(largest)):
         warnings.append(batch_cap_warning(limits, f"at the highest rates (effective batch up to {largest or 0:.4g} "
                                           "requests)"))
     warning = model.prefill_interference_warning(c2p, c2[stable], rho[stable])

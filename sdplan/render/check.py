@@ -312,7 +312,7 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
         **scenario_document(scenario),
         "speculative_method": scenario.method,
         "warnings": list(answer.warnings),
-        "batch_cap_sequences": float(scenario.limits.batch_cap),
+        "batch_cap_sequences": float(scenario.limits.batch_cap.requests),
         "evaluated_by": answer.evaluated_by,
     }
     intervals = answer.intervals
