@@ -16,6 +16,7 @@ from sdplan.calibration import (
     resolve_calibration,
     shipped_calibrations,
 )
+from sdplan.derive import layout_hint
 from sdplan.errors import ExitStatus, InputFileError, InvalidValueError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -379,7 +380,14 @@ def test_a_tensor_parallelism_the_heads_do_not_divide_is_a_one_line_error(sdplan
     assert result.exit_code == ExitStatus.USAGE
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: AIConfigurator 0.12.0 cannot price") and "divisible by tp_size 3" in error
+    assert error.endswith("choose another --tensor-parallel-size or --precision")
     assert "Traceback" not in result.stderr and not (tmp_path / "x.toml").exists()
+
+
+def test_a_model_database_gap_gets_no_layout_hint() -> None:
+    assert layout_hint("context MLA data missing") == ""
+    assert layout_hint("(moe_intermediate_size=1536 / moe_tp_size=8) % weight_block_size=128 != 0").startswith(
+        "; the model does not split so over the GPUs")
 
 
 def test_an_anchor_leaves_out_rows_whose_requests_waited_for_admission() -> None:

@@ -144,14 +144,23 @@ def derive(request: DeriveRequest, progress: Callable[[str], None] | None = None
         # AIConfigurator's own errors, its invariant checks on the layout included (an AssertionError such as
         # "num_heads 64 should be divisible by tp_size 3"); sdplan's derive code asserts nothing
         except (ValueError, KeyError, FileNotFoundError, RuntimeError, AssertionError) as error:
+            reason = (str(error).splitlines() or [type(error).__name__])[0].strip().rstrip(".")
             raise InvalidValueError(f"AIConfigurator {aic_version()} cannot price {request.target_model} + "
                                     f"{request.draft_model or request.method} on {request.system} with "
-                                    f"{request.backend} {request.backend_version or 'current'}: "
-                                    f"{str(error).splitlines()[0]}") from None
+                                    f"{request.backend} {request.backend_version or 'current'}: {reason}"
+                                    f"{layout_hint(reason)}") from None
     finally:
         models.close()
     note(f"fitted; anchor: {'none' if anchor is None else str(anchor['rows']) + ' measured rows'}")
     return Derivation(document=document(request, pricer, fitted, anchor), errors=fitted.errors, anchor=anchor)
+
+
+def layout_hint(reason: str) -> str:
+    """What to change where AIConfigurator refuses how the model splits over the GPUs (its checks on heads,
+    experts or quantisation blocks per tensor-parallel rank); empty otherwise."""
+    if any(word in reason for word in ("tp_size", "divisible", "weight_block_size")):
+        return "; the model does not split so over the GPUs: choose another --tensor-parallel-size or --precision"
+    return ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
