@@ -39,7 +39,9 @@ acceptance and scored as the source plots them, the mean of the requests' throug
 (:func:`traced_closed_loop`), every point a prediction. The other sources state none, and the blog no lengths. So
 each of their series is anchored at its lowest load only: ``E`` (tokens per cycle) is solved so that the model
 reproduces the measured ratio at the smallest batch (lowest rate); for the blog also the output length, so that
-the no-SD latency at the lowest rate is the measured one. Every other point (larger batches; rates 2-10 req/s) is
+the no-SD latency at the lowest rate is the measured one. SpecDecode-Bench's other Figure 1 series (other models
+and proposers, on the traced datasets) are priced at the traced requests' own lengths with that one anchored
+``E``, scored as the source plots them (:func:`traced_lengths`). Every other point (larger batches; rates 2-10 req/s) is
 a prediction, and is what the summary scores: the error of the predicted ratio, the sign (SD faster or slower),
 and the crossover rate where the source has one. It then asks what the errors cost a user who follows the model:
 at each predicted load of a panel (the options a source measured side by side: no SD and each method or draft
@@ -194,6 +196,8 @@ class Point:
 _CACHE: dict[str, Any] = {}
 #: series id -> the tokens per cycle ``E`` it was anchored at (closed loop).
 ANCHORED: dict[str, float] = {}
+#: series id -> the traced requests whose own lengths a series is priced at (:func:`request_lengths_closed_loop`)
+LENGTH_TRACED: dict[str, int] = {}
 #: series id -> (requests, tokens per cycle over all of them, the requests' mean) of a series priced from traces.
 TRACED_E: dict[str, tuple[int, float, float]] = {}
 
@@ -511,12 +515,16 @@ def measured_ratio(point: dict[str, Any]) -> float | None:
     return None
 
 
-def closed_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: tuple[str, float, float]) -> list[Point]:
-    """Throughput ratios at each batch or concurrency (module notes), at ``lengths`` (:func:`lengths_of`).
+def closed_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: tuple[str, float, float],
+                requests: list[dict[str, str]] | None = None) -> list[Point]:
+    """Throughput ratios at each batch or concurrency (module notes), at ``lengths`` (:func:`lengths_of`), or at
+    each of ``requests``' own lengths (:func:`traced_lengths`: :func:`request_lengths_closed_loop`).
 
     ``E`` is the acceptance the source measured at each point where it gives one (every point is then a
     prediction); otherwise it is anchored at the smallest load and that point is left out of the scores.
     """
+    if requests is not None:
+        return request_lengths_closed_loop(series, calibration, setup, lengths, requests)
     dataset, p, g = lengths
     k = int(series["draft"]["k_tokens"])
     coefficients = coefficients_of(series, calibration, dataset, p, g)
@@ -560,6 +568,79 @@ def traced_requests(source_id: str, series: dict[str, Any], dataset: str) -> lis
     return [row for row in trace_rows() if row["dataset"] == dataset] or None
 
 
+def traced_lengths(source_id: str, series: dict[str, Any],
+                   lengths: tuple[str, float, float]) -> list[dict[str, str]] | None:
+    """The traced requests of a :data:`TRACED_SOURCE` static-batch series priced at their traces' mean lengths,
+    for their own lengths, where its acceptance is not traced (:func:`traced_requests`: another model or
+    proposer) and not stated; else None.
+
+    The source plots the mean over prompts of each prompt's throughput ratio (:func:`traced_closed_loop`), so a
+    series priced at the mean lengths averages the lengths before the ratio, where the source averages after.
+    Outputs are skewed (InstructCoder's traced outputs have a coefficient of variation of 3.1, its median far
+    below its mean), and a short request spends a larger share of its time in the batch's prefill, which SD does
+    not shorten. The lengths are Llama-3.1-8B's for every model, as :data:`DATASET_LENGTHS`' means already are.
+    A reasoning run (Figure 3) is not priced at the traces' output lengths and is left as it is."""
+    dataset, prompt, output = lengths
+    if (source_id != TRACED_SOURCE or series["mode"] != "closed_loop_batch" or "batch" not in series["points"][0]
+            or any(ACCEPTANCE in point for point in series["points"])):
+        return None
+    rows = [row for row in trace_rows() if row["dataset"] == dataset]
+    if not rows or not (math.isclose(np.mean([float(row["prompt_tokens"]) for row in rows]), prompt, abs_tol=0.05)
+                        and math.isclose(np.mean([float(row["output_tokens"]) for row in rows]), output,
+                                         abs_tol=0.05)):
+        return None
+    return rows
+
+
+def mean_throughput(requests: list[tuple[Coefficients, float | None]], k: int, running: float,
+                    moe: MoESpec | None = None) -> float:
+    """The mean over requests of a static batch's output throughput, ``B g / T`` (:func:`decode_time`), tokens/s:
+    each request with its coefficients and its tokens per cycle under SD (None: without SD)."""
+    return float(np.mean([running * c.output_tokens / (decode_time(c, k, 1.0, running, moe)[0] if tokens is None
+                                                       else decode_time(c, k, tokens, running, moe)[1])
+                          for c, tokens in requests]))
+
+
+def request_mean_ratio(priced: list[tuple[Coefficients, Coefficients, float]], k: int, batch: float,
+                       caps: tuple[float, float], moe: MoESpec | None = None) -> float:
+    """SD over no SD of the mean of the requests' static-batch throughputs (how SpecDecode-Bench plots them).
+
+    ``priced`` holds, a request each, its coefficients without SD, with SD and its tokens per cycle; ``caps`` the
+    most requests each side runs at once (:func:`engine_caps`), ``B`` copies of a request at most ``C`` at once."""
+    without = mean_throughput([(plain, None) for plain, _, _ in priced], k, min(batch, caps[0]), moe)
+    return mean_throughput([(c, tokens) for _, c, tokens in priced], k, min(batch, caps[1]), moe) / without
+
+
+def request_lengths_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
+                                lengths: tuple[str, float, float], requests: list[dict[str, str]]) -> list[Point]:
+    """Throughput ratios of a static-batch series priced at each traced request's own prompt and output
+    (:func:`traced_lengths`), with one ``E`` for all, anchored at the smallest batch so that the ratio of the mean
+    throughputs there is the measured one (:func:`request_mean_ratio`); the other points are predictions. An
+    n-gram series keeps its dataset's draft coverage (:func:`coefficients_of`)."""
+    dataset = lengths[0]
+    k = int(series["draft"]["k_tokens"])
+    base_cap, sd_cap = (math.inf if cap is None else float(cap) for cap in engine_caps(series))
+    each = [coefficients_of(series, calibration, dataset, float(row["prompt_tokens"]), float(row["output_tokens"]))
+            for row in requests]
+    moe = calibration.moe_at(lengths[1], lengths[2])
+
+    def ratio(batch: float, without: float, tokens_per_cycle: float) -> float:
+        return mean_throughput([(c, tokens_per_cycle) for c in each], k, min(batch, sd_cap), moe) / without
+
+    first = series["points"][0]
+    low = float(first["batch"])
+    at_low = mean_throughput([(c, None) for c in each], k, min(low, base_cap), moe)
+    ANCHORED[series["id"]] = bisect(lambda e: ratio(low, at_low, e) < measured_ratio(first), 1.0, k + 1.0, steps=30)
+    LENGTH_TRACED[series["id"]] = len(requests)
+    points = []
+    for point in series["points"]:
+        batch = float(point["batch"])
+        without = mean_throughput([(c, None) for c in each], k, min(batch, base_cap), moe)
+        points.append(Point(series["id"], setup, point["batch"], measured_ratio(point),
+                            ratio(batch, without, ANCHORED[series["id"]]), point is first))
+    return points
+
+
 def traced_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
                        requests: list[dict[str, str]]) -> list[Point]:
     """Throughput ratios of a static-batch series priced request by request from the source's own traces.
@@ -591,16 +672,10 @@ def traced_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
     cycles_each = np.array([n for _, _, n in priced])
     TRACED_E[series["id"]] = (len(priced), float(outputs.sum() / cycles_each.sum()),
                               float(np.mean(outputs / cycles_each)))
-    points = []
-    for point in series["points"]:
-        batch = float(point["batch"])
-        base_running, running = min(batch, base_cap), min(batch, sd_cap)
-        without = np.mean([base_running * c.output_tokens / decode_time(c, k, 1.0, base_running)[0]
-                           for c, _, _ in priced])
-        with_sd = np.mean([running * c.output_tokens / decode_time(c, k, c.output_tokens / n, running)[1]
-                           for _, c, n in priced])
-        points.append(Point(series["id"], setup, batch, measured_ratio(point), float(with_sd / without), False))
-    return points
+    each = [(plain, with_sd, with_sd.output_tokens / cycles) for plain, with_sd, cycles in priced]
+    return [Point(series["id"], setup, point["batch"], measured_ratio(point),
+                  request_mean_ratio(each, k, float(point["batch"]), (base_cap, sd_cap)), False)
+            for point in series["points"]]
 
 
 def steady_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
@@ -876,8 +951,9 @@ def main(argv: list[str] | None = None) -> int:
                                       "clients"))
             elif closed:
                 requests = traced_requests(source["id"], series, lengths[0]) if replicas == 1 else None
-                found = at_source_loads(closed_loop(replica, calibration, label, lengths) if requests is None else
-                                        traced_closed_loop(replica, calibration, label, requests), series)
+                shaped = traced_lengths(source["id"], series, lengths) if replicas == 1 else None
+                found = at_source_loads(closed_loop(replica, calibration, label, lengths, shaped) if requests is None
+                                        else traced_closed_loop(replica, calibration, label, requests), series)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
                 if crossed != (None, None):
                     crossings.append((series["id"], *crossed, "batch"))
@@ -899,7 +975,8 @@ def main(argv: list[str] | None = None) -> int:
             shared = f"; {replicas} replicas of TP{tp}, each priced at its share of the load" if replicas > 1 else ""
             traced = TRACED_E.get(series["id"])
             shape = (f"{traced[0]} traced requests, each at its own lengths and acceptance" if traced else
-                     f"{lengths[1]:.4g} prompt / {lengths[2]:.4g} output tokens")
+                     f"{LENGTH_TRACED[series['id']]} traced requests, each at its own lengths, one E"
+                     if series["id"] in LENGTH_TRACED else f"{lengths[1]:.4g} prompt / {lengths[2]:.4g} output tokens")
             print(f"{source['id']}/{series['id']} ({priced}; {shape}{shared})")
             print("  load " + " ".join(f"{p.load:>7g}" for p in found))
             print("  meas " + " ".join(f"{p.measured:7.3f}" for p in found))

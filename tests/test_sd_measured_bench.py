@@ -408,8 +408,10 @@ def test_the_sources_traced_llama_runs_are_priced_request_by_request_at_their_ow
     points = json.loads((tmp_path / "points.json").read_text())
     traced = [p for p in points if p["series"].endswith("_eagle3")]
     assert len(traced) == 4 and not any(p["anchor"] for p in traced)
-    # the EAGLE-1 series has no trace: anchored at batch 1 as before
+    # the EAGLE-1 series has no trace of its acceptance: anchored at batch 1, priced at the traced requests' lengths
     assert [p["anchor"] for p in points if p["series"].endswith("_eagle")] == [True, False, False, False]
+    assert "fig1a_llama3.1-8b_gsm8k_eagle (h100-sxm_llama-3.1-8b_eagle3_derived; 300 traced requests, each at " \
+           "its own lengths, one E)" in found.stdout
     with (BENCHMARKS / "data" / "sd-measured" / "specdecode_bench_llama3.1-8b_traces.csv").open() as file:
         requests = [row for row in csv.DictReader(file) if row["dataset"] == "gsm8k"]
     calibration = resolve_calibration("h100-sxm_llama-3.1-8b_eagle3_derived")
@@ -428,3 +430,20 @@ def test_the_sources_traced_llama_runs_are_priced_request_by_request_at_their_ow
         without = np.mean([throughput(batch, float(r["prompt_tokens"]), float(r["output_tokens"]), None)
                            for r in requests])
         assert point["predicted"] == pytest.approx(with_sd / without, rel=1e-9)
+
+    # the EAGLE-1 series: one E for every request, so that the ratio of the mean throughputs at batch 1 is the
+    # measured one; then the same mean at the larger batches
+    def ratio(batch: float, tokens_per_cycle: float) -> float:
+        with_sd = np.mean([throughput(batch, float(r["prompt_tokens"]), float(r["output_tokens"]),
+                                      float(r["output_tokens"]) / tokens_per_cycle) for r in requests])
+        without = np.mean([throughput(batch, float(r["prompt_tokens"]), float(r["output_tokens"]), None)
+                           for r in requests])
+        return float(with_sd / without)
+
+    anchored = [p for p in points if p["series"].endswith("_eagle")]
+    low, high = 1.0, 4.0
+    for _ in range(60):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if ratio(1.0, middle) < anchored[0]["measured"] else (low, middle)
+    for point in anchored[1:]:
+        assert point["predicted"] == pytest.approx(ratio(point["load"], low), rel=1e-6)
