@@ -183,3 +183,22 @@ def test_a_workload_no_engine_admits_is_an_answer_not_an_error(sdplan) -> None:
                             "-k", "2", "-f", "json").stdout)
     assert all(o["speedup"] is None and o["throughput_rps"] == 0.0
                for o in doc["results"][0]["concurrency"][0]["options"])
+
+
+def test_the_answer_says_where_an_moe_targets_gain_peaks(sdplan) -> None:
+    """An MoE target's verification reads more experts than a decode step until the batch reads most of them, so
+    its gain can rise at medium batch and fall after (docs/model.md, Mixture of experts): the answer names the
+    peak and why, and its figures are the table's."""
+    result = sdplan("plan", "-c", MOE_FILE, "--concurrency", "1,4,32,128", "-k", "3", "--acceptance-length", "2.5",
+                    "--acceptance-k", "3", "-f", "json")
+    assert result.exit_code == ExitStatus.OK, result.output
+    rows = json.loads(result.stdout)["results"][0]["concurrency"]
+    gains = [max(option["speedup"] for option in row["options"]) for row in rows]
+    assert gains[2] > 1.02 * max(gains[0], gains[-1])  # the file's shape: 1.11x, 1.04x, 1.25x, 1.00x
+    text = " ".join(sdplan("plan", "-c", MOE_FILE, "--concurrency", "1,4,32,128", "-k", "3", "--acceptance-length",
+                           "2.5", "--acceptance-k", "3").stdout.split())
+    assert f"it rises to {gains[2]:.2f}x at 32 clients (an MoE target:" in text
+    assert "then falls as SD's longer steps grow faster" in text
+    # a dense target whose gain only falls keeps the plain wording
+    dense = " ".join(sdplan("plan", "--concurrency", "1,16,64,128").stdout.split())
+    assert "it falls: SD's longer steps" in dense and "rises to" not in dense

@@ -78,6 +78,9 @@ class ClosedLoopPlan:
     requests : int or None
         Requests each run sends in all, whose opening wave the means include (None: a long run's steady state,
         or a calibration whose fitted TTFT holds its own runs' waves: :func:`wave_budget_tokens`).
+    moe : bool
+        Whether the target is a mixture of experts, whose steps are priced at the experts their token rows read
+        (``docs/model.md``, the MoE section).
     """
 
     clients: IntArray
@@ -90,6 +93,13 @@ class ClosedLoopPlan:
     running: IntArray
     best: IntArray
     requests: int | None = None
+    moe: bool = False
+
+    def best_gains(self, ia: int) -> FloatArray:
+        """The best option's throughput over no SD's at each ``N`` for acceptance row ``ia`` (n,); 1 where no SD
+        is the best."""
+        gains = self.speedup[ia, np.arange(self.clients.size), self.best[ia]]
+        return np.where(self.best[ia] > 0, gains, 1.0)
 
     @property
     def throughput_rps(self) -> FloatArray:
@@ -239,7 +249,7 @@ def closed_loop_plan(scenario: Scenario, clients: tuple[int, ...], requests: int
     return ClosedLoopPlan(clients=counts, draft_lengths=ks, alphas=alphas, tokens_per_cycle=tokens,
                           output_tokens=float(scenario.workload.output_tokens), latency_s=latency, ttft_s=ttft,
                           running=running, best=np.argmin(latency, axis=2),
-                          requests=requests if budget is not None else None)
+                          requests=requests if budget is not None else None, moe=scenario.moe is not None)
 
 
 def _waiting_warnings(plan: ClosedLoopPlan, cap_phrases: tuple[str, ...]) -> list[str]:
