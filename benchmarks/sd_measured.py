@@ -552,10 +552,10 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: t
 
 
 @functools.cache
-def trace_rows() -> tuple[dict[str, str], ...]:
-    """The rows of :data:`TRACES`."""
+def trace_rows(dataset: str) -> tuple[dict[str, str], ...]:
+    """The rows of :data:`TRACES` of one dataset (none for a dataset without traces)."""
     with TRACES.open(newline="", encoding="utf-8") as file:
-        return tuple(csv.DictReader(file))
+        return tuple(row for row in csv.DictReader(file) if row["dataset"] == dataset)
 
 
 def traced_requests(source_id: str, series: dict[str, Any], dataset: str) -> list[dict[str, str]] | None:
@@ -565,7 +565,7 @@ def traced_requests(source_id: str, series: dict[str, Any], dataset: str) -> lis
             or series["draft"]["method"] not in TRACED_METHODS or int(series["draft"]["k_tokens"]) not in TRACED_LENGTHS
             or series["mode"] != "closed_loop_batch" or "batch" not in series["points"][0]):
         return None
-    return [row for row in trace_rows() if row["dataset"] == dataset] or None
+    return list(trace_rows(dataset)) or None
 
 
 def traced_lengths(source_id: str, series: dict[str, Any],
@@ -584,7 +584,7 @@ def traced_lengths(source_id: str, series: dict[str, Any],
     if (source_id != TRACED_SOURCE or series["mode"] != "closed_loop_batch" or "batch" not in series["points"][0]
             or any(ACCEPTANCE in point for point in series["points"])):
         return None
-    rows = [row for row in trace_rows() if row["dataset"] == dataset]
+    rows = list(trace_rows(dataset))
     if not rows or not (math.isclose(np.mean([float(row["prompt_tokens"]) for row in rows]), prompt, abs_tol=0.05)
                         and math.isclose(np.mean([float(row["output_tokens"]) for row in rows]), output,
                                          abs_tol=0.05)):
@@ -624,21 +624,20 @@ def request_lengths_closed_loop(series: dict[str, Any], calibration: Any, setup:
             for row in requests]
     moe = calibration.moe_at(lengths[1], lengths[2])
 
-    def ratio(batch: float, without: float, tokens_per_cycle: float) -> float:
-        return mean_throughput([(c, tokens_per_cycle) for c in each], k, min(batch, sd_cap), moe) / without
+    # no SD's mean throughput at each batch, once: the anchor's search varies only the SD side
+    without = {float(point["batch"]): mean_throughput([(c, None) for c in each], k,
+                                                      min(float(point["batch"]), base_cap), moe)
+               for point in series["points"]}
+
+    def ratio(batch: float, tokens_per_cycle: float) -> float:
+        return mean_throughput([(c, tokens_per_cycle) for c in each], k, min(batch, sd_cap), moe) / without[batch]
 
     first = series["points"][0]
     low = float(first["batch"])
-    at_low = mean_throughput([(c, None) for c in each], k, min(low, base_cap), moe)
-    ANCHORED[series["id"]] = bisect(lambda e: ratio(low, at_low, e) < measured_ratio(first), 1.0, k + 1.0, steps=30)
+    ANCHORED[series["id"]] = bisect(lambda e: ratio(low, e) < measured_ratio(first), 1.0, k + 1.0, steps=30)
     LENGTH_TRACED[series["id"]] = len(requests)
-    points = []
-    for point in series["points"]:
-        batch = float(point["batch"])
-        without = mean_throughput([(c, None) for c in each], k, min(batch, base_cap), moe)
-        points.append(Point(series["id"], setup, point["batch"], measured_ratio(point),
-                            ratio(batch, without, ANCHORED[series["id"]]), point is first))
-    return points
+    return [Point(series["id"], setup, point["batch"], measured_ratio(point),
+                  ratio(float(point["batch"]), ANCHORED[series["id"]]), point is first) for point in series["points"]]
 
 
 def traced_closed_loop(series: dict[str, Any], calibration: Any, setup: str,
@@ -951,7 +950,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "clients"))
             elif closed:
                 requests = traced_requests(source["id"], series, lengths[0]) if replicas == 1 else None
-                shaped = traced_lengths(source["id"], series, lengths) if replicas == 1 else None
+                shaped = traced_lengths(source["id"], series, lengths) if replicas == 1 and requests is None else None
                 found = at_source_loads(closed_loop(replica, calibration, label, lengths, shaped) if requests is None
                                         else traced_closed_loop(replica, calibration, label, requests), series)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
