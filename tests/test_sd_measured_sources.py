@@ -57,6 +57,29 @@ def test_speculators_sweep_reproduces_the_tables_printed_beside_its_csvs() -> No
         assert min(ratios) > 1.0 and ratios[-1] < 0.6 * ratios[0]
 
 
+def test_inferencex_glm5_sweep_reproduces_the_cost_column_printed_beside_it() -> None:
+    """The post's $/M tokens is B200's $1.95 a GPU-hour over each row's tok/s/GPU: a mistyped throughput breaks it."""
+    doc = json.loads((DATA / "inferencex_glm5_b200_sglang_mtp.json").read_text())
+    assert doc["id"] == "inferencex_glm5_b200_sglang_mtp" and doc["measured"] is True
+    (series,) = doc["series"]
+    points = series["points"]
+    assert [p["concurrency"] for p in points] == [4, 8, 16, 32, 64, 128, 256]
+
+    def cost(tokens_per_s_per_gpu: float) -> float:
+        return 1.95 / (3600 * tokens_per_s_per_gpu / 1e6)
+
+    # the two tables' $/M tokens columns, MTP and non-MTP, printed to the cent (one prints 0.34 for 0.3345)
+    printed = {"sd_tokens_per_s": [1.30, 0.83, 0.57, 0.42, 0.34, 0.28, 0.28],
+               "baseline_tokens_per_s": [2.34, 1.42, 0.88, 0.58, 0.42, 0.32, 0.31]}
+    for field, column in printed.items():
+        assert all(abs(cost(p[field]) - value) <= 0.006 for p, value in zip(points, column, strict=True)), field
+    assert series["draft"]["k_tokens"] == 3 and series["draft"]["structure"] == "chain"
+    assert series["hardware"] == {"gpu": "NVIDIA B200", "count": 8, "tensor_parallel": 8}
+    # ISL 8192 and OSL 1024 drawn uniformly from [0.8 L, L]: means 0.9 L
+    assert series["workload"]["prompt_tokens_mean"] == 0.9 * 8192
+    assert series["workload"]["output_tokens_mean"] == 0.9 * 1024
+
+
 def test_every_shipped_source_says_where_it_was_read() -> None:
     """A team's own file may have no URL or repository; the published ones here must give both."""
     for path in sorted(DATA.glob("*.json")):
