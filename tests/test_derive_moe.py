@@ -309,3 +309,59 @@ def test_b300_and_gb300_are_derived_at_their_own_memory_and_fp4_units(sdplan, tm
                                 tensor_parallel_size=2, precision="nvfp4", draft_lengths=(1,), anchor=False)
         calibration = parse_calibration(derive(request).document, f"<{system}>")
         assert calibration.records.provenance.hardware.startswith(f"2x {hardware}")
+
+
+def test_an_attention_block_with_its_projections_says_what_each_query_reads_alone() -> None:
+    from sdplan.derive.pricing import per_query_context
+
+    # DeepSeek sparse attention: every query token reads its own top-k entries
+    assert per_query_context({"kv_lora_rank": 512, "index_topk": 2048}) == 2048
+    # latent attention: the latents are read once a sequence, the projections run on every row
+    assert per_query_context({"kv_lora_rank": 512}) == 1
+    assert per_query_context({"text_config": {"kv_lora_rank": 512, "index_topk": None}}) == 1  # Kimi's nesting
+    # a bare kernel (its projections are ops of their own): None, so verify keeps one read a sequence
+    assert per_query_context({"num_key_value_heads": 8}) is None
+    assert per_query_context({"kv_lora_rank": 0, "index_topk": 2048}) is None
+
+
+@pytest.mark.parametrize(("target", "system", "precision", "backend", "own"), [
+    ("zai-org/GLM-5-FP8", "b200_sxm", "fp8", "sglang", 2048),  # DSA
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "fp8_block", "vllm", 1),  # MLA
+])
+def test_a_latent_attention_blocks_projections_are_verified_on_every_row(target, system, precision, backend,
+                                                                        own) -> None:
+    """verify(B, q, s) = A(B q, c0) + A(B, s) - A(B, c0) + the other ops at B q rows, ``c0 = min(s, c)``: more than
+    one cache read a sequence (the bare kernel's rule), at most AIConfigurator's MTP verification of B q rows."""
+    _aic()
+    from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
+
+    request = DeriveRequest(target_model=target, system=system, method="mtp", tensor_parallel_size=8,
+                            precision=precision, backend=backend,
+                            kv_cache_dtype="fp8" if backend == "sglang" else "auto")
+    models = Models()
+    try:
+        pricer = Pricer(load_aic(), request, models)
+        assert pricer.query_context == own
+
+        def ops(rows: int, context: int) -> tuple[float, float]:
+            attention = other = 0.0
+            for name, latency_ms, *_ in pricer.target.decode_step_per_op(rows, max(context - 2, 1), 2):
+                if "attention" in name or "mla" in name:
+                    attention += float(latency_ms) / 1e3
+                else:
+                    other += float(latency_ms) / 1e3
+            return attention, other
+
+        for batch, context in ((16, 1280), (64, 7834)):
+            c0 = min(context, own)
+            expected = ops(4 * batch, c0)[0] + ops(batch, context)[0] - ops(batch, c0)[0] + ops(4 * batch, context)[1]
+            verify = pricer.verify(batch, 4, context)
+            assert verify == pytest.approx(expected, rel=1e-12)
+            once = ops(batch, context)[0] + ops(4 * batch, context)[1]
+            whole = sum(ops(4 * batch, context))
+            assert once < verify <= whole * (1 + 1e-12)
+        # DSA below its top-k: every query reads the whole context on its own, AIConfigurator's MTP verification
+        if own > 1:
+            assert pricer.verify(16, 4, 1280) == pytest.approx(sum(ops(64, 1280)), rel=1e-12)
+    finally:
+        models.close()

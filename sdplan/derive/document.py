@@ -70,6 +70,18 @@ def draft_name_of(request: DeriveRequest) -> str:
     return {"mtp": "mtp", "ngram": "ngram"}.get(request.method, str(request.draft_model))
 
 
+def attention_block_assumption(own: int) -> str:
+    """What a verification step of a latent-attention target reads (:func:`~sdplan.derive.pricing.per_query_context`:
+    ``own`` tokens each query token reads on its own)."""
+    if own > 1:
+        return (f"the target's DeepSeek sparse attention is one op with its projections: each query token selects "
+                f"and reads its own {own:,} cached entries, so verification prices the op at min(context, {own:,}) "
+                "tokens on batch x (k+1) rows and the rest of the context (the indexer's scan) once a sequence")
+    return ("the target's latent attention (MLA) is one op with its projections: verification prices its "
+            "projections on batch x (k+1) rows (the op at 1 token of context) and its read of the cached latents "
+            "once a sequence")
+
+
 def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
     """What the file assumes rather than prices, one sentence each."""
     version, method, draft_name = aic_version(), request.method, draft_name_of(request)
@@ -82,6 +94,7 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
         ("verification of k+1 tokens per sequence: every op but attention at batch x (k+1) token rows, as "
         "AIConfigurator prices MTP verification; attention at batch sequences (each sequence's KV read once per "
         "step, as multi-query attention kernels do)"),
+        *([attention_block_assumption(pricer.query_context)] if pricer.query_context is not None else []),
         ("the target's step is fitted with a compute-bound knee where one fits AIConfigurator's step costs "
          "better than a straight line: flat in the token rows while bound by memory, then a second slope per row "
          "(step_model.target.knee_tokens; derivation.target_linear_* give the straight line's error)"),

@@ -265,6 +265,24 @@ def has_mtp_layers(config: dict[str, Any]) -> bool:
     return False
 
 
+def per_query_context(config: dict[str, Any]) -> int | None:
+    """Tokens of context each query token of an attention block reads on its own, or None for a bare kernel.
+
+    AIConfigurator's multi-head latent attention op (MLA: a ``kv_lora_rank`` in config.json, at its top level or
+    in its ``text_config``) is a block: its query, latent and output projections run on every token row, and only
+    its kernel's read of the cached latents is shared by the query tokens of one sequence, so 1 token. DeepSeek
+    sparse attention (DSA: an ``index_topk`` as well, DeepSeek-V3.2 and GLM-5) has each query token select and
+    read its own ``index_topk`` cached entries; only the indexer's scan of the rest of the context is shared. A
+    model with neither prices attention as a bare kernel (its projections are ops of their own), whose cache read
+    a sequence's query tokens share whole. :meth:`Pricer.verify` prices the block so.
+    """
+    for scope in (config, config.get("text_config") or {}):
+        if isinstance(scope.get("kv_lora_rank"), int) and scope["kv_lora_rank"] > 0:
+            topk = scope.get("index_topk")
+            return int(topk) if isinstance(topk, int) and topk > 0 else 1
+    return None
+
+
 class Models:
     """config.json folders for the architectures AIConfigurator lacks, written once per derivation."""
 
@@ -442,6 +460,8 @@ class Pricer:
 
         shapes = get_model_config_from_model_path(self.target_path)
         self.shapes = shapes
+        #: the context each query token of the target's attention reads on its own (:func:`per_query_context`)
+        self.query_context = per_query_context(shapes.get("raw_config") or {})
         #: the KV cache's dtype (:func:`kv_cache_dtype`): one cache serves the target and its draft
         self.kv_cache_dtype = kv_cache_dtype(request.kv_cache_dtype, shapes)
         kv_modes = kv_cache_modes(self.kv_cache_dtype)
@@ -518,13 +538,23 @@ class Pricer:
         reads each sequence's KV cache once for its ``query`` tokens, as the
         multi-query attention kernels of vLLM's speculative decoding do, where
         pricing ``batch x query`` single-token rows would read it ``query``
-        times. With ``query = 1`` this is AIConfigurator's decode step. A dense
-        target's GEMMs cost at most their ceilings at ``batch x query`` rows
-        (:class:`StepBound`).
+        times. An attention block that carries its projections (MLA, DSA:
+        :func:`per_query_context`, ``c`` tokens each query reads on its own) is
+        priced as the part at context ``c0 = min(context, c)`` on every row and
+        the rest of the context once a sequence,
+
+            A(B q, c0) + A(B, s) - A(B, c0),
+
+        with ``A(rows, s)`` AIConfigurator's attention op. With ``query = 1``
+        this is AIConfigurator's decode step. A dense target's GEMMs cost at
+        most their ceilings at ``batch x query`` rows (:class:`StepBound`).
         """
         if query == 1:
             return self.target_decode(batch, context)
         attention, _ = self.split(self.target, batch, context)
+        if self.query_context is not None:
+            own = min(int(context), self.query_context)
+            attention += self.split(self.target, batch * query, own)[0] - self.split(self.target, batch, own)[0]
         _, other = self.split(self.target, batch * query, context)
         return attention + other - self.target_bound.excess(batch * query)
 
