@@ -17,7 +17,8 @@ measured:
 * **closed-loop batch** (SpecDecode-Bench, arXiv 2601.11580, Figure 1: a static batch of ``B``
   copies of one prompt; the EAGLE-3 paper, arXiv 2503.01840, Table 3: SGLang 0.4.4 at batch 2-64 on
   MT-Bench, priced with AIConfigurator's SGLang database; vllm-project/speculators' sweep of vLLM 0.30 on a
-  B200, 1-128 streams in flight). Throughput ratio of SD to no SD at batch (or streams) ``B``::
+  B200, 1-128 streams in flight; InferenceX's GLM-5 MTP sweep of SGLang 0.5.12 on 8 B200s, 4-256 clients,
+  priced from its file's own fields). Throughput ratio of SD to no SD at batch (or streams) ``B``::
 
       ratio(B) = [P(B) + (g - 1) tau_0(B)] / [P(B) + (g/E) tau_k(B)]
 
