@@ -552,10 +552,13 @@ class Pricer:
         if query == 1:
             return self.target_decode(batch, context)
         attention, _ = self.split(self.target, batch, context)
+        on_rows, other = self.split(self.target, batch * query, context)
         if self.query_context is not None:
-            own = min(int(context), self.query_context)
-            attention += self.split(self.target, batch * query, own)[0] - self.split(self.target, batch, own)[0]
-        _, other = self.split(self.target, batch * query, context)
+            if self.query_context >= context:  # c0 = s: the whole block on every row
+                attention = on_rows
+            else:
+                own = self.query_context
+                attention += self.split(self.target, batch * query, own)[0] - self.split(self.target, batch, own)[0]
         return attention + other - self.target_bound.excess(batch * query)
 
     def target_decode(self, rows: int, context: int) -> float:
