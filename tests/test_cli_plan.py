@@ -281,6 +281,22 @@ def test_a_recommended_k_past_the_derived_draft_lengths_is_said(sdplan) -> None:
     assert checked.exit_code == 0 and "k=8 is beyond the draft lengths" in checked.output.replace("\n", " ")
 
 
+def test_the_zero_load_k_the_answer_names_is_checked_against_the_priced_draft_lengths(sdplan) -> None:
+    """At acceptance 0.9 the answer's first line names k=8 at zero load while no rate of the grid picks it
+    (the rates pick k=4-7): the caveat on draft lengths past the file's k=5 names k=8 too, and the command it
+    suggests prices up to 8."""
+    result = sdplan("plan", "--acceptance", "0.9", "-f", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    picked = {rate["best"]["draft_length_tokens"] for rate in document["results"][0]["rates"]
+              if rate["best"].get("speculation") == "on"}
+    table = sdplan("plan", "--acceptance", "0.9")
+    named = re.search(r"k=(\d+) at zero load", table.output)
+    assert named is not None and int(named.group(1)) not in picked, (picked, table.output[:300])
+    said = [w for w in document["warnings"] if "beyond the draft lengths" in w]
+    assert len(said) == 1 and f"k={named.group(1)}" in said[0] and f"--draft-lengths 1-{named.group(1)}" in said[0]
+
+
 def test_the_first_screen_says_once_that_the_batches_pass_the_calibrated_range(sdplan) -> None:
     """The rate where the best option leaves the calibrated batch sizes and the calibration's own warning of it
     are one caveat, not two."""

@@ -148,7 +148,7 @@ def answer_plan(scenario: Scenario, query: PlanQuery) -> PlanAnswer:
                           goodput_policy=query.goodput_policy, moe=scenario.moe, batch_caps=caps)
     check_speculation_identified(cal)
     inputs = plan_inputs(scenario, largest_batch=planner.largest_batch(result),
-                         best_draft_lengths={int(k) for k in set(result.best_k.ravel().tolist()) if k > 0},
+                         best_draft_lengths=planner.named_draft_lengths(result),
                          load_warnings=planner.domain_warnings(result, scenario.limits))
     return PlanAnswer(
         plan=result, inputs=inputs,

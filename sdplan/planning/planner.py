@@ -396,6 +396,23 @@ def largest_batch(result: Plan) -> float | None:
     return float(finite.max()) if finite.size else None
 
 
+def named_draft_lengths(result: Plan) -> set[int]:
+    """The draft lengths a plan's answer names (k >= 1): the best at each rate, the best at zero load (the
+    smallest ``C1``) and the one that saturates last, per acceptance.
+
+    The caveats on draft lengths a calibration did not price are for each of these: the answer's first line
+    names the zero-load and last-saturating ones even where no rate of the grid picks them.
+    """
+    ks = np.asarray(result.draft_lengths, dtype=int)
+    named = {int(k) for k in np.ravel(result.best_k) if k > 0}
+    if ks.size:
+        named.update(int(ks[i]) for i in np.argmin(result.c1_s, axis=1))
+        for row in result.saturation_rate_rps:
+            if np.isfinite(row).any():
+                named.add(int(ks[int(np.nanargmax(np.where(np.isfinite(row), row, -np.inf)))]))
+    return named
+
+
 def default_rates(
     coefficients: Coefficients, draft_lengths: list[int], alphas: list[float], count: int = 12,
     tokens_per_cycle: FloatArray | None = None, batch_caps: Sequence[float] | None = None,
