@@ -189,7 +189,6 @@ def main() -> int:
     from sdplan.accuracy.summary import (
         common_rates,
         contrast_workloads,
-        option_label,
         parse_workloads,
         pct,
         planned_intervals,
@@ -208,6 +207,7 @@ def main() -> int:
     from sdplan.measure.quiet import ForeignCpu
     from sdplan.measure.server import ServedEngine
     from sdplan.metrics.scrape import fetch_metrics, scrape_block
+    from sdplan.planning.planner import option_label
     from sdplan.runs import read_results
     from sdplan.testing.tiny_models import served_pair
 

@@ -40,6 +40,7 @@ from sdplan.accuracy.means import mean_or_none, median_or_none, standard_error
 from sdplan.fitting.validation import option_regret, predict_latency, predict_ttft, predict_ttft_alone
 from sdplan.latency import model
 from sdplan.planning import planner
+from sdplan.planning.planner import option_label
 from sdplan.planning.scenario import ScenarioOptions, resolve_scenario
 from sdplan.planning.uncertainty import coefficient_draws, plan_intervals
 from sdplan.runs import screen
@@ -64,10 +65,6 @@ UNRECORDED_CODE = "unrecorded (the run's own code)"
 
 def workload_label(prompt_tokens: int, output_tokens: int) -> str:
     return f"{prompt_tokens}/{output_tokens}"
-
-
-def option_label(option: int) -> str:
-    return "off" if option == 0 else f"k={option}"
 
 
 def contrast_workloads(prompt_tokens: int, output_tokens: int) -> list[tuple[int, int]]:

@@ -20,6 +20,7 @@ from sdplan.inputs.acceptance import expected_tokens_per_cycle
 from sdplan.inputs.slo import SLO, Metric, max_rate_under
 from sdplan.latency import knee, model
 from sdplan.planning.check import simulated_value
+from sdplan.planning.planner import option_label
 from sdplan.simulate import replicate
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class Capacity:
     expert_coverage: bool = False
 
     def label(self, index: int) -> str:
-        return "off" if index == 0 else f"k={self.draft_lengths[index - 1]}"
+        return option_label(self.draft_lengths[index - 1] if index else 0)
 
     @property
     def c2_past_knee_s(self) -> FloatArray:

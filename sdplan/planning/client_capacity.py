@@ -26,6 +26,7 @@ from sdplan.latency import model
 from sdplan.latency.closed_loop import ClosedLoopPoint
 from sdplan.planning.capacity import replicas_needed, replicas_saved
 from sdplan.planning.closed_loop_answer import steady_point
+from sdplan.planning.planner import option_label
 from sdplan.planning.uncertainty import SpeedMargin, on_slower_server, speed_margin
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class ClientCapacity:
         return self.output_tokens * self.throughput_rps
 
     def label(self, index: int) -> str:
-        return "off" if index == 0 else f"k={self.draft_lengths[index - 1]}"
+        return option_label(self.draft_lengths[index - 1] if index else 0)
 
     @property
     def best_speculative(self) -> int:

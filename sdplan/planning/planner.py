@@ -396,6 +396,11 @@ def largest_batch(result: Plan) -> float | None:
     return float(finite.max()) if finite.size else None
 
 
+def option_label(draft_length: int) -> str:
+    """An option's name in answers and JSON: ``off`` for no SD (draft length 0), else ``k=<draft length>``."""
+    return "off" if draft_length == 0 else f"k={draft_length}"
+
+
 def named_draft_lengths(result: Plan) -> set[int]:
     """The draft lengths a plan's answer names (k >= 1): the best at each rate, the best at zero load (the
     smallest ``C1``) and the one that saturates last, per acceptance.

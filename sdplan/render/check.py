@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.table import Table
 from rich.text import Text
 
 from sdplan import __version__
 from sdplan.inputs.methods import METHODS, provenance_method
+from sdplan.planning.planner import option_label
 from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
@@ -43,6 +44,9 @@ from sdplan.units import finite_or_none
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import numpy as np
+    import numpy.typing as npt
+
     from sdplan.inputs.slo import SLO, Verdict
     from sdplan.planning.capacity import Fleet
     from sdplan.planning.capacity_answer import CapacityAnswer, EngineConfigAnswer, OtherSpeed
@@ -55,7 +59,7 @@ _SUFFIX = {"e2e": "_s", "ttft": "_s", "tpot": "_s", "throughput": "_tok_s", "uti
 
 
 def _option(draft_length: int) -> str:
-    return "SD off" if draft_length == 0 else f"SD k={draft_length}"
+    return f"SD {option_label(draft_length)}"
 
 
 def _ttft_note(report: CheckReport) -> str:
@@ -284,6 +288,40 @@ def _fleet_document(fleet: Fleet | None) -> dict[str, Any] | None:
     }
 
 
+class SizedOptions(Protocol):
+    """What both capacity answers (at a rate and in clients) hold per option: no SD first, then each k."""
+
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def draft_lengths(self) -> list[int]: ...
+    @property
+    def feasible(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def best(self) -> int: ...
+    @property
+    def best_speculative(self) -> int: ...
+    def label(self, index: int) -> str: ...
+
+
+def option_head(cap: SizedOptions, index: int) -> dict[str, Any]:
+    """The fields that name option ``index`` (0: no SD) in a capacity answer's JSON."""
+    return {"option": cap.label(index), "speculation": index > 0,
+            "draft_length_tokens": cap.draft_lengths[index - 1] if index else None,
+            "feasible": bool(cap.feasible[index])}
+
+
+def choice_document(cap: SizedOptions, slos: Sequence[SLO], options: list[dict[str, Any]]) -> dict[str, Any]:
+    """A capacity answer's JSON fields for the options under the SLOs and the best of them."""
+    return {
+        "per_token_alpha": cap.alpha,
+        "slos": [slo.text for slo in slos],
+        "options": options,
+        "best": cap.label(cap.best) if cap.best >= 0 else None,
+        "best_speculative": cap.label(cap.best_speculative) if cap.best_speculative > 0 else None,
+    }
+
+
 def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
     """The answer of ``sdplan capacity`` as JSON."""
     cap, scenario = answer.capacity, answer.scenario
@@ -291,11 +329,7 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
     batch_caps = scenario.limits.batch_caps(cap.draft_lengths)
     options = []
     for index in range(len(cap.c1_s)):
-        options.append({
-            "option": cap.label(index),
-            "speculation": index > 0,
-            "draft_length_tokens": cap.draft_lengths[index - 1] if index else None,
-            "feasible": bool(cap.feasible[index]),
+        options.append(option_head(cap, index) | {
             "max_rate_under_slo_rps": float(cap.max_rate_rps[index]),
             "binding_slo": cap.binding_slo[index],
             "mean_e2e_latency_at_capacity_s": finite_or_none(cap.latency_at_capacity_s[index]),
@@ -327,13 +361,7 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
     if margin is not None:
         document["speed_margin"] = margin_document(margin, capacity_other_side(answer.other_speed)) | {
             "other_side": _other_speed_document(answer.other_speed, margin.applied)}
-    document |= {
-        "per_token_alpha": cap.alpha,
-        "slos": [slo.text for slo in answer.slos],
-        "options": options,
-        "best": cap.label(cap.best) if cap.best >= 0 else None,
-        "best_speculative": cap.label(cap.best_speculative) if cap.best_speculative > 0 else None,
-    }
+    document |= choice_document(cap, answer.slos, options)
     fleet = answer.fleet
     if fleet is not None:
         document["fleet"] = {

@@ -27,8 +27,10 @@ from sdplan.render.answer import (
 )
 from sdplan.render.check import (
     best_option_cell,
+    choice_document,
     margin_document,
     option_bars,
+    option_head,
     print_capacity_head,
     print_fleet,
     scenario_document,
@@ -99,11 +101,7 @@ def client_capacity_document(answer: ClientCapacityAnswer) -> dict[str, Any]:
     batch_caps = scenario.limits.batch_caps(scenario.draft_lengths)
     options = []
     for index in range(len(cap.max_clients)):
-        options.append({
-            "option": cap.label(index),
-            "speculation": index > 0,
-            "draft_length_tokens": cap.draft_lengths[index - 1] if index else None,
-            "feasible": bool(cap.feasible[index]),
+        options.append(option_head(cap, index) | {
             "max_clients": int(cap.max_clients[index]),
             "min_clients": int(cap.min_clients[index]),
             "binding_slo": cap.binding_slo[index],
@@ -129,13 +127,7 @@ def client_capacity_document(answer: ClientCapacityAnswer) -> dict[str, Any]:
     }
     if answer.speed_margin is not None:
         document["speed_margin"] = margin_document(answer.speed_margin, None)
-    document |= {
-        "per_token_alpha": cap.alpha,
-        "slos": [slo.text for slo in answer.slos],
-        "options": options,
-        "best": cap.label(cap.best) if cap.best >= 0 else None,
-        "best_speculative": cap.label(cap.best_speculative) if cap.best_speculative > 0 else None,
-    }
+    document |= choice_document(cap, answer.slos, options)
     fleet = answer.fleet
     if fleet is not None:
         document["fleet"] = {"target_clients": fleet.target_clients, "no_sd": _fleet_document(fleet.no_sd),

@@ -68,6 +68,11 @@ def _clients_range(first: int, last: int) -> str:
     return f"{first} client{'s' if first > 1 else ''}" if first == last else f"{first}-{last} clients"
 
 
+#: why the best gain falls with the clients, wherever it falls
+_FALLS = ("SD's longer steps (k + 1 token rows to verify, and the drafting) grow faster with the batch than a "
+          "decode step")
+
+
 def closed_loop_lines(plan: ClosedLoopPlan, ia: int, extrapolated: tuple[str, ...] = ()) -> list[str]:
     """'Answer:' and 'Why:' for acceptance row ``ia``: the best option per run of concurrencies, and the trend;
     the answer says first where the workload lies past the calibration's measured lengths (``extrapolated``)."""
@@ -98,11 +103,9 @@ def closed_loop_lines(plan: ClosedLoopPlan, ia: int, extrapolated: tuple[str, ..
             # an MoE target's gain can rise at medium batch (docs/model.md, Mixture of experts)
             why = (" (an MoE target: a small batch reads few experts and verifying k + 1 tokens a sequence reads "
                    "more; once the batch reads most experts, SD's fewer steps pay)") if plan.moe else ""
-            moves = (f"rises to {gains[peak]:.2f}x at {int(plan.clients[peak])} clients{why}, then falls as SD's "
-                     "longer steps grow faster with the batch than a decode step")
+            moves = f"rises to {gains[peak]:.2f}x at {int(plan.clients[peak])} clients{why}, then falls: {_FALLS}"
         elif high < 0.98 * low:
-            moves = ("falls: SD's longer steps (k + 1 token rows to verify, and the drafting) grow faster with the "
-                     "batch than a decode step")
+            moves = f"falls: {_FALLS}"
         else:
             moves = "grows with the batch here" if high > 1.02 * low else "holds"
         trend = (f" The best option's gain goes {low:.2f}x at {int(plan.clients[0])} -> {high:.2f}x at "

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from sdplan import __version__
 from sdplan.measure.fit_runs import Scaled
+from sdplan.planning.planner import option_label
 from sdplan.render import (
     JSON_SCHEMA_VERSION,
     OutputFormat,
@@ -59,8 +60,8 @@ def _run(run: BenchmarkRun) -> dict[str, Any]:
 
 
 def _option(run: BenchmarkRun) -> str:
-    return "off" if run.draft_length == 0 else f"k={run.draft_length} a={run.alpha:.3f}" if run.alpha is not None \
-        else f"k={run.draft_length}"
+    label = option_label(run.draft_length)
+    return f"{label} a={run.alpha:.3f}" if run.draft_length and run.alpha is not None else label
 
 
 def fit_document(pooled: PooledFit, configurations: list[ConfigurationFit], kept: list[BenchmarkRun],
