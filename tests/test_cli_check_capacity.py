@@ -271,3 +271,18 @@ def test_a_ttft_slo_on_a_priced_file_says_its_ttft_was_not_measured(sdplan, comm
                       "--slo", "ttft:mean<=1s", "-f", "json")
     assert measured.exit_code in (0, 1), measured.output
     assert said not in " ".join(json.loads(measured.stdout)["warnings"])
+
+
+def test_capacity_says_which_limit_sets_each_saturation_as_plan_does(sdplan) -> None:
+    """The default file's KV cache caps every option's batch below 1/C2: capacity's JSON names the limit of each
+    saturation rate with plan's word and value, and its table's caption says the rates are the cap's."""
+    args = ["--slo", "e2e:mean<=60s", "--acceptance", "0.7", "-k", "1-4"]
+    capacity = json.loads(sdplan("capacity", *args, "-f", "json").stdout)
+    plan = json.loads(sdplan("plan", "--acceptance", "0.7", "-k", "1-4", "--rates", "1", "-f", "json").stdout)
+    expected = [(plan["baseline"]["saturation_limit"], plan["baseline"]["saturation_rate_rps"])] + [
+        (entry["saturation_limit"], entry["saturation_rate_rps"]) for entry in plan["results"][0]["draft_lengths"]]
+    got = [(option["saturation_limit"], option["saturation_rate_rps"]) for option in capacity["options"]]
+    assert [limit for limit, _ in got] == [limit for limit, _ in expected] == ["cap"] * 5
+    assert [rate for _, rate in got] == pytest.approx([rate for _, rate in expected], rel=1e-9)
+    table = " ".join(sdplan("capacity", *args).stdout.split())
+    assert "saturation: where the option's mean batch reaches the engine's batch cap" in table

@@ -52,6 +52,10 @@ class Capacity:
     feasible : (k+1,) bool
     saturation_rate_rps : (k+1,) the rate past which the option has no steady state: the lower of ``1/C2`` and
         the rate at which its mean batch reaches its batch cap (as :func:`sdplan.planning.planner.plan` says it).
+    saturation_limit : list of str
+        Which of the two sets ``saturation_rate_rps``, per option: ``compute`` (``1/C2``) or ``cap`` (the batch
+        cap, ``max_num_seqs`` or what the KV cache holds), as :attr:`sdplan.planning.planner.Plan.saturation_limit`
+        names them.
     latency_at_capacity_s : (k+1,) mean latency at ``max_rate_rps``.
     break_even_rate_rps : (k,) nan where SD and no SD never cross; SD's saturation where it comes first
         (:func:`sdplan.latency.model.break_even_within_limits`, as plan says it).
@@ -74,6 +78,7 @@ class Capacity:
     latency_at_capacity_s: FloatArray
     break_even_rate_rps: FloatArray
     best: int
+    saturation_limit: list[str]
     knee: KneeDemands | None = None
     #: An MoE target's answer (:func:`moe_capacity`): ``c1_s`` at zero load and ``c2_s`` at full expert coverage.
     expert_coverage: bool = False
@@ -163,12 +168,14 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         lowest = np.maximum(lowest, low)
     saturation = model.saturation_rate(above.c2_above_s)
     highest = np.minimum(highest, saturation)
+    limit = ["compute"] * c1.size
     if max_batch is not None:  # one cap for every option, or one each (no SD first)
         caps = np.broadcast_to(np.asarray(max_batch, dtype=np.float64), c1.shape)
         cap_rate = model.batch_cap_rate(*knee.batch_cap_demands(c1, c2, above, caps), caps)
         for index in np.flatnonzero(cap_rate < highest):
             binding[int(index)] = batch_cap_label(float(caps[index]))
         highest = np.minimum(highest, cap_rate)
+        limit = ["cap" if at else "compute" for at in cap_rate <= saturation]  # as planner.plan names it
         saturation = np.minimum(saturation, cap_rate)
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)
@@ -191,6 +198,7 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         latency_at_capacity_s=latency,
         break_even_rate_rps=even_rate,
         best=best,
+        saturation_limit=limit,
         knee=above,
     )
 
@@ -343,7 +351,8 @@ def moe_capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: fl
         max_rate_rps=max_rate, min_rate_rps=lowest, binding_slo=binding, feasible=feasible,
         saturation_rate_rps=saturation, latency_at_capacity_s=latency,
         break_even_rate_rps=np.asarray(zero.break_even_rate_rps[0], dtype=np.float64),
-        best=int(np.argmax(ranked)) if np.any(feasible) else -1, expert_coverage=True)
+        best=int(np.argmax(ranked)) if np.any(feasible) else -1, expert_coverage=True,
+        saturation_limit=["cap" if at else "compute" for at in at_cap])
 
 
 def latency_at(cap: Capacity, rates_rps: FloatArray) -> FloatArray:

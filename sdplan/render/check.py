@@ -336,6 +336,7 @@ def capacity_document(answer: CapacityAnswer) -> dict[str, Any]:
             "c1_s": float(cap.c1_s[index]),
             "c2_s": float(c2[index]),
             "saturation_rate_rps": finite_or_none(cap.saturation_rate_rps[index]),
+            "saturation_limit": cap.saturation_limit[index],
             **cap_fields(batch_caps[index]),
             "break_even_rate_rps": finite_or_none(cap.break_even_rate_rps[index - 1]) if index else None,
         })
@@ -479,7 +480,9 @@ def render_capacity(answer: CapacityAnswer, fmt: OutputFormat, style: Style, ter
                     caption="* highest capacity. Capacity = highest request rate meeting every SLO "
                     + ("(simulated; latency column: the model's mean there)." if answer.simulated
                        else "(model means).")
-                    + " break-even: rate where SD and no SD have equal mean latency (none: they never cross).")
+                    + " break-even: rate where SD and no SD have equal mean latency (none: they never cross)."
+                    + (" saturation: where the option's mean batch reaches the engine's batch cap (max_num_seqs, or "
+                       "what the KV cache holds), below 1/C2." if set(cap.saturation_limit) == {"cap"} else ""))
         if fleet is not None:
             print_fleet(console, style, "per replica (req/s)",
                         [(name, item, None if item is None else f"{item.per_replica_rate_rps:.4g}")
