@@ -79,7 +79,7 @@ def test_check_json_verdicts(sdplan) -> None:
 def test_check_fixed_and_off(sdplan) -> None:
     fixed = json.loads(sdplan("check", *PASSING, "--draft-length", "5", "-f", "json").stdout)
     assert fixed["speculation"] == {"mode": "fixed", "enabled": True, "draft_length_tokens": 5,
-                                    "candidates_tokens": None}
+                                    "candidates_tokens": None, "most_stable": None}
     off = sdplan("check", *PASSING, "--draft-length", "off", "-f", "json")
     assert json.loads(off.stdout)["speculation"]["enabled"] is False
     # no SD at 4 req/s misses the 5 s SLO on the default calibration: the gate says so
@@ -286,3 +286,27 @@ def test_capacity_says_which_limit_sets_each_saturation_as_plan_does(sdplan) -> 
     assert [rate for _, rate in got] == pytest.approx([rate for _, rate in expected], rel=1e-9)
     table = " ".join(sdplan("capacity", *args).stdout.split())
     assert "saturation: where the option's mean batch reaches the engine's batch cap" in table
+
+
+def test_check_past_every_saturation_names_the_option_that_goes_furthest(sdplan) -> None:
+    """At a rate no option sustains, ``check`` (best of the candidates) fails with SD off, as before, and says which
+    option saturates last and where: plan's highest saturation rate. Where an option is stable it says nothing
+    of the kind."""
+    plan = json.loads(sdplan("plan", "--acceptance", "0.7", "--rates", "1", "-f", "json").stdout)
+    rates = {entry["draft_length_tokens"]: entry["saturation_rate_rps"]
+             for entry in plan["results"][0]["draft_lengths"]} | {0: plan["baseline"]["saturation_rate_rps"]}
+    furthest = max(rates, key=lambda k: rates[k])
+    past = 1.05 * rates[furthest]
+    args = ["--rate", f"{past:.6g}", "--slo", "e2e:mean<=60s", "--acceptance", "0.7"]
+    result = sdplan("check", *args, "-f", "json")
+    assert result.exit_code == ExitStatus.SLO_VIOLATED, result.output
+    document = json.loads(result.stdout)
+    assert document["operating_point"]["regime"] == "unstable"
+    most = document["speculation"]["most_stable"]
+    assert most["draft_length_tokens"] == (furthest or None) and furthest > 0
+    assert most["saturation_rate_rps"] == pytest.approx(rates[furthest], rel=1e-9)
+    text = " ".join(sdplan("check", *args).stdout.split())
+    assert f"the most any sustains is {rates[furthest]:.4g} req/s, with SD k={furthest}" in text
+    stable = json.loads(sdplan("check", "--rate", f"{0.5 * rates[furthest]:.6g}", "--slo", "e2e:mean<=60s",
+                               "--acceptance", "0.7", "-f", "json").stdout)
+    assert stable["speculation"]["most_stable"] is None

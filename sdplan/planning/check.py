@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,9 @@ class CheckReport:
     limit: str = "saturation"
     #: The checked option's engine cap and what sets it (None: checked without engine limits).
     batch_cap: BatchCap | None = None
+    #: For ``best`` where no option is stable at the rate: the option that saturates last (0: SD off) and its
+    #: saturation rate, req/s; None otherwise.
+    most_stable: tuple[int, float] | None = None
     #: A closed loop's clients (``check --concurrency``), whose ``rate_rps`` is then the rate they complete;
     #: None for an open loop at ``rate_rps``.
     clients: int | None = None
@@ -101,6 +105,7 @@ def run_check(
     ks = checked_lengths(slos, mode, draft_length, candidates)
     result = planner.plan(coefficients, [rate_rps], ks, [alpha], tokens_per_cycle=tokens_per_cycle,  # type: ignore[arg-type]
                           moe=moe, batch_caps=None if limits is None else limits.caps(ks))  # type: ignore[arg-type]
+    most_stable = None
     if mode == "off":
         chosen = 0
     elif mode == "fixed":
@@ -108,6 +113,10 @@ def run_check(
     else:
         best = int(result.best_k[0, 0])
         chosen = best if best != planner.NONE_STABLE else 0
+        if best == planner.NONE_STABLE:  # past every option's saturation: say how far the best one goes
+            rates = [result.baseline_saturation_rate_rps, *result.saturation_rate_rps[0].tolist()]
+            last = max(range(len(rates)), key=lambda i: rates[i] if math.isfinite(rates[i]) else -math.inf)
+            most_stable = ((0, *ks)[last], float(rates[last]))
     if chosen == 0:
         latency, batch, rho = (result.baseline_latency_s[0], result.baseline_batch[0], result.baseline_utilisation[0])
         ttft = float(result.baseline_ttft_load_s[0])
@@ -139,6 +148,7 @@ def run_check(
         verdicts=tuple(evaluate(slos, point)),
         limit=limit,
         batch_cap=None if limits is None else limits.cap_of(chosen),
+        most_stable=most_stable,
     )
 
 

@@ -200,6 +200,10 @@ def check_document(answer: CheckAnswer) -> dict[str, Any]:
             "enabled": report.draft_length > 0,
             "draft_length_tokens": report.draft_length or None,
             "candidates_tokens": list(report.candidates) if report.mode == "best" else None,
+            # where no candidate is stable at the rate: the one that saturates last, and where
+            "most_stable": None if report.most_stable is None else {
+                "draft_length_tokens": report.most_stable[0] or None,
+                "saturation_rate_rps": finite_or_none(report.most_stable[1])},
         },
         "operating_point": {
             "regime": report.regime,
@@ -232,6 +236,10 @@ def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal:
         speed_margin = answer.speed_margin
         speed = None if speed_margin is None else speed_caveat(speed_margin, check_other_side(answer.other_speed),
                                                                "checked")
+        most = report.most_stable
+        if most is not None and math.isfinite(most[1]):  # no option is stable: the one that goes furthest
+            where += (f" (no option is stable at this rate; the most any sustains is {most[1]:.4g} req/s, with "
+                      f"{_option(most[0])})")
         for line in check_answer(report.passed, sum(v.passed for v in report.verdicts), len(report.verdicts), where,
                                  report.regime, calibration.method or "", source, report.alpha, failed,
                                  report.limit, speed):
