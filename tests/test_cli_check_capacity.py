@@ -305,8 +305,9 @@ def test_check_past_every_saturation_names_the_option_that_goes_furthest(sdplan)
     most = document["speculation"]["most_stable"]
     assert most["draft_length_tokens"] == (furthest or None) and furthest > 0
     assert most["saturation_rate_rps"] == pytest.approx(rates[furthest], rel=1e-9)
-    text = " ".join(sdplan("check", *args).stdout.split())
-    assert f"the most any sustains is {rates[furthest]:.4g} req/s, with SD k={furthest}" in text
+    said = f"the most any sustains is {rates[furthest]:.4g} req/s, with SD k={furthest}"
+    table = sdplan("check", *args)
+    assert said in " ".join(table.stdout.split()) and said in " ".join(table.stderr.split())  # answer and summary
     stable = json.loads(sdplan("check", "--rate", f"{0.5 * rates[furthest]:.6g}", "--slo", "e2e:mean<=60s",
                                "--acceptance", "0.7", "-f", "json").stdout)
     assert stable["speculation"]["most_stable"] is None

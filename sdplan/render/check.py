@@ -99,6 +99,14 @@ def check_other_side(report: CheckReport | None) -> str | None:
     return text + (f" ({'; '.join(failed)})" if failed else "")
 
 
+def _furthest(report: CheckReport) -> str:
+    """Where no candidate is stable at the checked rate: which goes furthest, and how far (else nothing)."""
+    most = report.most_stable
+    if most is None or not math.isfinite(most[1]):
+        return ""
+    return f"no option is stable at this rate; the most any sustains is {most[1]:.4g} req/s, with {_option(most[0])}"
+
+
 def check_summary(report: CheckReport) -> str:
     """The summary printed on stderr: one paragraph, which :func:`sdplan.render.say` wraps."""
     met = sum(v.passed for v in report.verdicts)
@@ -108,7 +116,8 @@ def check_summary(report: CheckReport) -> str:
     if report.simulated:
         line += " (simulated)"
     if report.regime == "unstable":
-        return line + f" (unstable: the rate exceeds {report.limit})"
+        furthest = _furthest(report)
+        return line + f" (unstable: the rate exceeds {report.limit}{'; ' + furthest if furthest else ''})"
     failed = [v for v in report.verdicts if not v.passed]
     if failed:
         line += ": " + "; ".join(f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in failed)
@@ -232,14 +241,11 @@ def render_check(answer: CheckAnswer, fmt: OutputFormat, style: Style, terminal:
         source = acceptance.source
         positions = given_positions(acceptance)
         failed = [f"{v.slo.text} predicted {v.slo.format_value(v.predicted)}" for v in report.verdicts if not v.passed]
-        where = f"at {_load(report)} with {_option(report.draft_length)}"
+        furthest = _furthest(report)
+        where = f"at {_load(report)} with {_option(report.draft_length)}" + (f" ({furthest})" if furthest else "")
         speed_margin = answer.speed_margin
         speed = None if speed_margin is None else speed_caveat(speed_margin, check_other_side(answer.other_speed),
                                                                "checked")
-        most = report.most_stable
-        if most is not None and math.isfinite(most[1]):  # no option is stable: the one that goes furthest
-            where += (f" (no option is stable at this rate; the most any sustains is {most[1]:.4g} req/s, with "
-                      f"{_option(most[0])})")
         for line in check_answer(report.passed, sum(v.passed for v in report.verdicts), len(report.verdicts), where,
                                  report.regime, calibration.method or "", source, report.alpha, failed,
                                  report.limit, speed):
