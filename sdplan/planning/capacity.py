@@ -352,7 +352,7 @@ def moe_capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: fl
         saturation_rate_rps=saturation, latency_at_capacity_s=latency,
         break_even_rate_rps=np.asarray(zero.break_even_rate_rps[0], dtype=np.float64),
         best=int(np.argmax(ranked)) if np.any(feasible) else -1, expert_coverage=True,
-        saturation_limit=["cap" if at else "compute" for at in at_cap])
+        saturation_limit=[zero.baseline_saturation_limit, *zero.saturation_limit[0].tolist()])
 
 
 def latency_at(cap: Capacity, rates_rps: FloatArray) -> FloatArray:

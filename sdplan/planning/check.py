@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -115,8 +114,8 @@ def run_check(
         chosen = best if best != planner.NONE_STABLE else 0
         if best == planner.NONE_STABLE:  # past every option's saturation: say how far the best one goes
             rates = [result.baseline_saturation_rate_rps, *result.saturation_rate_rps[0].tolist()]
-            last = max(range(len(rates)), key=lambda i: rates[i] if math.isfinite(rates[i]) else -math.inf)
-            most_stable = ((0, *ks)[last], float(rates[last]))
+            last = planner.last_saturating(rates)
+            most_stable = None if last is None else ((0, *ks)[last], float(rates[last]))
     if chosen == 0:
         latency, batch, rho = (result.baseline_latency_s[0], result.baseline_batch[0], result.baseline_utilisation[0])
         ttft = float(result.baseline_ttft_load_s[0])

@@ -401,6 +401,13 @@ def option_label(draft_length: int) -> str:
     return "off" if draft_length == 0 else f"k={draft_length}"
 
 
+def last_saturating(saturation_rps: FloatArray | Sequence[float]) -> int | None:
+    """Index of the option that saturates last: the largest finite saturation rate (None if none is finite)."""
+    rates = np.asarray(saturation_rps, dtype=np.float64)
+    finite = np.isfinite(rates)
+    return int(np.argmax(np.where(finite, rates, -np.inf))) if finite.any() else None
+
+
 def named_draft_lengths(result: Plan) -> set[int]:
     """The draft lengths a plan's answer names (k >= 1): the best at each rate, the best at zero load (the
     smallest ``C1``) and the one that saturates last, per acceptance.
@@ -412,9 +419,8 @@ def named_draft_lengths(result: Plan) -> set[int]:
     named = {int(k) for k in np.ravel(result.best_k) if k > 0}
     if ks.size:
         named.update(int(ks[i]) for i in np.argmin(result.c1_s, axis=1))
-        for row in result.saturation_rate_rps:
-            if np.isfinite(row).any():
-                named.add(int(ks[int(np.nanargmax(np.where(np.isfinite(row), row, -np.inf)))]))
+        last = (last_saturating(row) for row in result.saturation_rate_rps)
+        named.update(int(ks[i]) for i in last if i is not None)
     return named
 
 

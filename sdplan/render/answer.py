@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sdplan.planning.planner import NONE_STABLE, SD_OFF
+from sdplan.planning.planner import NONE_STABLE, SD_OFF, last_saturating
 
 if TYPE_CHECKING:
     from sdplan.inputs.acceptance import AcceptanceSpec
@@ -120,7 +120,8 @@ def plan_answer(plan: Plan, inputs: PlanInputs, ia: int, batch_cap: float | None
     k0 = int(np.argmin(c1))
     sat_d = plan.baseline_saturation_rate_rps
     sat = plan.saturation_rate_rps[ia]
-    ksat = int(np.nanargmax(np.where(np.isfinite(sat), sat, -np.inf))) if np.isfinite(sat).any() else k0
+    ksat = last_saturating(sat)
+    ksat = k0 if ksat is None else ksat
     lines = []
 
     def at_cap(column: int, limit: str) -> str:  # which limit sets a saturation, where it is the engine's cap

@@ -102,7 +102,7 @@ def check_other_side(report: CheckReport | None) -> str | None:
 def _furthest(report: CheckReport) -> str:
     """Where no candidate is stable at the checked rate: which goes furthest, and how far (else nothing)."""
     most = report.most_stable
-    if most is None or not math.isfinite(most[1]):
+    if most is None:
         return ""
     return f"no option is stable at this rate; the most any sustains is {most[1]:.4g} req/s, with {_option(most[0])}"
 
@@ -212,7 +212,7 @@ def check_document(answer: CheckAnswer) -> dict[str, Any]:
             # where no candidate is stable at the rate: the one that saturates last, and where
             "most_stable": None if report.most_stable is None else {
                 "draft_length_tokens": report.most_stable[0] or None,
-                "saturation_rate_rps": finite_or_none(report.most_stable[1])},
+                "saturation_rate_rps": report.most_stable[1]},
         },
         "operating_point": {
             "regime": report.regime,
