@@ -35,10 +35,15 @@ def test_direct_form_with_slopes_equals_the_step_model(p: int, g: int) -> None:
     cal, document = direct_document("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived", slopes=True)
     truth, scaled = cal.coefficients_at(p, g), scale_direct(document, p, g)
     for name in (field.name for field in fields(truth)):
-        # the prefill intercept (P.fixed, and the server's share of it) is not in the direct form: c1p scales with p
-        if name in ("c1p_s", "server_prefill_s"):
+        # the prefill intercept (P.fixed, and the server's share of it) and its squared term (its attention over
+        # its prefix) are not in the direct form: c1p and c2p scale with p
+        if name in ("c1p_s", "c2p_s", "server_prefill_s"):
             continue
         assert getattr(scaled, name) == pytest.approx(getattr(truth, name), rel=1e-9), name
+    # c2p = l p + l2 p^2 in the step model, c2p_ref p / p_ref in the direct form: they part by l2 p (p - p_ref)
+    squared = cal.document["step_model"]["prefill"]["load_per_prompt_token_sq_s"]
+    assert squared > 0.0
+    assert truth.c2p_s - scaled.c2p_s == pytest.approx(squared * p * (p - 1024), rel=1e-6, abs=1e-15)
 
 
 @pytest.mark.parametrize(("p", "g"), WORKLOADS)

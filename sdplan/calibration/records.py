@@ -240,11 +240,16 @@ class StepCost:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillCost:
-    """The prefill model (``[step_model.prefill]``), seconds."""
+    """The prefill model (``[step_model.prefill]``), seconds: a prompt of ``p`` tokens costs
+    ``fixed + p per_prompt_token + p^2 per_prompt_token_sq`` on its own and adds
+    ``p load_per_prompt_token + p^2 load_per_prompt_token_sq`` to the steps it joins. The squared terms are its
+    attention over its own prefix (0 in files that do not give them)."""
 
     fixed_s: float
     per_prompt_token_s: float
     load_per_prompt_token_s: float
+    per_prompt_token_sq_s: float = 0.0
+    load_per_prompt_token_sq_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,7 +276,9 @@ class StepModel:
         overhead = table.get("speculation", {"overhead_fixed_s": 0.0, "overhead_per_sequence_s": 0.0})
         return cls(target=StepCost.from_table(table["target"]), draft=StepCost.from_table(table["draft"]),
                    prefill=PrefillCost(fixed_s=prefill["fixed_s"], per_prompt_token_s=prefill["per_prompt_token_s"],
-                                       load_per_prompt_token_s=prefill["load_per_prompt_token_s"]),
+                                       load_per_prompt_token_s=prefill["load_per_prompt_token_s"],
+                                       per_prompt_token_sq_s=prefill.get("per_prompt_token_sq_s", 0.0),
+                                       load_per_prompt_token_sq_s=prefill.get("load_per_prompt_token_sq_s", 0.0)),
                    overhead_fixed_s=overhead["overhead_fixed_s"],
                    overhead_per_sequence_s=overhead["overhead_per_sequence_s"],
                    step_overhead_s=table.get("engine", {}).get("step_overhead_s", 0.0),

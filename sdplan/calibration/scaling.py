@@ -130,12 +130,14 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
         c2v = T.seq + T.tok + s T.ctx + overhead_seq
         c2d = T.tok + D.seq + D.tok + s D.ctx     (the k extra verified tokens)
         c1v = T.fixed + o_step + overhead_fixed + c2v      c1d = D.fixed + c2d
-        c1p = P.fixed + o_prefill + p P.tok       c2p = p P.load_tok
+        c1p = P.fixed + o_prefill + p P.tok + p^2 P.tok2       c2p = p P.load_tok + p^2 P.load_tok2
         baseline: c2_step = T.seq + T.tok + s T.ctx,  c1_step = T.fixed + o_step + c2_step
 
     with ``o_step`` the engine's host overhead per step (``[step_model.engine]``), SD or not, and
     ``o_prefill`` its time around a request's own prefill: in that request's TTFT and latency, not in the
-    interference ``c2p`` other requests pay.
+    interference ``c2p`` other requests pay. The squared terms (``P.tok2``, ``P.load_tok2``) are a prompt's
+    attention over its own prefix, whose FLOPs grow as ``p^2`` (``docs/model.md#length-scaling``); 0 where a
+    file gives none.
 
     The draft's KV context is taken equal to the target's. The target's
     compute-bound knee, where the file gives one, is carried as it is
@@ -148,8 +150,9 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
     c2d = (target.per_query_token_s + draft.per_sequence_s + draft.per_query_token_s
            + context * draft.per_context_token_s)
     return Coefficients(
-        c1p_s=prefill.fixed_s + steps.prefill_overhead_s + prompt_tokens * prefill.per_prompt_token_s,
-        c2p_s=prompt_tokens * prefill.load_per_prompt_token_s,
+        c1p_s=(prefill.fixed_s + steps.prefill_overhead_s + prompt_tokens * prefill.per_prompt_token_s
+               + prompt_tokens**2 * prefill.per_prompt_token_sq_s),
+        c2p_s=prompt_tokens * prefill.load_per_prompt_token_s + prompt_tokens**2 * prefill.load_per_prompt_token_sq_s,
         server_prefill_s=steps.prefill_overhead_s,
         c1v_s=target.fixed_s + steps.step_overhead_s + steps.overhead_fixed_s + c2v,
         c2v_s=c2v,

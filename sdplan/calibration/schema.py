@@ -316,6 +316,11 @@ CALIBRATION_SCHEMA = Table(
                         "load_per_prompt_token_s": _cost(
                             "seconds per prompt token a concurrent request's prefill adds to yours"
                         ),
+                        "per_prompt_token_sq_s": _cost("seconds per squared prompt token (own prefill's attention "
+                                                       "over its prefix; default 0)", required=False),
+                        "load_per_prompt_token_sq_s": _cost("seconds per squared prompt token a concurrent "
+                                                            "request's prefill adds to yours (default 0)",
+                                                            required=False),
                     }
                 ),
                 "speculation": Table(

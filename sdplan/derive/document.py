@@ -51,6 +51,9 @@ def dtype_text(precision: str, kv_cache_dtype: str) -> str:
 
 
 STEP_KEYS = ("fixed_s", "per_sequence_s", "per_query_token_s", "per_context_token_s")
+#: ``[step_model.prefill]``'s keys, in the order written (:class:`~sdplan.calibration.records.PrefillCost`).
+PREFILL_KEYS = ("fixed_s", "per_prompt_token_s", "per_prompt_token_sq_s", "load_per_prompt_token_s",
+                "load_per_prompt_token_sq_s")
 #: The comment at the head of a file ``sdplan derive`` writes: where its numbers come from.
 HEADER = ("Derived with 'sdplan derive' from NVIDIA AIConfigurator's op database: see [derivation] and "
           "provenance.assumptions.")
@@ -208,7 +211,7 @@ def derivation_table(request: DeriveRequest, pricer: Pricer, fitted: FittedSteps
         "max_num_seqs": request.batch_cap,
         "batch_sizes": [float(b) for b in fitted.batches],
         "context_tokens": [float(s) for s in CONTEXT_GRID],
-        "prompt_tokens": [float(p) for p in PROMPT_GRID],
+        "prompt_tokens": [float(p) for p in fitted.prompts],
         "points": fitted.points,
         "measured": measured,
     }
@@ -241,7 +244,6 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
     share = overheads.ngram_share
     spec_overhead = share * verify_fixed * decode_scale if method == "ngram" else overheads.sd_cycle_s
     per_sequence_overhead = share * verify_per_sequence * decode_scale if method == "ngram" else 0.0
-    fixed, per_token, load = fitted.prefill
     target = {key: written_number(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.target)}
     knee_tokens, above_knee = fitted.knee
     if above_knee > 0.0:
@@ -249,9 +251,7 @@ def step_model_table(method: str, fitted: FittedSteps, decode_scale: float, pref
     return {
         "target": target,
         "draft": {key: written_number(value * decode_scale) for key, value in zip(STEP_KEYS, fitted.draft)},
-        "prefill": {"fixed_s": written_number(fixed * prefill_scale),
-                    "per_prompt_token_s": written_number(per_token * prefill_scale),
-                    "load_per_prompt_token_s": written_number(load * prefill_scale)},
+        "prefill": {key: written_number(getattr(fitted.prefill, key) * prefill_scale) for key in PREFILL_KEYS},
         "speculation": {"overhead_fixed_s": written_number(spec_overhead),
                         "overhead_per_sequence_s": written_number(per_sequence_overhead)},
         "engine": {"step_overhead_s": written_number(overheads.step_s),

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sdplan.calibration.records import PrefillCost
 from sdplan.derive.pricing import Pricer
 from sdplan.derive.request import (
     BATCH_GRID,
     CONTEXT_GRID,
     INTERFERENCE_BATCHES,
-    PROMPT_GRID,
+    INTERFERENCE_PROMPTS,
+    PREFILL_GRID,
     DeriveRequest,
 )
 
@@ -181,8 +183,9 @@ class FittedSteps:
     target, draft : list of float
         ``fixed_s, per_sequence_s, per_query_token_s, per_context_token_s`` of the target's and the
         draft's step.
-    prefill : tuple of float
-        ``fixed_s, per_prompt_token_s, load_per_prompt_token_s`` (own prefill and its interference).
+    prefill : PrefillCost
+        A prompt's own prefill and what it adds to the decode steps it joins (its interference), each with the
+        squared term of its attention over its own prefix (:func:`fit_prefill`).
     experts_s : float
         An MoE target's time to stream every expert (0 for a dense one).
     errors : dict
@@ -193,6 +196,9 @@ class FittedSteps:
         KV cache tokens AIConfigurator's memory model allows (None where it cannot say).
     points : int
         Target steps priced.
+    prompts : list of int
+        Prompt lengths whose prefill was priced (:data:`~sdplan.derive.request.PREFILL_GRID`, where the KV
+        cache holds one).
     knee : tuple of float
         ``knee_tokens, per_token_above_knee_s`` of the target's step (:func:`fit_knee`); ``(0, 0)``
         where a straight line fits as well, or for an MoE target.
@@ -200,12 +206,13 @@ class FittedSteps:
 
     target: list[float]
     draft: list[float]
-    prefill: tuple[float, float, float]
+    prefill: PrefillCost
     experts_s: float
     errors: dict[str, tuple[float, float]]
     batches: list[int]
     kv_tokens: int | None
     points: int
+    prompts: list[int]
     knee: tuple[float, float] = (0.0, 0.0)
 
 
@@ -242,16 +249,37 @@ def fit_steps(request: DeriveRequest, pricer: Pricer, note: Callable[[str], None
         draft = [d_fixed, d_seq, 0.0, d_ctx]
         errors["draft"] = (d_mean, d_max)
 
-    prompts = [p for p in PROMPT_GRID if fits_cache(1, p, kv_tokens)]
-    (p_fixed, p_tok), p_mean, p_max = fit_linear([[1.0, float(p)] for p in prompts],
-                                                 [pricer.prefill(p) for p in prompts])
+    prompts = [p for p in PREFILL_GRID if fits_cache(1, p, kv_tokens)]
+    prefill = fit_prefill(request, pricer, prompts, batches, kv_tokens, errors)
+    return FittedSteps(target=target[:4], draft=draft, prefill=prefill, experts_s=experts, errors=errors,
+                       batches=batches, kv_tokens=kv_tokens, points=len(points), prompts=prompts, knee=knee)
+
+
+def fit_prefill(request: DeriveRequest, pricer: Pricer, prompts: list[int], batches: list[int],
+                kv_tokens: int | None, errors: dict[str, tuple[float, float]]) -> PrefillCost:
+    """A prompt's own prefill and its interference, fitted with the squared term of its attention.
+
+    Notes
+    -----
+    A prefill of ``p`` tokens multiplies them by the weights (``p`` rows) and lets each attend to the ones
+    before it: ``p (p + 1) / 2`` query-key pairs, FLOPs that grow as ``p^2``. Its own cost is fitted as
+    ``fixed + a p + a2 p^2`` over ``prompts``, and what it adds to a decode step of ``b`` sequences
+    (AIConfigurator's mixed step less its decode step, :meth:`Pricer.interference`) as ``l p + l2 p^2`` over
+    :data:`~sdplan.derive.request.INTERFERENCE_PROMPTS` and :data:`~sdplan.derive.request.INTERFERENCE_BATCHES`,
+    each where the KV cache holds it. A straight line in ``p`` was 9.5% off AIConfigurator's prefill of
+    Llama-3.1-8B with Llama-3.2-1B on an H100 on average at 128-8,192 tokens and 43% low at 32,768
+    (benchmarks/RESULTS-accuracy-silicon-2026-11.md, "a prefill's attention over its prefix"). The mean and
+    largest error of each fit go to ``errors`` (``prefill``, ``interference``).
+    """
+    (fixed, per_token, per_token_sq), p_mean, p_max = fit_linear(
+        [[1.0, float(p), float(p) ** 2] for p in prompts], [pricer.prefill(p) for p in prompts])
     errors["prefill"] = (p_mean, p_max)
-    mix = [(p, b) for p in (512, 1024, 2048, 4096) for b in INTERFERENCE_BATCHES
+    mix = [(p, b) for p in INTERFERENCE_PROMPTS for b in INTERFERENCE_BATCHES
            if b in batches and fits_cache(b, p + request.output_tokens, kv_tokens)]
     mix = mix or [(request.prompt_tokens, 1)]
-    (load_tok,), l_mean, l_max = fit_linear([[float(p)] for p, _ in mix],
-                                            [max(pricer.interference(p, b, p + request.output_tokens), 1e-9)
-                                             for p, b in mix])
+    (load, load_sq), l_mean, l_max = fit_linear(
+        [[float(p), float(p) ** 2] for p, _ in mix],
+        [max(pricer.interference(p, b, p + request.output_tokens), 1e-9) for p, b in mix])
     errors["interference"] = (l_mean, l_max)
-    return FittedSteps(target=target[:4], draft=draft, prefill=(p_fixed, p_tok, load_tok), experts_s=experts,
-                       errors=errors, batches=batches, kv_tokens=kv_tokens, points=len(points), knee=knee)
+    return PrefillCost(fixed_s=fixed, per_prompt_token_s=per_token, load_per_prompt_token_s=load,
+                       per_prompt_token_sq_s=per_token_sq, load_per_prompt_token_sq_s=load_sq)

@@ -237,10 +237,16 @@ def engine_overheads(backend: str, prefill_per_layer_s: float | None = None) -> 
                                source)
     return EngineOverheads(ENGINE_STEP_OVERHEAD_S, SD_CYCLE_OVERHEAD_S, NGRAM_DRAFT_SHARE, per_layer, False,
                            f"assumed: no public measurement of {backend}'s, so vLLM's from {source}")
-#: Grids priced: batch sizes (capped by max_num_seqs and the KV cache), mean contexts and prompt lengths.
+#: Grids priced: batch sizes (capped by max_num_seqs and the KV cache), mean contexts and prompt lengths (the
+#: file's validity range).
 BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CONTEXT_GRID = (256, 1024, 2048, 4096, 8192)
 PROMPT_GRID = (128, 256, 512, 1024, 2048, 4096, 8192)
+#: Prompts whose prefill, alone and mixed into decode steps of INTERFERENCE_BATCHES sequences, is priced where
+#: the KV cache holds it: past PROMPT_GRID too, so that the prefill's squared term (its attention over its own
+#: prefix) is fitted where it dominates and a longer prompt is not extrapolated from short ones.
+PREFILL_GRID = (*PROMPT_GRID, 16384, 32768)
+INTERFERENCE_PROMPTS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 INTERFERENCE_BATCHES = (8, 32, 128)
 MS = 1e-3
 
