@@ -81,6 +81,24 @@ def test_a_derived_prefill_follows_the_priced_one_from_short_to_long_prompts(nam
         models.close()
 
 
+def test_a_verification_costs_at_least_the_decode_step_it_extends() -> None:
+    """More rows never cost less: TensorRT-LLM's MLA op for DeepSeek-R1 at fp8 on 8 H200s is not monotone in its
+    rows (32 sequences at context 1 cost more than 64), which priced a 2-token verification at -33 ms."""
+    _aic()
+    from sdplan.derive import DeriveRequest, Models, Pricer, load_aic
+
+    request = DeriveRequest(target_model="deepseek-ai/DeepSeek-R1", system="h200_sxm", method="ngram",
+                            backend="trtllm", tensor_parallel_size=8, precision="fp8", draft_lengths=(1,))
+    models = Models()
+    try:
+        pricer = Pricer(load_aic(), request, models)
+        for batch in (8, 32, 64):
+            for context in (256, 4096):
+                assert pricer.verify(batch, 2, context) >= pricer.verify(batch, 1, context) > 0.0, (batch, context)
+    finally:
+        models.close()
+
+
 def drifted(shipped: Path, derived: Path) -> list[str]:
     """The ``*_derived.toml`` names that differ between two folders: missing on either side, or other bytes."""
     names = {path.name for path in shipped.glob("*_derived.toml")} | {path.name for path in derived.glob("*.toml")}

@@ -225,6 +225,10 @@ def fit_steps(request: DeriveRequest, pricer: Pricer, note: Callable[[str], None
     points = [(b, q, s) for b in batches for q in range(1, longest + 2) for s in CONTEXT_GRID
               if fits_cache(b, s, kv_tokens)]
     target_values = padded(points, [pricer.verify(b, q, s) for b, q, s in points])
+    for (b, q, s), value in zip(points, target_values):
+        if not value > 0.0:  # a step of no time is a database the step model cannot be fitted to
+            raise ValueError(f"its database prices the target's step of {b} sequences x {q} tokens at {s} tokens "
+                             f"of context at {value * 1e3:.3g} ms")
     target, target_mean, target_max = fit_linear(step_rows(points, pricer.routing), target_values)
     experts = target[4] if pricer.routing is not None else 0.0
     errors = {"target": (target_mean, target_max)}

@@ -228,12 +228,12 @@ OVERHEADS_MEASURED = frozenset({"vllm"})
 #: What is known of how far vLLM's overheads are from another engine's, from measured runs: SGLang's SD runs
 #: (``benchmarks/RESULTS-sd-measured-2026-11.md``, the EAGLE-3 paper's Table 3 on SGLang 0.4.4); TensorRT-LLM's
 #: no-SD rows in AIConfigurator's silicon sample (``benchmarks/RESULTS-accuracy-silicon-2026-11.md``, 693 rows, E2E
-#: 20.9% MAPE, +16.5% bias): a step priced slow also makes the steps SD saves worth more.
+#: 20.7% MAPE, +16.2% bias): a step priced slow also makes the steps SD saves worth more.
 ASSUMED_OVERHEADS_EVIDENCE = {
     "sglang": ("on SGLang 0.4.4's measured EAGLE and EAGLE-3 runs (Llama-3.1-8B, one H100) a file priced so put SD's "
                "throughput 10-50% above the measured at 8-48 requests in flight"),
     "trtllm": ("on AIConfigurator's measured TensorRT-LLM rows without SD, files priced so put the mean latency "
-               "16.5% above the measured on average, so the steps SD saves may be worth less than priced"),
+               "16.2% above the measured on average, so the steps SD saves may be worth less than priced"),
 }
 
 
