@@ -99,6 +99,14 @@ def test_step_form_maps_to_kong_coefficients(direct_document: dict[str, Any]) ->
     assert c.baseline_c1_step_s == pytest.approx(0.006 + c.baseline_c2_step_s)
     # longer contexts cost more per concurrent request
     assert cal.coefficients_at(4000, 500).c2v_s > c.c2v_s
+    # a prefill's attention over its own prefix: the squared terms add p^2 each, and must not be negative
+    document["step_model"]["prefill"] |= {"per_prompt_token_sq_s": 1e-9, "load_per_prompt_token_sq_s": 2e-9}
+    squared = parse_calibration(document, "x.toml").coefficients_at(1000, 500)
+    assert squared.c1p_s == pytest.approx(c.c1p_s + 1000**2 * 1e-9)
+    assert squared.c2p_s == pytest.approx(c.c2p_s + 1000**2 * 2e-9)
+    document["step_model"]["prefill"]["load_per_prompt_token_sq_s"] = -2e-9
+    with pytest.raises(InputFileError, match="step_model.prefill.load_per_prompt_token_sq_s: must be >= 0"):
+        parse_calibration(document, "x.toml")
 
 
 def _mutate(document: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
