@@ -21,6 +21,7 @@ from sdplan.derive.request import (
     CONTEXT_GRID,
     EAGLE3_DRAFT_VOCAB,
     FP4_SYSTEMS,
+    PREFILL_GRID,
     PROMPT_GRID,
     SYSTEMS,
     DeriveRequest,
@@ -122,7 +123,10 @@ def assumptions(request: DeriveRequest, pricer: Pricer) -> list[str]:
          + ("the same source's EAGLE-3 drafting phase less the head steps AIConfigurator prices)"
             if overheads.measured else f"{overheads.source}: its EAGLE-3 drafting phase less the head steps)")),
         ("chunked prefill: a concurrent prompt's prefill delays the decode step it joins by AIConfigurator's mixed "
-        "step minus its decode step"),
+         "step minus its decode step"),
+        (f"a prompt of p tokens: its own prefill and that delay each fitted as a + b p + c p^2 (c: its attention "
+         f"over its own prefix) to AIConfigurator's prices at {PREFILL_GRID[0]:,}-{PREFILL_GRID[-1]:,} tokens, where "
+         "the KV cache holds them (step_model.prefill)"),
     ]
     # vLLM loads a draft at its own checkpoint's precision (speculative_config quantization, unset by default)
     own = (f"at {pricer.draft_precision}"
