@@ -136,7 +136,7 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
     with ``o_step`` the engine's host overhead per step (``[step_model.engine]``), SD or not, and
     ``o_prefill`` its time around a request's own prefill: in that request's TTFT and latency, not in the
     interference ``c2p`` other requests pay. The squared terms (``P.tok2``, ``P.load_tok2``) are a prompt's
-    attention over its own prefix, whose FLOPs grow as ``p^2`` (``docs/model.md#length-scaling``); 0 where a
+    attention over its own prefix, whose FLOPs grow as ``p^2`` (``docs/model.md#per-step-form``); 0 where a
     file gives none.
 
     The draft's KV context is taken equal to the target's. The target's
