@@ -149,10 +149,13 @@ def coefficients_from_steps(steps: StepModel, prompt_tokens: float, output_token
     c2v = target_per_sequence + steps.overhead_per_sequence_s
     c2d = (target.per_query_token_s + draft.per_sequence_s + draft.per_query_token_s
            + context * draft.per_context_token_s)
+    square = prompt_tokens**2
+    c1p_sq, c2p_sq = square * prefill.per_prompt_token_sq_s, square * prefill.load_per_prompt_token_sq_s
     return Coefficients(
-        c1p_s=(prefill.fixed_s + steps.prefill_overhead_s + prompt_tokens * prefill.per_prompt_token_s
-               + prompt_tokens**2 * prefill.per_prompt_token_sq_s),
-        c2p_s=prompt_tokens * prefill.load_per_prompt_token_s + prompt_tokens**2 * prefill.load_per_prompt_token_sq_s,
+        c1p_s=prefill.fixed_s + steps.prefill_overhead_s + prompt_tokens * prefill.per_prompt_token_s + c1p_sq,
+        c2p_s=prompt_tokens * prefill.load_per_prompt_token_s + c2p_sq,
+        c1p_sq_s=c1p_sq,
+        c2p_sq_s=c2p_sq,
         server_prefill_s=steps.prefill_overhead_s,
         c1v_s=target.fixed_s + steps.step_overhead_s + steps.overhead_fixed_s + c2v,
         c2v_s=c2v,

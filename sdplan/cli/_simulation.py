@@ -53,7 +53,8 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
         *ENGINE_LIMIT_OPTIONS,
         click.option("--lengths-file", metavar="CSV",
                      help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight; requests "
-                     "draw from it (the model uses its means)."),
+                     "draw from it (the model uses its means, and the mean squared prompt for a prefill priced with "
+                     "a squared term)."),
     ])
 
 

@@ -9,7 +9,7 @@ derived in ``docs/model.md#demand-decomposition``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: TTFT weights (in steps) where no TTFT was fitted: half a running step of wait, and a mixed step and a half
 #: with the others in flight (``docs/model.md#ttft-and-tpot``).
@@ -31,6 +31,15 @@ class Coefficients:
     c1p_s, c2p_s : float
         Prefill: load-independent seconds per request; seconds per request per
         concurrent request (interference of other requests' prefills).
+    c1p_sq_s, c2p_sq_s : float
+        The parts of ``c1p_s`` and ``c2p_s`` that grow as the square of the prompt, a prompt's attention over
+        its own prefix: ``P.tok2 E[p^2]`` and ``P.load_tok2 E[p^2]`` (``[step_model.prefill]
+        per_prompt_token_sq_s``, ``load_per_prompt_token_sq_s``; ``docs/model.md#per-step-form``). 0 by
+        default: a prefill linear in the prompt.
+    prompt_cv : float
+        Coefficient of variation of the prompt lengths the prefill terms are averaged over
+        (:func:`over_prompts`): ``E[p^2] = p^2 (1 + cv^2)`` with ``p = prompt_tokens``. 0 by default: every
+        prompt is ``prompt_tokens`` long.
     server_prefill_s : float
         The part of ``c1p_s`` that is the server's time around the request's prefill, not the engine's
         (``[step_model.engine] prefill_overhead_s``): in that request's TTFT and latency, but no step
@@ -90,6 +99,9 @@ class Coefficients:
 
     c1p_s: float
     c2p_s: float
+    c1p_sq_s: float = 0.0
+    c2p_sq_s: float = 0.0
+    prompt_cv: float = 0.0
     server_prefill_s: float = 0.0
     c1v_s: float
     c2v_s: float
@@ -109,3 +121,33 @@ class Coefficients:
     knee_per_token_s: float = 0.0
     draft_coverage: float = 1.0
     load_concavity_sqrt_requests: float = 0.0
+
+
+def over_prompts(coefficients: Coefficients, prompt_cv: float) -> Coefficients:
+    """The prefill terms averaged over prompts of mean ``p`` and coefficient of variation ``cv``.
+
+    Parameters
+    ----------
+    coefficients : Coefficients
+        Coefficients at the mean prompt ``p = prompt_tokens`` (at any ``prompt_cv`` already applied).
+    prompt_cv : float
+        ``sd(p) / mean(p)`` of the prompts (>= 0).
+
+    Returns
+    -------
+    Coefficients
+        ``c1p`` and ``c2p`` with their squared parts at ``E[p^2] = p^2 (1 + cv^2)`` instead of ``p^2``::
+
+            E[c1p(p)] = c1p(p) + P.tok2 Var(p)        E[c2p(p)] = c2p(p) + P.load_tok2 Var(p)
+
+    Notes
+    -----
+    The model works at the mean request, and the linear terms' mean is the mean prompt's. The squared terms'
+    is not: the mean of ``p^2`` exceeds the square of the mean by the variance, so a mix of short and long
+    prompts costs more prefill than its mean prompt (``docs/model.md#per-step-form``).
+    """
+    scale = (1.0 + prompt_cv**2) / (1.0 + coefficients.prompt_cv**2)
+    c1p_sq, c2p_sq = coefficients.c1p_sq_s * scale, coefficients.c2p_sq_s * scale
+    return replace(coefficients, c1p_s=coefficients.c1p_s - coefficients.c1p_sq_s + c1p_sq,
+                   c2p_s=coefficients.c2p_s - coefficients.c2p_sq_s + c2p_sq, c1p_sq_s=c1p_sq, c2p_sq_s=c2p_sq,
+                   prompt_cv=prompt_cv)

@@ -14,6 +14,7 @@ acceptance, the limits its servers ran with), then the default.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from sdplan.errors import InvalidValueError
 from sdplan.inputs.methods import resolve_method
 from sdplan.inputs.serving import EngineLimits, LimitOptions, resolve_limits
 from sdplan.inputs.workload import load_workload_file, measured_draft_lengths, resolve_workload
+from sdplan.latency.coefficients import over_prompts
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -146,6 +148,14 @@ def histogram_means(lengths: LengthHistogram | None, prompt_tokens: int | None,
     return prompt_tokens, output_tokens
 
 
+def histogram_prompt_cv(lengths: LengthHistogram) -> float:
+    """Coefficient of variation of a histogram's prompt lengths, ``sd(p) / mean(p)`` (weighted)."""
+    prompts = np.asarray(lengths[0], dtype=np.float64)
+    weights = np.asarray(lengths[2], dtype=np.float64)
+    mean = float(np.average(prompts, weights=weights))
+    return math.sqrt(float(np.average((prompts - mean) ** 2, weights=weights))) / mean
+
+
 def _acceptance(given: AcceptanceGiven, file: WorkloadFile | None) -> tuple[AcceptanceGiven, str]:
     """The acceptance given, else the workload file's; with where it came from."""
     if file is None or given.given:
@@ -204,12 +214,15 @@ def resolve_scenario(options: ScenarioOptions) -> Scenario:
     candidates, chosen = _candidates(options.draft_lengths, file)
     candidates, note = measured_draft_lengths(workload.acceptance, candidates, given=chosen)
     p, g = workload.prompt_tokens, workload.output_tokens
+    # a proposer that drafts on a share of the cycles only verifies 1 + c k rows a sequence (sdplan.latency.model)
+    coefficients = replace(calibration.coefficients_at(p, g), draft_coverage=workload.acceptance.coverage)
+    if options.lengths is not None and options.prompt_tokens is None:  # the model's prompt is the histogram's mean
+        coefficients = over_prompts(coefficients, histogram_prompt_cv(options.lengths))
     return Scenario(
         calibration=calibration, file=file, workload=workload, method=method, draft_lengths=candidates,
         draft_lengths_given=chosen, lengths_note=note,
         tokens_per_cycle=workload.acceptance.tokens_per_cycle(candidates),
-        # a proposer that drafts on a share of the cycles only verifies 1 + c k rows a sequence (sdplan.latency.model)
-        coefficients=replace(calibration.coefficients_at(p, g), draft_coverage=workload.acceptance.coverage),
+        coefficients=coefficients,
         moe=calibration.moe_at(p, g),
         limits=resolve_limits(calibration, file, options.limits, [0, *candidates], p, g),
         lengths=options.lengths, given_limits=options.limits)

@@ -15,8 +15,11 @@ Model of one replica (vLLM-like, iteration level):
   it gets its first chunk, while the batch cap (``max_num_seqs``, running
   plus prefilling) and the KV budget (prompt + output tokens reserved at
   admission; no preemption) allow; a request larger than the KV budget is
-  refused up front. A prefill chunk of ``q`` tokens adds ``q c2p/p`` to its
-  step (the analytic model's interference per prompt token), and a forward
+  refused up front. A prefill chunk of ``q`` tokens after the first ``d``
+  of its prompt adds ``l q + l2 ((d + q)^2 - d^2)`` to its step, so that a
+  whole prompt adds the analytic model's interference at its own length,
+  ``c2p(p) = l p + l2 p^2`` (``l2``: its attention over its own prefix,
+  ``docs/model.md#per-step-form``), and a forward
   pass of an idle engine also pays the prefill's fixed part ``c1p - c2p``
   less the server's share of ``c1p`` (``server_prefill_s``: the time around
   a request's prefill that no step waits for), by which each request
@@ -157,9 +160,13 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     else:
         cycles, expected = cycles_needed(output - 1, config.position_rates if k else (), rng)
     fixed, per_sequence = step_costs(k)
-    # Prefill: c2p is the interference of one mean prompt, so c2p / p per prompt token in a busy step;
-    # a forward pass of an idle engine also pays the prefill's fixed part, c1p - c2p.
-    per_prompt_token = c.c2p_s / max(c.prompt_tokens, 1.0)
+    # Prefill: a chunk of q prompt tokens after the first d of its prompt adds l q + l2 ((d + q)^2 - d^2) to its
+    # step, so that a whole prompt of p tokens adds c2p(p) = l p + l2 p^2, its own length's interference (l2: its
+    # attention over its own prefix, sdplan.latency.coefficients); c2p and its squared part c2p_sq are the mean
+    # over prompts of coefficient of variation cv, E[p^2] = p^2 (1 + cv^2). A forward pass of an idle engine
+    # also pays the prefill's fixed part, c1p - c2p.
+    per_prompt_token = (c.c2p_s - c.c2p_sq_s) / max(c.prompt_tokens, 1.0)
+    per_prompt_token_sq = c.c2p_sq_s / max(c.prompt_tokens**2 * (1.0 + c.prompt_cv**2), 1.0)
     idle_overhead = max(c.c1p_s - c.server_prefill_s - c.c2p_s, 0.0)
     budget_cap = int(config.max_num_batched_tokens)
     seq_cap = int(config.max_num_seqs)
@@ -243,7 +250,11 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             # admission, no other chunk) until its last chunk or the next completion; leap over those steps
             # (a prompt of 10^8 tokens is 10^4 steps of chunked prefill).
             repeats = math.ceil(prefilling[0][1] / budget) - 1
-            step = (decode_step_s(batch) if batch else idle_overhead) + budget * per_prompt_token
+            decode_s = decode_step_s(batch) if batch else idle_overhead
+            done_tokens = prompt_list[int(prefilling[0][0])] - prefilling[0][1]  # of the oldest prompt, prefilled
+            # the last of these steps, the dearest: its chunk attends to the longest prefix
+            last = done_tokens + (repeats - 1) * budget
+            step = decode_s + budget * (per_prompt_token + per_prompt_token_sq * (2.0 * last + budget))
             if batch and decode is None:
                 repeats = min(repeats, heap[0][0] - counter - 1)
             if adaptive and not queue and next_arrival < n:  # an arrival changes the goodput policy's choice of k
@@ -254,8 +265,10 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
                     repeats, done = decode.leap(repeats, k)
                 elif batch:
                     counter += repeats
-                span = repeats * step
-                prefilling[0][1] -= repeats * budget
+                leapt = repeats * budget
+                span = repeats * decode_s + leapt * (per_prompt_token
+                                                     + per_prompt_token_sq * (2.0 * done_tokens + leapt))
+                prefilling[0][1] -= leapt
                 t += span
                 busy_area += (batch + len(prefilling)) * span
                 busy_time += span
@@ -265,10 +278,13 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
                     complete(done, t)
                 continue
         chunk_tokens = 0.0
+        chunks_s = 0.0  # what the step's prefill chunks add to it
         for entry in prefilling:
             if budget <= 0:
                 break
             take = min(entry[1], budget)
+            done_tokens = prompt_list[int(entry[0])] - entry[1]
+            chunks_s += take * (per_prompt_token + per_prompt_token_sq * (2.0 * done_tokens + take))
             entry[1] -= take
             budget -= take
             chunk_tokens += take
@@ -284,11 +300,12 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             take = min(prompt_list[request], budget)
             budget -= take
             chunk_tokens += take
+            chunks_s += take * (per_prompt_token + per_prompt_token_sq * take)
             prefilling.append([request, prompt_list[request] - take])
         step = decode_step_s(batch) if batch else 0.0
         engine = batch + len(prefilling)
         if chunk_tokens > 0:
-            step += chunk_tokens * per_prompt_token + (idle_overhead if batch == 0 else 0.0)
+            step += chunks_s + (idle_overhead if batch == 0 else 0.0)
             t += step
             busy_area += engine * step
             if batch:
