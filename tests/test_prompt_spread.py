@@ -8,6 +8,7 @@ mean of ``p^2``, not the square of the mean; the simulator prices each request a
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy
@@ -79,3 +80,27 @@ def test_a_histogram_is_priced_at_the_mean_of_its_prompts_costs() -> None:
     # a prompt length given on the command line is a single length: no spread
     given = resolve_scenario(ScenarioOptions(lengths=(prompts, [output, output], weights), prompt_tokens=2240))
     assert given.coefficients.c2p_s == pytest.approx(at_mean.c2p_s, rel=1e-12)
+
+
+@pytest.mark.parametrize(("calibration", "lower"), [("h100-sxm_llama-3.1-8b_llama-3.2-1b_derived", True),
+                                                    ("cpu-epyc-2core_tiny-llama-h256-l4_tiny-llama-h128-l1_measured",
+                                                     False)])
+def test_plan_takes_a_lengths_file(sdplan, tmp_path, calibration: str, lower: bool) -> None:
+    # plan plans the histogram's mean request, with its prompts' spread where the file prices a squared prefill
+    # (derived): it saturates earlier than at the mean prompt alone. A file whose prefill is linear in the prompt
+    # (measured on CPU) plans the same as at the mean.
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("prompt_tokens,output_tokens,weight\n256,512,3\n8192,512,1\n")
+    runs = {}
+    for name, flags in (("file", ("--lengths-file", str(lengths))), ("mean", ("--prompt-tokens", "2240",
+                                                                              "--output-tokens", "512"))):
+        result = sdplan("plan", "-c", calibration, *flags, "-f", "json")
+        assert result.exit_code == 0, result.output
+        runs[name] = json.loads(result.stdout)
+    assert runs["file"]["workload"]["prompt_tokens"] == 2240
+    file, mean = (runs[name]["baseline"]["saturation_rate_rps"] for name in ("file", "mean"))
+    if lower:
+        assert runs["file"]["coefficients"]["prompt_cv"] > 1.5
+        assert file < 0.97 * mean
+    else:
+        assert file == pytest.approx(mean, rel=1e-12)

@@ -35,6 +35,14 @@ ENGINE_LIMIT_OPTIONS = [
 ]
 
 
+#: A histogram of request lengths (``plan``, ``check``, ``capacity``, ``simulate``), read by
+#: :func:`sdplan.cli._inputs.command_scenario`.
+LENGTHS_FILE_OPTION = click.option(
+    "--lengths-file", metavar="CSV",
+    help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight; requests draw from it (the "
+    "model uses its means, and the mean squared prompt for a prefill priced with a squared term).")
+
+
 def engine_limit_options(fn: Any) -> Any:
     """``--max-num-seqs``, ``--max-num-batched-tokens`` and ``--kv-cache-tokens`` (:data:`ENGINE_LIMIT_OPTIONS`)."""
     return apply_options(fn, ENGINE_LIMIT_OPTIONS)
@@ -51,10 +59,7 @@ def simulation_options(fn: Any, requests: int = 20_000, seeds: int = 3) -> Any:
         click.option("--arrival-cv", type=click.FloatRange(0.05, 10), default=1.0, show_default=True,
                      help="Coefficient of variation of inter-arrival times: 1 Poisson, > 1 bursty (gamma)."),
         *ENGINE_LIMIT_OPTIONS,
-        click.option("--lengths-file", metavar="CSV",
-                     help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight; requests "
-                     "draw from it (the model uses its means, and the mean squared prompt for a prefill priced with "
-                     "a squared term)."),
+        LENGTHS_FILE_OPTION,
     ])
 
 

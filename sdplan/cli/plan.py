@@ -20,7 +20,7 @@ from sdplan.cli._options import (
     usage_error,
     workload_options,
 )
-from sdplan.cli._simulation import engine_limit_options
+from sdplan.cli._simulation import LENGTHS_FILE_OPTION, engine_limit_options
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +58,7 @@ class PlanRequest:
               help="SD method to plan (draft_model, eagle, eagle3, mtp, ngram); must be the calibration's. "
               "Default: the calibration's.")
 @engine_limit_options
+@LENGTHS_FILE_OPTION
 @output_options()
 @plot_options
 def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int | None,
@@ -67,7 +68,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
          rates: list[float] | None, concurrency: tuple[int, ...] | None, num_prompts: int | None,
          draft_lengths: tuple[int, ...] | None, policy: str, wide: bool, spec_method: str | None,
          max_num_seqs: int | None, max_num_batched_tokens: int | None, kv_cache_tokens: float | None,
-         fmt: str, output: str | None, ascii_only: bool, plot: bool, plot_file: str | None) -> None:
+         lengths_file: str | None, fmt: str, output: str | None, ascii_only: bool, plot: bool,
+         plot_file: str | None) -> None:
     """Predict latency with and without SD at each request rate.
 
     For every request rate and draft length k: mean end-to-end latency,
@@ -91,7 +93,8 @@ def plan(calibration: str | None, prompt_tokens: int | None, output_tokens: int 
             acceptance_alpha=acceptance_alpha, acceptance_length=acceptance_length,
             draft_acceptance_rate=draft_acceptance_rate, acceptance_k=acceptance_k,
             position_acceptance=position_acceptance, acceptance_profile=acceptance_profile, spec_method=spec_method,
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, kv_cache_tokens=kv_cache_tokens),
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, kv_cache_tokens=kv_cache_tokens,
+            lengths_file=lengths_file),
         rates=rates, concurrency=concurrency, num_prompts=num_prompts, draft_lengths=draft_lengths, policy=policy,
         wide=wide,
         output=OutputRequest(fmt=fmt, output=output, ascii_only=ascii_only, plot=plot, plot_file=plot_file)))
