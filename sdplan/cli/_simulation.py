@@ -39,8 +39,8 @@ ENGINE_LIMIT_OPTIONS = [
 #: :func:`sdplan.cli._inputs.command_scenario`.
 LENGTHS_FILE_OPTION = click.option(
     "--lengths-file", metavar="CSV",
-    help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight; requests draw from it (the "
-    "model uses its means, and the mean squared prompt for a prefill priced with a squared term).")
+    help="Histogram of request lengths: CSV with prompt_tokens,output_tokens,weight. The model uses its means, and "
+    "the mean squared prompt for a prefill priced with a squared term; simulated requests draw from it.")
 
 
 def engine_limit_options(fn: Any) -> Any:
