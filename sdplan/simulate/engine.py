@@ -167,6 +167,11 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
     # also pays the prefill's fixed part, c1p - c2p.
     per_prompt_token = (c.c2p_s - c.c2p_sq_s) / max(c.prompt_tokens, 1.0)
     per_prompt_token_sq = c.c2p_sq_s / max(c.prompt_tokens**2 * (1.0 + c.prompt_cv**2), 1.0)
+
+    def chunk_s(done: float, take: float) -> float:
+        """What a prefill chunk of ``take`` prompt tokens after the first ``done`` adds to its step."""
+        return take * (per_prompt_token + per_prompt_token_sq * (2.0 * done + take))
+
     idle_overhead = max(c.c1p_s - c.server_prefill_s - c.c2p_s, 0.0)
     budget_cap = int(config.max_num_batched_tokens)
     seq_cap = int(config.max_num_seqs)
@@ -254,7 +259,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             done_tokens = prompt_list[int(prefilling[0][0])] - prefilling[0][1]  # of the oldest prompt, prefilled
             # the last of these steps, the dearest: its chunk attends to the longest prefix
             last = done_tokens + (repeats - 1) * budget
-            step = decode_s + budget * (per_prompt_token + per_prompt_token_sq * (2.0 * last + budget))
+            step = decode_s + chunk_s(last, budget)
             if batch and decode is None:
                 repeats = min(repeats, heap[0][0] - counter - 1)
             if adaptive and not queue and next_arrival < n:  # an arrival changes the goodput policy's choice of k
@@ -266,8 +271,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
                 elif batch:
                     counter += repeats
                 leapt = repeats * budget
-                span = repeats * decode_s + leapt * (per_prompt_token
-                                                     + per_prompt_token_sq * (2.0 * done_tokens + leapt))
+                span = repeats * decode_s + chunk_s(done_tokens, leapt)
                 prefilling[0][1] -= leapt
                 t += span
                 busy_area += (batch + len(prefilling)) * span
@@ -283,8 +287,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             if budget <= 0:
                 break
             take = min(entry[1], budget)
-            done_tokens = prompt_list[int(entry[0])] - entry[1]
-            chunks_s += take * (per_prompt_token + per_prompt_token_sq * (2.0 * done_tokens + take))
+            chunks_s += chunk_s(prompt_list[int(entry[0])] - entry[1], take)
             entry[1] -= take
             budget -= take
             chunk_tokens += take
@@ -300,7 +303,7 @@ def simulate(coefficients: Coefficients, config: SimulationConfig, rng: np.rando
             take = min(prompt_list[request], budget)
             budget -= take
             chunk_tokens += take
-            chunks_s += take * (per_prompt_token + per_prompt_token_sq * take)
+            chunks_s += chunk_s(0.0, take)
             prefilling.append([request, prompt_list[request] - take])
         step = decode_step_s(batch) if batch else 0.0
         engine = batch + len(prefilling)
