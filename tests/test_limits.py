@@ -92,7 +92,7 @@ def test_plan_and_check_say_when_the_batch_reaches_the_cap(sdplan) -> None:
 
 
 def test_prefill_dominated_load_is_flagged_where_the_simulator_departs() -> None:
-    # c2p/C2 = 0.9 at rho 0.8: the simulator is +30..60% above the closed form (benchmarks/map_model_vs_simulator.py)
+    # c2p/C2 = 0.9 at rho 0.8: the simulator is +44..49% above the closed form (benchmarks/map_model_vs_simulator.py)
     assert model.prefill_interference_warning(0.9, 1.0, 0.8) is not None
     assert model.prefill_interference_warning(0.3, 1.0, 0.8) is None  # decode-dominated: within 5%
     assert model.prefill_interference_warning(0.9, 1.0, 0.2) is None  # light load: within ~10%
