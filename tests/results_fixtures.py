@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 from sdplan.inputs.acceptance import expected_tokens_per_cycle
-from sdplan.latency import model
+from sdplan.latency import knee, model
 from sdplan.latency.coefficients import Coefficients
 
 TRUE = Coefficients(c1p_s=0.04, c2p_s=0.02, c1v_s=0.009, c2v_s=1.2e-4, c1d_s=0.0012, c2d_s=5e-5,
@@ -39,10 +39,13 @@ def points(noise: float = 0.0, seed: int = 3, coefficients: Coefficients = TRUE,
         c1, c2 = demand(k, alpha)
         for load in loads:
             rate = load * ceiling
-            exact = c1 / (1 - rate * c2)
+            # an open loop's law, with the wait for the prefills queued ahead (docs/model.md#prefills-queued-ahead)
+            wait = float(knee.prefill_wait_s(coefficients.c2p_s, coefficients.prompt_cv, rate))
+            exact = (c1 + wait) / (1 - rate * c2)
             latency = exact * (1 + rng.gauss(0, noise))
             tokens = 1.0 if k == 0 else float(expected_tokens_per_cycle(alpha, k))
-            ttft = float(model.time_to_first_token(coefficients, k, rate * exact, tokens)) * (1 + rng.gauss(0, noise))
+            ttft = float(model.time_to_first_token(coefficients, k, rate * exact, tokens, rate))
+            ttft *= 1 + rng.gauss(0, noise)
             yield k, alpha, rate, latency, ttft, (latency - ttft) / (g - 1)
 
 

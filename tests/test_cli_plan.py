@@ -13,7 +13,7 @@ import pytest
 
 from sdplan.calibration import DEFAULT_CALIBRATION, resolve_calibration
 from sdplan.errors import ExitStatus
-from sdplan.latency import model
+from sdplan.latency import knee, model
 
 
 def strict_json(text: str) -> dict:
@@ -60,7 +60,9 @@ def test_plan_json_schema_and_values(sdplan) -> None:
     cal = resolve_calibration(None)
     coeffs = cal.coefficients_at(1024, 512)
     c1, c2 = model.speculative_demand(coeffs, 0.8, 2)
-    assert rows[1]["speculative"][1]["mean_e2e_latency_s"] == pytest.approx(float(c1 / (1 - 5 * c2)), rel=1e-12)
+    wait = knee.prefill_wait_s(coeffs.c2p_s, coeffs.prompt_cv, 5.0)  # the prefills queued ahead at 5 req/s
+    assert rows[1]["speculative"][1]["mean_e2e_latency_s"] == pytest.approx(float((c1 + wait) / (1 - 5 * c2)),
+                                                                            rel=1e-12)
     # past saturation: explicit, no NaN
     last = rows[2]
     assert last["baseline"]["regime"] == "unstable" and last["baseline"]["mean_e2e_latency_s"] is None

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sdplan.calibration import resolve_calibration
 from sdplan.fileio import dumps_toml
 from sdplan.inputs.acceptance import AcceptanceMetric, expected_tokens_per_cycle, make_acceptance, with_coverage
+from sdplan.latency import knee
 from sdplan.latency.coefficients import Coefficients
 from sdplan.latency.model import option_demands, step_costs, step_times
 from sdplan.planning.planner import plan
@@ -136,8 +137,9 @@ def test_predicted_ttft_prices_the_runs_coverage_as_the_fit_rows_do(tmp_path) ->
     alone = c1p + coefficients.ttft_offset_s + coefficients.ttft_prefill_s + coefficients.ttft_wait_steps * tau1
     others = run.arrival_rate_rps * latency
     assert predict_ttft_alone(coefficients, run) == pytest.approx(alone, rel=1e-12)
+    wait = float(knee.prefill_wait_s(coefficients.c2p_s, coefficients.prompt_cv, run.arrival_rate_rps))  # open loop
     assert predict_ttft(coefficients, run, latency) == pytest.approx(
-        alone + coefficients.ttft_load_steps * others * per_other, rel=1e-12)
+        alone + coefficients.ttft_load_steps * others * per_other + wait, rel=1e-12)
     full = replace(run, draft_coverage=1.0)
     assert predict_ttft_alone(coefficients, run) < predict_ttft_alone(coefficients, full)
 

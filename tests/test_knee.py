@@ -22,7 +22,9 @@ KNEE = dataclasses.replace(BASE, knee_tokens=256.0, knee_per_token_s=2e-5)
 
 
 def fixed_point(c: object, k: int, tokens_per_cycle: float, rate: float) -> float:
-    """``L = C1 + B C2 + n b max(0, t (1 + B) - R)`` with ``B = rate L``, by plain iteration from 0."""
+    """``L = C1 + W + B C2 + n b max(0, t (1 + B) - R)`` with ``B = rate L``, by plain iteration from 0 (``W``
+    the open loop's wait for the prefills queued ahead)."""
+    wait = float(knee.prefill_wait_s(c.c2p_s, c.prompt_cv, rate))  # type: ignore[attr-defined]
     if k == 0:
         c1, c2 = model.baseline_demand(c)  # type: ignore[arg-type]
         steps, rows = model.baseline_steps(c.output_tokens), 1.0  # type: ignore[attr-defined]
@@ -32,7 +34,7 @@ def fixed_point(c: object, k: int, tokens_per_cycle: float, rate: float) -> floa
     latency = 0.0
     for _ in range(200_000):
         others = rate * latency
-        new = c1 + others * c2 + steps * c.knee_per_token_s * max(0.0, rows * (1 + others) - c.knee_tokens)  # type: ignore[attr-defined]
+        new = c1 + wait + others * c2 + steps * c.knee_per_token_s * max(0.0, rows * (1 + others) - c.knee_tokens)  # type: ignore[attr-defined]
         if new > 1e6:
             return math.inf
         if abs(new - latency) <= 1e-12 * new:
@@ -175,13 +177,21 @@ def test_no_shipped_step_costs_less_than_its_kernels_need(name: str) -> None:
 # ----------------------------------------------------------------------------- the engine's caps bound throughput
 
 def test_each_option_saturates_at_its_own_cap() -> None:
-    """A cap of N requests bounds an option at lambda_N = N / (C1_N + N C2_N); past it the queue grows."""
+    """A cap of N requests bounds an option at lambda_N = N / (C1_N + W(lambda_N) + N C2_N); past it the queue
+    grows."""
     caps = [256.0, 120.0]
     capped = planner.plan(BASE, [1.0], [3], [0.7], batch_caps=caps)
+
+    def wait(rate: float) -> float:
+        return float(knee.prefill_wait_s(BASE.c2p_s, BASE.prompt_cv, rate))
+
     c1_d, c2_d = model.baseline_demand(BASE)
-    assert capped.baseline_saturation_rate_rps == pytest.approx(min(1 / c2_d, 256 / (c1_d + 256 * c2_d)))
+    base_sat = float(capped.baseline_saturation_rate_rps)
+    assert base_sat < 1 / c2_d and base_sat < 256 / (c1_d + 256 * c2_d)  # the wait lowers the cap's rate
+    assert base_sat * (c1_d + wait(base_sat) + 256 * c2_d) == pytest.approx(256)
     c1, c2 = float(capped.c1_s[0, 0]), float(capped.c2_s[0, 0])
-    assert capped.saturation_rate_rps[0, 0] == pytest.approx(120 / (c1 + 120 * c2))
+    sd_sat = float(capped.saturation_rate_rps[0, 0])
+    assert sd_sat * (c1 + wait(sd_sat) + 120 * c2) == pytest.approx(120)
     assert str(capped.saturation_limit[0, 0]) == "cap"
     sat = float(capped.saturation_rate_rps[0, 0])
     below, past = planner.plan(BASE, [sat * 0.999, sat * 1.001], [3], [0.7], batch_caps=caps).latency_s[0, :, 0]

@@ -13,7 +13,7 @@ import pytest
 from sdplan.inputs.slo import parse_slo
 from sdplan.latency import model
 from sdplan.latency.coefficients import Coefficients
-from sdplan.planning.capacity import batch_cap_label, capacity
+from sdplan.planning.capacity import batch_cap_label, capacity, latency_at
 
 C = Coefficients(c1p_s=0.04, c2p_s=0.03, c1v_s=0.0072, c2v_s=1e-4, c1d_s=0.0012, c2d_s=5.6e-5,
                  baseline_c1_step_s=0.0067, baseline_c2_step_s=1e-4, prompt_tokens=1024.0, output_tokens=512.0)
@@ -24,7 +24,7 @@ def test_capacity_never_exceeds_the_batch_cap() -> None:
     slos = [parse_slo("e2e:mean<=60s")]
     free = capacity(C, [1, 3], 0.8, slos)
     capped = capacity(C, [1, 3], 0.8, slos, max_batch=32)
-    batch = capped.max_rate_rps * model.mean_latency(capped.c1_s, capped.c2_s, capped.max_rate_rps)
+    batch = capped.max_rate_rps * latency_at(capped, capped.max_rate_rps)
     assert numpy.all(batch <= 32 * (1 + 1e-9))
     assert numpy.all(capped.max_rate_rps < free.max_rate_rps)
     assert capped.binding_slo == [batch_cap_label(32)] * 3
@@ -92,14 +92,17 @@ def test_plan_and_check_say_when_the_batch_reaches_the_cap(sdplan) -> None:
 
 
 def test_prefill_dominated_load_is_flagged_where_the_simulator_departs() -> None:
-    # c2p/C2 = 0.9 at rho 0.8: the simulator is +44..49% above the closed form (benchmarks/map_model_vs_simulator.py)
+    # c2p/C2 = 0.9 at rho 0.8: the simulator is 9-10% off the planner's law (benchmarks/map_model_vs_simulator.py)
     assert model.prefill_interference_warning(0.9, 1.0, 0.8) is not None
     assert model.prefill_interference_warning(0.3, 1.0, 0.8) is None  # decode-dominated: within 5%
     assert model.prefill_interference_warning(0.9, 1.0, 0.2) is None  # light load: within ~10%
 
 
 def test_closed_form_departs_from_the_simulator_only_where_flagged() -> None:
+    """Where prefill dominates C2 the straight law is >10% optimistic; the wait for the prefills queued ahead
+    (docs/model.md#prefills-queued-ahead) brings the planner's law back within 12%. Elsewhere both are within 5%."""
     from sdplan.calibration import resolve_calibration
+    from sdplan.latency import knee
     from sdplan.simulate import SimulationConfig, simulate
 
     for p, g, expect_flag in ((1024, 512, False), (8192, 64, True)):  # the default calibration
@@ -109,7 +112,9 @@ def test_closed_form_departs_from_the_simulator_only_where_flagged() -> None:
         runs = [simulate(c, SimulationConfig(rate_rps=lam, draft_length=0, position_rates=(), requests=6000,
                                              prompt_tokens=p, output_tokens=g, max_num_seqs=8192),
                          numpy.random.default_rng(seed)).e2e_s.mean() for seed in range(2)]
-        error = numpy.mean(runs) / float(model.mean_latency(c1, c2, lam)) - 1
+        straight = numpy.mean(runs) / float(model.mean_latency(c1, c2, lam)) - 1
+        planned = numpy.mean(runs) / float(knee.mean_latency(c1, c2, model.baseline_knee(c, c1, c2), lam)) - 1
         flagged = model.prefill_interference_warning(c.c2p_s, c2, 0.7) is not None
         assert flagged == expect_flag
-        assert (error > 0.10) if expect_flag else (abs(error) < 0.05)
+        assert (straight > 0.10) if expect_flag else (abs(straight) < 0.05)
+        assert abs(planned) < (0.12 if expect_flag else 0.05)

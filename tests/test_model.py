@@ -10,7 +10,7 @@ from numpy.testing import assert_allclose
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.acceptance import expected_tokens_per_cycle
-from sdplan.latency import model
+from sdplan.latency import knee, model
 from sdplan.latency.coefficients import Coefficients
 from sdplan.planning import planner
 
@@ -186,10 +186,11 @@ def test_plan_shapes_and_best_k_matches_brute_force() -> None:
     c1_d, c2_d = model.baseline_demand(c)
     for ia, alpha in enumerate(alphas):
         for ir, rate in enumerate(rates):
-            options = {0: float(model.mean_latency(c1_d, c2_d, rate))}
+            wait = float(knee.prefill_wait_s(c.c2p_s, c.prompt_cv, rate))  # the prefills queued ahead
+            options = {0: float(model.mean_latency(c1_d + wait, c2_d, rate))}
             for k in ks:
                 c1, c2 = model.speculative_demand(c, alpha, int(k))
-                options[int(k)] = float(model.mean_latency(c1, c2, rate))
+                options[int(k)] = float(model.mean_latency(c1 + wait, c2, rate))
             best = min(options, key=lambda key: (options[key], key))
             if numpy.isinf(options[best]):
                 assert result.best_k[ia, ir] == planner.NONE_STABLE

@@ -61,15 +61,15 @@ def test_ttft_follows_the_coverage_of_the_operating_batch() -> None:
     spec = MoESpec(8, 128, COVERAGE)
     plan = planner.plan(BASE, [0.5, 4.0], [2], [0.8], moe=spec)
     tokens = float(plan.tokens_per_cycle[0, 0])
-    for r in range(2):
+    for r, rate in enumerate((0.5, 4.0)):
         batch = float(plan.batch[0, r, 0])
         phi = float(spec.phi(3.0 * (1.0 + batch)))  # k + 1 = 3 tokens a sequence
-        expected = float(model.time_to_first_token(at_coverage(BASE, spec, phi), 2, batch, tokens))
+        expected = float(model.time_to_first_token(at_coverage(BASE, spec, phi), 2, batch, tokens, rate))
         assert plan.ttft_load_s[0, r, 0] == pytest.approx(expected, rel=1e-9)
-        assert plan.ttft_load_s[0, r, 0] > float(model.time_to_first_token(BASE, 2, batch, tokens))
+        assert plan.ttft_load_s[0, r, 0] > float(model.time_to_first_token(BASE, 2, batch, tokens, rate))
         base_batch = float(plan.baseline_batch[r])
         base_expected = model.time_to_first_token(at_coverage(BASE, spec, float(spec.phi(1.0 + base_batch))), 0,
-                                                  base_batch)
+                                                  base_batch, None, rate)
         assert plan.baseline_ttft_load_s[r] == pytest.approx(float(base_expected), rel=1e-9)
     assert plan.ttft_s == pytest.approx(float(model.time_to_first_token(at_coverage(BASE, spec, float(spec.phi(1))))))
     unstable = planner.plan(BASE, [1e3], [2], [0.8], moe=spec)
@@ -180,10 +180,13 @@ def test_latency_rises_with_load_and_round_off_is_not_reported_as_lost_speedup()
         assert numpy.all(numpy.diff(stable) >= -1e-9 * stable[1:])
     lost = result.moe_speedup_lost[numpy.isfinite(result.moe_speedup_lost)]
     assert numpy.all((lost == 0) | (numpy.abs(lost) >= SPEEDUP_RESOLUTION))
-    rho = result.utilisation[0]  # dense-equivalent: L = L(0) / (1 - rho)
+    from sdplan.latency.knee import prefill_wait_s
+
+    rho = result.utilisation[0]  # dense-equivalent: L = (L(0) + W) / (1 - rho), W the prefills queued ahead
+    wait = prefill_wait_s(BASE.c2p_s, BASE.prompt_cv, rates)[:, None]
     finite = numpy.isfinite(result.latency_s[0])
-    numpy.testing.assert_allclose((result.c1_s[0][None, :] / (1 - rho))[finite], result.latency_s[0][finite],
-                                  rtol=1e-9)
+    numpy.testing.assert_allclose(((result.c1_s[0][None, :] + wait) / (1 - rho))[finite],
+                                  result.latency_s[0][finite], rtol=1e-9)
 
 
 def test_solver_reports_unstable_points() -> None:
@@ -276,9 +279,12 @@ def _envelope_fixed_point(rate: float, ks: list[int], alpha: float, spec: MoESpe
         cycle2 = BASE.c2v_s + k * BASE.c2d_s + phi * COVERAGE["c2v_s"]
         return c1p + cycles * cycle1 + others * (BASE.c2p_s + cycles * cycle2)
 
+    from sdplan.latency.knee import prefill_wait_s
+
+    wait = float(prefill_wait_s(BASE.c2p_s, BASE.prompt_cv, rate))  # the prefills queued ahead, every option alike
     latency = 0.0
     for _ in range(100_000):
-        new = min(h(k, rate * latency) for k in [0, *ks])
+        new = min(h(k, rate * latency) for k in [0, *ks]) + wait
         if new > 1e6:
             return float("inf")
         if abs(new - latency) <= 1e-12 * new:
@@ -400,7 +406,7 @@ def test_moe_capacity_sizes_a_fleet_and_the_simulator_agrees(sdplan) -> None:
     option's simulated capacity under a mean SLO is the model's within 10%."""
     result = sdplan("capacity", "-c", MOE_FILE, "--acceptance", "0.8", "--slo", "e2e:mean<=6s", "--target-rate", "20")
     assert result.exit_code == 0, result.stderr
-    assert "replicas without SD" in result.stdout and "L = C1(B)/(1 - rate*C2(B))" in result.stdout
+    assert "replicas without SD" in result.stdout and "L = (C1(B) + W)/(1 - rate*C2(B))" in result.stdout
     capacities = []
     for extra in ((), ("--simulate", "--requests", "1500", "--seeds", "2")):
         done = sdplan("capacity", "-c", MOE_FILE, "--acceptance", "0.8", "--slo", "e2e:mean<=6s", "-f", "json", *extra)

@@ -102,5 +102,7 @@ def test_plan_takes_a_lengths_file(sdplan, tmp_path, calibration: str, lower: bo
     if lower:
         assert runs["file"]["coefficients"]["prompt_cv"] > 1.5
         assert file < 0.97 * mean
-    else:
-        assert file == pytest.approx(mean, rel=1e-12)
+    else:  # the same prefill as at the mean; only the prefill queue's wait grows with the prompts' spread
+        for key in ("c1p_s", "c2p_s"):
+            assert runs["file"]["coefficients"][key] == pytest.approx(runs["mean"]["coefficients"][key], rel=1e-12)
+        assert 0.99 * mean < file < mean

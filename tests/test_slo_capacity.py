@@ -84,7 +84,8 @@ def test_finite_or_none_writes_unstable_as_null() -> None:
 @settings(max_examples=100)
 @given(st.floats(0.3, 0.95), st.floats(0.0, 3.0), st.floats(1.05, 40.0))
 def test_ttft_slo_binds_capacity_under_load(alpha: float, load_steps: float, headroom: float) -> None:
-    """B11: TTFT grows with the effective batch, so a TTFT SLO bounds the rate (equality at capacity)."""
+    """B11: TTFT grows with the effective batch and the prefill queue's wait, so a TTFT SLO bounds the rate
+    (equality at capacity), even with no load weight (``load_steps = 0``): the wait alone grows with the rate."""
     from dataclasses import replace
 
     c = replace(coefficients(), ttft_wait_steps=0.5, ttft_load_steps=load_steps)
@@ -98,8 +99,6 @@ def test_ttft_slo_binds_capacity_under_load(alpha: float, load_steps: float, hea
         if cap.max_rate_rps[index] < saturation * (1 - 1e-6):  # bound by TTFT, not by saturation
             # the inversion is exact; near saturation B = lambda L is ill-conditioned, hence 1e-6
             assert float(ttft) == pytest.approx(zero_load * headroom, rel=1e-6)
-        if load_steps == 0:
-            assert cap.max_rate_rps[index] == pytest.approx(saturation) or not cap.feasible[index]
 
 
 def test_evaluate_marks_unstable_as_failed() -> None:

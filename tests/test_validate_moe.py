@@ -61,8 +61,12 @@ def test_open_loop_is_the_planners_fixed_point(run) -> None:
 
 
 @pytest.mark.parametrize("run", [r for r in served_runs() if r.concurrency is not None], ids=lambda r: r.source[-16:])
-def test_closed_loop_is_the_planners_fixed_point_at_its_load(run) -> None:
-    """A closed loop of N predicting L has B = N - 1 others: the planner at lambda = (N - 1)/L gives the same L."""
+def test_closed_loop_is_the_planners_fixed_point_at_its_load(run, monkeypatch) -> None:
+    """A closed loop of N predicting L has B = N - 1 others: the planner at lambda = (N - 1)/L gives the same L,
+    once the open loop's prefill queue is taken away (clients that send one request at a time queue none)."""
+    from sdplan.latency import moe as moe_model
+
+    monkeypatch.setattr(moe_model, "prefill_queue", lambda coefficients, moe: (0.0, 0.0))
     cal = load_calibration(CALIBRATION)
     coefficients = cal.coefficients_at(run.prompt_tokens, run.output_tokens)
     assert coefficients.closed_loop_factor == 1.0

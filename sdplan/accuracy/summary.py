@@ -211,7 +211,7 @@ def planner_picks(calibration: str, workload: tuple[int, int], draft_lengths: Se
     scenario = _plan_scenario(calibration, workload, draft_lengths)
     result = planner.plan(scenario.coefficients, list(rates_rps), scenario.draft_lengths,
                           list(scenario.workload.acceptance.alphas), tokens_per_cycle=scenario.tokens_per_cycle,
-                          moe=scenario.moe)
+                          moe=scenario.moe, batch_caps=scenario.limits.caps(scenario.draft_lengths))
     picks = []
     for index in range(len(rates_rps)):
         best = int(result.best_k[0, index])

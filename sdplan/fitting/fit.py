@@ -203,16 +203,26 @@ def _fit_at_share(runs: list[BenchmarkRun], reference: tuple[int, int], robust: 
     """Both stages of :func:`fit_pooled` at one share of ``c2_step`` that does not grow with the context."""
     latency = np.array([r.mean_e2e_latency_s for r in runs])
     rows, floor = design_rows(runs, reference, fixed_step_share, psi), verify_floor(runs)
-    problem = _E2EProblem(rows.times(floor), latency)
     fit_factor = bool(rows.closed.any() and (~rows.closed).any())
     balance = _balance_weights(rows.closed, fit_factor)
     theta_upper = np.full(8, np.inf)
     theta_upper[PARAMETERS.index("c1p_s")] = prefill_bound(runs, reference)
-    x, weights = _solve_e2e(problem, balance, theta_upper, fit_factor, robust)
-    theta, factor = floor @ x[:8], float(x[8])
+    # The open loops' measured latencies include the wait for the prefills queued ahead, which the planner adds to
+    # the law (docs/model.md#prefills-queued-ahead): the straight part is fitted to what is left. The wait depends on
+    # the fitted c2p, so the fit is repeated with the wait of the last pass until it settles.
+    wait = np.zeros(len(runs))
+    for fitted_pass in range(1, WAIT_PASSES + 1):
+        problem = _E2EProblem(rows.times(floor), latency - wait)
+        x, weights = _solve_e2e(problem, balance, theta_upper, fit_factor, robust)
+        theta = floor @ x[:8]
+        following = np.minimum(rows.wait(theta), WAIT_SHARE_LIMIT * latency)
+        if fitted_pass == WAIT_PASSES or np.allclose(following, wait, rtol=WAIT_TOLERANCE, atol=0.0):
+            break  # theta is fitted with `wait`, which predicts with it
+        wait = following
+    factor = float(x[8])
     identified, covariance, stderr = _covariance_and_stderr(problem, x, weights, fit_factor, floor)
-    predicted = rows.e2e(factor) @ theta
-    ttft = fit_ttft(runs, rows, theta, factor, robust)
+    predicted = rows.e2e(factor) @ theta + wait
+    ttft = fit_ttft(runs, rows, theta, factor, robust, wait)
     values, errors = dict(zip(PARAMETERS, (float(v) for v in theta))), dict(zip(PARAMETERS, stderr))
     notes = _fit_notes(values, errors, dict(zip(PARAMETERS, identified)), factor if fit_factor else None,
                        int((weights < 0.999 * balance).sum())) + floor_notes(floor, x[:8])
@@ -230,6 +240,14 @@ def _fit_at_share(runs: list[BenchmarkRun], reference: tuple[int, int], robust: 
         closed_loop_factor_fitted=fit_factor, notes=notes,
         residuals=_residuals(runs, latency, predicted, ttft.predicted, weights / balance),
     )
+
+
+#: Passes of the E2E fit that settle the open loops' prefill wait, and the relative change that counts as settled.
+WAIT_PASSES = 4
+WAIT_TOLERANCE = 1e-3
+#: The most of a run's measured latency the wait may take: a pass whose c2p would queue prefills near saturation
+#: at a run's rate is not let to fit that run with nothing left for its own prefill and decode.
+WAIT_SHARE_LIMIT = 0.5
 
 
 def _balance_weights(closed: Any, fit_factor: bool) -> Any:

@@ -20,7 +20,7 @@ import numpy as np
 
 from sdplan.calibration import scale_direct
 from sdplan.inputs.acceptance import expected_tokens_per_cycle, with_coverage
-from sdplan.latency import model
+from sdplan.latency import knee, model
 from sdplan.latency.coefficients import DEFAULT_TTFT_LOAD_STEPS, DEFAULT_TTFT_WAIT_STEPS
 
 if TYPE_CHECKING:
@@ -130,13 +130,20 @@ def ttft_parts(coefficients: Coefficients, run: BenchmarkRun) -> tuple[float, fl
     return coefficients.c1p_s, float(tau1), float(per_other)
 
 
-def run_ttft(coefficients: Coefficients, run: BenchmarkRun, others: float) -> float:
+def run_ttft(coefficients: Coefficients, run: BenchmarkRun, others: float, alone: bool = False) -> float:
     """Model mean TTFT (s) of a run with ``others`` in flight: :func:`sdplan.latency.model.time_to_first_token`
     at the run's configuration, as :func:`run_demand` prices its E2E and :func:`ttft_parts` its fitted rows:
     its measured draft coverage (:func:`run_coefficients`: a cycle drafts ``c k`` tokens,
-    docs/model.md#draft-coverage) and its tokens per cycle (:func:`run_tokens_per_cycle`)."""
+    docs/model.md#draft-coverage) and its tokens per cycle (:func:`run_tokens_per_cycle`); an open loop's
+    at its arrival rate, whose prefill queue it waits for (:func:`open_loop_rate`), unless ``alone``."""
     return float(model.time_to_first_token(run_coefficients(coefficients, run), run.draft_length, others,
-                                           run_tokens_per_cycle(run)))
+                                           run_tokens_per_cycle(run), 0.0 if alone else open_loop_rate(run)))
+
+
+def open_loop_rate(run: BenchmarkRun) -> float:
+    """The Poisson arrival rate whose prefill queue a run's requests wait for (req/s; 0 for a closed loop, whose
+    clients send one request at a time: ``docs/model.md#prefills-queued-ahead``)."""
+    return run.arrival_rate_rps if run.concurrency is None else 0.0
 
 
 def fitted_load(run: BenchmarkRun) -> float:
@@ -160,6 +167,8 @@ class DesignRows:
     ``L = (c1 + h(f B) c2) @ theta`` and ``TTFT = (c1p + w_wait tau1 + w_load f B_t tau2) @ theta``
     with ``f`` the closed-loop load factor on closed-loop rows and 1 on open-loop rows, and ``h`` the
     concave load law of ``concavity`` (:func:`sdplan.latency.model.concave_load`; ``h(B) = B`` at 0).
+    Both exclude an open loop's wait for the prefills queued ahead, ``W(c2p @ theta, lambda)``
+    (:meth:`wait`), which is not linear in ``theta``.
     """
 
     c1: Any
@@ -171,11 +180,24 @@ class DesignRows:
     tau2: Any
     load_first: Any
     concavity: float = 0.0
+    #: Each run's ``c2p`` per unit coefficient, and the arrival rate whose prefill queue it waits for (0: closed).
+    c2p: Any = None
+    rate: Any = None
 
     def times(self, matrix: Any) -> DesignRows:
         """The rows in other coefficients ``theta'`` with ``theta = matrix @ theta'`` (each row times ``matrix``)."""
         return replace(self, c1=self.c1 @ matrix, c2=self.c2 @ matrix, c1p=self.c1p @ matrix,
-                        tau1=self.tau1 @ matrix, tau2=self.tau2 @ matrix)
+                        tau1=self.tau1 @ matrix, tau2=self.tau2 @ matrix,
+                        c2p=None if self.c2p is None else self.c2p @ matrix)
+
+    def wait(self, theta: Any) -> Any:
+        """Each run's wait for the prefills queued ahead at ``theta`` (s; :func:`sdplan.latency.knee.prefill_wait_s`,
+        one prompt length a run): 0 for closed loops, and where ``theta``'s prefill queue would not be stable at the
+        run's rate (the run's measured latency then says ``c2p`` is lower)."""
+        if self.c2p is None:
+            return np.zeros(len(self.closed))
+        wait = knee.prefill_wait_s(np.maximum(self.c2p @ theta, 0.0), 0.0, self.rate)
+        return np.where(np.isfinite(wait), wait, 0.0)
 
     def factor(self, closed_loop_factor: float) -> Any:
         return np.where(self.closed, closed_loop_factor, 1.0)
@@ -239,7 +261,7 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step
     decode steps, the length scaling): ``C1(theta) = sum_j theta_j C1(e_j)``.
     """
     shape = (len(runs), len(PARAMETERS))
-    c1, c2, c1p, tau1, tau2 = (np.zeros(shape) for _ in range(5))
+    c1, c2, c1p, tau1, tau2, c2p = (np.zeros(shape) for _ in range(6))
     for j in range(len(PARAMETERS)):
         unit = np.zeros(len(PARAMETERS))
         unit[j] = 1.0
@@ -248,9 +270,11 @@ def design_rows(runs: list[BenchmarkRun], reference: tuple[int, int], fixed_step
                                                     fixed_step_share=fixed_step_share)
             c1[i, j], c2[i, j] = run_demand(coefficients, run)
             c1p[i, j], tau1[i, j], tau2[i, j] = ttft_parts(coefficients, run)
+            c2p[i, j] = coefficients.c2p_s
     return DesignRows(c1=c1, c2=c2, load=np.array([fitted_load(r) for r in runs]),
                       closed=np.array([r.concurrency is not None for r in runs]), c1p=c1p, tau1=tau1, tau2=tau2,
-                      load_first=np.array([fitted_first_token_load(r) for r in runs]), concavity=concavity)
+                      load_first=np.array([fitted_first_token_load(r) for r in runs]), concavity=concavity,
+                      c2p=c2p, rate=np.array([open_loop_rate(r) for r in runs]))
 
 
 def r2(measured: list[float], predicted: list[float]) -> float:

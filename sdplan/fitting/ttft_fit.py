@@ -43,8 +43,12 @@ class TtftFit:
     prefill_per_token_s: float | None = None
 
 
-def fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: float, robust: bool) -> TtftFit:
-    """Stage 2: ``TTFT - c1p = offset + q p + w_wait tau1 + w_load f B (C2/steps)`` with ``theta`` fixed.
+def fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: float, robust: bool,
+             queue_wait_s: Any = None) -> TtftFit:
+    """Stage 2: ``TTFT - c1p - W = offset + q p + w_wait tau1 + w_load f B (C2/steps)`` with ``theta`` fixed.
+
+    ``W`` is each run's wait for the prefills queued ahead (an open loop's; ``queue_wait_s``, 0 where None), which the
+    model adds to TTFT (:func:`sdplan.latency.model.time_to_first_token`).
 
     Bounded linear least squares on relative errors (``offset >= -c1p``, weights in
     ``[0, MAX_TTFT_WEIGHT]``), Huber-reweighted; with fewer than 3 measured TTFTs
@@ -69,7 +73,7 @@ def fit_ttft(runs: list[BenchmarkRun], rows: DesignRows, theta: Any, factor: flo
     """
     measured = np.array([r.mean_ttft_s if r.mean_ttft_s is not None else np.nan for r in runs])
     has = np.isfinite(measured) & (measured > 0)
-    c1p = rows.c1p @ theta
+    c1p = rows.c1p @ theta + (0.0 if queue_wait_s is None else np.asarray(queue_wait_s, dtype=np.float64))
     tau1 = rows.tau1 @ theta
     load = rows.factor(factor) * rows.load_first * (rows.tau2 @ theta)
     open_loop = has & ~rows.closed

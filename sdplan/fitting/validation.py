@@ -66,10 +66,11 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
     -------
     float
         Closed loop of ``N``: ``C1 + f (N - 1) C2`` (``f`` the calibration's
-        closed-loop factor). Open loop: ``C1/(1 - lambda C2)`` at the
+        closed-loop factor). Open loop: ``(C1 + W)/(1 - lambda C2)`` at the
         *arrival* rate (the achieved rate only when the file has no arrival
-        rate), Kong et al. eq. 1. Past the target's compute-bound knee, with
-        the demands above it (:mod:`sdplan.latency.knee`).
+        rate), Kong et al. eq. 1 with the wait ``W`` for the prefills queued
+        ahead. Past the target's compute-bound knee, with the demands above it
+        (:mod:`sdplan.latency.knee`).
 
     Notes
     -----
@@ -82,14 +83,15 @@ def predict_latency(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec 
     for verification. A closed loop of ``N`` has ``B = N - 1`` others, so
     ``C1`` and ``C2`` are taken at ``phi(t N)`` (:func:`sdplan.latency.moe.at_coverage`).
     An open loop has ``B = lambda L``: ``L`` is the smallest fixed point of
-    ``L = C1(lambda L)/(1 - lambda C2(lambda L))`` (:func:`sdplan.latency.moe.solve`).
+    ``L = (C1(lambda L) + W)/(1 - lambda C2(lambda L))`` (:func:`sdplan.latency.moe.solve`; ``W`` the wait for the
+    prefills queued ahead, :func:`sdplan.latency.knee.prefill_wait_s`).
     The prefill's terms are at ``phi(p)`` either way.
     """
     if run.concurrency is None and moe is not None:
         a1, a2 = run_demand(moe_model.at_coverage(coefficients, moe, 0.0), run)
         full1, full2 = run_demand(moe_model.at_coverage(coefficients, moe, 1.0), run)
         solved = moe_model.solve(a1, full1 - a1, a2, full2 - a2, closed_loop.routed_per_sequence(run.draft_length),
-                                 run.arrival_rate_rps, moe)
+                                 run.arrival_rate_rps, moe, *moe_model.prefill_queue(coefficients, moe))
         return float(solved.latency_s)
     if run.concurrency is not None:
         return closed_loop.closed_loop_latency(run_coefficients(coefficients, run), run.draft_length,
@@ -131,9 +133,9 @@ def predict_ttft(coefficients: Coefficients, run: BenchmarkRun, latency_s: float
 def predict_ttft_alone(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None = None) -> float:
     """Model mean TTFT (s) of a run's request with no other in flight: the part of :func:`predict_ttft` that does
     not grow with load, ``c1p + offset + prefill + w_wait tau1`` (:func:`sdplan.latency.model.time_to_first_token`
-    at ``B = 0``); the rest of :func:`predict_ttft` is the queue's (the accuracy benchmark's TTFT floor needs
-    that share, ``benchmarks/accuracy_served.py``)."""
-    return run_ttft(covered(coefficients, run, moe, 0.0), run, 0.0)
+    at ``B = 0`` and no prefill queued ahead); the rest of :func:`predict_ttft` is the queue's (the accuracy
+    benchmark's TTFT floor needs that share, ``benchmarks/accuracy_served.py``)."""
+    return run_ttft(covered(coefficients, run, moe, 0.0), run, 0.0, alone=True)
 
 
 def covered(coefficients: Coefficients, run: BenchmarkRun, moe: MoESpec | None, others: float) -> Coefficients:

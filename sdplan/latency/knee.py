@@ -39,11 +39,23 @@ with ``psi`` the calibration's ``load_concavity_sqrt_requests``. Saturation stay
 (:func:`concave_demands`), for which ``C1/(1 - lambda C2_B)`` is the exact latency at the rate whose batch
 is ``B``: so every function here that takes "the demands that hold" serves both bends. A calibration has
 one or the other, never both (:mod:`sdplan.calibration.checks`).
+
+An open loop also queues prefills (``docs/model.md#prefills-queued-ahead``). Processor sharing charges a request
+for the prefills that arrive during its life (``B c2p``), not for those already queued ahead of it when it
+arrives, which the engine runs first. Poisson arrivals find the mean M/G/1 wait of that queue,
+
+    W = lambda E[S^2] / (2 (1 - lambda E[S])),   E[S] = c2p,   E[S^2] = c2p^2 (1 + cv^2),
+
+with ``cv`` the prompts' coefficient of variation (:func:`prefill_wait_s`). The wait delays the first token
+and lengthens the request's life, in which more prefills arrive and stall its decode, so ``L = (C1 + W)/(1 -
+lambda C2)``: the demands that hold at a rate carry ``C1 + W`` (:func:`demands_at`). ``W`` is the same for
+every option at one rate and vanishes at zero load; the saturation ``1/C2`` does not move (``c2p <= C2``).
+A closed loop has no Poisson arrivals and no such term.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,12 +83,19 @@ class KneeDemands:
         Others in flight at the knee, ``R/t - 1`` (requests; inf without a knee).
     concavity : float
         ``psi`` of the concave load law (module notes); 0: none.
+    prefill_s : array_like
+        ``c2p``, the step time one request's prefill takes (s): the service time of the queue of prefills whose
+        wait an open loop adds (module notes); 0: none.
+    prefill_cv : float
+        The prompts' coefficient of variation, which sets that service's second moment.
     """
 
     c1_above_s: FloatArray
     c2_above_s: FloatArray
     knee_batch: FloatArray
     concavity: float = 0.0
+    prefill_s: FloatArray | float = 0.0
+    prefill_cv: float = 0.0
 
 
 def has_knee(coefficients: Coefficients) -> bool:
@@ -85,8 +104,52 @@ def has_knee(coefficients: Coefficients) -> bool:
 
 
 def has_bend(coefficients: Coefficients) -> bool:
-    """Whether the load law is not Kong et al.'s straight line: a compute-bound knee or a concave law."""
-    return has_knee(coefficients) or coefficients.load_concavity_sqrt_requests > 0.0
+    """Whether the load law is not Kong et al.'s straight line: a compute-bound knee, a concave law, or prefills
+    that queue (module notes; every file that prices a prefill)."""
+    return has_knee(coefficients) or coefficients.load_concavity_sqrt_requests > 0.0 or coefficients.c2p_s > 0.0
+
+
+def rate_dependent(knee: KneeDemands) -> bool:
+    """Whether the demands change with the rate in a way no closed form inverts: a concave law or a prefill
+    queue's wait. A knee alone has two straight pieces, each with its closed forms."""
+    return knee.concavity > 0.0 or bool(np.any(np.asarray(knee.prefill_s) > 0.0))
+
+
+def prefill_wait_s(prefill_s: FloatArray | float, prefill_cv: float, rate_rps: FloatArray | float) -> FloatArray:
+    """Mean wait of an arrival for the prefills queued ahead of it (s): M/G/1, Pollaczek-Khinchine.
+
+    Parameters
+    ----------
+    prefill_s : array_like
+        ``E[S] = c2p``, the step time one prefill takes (s).
+    prefill_cv : float
+        Coefficient of variation of the prompts: ``E[S^2] = E[S]^2 (1 + cv^2)`` (a prefill linear in the
+        prompt; 0 for one prompt length, which gives M/D/1).
+    rate_rps : array_like
+        Arrival rate (requests/s).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``W = lambda E[S^2] / (2 (1 - lambda E[S]))`` (Kleinrock, *Queueing Systems* vol. 1, eq. 5.72);
+        inf where ``lambda E[S] >= 1``. ``docs/model.md#prefills-queued-ahead``.
+
+    Examples
+    --------
+    >>> float(prefill_wait_s(0.2, 0.0, 2.5))  # rho_p = 0.5: half a prefill
+    0.1
+    """
+    service = np.asarray(prefill_s, dtype=np.float64)
+    lam = np.asarray(rate_rps, dtype=np.float64)
+    rho = lam * service
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # saturated queues are masked
+        wait = lam * service * service * (1.0 + prefill_cv * prefill_cv) / (2.0 * (1.0 - rho))
+    return np.where(rho < 1.0, np.where(lam > 0.0, wait, 0.0), np.inf)
+
+
+def wait_at(knee: KneeDemands, rate_rps: FloatArray | float) -> FloatArray:
+    """:func:`prefill_wait_s` of the demands' prefill queue at ``rate_rps``."""
+    return prefill_wait_s(knee.prefill_s, knee.prefill_cv, rate_rps)
 
 
 def concave_batch(c1: FloatArray | float, c2: FloatArray | float, psi: float,
@@ -146,14 +209,19 @@ def knee_demands(coefficients: Coefficients, c1: FloatArray | float, c2: FloatAr
     c1_arr, c2_arr = np.asarray(c1, dtype=np.float64), np.asarray(c2, dtype=np.float64)
     n = np.asarray(steps, dtype=np.float64)
     t = np.asarray(rows_per_sequence, dtype=np.float64)
+    # a prefill is part of C2, so its queue saturates no earlier than the option (a draw of uncertain coefficients
+    # may put c2p above C2: its queue is then taken as the option's own)
+    prefill, cv = np.minimum(float(coefficients.c2p_s), c2_arr), float(coefficients.prompt_cv)
     if not has_knee(coefficients):
         c1_b, c2_b, _, _ = np.broadcast_arrays(c1_arr, c2_arr, n, t)
         return KneeDemands(c1_above_s=c1_b.astype(np.float64), c2_above_s=c2_b.astype(np.float64),
-                           knee_batch=np.full(c1_b.shape, np.inf), concavity=coefficients.load_concavity_sqrt_requests)
+                           knee_batch=np.full(c1_b.shape, np.inf), concavity=coefficients.load_concavity_sqrt_requests,
+                           prefill_s=prefill, prefill_cv=cv)
     knee, slope = float(coefficients.knee_tokens), float(coefficients.knee_per_token_s)
     return KneeDemands(c1_above_s=c1_arr - n * slope * (knee - t), c2_above_s=c2_arr + n * slope * t,
                        knee_batch=np.broadcast_to(knee / t - 1.0, np.broadcast_shapes(c1_arr.shape, n.shape,
-                                                                                        t.shape)).copy())
+                                                                                        t.shape)).copy(),
+                       prefill_s=prefill, prefill_cv=cv)
 
 
 def batch_below_knee(c1: FloatArray | float, c2: FloatArray | float, rate_rps: FloatArray | float) -> FloatArray:
@@ -167,23 +235,32 @@ def batch_below_knee(c1: FloatArray | float, c2: FloatArray | float, rate_rps: F
 
 def past_knee(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
               rate_rps: FloatArray | float) -> npt.NDArray[np.bool_]:
-    """Where the operating point at ``rate_rps`` lies past the knee (its batch below the knee is over ``B*``)."""
-    return np.asarray(batch_below_knee(c1, c2, rate_rps) > knee.knee_batch)
+    """Where the operating point at ``rate_rps`` lies past the knee (its batch below the knee, the prefill queue's
+    wait included, is over ``B*``)."""
+    waited = np.asarray(c1, dtype=np.float64) + wait_at(knee, rate_rps)
+    return np.asarray(batch_below_knee(waited, c2, rate_rps) > knee.knee_batch)
 
 
 def demands_at(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
                rate_rps: FloatArray | float) -> tuple[FloatArray, FloatArray]:
-    """``(C1, C2)`` that hold at ``rate_rps``: below the knee the option's own, past it the ones above; under a
-    concave law the secant at the rate's batch (module notes)."""
+    """``(C1 + W, C2)`` that hold at ``rate_rps``: below the knee the option's own, past it the ones above; under
+    a concave law the secant at the rate's batch; ``W`` the wait for the prefills queued ahead (module notes)."""
+    wait = wait_at(knee, rate_rps)
     if knee.concavity > 0.0:
-        return concave_demands(c1, c2, knee.concavity, concave_batch(c1, c2, knee.concavity, rate_rps))
-    return batch_cap_demands(c1, c2, knee, batch_below_knee(c1, c2, rate_rps))
+        c1_at, c2_at = concave_demands(c1, c2, knee.concavity,
+                                       concave_batch(np.asarray(c1, dtype=np.float64) + wait, c2, knee.concavity,
+                                                     rate_rps))
+    else:
+        c1_at, c2_at = batch_cap_demands(c1, c2, knee, batch_below_knee(np.asarray(c1, dtype=np.float64) + wait,
+                                                                        c2, rate_rps))
+    return c1_at + wait, c2_at
 
 
 def batch_cap_demands(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
                       max_batch: FloatArray | float) -> tuple[FloatArray, FloatArray]:
     """``(C1, C2)`` that hold when ``max_batch`` requests are in flight (past the knee if it is over ``B*``;
-    the secant there under a concave law)."""
+    the secant there under a concave law), without the prefill queue's wait, which depends on the rate
+    (:func:`batch_cap_rate`)."""
     if knee.concavity > 0.0:
         return concave_demands(c1, c2, knee.concavity, max_batch)
     past = np.asarray(max_batch > knee.knee_batch)
@@ -199,17 +276,67 @@ def step_excess_s(coefficients: Coefficients, rows: FloatArray | float) -> Float
                                                       - coefficients.knee_tokens, 0.0)
 
 
+def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
+                   max_batch: FloatArray | float) -> FloatArray:
+    """Rate at which an open loop's mean batch ``lambda L`` reaches ``max_batch`` (requests/s).
+
+    With the demands ``(C1_N, C2_N)`` at that batch (:func:`batch_cap_demands`) it solves
+    ``lambda (C1_N + W(lambda)) / (1 - lambda C2_N) = N``: without a prefill queue
+    ``lambda_N = N / (C1_N + N C2_N)`` (:func:`sdplan.latency.model.batch_cap_rate`); with one, see
+    :func:`waited_cap_rate` (``docs/model.md#saturation-and-batch-cap``).
+    """
+    cap = np.asarray(max_batch, dtype=np.float64)
+    c1_n, c2_n = batch_cap_demands(c1, c2, knee, cap)
+    return waited_cap_rate(c1_n, c2_n, cap, knee.prefill_s, knee.prefill_cv)
+
+
+def waited_cap_rate(c1_n: FloatArray | float, c2_n: FloatArray | float, max_batch: FloatArray | float,
+                    prefill_s: FloatArray | float, prefill_cv: float) -> FloatArray:
+    """``lambda`` with ``f(lambda) = lambda (C1_N + W(lambda) + N C2_N) - N = 0`` for the demands ``(C1_N, C2_N)``
+    at a batch of ``N`` (:func:`batch_cap_rate`; an MoE target's at the experts that batch covers).
+
+    ``f`` rises and is convex (``W`` is), and ``f >= 0`` at ``N / (C1_N + N C2_N)``, the rate without the wait,
+    which lies below the prefill queue's saturation (``c2p <= C2_N``). Newton's steps from there descend to the
+    root without overshooting it, :data:`NEWTON_STEPS` of them to float precision; with
+    ``W' = E[S^2] / (2 (1 - lambda E[S])^2)``.
+    """
+    cap = np.asarray(max_batch, dtype=np.float64)
+    c1_arr, c2_arr = np.asarray(c1_n, dtype=np.float64), np.asarray(c2_n, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        upper = np.asarray(cap / (c1_arr + cap * c2_arr), dtype=np.float64)
+    service = np.asarray(prefill_s, dtype=np.float64)
+    if not np.any(service > 0.0):
+        return upper
+    finite = np.isfinite(upper)
+    rate = np.where(finite, upper, 0.0)
+    second = service * service * (1.0 + prefill_cv * prefill_cv)  # E[S^2]
+    for _ in range(NEWTON_STEPS):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            wait = prefill_wait_s(service, prefill_cv, rate)
+            slope = c1_arr + wait + cap * c2_arr + rate * second / (2.0 * (1.0 - rate * service) ** 2)
+            step = (rate * (c1_arr + wait + cap * c2_arr) - cap) / slope
+        rate = np.where(np.isfinite(step) & (step > 0.0), rate - step, rate)
+    return np.where(finite, rate, upper)
+
+
+#: Newton's steps of :func:`waited_cap_rate`: quadratic convergence from ``f``'s convex side.
+NEWTON_STEPS = 12
+
+
 def take(knee: KneeDemands, index: int | slice | tuple[slice | None, ...]) -> KneeDemands:
     """The same demands indexed (e.g. ``(slice(None), None, slice(None))`` to insert a rate axis)."""
-    return KneeDemands(c1_above_s=knee.c1_above_s[index], c2_above_s=knee.c2_above_s[index],
-                       knee_batch=knee.knee_batch[index], concavity=knee.concavity)
+    prefill = knee.prefill_s
+    return replace(knee, c1_above_s=knee.c1_above_s[index], c2_above_s=knee.c2_above_s[index],
+                   knee_batch=knee.knee_batch[index],
+                   prefill_s=np.asarray(prefill)[index] if np.ndim(prefill) else prefill)
 
 
 def mean_latency(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDemands,
                  rate_rps: FloatArray | float) -> FloatArray:
-    """Mean latency with the knee (s): ``C1/(1 - lambda C2)`` with the demands that hold at the rate.
+    """Mean latency (s): ``(C1 + W)/(1 - lambda C2)`` with the demands that hold at the rate (module notes).
 
-    ``inf`` where unstable. Equals :func:`sdplan.latency.model.mean_latency` where the point stays below the knee.
+    ``inf`` where unstable. Equals :func:`sdplan.latency.model.mean_latency` where the point stays below the knee
+    and no prefill queues (``c2p = 0``).
     """
     c1_at, c2_at = demands_at(c1, c2, knee, rate_rps)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # unstable points are masked
@@ -233,7 +360,7 @@ def break_even(c1_d: float, c2_d: float, knee_d: KneeDemands, c1_sd: FloatArray,
     """
     c1_sd = np.asarray(c1_sd, dtype=np.float64)
     c2_sd = np.asarray(c2_sd, dtype=np.float64)
-    if knee_d.concavity > 0.0 or knee_sd.concavity > 0.0:
+    if rate_dependent(knee_d) or rate_dependent(knee_sd):
         return scanned_break_even(c1_d, c2_d, knee_d, c1_sd, c2_sd, knee_sd)
     base_pieces = ((c1_d, c2_d, False), (knee_d.c1_above_s, knee_d.c2_above_s, True))
     sd_pieces = ((c1_sd, c2_sd, False), (knee_sd.c1_above_s, knee_sd.c2_above_s, True))
@@ -258,32 +385,38 @@ BISECTIONS = 48
 
 
 def bisect_boundary(holds: Callable[[FloatArray], npt.NDArray[np.bool_]], inside: FloatArray,
-                    outside: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Narrow brackets of the rate where a condition stops holding, by :data:`BISECTIONS` halvings.
+                    outside: FloatArray, halvings: int = BISECTIONS) -> tuple[FloatArray, FloatArray]:
+    """Narrow brackets of the rate where a condition stops holding, by ``halvings`` halvings (:data:`BISECTIONS`).
 
     ``holds(rates)`` is evaluated elementwise on arrays of the brackets' shape; it holds at ``inside`` and not at
     ``outside`` (either may be the larger). Returns the narrowed ``(inside, outside)``: ``inside`` still holds.
     The concave load law's break-even and SLO bounds have no closed form, so both are found this way.
     """
-    for _ in range(BISECTIONS):
+    for _ in range(halvings):
         middle = 0.5 * (inside + outside)
         good = holds(middle)
         inside, outside = np.where(good, middle, inside), np.where(good, outside, middle)
     return inside, outside
 
 
+def with_rate_axis(knee: KneeDemands) -> KneeDemands:
+    """The same demands with a last axis of length 1 added, to broadcast against rates."""
+    prefill = np.asarray(knee.prefill_s, dtype=np.float64)
+    return replace(knee, c1_above_s=np.asarray(knee.c1_above_s)[..., None],
+                   c2_above_s=np.asarray(knee.c2_above_s)[..., None],
+                   knee_batch=np.asarray(knee.knee_batch)[..., None],
+                   prefill_s=prefill[..., None] if prefill.ndim else knee.prefill_s)
+
+
 def scanned_break_even(c1_d: FloatArray | float, c2_d: FloatArray | float, knee_d: KneeDemands,
                        c1_sd: FloatArray, c2_sd: FloatArray,
                        knee_sd: KneeDemands) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
-    """:func:`break_even` under a concave load law, which has no pieces: the first sign change of
-    ``L_SD - L_D`` on :data:`BREAK_EVEN_SCAN_RATES` rates below the lower saturation rate, bisected. The no-SD
-    side may be arrays that broadcast with SD's (the intervals' draws at once)."""
+    """:func:`break_even` where the demands change with the rate (a concave law, a prefill queue's wait), so the
+    latencies have no pieces to equate: the first sign change of ``L_SD - L_D`` on
+    :data:`BREAK_EVEN_SCAN_RATES` rates below the lower saturation rate, bisected. The no-SD side may be arrays
+    that broadcast with SD's (the intervals' draws at once)."""
     c1_d, c2_d = np.asarray(c1_d, dtype=np.float64), np.asarray(c2_d, dtype=np.float64)
-    sd = KneeDemands(c1_above_s=knee_sd.c1_above_s[..., None], c2_above_s=knee_sd.c2_above_s[..., None],
-                     knee_batch=knee_sd.knee_batch[..., None], concavity=knee_sd.concavity)
-    base = KneeDemands(c1_above_s=np.asarray(knee_d.c1_above_s)[..., None],
-                       c2_above_s=np.asarray(knee_d.c2_above_s)[..., None],
-                       knee_batch=np.asarray(knee_d.knee_batch)[..., None], concavity=knee_d.concavity)
+    sd, base = with_rate_axis(knee_sd), with_rate_axis(knee_d)
     with np.errstate(divide="ignore"):
         top = np.minimum(1.0 / np.asarray(knee_d.c2_above_s, dtype=np.float64), 1.0 / knee_sd.c2_above_s)
 

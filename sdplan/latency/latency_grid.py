@@ -1,7 +1,9 @@
 """The latency model solved at every point of the plan's (acceptance x rate x draft length) grid.
 
 A dense target has the closed form ``L = C1/(1 - lambda C2)`` with closed-form
-break-even rates (:func:`dense_grid`). A mixture of experts has ``C1`` and
+break-even rates (:func:`dense_grid`), or, with a knee, a concave law or a prefill
+queue's wait (every file that prices a prefill), the demands that hold at each rate
+(:func:`knee_grid`). A mixture of experts has ``C1`` and
 ``C2`` that depend on the experts the batch covers, so its latency is the fixed
 point of :func:`sdplan.latency.moe.solve` and its break-even rates are found on the
 solved curves (:func:`moe_grid`). Either way the result is a :class:`SolvedGrid`,
@@ -89,7 +91,8 @@ def dense_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, toke
 
 def knee_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens: FloatArray) -> SolvedGrid:
     """A dense target whose step has a compute-bound knee (:mod:`sdplan.latency.knee`): two pieces per option;
-    or whose load law is concave (the same module; the demands that hold at a rate are the secant there).
+    or whose load law is concave (the same module; the demands that hold at a rate are the secant there); and
+    an open loop's wait for the prefills queued ahead, added to ``C1`` at each rate.
 
     The latency at each point is ``C1/(1 - lambda C2)`` with the demands that hold at that rate, the
     utilisation ``lambda C2`` with the same demands, and the break-even found piece by piece
@@ -120,22 +123,22 @@ def dense_cap_rates(coefficients: Coefficients, ks: IntArray, tokens: FloatArray
                     caps: Sequence[float]) -> tuple[float, FloatArray]:
     """``(no SD, SD (a, k))`` rates at which a dense target's batch ``lambda L`` reaches each option's cap ``N``.
 
-    ``lambda_N = N / (C1_N + N C2_N)`` (:func:`sdplan.latency.model.batch_cap_rate`) with the demands that hold
-    at a batch of ``N``: past the compute-bound knee where ``N`` is. inf for an infinite cap.
+    ``lambda_N = N / (C1_N + W(lambda_N) + N C2_N)`` (:func:`sdplan.latency.knee.batch_cap_rate`) with the
+    demands that hold at a batch of ``N``: past the compute-bound knee where ``N`` is, and the prefill queue's
+    wait at that rate. inf for an infinite cap.
     """
     caps_array = np.asarray(caps, dtype=np.float64)
     c1_d, c2_d = model.baseline_demand(coefficients)
     knee_d = model.baseline_knee(coefficients, c1_d, c2_d)
     base_cap = float(caps_array[0])
-    base_rate = float(model.batch_cap_rate(*knee.batch_cap_demands(c1_d, c2_d, knee_d, base_cap), base_cap)) \
-        if math.isfinite(base_cap) else math.inf
+    base_rate = float(knee.batch_cap_rate(c1_d, c2_d, knee_d, base_cap)) if math.isfinite(base_cap) else math.inf
     k_ak = ks[None, :].astype(np.float64)
     c1, c2 = model.demand_from_tokens(coefficients, tokens, k_ak)
     knee_sd = model.speculative_knee(coefficients, c1, c2, tokens, k_ak)
     sd_caps = np.broadcast_to(caps_array[1:][None, :], c1.shape)
     with np.errstate(invalid="ignore"):  # an infinite cap has no cap rate
-        sd_rate = np.where(np.isfinite(sd_caps), model.batch_cap_rate(
-            *knee.batch_cap_demands(c1, c2, knee_sd, sd_caps), np.where(np.isfinite(sd_caps), sd_caps, 1.0)), np.inf)
+        sd_rate = np.where(np.isfinite(sd_caps), knee.batch_cap_rate(
+            c1, c2, knee_sd, np.where(np.isfinite(sd_caps), sd_caps, 1.0)), np.inf)
     return base_rate, sd_rate
 
 
@@ -145,20 +148,22 @@ def moe_cap_rates(coefficients: Coefficients, ks: IntArray, tokens: FloatArray, 
 
     The fixed point of :func:`sdplan.latency.moe.solve` with ``B = lambda L = N`` is
     ``L_N = a1 + b1 phi_N + N (a2 + b2 phi_N)``, ``phi_N = phi(t (1 + N))`` (``t`` = 1 without SD, ``k + 1``
-    with it), so ``lambda_N = N / L_N``: the batch-cap rate of the dense case with the demands at the experts a
-    batch of ``N`` covers. inf for an infinite cap.
+    with it), so ``lambda_N = N / (L_N + W(lambda_N))``: the batch-cap rate of the dense case with the demands at
+    the experts a batch of ``N`` covers (:func:`sdplan.latency.knee.waited_cap_rate`). inf for an infinite cap.
     """
     caps_array = np.asarray(caps, dtype=np.float64)
     (base_a1, base_b1, base_a2, base_b2), (a1, b1, a2, b2) = moe_demands(coefficients, ks, tokens, moe)
+    queue = moe_model.prefill_queue(coefficients, moe)
     base_cap = float(caps_array[0])
     base_rate = math.inf
     if math.isfinite(base_cap):
         phi = float(moe.phi(moe_model.routed_tokens(1.0, base_cap)))
-        base_rate = float(model.batch_cap_rate(base_a1 + base_b1 * phi, base_a2 + base_b2 * phi, base_cap))
+        base_rate = float(knee.waited_cap_rate(base_a1 + base_b1 * phi, base_a2 + base_b2 * phi, base_cap, *queue))
     sd_caps = np.broadcast_to(caps_array[1:][None, :], a1.shape)
     held = np.where(np.isfinite(sd_caps), sd_caps, 1.0)
     phi_sd = moe.phi(moe_model.routed_tokens(ks[None, :].astype(np.float64) + 1.0, held))
-    sd_rate = np.where(np.isfinite(sd_caps), model.batch_cap_rate(a1 + b1 * phi_sd, a2 + b2 * phi_sd, held), np.inf)
+    sd_rate = np.where(np.isfinite(sd_caps), knee.waited_cap_rate(a1 + b1 * phi_sd, a2 + b2 * phi_sd, held, *queue),
+                       np.inf)
     return base_rate, sd_rate
 
 
@@ -234,17 +239,18 @@ def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens
     k_ak = ks[None, :].astype(np.float64)
     lam = rates[None, :, None]
     base_args, (a1, b1, a2, b2) = moe_demands(coefficients, ks, tokens, moe)
-    base = moe_model.solve(*base_args, 1.0, rates, moe)
+    queue = moe_model.prefill_queue(coefficients, moe)
+    base = moe_model.solve(*base_args, 1.0, rates, moe, *queue)
     args = (a1[:, None, :], b1[:, None, :], a2[:, None, :], b2[:, None, :])
-    solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe)
-    frozen = moe_model.solve(*args, 1.0, lam, moe)  # as if verification routed only B tokens
+    solved = moe_model.solve(*args, (k_ak + 1.0)[:, None, :], lam, moe, *queue)
+    frozen = moe_model.solve(*args, 1.0, lam, moe, *queue)  # as if verification routed only B tokens
     frozen_speedup = model.speedup(base.latency_s[None, :, None], frozen.latency_s)
     moe_speedup = model.speedup(base.latency_s[None, :, None], solved.latency_s)
     comparable = np.isfinite(frozen_speedup) & np.isfinite(moe_speedup)
     lost = np.where(comparable, frozen_speedup, 0.0) - np.where(comparable, moe_speedup, 0.0)
     # Below the solver's resolution the difference is round-off (values like 4e-13), not a loss.
     lost = np.where(np.abs(lost) < SPEEDUP_RESOLUTION, 0.0, lost)
-    even, crossings = _moe_break_even(base_args, (a1, b1, a2, b2), k_ak + 1.0, moe)
+    even, crossings = _moe_break_even(base_args, (a1, b1, a2, b2), k_ak + 1.0, moe, queue)
     return SolvedGrid(c1_d=float(base_args[0] + base_args[1] * moe.phi(1.0)),
                       c2_d=float(base_args[2] + base_args[3]),
                       base_latency=base.latency_s, base_batch=base.batch, base_utilisation=base.utilisation,
@@ -256,7 +262,8 @@ def moe_grid(coefficients: Coefficients, rates: FloatArray, ks: IntArray, tokens
 
 
 def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple[FloatArray, ...],
-                    tokens_per_sequence: FloatArray, moe: MoESpec) -> tuple[model.BreakEven, FloatArray]:
+                    tokens_per_sequence: FloatArray, moe: MoESpec,
+                    queue: tuple[float, float] = (0.0, 0.0)) -> tuple[model.BreakEven, FloatArray]:
     """Break-even rates of each SD option against no SD on the solved MoE curves.
 
     With coverage ``C1`` and ``C2`` depend on the load, so the closed form
@@ -280,9 +287,9 @@ def _moe_break_even(base_args: tuple[float, float, float, float], sd_args: tuple
 
     def log_speedup(rates: FloatArray) -> FloatArray:
         """log(L_D / L_SD) at ``rates`` (shape ``shape + (n,)``); +inf/-inf where one side is unstable."""
-        base = moe_model.solve(*base_args, 1.0, rates, moe).latency_s
+        base = moe_model.solve(*base_args, 1.0, rates, moe, *queue).latency_s
         spec = moe_model.solve(a1[..., None], b1[..., None], a2[..., None], b2[..., None],
-                               tokens_per_sequence[..., None], rates, moe).latency_s
+                               tokens_per_sequence[..., None], rates, moe, *queue).latency_s
         with np.errstate(divide="ignore", invalid="ignore"):
             value = np.log(base) - np.log(spec)
         return np.where(np.isnan(value), 0.0, value)

@@ -39,6 +39,7 @@ import numpy as np
 
 from sdplan.errors import InvalidValueError
 from sdplan.inputs.acceptance import expected_tokens_per_cycle
+from sdplan.latency import knee
 from sdplan.latency.knee import KneeDemands, knee_demands, step_excess_s
 
 if TYPE_CHECKING:
@@ -349,16 +350,14 @@ def prefill_interference_warning(c2p: float, c2: FloatArray | float, rho: FloatA
 
     Notes
     -----
-    Mean-value processor sharing treats the other requests' prefills as a
-    smooth load; in the simulator (and in vLLM) a long prefill stalls every
-    decode of its step, so the closed form is optimistic there. Measured with
+    The mean model prices the prefills queued ahead of a request by their mean
+    M/G/1 wait (:func:`sdplan.latency.knee.prefill_wait_s`), not how a long
+    prefill stalls every decode of its step. Measured with
     ``benchmarks/map_model_vs_simulator.py`` (default calibration, no batch
-    cap, the knee's demands): within 5% wherever ``c2p/C2 <= 0.5`` and
-    ``rho <= 0.8``; +3..+12% at ``c2p/C2`` 0.85-0.89, rho 0.6..0.8 (p=1024,
-    g=64); +25..+49% at ``c2p/C2`` 0.90-0.94 (p=8192, g=64). Short prompts that
-    share a step (p=128, g=64, ``c2p/C2`` 0.7) stay within 4%: the error is the
-    wait for long prefills queued ahead, which processor sharing leaves out.
-    Flags ``c2p/C2 >= 0.5`` with ``rho >= 0.5``.
+    cap): within 6% wherever ``c2p/C2 <= 0.5`` and ``rho <= 0.9``; -9% to
+    +10% at ``c2p/C2`` 0.52-0.94 and rho 0.6-0.8 (p = 1,024 or 8,192); at
+    rho 0.9 +18% (8,192/512, k = 3) to -33% (8,192/64, k = 3). Flags
+    ``c2p/C2 >= 0.5`` with ``rho >= 0.5``.
     """
     c2_arr, rho_arr = np.broadcast_arrays(np.asarray(c2, dtype=np.float64), np.asarray(rho, dtype=np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -368,8 +367,9 @@ def prefill_interference_warning(c2p: float, c2: FloatArray | float, rho: FloatA
         return None
     worst = float(np.max(np.where(flagged, share, 0.0)))
     return (f"prefill interference is {worst:.0%} of C2 at utilisation >= {PREFILL_DOMINATED_UTILISATION:g}: the "
-            "mean model departs from the simulator there (on the shipped calibrations it is optimistic, by 3% to "
-            "49% at rho 0.6-0.8 when prefill is 85-94% of C2); check with --simulate")
+            "mean model prices the prefills queued ahead by their mean wait, not each long prefill's stall (on the "
+            "shipped calibrations within 10% of the simulator at rho 0.6-0.8, up to 33% off at 0.9); check with "
+            "--simulate")
 
 
 def saturation_rate(c2: FloatArray | float) -> FloatArray:
@@ -440,7 +440,8 @@ def ttft_load_cost(coeffs: Coefficients, k: FloatArray | int,
 
 
 def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: FloatArray | float = 0.0,
-                        tokens_per_cycle: FloatArray | float | None = None) -> FloatArray:
+                        tokens_per_cycle: FloatArray | float | None = None,
+                        rate_rps: FloatArray | float = 0.0) -> FloatArray:
     """Mean time to first token (s) with ``others`` requests in flight.
 
     Parameters
@@ -454,11 +455,14 @@ def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: F
         gives ``inf``: unstable).
     tokens_per_cycle : array_like, optional
         ``E`` of the option (see :func:`ttft_load_cost`).
+    rate_rps : array_like, optional
+        An open loop's arrival rate, whose prefill queue's wait ``W`` the request also waits
+        (:func:`sdplan.latency.knee.prefill_wait_s`); 0 for a closed loop, which has no such queue.
 
     Returns
     -------
     numpy.ndarray
-        ``TTFT = c1p + offset + prefill + w_wait tau1 + B w_load (C2/steps)`` (seconds;
+        ``TTFT = c1p + offset + prefill + w_wait tau1 + B w_load (C2/steps) + W`` (seconds;
         ``prefill`` is :attr:`Coefficients.ttft_prefill_s`).
 
     Notes
@@ -479,8 +483,9 @@ def time_to_first_token(coeffs: Coefficients, k: FloatArray | int = 0, others: F
     load = np.asarray(others, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         load_part = np.where(np.isinf(load), np.inf, load * coeffs.ttft_load_steps * per_other)
+    wait = knee.prefill_wait_s(coeffs.c2p_s, coeffs.prompt_cv, rate_rps)
     return (coeffs.c1p_s + coeffs.ttft_offset_s + coeffs.ttft_prefill_s + coeffs.ttft_wait_steps * tau1
-            + load_part)
+            + load_part + wait)
 
 
 def opening_wave_prompts(clients: int, prompt_tokens: float, chunk_tokens: float) -> float:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sdplan.latency import model
+from sdplan.latency.knee import prefill_wait_s
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -134,10 +135,18 @@ def at_coverage(coefficients: Coefficients, moe: MoESpec, step_coverage: float) 
     return replace(coefficients, **changes)
 
 
+def prefill_queue(coefficients: Coefficients, moe: MoESpec) -> tuple[float, float]:
+    """``(c2p, cv)`` of an open loop's prefill queue (:func:`sdplan.latency.knee.prefill_wait_s`): the prefill at
+    the experts its prompt covers, ``phi(p)`` (:func:`at_coverage`; the same at any step coverage)."""
+    return float(at_coverage(coefficients, moe, 0.0).c2p_s), float(coefficients.prompt_cv)
+
+
 def time_to_first_token(coefficients: Coefficients, moe: MoESpec, k: FloatArray | int = 0,
                         others: FloatArray | float = 0.0,
-                        tokens_per_cycle: FloatArray | float | None = None) -> FloatArray:
-    """Mean time to first token (s) of a MoE target with ``others`` requests in flight.
+                        tokens_per_cycle: FloatArray | float | None = None,
+                        rate_rps: FloatArray | float = 0.0) -> FloatArray:
+    """Mean time to first token (s) of a MoE target with ``others`` requests in flight (and an open loop's
+    prefill queue at ``rate_rps``).
 
     :func:`sdplan.latency.model.time_to_first_token` at the coverage of the step the request's prefill joins,
     ``phi(t (1 + B))`` with ``t = k + 1`` (:func:`routed_tokens`), the prefill at ``phi(p)``
@@ -146,24 +155,28 @@ def time_to_first_token(coefficients: Coefficients, moe: MoESpec, k: FloatArray 
     evaluated per point; ``others`` of ``inf`` (unstable) gives ``inf``.
     """
     load = np.asarray(others, dtype=np.float64)
-    low = model.time_to_first_token(at_coverage(coefficients, moe, 0.0), k, load, tokens_per_cycle)
-    full = model.time_to_first_token(at_coverage(coefficients, moe, 1.0), k, load, tokens_per_cycle)
+    low = model.time_to_first_token(at_coverage(coefficients, moe, 0.0), k, load, tokens_per_cycle, rate_rps)
+    full = model.time_to_first_token(at_coverage(coefficients, moe, 1.0), k, load, tokens_per_cycle, rate_rps)
     phi = moe.phi(routed_tokens(np.asarray(k, dtype=np.float64) + 1.0, np.where(np.isinf(load), 0.0, load)))
     with np.errstate(invalid="ignore"):
         return np.where(np.isinf(full), np.inf, low + phi * (full - low))
 
 
 def solve(a1: FloatArray | float, b1: FloatArray | float, a2: FloatArray | float, b2: FloatArray | float,
-          tokens_per_sequence: FloatArray | float, rates_rps: FloatArray | float, moe: MoESpec) -> FixedPoint:
-    """Smallest fixed point of ``L = (a1 + b1 phi) / (1 - lambda (a2 + b2 phi))``, ``phi = phi(t (1 + lambda L))``.
+          tokens_per_sequence: FloatArray | float, rates_rps: FloatArray | float, moe: MoESpec,
+          prefill_s: float = 0.0, prefill_cv: float = 0.0) -> FixedPoint:
+    """Smallest fixed point of ``L = (a1 + b1 phi + W) / (1 - lambda (a2 + b2 phi))``, ``phi = phi(t (1 + lambda L))``.
 
     All arguments broadcast together; ``t`` is the tokens each sequence routes
-    per forward (1 for plain decode, ``k + 1`` for verification).
+    per forward (1 for plain decode, ``k + 1`` for verification). ``W`` is the wait for the prefills queued
+    ahead at the rate, of a prefill of ``prefill_s`` (``c2p``; :func:`sdplan.latency.knee.prefill_wait_s`).
     """
-    a1, b1, a2, b2, t, lam = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in
-                                                   (a1, b1, a2, b2, tokens_per_sequence, rates_rps)))
+    wait = prefill_wait_s(prefill_s, prefill_cv, rates_rps)
+    a1, b1, a2, b2, t, lam, wait = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in
+                                                         (a1, b1, a2, b2, tokens_per_sequence, rates_rps, wait)))
     shape = a1.shape
-    a1, b1, a2, b2, t, lam = (x.ravel() for x in (a1, b1, a2, b2, t, lam))
+    a1, b1, a2, b2, t, lam, wait = (x.ravel() for x in (a1, b1, a2, b2, t, lam, wait))
+    waited = a1 + wait  # what a request pays alone, and the wait for the prefills queued ahead
     latency = np.zeros(a1.size)
     unstable = np.zeros(a1.size, dtype=bool)
     active = np.arange(a1.size)
@@ -172,8 +185,8 @@ def solve(a1: FloatArray | float, b1: FloatArray | float, a2: FloatArray | float
         iterations += 1
         phi = moe.phi(routed_tokens(t[active], lam[active] * latency[active]))
         denominator = 1.0 - lam[active] * (a2[active] + b2[active] * phi)
-        blown = denominator <= 0.0
-        new = np.where(blown, np.inf, (a1[active] + b1[active] * phi) / np.where(blown, 1.0, denominator))
+        blown = (denominator <= 0.0) | ~np.isfinite(waited[active])  # saturated, or its prefill queue is
+        new = np.where(blown, np.inf, (waited[active] + b1[active] * phi) / np.where(blown, 1.0, denominator))
         converged = ~blown & (np.abs(new - latency[active]) <= TOLERANCE * new)
         unstable[active[blown]] = True
         latency[active] = new
@@ -184,13 +197,13 @@ def solve(a1: FloatArray | float, b1: FloatArray | float, a2: FloatArray | float
     phi = moe.phi(routed_tokens(t, np.where(unstable, 0.0, batch)))
     zero_load = a1 + b1 * moe.phi(t)
     with np.errstate(divide="ignore", invalid="ignore"):
-        equivalent = np.where(unstable, 1.0, 1.0 - zero_load / np.where(unstable, 1.0, latency))
+        equivalent = np.where(unstable, 1.0, 1.0 - (zero_load + wait) / np.where(unstable, 1.0, latency))
     utilisation = np.where(unstable, np.maximum(lam * (a2 + b2), 1.0), np.clip(equivalent, 0.0, None))
     finite = ~unstable
     residual = 0.0
     if finite.any():
         p, lf = phi[finite], latency[finite]
-        fixed = (a1[finite] + b1[finite] * p) / (1.0 - lam[finite] * (a2[finite] + b2[finite] * p))
+        fixed = (waited[finite] + b1[finite] * p) / (1.0 - lam[finite] * (a2[finite] + b2[finite] * p))
         residual = float(np.max(np.abs(fixed - lf) / lf))
     return FixedPoint(latency_s=latency.reshape(shape), batch=batch.reshape(shape),
                       utilisation=utilisation.reshape(shape), iterations=iterations, max_residual=residual,

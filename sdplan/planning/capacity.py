@@ -121,8 +121,9 @@ def require_rate_bound(slos: list[SLO]) -> None:
 
 def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float, slos: list[SLO],
              tokens_per_cycle: FloatArray | None = None,
-             max_batch: float | Sequence[float] | None = None) -> Capacity:
-    """Highest request rate meeting all SLOs, per option.
+             max_batch: float | Sequence[float] | None = None, break_even: bool = True) -> Capacity:
+    """Highest request rate meeting all SLOs, per option (and the break-even rates unless ``break_even`` is
+    False: nan, for the intervals' draws, which read only the capacity).
 
     With ``max_batch`` (the engine's batch cap, vLLM ``max_num_seqs``, or the
     sequences the KV budget holds) no capacity beyond the rate where the
@@ -153,14 +154,19 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     binding: list[str | None] = [None] * c1.size
     above = demands.knee
     for slo in slos:
-        if above.concavity > 0.0 and slo.metric is not Metric.THROUGHPUT:
+        # the utilisation lambda C2 does not hold the prefill queue's wait (1 - (C1 + W)/L): closed form, as the
+        # throughput floor; under a concave law C2 itself bends
+        scanned = slo.metric is not Metric.THROUGHPUT and (
+            above.concavity > 0.0 or (knee.rate_dependent(above) and slo.metric is not Metric.UTILISATION))
+        if scanned:
             low, high = concave_rate_bounds(slo, c1, c2, above, ttft, g, ttft_per_other)
         else:
             low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other)
-        if knee.has_knee(coefficients):  # a rate whose batch is past the knee: the demands above it hold there
-            low_above, high_above = max_rate_under(slo, above.c1_above_s, above.c2_above_s, ttft, g, ttft_per_other)
-            high = np.where(knee.past_knee(c1, c2, above, high), high_above, high)
-            low = np.where(knee.past_knee(c1, c2, above, low), low_above, low)
+            if knee.has_knee(coefficients):  # a rate whose batch is past the knee: the demands above it hold there
+                low_above, high_above = max_rate_under(slo, above.c1_above_s, above.c2_above_s, ttft, g,
+                                                       ttft_per_other)
+                high = np.where(knee.past_knee(c1, c2, above, high), high_above, high)
+                low = np.where(knee.past_knee(c1, c2, above, low), low_above, low)
         tighter = high < highest
         for index in np.flatnonzero(tighter):
             binding[int(index)] = slo.text
@@ -171,7 +177,7 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     limit = ["compute"] * c1.size
     if max_batch is not None:  # one cap for every option, or one each (no SD first)
         caps = np.broadcast_to(np.asarray(max_batch, dtype=np.float64), c1.shape)
-        cap_rate = model.batch_cap_rate(*knee.batch_cap_demands(c1, c2, above, caps), caps)
+        cap_rate = knee.batch_cap_rate(c1, c2, above, caps)
         for index in np.flatnonzero(cap_rate < highest):
             binding[int(index)] = batch_cap_label(float(caps[index]))
         highest = np.minimum(highest, cap_rate)
@@ -180,9 +186,11 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     feasible = (highest > 0) & (highest >= lowest)
     max_rate = np.where(feasible, highest, 0.0)
     latency = np.where(feasible, knee.mean_latency(c1, c2, above, max_rate), np.nan)
-    even_rate, faster_below = knee.break_even(float(c1[0]), float(c2[0]), knee.take(above, slice(0, 1)),
-                                              c1[1:], c2[1:], knee.take(above, slice(1, None)))
-    even_rate = model.break_even_within_limits(even_rate, faster_below, float(saturation[0]), saturation[1:])
+    even_rate = np.full(c1.size - 1, np.nan)
+    if break_even:
+        even_rate, faster_below = knee.break_even(float(c1[0]), float(c2[0]), knee.take(above, slice(0, 1)),
+                                                  c1[1:], c2[1:], knee.take(above, slice(1, None)))
+        even_rate = model.break_even_within_limits(even_rate, faster_below, float(saturation[0]), saturation[1:])
     ranked = np.where(feasible, max_rate, -1.0)
     best = int(np.argmax(ranked)) if np.any(feasible) else -1
     return Capacity(
@@ -203,18 +211,21 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     )
 
 
-#: Rates below saturation on which a concave load law's SLO bounds are bracketed before they are bisected.
+#: Rates below saturation on which a concave load law's SLO bounds are bracketed before they are bisected, and the
+#: halvings of a bracket (a 512th of the saturation rate): 2**-32 of it is 5e-13 of the saturation rate.
 SLO_SCAN_RATES = 512
+SLO_BISECTIONS = 32
 
 
 def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeDemands, ttft_s: FloatArray,
                         output_tokens: float, ttft_per_other_s: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """:func:`sdplan.inputs.slo.max_rate_under` under a concave load law (``docs/model.md#concave-load``).
+    """:func:`sdplan.inputs.slo.max_rate_under` where the demands change with the rate: a concave load law
+    (``docs/model.md#concave-load``) or an open loop's prefill queue (``docs/model.md#prefills-queued-ahead``).
 
     Its latency has no closed-form inverse in every metric, so each option's SLO value is evaluated on
     :data:`SLO_SCAN_RATES` rates below saturation, with ``L`` from :func:`sdplan.latency.knee.mean_latency`,
-    ``B = lambda L``, ``TTFT = t0 + a B``, ``TPOT = (L - TTFT)/(g - 1)`` and the utilisation ``1 - C1/L``
-    (``lambda C2`` on a straight law); the first and last rates where it holds are bisected
+    ``B = lambda L``, ``TTFT = t0 + a B + W``, ``TPOT = (L - TTFT)/(g - 1)`` and the utilisation ``1 - (C1 +
+    W)/L`` (``lambda C2`` on a straight law); the first and last rates where it holds are bisected
     (:func:`sdplan.latency.knee.bisect_boundary`). The SLO is taken to hold on one interval of rates, as it
     does on a straight law. ``highest = -1`` where it holds nowhere.
     """
@@ -222,16 +233,16 @@ def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeD
         raise InvalidValueError(f"SLO '{slo.text}': TPOT is undefined for 1 output token")
     c1, c2 = np.asarray(c1, dtype=np.float64), np.asarray(c2, dtype=np.float64)
     t0, per_other = np.asarray(ttft_s, dtype=np.float64), np.asarray(ttft_per_other_s, dtype=np.float64)
-    columns = knee.KneeDemands(c1_above_s=demands.c1_above_s[:, None], c2_above_s=demands.c2_above_s[:, None],
-                          knee_batch=demands.knee_batch[:, None], concavity=demands.concavity)
+    columns = knee.with_rate_axis(demands)
 
     def holds(rates: FloatArray) -> npt.NDArray[np.bool_]:
         latency = knee.mean_latency(c1[:, None], c2[:, None], columns, rates)
+        wait = knee.wait_at(columns, rates)
         with np.errstate(invalid="ignore", divide="ignore"):
-            first = t0[:, None] + per_other[:, None] * model.effective_batch(rates, latency)
+            first = t0[:, None] + per_other[:, None] * model.effective_batch(rates, latency) + wait
             value = {Metric.E2E: latency, Metric.TTFT: first,
                      Metric.TPOT: (latency - first) / (output_tokens - 1.0),
-                     Metric.UTILISATION: 1.0 - c1[:, None] / latency}[slo.metric]
+                     Metric.UTILISATION: 1.0 - (c1[:, None] + wait) / latency}[slo.metric]
         return np.isfinite(latency) & (value <= slo.limit)
 
     with np.errstate(divide="ignore"):
@@ -244,10 +255,12 @@ def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeD
     step = top / SLO_SCAN_RATES
 
     def edge(inside: FloatArray, outside: FloatArray) -> FloatArray:
-        return knee.bisect_boundary(lambda middle: holds(middle[:, None])[:, 0], inside, outside)[0]
+        return knee.bisect_boundary(lambda middle: holds(middle[:, None])[:, 0], inside, outside, SLO_BISECTIONS)[0]
 
     at_first, at_last = first * step, last * step
-    low = np.where(first > 0, edge(at_first, at_first - step), 0.0)
+    # an edge is bisected only where some option has one (an upper SLO holds from rate 0: no lower edge)
+    low = np.where(first > 0, edge(at_first, at_first - step), 0.0) if np.any(anywhere & (first > 0)) else \
+        np.zeros(first.shape)
     high = np.where(last < SLO_SCAN_RATES - 1, edge(at_last, at_last + step), top)
     return np.where(anywhere, low, 0.0), np.where(anywhere, high, -1.0)
 

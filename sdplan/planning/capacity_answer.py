@@ -454,7 +454,8 @@ def _intervals(scenario: Scenario, slos: list[SLO]) -> CapacityIntervals | None:
         return None
     bounds = capacity_intervals(draws, lambda c: capacity(c, candidates, scenario.alpha, slos,
                                                           tokens_per_cycle=tokens,
-                                                          max_batch=scenario.limits.caps(candidates)))
+                                                          max_batch=scenario.limits.caps(candidates),
+                                                          break_even=False))
     return CapacityIntervals(bounds_rps=bounds, draws=len(draws), server_sd_pct=server_spread_pct(scenario.calibration))
 
 

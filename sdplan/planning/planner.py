@@ -286,13 +286,13 @@ def _assemble(coefficients: Coefficients, alpha: FloatArray, rates: FloatArray, 
     s, g = solved, coefficients.output_tokens
     k_ak = ks[None, :].astype(np.float64)
     def ttft(*load: Any) -> FloatArray:
-        """TTFT at (k, others, E); a MoE target's at the steps' coverage of that load."""
+        """TTFT at (k, others, E, rate); a MoE target's at the steps' coverage of that load."""
         if moe is None:
             return model.time_to_first_token(coefficients, *load)
         return moe_model.time_to_first_token(coefficients, moe, *load)
 
-    base_ttft = ttft(0, s.base_batch)
-    load_ttft = ttft(k_ak[:, None, :], s.batch, tokens[:, None, :])
+    base_ttft = ttft(0, s.base_batch, None, rates)
+    load_ttft = ttft(k_ak[:, None, :], s.batch, tokens[:, None, :], rates[None, :, None])
     # Best draft length: column 0 is "off", columns 1.. are the draft lengths.
     option_latency = np.concatenate(
         [np.broadcast_to(s.base_latency[None, :, None], (alpha.size, rates.size, 1)), s.latency], axis=2)

@@ -338,17 +338,29 @@ class PlanIntervals:
 
 
 def _bent_break_even(draws: list[tuple[Any, ...]]) -> FloatArray:
-    """The break-even rates ``(draws, a, k)`` of draws whose load law bends, in one call where it is concave."""
-    if not all(draw[2].concavity > 0.0 for draw in draws):  # a compute-bound knee: piece by piece, per draw
+    """The break-even rates ``(draws, a, k)`` of draws whose load law bends, in one scan where the demands
+    change with the rate (a concave law, a prefill queue: :func:`sdplan.latency.knee.rate_dependent`)."""
+    if not all(knee.rate_dependent(draw[2]) for draw in draws):  # a compute-bound knee alone: piece by piece
         return np.array([knee.break_even(float(c1_d), float(c2_d), knee_d, c1, c2, knee_sd)[0]
                          for c1_d, c2_d, knee_d, c1, c2, knee_sd in draws])
     c1_d = np.array([float(draw[0]) for draw in draws])[:, None, None]
     c2_d = np.array([float(draw[1]) for draw in draws])[:, None, None]
     c1, c2 = np.stack([draw[3] for draw in draws]), np.stack([draw[4] for draw in draws])
-    psi = draws[0][2].concavity
-    line = knee.KneeDemands(c1_above_s=c1_d, c2_above_s=c2_d, knee_batch=np.full(c1_d.shape, np.inf), concavity=psi)
-    options = knee.KneeDemands(c1_above_s=c1, c2_above_s=c2, knee_batch=np.full(c1.shape, np.inf), concavity=psi)
+    line = _stacked([draw[2] for draw in draws], (slice(None), None, None))
+    options = _stacked([draw[5] for draw in draws], (slice(None), Ellipsis))
     return knee.scanned_break_even(c1_d, c2_d, line, c1, c2, options)[0]
+
+
+def _stacked(demands: list[knee.KneeDemands], index: tuple[Any, ...]) -> knee.KneeDemands:
+    """One :class:`~sdplan.latency.knee.KneeDemands` of the draws' demands along a first axis (draws' prefills
+    differ with their ``c2p``), indexed to broadcast with the options ``(draws, a, k)``."""
+    def stack(name: str) -> FloatArray:
+        stacked: FloatArray = np.stack([np.asarray(getattr(d, name), dtype=np.float64) for d in demands])[index]
+        return stacked
+
+    return knee.KneeDemands(c1_above_s=stack("c1_above_s"), c2_above_s=stack("c2_above_s"),
+                            knee_batch=stack("knee_batch"), concavity=demands[0].concavity,
+                            prefill_s=stack("prefill_s"), prefill_cv=demands[0].prefill_cv)
 
 
 def plan_intervals(draws: list[Coefficients], alphas: FloatArray, rates: FloatArray,

@@ -355,14 +355,16 @@ def capacity_why(answer: CapacityAnswer) -> str | None:
 
 
 #: The load law of an MoE target's answer (:mod:`sdplan.latency.moe`): a fixed point, no closed form.
-MOE_LAW = "L = C1(B)/(1 - rate*C2(B)) with B = rate*L"
+MOE_LAW = "L = (C1(B) + W)/(1 - rate*C2(B)) with B = rate*L, W the wait for prefills queued ahead"
 
 
 def _law(concavity: float) -> str:
-    """The load law an answer's "Why" names: Kong et al.'s line, or the concave one (docs/model.md#concave-load)."""
+    """The load law an answer's "Why" names: Kong et al.'s line, or the concave one (docs/model.md#concave-load),
+    with the wait for the prefills queued ahead (docs/model.md#prefills-queued-ahead)."""
     if concavity > 0:
-        return f"L = C1 + C2 (B + {concavity:g} sqrt B) with B = rate*L (a concave load law)"
-    return "L = C1/(1 - rate*C2)"
+        return (f"L = C1 + W + C2 (B + {concavity:g} sqrt B) with B = rate*L (a concave load law), W the wait for "
+                "prefills queued ahead")
+    return "L = (C1 + W)/(1 - rate*C2), W the wait for prefills queued ahead"
 
 
 def check_answer(passed: bool, met: int, total: int, where: str, regime: str, method: str, source: str,

@@ -19,16 +19,17 @@ if TYPE_CHECKING:
     from sdplan.planning.planner import Plan, PlanInputs
     from sdplan.planning.uncertainty import PlanIntervals
 
-TTFT_NOTE = ("c1p + w_wait x step + B x w_load x per-request step cost: the own prefill, the wait for the running "
-             "step and the mixed step with B others (weights fitted where TTFT was measured); queueing beyond the "
-             "batch cap is not modelled")
+TTFT_NOTE = ("c1p + w_wait x step + B x w_load x per-request step cost + W: the own prefill, the wait for the "
+             "running step, the mixed step with B others (weights fitted where TTFT was measured) and the prefills "
+             "queued ahead; queueing beyond the batch cap is not modelled")
 TPOT_NOTE = "approximation: (L - TTFT)/(g - 1), vLLM's definition (first token excluded)"
 #: What each field of the JSON document means (its ``definitions`` table).
 DEFINITIONS = {
-    "mean_e2e_latency_s": "mean end-to-end latency, arrival to last token (Kong et al. eq. 1)",
+    "mean_e2e_latency_s": "mean end-to-end latency, arrival to last token: (C1 + W)/(1 - lambda C2), Kong et al. "
+    "eq. 1 with W the wait for the prefills queued ahead (docs/model.md#prefills-queued-ahead)",
     "effective_batch_size": "mean requests in flight, lambda * L (Little's law)",
-    "utilisation": "lambda * C2 = 1 - C1/L (MoE: 1 - L(0)/L, the dense-equivalent load share); stable below "
-    "1, near_saturation above 0.9",
+    "utilisation": "lambda * C2 = 1 - (C1 + W)/L (MoE: 1 - (L(0) + W)/L, the dense-equivalent load share); stable "
+    "below 1, near_saturation above 0.9",
     "mean_ttft_s": TTFT_NOTE,
     "mean_tpot_s": TPOT_NOTE,
     "mean_e2e_latency_ci95_s": "95% interval [low, high] from the calibration's covariance (parametric "
