@@ -19,7 +19,7 @@ from sdplan.fitting.validation import validate
 from sdplan.inputs.slo import parse_slo
 from sdplan.latency import knee, model
 from sdplan.latency.coefficients import Coefficients
-from sdplan.planning.capacity import concave_rate_bounds
+from sdplan.planning.capacity import scanned_rate_bounds
 from sdplan.runs import read_results
 
 DATA = Path(__file__).parent / "data" / "served-cpu"
@@ -107,7 +107,7 @@ def test_the_rate_an_slo_allows_is_where_the_law_meets_its_limit(text: str) -> N
     slo = parse_slo(text)
     t0, per_other, g = np.array([0.05, 0.04]), np.array([0.006, 0.006]), 64.0
     c1, c2 = np.array([C1, 0.3]), np.array([C2, 0.025])
-    low, high = concave_rate_bounds(slo, c1, c2, demands(1.0, (2,)), t0, g, per_other)
+    low, high = scanned_rate_bounds(slo, c1, c2, demands(1.0, (2,)), t0, g, per_other)
     assert np.all(low == 0.0) and np.all((high > 0) & (high < 1 / c2))
     latency = knee.mean_latency(c1, c2, demands(1.0, (2,)), high)
     first = t0 + per_other * high * latency
@@ -117,7 +117,7 @@ def test_the_rate_an_slo_allows_is_where_the_law_meets_its_limit(text: str) -> N
 
 
 def test_an_slo_no_rate_meets_is_refused_per_option() -> None:
-    low, high = concave_rate_bounds(parse_slo("e2e:mean<=0.35s"), np.array([C1, 0.3]), np.array([C2, C2]),
+    low, high = scanned_rate_bounds(parse_slo("e2e:mean<=0.35s"), np.array([C1, 0.3]), np.array([C2, C2]),
                                     demands(1.0, (2,)), np.zeros(2), 64.0, np.zeros(2))
     assert high[0] == -1.0 and high[1] > 0
 

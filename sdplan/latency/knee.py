@@ -62,6 +62,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import EllipsisType
 
     import numpy.typing as npt
 
@@ -323,11 +324,12 @@ def waited_cap_rate(c1_n: FloatArray | float, c2_n: FloatArray | float, max_batc
 NEWTON_STEPS = 12
 
 
-def take(knee: KneeDemands, index: int | slice | tuple[slice | None, ...]) -> KneeDemands:
-    """The same demands indexed (e.g. ``(slice(None), None, slice(None))`` to insert a rate axis)."""
+def take(knee: KneeDemands, index: int | slice | tuple[slice | EllipsisType | None, ...]) -> KneeDemands:
+    """The same demands indexed (e.g. ``(slice(None), None, slice(None))`` to insert a rate axis); a scalar
+    ``prefill_s`` is every option's and stays as it is."""
     prefill = knee.prefill_s
-    return replace(knee, c1_above_s=knee.c1_above_s[index], c2_above_s=knee.c2_above_s[index],
-                   knee_batch=knee.knee_batch[index],
+    return replace(knee, c1_above_s=np.asarray(knee.c1_above_s)[index], c2_above_s=np.asarray(knee.c2_above_s)[index],
+                   knee_batch=np.asarray(knee.knee_batch)[index],
                    prefill_s=np.asarray(prefill)[index] if np.ndim(prefill) else prefill)
 
 
@@ -400,12 +402,8 @@ def bisect_boundary(holds: Callable[[FloatArray], npt.NDArray[np.bool_]], inside
 
 
 def with_rate_axis(knee: KneeDemands) -> KneeDemands:
-    """The same demands with a last axis of length 1 added, to broadcast against rates."""
-    prefill = np.asarray(knee.prefill_s, dtype=np.float64)
-    return replace(knee, c1_above_s=np.asarray(knee.c1_above_s)[..., None],
-                   c2_above_s=np.asarray(knee.c2_above_s)[..., None],
-                   knee_batch=np.asarray(knee.knee_batch)[..., None],
-                   prefill_s=prefill[..., None] if prefill.ndim else knee.prefill_s)
+    """The same demands with a last axis of length 1 added, to broadcast against rates (:func:`take`)."""
+    return take(knee, (Ellipsis, None))
 
 
 def scanned_break_even(c1_d: FloatArray | float, c2_d: FloatArray | float, knee_d: KneeDemands,

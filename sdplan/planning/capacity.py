@@ -159,7 +159,7 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
         scanned = slo.metric is not Metric.THROUGHPUT and (
             above.concavity > 0.0 or (knee.rate_dependent(above) and slo.metric is not Metric.UTILISATION))
         if scanned:
-            low, high = concave_rate_bounds(slo, c1, c2, above, ttft, g, ttft_per_other)
+            low, high = scanned_rate_bounds(slo, c1, c2, above, ttft, g, ttft_per_other)
         else:
             low, high = max_rate_under(slo, c1, c2, ttft, g, ttft_per_other)
             if knee.has_knee(coefficients):  # a rate whose batch is past the knee: the demands above it hold there
@@ -211,13 +211,13 @@ def capacity(coefficients: Coefficients, draft_lengths: list[int], alpha: float,
     )
 
 
-#: Rates below saturation on which a concave load law's SLO bounds are bracketed before they are bisected, and the
+#: Rates below saturation on which a rate-dependent law's SLO bounds are bracketed before they are bisected, and the
 #: halvings of a bracket (a 512th of the saturation rate): 2**-32 of it is 5e-13 of the saturation rate.
 SLO_SCAN_RATES = 512
 SLO_BISECTIONS = 32
 
 
-def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeDemands, ttft_s: FloatArray,
+def scanned_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeDemands, ttft_s: FloatArray,
                         output_tokens: float, ttft_per_other_s: FloatArray) -> tuple[FloatArray, FloatArray]:
     """:func:`sdplan.inputs.slo.max_rate_under` where the demands change with the rate: a concave load law
     (``docs/model.md#concave-load``) or an open loop's prefill queue (``docs/model.md#prefills-queued-ahead``).
@@ -236,13 +236,18 @@ def concave_rate_bounds(slo: SLO, c1: FloatArray, c2: FloatArray, demands: KneeD
     columns = knee.with_rate_axis(demands)
 
     def holds(rates: FloatArray) -> npt.NDArray[np.bool_]:
-        latency = knee.mean_latency(c1[:, None], c2[:, None], columns, rates)
-        wait = knee.wait_at(columns, rates)
+        # the demands that hold carry the wait, C1 + W: L from them, and 1 - (C1 + W)/L the utilisation
+        c1_at, c2_at = knee.demands_at(c1[:, None], c2[:, None], columns, rates)
+        latency = model.mean_latency(c1_at, c2_at, rates)
         with np.errstate(invalid="ignore", divide="ignore"):
-            first = t0[:, None] + per_other[:, None] * model.effective_batch(rates, latency) + wait
-            value = {Metric.E2E: latency, Metric.TTFT: first,
-                     Metric.TPOT: (latency - first) / (output_tokens - 1.0),
-                     Metric.UTILISATION: 1.0 - (c1[:, None] + wait) / latency}[slo.metric]
+            if slo.metric is Metric.E2E:
+                value = latency
+            elif slo.metric is Metric.UTILISATION:
+                value = 1.0 - c1_at / latency
+            else:
+                first = (t0[:, None] + per_other[:, None] * model.effective_batch(rates, latency)
+                         + knee.wait_at(columns, rates))
+                value = first if slo.metric is Metric.TTFT else (latency - first) / (output_tokens - 1.0)
         return np.isfinite(latency) & (value <= slo.limit)
 
     with np.errstate(divide="ignore"):
