@@ -291,6 +291,15 @@ def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, knee: KneeDem
     return waited_cap_rate(c1_n, c2_n, cap, knee.prefill_s, knee.prefill_cv)
 
 
+def straight_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: FloatArray | float) -> FloatArray:
+    """``lambda_N = N / (C1 + N C2)`` (requests/s): where ``lambda C1 / (1 - lambda C2)`` reaches ``N``, the batch
+    cap's rate of the straight law without a prefill queue (:func:`sdplan.latency.model.batch_cap_rate`)."""
+    cap = np.asarray(max_batch, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(cap / (np.asarray(c1, dtype=np.float64) + cap * np.asarray(c2, dtype=np.float64)),
+                          dtype=np.float64)
+
+
 def waited_cap_rate(c1_n: FloatArray | float, c2_n: FloatArray | float, max_batch: FloatArray | float,
                     prefill_s: FloatArray | float, prefill_cv: float) -> FloatArray:
     """``lambda`` with ``f(lambda) = lambda (C1_N + W(lambda) + N C2_N) - N = 0`` for the demands ``(C1_N, C2_N)``
@@ -303,8 +312,7 @@ def waited_cap_rate(c1_n: FloatArray | float, c2_n: FloatArray | float, max_batc
     """
     cap = np.asarray(max_batch, dtype=np.float64)
     c1_arr, c2_arr = np.asarray(c1_n, dtype=np.float64), np.asarray(c2_n, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        upper = np.asarray(cap / (c1_arr + cap * c2_arr), dtype=np.float64)
+    upper = straight_cap_rate(c1_arr, c2_arr, cap)
     service = np.asarray(prefill_s, dtype=np.float64)
     if not np.any(service > 0.0):
         return upper

@@ -287,9 +287,7 @@ def batch_cap_rate(c1: FloatArray | float, c2: FloatArray | float, max_batch: Fl
     represent: its latency is then a lower bound
     (``docs/model.md#saturation-and-batch-cap``).
     """
-    c1_arr = np.asarray(c1, dtype=np.float64)
-    c2_arr = np.asarray(c2, dtype=np.float64)
-    return max_batch / (c1_arr + max_batch * c2_arr)
+    return knee.straight_cap_rate(c1, c2, max_batch)
 
 
 def closed_loop_others(clients: int, closed_loop_factor: float = 1.0) -> float:
