@@ -137,6 +137,21 @@ QWAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
          "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2, "head_dim": 64,
          "vocab_size": 128256, "max_position_embeddings": 32768, "tie_word_embeddings": False,
          "torch_dtype": "bfloat16"}
+#: GLM-4.5-Air (zai-org/GLM-4.5-Air, Glm4MoeForCausalLM), which AIConfigurator 0.12.0 neither ships nor has an
+#: architecture for, in the terms of its Qwen3-MoE family. Its shapes (vllm-project/vime@b332ffc2:
+#: scripts/models/glm4.5-106B-A12B.sh): 46 layers, 96 query and 8 KV heads of 128, hidden 4,096, 151,552 tokens of
+#: vocabulary, untied embeddings; 128 experts, 8 a token, of width 1,408, with one shared expert of 1,408 and a dense
+#: first layer of 10,944; one MTP layer. The family has neither a shared expert nor a dense layer, and the database
+#: times no 128 x 1,408 expert of hidden 4,096: the experts take the nearest shape it times, Qwen3-235B-A22B's
+#: 128 x 1,536 of hidden 4,096, top 8. Eight of them (12,288 wide a token) stand for GLM's eight routed and one
+#: shared expert (12,672); all 128 weigh 9% more than GLM's routed and shared ones. Chosen before any scoring.
+GLM_45_AIR = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 4096,
+              "num_hidden_layers": 46, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+              "intermediate_size": 10944, "moe_intermediate_size": 1536, "num_experts": 128,
+              "num_experts_per_tok": 8, "vocab_size": 151552, "max_position_embeddings": 131072,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16", "num_nextn_predict_layers": 1}
+#: Models derived from a config.json written here (:func:`calibration_of`): the name a SETUPS entry gives -> it.
+WRITTEN_CONFIGS = {"Qwama-0.5B": QWAMA, "GLM-4.5-Air": GLM_45_AIR}
 
 SGLANG_LLAMA_8B_EAGLE3 = dict(target_model=LLAMA_8B, system="h100_sxm", method="eagle3",
                               draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", backend="sglang")
@@ -175,6 +190,11 @@ SETUPS: dict[str, str | dict[str, Any]] = {
     "kimi-k2.6:eagle3": dict(target_model="nvidia/Kimi-K2.6-NVFP4", system="gb200", method="eagle3",
                              draft_model="lightseekorg/kimi-k2.6-eagle3.1-mla", tensor_parallel_size=4,
                              precision="nvfp4"),
+    # SpecDecode-Bench Figure 3 (g, h): GLM-4.5-Air on four H100s in thinking mode, with its MTP layer (k=3) and
+    # n-gram; an MoE whose verification touches more experts than its decode step (GLM_45_AIR: how it is priced).
+    "glm-4.5-air:mtp": dict(target_model="GLM-4.5-Air", system="h100_sxm", method="mtp", tensor_parallel_size=4),
+    "glm-4.5-air:ngram": dict(target_model="GLM-4.5-Air", system="h100_sxm", method="ngram",
+                              tensor_parallel_size=4),
 }
 
 
@@ -218,11 +238,12 @@ def calibration_of(setup: Setup) -> Any:
 
             arguments = dict(setup.spec)
             with tempfile.TemporaryDirectory() as folder:
-                if arguments.get("draft_model") == "Qwama-0.5B":
-                    path = Path(folder) / "Qwama-0.5B"
-                    path.mkdir()
-                    (path / "config.json").write_text(json.dumps(QWAMA))
-                    arguments["draft_model"] = str(path)
+                for role in ("target_model", "draft_model"):
+                    if arguments.get(role) in WRITTEN_CONFIGS:
+                        path = Path(folder) / arguments[role]
+                        path.mkdir()
+                        (path / "config.json").write_text(json.dumps(WRITTEN_CONFIGS[arguments[role]]))
+                        arguments[role] = str(path)
                 request = DeriveRequest(**arguments, date=datetime.date(2026, 11, 29))
                 _CACHE[setup.key] = parse_calibration(derive(request).document, f"<derived {setup.label}>")
     return _CACHE[setup.key]
@@ -236,11 +257,12 @@ SETUP_SOURCES = ("specdecode_bench_2601.11580", "eagle3_2503.01840_sglang", "spe
 SOURCE_MODELS = {"vllm_blog_2024_spec_decode": "blog70b", "vllm_blog_2026_eagle_3_1": "kimi-k2.6"}
 
 #: Reasoning runs (a model in thinking mode) -> the model part of the setup that prices them: the same target,
-#: GPU, engine and drafts as that setup, only the outputs differ. SpecDecode-Bench's Figure 3 runs Qwen3-8B in
-#: thinking mode with ``max_tokens`` 32,768 and states no output length, and DATASET_LENGTHS' traces are of
-#: answers without thinking: such a series' output length is anchored to its own no-SD throughput
-#: (:func:`anchored_output_tokens`) and its prompt taken from DATASET_LENGTHS or REASONING_PROMPT_TOKENS.
-REASONING_MODELS = {"qwen3-8b-thinking": "qwen3-8b"}
+#: GPU, engine and drafts as that setup, only the outputs differ. SpecDecode-Bench's Figure 3 runs Qwen3-8B and
+#: GLM-4.5-Air (every run of it) in thinking mode with ``max_tokens`` 32,768 and states no output length, and
+#: DATASET_LENGTHS' traces are of answers without thinking: such a series' output length is anchored to its own
+#: no-SD throughput (:func:`anchored_output_tokens`) and its prompt taken from DATASET_LENGTHS or
+#: REASONING_PROMPT_TOKENS.
+REASONING_MODELS = {"qwen3-8b-thinking": "qwen3-8b", "glm-4.5-air": "glm-4.5-air"}
 #: Mean prompt tokens of the reasoning datasets DATASET_LENGTHS does not have, assumed (no trace is at hand): an
 #: AIME problem and a GPQA question with its four options under the chat template. The series' outputs run to
 #: thousands of tokens, so the prompt moves their priced steps little (RESULTS-sd-measured-2026-11.md, 2026-12-01).
@@ -405,16 +427,53 @@ def setup_of(series: dict[str, Any], source: str) -> Setup | str:
     return Setup(label, json.dumps(found, sort_keys=True), found)
 
 
+#: Sources whose static batches are one prompt copied ``batch`` times and decoded greedily (SpecDecode-Bench's
+#: ``scripts/bench_latency.py``, RESULTS-sd-measured-2026-11.md "how SpecDecode-Bench's batches were run"): the
+#: copies route the same tokens, so an MoE target's step touches the experts of one sequence's rows.
+COPIED_BATCH_SOURCES = (TRACED_SOURCE,)
+
+
+def copied_batch(source_id: str, series: dict[str, Any]) -> bool:
+    """Whether a series' batches are copies of one prompt (:data:`COPIED_BATCH_SOURCES`, static batches)."""
+    return source_id in COPIED_BATCH_SOURCES and "batch" in series["points"][0]
+
+
+@dataclass(frozen=True)
+class OneSequenceRouting:
+    """An MoE target's routing in a batch of ``batch`` identical sequences: the experts they touch are those of one
+    sequence's rows, ``phi(t)`` where ``B`` distinct sequences route ``B t`` tokens (:func:`batch_steps`)."""
+
+    moe: MoESpec
+    batch: float
+
+    @property
+    def coverage(self) -> dict[str, float]:
+        return self.moe.coverage
+
+    def phi(self, tokens: Any) -> Any:
+        return self.moe.phi(np.asarray(tokens, dtype=np.float64) / self.batch)
+
+
+def batch_steps(coefficients: Coefficients, k: int, batch: float, moe: MoESpec | None = None,
+                copies: bool = False) -> tuple[float, float]:
+    """``(tau_0(B), tau_k(B))``: a static batch's decode step and SD cycle (s; :func:`sdplan.latency.model.step_times`),
+    an MoE target's at the experts its rows touch: ``B (k + 1)`` routed tokens, or one sequence's ``k + 1`` where the
+    batch is ``copies`` of one prompt (:class:`OneSequenceRouting`)."""
+    routing: Any = OneSequenceRouting(moe, batch) if moe is not None and copies else moe
+    taus = step_times(coefficients, [k], np.asarray([batch], dtype=np.float64), routing)[0]
+    return float(taus[0]), float(taus[1])
+
+
 def decode_time(coefficients: Coefficients, k: int, tokens_per_cycle: float, batch: float,
-                moe: MoESpec | None = None) -> tuple[float, float]:
+                moe: MoESpec | None = None, copies: bool = False) -> tuple[float, float]:
     """A static batch's time without and with SD (s): its prefill, then ``g - 1`` steps or ``g/E`` cycles.
 
-    An MoE target's steps are priced at the experts their token rows touch (``moe``:
-    :func:`sdplan.latency.model.step_times`)."""
-    taus = step_times(coefficients, [k], np.asarray([batch], dtype=np.float64), moe)[0]
+    An MoE target's steps are priced at the experts their token rows touch (``moe``, ``copies``:
+    :func:`batch_steps`)."""
+    tau_0, tau_k = batch_steps(coefficients, k, batch, moe, copies)
     prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
     g = coefficients.output_tokens
-    return prefill + (g - 1.0) * float(taus[0]), prefill + g / tokens_per_cycle * float(taus[1])
+    return prefill + (g - 1.0) * tau_0, prefill + g / tokens_per_cycle * tau_k
 
 
 def coefficients_of(series: dict[str, Any], calibration: Any, dataset: str, p: float, g: float) -> Coefficients:
@@ -446,7 +505,8 @@ def bisect(holds: Callable[[float], bool], low: float, high: float, steps: int =
     return low
 
 
-def anchored_output_tokens(series: dict[str, Any], calibration: Any, prompt_tokens: float) -> float:
+def anchored_output_tokens(series: dict[str, Any], calibration: Any, prompt_tokens: float,
+                           copies: bool = False) -> float:
     """The output length at which the calibration gives the no-SD throughput the series measured at its largest
     batch (tokens).
 
@@ -464,7 +524,7 @@ def anchored_output_tokens(series: dict[str, Any], calibration: Any, prompt_toke
 
     def throughput(g: float) -> float:
         without, _ = decode_time(calibration.coefficients_at(prompt_tokens, g), k, 1.0, batch,
-                                 calibration.moe_at(prompt_tokens, g))
+                                 calibration.moe_at(prompt_tokens, g), copies)
         return batch * g / without
 
     longest = float(series["workload"].get("max_output_tokens") or 32768)
@@ -478,7 +538,8 @@ def anchored_output_tokens(series: dict[str, Any], calibration: Any, prompt_toke
     return bisect(lambda g: throughput(g) >= measured, low, high, steps=40, geometric=True)
 
 
-def lengths_of(series: dict[str, Any], setup: Setup, calibration: Any) -> tuple[str, float, float]:
+def lengths_of(series: dict[str, Any], setup: Setup, calibration: Any,
+               copies: bool = False) -> tuple[str, float, float]:
     """``(dataset, prompt tokens, output tokens)`` a series is priced at.
 
     In this order: the mean lengths the series itself states (``workload.prompt_tokens_mean`` and
@@ -495,7 +556,7 @@ def lengths_of(series: dict[str, Any], setup: Setup, calibration: Any) -> tuple[
         prompt = DATASET_LENGTHS[dataset][0] if dataset in DATASET_LENGTHS else REASONING_PROMPT_TOKENS.get(dataset)
         if prompt is None:
             raise Unpriced(f"no prompt length for the reasoning dataset {dataset!r}")
-        return dataset, prompt, anchored_output_tokens(series, calibration, prompt)
+        return dataset, prompt, anchored_output_tokens(series, calibration, prompt, copies)
     if dataset in DATASET_LENGTHS:
         return (dataset, *DATASET_LENGTHS[dataset])
     raise Unpriced("no prompt or output length: give workload.prompt_tokens_mean and output_tokens_mean")
@@ -517,7 +578,7 @@ def measured_ratio(point: dict[str, Any]) -> float | None:
 
 
 def closed_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: tuple[str, float, float],
-                requests: list[dict[str, str]] | None = None) -> list[Point]:
+                requests: list[dict[str, str]] | None = None, copies: bool = False) -> list[Point]:
     """Throughput ratios at each batch or concurrency (module notes), at ``lengths`` (:func:`lengths_of`), or at
     each of ``requests``' own lengths (:func:`traced_lengths`: :func:`request_lengths_closed_loop`).
 
@@ -535,7 +596,7 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: t
     stated = all(ACCEPTANCE in point for point in series["points"])
     if not stated:
         batch = float(first[load_key])
-        tau_0, tau_k = step_times(coefficients, [k], np.asarray([batch]), moe)[0]
+        tau_0, tau_k = batch_steps(coefficients, k, batch, moe, copies)
         prefill = coefficients.c1p_s + (batch - 1.0) * coefficients.c2p_s
         cycles = ((prefill + (g - 1.0) * tau_0) / measured_ratio(first) - prefill) / tau_k  # g/E at that ratio
         ANCHORED[series["id"]] = min(max(g / cycles, 1.0), k + 1.0)
@@ -545,8 +606,8 @@ def closed_loop(series: dict[str, Any], calibration: Any, setup: str, lengths: t
         tokens_per_cycle = float(point[ACCEPTANCE]) if stated else ANCHORED[series["id"]]
         batch = float(point[load_key])
         base_running, running = min(batch, base_cap), min(batch, sd_cap)
-        without, _ = decode_time(coefficients, k, tokens_per_cycle, base_running, moe)
-        _, with_sd = decode_time(coefficients, k, tokens_per_cycle, running, moe)
+        without, _ = decode_time(coefficients, k, tokens_per_cycle, base_running, moe, copies)
+        _, with_sd = decode_time(coefficients, k, tokens_per_cycle, running, moe, copies)
         points.append(Point(series["id"], setup, point[load_key], measured_ratio(point),
                             running / base_running * without / with_sd, point is first and not stated))
     return points
@@ -936,7 +997,7 @@ def main(argv: list[str] | None = None) -> int:
                         raise Unpriced(why)
                 assert isinstance(setup, Setup) and isinstance(replicas, int)
                 calibration = calibration_of(setup)
-                lengths = lengths_of(series, setup, calibration)
+                lengths = lengths_of(series, setup, calibration, copied_batch(source["id"], series))
             except (Unpriced, SdplanError) as why:
                 unpriced.append((source["id"], series["id"], str(why)))
                 continue
@@ -952,7 +1013,8 @@ def main(argv: list[str] | None = None) -> int:
             elif closed:
                 requests = traced_requests(source["id"], series, lengths[0]) if replicas == 1 else None
                 shaped = traced_lengths(source["id"], series, lengths) if replicas == 1 and requests is None else None
-                found = at_source_loads(closed_loop(replica, calibration, label, lengths, shaped) if requests is None
+                found = at_source_loads(closed_loop(replica, calibration, label, lengths, shaped,
+                                                    copied_batch(source["id"], series)) if requests is None
                                         else traced_closed_loop(replica, calibration, label, requests), series)
                 crossed = crossover(found, "measured"), crossover(found, "predicted")
                 if crossed != (None, None):
@@ -960,7 +1022,9 @@ def main(argv: list[str] | None = None) -> int:
                 if "concurrency" in series["points"][0]:
                     steady.append((source["id"], series["id"],
                                    at_source_loads(steady_closed_loop(replica, calibration, label, lengths), series)))
-                if all({"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in replica["points"]):
+                # streams in flight of a closed loop (clients), not a static batch run once
+                if "concurrency" in replica["points"][0] and all(
+                        {"sd_tokens_per_s", "baseline_tokens_per_s", ACCEPTANCE} <= set(p) for p in replica["points"]):
                     equal.append((source["id"], series["id"],
                                   [replace(point, load=point.load * replicas)
                                    for point in equal_throughput(replica, calibration, label, lengths)]))
