@@ -434,8 +434,10 @@ COPIED_BATCH_SOURCES = (TRACED_SOURCE,)
 
 
 def copied_batch(source_id: str, series: dict[str, Any]) -> bool:
-    """Whether a series' batches are copies of one prompt (:data:`COPIED_BATCH_SOURCES`, static batches)."""
-    return source_id in COPIED_BATCH_SOURCES and "batch" in series["points"][0]
+    """Whether a series' batches are copies of one prompt: its ``workload.batch_of_copies``, else whether its source
+    runs them so (:data:`COPIED_BATCH_SOURCES`); static batches only."""
+    stated = series.get("workload", {}).get("batch_of_copies")
+    return bool(source_id in COPIED_BATCH_SOURCES if stated is None else stated) and "batch" in series["points"][0]
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,13 @@ def check_series(series: dict, where: str) -> list[str]:
         for key in ("prompt_tokens_mean", "output_tokens_mean", "max_output_tokens"):
             if key in series["workload"] and not _positive_number(series["workload"][key]):
                 errors.append(f"{where}: workload.{key} must be a positive number, got {series['workload'][key]!r}")
+        copies = series["workload"].get("batch_of_copies")
+        if copies is not None and not isinstance(copies, bool):
+            errors.append(f"{where}: workload.batch_of_copies must be true or false, got {copies!r}")
+        elif copies and not (series.get("mode") == "closed_loop_batch" and isinstance(series.get("points"), list)
+                             and all(isinstance(point, dict) and "batch" in point for point in series["points"])):
+            errors.append(f"{where}: workload.batch_of_copies says each batch is one prompt copied; give it only "
+                          "with closed_loop_batch points keyed by batch")
     if not (isinstance(series["target_model"], str) and series["target_model"]):
         errors.append(f"{where}: target_model must be the model's name (a non-empty string)")
     if isinstance(draft, dict) and draft.get("model") is not None and not (isinstance(draft["model"], str)

@@ -215,6 +215,42 @@ def test_a_static_batch_of_one_prompts_copies_routes_one_sequences_tokens_throug
     assert np.all(np.abs(predicted[1:] / measured[1:] - 1.0) < 0.10), (measured, predicted)
 
 
+def _predicted(stdout: str, series_id: str) -> np.ndarray:
+    """The ``pred`` row the benchmark prints under a series' table."""
+    table = re.search(rf"{re.escape(series_id)} \([^\n]*\n\s+load[^\n]*\n\s+meas[^\n]*\n\s+pred ([^\n]*)", stdout)
+    assert table is not None, stdout
+    return np.array([float(x) for x in table[1].split()])
+
+
+def test_a_team_file_says_whether_its_batches_are_copies_of_one_prompt(tmp_path: Path) -> None:
+    """``workload.batch_of_copies``: identical sequences route the same tokens, so at batch 16 an MoE's decode step
+    and SD cycle touch the experts of one sequence's rows, not sixteen times as many, and the priced ratio moves
+    (on this file no SD's step, whose coverage grows most, gains most); at one sequence nothing moves. A value that
+    is not a boolean, or one given with rates, is refused."""
+    def series(series_id: str, copies: bool) -> dict[str, Any]:
+        workload = {"dataset": "team chat logs", "prompt_tokens_mean": 200.0, "output_tokens_mean": 400.0,
+                    "batch_of_copies": copies}
+        return _series(series_id, workload=workload, target_model="Qwen/Qwen3-30B-A3B",
+                       sdplan={"calibration": "h100-sxm_qwen3-30b-a3b_qwen3-0.6b_derived"},
+                       draft={"method": "draft_model", "model": "Qwen/Qwen3-0.6B", "k_tokens": 3,
+                              "structure": "chain"})
+    path = _source(tmp_path, "team_moe", [series("copies_moe", True), series("distinct_moe", False)])
+    found = _run("--data", str(path))
+    assert found.returncode == 0, found.stderr
+    copies, distinct = _predicted(found.stdout, "copies_moe"), _predicted(found.stdout, "distinct_moe")
+    assert copies[0] == distinct[0]  # one sequence: the same rows either way
+    assert copies[1] < distinct[1] / 1.05
+
+    bad = series("bad_moe", True)
+    bad["workload"]["batch_of_copies"] = "yes"
+    rated = series("rated_moe", True) | {"mode": "open_loop_rate",
+                                         "points": [{"rate_rps": 1.0, "sd_latency_s": 2.0, "baseline_latency_s": 3.0}]}
+    refused = _run("--data", str(_source(tmp_path, "team_bad", [bad, rated])))
+    assert refused.returncode == 2
+    assert "bad_moe: workload.batch_of_copies must be true or false" in refused.stderr
+    assert "rated_moe: workload.batch_of_copies says each batch is one prompt copied" in refused.stderr
+
+
 def test_replicas_are_priced_at_their_share_of_the_load_and_a_tree_is_not_priced_as_a_chain(tmp_path: Path) -> None:
     """Two data-parallel replicas at batch 2N run what one runs at N, so the ratio is one replica's at N, printed at
     the source's loads; a tree's drafting (top-k over 1) is not a chain of k, so it is said not to be priced."""
